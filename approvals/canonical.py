@@ -1,0 +1,19 @@
+"""Canonical JSON (RFC 8785) and the action digest that binds a decision to one exact action."""
+
+import hashlib
+
+import rfc8785
+
+
+def canonical_bytes(value) -> bytes:
+    """RFC 8785 (JCS) bytes. Raises rfc8785.CanonicalizationError for values JSON cannot carry."""
+    return rfc8785.dumps(value)
+
+
+def digest_of(value) -> str:
+    return "sha256:" + hashlib.sha256(canonical_bytes(value)).hexdigest()
+
+
+def action_digest(action: dict) -> str:
+    """`sha256:` + hex sha256 of the RFC 8785 form of the action object (DESIGN.md "Binding")."""
+    return digest_of(action)

@@ -1,0 +1,34 @@
+"""Real-time fan-out. Services call these only through transaction.on_commit, so nobody is told about a
+change that was rolled back. Groups are named from ids; receivers re-read state from the database
+(channels-redis may drop messages to a full channel, so a message is a hint to re-read, not the state).
+"""
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+
+
+def tenant_group(tenant_id) -> str:
+    return f"tenant-{tenant_id}"
+
+
+def proposal_group(proposal_id) -> str:
+    return f"proposal-{proposal_id}"
+
+
+def _send(group: str, message: dict) -> None:
+    layer = get_channel_layer()
+    if layer is not None:
+        async_to_sync(layer.group_send)(group, message)
+
+
+def proposal_changed(proposal) -> None:
+    """Schedule a broadcast that this proposal changed (state, votes, quorum)."""
+    tenant_id, proposal_id = proposal.tenant_id, str(proposal.id)
+
+    def send():
+        message = {"type": "proposal.changed", "proposal_id": proposal_id}
+        _send(proposal_group(proposal_id), message)
+        _send(tenant_group(tenant_id), message)
+
+    transaction.on_commit(send)

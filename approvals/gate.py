@@ -1,0 +1,512 @@
+"""Agent-side verifier for Reviewer's signed approval decisions (a standalone file: no Django).
+
+An A2A agent that asks Reviewer for approval imports this module, as a third-party agent would
+(`python -m pip install PyJWT cryptography httpx rfc8785` and copy this file). It imports only the
+standard library, PyJWT, cryptography, httpx and rfc8785; never Django or the rest of `approvals`.
+
+The flow inside an a2a-sdk `AgentExecutor` (see examples/README.md for a complete walkthrough):
+
+1. Ask. Build the action, `digest = action_digest(action)`, persist (task_id, request_id, action,
+   digest), then park the task in TASK_STATE_AUTH_REQUIRED with a status message whose metadata is
+   `approval_request_metadata(request)`.
+2. Wait. Reviewer continues the task with a message whose metadata carries the decision token:
+   `token = decision_token_from_metadata(MessageToDict(context.message.metadata))`.
+   Read `context.message.metadata`, not `context.metadata` (that is the request's metadata).
+3. Verify. `decision = gate.verify(token, task_id=..., request_id=..., action_digest=...)` with the
+   values the agent persisted in step 1, never values taken from the continuation message.
+4. Act only on `decision.decision == "approved"`. A token whose decision is `rejected` or
+   `needs_info` verifies too (so the agent learns, with proof, that Reviewer said no or asked a
+   question), but it must never lead to the side effect.
+5. Consume. If `decision.consume` is true, call `gate.consume(decision)` right before the side
+   effect; it raises `GateError` unless Reviewer moved the decision to executing (fail closed).
+6. Act once, with `decision.jti` as the downstream idempotency key, then
+   `gate.report_outcome(decision, "succeeded" | "failed" | "unknown", transaction_id=...)`.
+
+`verify`, `consume` and `report_outcome` are blocking (network and SQLite I/O): from asyncio code call
+them through `asyncio.to_thread`.
+
+What `verify` checks, in this order, so that a forged or altered token is refused before its `jti` is
+burned:
+
+- the JOSE header: `alg` in ALGORITHMS (EdDSA only: `none`, HS*, RS* and the rest are refused),
+  `typ` equal to TOKEN_TYPE, a `kid` that the key source knows (a JWKS source refreshes once on an
+  unknown kid, then refuses);
+- the Ed25519 signature;
+- `iss`, `aud`, and the time claims `exp`, `nbf`, `iat` with `leeway_seconds` of clock skew;
+- `sub` (the task id), `request_id`, `action_digest` (and `context_id` when given) equal to what the
+  agent asked for; `decision` one of DECISIONS;
+- last, single use: `used_store.claim(jti, exp)` must return True (first time this jti is seen).
+
+Public API:
+
+    EXTENSION_URI, TOKEN_TYPE, ALGORITHMS, DECISIONS
+    GateError(code, message)                       .code / .message
+    VerifiedDecision                               frozen dataclass (see fields below)
+    StaticKeySource(jwks)                          keys from a JWKS dict
+    JWKSKeySource(jwks_url, *, cache_seconds=300, timeout=5, min_refresh_seconds=10, fetch=None)
+    UsedDecisionStore                              Protocol: claim(jti, expires_at) -> bool
+    MemoryUsedStore()                              one process only
+    SQLiteUsedStore(path)                          shared by processes and threads on one file
+    Gate(*, issuer, audience, keys, used_store, reviewer_url=None, api_token=None,
+         leeway_seconds=30, http_timeout=5)
+        .verify(token, *, task_id, request_id, action_digest, context_id=None) -> VerifiedDecision
+        .consume(decision) -> None                 raises GateError when the agent must not act
+        .report_outcome(decision, status, *, transaction_id=None, detail=None) -> bool
+    decision_token_from_metadata(metadata) -> str | None
+    action_digest(action) -> str
+    approval_request_metadata(request) -> dict
+
+GateError codes: malformed, bad_algorithm, bad_type, unknown_kid, keys_unavailable, bad_signature,
+expired, not_yet_valid, wrong_issuer, wrong_audience, missing_claim, bad_claim, wrong_task,
+wrong_context, wrong_request, wrong_digest, bad_decision, replayed, not_configured,
+consume_refused:<code> (Reviewer's 409 error code, or http_<status> for another refusal),
+reviewer_unreachable.
+"""
+
+import hashlib
+import json
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import quote
+
+import httpx
+import jwt
+import rfc8785
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+logger = logging.getLogger(__name__)
+
+EXTENSION_URI = "urn:reviewer:a2a:approval:v1"
+TOKEN_TYPE = "approval-decision+jwt"
+# Fixed, never taken from the token: `none`, HS* (public key used as an HMAC secret) and RS* are refused.
+ALGORITHMS = ["EdDSA"]
+DECISIONS = ("approved", "rejected", "needs_info")
+
+# Claims DESIGN.md says every decision carries; a token without one of them is refused.
+REQUIRED_CLAIMS = ["iss", "aud", "sub", "jti", "iat", "nbf", "exp", "request_id", "action_digest", "decision"]
+
+
+class GateError(Exception):
+    """The decision must not be acted on. `code` is stable and machine-readable."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class VerifiedDecision:
+    """A decision whose signature, audience, time, binding and single use were checked."""
+
+    jti: str
+    decision: str  # "approved" | "rejected" | "needs_info"; only "approved" may lead to action
+    reason: str
+    task_id: str
+    context_id: str | None
+    request_id: str
+    proposal_id: str | None
+    action_digest: str
+    rev: int | None
+    consume: bool
+    approvers: list = field(default_factory=list)
+    policy: dict | None = None
+    tenant: str | None = None
+    expires_at: int = 0
+    claims: dict = field(default_factory=dict)
+
+    @property
+    def approved(self) -> bool:
+        return self.decision == "approved"
+
+
+# --- keys ---------------------------------------------------------------------------------------
+
+
+def _public_key_from_jwk(jwk: dict) -> Ed25519PublicKey | None:
+    """The Ed25519 key of one JWK, or None for a key this gate will never accept."""
+    if jwk.get("kty") != "OKP" or jwk.get("crv") != "Ed25519":
+        return None
+    if jwk.get("use") not in (None, "sig") or jwk.get("alg") not in (None, *ALGORITHMS):
+        return None
+    try:
+        key = jwt.PyJWK(jwk, algorithm="EdDSA").key
+    except (jwt.PyJWKError, ValueError, TypeError):
+        return None
+    return key if isinstance(key, Ed25519PublicKey) else None
+
+
+def _keys_by_kid(jwks: dict) -> dict[str, Ed25519PublicKey]:
+    keys = {}
+    for jwk in jwks.get("keys", []) if isinstance(jwks, dict) else []:
+        kid = jwk.get("kid") if isinstance(jwk, dict) else None
+        key = _public_key_from_jwk(jwk) if isinstance(kid, str) else None
+        if key is not None:
+            keys[kid] = key
+    return keys
+
+
+class StaticKeySource:
+    """Keys from a JWKS document held in memory (tests, or keys pinned in configuration)."""
+
+    def __init__(self, jwks: dict):
+        self._keys = _keys_by_kid(jwks)
+
+    def key_for(self, kid: str) -> Ed25519PublicKey:
+        try:
+            return self._keys[kid]
+        except KeyError:
+            raise GateError("unknown_kid", f"no Ed25519 key with kid {kid!r}") from None
+
+
+def _fetch_jwks_over_http(url: str, timeout: float) -> dict:
+    response = httpx.get(url, timeout=timeout, headers={"Accept": "application/json"})
+    response.raise_for_status()
+    return response.json()
+
+
+class JWKSKeySource:
+    """Keys from Reviewer's `/.well-known/jwks.json`, cached for `cache_seconds`.
+
+    An unknown kid triggers one refresh (Reviewer may have rotated its key) and is refused if still
+    unknown. Refreshes for unknown kids are at most one per `min_refresh_seconds`, so a stream of
+    forged tokens with random kids cannot turn this agent into a JWKS request amplifier.
+    A JWKS that cannot be fetched fails closed (`keys_unavailable`).
+    """
+
+    def __init__(self, jwks_url: str, *, cache_seconds: float = 300, timeout: float = 5,
+                 min_refresh_seconds: float = 10, fetch: Callable[[str, float], dict] | None = None):
+        self.jwks_url = jwks_url
+        self.cache_seconds = cache_seconds
+        self.timeout = timeout
+        self.min_refresh_seconds = min_refresh_seconds
+        self._fetch = fetch or _fetch_jwks_over_http
+        self._lock = threading.Lock()
+        self._keys: dict[str, Ed25519PublicKey] = {}
+        self._fetched_at: float | None = None
+        self.fetch_count = 0
+
+    def _refresh(self) -> None:
+        self.fetch_count += 1
+        try:
+            document = self._fetch(self.jwks_url, self.timeout)
+        except Exception as error:  # any transport or parse error: refuse rather than guess
+            raise GateError("keys_unavailable", f"cannot fetch JWKS from {self.jwks_url}: {error}") from error
+        self._keys = _keys_by_kid(document)
+        self._fetched_at = time.monotonic()
+
+    def key_for(self, kid: str) -> Ed25519PublicKey:
+        with self._lock:
+            now = time.monotonic()
+            fresh = self._fetched_at is not None and now - self._fetched_at < self.cache_seconds
+            if not fresh:
+                self._refresh()
+            elif kid not in self._keys and now - self._fetched_at >= self.min_refresh_seconds:
+                self._refresh()  # the one refresh an unknown kid gets
+            try:
+                return self._keys[kid]
+            except KeyError:
+                raise GateError("unknown_kid", f"no Ed25519 key with kid {kid!r} in {self.jwks_url}") from None
+
+
+# --- single use ---------------------------------------------------------------------------------
+
+
+class UsedDecisionStore(Protocol):
+    def claim(self, jti: str, expires_at: int) -> bool:
+        """Record jti as used. True only the first time it is claimed."""
+
+
+class MemoryUsedStore:
+    """Single use within one process (tests, single-process agents that may forget on restart)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._used: dict[str, int] = {}
+
+    def claim(self, jti: str, expires_at: int) -> bool:
+        with self._lock:
+            if jti in self._used:
+                return False
+            self._used[jti] = expires_at
+            return True
+
+
+class SQLiteUsedStore:
+    """Single use across threads and processes sharing one SQLite file.
+
+    The primary key makes the claim atomic: `INSERT OR IGNORE` inserts exactly once, whoever races.
+    Rows are kept a day past the token's expiry (the gate refuses an expired token before it gets
+    here, so forgetting them later cannot re-open a decision).
+    """
+
+    RETAIN_AFTER_EXPIRY_SECONDS = 86400
+
+    def __init__(self, path: str | Path):
+        self.path = str(path)
+        with self._connect() as connection:
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute(
+                "CREATE TABLE IF NOT EXISTS used_decisions ("
+                " jti TEXT PRIMARY KEY, expires_at INTEGER NOT NULL, claimed_at INTEGER NOT NULL)"
+            )
+            connection.execute(
+                "CREATE INDEX IF NOT EXISTS used_decisions_expires_at ON used_decisions (expires_at)"
+            )
+
+    def _connect(self) -> sqlite3.Connection:
+        # One short-lived connection per call: sqlite3 connections must not cross threads.
+        connection = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        return connection
+
+    def claim(self, jti: str, expires_at: int) -> bool:
+        now = int(time.time())
+        connection = self._connect()
+        try:
+            cursor = connection.execute(
+                "INSERT OR IGNORE INTO used_decisions (jti, expires_at, claimed_at) VALUES (?, ?, ?)",
+                (jti, int(expires_at), now),
+            )
+            claimed = cursor.rowcount == 1
+            connection.execute(
+                "DELETE FROM used_decisions WHERE expires_at < ?", (now - self.RETAIN_AFTER_EXPIRY_SECONDS,)
+            )
+            return claimed
+        finally:
+            connection.close()
+
+
+# --- the gate -----------------------------------------------------------------------------------
+
+# PyJWT's exceptions, most specific first (several inherit from one another).
+_JWT_ERRORS: list[tuple[type[Exception], str]] = [
+    (jwt.ExpiredSignatureError, "expired"),
+    (jwt.ImmatureSignatureError, "not_yet_valid"),
+    (jwt.InvalidAudienceError, "wrong_audience"),
+    (jwt.InvalidIssuerError, "wrong_issuer"),
+    (jwt.MissingRequiredClaimError, "missing_claim"),
+    (jwt.InvalidAlgorithmError, "bad_algorithm"),
+    (jwt.InvalidSignatureError, "bad_signature"),
+    (jwt.DecodeError, "malformed"),
+    (jwt.InvalidTokenError, "bad_claim"),
+]
+
+
+def _gate_error_from_jwt(error: jwt.InvalidTokenError) -> GateError:
+    for error_type, code in _JWT_ERRORS:
+        if isinstance(error, error_type):
+            return GateError(code, str(error) or code)
+    return GateError("bad_claim", str(error))
+
+
+class Gate:
+    """Verifies Reviewer's decisions for one agent (one audience) and talks back to Reviewer."""
+
+    def __init__(self, *, issuer: str, audience: str, keys, used_store: UsedDecisionStore,
+                 reviewer_url: str | None = None, api_token: str | None = None,
+                 leeway_seconds: float = 30, http_timeout: float = 5):
+        self.issuer = issuer
+        self.audience = audience
+        self.keys = keys
+        self.used_store = used_store
+        self.reviewer_url = reviewer_url.rstrip("/") if reviewer_url else None
+        self.api_token = api_token
+        self.leeway_seconds = leeway_seconds
+        self.http_timeout = http_timeout
+
+    # verify ---------------------------------------------------------------------------------
+
+    def verify(self, token: str, *, task_id: str, request_id: str, action_digest: str,
+               context_id: str | None = None) -> VerifiedDecision:
+        """Check everything about the token, then burn its jti. Raises GateError on any doubt."""
+        key = self._key_from_header(token)
+        claims = self._signed_claims(token, key)
+        self._check_binding(claims, task_id=task_id, request_id=request_id,
+                            action_digest=action_digest, context_id=context_id)
+        decision = _decision_from_claims(claims)
+        # Last, so that a token refused for any other reason does not use up the decision.
+        if not self.used_store.claim(decision.jti, decision.expires_at):
+            raise GateError("replayed", f"decision {decision.jti} was already used")
+        return decision
+
+    def _key_from_header(self, token: str) -> Ed25519PublicKey:
+        if not isinstance(token, str) or token.count(".") != 2:
+            raise GateError("malformed", "not a compact JWS")
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.DecodeError as error:
+            raise GateError("malformed", f"unreadable JOSE header: {error}") from error
+        if header.get("alg") not in ALGORITHMS:
+            raise GateError("bad_algorithm", f"alg {header.get('alg')!r} is not one of {ALGORITHMS}")
+        if header.get("typ") != TOKEN_TYPE:
+            raise GateError("bad_type", f"typ {header.get('typ')!r} is not {TOKEN_TYPE!r}")
+        kid = header.get("kid")
+        if not isinstance(kid, str) or not kid:
+            raise GateError("unknown_kid", "the token names no kid")
+        return self.keys.key_for(kid)
+
+    def _signed_claims(self, token: str, key: Ed25519PublicKey) -> dict:
+        try:
+            return jwt.decode(
+                token, key, algorithms=ALGORITHMS, audience=self.audience, issuer=self.issuer,
+                leeway=self.leeway_seconds,
+                options={"require": REQUIRED_CLAIMS, "strict_aud": True},
+            )
+        except jwt.InvalidTokenError as error:
+            raise _gate_error_from_jwt(error) from error
+
+    @staticmethod
+    def _check_binding(claims: dict, *, task_id: str, request_id: str, action_digest: str,
+                       context_id: str | None) -> None:
+        if claims.get("sub") != task_id:
+            raise GateError("wrong_task", f"decision is for task {claims.get('sub')!r}, not {task_id!r}")
+        if context_id is not None and claims.get("context_id") != context_id:
+            raise GateError("wrong_context", f"decision is for context {claims.get('context_id')!r}")
+        if claims.get("request_id") != request_id:
+            raise GateError("wrong_request",
+                            f"decision answers request {claims.get('request_id')!r}, not {request_id!r}")
+        if claims.get("action_digest") != action_digest:
+            raise GateError("wrong_digest", "decision is for another action than the one this agent asked for")
+        if claims.get("decision") not in DECISIONS:
+            raise GateError("bad_decision", f"unknown decision {claims.get('decision')!r}")
+
+    # consume and report ---------------------------------------------------------------------
+
+    def _decision_url(self, decision: VerifiedDecision, verb: str) -> str:
+        if not self.reviewer_url:
+            raise GateError("not_configured", "the gate has no reviewer_url")
+        return f"{self.reviewer_url}/api/v1/decisions/{quote(decision.jti, safe='')}/{verb}"
+
+    def _headers(self) -> dict:
+        headers = {"Accept": "application/json"}
+        if self.api_token:
+            headers["Authorization"] = f"Bearer {self.api_token}"
+        return headers
+
+    def consume(self, decision: VerifiedDecision) -> None:
+        """Ask Reviewer to move the decision approved → executing. Returns only if the agent may act.
+
+        Call it right before the side effect. Anything but HTTP 200 raises GateError: a 409 carries
+        Reviewer's reason (revoked, expired, superseded, consumed, stale_rev); a network error or a
+        5xx is `reviewer_unreachable`. In every error case the caller must not act.
+        """
+        if not decision.approved:
+            raise GateError("consume_refused:not_approved", f"decision is {decision.decision!r}")
+        url = self._decision_url(decision, "consume")
+        try:
+            response = httpx.post(url, json={"rev": decision.rev}, headers=self._headers(),
+                                  timeout=self.http_timeout)
+        except httpx.HTTPError as error:
+            raise GateError("reviewer_unreachable", f"POST {url}: {error!r}") from error
+        if response.status_code == 200:
+            return
+        if response.status_code >= 500:
+            raise GateError("reviewer_unreachable", f"POST {url}: HTTP {response.status_code}")
+        code, message = _error_from_body(response)
+        if response.status_code == 409 and code:
+            raise GateError(f"consume_refused:{code}", message)
+        raise GateError(f"consume_refused:http_{response.status_code}", message)
+
+    def report_outcome(self, decision: VerifiedDecision, status: str, *, transaction_id: str | None = None,
+                       detail: str | None = None) -> bool:
+        """Tell Reviewer how the action ended ("succeeded" | "failed" | "unknown"). Best effort."""
+        body: dict[str, Any] = {"status": status}
+        if transaction_id is not None:
+            body["transaction_id"] = transaction_id
+        if detail is not None:
+            body["detail"] = detail
+        try:
+            url = self._decision_url(decision, "outcome")
+            response = httpx.post(url, json=body, headers=self._headers(), timeout=self.http_timeout)
+        except (GateError, httpx.HTTPError) as error:
+            logger.warning("outcome %s for decision %s not reported: %s", status, decision.jti, error)
+            return False
+        if not response.is_success:
+            logger.warning("outcome %s for decision %s refused: HTTP %s %s", status, decision.jti,
+                           response.status_code, response.text[:200])
+            return False
+        return True
+
+
+def _error_from_body(response: httpx.Response) -> tuple[str | None, str]:
+    """(code, message) from Reviewer's `{"error": {"code", "message"}}`, tolerating other bodies."""
+    try:
+        error = response.json().get("error") or {}
+    except (ValueError, AttributeError):
+        return None, f"HTTP {response.status_code}: {response.text[:200]}"
+    if not isinstance(error, dict):
+        return None, f"HTTP {response.status_code}"
+    code = error.get("code") if isinstance(error.get("code"), str) else None
+    return code, str(error.get("message") or f"HTTP {response.status_code}")
+
+
+def _optional_int(value) -> int | None:
+    # Struct round trips and JSON producers may turn integers into floats; accept only whole numbers.
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    raise GateError("bad_claim", f"expected an integer, got {value!r}")
+
+
+def _decision_from_claims(claims: dict) -> VerifiedDecision:
+    jti = claims.get("jti")
+    if not isinstance(jti, str) or not jti:
+        raise GateError("bad_claim", "jti must be a non-empty string")
+    consume = claims.get("consume", False)
+    if not isinstance(consume, bool):
+        raise GateError("bad_claim", "consume must be a boolean")
+    return VerifiedDecision(
+        jti=jti,
+        decision=claims["decision"],
+        reason=str(claims.get("reason") or ""),
+        task_id=claims["sub"],
+        context_id=claims.get("context_id"),
+        request_id=claims["request_id"],
+        proposal_id=claims.get("proposal_id"),
+        action_digest=claims["action_digest"],
+        rev=_optional_int(claims.get("rev")),
+        consume=consume,
+        approvers=list(claims.get("approvers") or []),
+        policy=claims.get("policy"),
+        tenant=claims.get("tenant"),
+        expires_at=int(claims["exp"]),
+        claims=dict(claims),
+    )
+
+
+# --- helpers for the A2A messages ---------------------------------------------------------------
+
+
+def decision_token_from_metadata(metadata: dict | None) -> str | None:
+    """The decision JWT in a continuation message's metadata, or None.
+
+    Pass `MessageToDict(context.message.metadata)`.
+    """
+    if not isinstance(metadata, dict):
+        return None
+    extension = metadata.get(EXTENSION_URI)
+    if not isinstance(extension, dict):
+        return None
+    token = extension.get("decision")
+    return token if isinstance(token, str) and token else None
+
+
+def action_digest(action: dict) -> str:
+    """`sha256:` + hex SHA-256 of the RFC 8785 (JCS) form of the action: key order does not matter,
+    Unicode is kept as is, and `"40.00"` differs from `40.0` (send amounts as strings)."""
+    return "sha256:" + hashlib.sha256(rfc8785.dumps(action)).hexdigest()
+
+
+def approval_request_metadata(request: dict) -> dict:
+    """The status-message metadata that asks Reviewer for approval of `request`."""
+    # A JSON round trip catches values a protobuf Struct cannot carry before the SDK does.
+    return {EXTENSION_URI: {"request": json.loads(json.dumps(request))}}

@@ -1,0 +1,336 @@
+"""The approval domain. Rows here are written only by approvals/services.py.
+
+Tenant ─┬─ ApproverGroup ── GroupMembership ── User
+        ├─ TenantMembership (role: reviewer | compliance | admin, principal_id)
+        ├─ Agent (registered A2A agent; tokens stored hashed)
+        ├─ Policy ── PolicyVersion (immutable; active after a second admin approves)
+        └─ Proposal ─┬─ Vote
+                     ├─ Decision (the signed token; one per proposal)
+                     └─ OutboxMessage (continuations and cancels to the agent)
+Halt: a kill switch for everything, a tenant, or an agent.
+"""
+
+import hashlib
+import secrets
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from approvals.states import State
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+class Tenant(models.Model):
+    slug = models.SlugField(unique=True)
+    name = models.CharField(max_length=200)
+    # The tenant default fails closed: anything no policy matches needs one of these admins.
+    admin_group = models.ForeignKey(
+        "ApproverGroup", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    default_ttl_seconds = models.PositiveIntegerField(default=3600)
+
+    def __str__(self):
+        return self.name
+
+
+class TenantMembership(models.Model):
+    class Role(models.TextChoices):
+        REVIEWER = "reviewer"
+        COMPLIANCE = "compliance"
+        ADMIN = "admin"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="tenant_memberships")
+    role = models.CharField(max_length=20, choices=Role.choices, default=Role.REVIEWER)
+    # The id agents use for this person as `principal.id`: a principal never votes on their own request.
+    principal_id = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "user"], name="one_membership_per_tenant_user"),
+            models.UniqueConstraint(
+                fields=["tenant", "principal_id"],
+                condition=~Q(principal_id=""),
+                name="principal_id_unique_per_tenant",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.user} in {self.tenant} as {self.role}"
+
+
+class ApproverGroup(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="groups")
+    slug = models.SlugField()
+    name = models.CharField(max_length=200)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="GroupMembership", related_name="approver_groups")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "slug"], name="group_slug_unique_per_tenant")]
+
+    def __str__(self):
+        return f"{self.tenant.slug}/{self.slug}"
+
+
+class GroupMembership(models.Model):
+    group = models.ForeignKey(ApproverGroup, on_delete=models.CASCADE)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    added_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["group", "user"], name="one_membership_per_group_user")]
+
+
+class Agent(models.Model):
+    class AuthScheme(models.TextChoices):
+        NONE = "none", "No authentication"
+        BEARER = "bearer", "Bearer token"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="agents")
+    slug = models.SlugField(unique=True)
+    name = models.CharField(max_length=200)
+    card_url = models.URLField(help_text="The agent card URL, e.g. http://127.0.0.1:8001/.well-known/agent-card.json")
+    audience = models.CharField(max_length=500, help_text="The `aud` of this agent's decisions.")
+    push_token_hash = models.CharField(max_length=64, help_text="sha256 of the token its pushes carry")
+    api_token_hash = models.CharField(max_length=64, help_text="sha256 of its REST API bearer token")
+    # How Reviewer authenticates when it calls the agent (continuations, cancels, GetTask).
+    outbound_auth_scheme = models.CharField(max_length=20, choices=AuthScheme.choices, default=AuthScheme.NONE)
+    outbound_auth_credentials = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self):
+        return self.slug
+
+
+class Policy(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="policies")
+    slug = models.SlugField()
+    name = models.CharField(max_length=200)
+
+    class Meta:
+        verbose_name_plural = "policies"
+        constraints = [models.UniqueConstraint(fields=["tenant", "slug"], name="policy_slug_unique_per_tenant")]
+
+    def __str__(self):
+        return f"{self.tenant.slug}/{self.slug}"
+
+    @property
+    def active_version(self):
+        return self.versions.filter(status=PolicyVersion.Status.ACTIVE).first()
+
+
+class PolicyVersion(models.Model):
+    """One immutable version of a policy. Editing creates a new version (a draft)."""
+
+    class Status(models.TextChoices):
+        DRAFT = "draft"
+        ACTIVE = "active"
+        RETIRED = "retired"
+
+    class Outcome(models.TextChoices):
+        ALLOW = "allow"
+        DENY = "deny"
+        REQUIRE_APPROVAL = "require_approval"
+
+    policy = models.ForeignKey(Policy, on_delete=models.PROTECT, related_name="versions")
+    version = models.PositiveIntegerField()
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.DRAFT)
+    agent_pattern = models.CharField(max_length=100, default="*", help_text="agent slug glob")
+    tool_pattern = models.CharField(max_length=200, default="*", help_text="tool name glob, e.g. payments.*")
+    condition = models.TextField(blank=True, help_text="CEL over tool, args, principal, agent, consequences")
+    outcome = models.CharField(max_length=20, choices=Outcome.choices)
+    # [{"group": "<group slug>", "count": N}, ...]: all must be met.
+    thresholds = models.JSONField(default=list, blank=True)
+    # "per_vote", or a freshness window in seconds written as a number.
+    step_up = models.CharField(max_length=20, default="per_vote")
+    ttl_seconds = models.PositiveIntegerField(default=3600)
+    allow_self_approval = models.BooleanField(default=False)
+    consume_online = models.BooleanField(default=True, help_text="the agent must consume the decision online")
+    risk = models.CharField(max_length=20, blank=True, help_text="label shown in the queue: low, medium, high")
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    activated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    activated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["policy", "-version"]
+        constraints = [
+            models.UniqueConstraint(fields=["policy", "version"], name="policy_version_unique"),
+            models.UniqueConstraint(
+                fields=["policy"], condition=Q(status="active"), name="one_active_version_per_policy"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.policy}@{self.version}"
+
+    @property
+    def ref(self) -> dict:
+        return {"id": self.policy.slug, "version": self.version}
+
+
+class Proposal(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="proposals")
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="proposals")
+    task_id = models.CharField(max_length=200)
+    context_id = models.CharField(max_length=200, blank=True)
+    request_id = models.CharField(max_length=200)
+    state = models.CharField(max_length=20, choices=State.choices, default=State.PROPOSED)
+    # Bumped on every transition; a decision names the rev it was signed at (fencing).
+    rev = models.PositiveIntegerField(default=1)
+
+    # The request as the agent sent it (untrusted text, capped at intake).
+    summary = models.CharField(max_length=500)
+    action = models.JSONField()
+    action_canonical = models.TextField(help_text="RFC 8785 form of action: what the digest covers")
+    action_digest = models.CharField(max_length=80)
+    tool = models.CharField(max_length=200)
+    principal_id = models.CharField(max_length=200)
+    principal_display = models.CharField(max_length=200, blank=True)
+    agent_version = models.CharField(max_length=100, blank=True)
+    consequences = models.JSONField(default=dict, blank=True)
+    diff = models.JSONField(default=list, blank=True)
+    evidence = models.JSONField(default=list, blank=True)
+    supersedes = models.OneToOneField(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="superseded_by"
+    )
+    # Who made this proposal by editing another (cannot approve it); null when the agent made it.
+    edited_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+
+    # What policy decided, pinned at intake.
+    policy_versions = models.ManyToManyField(PolicyVersion, blank=True, related_name="proposals")
+    # Merged requirements: {"thresholds": [...], "step_up": ..., "self_approval": bool, "consume": bool}
+    requirements = models.JSONField(default=dict, blank=True)
+    risk = models.CharField(max_length=20, blank=True)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    decided_at = models.DateTimeField(null=True, blank=True)
+    executing_since = models.DateTimeField(null=True, blank=True)
+    settled_at = models.DateTimeField(null=True, blank=True)
+    transaction_id = models.CharField(max_length=200, blank=True)
+    outcome_detail = models.CharField(max_length=1000, blank=True)
+    compensation_note = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "task_id", "request_id"], name="one_proposal_per_request"),
+        ]
+        indexes = [
+            models.Index(fields=["tenant", "state", "expires_at"], name="queue_by_urgency"),
+            models.Index(fields=["state", "expires_at"], name="sweep_by_expiry"),
+            models.Index(fields=["created_at"], name="proposal_created"),
+        ]
+
+    def __str__(self):
+        return f"{self.tool} ({self.state})"
+
+
+class Vote(models.Model):
+    class Verdict(models.TextChoices):
+        APPROVE = "approve"
+        REJECT = "reject"
+
+    proposal = models.ForeignKey(Proposal, on_delete=models.PROTECT, related_name="votes")
+    voter = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="votes")
+    verdict = models.CharField(max_length=10, choices=Verdict.choices)
+    # The group slot this vote filled when it was cast (None for a reject or an unplaced approval).
+    group = models.ForeignKey(ApproverGroup, null=True, blank=True, on_delete=models.PROTECT)
+    digest_seen = models.CharField(max_length=80)
+    page_hash = models.CharField(max_length=80, blank=True, help_text="sha256 of the page content shown")
+    reason = models.TextField(blank=True)
+    auth_method = models.CharField(max_length=30)
+    auth_at = models.DateTimeField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["proposal", "voter"], name="one_vote_per_reviewer")]
+
+
+class Decision(models.Model):
+    """The signed decision for a proposal (approved, rejected or needs_info); one per proposal."""
+
+    class Kind(models.TextChoices):
+        APPROVED = "approved"
+        REJECTED = "rejected"
+        NEEDS_INFO = "needs_info"
+
+    jti = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    proposal = models.OneToOneField(Proposal, on_delete=models.PROTECT, related_name="decision")
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    reason = models.TextField(blank=True)
+    token = models.TextField()
+    kid = models.CharField(max_length=100)
+    rev = models.PositiveIntegerField()
+    consume_required = models.BooleanField(default=True)
+    issued_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    consumed_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    revoke_reason = models.TextField(blank=True)
+
+
+class OutboxMessage(models.Model):
+    """A message to an agent, written in the same transaction as the decision that caused it."""
+
+    class Kind(models.TextChoices):
+        CONTINUE = "continue"  # SendMessage with the decision
+        CANCEL = "cancel"  # CancelTask
+        GET_TASK = "get_task"  # reconciliation
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        DELIVERED = "delivered"
+        DEAD = "dead"
+
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="outbox")
+    proposal = models.ForeignKey(Proposal, on_delete=models.PROTECT, related_name="outbox")
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    # Derived from the decision id, so a retry sends the same message and the agent sees it once.
+    message_id = models.CharField(max_length=100)
+    payload = models.JSONField(default=dict)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField()
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["kind", "message_id"], name="one_outbox_row_per_message")]
+        indexes = [models.Index(fields=["status", "next_attempt_at"], name="outbox_due")]
+
+
+class Halt(models.Model):
+    """The kill switch. Active while lifted_at is null; stored here so every process sees it."""
+
+    class Scope(models.TextChoices):
+        GLOBAL = "global"
+        TENANT = "tenant"
+        AGENT = "agent"
+
+    scope = models.CharField(max_length=10, choices=Scope.choices)
+    tenant = models.ForeignKey(Tenant, null=True, blank=True, on_delete=models.CASCADE)
+    agent = models.ForeignKey(Agent, null=True, blank=True, on_delete=models.CASCADE)
+    reason = models.TextField()
+    operator = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    lifted_at = models.DateTimeField(null=True, blank=True)
+    lifted_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+
+    def __str__(self):
+        target = self.tenant or self.agent or "everything"
+        return f"halt of {target}"

@@ -1,0 +1,109 @@
+"""Typed shapes of everything that arrives from outside: agent requests, votes over the socket, API bodies.
+
+pydantic validates them (django-ninja uses the same models for the REST API and its OpenAPI document).
+Agent-provided text is untrusted: every string and list is capped here, before anything is stored.
+"""
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+ShortText = Annotated[str, StringConstraints(max_length=200)]
+Text = Annotated[str, StringConstraints(max_length=2000)]
+Identifier = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+
+
+class Principal(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: Identifier
+    display: ShortText = ""
+
+
+class DiffEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    field: ShortText
+    before: Text | None = None
+    after: Text | None = None
+
+
+class EvidenceItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    title: ShortText
+    url: Annotated[str, StringConstraints(max_length=1000)] = ""
+    excerpt: Text = ""
+
+    @field_validator("url")
+    @classmethod
+    def only_web_links(cls, url: str) -> str:
+        # Shown as a link to reviewers: javascript: or data: URLs would run in Reviewer's origin.
+        if url and not url.startswith(("https://", "http://")):
+            raise ValueError("evidence url must start with http:// or https://")
+        return url
+
+
+class ApprovalRequest(BaseModel):
+    """`metadata["urn:reviewer:a2a:approval:v1"]["request"]` (DESIGN.md "A2A contract", step 1)."""
+
+    model_config = ConfigDict(extra="forbid")
+    request_id: Identifier
+    summary: Annotated[str, StringConstraints(min_length=1, max_length=500)]
+    action: dict
+    action_digest: Annotated[str, StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$")]
+    principal: Principal
+    agent_version: ShortText = ""
+    consequences: dict = Field(default_factory=dict)
+    diff: Annotated[list[DiffEntry], Field(max_length=50)] = Field(default_factory=list)
+    evidence: Annotated[list[EvidenceItem], Field(max_length=20)] = Field(default_factory=list)
+    expires_at: datetime | None = None
+    supersedes: Identifier | None = None
+
+    @field_validator("action")
+    @classmethod
+    def action_names_a_tool(cls, action: dict) -> dict:
+        tool = action.get("tool")
+        if not isinstance(tool, str) or not tool or len(tool) > 200:
+            raise ValueError("action.tool must be a non-empty string of at most 200 characters")
+        if not isinstance(action.get("arguments", {}), dict):
+            raise ValueError("action.arguments must be an object")
+        return action
+
+    @field_validator("expires_at")
+    @classmethod
+    def aware_time(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("expires_at must be an RFC 3339 time with a zone offset")
+        return value
+
+
+class ProposalSubmission(BaseModel):
+    """Body of POST /api/v1/proposals."""
+
+    model_config = ConfigDict(extra="forbid")
+    task_id: Identifier
+    context_id: ShortText = ""
+    request: ApprovalRequest
+
+
+class ConsumeBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    rev: int
+
+
+class OutcomeBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    status: Literal["succeeded", "failed", "unknown"]
+    transaction_id: ShortText | None = None
+    detail: Text | None = None
+
+
+class VoteMessage(BaseModel):
+    """A vote over the WebSocket; the same fields as the HTTP form."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["vote"]
+    proposal_id: str
+    verdict: Literal["approve", "reject"]
+    digest: Annotated[str, StringConstraints(max_length=80)]
+    reason: Text = ""
+    otp_code: Annotated[str, StringConstraints(max_length=20)] = ""

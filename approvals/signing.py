@@ -1,0 +1,43 @@
+"""The signed decision: a compact JWS (EdDSA, typ approval-decision+jwt) with DESIGN.md's claims."""
+
+from datetime import datetime
+
+import jwt
+from django.conf import settings
+
+from approvals import keys
+
+TOKEN_TYPE = "approval-decision+jwt"
+
+
+def sign_decision(claims: dict) -> tuple[str, str]:
+    """Sign claims with the active key. Returns (token, kid)."""
+    key = keys.active_key()
+    token = jwt.encode(claims, key.private_key, algorithm="EdDSA", headers={"kid": key.kid, "typ": TOKEN_TYPE})
+    return token, key.kid
+
+
+def decision_claims(*, proposal, decision, issued_at: datetime, expires_at: datetime, approvers: list[dict],
+                    quorum: dict, policy: dict | None) -> dict:
+    """The claims of DESIGN.md "A2A contract"; times are integer seconds (JWT NumericDate)."""
+    return {
+        "iss": settings.REVIEWER_ISSUER,
+        "aud": proposal.agent.audience,
+        "sub": proposal.task_id,
+        "jti": str(decision.jti),
+        "iat": int(issued_at.timestamp()),
+        "nbf": int(issued_at.timestamp()),
+        "exp": int(expires_at.timestamp()),
+        "context_id": proposal.context_id,
+        "request_id": proposal.request_id,
+        "proposal_id": str(proposal.id),
+        "action_digest": proposal.action_digest,
+        "decision": decision.kind,
+        "reason": decision.reason,
+        "approvers": approvers,
+        "quorum": quorum,
+        "policy": policy,
+        "tenant": proposal.tenant.slug,
+        "rev": decision.rev,
+        "consume": decision.consume_required,
+    }

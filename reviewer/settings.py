@@ -1,0 +1,225 @@
+"""Reviewer settings: one module, configured by environment, failing loudly in production.
+
+Development (DEBUG on, the default) needs no environment at all: SQLite under ./data, the in-memory
+channel layer, a generated SECRET_KEY and signing key. With DEBUG off every secret must be given.
+`.env.example` lists every variable read here.
+"""
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_str(name: str, default: str = "") -> str:
+    """A string from the environment; NAME_FILE (a path) wins over NAME, for container secrets."""
+    file_path = os.environ.get(f"{name}_FILE")
+    if file_path:
+        return Path(file_path).read_text().strip()
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    if value.lower() in {"1", "true", "yes", "on"}:
+        return True
+    if value.lower() in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name} must be a boolean (true/false), not {value!r}")
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be an integer, not {value!r}") from None
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    value = os.environ.get(name)
+    if not value:
+        return default
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+DEBUG = env_bool("DEBUG", True)
+DATA_DIR = Path(env_str("REVIEWER_DATA_DIR", str(BASE_DIR / "data")))
+
+
+def _development_secret(filename: str) -> str:
+    """Generated once into the data folder, so restarts keep sessions; never used with DEBUG off."""
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    path = DATA_DIR / filename
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = env_str("SECRET_KEY")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("SECRET_KEY (or SECRET_KEY_FILE) is required when DEBUG is off")
+    SECRET_KEY = _development_secret("secret_key")
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"] if DEBUG else [])
+if "*" in ALLOWED_HOSTS:
+    # AllowedHostsOriginValidator trusts ALLOWED_HOSTS for WebSocket origins: "*" would accept any site.
+    raise ImproperlyConfigured("ALLOWED_HOSTS may not contain '*': it disables the WebSocket origin check")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+# The public base URL of this Reviewer: the `iss` of every decision and the base of links in emails.
+REVIEWER_ISSUER = env_str("REVIEWER_ISSUER", "http://127.0.0.1:8000").rstrip("/")
+if not DEBUG and not os.environ.get("REVIEWER_ISSUER"):
+    raise ImproperlyConfigured("REVIEWER_ISSUER (the public base URL) is required when DEBUG is off")
+
+# Ed25519 signing keys (decisions and audit checkpoints). Private keys live in files, never in the
+# database: one PEM per key id in this folder. `manage.py rotate_signing_key` adds one.
+SIGNING_KEY_DIR = Path(env_str("REVIEWER_SIGNING_KEY_DIR", str(DATA_DIR / "keys")))
+# Alternatively one private key given directly (PEM text, or REVIEWER_SIGNING_KEY_FILE).
+SIGNING_KEY_PEM = env_str("REVIEWER_SIGNING_KEY")
+if not DEBUG and not SIGNING_KEY_PEM and not os.environ.get("REVIEWER_SIGNING_KEY_DIR"):
+    raise ImproperlyConfigured(
+        "a signing key is required when DEBUG is off: REVIEWER_SIGNING_KEY(_FILE) or REVIEWER_SIGNING_KEY_DIR"
+    )
+# In development the first key is generated on first use; production must provide one.
+SIGNING_KEY_AUTOGENERATE = DEBUG and not SIGNING_KEY_PEM
+# Longest lifetime of a decision token; a retired key stays in the JWKS at least this long.
+DECISION_TOKEN_MAX_SECONDS = env_int("DECISION_TOKEN_MAX_SECONDS", 3600)
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_htmx",
+    "template_partials",
+    "django_otp",
+    "django_otp.plugins.otp_totp",
+    "django_otp.plugins.otp_static",
+    "audit",
+    "approvals",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django_otp.middleware.OTPMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "reviewer.urls"
+ASGI_APPLICATION = "reviewer.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+_default_sqlite = f"sqlite:///{DATA_DIR / 'reviewer.sqlite3'}"
+DATABASE_URL = env_str("DATABASE_URL", _default_sqlite)
+if DATABASE_URL.startswith("sqlite"):
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # IMMEDIATE takes the write lock at BEGIN, so two votes cannot both read "awaiting" and both win.
+    DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 20}
+    DATABASES["default"]["TEST"] = {"NAME": env_str("SQLITE_TEST_NAME", "") or None}
+IS_POSTGRES = DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+
+REDIS_URL = env_str("REDIS_URL")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("CHANNELS_PREFIX", "reviewer")},
+        }
+    }
+else:
+    # One process only: the embedded default. Several Daphne processes need REDIS_URL.
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "approvals:queue"
+LOGOUT_REDIRECT_URL = "login"
+
+# django-otp: failed attempts back off exponentially (1 s, 2 s, 4 s, ...) per device.
+OTP_TOTP_THROTTLE_FACTOR = env_int("OTP_TOTP_THROTTLE_FACTOR", 1)
+OTP_STATIC_THROTTLE_FACTOR = env_int("OTP_STATIC_THROTTLE_FACTOR", 1)
+OTP_TOTP_ISSUER = env_str("OTP_TOTP_ISSUER", "Reviewer")
+
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
+SESSION_COOKIE_AGE = env_int("SESSION_COOKIE_AGE", 8 * 3600)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "static"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "reviewer@localhost")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+
+# Intake limits: agent-provided text is untrusted and capped.
+PROPOSAL_MAX_BYTES = env_int("PROPOSAL_MAX_BYTES", 64 * 1024)
+# Outbox delivery: attempts before a message is dead-lettered, and the backoff cap in seconds.
+OUTBOX_MAX_ATTEMPTS = env_int("OUTBOX_MAX_ATTEMPTS", 8)
+OUTBOX_BACKOFF_CAP_SECONDS = env_int("OUTBOX_BACKOFF_CAP_SECONDS", 300)
+# A proposal that stays executing this long is reconciled with GetTask on the agent.
+EXECUTING_RECONCILE_SECONDS = env_int("EXECUTING_RECONCILE_SECONDS", 300)
+# Audit checkpoints: sign the chain head every N events (and at least every T minutes via the worker).
+AUDIT_CHECKPOINT_EVERY = env_int("AUDIT_CHECKPOINT_EVERY", 100)
+AUDIT_CHECKPOINT_MINUTES = env_int("AUDIT_CHECKPOINT_MINUTES", 10)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"httpx": {"level": "WARNING"}, "daphne": {"level": "WARNING"}},
+}

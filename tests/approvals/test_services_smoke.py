@@ -1,0 +1,31 @@
+import pytest
+
+from approvals import services
+from approvals.models import Decision, OutboxMessage
+from approvals.states import State
+from audit.verify_db import verify_chain
+from tests.factories import submit, totp_code
+
+pytestmark = pytest.mark.django_db
+
+
+def test_one_finance_approval_releases_a_signed_decision(agent, refund_policy, requester, reviewer_a):
+    proposal = submit(agent)
+    assert proposal.state == State.AWAITING_REVIEW
+
+    services.cast_vote(proposal.id, reviewer_a, verdict="approve", digest_seen=proposal.action_digest,
+                       otp_code=totp_code(reviewer_a))
+
+    proposal.refresh_from_db()
+    assert proposal.state == State.APPROVED
+    assert Decision.objects.get(proposal=proposal).kind == "approved"
+    assert OutboxMessage.objects.filter(proposal=proposal, kind="continue").count() == 1
+    assert verify_chain(f"tenant:{proposal.tenant_id}").ok
+
+
+def test_requester_cannot_approve_own_proposal(agent, refund_policy, requester):
+    proposal = submit(agent)
+    with pytest.raises(services.VoteRefused) as refused:
+        services.cast_vote(proposal.id, requester, verdict="approve", digest_seen=proposal.action_digest,
+                           otp_code=totp_code(requester))
+    assert refused.value.code == "self_approval"

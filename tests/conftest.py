@@ -1,0 +1,84 @@
+"""Shared fixtures: named personas in one tenant, an outsider in another, and a throwaway signing key.
+
+Personas (tenant "acme"): requester (the principal agents act for), reviewer_a and reviewer_b
+(finance), reviewer_c (ops), admin (tenant admin, in the admins group), compliance (reads, never votes);
+outsider belongs to tenant "globex".
+"""
+
+import pytest
+from django.conf import settings as django_settings
+
+from approvals.models import TenantMembership
+from tests import factories
+
+
+@pytest.fixture(autouse=True)
+def _signing_keys(tmp_path_factory, settings):
+    """Every test run signs with its own key in a temporary folder, never the developer's data/ key."""
+    key_dir = tmp_path_factory.getbasetemp() / "signing-keys"
+    settings.SIGNING_KEY_DIR = key_dir
+    settings.SIGNING_KEY_PEM = ""
+    settings.SIGNING_KEY_AUTOGENERATE = True
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    return key_dir
+
+
+@pytest.fixture
+def tenant(db):
+    return factories.make_tenant()
+
+
+@pytest.fixture
+def other_tenant(db):
+    return factories.make_tenant(slug="globex", name="Globex")
+
+
+@pytest.fixture
+def requester(tenant):
+    return factories.make_user("requester", tenant=tenant, principal_id="requester", groups=["finance"])
+
+
+@pytest.fixture
+def reviewer_a(tenant):
+    return factories.make_user("reviewer_a", tenant=tenant, groups=["finance"], first_name="Alice")
+
+
+@pytest.fixture
+def reviewer_b(tenant):
+    return factories.make_user("reviewer_b", tenant=tenant, groups=["finance"], first_name="Bob")
+
+
+@pytest.fixture
+def reviewer_c(tenant):
+    return factories.make_user("reviewer_c", tenant=tenant, groups=["ops"], first_name="Carol")
+
+
+@pytest.fixture
+def admin_user(tenant):
+    return factories.make_user("admin", tenant=tenant, role=TenantMembership.Role.ADMIN, groups=["admins"])
+
+
+@pytest.fixture
+def compliance(tenant):
+    return factories.make_user("compliance", tenant=tenant, role=TenantMembership.Role.COMPLIANCE)
+
+
+@pytest.fixture
+def outsider(other_tenant):
+    return factories.make_user("outsider", tenant=other_tenant, groups=["finance"])
+
+
+@pytest.fixture
+def agent(tenant):
+    return factories.make_agent(tenant)
+
+
+@pytest.fixture
+def refund_policy(tenant):
+    """Refunds need one finance approval with a fresh code per vote."""
+    return factories.make_policy(tenant, "refunds", tool_pattern="payments.refund",
+                                 thresholds=[{"group": "finance", "count": 1}])
+
+
+def pytest_report_header(config):
+    return f"database: {django_settings.DATABASES['default']['ENGINE']} {django_settings.DATABASES['default']['NAME']}"

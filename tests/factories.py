@@ -1,0 +1,120 @@
+"""Plain make_* factories for tests. Domain rows are built through services where a service exists."""
+
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from django.contrib.auth import get_user_model
+from django_otp.oath import TOTP
+from django_otp.plugins.otp_totp.models import TOTPDevice
+
+from approvals import services
+from approvals.canonical import action_digest
+from approvals.models import (
+    ApproverGroup,
+    GroupMembership,
+    Policy,
+    PolicyVersion,
+    Tenant,
+    TenantMembership,
+)
+from approvals.schemas import ProposalSubmission
+
+PASSWORD = "correct horse battery staple"
+
+
+def make_tenant(slug="acme", name="Acme Payments") -> Tenant:
+    tenant = Tenant.objects.create(slug=slug, name=name)
+    admins = ApproverGroup.objects.create(tenant=tenant, slug="admins", name="Tenant admins")
+    tenant.admin_group = admins
+    tenant.save(update_fields=["admin_group"])
+    return tenant
+
+
+def make_group(tenant, slug, name=None) -> ApproverGroup:
+    return ApproverGroup.objects.get_or_create(tenant=tenant, slug=slug, defaults={"name": name or slug.title()})[0]
+
+
+def make_user(username, *, tenant=None, role=TenantMembership.Role.REVIEWER, groups=(), principal_id="",
+              totp=True, first_name=""):
+    user = get_user_model().objects.create_user(username=username, password=PASSWORD,
+                                                email=f"{username}@example.test", first_name=first_name)
+    if tenant is not None:
+        TenantMembership.objects.create(tenant=tenant, user=user, role=role, principal_id=principal_id)
+        for slug in groups:
+            GroupMembership.objects.create(group=make_group(tenant, slug), user=user)
+    if totp:
+        TOTPDevice.objects.create(user=user, name="default", confirmed=True)
+    return user
+
+
+def totp_code(user) -> str:
+    """The code a person's authenticator shows now; if this step's code was already used, the next
+    step's code (django-otp accepts one step of drift, and refuses a code it has seen)."""
+    device = TOTPDevice.objects.get(user=user, confirmed=True)
+    totp = TOTP(device.bin_key, device.step, device.t0, device.digits, device.drift)
+    totp.time = time.time()
+    if totp.t() <= device.last_t:
+        totp.time += device.step * (device.last_t + 1 - totp.t())
+    return f"{totp.token():0{device.digits}d}"
+
+
+def make_agent(tenant, slug="refund-demo", *, push_token="push-secret", api_token="api-secret",
+               card_url="http://127.0.0.1:8001/.well-known/agent-card.json"):
+    return services.register_agent(tenant=tenant, slug=slug, name=slug.replace("-", " ").title(), card_url=card_url,
+                                   push_token=push_token, api_token=api_token)
+
+
+def make_policy(tenant, slug, *, outcome=PolicyVersion.Outcome.REQUIRE_APPROVAL, tool_pattern="*", agent_pattern="*",
+                condition="", thresholds=None, step_up="per_vote", ttl_seconds=3600, allow_self_approval=False,
+                consume_online=True, risk="") -> PolicyVersion:
+    """An active policy version (test shortcut: activation without the four-eyes step)."""
+    policy, _ = Policy.objects.get_or_create(tenant=tenant, slug=slug, defaults={"name": slug.replace("-", " ")})
+    number = policy.versions.count() + 1
+    policy.versions.filter(status=PolicyVersion.Status.ACTIVE).update(status=PolicyVersion.Status.RETIRED)
+    return PolicyVersion.objects.create(
+        policy=policy, version=number, status=PolicyVersion.Status.ACTIVE, outcome=outcome,
+        tool_pattern=tool_pattern, agent_pattern=agent_pattern, condition=condition,
+        thresholds=thresholds if thresholds is not None else [{"group": "finance", "count": 1}],
+        step_up=step_up, ttl_seconds=ttl_seconds, allow_self_approval=allow_self_approval,
+        consume_online=consume_online, risk=risk, activated_at=datetime.now(UTC),
+    )
+
+
+def refund_action(order_id="1182", amount="40.00", currency="EUR") -> dict:
+    return {"tool": "payments.refund", "arguments": {"order_id": order_id, "amount": amount, "currency": currency},
+            "target": f"order:{order_id}"}
+
+
+def approval_request(*, action=None, principal_id="requester", request_id=None, summary=None, expires_at=None,
+                     supersedes=None, **extra) -> dict:
+    action = action or refund_action()
+    request = {
+        "request_id": request_id or str(uuid.uuid4()),
+        "summary": summary or f"Refund {action['arguments'].get('currency', '')} {action['arguments'].get('amount', '')}"
+                              f" to order {action['arguments'].get('order_id', '')}",
+        "action": action,
+        "action_digest": action_digest(action),
+        "principal": {"id": principal_id, "display": principal_id.title()},
+        "agent_version": "refund-agent@1",
+        "consequences": {"effect": "Money leaves the merchant account", "reversible": False,
+                         "amount": action["arguments"].get("amount")},
+        "diff": [{"field": "order.refunded_amount", "before": "0.00", "after": action["arguments"].get("amount")}],
+        "evidence": [{"title": "Support ticket", "url": "https://support.example.test/t/1", "excerpt": "never arrived"}],
+        **extra,
+    }
+    if expires_at:
+        request["expires_at"] = expires_at.isoformat()
+    if supersedes:
+        request["supersedes"] = supersedes
+    return request
+
+
+def submit(agent, *, task_id=None, context_id="ctx-1", **request_kwargs):
+    body = {"task_id": task_id or f"task-{uuid.uuid4()}", "context_id": context_id,
+            "request": approval_request(**request_kwargs)}
+    return services.submit_proposal(agent, ProposalSubmission.model_validate(body), via="test")[0]
+
+
+def in_seconds(seconds: int) -> datetime:
+    return datetime.now(UTC) + timedelta(seconds=seconds)
