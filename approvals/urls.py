@@ -1,10 +1,22 @@
+"""URLs of the approval domain. Pages (views.py), the agent-facing A2A push webhook (a2a_views.py) and
+REST API (api.py), and the public JWKS."""
+
 from django.urls import path
 
-from approvals import views
+from approvals import a2a_views, views
+from approvals.api import api
 
 app_name = "approvals"
 
 urlpatterns = [
     path("", views.queue, name="queue"),
+    path("watching/", views.watching, name="watching"),
+    path("proposals/<uuid:proposal_id>/", views.detail, name="detail"),
+    path("proposals/<uuid:proposal_id>/decide", views.decide, name="decide"),
+    path("proposals/<uuid:proposal_id>/edit", views.edit, name="edit"),
+    path("proposals/<uuid:proposal_id>/revoke", views.revoke, name="revoke"),
+    path("accounts/enroll/", views.enroll, name="enroll"),
+    path("a2a/push/<slug:agent_slug>/", a2a_views.push, name="push"),
+    path("api/v1/", api.urls),
     path(".well-known/jwks.json", views.jwks, name="jwks"),
 ]
