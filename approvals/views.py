@@ -47,3 +47,7 @@ def revoke(request, proposal_id):
 @login_required
 def enroll(request):
     return HttpResponse("enroll")
+
+
+def login_view(request):
+    return HttpResponse("login")

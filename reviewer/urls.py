@@ -2,8 +2,11 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from approvals import views as approval_views
+
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("accounts/login/", approval_views.login_view, name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("approvals.urls")),
     path("audit/", include("audit.urls")),

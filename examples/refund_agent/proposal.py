@@ -21,7 +21,8 @@ _AMOUNT = r"(\d{1,3}(?:,\d{3})+(?:\.\d{1,2})?|\d+(?:\.\d{1,2})?)"
 _CODE_THEN_AMOUNT = re.compile(rf"\b([A-Z]{{3}})\s?{_AMOUNT}")
 _AMOUNT_THEN_CODE = re.compile(rf"{_AMOUNT}\s?([A-Z]{{3}})\b")
 _SYMBOL_THEN_AMOUNT = re.compile(rf"([€$£])\s?{_AMOUNT}")
-_ORDER = re.compile(r"\border\s*(?:#|no\.?|number)?\s*([A-Za-z0-9][A-Za-z0-9-]{0,40})", re.IGNORECASE)
+# "order 1182", "order #A-77", "order no. 5": the id must contain a digit, so "ordered" never matches.
+_ORDER = re.compile(r"\border\b\s*(?:#|no\.?|number)?\s*([A-Za-z0-9-]{0,40}\d[A-Za-z0-9-]{0,40})", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
