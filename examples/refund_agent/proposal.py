@@ -82,8 +82,14 @@ def principal_from(*metadata_dicts: dict) -> dict:
     for metadata in metadata_dicts:
         principal = metadata.get("principal") if isinstance(metadata, dict) else None
         if isinstance(principal, dict) and isinstance(principal.get("id"), str) and principal["id"]:
-            return {"id": principal["id"], "display": str(principal.get("display") or principal["id"])}
+            display = str(principal.get("display") or principal["id"])
+            return {"id": _capped(principal["id"], 200), "display": _capped(display, 200)}
     return dict(DEFAULT_PRINCIPAL)
+
+
+def _capped(text: str, limit: int) -> str:
+    """Reviewer refuses over-long fields (excerpts 2000, titles 200 characters): shorten, never fail."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _rfc3339(moment: datetime) -> str:
@@ -116,9 +122,9 @@ def build_approval_request(ask: RefundAsk, *, principal: dict, refunded_before: 
         },
         "diff": [{"field": "order.refunded_amount", "before": before, "after": after}],
         "evidence": [{
-            "title": f"Request from {principal['display']}",
+            "title": _capped(f"Request from {principal['display']}", 200),
             "url": f"https://shop.example/orders/{ask.order_id}",
-            "excerpt": ask.text,
+            "excerpt": _capped(ask.text, 2000),
         }],
         "expires_at": _rfc3339(now + timedelta(seconds=ttl_seconds)),
     }
@@ -142,8 +148,9 @@ def answer_request(previous: dict, *, question: str, ttl_seconds: int, now: date
         "supersedes": previous["request_id"],
         "evidence": [
             *previous.get("evidence", []),
-            {"title": "Answer to the reviewer's question", "url": "",
-             "excerpt": f"Question: {question or '(no question text)'}\nAnswer: {answer}"},
+            {"title": "Answer to the reviewer's question",
+             "url": f"https://shop.example/orders/{arguments['order_id']}",
+             "excerpt": _capped(f"Question: {question or '(no question text)'}\nAnswer: {answer}", 2000)},
         ],
         "expires_at": _rfc3339(now + timedelta(seconds=ttl_seconds)),
     })

@@ -1,0 +1,111 @@
+"""Wiring: the agent card, durable stores, the gate, and the Starlette app (JSON-RPC at `/`)."""
+
+import contextlib
+import logging
+
+import httpx
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.tasks import BasePushNotificationSender, DatabasePushNotificationConfigStore, DatabaseTaskStore
+from a2a.types import AgentCapabilities, AgentCard, AgentExtension, AgentInterface, AgentSkill
+from sqlalchemy.ext.asyncio import create_async_engine
+from starlette.applications import Starlette
+
+from approvals import gate as approval_gate
+from examples.refund_agent.config import AgentSettings
+from examples.refund_agent.executor import RefundExecutor
+from examples.refund_agent.payments import DownstreamPayments, LedgerPayments
+from examples.refund_agent.reviewer_client import ProposalPublisher
+from examples.refund_agent.state import AgentState
+
+logger = logging.getLogger(__name__)
+
+
+def build_agent_card(settings: AgentSettings) -> AgentCard:
+    return AgentCard(
+        name="Refund agent (demo)",
+        description="Refunds an order after a signed approval from Reviewer.",
+        version="1.0.0",
+        supported_interfaces=[
+            AgentInterface(url=f"{settings.public_url}/", protocol_binding="JSONRPC", protocol_version="1.0"),
+        ],
+        capabilities=AgentCapabilities(
+            streaming=False,
+            push_notifications=True,
+            extensions=[AgentExtension(
+                uri=approval_gate.EXTENSION_URI,
+                description="Parks each refund in TASK_STATE_AUTH_REQUIRED with an approval request and acts "
+                            "only on a signed Reviewer decision sent back in the message metadata.",
+                required=False,
+            )],
+        ),
+        default_input_modes=["text/plain"],
+        default_output_modes=["text/plain", "application/json"],
+        skills=[AgentSkill(
+            id="refund",
+            name="Refund an order",
+            description="Refunds an amount for an order once a human approved the exact refund.",
+            tags=["payments", "refund", "approval"],
+            examples=["Please refund EUR 40.00 for order 1182 (customer says the parcel never arrived)"],
+        )],
+    )
+
+
+def build_gate(settings: AgentSettings) -> approval_gate.Gate:
+    return approval_gate.Gate(
+        issuer=settings.issuer,
+        audience=settings.audience,
+        keys=approval_gate.JWKSKeySource(settings.jwks_url),
+        # Shared by every agent process using this state dir: only one of them can act on a decision.
+        used_store=approval_gate.SQLiteUsedStore(settings.state_dir / "used_decisions.sqlite3"),
+        reviewer_url=settings.reviewer_url,
+        api_token=settings.api_token,
+    )
+
+
+def build_app(settings: AgentSettings) -> Starlette:
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    engine = create_async_engine(f"sqlite+aiosqlite:///{settings.state_dir / 'a2a_tasks.sqlite3'}")
+    task_store = DatabaseTaskStore(engine)
+    push_store = DatabasePushNotificationConfigStore(engine)
+    push_http = httpx.AsyncClient(timeout=5)
+    # No push_url_validator: the demo's webhook is on loopback, which the SDK's validator refuses.
+    push_sender = BasePushNotificationSender(push_http, push_store)
+    payments = (DownstreamPayments(settings.downstream_url) if settings.downstream_url
+                else LedgerPayments(settings.ledger))
+    publisher = ProposalPublisher(settings.reviewer_url, settings.api_token)
+    executor = RefundExecutor(
+        gate=build_gate(settings),
+        state=AgentState(settings.state_dir / "agent_state.sqlite3"),
+        payments=payments,
+        publisher=publisher,
+        task_store=task_store,
+        approval_ttl_seconds=settings.approval_ttl_seconds,
+    )
+    card = build_agent_card(settings)
+    handler = DefaultRequestHandler(
+        agent_executor=executor, task_store=task_store, agent_card=card,
+        push_config_store=push_store, push_sender=push_sender,
+        # Approvals take hours: release a parked task's in-memory state; a later message reloads it.
+        interrupted_task_timeout=settings.interrupted_task_timeout,
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        await task_store.initialize()
+        await push_store.initialize()
+        logger.info("refund agent on %s (audience %s, %s)", settings.public_url, settings.audience,
+                    f"downstream {settings.downstream_url}" if settings.downstream_url else f"ledger {settings.ledger}")
+        try:
+            yield
+        finally:
+            await handler.aclose()
+            await publisher.aclose()
+            await payments.aclose()
+            await push_http.aclose()
+            await engine.dispose()
+
+    return Starlette(
+        routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, rpc_url="/")],
+        lifespan=lifespan,
+    )

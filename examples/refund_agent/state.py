@@ -1,0 +1,149 @@
+"""The agent's own durable memory, in one SQLite file under --state-dir.
+
+- `approval_requests`: what the agent asked Reviewer for, per task. The gate verifies a decision
+  against THIS record (request_id, action digest), never against anything in the continuation
+  message, and the agent executes THIS action. It is written before the task is parked, so a
+  restart during the wait loses nothing.
+- `cancelled_tasks`: tasks cancelled here; checked right before consuming and before the side effect.
+- `executions`: one row per approved decision that reached execution: its idempotency key and how far
+  it got (executing → succeeded | failed | unknown), written before and after the side effect.
+
+Every method is blocking: call them with `asyncio.to_thread` from the executor.
+"""
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS approval_requests (
+    request_id TEXT PRIMARY KEY,
+    task_id TEXT NOT NULL,
+    context_id TEXT NOT NULL,
+    request_json TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    superseded_by TEXT
+);
+CREATE INDEX IF NOT EXISTS approval_requests_task ON approval_requests (task_id, created_at);
+CREATE TABLE IF NOT EXISTS cancelled_tasks (
+    task_id TEXT PRIMARY KEY,
+    cancelled_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS executions (
+    jti TEXT PRIMARY KEY,
+    task_id TEXT NOT NULL,
+    request_id TEXT NOT NULL,
+    idempotency_key TEXT NOT NULL,
+    phase TEXT NOT NULL,
+    transaction_id TEXT,
+    detail TEXT,
+    updated_at REAL NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True)
+class AskedRequest:
+    task_id: str
+    context_id: str
+    request: dict
+
+    @property
+    def request_id(self) -> str:
+        return self.request["request_id"]
+
+    @property
+    def action(self) -> dict:
+        return self.request["action"]
+
+    @property
+    def action_digest(self) -> str:
+        return self.request["action_digest"]
+
+
+class AgentState:
+    def __init__(self, path: str | Path):
+        self.path = str(path)
+        with self._connect() as connection:
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.executescript(_SCHEMA)
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        """One transaction on a fresh connection, committed on success and always closed.
+
+        A connection per call: calls arrive on worker threads, and a sqlite3 connection stays on one.
+        """
+        connection = sqlite3.connect(self.path, timeout=30)
+        try:
+            with connection:
+                yield connection
+        finally:
+            connection.close()
+
+    # asked requests --------------------------------------------------------------------------
+
+    def save_request(self, task_id: str, context_id: str, request: dict) -> None:
+        """Record a new request for the task; the one it supersedes (if any) stops being current."""
+        with self._connect() as connection:
+            connection.execute(
+                "INSERT INTO approval_requests (request_id, task_id, context_id, request_json, created_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (request["request_id"], task_id, context_id, json.dumps(request), time.time()),
+            )
+            if request.get("supersedes"):
+                connection.execute(
+                    "UPDATE approval_requests SET superseded_by = ? WHERE request_id = ? AND task_id = ?",
+                    (request["request_id"], request["supersedes"], task_id),
+                )
+
+    def current_request(self, task_id: str) -> AskedRequest | None:
+        """The task's newest request that nothing superseded: the only one a decision may answer."""
+        with self._connect() as connection:
+            row = connection.execute(
+                "SELECT context_id, request_json FROM approval_requests"
+                " WHERE task_id = ? AND superseded_by IS NULL ORDER BY created_at DESC LIMIT 1",
+                (task_id,),
+            ).fetchone()
+        if row is None:
+            return None
+        return AskedRequest(task_id=task_id, context_id=row[0], request=json.loads(row[1]))
+
+    # cancellation ----------------------------------------------------------------------------
+
+    def mark_cancelled(self, task_id: str) -> None:
+        with self._connect() as connection:
+            connection.execute(
+                "INSERT OR IGNORE INTO cancelled_tasks (task_id, cancelled_at) VALUES (?, ?)",
+                (task_id, time.time()),
+            )
+
+    def is_cancelled(self, task_id: str) -> bool:
+        with self._connect() as connection:
+            row = connection.execute("SELECT 1 FROM cancelled_tasks WHERE task_id = ?", (task_id,)).fetchone()
+        return row is not None
+
+    # executions ------------------------------------------------------------------------------
+
+    def record_execution(self, *, jti: str, task_id: str, request_id: str, idempotency_key: str, phase: str,
+                         transaction_id: str | None = None, detail: str | None = None) -> None:
+        with self._connect() as connection:
+            connection.execute(
+                "INSERT INTO executions"
+                " (jti, task_id, request_id, idempotency_key, phase, transaction_id, detail, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (jti) DO UPDATE SET phase = excluded.phase,"
+                " transaction_id = excluded.transaction_id, detail = excluded.detail,"
+                " updated_at = excluded.updated_at",
+                (jti, task_id, request_id, idempotency_key, phase, transaction_id, detail, time.time()),
+            )
+
+    def execution(self, jti: str) -> dict | None:
+        with self._connect() as connection:
+            connection.row_factory = sqlite3.Row
+            row = connection.execute("SELECT * FROM executions WHERE jti = ?", (jti,)).fetchone()
+        return dict(row) if row else None
