@@ -34,14 +34,19 @@ burned:
 - the Ed25519 signature;
 - `iss`, `aud`, and the time claims `exp`, `nbf`, `iat` with `leeway_seconds` of clock skew;
 - `sub` (the task id), `request_id`, `action_digest` (and `context_id` when given) equal to what the
-  agent asked for; `decision` one of DECISIONS;
+  agent asked for; `decision` one of DECISIONS. One exception: when a reviewer edited the request,
+  the decision names a new request whose `replaces` claim lists the one the agent asked for, and
+  carries the edited `action`, which must hash to `action_digest`. Then `decision.edited` is True and
+  the agent must execute `decision.action` (after checking it is an action it can perform), never
+  its original one;
 - last, single use: `used_store.claim(jti, exp)` must return True (first time this jti is seen).
 
 Public API:
 
     EXTENSION_URI, TOKEN_TYPE, ALGORITHMS, DECISIONS
     GateError(code, message)                       .code / .message
-    VerifiedDecision                               frozen dataclass (see fields below)
+    VerifiedDecision                               frozen dataclass; .approved is decision == "approved"
+    KeySource                                      Protocol: key_for(kid) -> Ed25519PublicKey
     StaticKeySource(jwks)                          keys from a JWKS dict
     JWKSKeySource(jwks_url, *, cache_seconds=300, timeout=5, min_refresh_seconds=10, fetch=None)
     UsedDecisionStore                              Protocol: claim(jti, expires_at) -> bool
@@ -70,7 +75,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -83,7 +88,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 logger = logging.getLogger(__name__)
 
 EXTENSION_URI = "urn:reviewer:a2a:approval:v1"
-TOKEN_TYPE = "approval-decision+jwt"
+TOKEN_TYPE = "approval-decision+jwt"  # noqa: S105 - a JOSE typ value, not a secret
 # Fixed, never taken from the token: `none`, HS* (public key used as an HMAC secret) and RS* are refused.
 ALGORITHMS = ["EdDSA"]
 DECISIONS = ("approved", "rejected", "needs_info")
@@ -120,6 +125,10 @@ class VerifiedDecision:
     tenant: str | None = None
     expires_at: int = 0
     claims: dict = field(default_factory=dict)
+    # The exact action the decision releases. Differs from what the agent asked for only when a
+    # reviewer edited it (`edited`): then execute this action, never the original one.
+    action: dict | None = None
+    edited: bool = False
 
     @property
     def approved(self) -> bool:
@@ -152,6 +161,11 @@ def _keys_by_kid(jwks: dict) -> dict[str, Ed25519PublicKey]:
     return keys
 
 
+class KeySource(Protocol):
+    def key_for(self, kid: str) -> Ed25519PublicKey:
+        """The public key named kid. Raises GateError ("unknown_kid", "keys_unavailable")."""
+
+
 class StaticKeySource:
     """Keys from a JWKS document held in memory (tests, or keys pinned in configuration)."""
 
@@ -180,8 +194,15 @@ class JWKSKeySource:
     A JWKS that cannot be fetched fails closed (`keys_unavailable`).
     """
 
-    def __init__(self, jwks_url: str, *, cache_seconds: float = 300, timeout: float = 5,
-                 min_refresh_seconds: float = 10, fetch: Callable[[str, float], dict] | None = None):
+    def __init__(
+        self,
+        jwks_url: str,
+        *,
+        cache_seconds: float = 300,
+        timeout: float = 5,
+        min_refresh_seconds: float = 10,
+        fetch: Callable[[str, float], dict] | None = None,
+    ):
         self.jwks_url = jwks_url
         self.cache_seconds = cache_seconds
         self.timeout = timeout
@@ -212,7 +233,9 @@ class JWKSKeySource:
             try:
                 return self._keys[kid]
             except KeyError:
-                raise GateError("unknown_kid", f"no Ed25519 key with kid {kid!r} in {self.jwks_url}") from None
+                raise GateError(
+                    "unknown_kid", f"no Ed25519 key with kid {kid!r} in {self.jwks_url}"
+                ) from None
 
 
 # --- single use ---------------------------------------------------------------------------------
@@ -308,9 +331,18 @@ def _gate_error_from_jwt(error: jwt.InvalidTokenError) -> GateError:
 class Gate:
     """Verifies Reviewer's decisions for one agent (one audience) and talks back to Reviewer."""
 
-    def __init__(self, *, issuer: str, audience: str, keys, used_store: UsedDecisionStore,
-                 reviewer_url: str | None = None, api_token: str | None = None,
-                 leeway_seconds: float = 30, http_timeout: float = 5):
+    def __init__(
+        self,
+        *,
+        issuer: str,
+        audience: str,
+        keys: KeySource,
+        used_store: UsedDecisionStore,
+        reviewer_url: str | None = None,
+        api_token: str | None = None,
+        leeway_seconds: float = 30,
+        http_timeout: float = 5,
+    ):
         self.issuer = issuer
         self.audience = audience
         self.keys = keys
@@ -322,14 +354,18 @@ class Gate:
 
     # verify ---------------------------------------------------------------------------------
 
-    def verify(self, token: str, *, task_id: str, request_id: str, action_digest: str,
-               context_id: str | None = None) -> VerifiedDecision:
+    def verify(
+        self, token: str, *, task_id: str, request_id: str, action_digest: str, context_id: str | None = None
+    ) -> VerifiedDecision:
         """Check everything about the token, then burn its jti. Raises GateError on any doubt."""
         key = self._key_from_header(token)
         claims = self._signed_claims(token, key)
-        self._check_binding(claims, task_id=task_id, request_id=request_id,
-                            action_digest=action_digest, context_id=context_id)
+        self._check_binding(
+            claims, task_id=task_id, request_id=request_id, action_digest=action_digest, context_id=context_id
+        )
         decision = _decision_from_claims(claims)
+        if decision.request_id != request_id:
+            decision = replace(decision, edited=True)
         # Last, so that a token refused for any other reason does not use up the decision.
         if not self.used_store.claim(decision.jti, decision.expires_at):
             raise GateError("replayed", f"decision {decision.jti} was already used")
@@ -354,7 +390,11 @@ class Gate:
     def _signed_claims(self, token: str, key: Ed25519PublicKey) -> dict:
         try:
             return jwt.decode(
-                token, key, algorithms=ALGORITHMS, audience=self.audience, issuer=self.issuer,
+                token,
+                key,
+                algorithms=ALGORITHMS,
+                audience=self.audience,
+                issuer=self.issuer,
                 leeway=self.leeway_seconds,
                 options={"require": REQUIRED_CLAIMS, "strict_aud": True},
             )
@@ -362,17 +402,28 @@ class Gate:
             raise _gate_error_from_jwt(error) from error
 
     @staticmethod
-    def _check_binding(claims: dict, *, task_id: str, request_id: str, action_digest: str,
-                       context_id: str | None) -> None:
+    def _check_binding(
+        claims: dict, *, task_id: str, request_id: str, action_digest: str, context_id: str | None
+    ) -> None:
         if claims.get("sub") != task_id:
             raise GateError("wrong_task", f"decision is for task {claims.get('sub')!r}, not {task_id!r}")
         if context_id is not None and claims.get("context_id") != context_id:
             raise GateError("wrong_context", f"decision is for context {claims.get('context_id')!r}")
-        if claims.get("request_id") != request_id:
-            raise GateError("wrong_request",
-                            f"decision answers request {claims.get('request_id')!r}, not {request_id!r}")
-        if claims.get("action_digest") != action_digest:
-            raise GateError("wrong_digest", "decision is for another action than the one this agent asked for")
+        if claims.get("request_id") == request_id:
+            if claims.get("action_digest") != action_digest:
+                raise GateError(
+                    "wrong_digest", "decision is for another action than the one this agent asked for"
+                )
+        elif request_id in (claims.get("replaces") or []):
+            # A reviewer edited the request into a new proposal: the decision is for the edited action,
+            # which the token carries; it must hash to the signed digest, and only it may be executed.
+            edited = claims.get("action")
+            if not isinstance(edited, dict) or _digest_of(edited) != claims.get("action_digest"):
+                raise GateError("wrong_digest", "the edited action in the decision does not match its digest")
+        else:
+            raise GateError(
+                "wrong_request", f"decision answers request {claims.get('request_id')!r}, not {request_id!r}"
+            )
         if claims.get("decision") not in DECISIONS:
             raise GateError("bad_decision", f"unknown decision {claims.get('decision')!r}")
 
@@ -400,8 +451,9 @@ class Gate:
             raise GateError("consume_refused:not_approved", f"decision is {decision.decision!r}")
         url = self._decision_url(decision, "consume")
         try:
-            response = httpx.post(url, json={"rev": decision.rev}, headers=self._headers(),
-                                  timeout=self.http_timeout)
+            response = httpx.post(
+                url, json={"rev": decision.rev}, headers=self._headers(), timeout=self.http_timeout
+            )
         except httpx.HTTPError as error:
             raise GateError("reviewer_unreachable", f"POST {url}: {error!r}") from error
         if response.status_code == 200:
@@ -413,8 +465,14 @@ class Gate:
             raise GateError(f"consume_refused:{code}", message)
         raise GateError(f"consume_refused:http_{response.status_code}", message)
 
-    def report_outcome(self, decision: VerifiedDecision, status: str, *, transaction_id: str | None = None,
-                       detail: str | None = None) -> bool:
+    def report_outcome(
+        self,
+        decision: VerifiedDecision,
+        status: str,
+        *,
+        transaction_id: str | None = None,
+        detail: str | None = None,
+    ) -> bool:
         """Tell Reviewer how the action ended ("succeeded" | "failed" | "unknown"). Best effort."""
         body: dict[str, Any] = {"status": status}
         if transaction_id is not None:
@@ -428,8 +486,13 @@ class Gate:
             logger.warning("outcome %s for decision %s not reported: %s", status, decision.jti, error)
             return False
         if not response.is_success:
-            logger.warning("outcome %s for decision %s refused: HTTP %s %s", status, decision.jti,
-                           response.status_code, response.text[:200])
+            logger.warning(
+                "outcome %s for decision %s refused: HTTP %s %s",
+                status,
+                decision.jti,
+                response.status_code,
+                response.text[:200],
+            )
             return False
         return True
 
@@ -480,6 +543,7 @@ def _decision_from_claims(claims: dict) -> VerifiedDecision:
         tenant=claims.get("tenant"),
         expires_at=int(claims["exp"]),
         claims=dict(claims),
+        action=claims.get("action") if isinstance(claims.get("action"), dict) else None,
     )
 
 
@@ -504,6 +568,9 @@ def action_digest(action: dict) -> str:
     """`sha256:` + hex SHA-256 of the RFC 8785 (JCS) form of the action: key order does not matter,
     Unicode is kept as is, and `"40.00"` differs from `40.0` (send amounts as strings)."""
     return "sha256:" + hashlib.sha256(rfc8785.dumps(action)).hexdigest()
+
+
+_digest_of = action_digest  # Gate methods take a parameter named action_digest
 
 
 def approval_request_metadata(request: dict) -> dict:

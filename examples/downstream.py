@@ -10,6 +10,7 @@
 - `POST /control` `{"drop_next_response": true}` makes the next `POST /refunds` commit the refund and
   then close the connection without answering: the caller cannot know whether it happened.
   `{"reject_next": true}` makes the next `POST /refunds` answer 422 without committing anything.
+  `{"delay_next_seconds": 1.5}` holds the next `POST /refunds` that long before committing it.
 
 Standard library only (http.server in a thread), bound to loopback.
 """
@@ -18,6 +19,7 @@ import argparse
 import json
 import logging
 import threading
+import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote
@@ -34,6 +36,7 @@ class PaymentsLedger:
         self.post_count = 0
         self.drop_next_response = False
         self.reject_next = False
+        self.delay_next_seconds = 0.0
 
     def refund(self, key: str, order_id: str, amount: str, currency: str) -> tuple[int, dict]:
         """(HTTP status, body). Committing and answering are one step under the lock."""
@@ -46,12 +49,21 @@ class PaymentsLedger:
             existing = self.refunds.get(key)
             if existing is not None:
                 if {name: existing[name] for name in request} != request:
-                    return 422, {"error": {"code": "idempotency_key_reused",
-                                           "message": "this key was used for another refund"}}
+                    return 422, {
+                        "error": {
+                            "code": "idempotency_key_reused",
+                            "message": "this key was used for another refund",
+                        }
+                    }
                 return 200, existing
             refund = {"transaction_id": f"txn_{uuid.uuid4().hex[:16]}", "idempotency_key": key, **request}
             self.refunds[key] = refund
             return 201, refund
+
+    def take_delay(self) -> float:
+        with self.lock:
+            delay, self.delay_next_seconds = self.delay_next_seconds, 0.0
+            return delay
 
     def take_drop_flag(self) -> bool:
         with self.lock:
@@ -85,7 +97,9 @@ def _handler_for(ledger: PaymentsLedger):
         def do_GET(self):  # noqa: N802 - http.server's naming
             if self.path == "/refunds":
                 with ledger.lock:
-                    self._send(200, {"refunds": list(ledger.refunds.values()), "post_count": ledger.post_count})
+                    self._send(
+                        200, {"refunds": list(ledger.refunds.values()), "post_count": ledger.post_count}
+                    )
             elif self.path.startswith("/refunds/"):
                 key = unquote(self.path.removeprefix("/refunds/"))
                 with ledger.lock:
@@ -103,8 +117,13 @@ def _handler_for(ledger: PaymentsLedger):
                 self._send(400, {"error": {"code": "bad_json", "message": "expected a JSON object"}})
             elif self.path == "/control":
                 with ledger.lock:
-                    ledger.drop_next_response = bool(body.get("drop_next_response", ledger.drop_next_response))
+                    ledger.drop_next_response = bool(
+                        body.get("drop_next_response", ledger.drop_next_response)
+                    )
                     ledger.reject_next = bool(body.get("reject_next", ledger.reject_next))
+                    ledger.delay_next_seconds = float(
+                        body.get("delay_next_seconds", ledger.delay_next_seconds)
+                    )
                 self._send(200, {"ok": True})
             elif self.path == "/refunds":
                 self._post_refund(body)
@@ -115,9 +134,19 @@ def _handler_for(ledger: PaymentsLedger):
             key = self.headers.get("Idempotency-Key", "")
             fields = [body.get(name) for name in ("order_id", "amount", "currency")]
             if not key or not all(isinstance(value, str) and value for value in fields):
-                self._send(400, {"error": {"code": "bad_request",
-                                           "message": "Idempotency-Key and order_id, amount, currency required"}})
+                self._send(
+                    400,
+                    {
+                        "error": {
+                            "code": "bad_request",
+                            "message": "Idempotency-Key and order_id, amount, currency required",
+                        }
+                    },
+                )
                 return
+            delay = ledger.take_delay()
+            if delay:
+                time.sleep(min(delay, 30))  # a slow bank: the refund is in flight, not yet committed
             status, answer = ledger.refund(key, *fields)
             if status in (200, 201) and ledger.take_drop_flag():
                 # The refund is committed; the caller never hears about it.
@@ -136,7 +165,9 @@ class FakePaymentsServer:
         self.ledger = PaymentsLedger()
         self.httpd = ThreadingHTTPServer((host, port), _handler_for(self.ledger))
         self.httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="fake-payments", daemon=True)
+        self._thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-payments", daemon=True
+        )
 
     @property
     def url(self) -> str:
@@ -154,7 +185,9 @@ class FakePaymentsServer:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m examples.downstream", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m examples.downstream", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8002)
     args = parser.parse_args(argv)

@@ -6,7 +6,11 @@ import logging
 import httpx
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
-from a2a.server.tasks import BasePushNotificationSender, DatabasePushNotificationConfigStore, DatabaseTaskStore
+from a2a.server.tasks import (
+    BasePushNotificationSender,
+    DatabasePushNotificationConfigStore,
+    DatabaseTaskStore,
+)
 from a2a.types import AgentCapabilities, AgentCard, AgentExtension, AgentInterface, AgentSkill
 from sqlalchemy.ext.asyncio import create_async_engine
 from starlette.applications import Starlette
@@ -32,22 +36,28 @@ def build_agent_card(settings: AgentSettings) -> AgentCard:
         capabilities=AgentCapabilities(
             streaming=False,
             push_notifications=True,
-            extensions=[AgentExtension(
-                uri=approval_gate.EXTENSION_URI,
-                description="Parks each refund in TASK_STATE_AUTH_REQUIRED with an approval request and acts "
-                            "only on a signed Reviewer decision sent back in the message metadata.",
-                required=False,
-            )],
+            extensions=[
+                AgentExtension(
+                    uri=approval_gate.EXTENSION_URI,
+                    description=(
+                        "Parks each refund in TASK_STATE_AUTH_REQUIRED with an approval request and acts "
+                        "only on a signed Reviewer decision sent back in the message metadata."
+                    ),
+                    required=False,
+                )
+            ],
         ),
         default_input_modes=["text/plain"],
         default_output_modes=["text/plain", "application/json"],
-        skills=[AgentSkill(
-            id="refund",
-            name="Refund an order",
-            description="Refunds an amount for an order once a human approved the exact refund.",
-            tags=["payments", "refund", "approval"],
-            examples=["Please refund EUR 40.00 for order 1182 (customer says the parcel never arrived)"],
-        )],
+        skills=[
+            AgentSkill(
+                id="refund",
+                name="Refund an order",
+                description="Refunds an amount for an order once a human approved the exact refund.",
+                tags=["payments", "refund", "approval"],
+                examples=["Please refund EUR 40.00 for order 1182 (customer says the parcel never arrived)"],
+            )
+        ],
     )
 
 
@@ -71,8 +81,11 @@ def build_app(settings: AgentSettings) -> Starlette:
     push_http = httpx.AsyncClient(timeout=5)
     # No push_url_validator: the demo's webhook is on loopback, which the SDK's validator refuses.
     push_sender = BasePushNotificationSender(push_http, push_store)
-    payments = (DownstreamPayments(settings.downstream_url) if settings.downstream_url
-                else LedgerPayments(settings.ledger))
+    payments = (
+        DownstreamPayments(settings.downstream_url)
+        if settings.downstream_url
+        else LedgerPayments(settings.ledger)
+    )
     publisher = ProposalPublisher(settings.reviewer_url, settings.api_token)
     executor = RefundExecutor(
         gate=build_gate(settings),
@@ -84,8 +97,11 @@ def build_app(settings: AgentSettings) -> Starlette:
     )
     card = build_agent_card(settings)
     handler = DefaultRequestHandler(
-        agent_executor=executor, task_store=task_store, agent_card=card,
-        push_config_store=push_store, push_sender=push_sender,
+        agent_executor=executor,
+        task_store=task_store,
+        agent_card=card,
+        push_config_store=push_store,
+        push_sender=push_sender,
         # Approvals take hours: release a parked task's in-memory state; a later message reloads it.
         interrupted_task_timeout=settings.interrupted_task_timeout,
     )
@@ -94,8 +110,14 @@ def build_app(settings: AgentSettings) -> Starlette:
     async def lifespan(app):
         await task_store.initialize()
         await push_store.initialize()
-        logger.info("refund agent on %s (audience %s, %s)", settings.public_url, settings.audience,
-                    f"downstream {settings.downstream_url}" if settings.downstream_url else f"ledger {settings.ledger}")
+        logger.info(
+            "refund agent on %s (audience %s, %s)",
+            settings.public_url,
+            settings.audience,
+            f"downstream {settings.downstream_url}"
+            if settings.downstream_url
+            else f"ledger {settings.ledger}",
+        )
         try:
             yield
         finally:

@@ -41,26 +41,47 @@ def parse_settings(argv: list[str] | None = None) -> AgentSettings:
     )
     parser.add_argument("--host", default=_env("HOST", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(_env("PORT", "8001")))
-    parser.add_argument("--public-url", default=_env("PUBLIC_URL"),
-                        help="base URL callers use (default http://HOST:PORT)")
+    parser.add_argument(
+        "--public-url", default=_env("PUBLIC_URL"), help="base URL callers use (default http://HOST:PORT)"
+    )
     parser.add_argument("--reviewer-url", default=_env("REVIEWER_URL", "http://127.0.0.1:8000"))
-    parser.add_argument("--api-token", default=_env("API_TOKEN"),
-                        help="this agent's Reviewer API token (proposals, consume, outcome)")
+    parser.add_argument(
+        "--api-token",
+        default=_env("API_TOKEN"),
+        help="this agent's Reviewer API token (proposals, consume, outcome)",
+    )
     parser.add_argument("--issuer", default=_env("ISSUER"), help="Reviewer's iss (default: --reviewer-url)")
-    parser.add_argument("--audience", default=_env("AUDIENCE"),
-                        help="aud this agent accepts (default: its agent card URL)")
-    parser.add_argument("--jwks-url", default=_env("JWKS_URL"),
-                        help="default: REVIEWER_URL/.well-known/jwks.json")
-    parser.add_argument("--state-dir", default=_env("STATE_DIR", ".refund-agent"),
-                        help="task store, asked requests and used decisions (SQLite files)")
-    parser.add_argument("--ledger", default=_env("LEDGER"), help="JSON Lines ledger (default STATE_DIR/ledger.jsonl)")
-    parser.add_argument("--downstream-url", default=_env("DOWNSTREAM_URL"),
-                        help="refund through this payments service instead of the ledger file")
-    parser.add_argument("--approval-ttl", type=int, default=int(_env("APPROVAL_TTL", "86400")),
-                        help="seconds until an approval request expires")
-    parser.add_argument("--interrupted-task-timeout", type=float,
-                        default=float(_env("INTERRUPTED_TASK_TIMEOUT", "300")),
-                        help="seconds a parked task keeps its in-memory state; 0 keeps it forever")
+    parser.add_argument(
+        "--audience", default=_env("AUDIENCE"), help="aud this agent accepts (default: its agent card URL)"
+    )
+    parser.add_argument(
+        "--jwks-url", default=_env("JWKS_URL"), help="default: REVIEWER_URL/.well-known/jwks.json"
+    )
+    parser.add_argument(
+        "--state-dir",
+        default=_env("STATE_DIR", ".refund-agent"),
+        help="task store, asked requests and used decisions (SQLite files)",
+    )
+    parser.add_argument(
+        "--ledger", default=_env("LEDGER"), help="JSON Lines ledger (default STATE_DIR/ledger.jsonl)"
+    )
+    parser.add_argument(
+        "--downstream-url",
+        default=_env("DOWNSTREAM_URL"),
+        help="refund through this payments service instead of the ledger file",
+    )
+    parser.add_argument(
+        "--approval-ttl",
+        type=int,
+        default=int(_env("APPROVAL_TTL", "86400")),
+        help="seconds until an approval request expires",
+    )
+    parser.add_argument(
+        "--interrupted-task-timeout",
+        type=float,
+        default=float(_env("INTERRUPTED_TASK_TIMEOUT", "300")),
+        help="seconds a parked task keeps its in-memory state; 0 keeps it forever",
+    )
     parser.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
     args = parser.parse_args(argv)
 

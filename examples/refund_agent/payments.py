@@ -59,9 +59,14 @@ class LedgerPayments:
             for line in ledger:
                 entry = json.loads(line)
                 if entry["idempotency_key"] == refund.idempotency_key:
-                    return RefundOutcome(SUCCEEDED, entry["transaction_id"], "already recorded under this key")
-            entry = {"transaction_id": f"ledger_{uuid.uuid4().hex[:16]}",
-                     "idempotency_key": refund.idempotency_key, **refund.body()}
+                    return RefundOutcome(
+                        SUCCEEDED, entry["transaction_id"], "already recorded under this key"
+                    )
+            entry = {
+                "transaction_id": f"ledger_{uuid.uuid4().hex[:16]}",
+                "idempotency_key": refund.idempotency_key,
+                **refund.body(),
+            }
             ledger.write(json.dumps(entry) + "\n")
             ledger.flush()
             return RefundOutcome(SUCCEEDED, entry["transaction_id"])
@@ -83,8 +88,14 @@ class LedgerPayments:
 
     async def refunded_total(self, order_id: str, currency: str) -> str | None:
         entries = await asyncio.to_thread(self._entries)
-        total = sum((Decimal(entry["amount"]) for entry in entries
-                     if entry["order_id"] == order_id and entry["currency"] == currency), Decimal("0"))
+        total = sum(
+            (
+                Decimal(entry["amount"])
+                for entry in entries
+                if entry["order_id"] == order_id and entry["currency"] == currency
+            ),
+            Decimal("0"),
+        )
         return f"{total:.2f}"
 
     async def aclose(self) -> None:
@@ -104,8 +115,11 @@ class DownstreamPayments:
 
     async def refund(self, refund: Refund) -> RefundOutcome:
         try:
-            response = await self.http.post(f"{self.base_url}/refunds", json=refund.body(),
-                                            headers={"Idempotency-Key": refund.idempotency_key})
+            response = await self.http.post(
+                f"{self.base_url}/refunds",
+                json=refund.body(),
+                headers={"Idempotency-Key": refund.idempotency_key},
+            )
         except (httpx.ConnectError, httpx.ConnectTimeout) as error:
             # No connection, so no request: the refund certainly did not happen.
             return RefundOutcome(FAILED, detail=f"payments service unreachable: {error!r}")
@@ -115,8 +129,9 @@ class DownstreamPayments:
         if response.status_code >= 500:
             return RefundOutcome(UNKNOWN, detail=f"payments service answered HTTP {response.status_code}")
         if not response.is_success:
-            return RefundOutcome(FAILED, detail=f"payments service refused: HTTP {response.status_code} "
-                                                f"{response.text[:300]}")
+            return RefundOutcome(
+                FAILED, detail=f"payments service refused: HTTP {response.status_code} {response.text[:300]}"
+            )
         return RefundOutcome(SUCCEEDED, response.json()["transaction_id"])
 
     async def lookup(self, idempotency_key: str) -> RefundOutcome | None:
@@ -139,15 +154,23 @@ class DownstreamPayments:
             refunds = response.json()["refunds"]
         except (httpx.HTTPError, ValueError, KeyError):
             return None
-        total = sum((Decimal(refund["amount"]) for refund in refunds
-                     if refund["order_id"] == order_id and refund["currency"] == currency), Decimal("0"))
+        total = sum(
+            (
+                Decimal(refund["amount"])
+                for refund in refunds
+                if refund["order_id"] == order_id and refund["currency"] == currency
+            ),
+            Decimal("0"),
+        )
         return f"{total:.2f}"
 
     async def aclose(self) -> None:
         await self.http.aclose()
 
 
-async def reconcile(payments, refund: Refund, *, attempts: int = 6, first_delay: float = 0.2) -> RefundOutcome:
+async def reconcile(
+    payments, refund: Refund, *, attempts: int = 6, first_delay: float = 0.2
+) -> RefundOutcome:
     """Settle an unknown outcome: ask by idempotency key; if the service definitely has no such refund,
     send the same request again (same key, so it cannot double). Bounded; may still end unknown."""
     delay = first_delay
@@ -164,15 +187,18 @@ async def reconcile(payments, refund: Refund, *, attempts: int = 6, first_delay:
             if retried.status != UNKNOWN:
                 return retried
             last_detail = retried.detail
-        logger.info("refund %s still unknown after attempt %d: %s", refund.idempotency_key, attempt, last_detail)
+        logger.info(
+            "refund %s still unknown after attempt %d: %s", refund.idempotency_key, attempt, last_detail
+        )
         if attempt < attempts:
             await asyncio.sleep(delay)  # back off: the service may be restarting
             delay = min(delay * 2, 2.0)
     return RefundOutcome(UNKNOWN, detail=f"still unknown after {attempts} attempts: {last_detail}")
 
 
-async def refund_settled(payments, refund: Refund,
-                         on_unknown: Callable[[RefundOutcome], Awaitable[None]]) -> RefundOutcome:
+async def refund_settled(
+    payments, refund: Refund, on_unknown: Callable[[RefundOutcome], Awaitable[None]]
+) -> RefundOutcome:
     """Refund once; if the answer is lost, report it through `on_unknown` and reconcile."""
     outcome = await payments.refund(refund)
     if outcome.status != UNKNOWN:

@@ -22,7 +22,9 @@ _CODE_THEN_AMOUNT = re.compile(rf"\b([A-Z]{{3}})\s?{_AMOUNT}")
 _AMOUNT_THEN_CODE = re.compile(rf"{_AMOUNT}\s?([A-Z]{{3}})\b")
 _SYMBOL_THEN_AMOUNT = re.compile(rf"([€$£])\s?{_AMOUNT}")
 # "order 1182", "order #A-77", "order no. 5": the id must contain a digit, so "ordered" never matches.
-_ORDER = re.compile(r"\border\b\s*(?:#|no\.?|number)?\s*([A-Za-z0-9-]{0,40}\d[A-Za-z0-9-]{0,40})", re.IGNORECASE)
+_ORDER = re.compile(
+    r"\border\b\s*(?:#|no\.?|number)?\s*([A-Za-z0-9-]{0,40}\d[A-Za-z0-9-]{0,40})", re.IGNORECASE
+)
 
 
 @dataclass(frozen=True)
@@ -96,8 +98,14 @@ def _rfc3339(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def build_approval_request(ask: RefundAsk, *, principal: dict, refunded_before: str | None,
-                           ttl_seconds: int, now: datetime | None = None) -> dict:
+def build_approval_request(
+    ask: RefundAsk,
+    *,
+    principal: dict,
+    refunded_before: str | None,
+    ttl_seconds: int,
+    now: datetime | None = None,
+) -> dict:
     """The request of DESIGN.md "A2A contract" step 1 for one refund."""
     action = refund_action(ask)
     money = f"{ask.currency} {ask.amount}"
@@ -121,11 +129,13 @@ def build_approval_request(ask: RefundAsk, *, principal: dict, refunded_before: 
             "data_leaves": "none",
         },
         "diff": [{"field": "order.refunded_amount", "before": before, "after": after}],
-        "evidence": [{
-            "title": _capped(f"Request from {principal['display']}", 200),
-            "url": f"https://shop.example/orders/{ask.order_id}",
-            "excerpt": _capped(ask.text, 2000),
-        }],
+        "evidence": [
+            {
+                "title": _capped(f"Request from {principal['display']}", 200),
+                "url": f"https://shop.example/orders/{ask.order_id}",
+                "excerpt": _capped(ask.text, 2000),
+            }
+        ],
         "expires_at": _rfc3339(now + timedelta(seconds=ttl_seconds)),
     }
 
@@ -137,21 +147,28 @@ def answer_request(previous: dict, *, question: str, ttl_seconds: int, now: date
     """
     arguments = previous["action"]["arguments"]
     answer = (
-        f"The refund is exactly {arguments['currency']} {arguments['amount']} for order {arguments['order_id']}, "
+        f"The refund is exactly {arguments['currency']} {arguments['amount']} "
+        f"for order {arguments['order_id']}, "
         f"as asked by {previous['principal']['display']} ({previous['principal']['id']}); "
         "the agent's only evidence is the request quoted above."
     )
     now = now or datetime.now(UTC)
     request = dict(previous)
-    request.update({
-        "request_id": str(uuid.uuid4()),
-        "supersedes": previous["request_id"],
-        "evidence": [
-            *previous.get("evidence", []),
-            {"title": "Answer to the reviewer's question",
-             "url": f"https://shop.example/orders/{arguments['order_id']}",
-             "excerpt": _capped(f"Question: {question or '(no question text)'}\nAnswer: {answer}", 2000)},
-        ],
-        "expires_at": _rfc3339(now + timedelta(seconds=ttl_seconds)),
-    })
+    request.update(
+        {
+            "request_id": str(uuid.uuid4()),
+            "supersedes": previous["request_id"],
+            "evidence": [
+                *previous.get("evidence", []),
+                {
+                    "title": "Answer to the reviewer's question",
+                    "url": f"https://shop.example/orders/{arguments['order_id']}",
+                    "excerpt": _capped(
+                        f"Question: {question or '(no question text)'}\nAnswer: {answer}", 2000
+                    ),
+                },
+            ],
+            "expires_at": _rfc3339(now + timedelta(seconds=ttl_seconds)),
+        }
+    )
     return request

@@ -36,8 +36,12 @@ class ProposalPublisher:
         if response.status_code in (200, 201):
             logger.info("Reviewer knows request %s: %s", body["request"]["request_id"], response.text[:200])
         else:
-            logger.warning("Reviewer refused request %s: HTTP %s %s", body["request"]["request_id"],
-                           response.status_code, response.text[:300])
+            logger.warning(
+                "Reviewer refused request %s: HTTP %s %s",
+                body["request"]["request_id"],
+                response.status_code,
+                response.text[:300],
+            )
 
     async def aclose(self) -> None:
         if self._pending:

@@ -129,8 +129,17 @@ class AgentState:
 
     # executions ------------------------------------------------------------------------------
 
-    def record_execution(self, *, jti: str, task_id: str, request_id: str, idempotency_key: str, phase: str,
-                         transaction_id: str | None = None, detail: str | None = None) -> None:
+    def record_execution(
+        self,
+        *,
+        jti: str,
+        task_id: str,
+        request_id: str,
+        idempotency_key: str,
+        phase: str,
+        transaction_id: str | None = None,
+        detail: str | None = None,
+    ) -> None:
         with self._connect() as connection:
             connection.execute(
                 "INSERT INTO executions"
