@@ -1,11 +1,69 @@
-"""The A2A push webhook (filled in by the A2A work)."""
+"""The A2A push webhook, /a2a/push/<agent slug>/ (DESIGN.md "A2A contract" step 2).
 
-from django.http import HttpResponse
+The agent's A2A server POSTs every task event here (`MessageToDict(StreamResponse)`), with the push
+token it was given in `X-A2A-Notification-Token`. An approval request becomes a proposal (idempotent:
+the same request by push and by REST is one proposal); a terminal task state settles an execution;
+anything else is acknowledged and ignored. Nothing is stored for an unauthenticated push.
+"""
+
+import hmac
+import json
+import logging
+
+from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
+
+from approvals import a2a, services
+from approvals.api import intake_limit, receipt
+from approvals.models import Agent, hash_token
+
+log = logging.getLogger(__name__)
+
+# Compared against when the slug is unknown, so both refusals take the same time.
+_NO_AGENT_HASH = hash_token("no such agent")
+
+
+def _error(status: int, code: str, message: str, field: str | None = None) -> JsonResponse:
+    return JsonResponse({"error": {"code": code, "message": message, "field": field}}, status=status)
+
+
+def _authenticated_agent(slug: str, token: str) -> Agent | None:
+    agent = Agent.objects.select_related("tenant").filter(slug=slug).first()
+    expected = agent.push_token_hash if agent else _NO_AGENT_HASH
+    matches = hmac.compare_digest(hash_token(token), expected)
+    return agent if agent is not None and matches and token else None
 
 
 @csrf_exempt
 @require_POST
 def push(request, agent_slug):
-    return HttpResponse(status=501)
+    agent = _authenticated_agent(agent_slug, request.headers.get("X-A2A-Notification-Token", ""))
+    if agent is None:
+        # One answer for an unknown agent and a wrong token: a caller learns nothing about which agents exist.
+        return _error(401, "unauthorized", "unknown agent or wrong X-A2A-Notification-Token")
+    declared = request.META.get("CONTENT_LENGTH") or "0"
+    if declared.isdigit() and int(declared) > intake_limit():
+        return _error(413, "too_large", f"the body is larger than {intake_limit()} bytes")
+    if len(request.body) > intake_limit():
+        return _error(413, "too_large", f"the body is larger than {intake_limit()} bytes")
+    try:
+        body = json.loads(request.body)
+    except ValueError:
+        return _error(400, "invalid_json", "the body is not valid JSON")
+    try:
+        event = a2a.parse_push(body)
+    except a2a.PushError as error:
+        return JsonResponse(error.as_dict(), status=400)
+
+    if event is not None and event.submission is not None:
+        try:
+            proposal, created = a2a.submit(agent, event.submission, via="push")
+        except services.ServiceError as error:
+            log.info("push from %s refused: %s %s", agent.slug, error.code, error.message)
+            return JsonResponse(error.as_dict(), status=error.http_status)
+        return JsonResponse(receipt(proposal), status=201 if created else 200)
+    if event is not None and event.is_terminal:
+        changed = a2a.apply_task_state(agent, event.task_id, event.state, detail=event.detail)
+        return JsonResponse({"task_state": event.state, "changed": [str(p.id) for p in changed]})
+    return JsonResponse({"ignored": "neither an approval request nor a final task state"})

@@ -1,5 +1,262 @@
-"""The agent-facing REST API, /api/v1/ (filled in by the A2A work)."""
+"""The agent-facing REST API, /api/v1/ (DESIGN.md "A2A contract"; OpenAPI at /api/v1/openapi.json).
 
-from ninja import NinjaAPI
+Every call authenticates as one registered agent with `Authorization: Bearer <agent API token>`, and
+sees only that agent's proposals and decisions. Every error, whatever raised it, has one shape:
+`{"error": {"code", "message", "field"}}`, with `field` the dotted path of the offending input.
+"""
 
-api = NinjaAPI(title="Reviewer agent API", version="1", urls_namespace="api")
+import hmac
+import uuid
+from datetime import datetime
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import Http404
+from ninja import NinjaAPI, Schema, Status
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.parser import Parser
+from ninja.security import HttpBearer
+
+from approvals import a2a, services
+from approvals.models import Agent, Proposal, hash_token
+from approvals.schemas import ConsumeBody, OutcomeBody, ProposalSubmission
+
+
+def intake_limit() -> int:
+    """The largest body an agent may send: the action and consequences cap, with room for the rest."""
+    return settings.PROPOSAL_MAX_BYTES * 2
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class CappedJSONParser(Parser):
+    """Refuses an oversized body before parsing it (first by its declared length, unread)."""
+
+    def parse_body(self, request):
+        declared = request.META.get("CONTENT_LENGTH") or "0"
+        if (declared.isdigit() and int(declared) > intake_limit()) or len(request.body) > intake_limit():
+            raise BodyTooLarge()
+        return super().parse_body(request)
+
+
+class AgentToken(HttpBearer):
+    def __call__(self, request):
+        # ninja's own version logs the whole header on a wrong scheme in DEBUG: a token in the log.
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return None
+        return self.authenticate(request, token.strip())
+
+    def authenticate(self, request, token):
+        digest = hash_token(token)
+        agent = Agent.objects.select_related("tenant").filter(api_token_hash=digest).first()
+        if agent is None or not hmac.compare_digest(agent.api_token_hash, digest):
+            return None
+        return agent
+
+
+api = NinjaAPI(
+    title="Reviewer agent API",
+    version="1",
+    description="What an A2A agent calls: announce an approval request, read its status, consume a "
+    "decision right before acting, report the outcome.",
+    urls_namespace="approvals:api",  # mounted inside the approvals URLconf
+    auth=AgentToken(),
+    parser=CappedJSONParser(),
+    docs_url=None,  # ninja's docs page loads Swagger UI from a CDN; the OpenAPI document is enough
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Shapes
+
+
+class ErrorDetail(Schema):
+    code: str
+    message: str
+    field: str | None = None
+
+
+class ErrorBody(Schema):
+    error: ErrorDetail
+
+
+class ProposalReceipt(Schema):
+    proposal_id: str
+    state: str
+    status_url: str
+
+
+class DecisionStatus(Schema):
+    jti: str
+    decision: str
+    reason: str
+    rev: int
+    consume: bool
+    expires_at: datetime
+    consumed_at: datetime | None
+    revoked_at: datetime | None
+
+
+class ProposalStatus(ProposalReceipt):
+    task_id: str
+    context_id: str
+    request_id: str
+    action_digest: str
+    rev: int
+    expires_at: datetime
+    decided_at: datetime | None
+    settled_at: datetime | None
+    transaction_id: str
+    decision: DecisionStatus | None
+
+
+class StateBody(Schema):
+    state: str
+
+
+ERRORS = {400: ErrorBody, 401: ErrorBody, 404: ErrorBody}
+
+
+def _error_response(request, status: int, code: str, message: str, field: str | None = None):
+    return api.create_response(
+        request, {"error": {"code": code, "message": message, "field": field}}, status=status
+    )
+
+
+@api.exception_handler(services.ServiceError)
+def service_error(request, exc: services.ServiceError):
+    return api.create_response(request, exc.as_dict(), status=exc.http_status)
+
+
+@api.exception_handler(ValidationError)
+def validation_error(request, exc: ValidationError):
+    """ninja answers 422 with pydantic's list; agents get the one shape: 400, the first problem."""
+    first = exc.errors[0] if exc.errors else {"loc": (), "msg": "invalid request"}
+    location = list(first.get("loc", ()))
+    # ("body", "<parameter>", ...) for a body, ("path", "<name>") for a path parameter
+    path = location[2:] if location[:1] == ["body"] else location[1:]
+    field = ".".join(str(part) for part in path) or None
+    message = first.get("msg", "invalid")
+    return _error_response(request, 400, "invalid", f"{field}: {message}" if field else message, field)
+
+
+@api.exception_handler(HttpError)
+def http_error(request, exc: HttpError):
+    if isinstance(exc.__cause__, BodyTooLarge | RequestDataTooBig):
+        return too_large(request, exc)
+    if isinstance(exc, AuthenticationError):
+        return _error_response(
+            request, 401, "unauthorized", "send this agent's API token as 'Authorization: Bearer <token>'"
+        )
+    if exc.status_code == 400:  # ninja's "Cannot parse request body"
+        return _error_response(request, 400, "invalid_json", "the body is not valid JSON")
+    return _error_response(request, exc.status_code, f"http_{exc.status_code}", str(exc))
+
+
+@api.exception_handler(RequestDataTooBig)
+def too_large(request, exc):
+    return _error_response(request, 413, "too_large", f"the body is larger than {intake_limit()} bytes")
+
+
+@api.exception_handler(Http404)
+def not_found(request, exc):
+    return _error_response(request, 404, "not_found", "not found")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Endpoints
+
+
+def receipt(proposal: Proposal) -> dict:
+    return {
+        "proposal_id": str(proposal.id),
+        "state": proposal.state,
+        "status_url": f"{settings.REVIEWER_ISSUER}/api/v1/proposals/{proposal.id}",
+    }
+
+
+def _uuid_or_404(value: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise Http404 from None
+
+
+@api.post(
+    "/proposals",
+    response={200: ProposalReceipt, 201: ProposalReceipt, 413: ErrorBody, 503: ErrorBody, **ERRORS},
+    summary="Announce an approval request (idempotent on task_id and request_id)",
+)
+def submit_proposal(request, submission: ProposalSubmission):
+    proposal, created = a2a.submit(request.auth, submission, via="api")
+    return Status(201 if created else 200, receipt(proposal))
+
+
+@api.get(
+    "/proposals/{proposal_id}",
+    response={200: ProposalStatus, **ERRORS},
+    summary="The state of one of this agent's proposals",
+)
+def proposal_status(request, proposal_id: str):
+    proposal = (
+        Proposal.objects.select_related("decision")
+        .filter(pk=_uuid_or_404(proposal_id), agent=request.auth)
+        .first()
+    )
+    if proposal is None:
+        raise Http404
+    decision = getattr(proposal, "decision", None)
+    return {
+        **receipt(proposal),
+        "task_id": proposal.task_id,
+        "context_id": proposal.context_id,
+        "request_id": proposal.request_id,
+        "action_digest": proposal.action_digest,
+        "rev": proposal.rev,
+        "expires_at": proposal.expires_at,
+        "decided_at": proposal.decided_at,
+        "settled_at": proposal.settled_at,
+        "transaction_id": proposal.transaction_id,
+        "decision": None
+        if decision is None
+        else {
+            "jti": str(decision.jti),
+            "decision": decision.kind,
+            "reason": decision.reason,
+            "rev": decision.rev,
+            "consume": decision.consume_required,
+            "expires_at": decision.expires_at,
+            "consumed_at": decision.consumed_at,
+            "revoked_at": decision.revoked_at,
+        },
+    }
+
+
+@api.post(
+    "/decisions/{jti}/consume",
+    response={200: StateBody, 409: ErrorBody, **ERRORS},
+    summary="Move an approved decision to executing, right before the side effect",
+)
+def consume(request, jti: str, body: ConsumeBody):
+    proposal = services.consume_decision(request.auth, _uuid_or_404(jti), rev=body.rev)
+    return {"state": proposal.state}
+
+
+@api.post(
+    "/decisions/{jti}/outcome",
+    response={200: StateBody, 409: ErrorBody, **ERRORS},
+    summary="Report what happened: succeeded, failed or unknown",
+)
+def outcome(request, jti: str, body: OutcomeBody):
+    proposal = services.record_outcome(
+        request.auth,
+        _uuid_or_404(jti),
+        status=body.status,
+        transaction_id=body.transaction_id or "",
+        detail=body.detail or "",
+        via="api",
+    )
+    return {"state": proposal.state}

@@ -1,11 +1,215 @@
-"""WebSocket consumers (filled in by the workspace work)."""
+"""WebSockets of the reviewer pages: ws/queue/ (the queue and the watching list) and ws/proposals/<id>/.
 
+Thin on purpose. connect() authenticates (session user, verified with a one-time code, member of the
+tenant) and accepts last; anyone else is closed without a handshake. A `proposal.changed` event is a hint
+to re-read: the consumer reads the database again and sends the page's own partials with hx-swap-oob,
+rendered from the same templates and page builders as the views. Inbound messages are JSON validated by
+schemas.VoteMessage, authorized again per message, and written through services.cast_vote, the same
+service as the HTTP form; a refusal comes back as {"type": "error", "error": {code, message, field}}.
+"""
+
+import json
+import uuid
+
+from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
+from django.http import QueryDict
+from django.template.loader import render_to_string
+from django_otp import DEVICE_ID_SESSION_KEY
+from django_otp.models import Device
+from pydantic import ValidationError
+
+from approvals import events, services, views
+from approvals.models import TenantMembership
+from approvals.schemas import VoteMessage
 
 
-class QueueConsumer(AsyncJsonWebsocketConsumer):
-    pass
+def verified_user(scope):
+    """The session's user if they signed in with a one-time code (what OTPMiddleware checks for HTTP),
+    checked again on every event and message: a session signed out, or a device an admin reset, since
+    the socket opened stops counting."""
+    user, session = scope.get("user"), scope.get("session")
+    if user is None or not user.is_authenticated or session is None:
+        return None
+    if not session.session_key or not session.exists(session.session_key):
+        return None
+    persistent_id = session.get(DEVICE_ID_SESSION_KEY)
+    device = Device.from_persistent_id(persistent_id) if persistent_id else None
+    if device is None or device.user_id != user.pk or not device.confirmed:
+        return None
+    return user
 
 
-class ProposalConsumer(AsyncJsonWebsocketConsumer):
-    pass
+def _error(code: str, message: str, field: str | None = None, **extra) -> dict:
+    return {"type": "error", **extra, "error": {"code": code, "message": message, "field": field}}
+
+
+class ReviewerSocket(AsyncJsonWebsocketConsumer):
+    """What both sockets share: authentication, joining groups, and votes."""
+
+    async def connect(self):
+        groups = await database_sync_to_async(self.authorize)()
+        if not groups:
+            await self.close()
+            return
+        self.groups = groups  # websocket_disconnect leaves these
+        for group in groups:
+            await self.channel_layer.group_add(group, self.channel_name)
+        await self.accept()
+
+    def authorize(self) -> list[str]:
+        """The groups to join, or nothing to refuse the connection (runs in a thread)."""
+        raise NotImplementedError
+
+    async def receive(self, text_data=None, bytes_data=None, **kwargs):
+        try:
+            content = json.loads(text_data or "")
+        except ValueError:
+            await self.send_json(_error("bad_json", 'send a JSON object, e.g. {"type": "vote", ...}'))
+            return
+        await self.receive_json(content)
+
+    async def receive_json(self, content, **kwargs):
+        kind = content.get("type") if isinstance(content, dict) else None
+        handler = self.handlers.get(kind)
+        if handler is None:
+            await self.send_json(
+                _error(
+                    "unknown_type",
+                    f"unknown message type {kind!r}; this socket accepts: "
+                    + ", ".join(sorted(self.handlers)),
+                )
+            )
+            return
+        await handler(self, content)
+
+    async def handle_vote(self, content):
+        try:
+            message = VoteMessage.model_validate(content)
+        except ValidationError as error:
+            first = error.errors()[0]
+            field = ".".join(str(part) for part in first["loc"]) or None
+            await self.send_json(
+                _error("invalid_message", f"{field}: {first['msg']}", field, in_reply_to="vote")
+            )
+            return
+        reply = await database_sync_to_async(self._vote)(message)
+        await self.send_json(reply)
+
+    def _vote(self, message: VoteMessage) -> dict:
+        user = verified_user(self.scope)  # the session may have ended since connect()
+        if user is None:
+            return _error("not_verified", "sign in again with your one-time code", in_reply_to="vote")
+        try:
+            proposal_id = uuid.UUID(message.proposal_id)
+        except ValueError:  # as unknown as another tenant's proposal
+            return _error("not_found", "no such proposal", in_reply_to="vote")
+        session = self.scope["session"]
+        try:
+            proposal = services.proposal_for_user(proposal_id, user)
+            vote = services.cast_vote(
+                proposal.id,
+                user,
+                verdict=message.verdict,
+                digest_seen=message.digest,
+                reason=message.reason,
+                otp_code=message.otp_code,
+                session=session,
+                page_hash=views.page_hash(proposal),
+            )
+        except services.ServiceError as error:
+            return {"type": "error", "in_reply_to": "vote", **error.as_dict()}
+        finally:
+            if session.modified:  # a good code refreshes the step-up time
+                session.save()
+        proposal.refresh_from_db(fields=["state"])
+        return {
+            "type": "vote.recorded",
+            "proposal_id": str(proposal.id),
+            "verdict": vote.verdict,
+            "state": proposal.state,
+        }
+
+    handlers = {"vote": handle_vote}
+
+    def _csrf_token(self) -> str:
+        """For forms in partials sent over the socket: the browser's CSRF cookie value is a valid token."""
+        return self.scope.get("cookies", {}).get(settings.CSRF_COOKIE_NAME, "")
+
+
+class QueueConsumer(ReviewerSocket):
+    """The queue (or, with ?view=watching, the watching list) of one person, with their filters."""
+
+    def authorize(self) -> list[str]:
+        user = verified_user(self.scope)
+        if user is None:
+            return []
+        tenant_ids = list(TenantMembership.objects.filter(user=user).values_list("tenant_id", flat=True))
+        self.user = user
+        query = QueryDict(self.scope.get("query_string", b""))
+        self.view = "watching" if query.get("view") == "watching" else "queue"
+        self.params = {
+            key: query.get(key)
+            for key in ("tenant", "agent", "policy", "risk", "state", "page")
+            if query.get(key)
+        }
+        return [events.tenant_group(tenant_id) for tenant_id in tenant_ids]
+
+    async def proposal_changed(self, event):
+        html = await database_sync_to_async(self._render_list)()
+        if html is None:
+            await self.close()
+        else:
+            await self.send(text_data=html)
+
+    def _render_list(self) -> str | None:
+        if verified_user(self.scope) is None or not TenantMembership.objects.filter(user=self.user).exists():
+            return None  # signed out, or removed from every tenant, since connecting
+        build = views.watching_context if self.view == "watching" else views.queue_context
+        context = build(self.user, self.params)
+        return render_to_string(f"approvals/{self.view}.html#list", {**context, "oob": True})
+
+
+class ProposalConsumer(ReviewerSocket):
+    """One proposal page: state, quorum and votes live; the decision panel when its controls change."""
+
+    def authorize(self) -> list[str]:
+        user = verified_user(self.scope)
+        if user is None:
+            return []
+        try:
+            proposal = services.proposal_for_user(self.scope["url_route"]["kwargs"]["proposal_id"], user)
+        except services.NotFound:
+            return []
+        self.user, self.proposal_id = user, proposal.id
+        self.mode, _ = views.decision_mode(
+            proposal, user, views.live_context(proposal), services.ineligibility(proposal, user)
+        )
+        return [events.proposal_group(proposal.id)]
+
+    async def proposal_changed(self, event):
+        if event.get("proposal_id") != str(self.proposal_id):
+            return
+        html = await database_sync_to_async(self._render_update)()
+        if html is None:
+            await self.close()
+        else:
+            await self.send(text_data=html)
+
+    def _render_update(self) -> str | None:
+        if verified_user(self.scope) is None:
+            return None  # signed out since connecting
+        try:
+            proposal = services.proposal_for_user(self.proposal_id, self.user)
+        except services.NotFound:
+            return None  # no longer a member of the tenant
+        context = views.detail_context(proposal, self.user, self.scope["session"])
+        context.update(oob=True, csrf_token=self._csrf_token())
+        html = render_to_string("approvals/detail.html#live", context)
+        mode = context["decision_panel"]["mode"]
+        if mode != self.mode:
+            # Only when the controls change: a reviewer typing a reason keeps it while others vote.
+            self.mode = mode
+            html += render_to_string("approvals/detail.html#decision", context)
+        return html

@@ -7,16 +7,21 @@ Nothing matching falls to the tenant default, which fails closed: one approval b
 
 A condition that cannot be evaluated (a missing field, a type error) never lets anything through:
 for deny and require_approval policies it counts as a match; an allow policy with an error does not
-allow, and its proposal needs the tenant admins instead.
+allow, and its proposal needs the tenant admins instead. An approval that names no group also falls
+to the tenant admins.
+
+The same rules check a draft before it is stored (`version_field_errors`: the CEL compiler's message,
+thresholds naming the tenant's groups) and replay recent proposals against it (`dry_run`).
 """
 
 import fnmatch
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 import cel
 
-from approvals.models import PolicyVersion, Tenant
+from approvals.models import PolicyVersion, Proposal, Tenant
 
 PER_VOTE = "per_vote"
 
@@ -43,11 +48,15 @@ def condition_matches(source: str, context: dict) -> bool:
     return result
 
 
+_WINDOW = re.compile(r"[0-9]{1,6}")  # ASCII digits only: "١٢" passes str.isdigit() but is no window
+
+
 def validate_step_up(value: str) -> str:
+    value = str(value).strip()
     if value == PER_VOTE:
         return value
-    if value.isdigit() and int(value) > 0:
-        return value
+    if _WINDOW.fullmatch(value) and int(value) > 0:
+        return str(int(value))
     raise ValueError("step-up must be 'per_vote' or a freshness window in seconds (a positive number)")
 
 
@@ -115,31 +124,44 @@ def evaluate(tenant: Tenant, versions: list[PolicyVersion], context: dict) -> Ev
     denies = [v for v in matched if v.outcome == PolicyVersion.Outcome.DENY]
     if denies:
         names = ", ".join(str(v) for v in denies)
-        return Evaluation("deny", versions=denies, reason=f"denied by policy {names}", errors=errors,
-                          risk="high", consume=False)
+        return Evaluation(
+            "deny",
+            versions=denies,
+            reason=f"denied by policy {names}",
+            errors=errors,
+            risk="high",
+            consume=False,
+        )
 
     approvals = [v for v in matched if v.outcome == PolicyVersion.Outcome.REQUIRE_APPROVAL]
     if approvals:
-        return _merge_requirements(approvals, errors)
+        return _merge_requirements(tenant, approvals, errors)
 
     allows = [v for v in matched if v.outcome == PolicyVersion.Outcome.ALLOW]
     if allows:
-        return Evaluation("allow", versions=allows, reason=f"allowed by policy {allows[0]}",
-                          ttl_seconds=min(v.ttl_seconds for v in allows),
-                          consume=any(v.consume_online for v in allows),
-                          risk=max((v.risk for v in allows), key=lambda r: RISK_ORDER.get(r, 0)),
-                          errors=errors)
+        return Evaluation(
+            "allow",
+            versions=allows,
+            reason=f"allowed by policy {allows[0]}",
+            ttl_seconds=min(v.ttl_seconds for v in allows),
+            consume=any(v.consume_online for v in allows),
+            risk=max((v.risk for v in allows), key=lambda r: RISK_ORDER.get(r, 0)),
+            errors=errors,
+        )
 
     return tenant_default(tenant, errors)
 
 
-def _merge_requirements(versions: list[PolicyVersion], errors: list[str]) -> Evaluation:
+def _merge_requirements(tenant: Tenant, versions: list[PolicyVersion], errors: list[str]) -> Evaluation:
     counts: dict[str, int] = {}
     step_up = versions[0].step_up
     for version in versions:
-        for threshold in version.thresholds:
+        for threshold in version.thresholds or []:
             counts[threshold["group"]] = max(counts.get(threshold["group"], 0), int(threshold["count"]))
         step_up = stricter_step_up(step_up, version.step_up)
+    if not counts:
+        # An approval nobody is named for could never be given; fall back to the tenant admins (fail closed).
+        counts[_admin_group_slug(tenant)] = 1
     return Evaluation(
         "require_approval",
         versions=versions,
@@ -156,10 +178,9 @@ def _merge_requirements(versions: list[PolicyVersion], errors: list[str]) -> Eva
 
 def tenant_default(tenant: Tenant, errors: list[str] | None = None) -> Evaluation:
     """Fail closed: one approval by the tenant's admin group, a fresh code per vote."""
-    group = tenant.admin_group.slug if tenant.admin_group_id else "admins"
     return Evaluation(
         "require_approval",
-        thresholds=[{"group": group, "count": 1}],
+        thresholds=[{"group": _admin_group_slug(tenant), "count": 1}],
         step_up=PER_VOTE,
         ttl_seconds=tenant.default_ttl_seconds,
         reason="no policy matched: the tenant default requires approval by the tenant admins",
@@ -168,9 +189,161 @@ def tenant_default(tenant: Tenant, errors: list[str] | None = None) -> Evaluatio
     )
 
 
+def _admin_group_slug(tenant: Tenant) -> str:
+    # Without an admin group nobody can approve: still closed, never open.
+    return tenant.admin_group.slug if tenant.admin_group_id else "admins"
+
+
 def active_versions_for(tenant: Tenant) -> list[PolicyVersion]:
     return list(
         PolicyVersion.objects.filter(policy__tenant=tenant, status=PolicyVersion.Status.ACTIVE)
         .select_related("policy")
         .order_by("policy__slug")
     )
+
+
+def context_for_proposal(proposal) -> dict:
+    """The CEL context of a stored proposal: what intake evaluated, and what a dry run replays."""
+    return evaluation_context(
+        tool=proposal.tool,
+        args=proposal.action.get("arguments", {}),
+        principal={"id": proposal.principal_id, "display": proposal.principal_display},
+        agent=proposal.agent.slug,
+        consequences=proposal.consequences,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Validating a version before it is stored (the service refuses, the admin form shows it on the field)
+
+VERSION_FIELDS = (
+    "agent_pattern",
+    "tool_pattern",
+    "condition",
+    "outcome",
+    "thresholds",
+    "step_up",
+    "ttl_seconds",
+    "allow_self_approval",
+    "consume_online",
+    "risk",
+)
+RISKS = ("", "low", "medium", "high")
+
+
+def thresholds_error(thresholds, group_slugs: set[str]) -> str | None:
+    if not isinstance(thresholds, list):
+        return 'thresholds must be a JSON list like [{"group": "finance", "count": 1}]'
+    seen: set[str] = set()
+    for item in thresholds:
+        if not isinstance(item, dict) or set(item) != {"group", "count"}:
+            return 'each threshold is an object with exactly "group" and "count"'
+        group, count = item["group"], item["count"]
+        if not isinstance(group, str) or group not in group_slugs:
+            known = ", ".join(sorted(group_slugs)) or "none yet"
+            return f"unknown group {group!r}: this tenant's groups are {known}"
+        if group in seen:
+            return f"group {group!r} is named twice; give it one count"
+        seen.add(group)
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            return f"the count for {group!r} must be a whole number of at least 1"
+    return None
+
+
+def version_field_errors(fields: dict, group_slugs: set[str]) -> dict[str, str]:
+    """What is wrong with a draft's fields, by field name (empty when it may be stored)."""
+    errors: dict[str, str] = {}
+    unknown = set(fields) - set(VERSION_FIELDS)
+    if unknown:
+        errors["__all__"] = "unknown fields: " + ", ".join(sorted(unknown))
+    outcome = fields.get("outcome")
+    if outcome not in PolicyVersion.Outcome.values:
+        errors["outcome"] = "outcome is allow, deny or require_approval"
+    for name in ("agent_pattern", "tool_pattern"):
+        value = fields.get(name, "*")
+        if not isinstance(value, str) or not value.strip():
+            errors[name] = "a glob such as * or payments.*"
+    condition = fields.get("condition", "")
+    if not isinstance(condition, str):
+        errors["condition"] = "the condition is a CEL expression (text)"
+    elif condition.strip():
+        try:
+            compile_condition(condition)
+        except ValueError as error:
+            errors["condition"] = str(error)
+    thresholds = fields.get("thresholds", [])
+    problem = thresholds_error(thresholds, group_slugs)
+    if problem:
+        errors["thresholds"] = problem
+    elif outcome == PolicyVersion.Outcome.REQUIRE_APPROVAL and not thresholds:
+        errors["thresholds"] = "an approval policy names at least one group and count"
+    try:
+        validate_step_up(fields.get("step_up", PER_VOTE))
+    except ValueError as error:
+        errors["step_up"] = str(error)
+    ttl = fields.get("ttl_seconds", 3600)
+    if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 1:
+        errors["ttl_seconds"] = "the time to live is a whole number of seconds, at least 1"
+    if fields.get("risk", "") not in RISKS:
+        errors["risk"] = "risk is empty, low, medium or high"
+    return errors
+
+
+# ---------------------------------------------------------------------------------------------------
+# Dry run: replay recent proposals against a draft
+
+
+@dataclass
+class DryRunRow:
+    proposal: Proposal
+    draft_matches: bool
+    draft_error: str
+    outcome_now: str  # with the active versions
+    outcome_with_draft: str  # with the draft in place of its policy's active version
+    evaluation: Evaluation
+
+    @property
+    def changes(self) -> bool:
+        return self.outcome_now != self.outcome_with_draft
+
+
+def versions_with_draft(active: list[PolicyVersion], draft: PolicyVersion) -> list[PolicyVersion]:
+    return [v for v in active if v.policy_id != draft.policy_id] + [draft]
+
+
+def draft_matches(draft: PolicyVersion, context: dict) -> tuple[bool, str]:
+    """Whether the draft by itself matches; a condition error matches for deny/approval, as at intake."""
+    if not pattern_matches(draft, context["agent"], context["tool"]):
+        return False, ""
+    try:
+        return condition_matches(draft.condition, context), ""
+    except PolicyConditionError as error:
+        return draft.outcome != PolicyVersion.Outcome.ALLOW, str(error)
+
+
+def dry_run(draft: PolicyVersion, proposals) -> list[DryRunRow]:
+    """Evaluate each proposal as intake would have if the draft were active (nothing is written)."""
+    tenant = draft.policy.tenant
+    active = active_versions_for(tenant)
+    candidate = versions_with_draft(active, draft)
+    rows = []
+    for proposal in proposals:
+        context = context_for_proposal(proposal)
+        matches, error = draft_matches(draft, context)
+        with_draft = evaluate(tenant, candidate, context)
+        rows.append(
+            DryRunRow(
+                proposal=proposal,
+                draft_matches=matches,
+                draft_error=error,
+                outcome_now=evaluate(tenant, active, context).outcome,
+                outcome_with_draft=with_draft.outcome,
+                evaluation=with_draft,
+            )
+        )
+    return rows
+
+
+def recent_proposals(tenant: Tenant, limit: int = 100) -> list[Proposal]:
+    recent = Proposal.objects.filter(tenant=tenant).select_related("agent").order_by("-created_at")
+    return list(recent[:limit])

@@ -28,6 +28,8 @@ from approvals.models import (
     GroupMembership,
     Halt,
     OutboxMessage,
+    Policy,
+    PolicyVersion,
     Proposal,
     Tenant,
     TenantMembership,
@@ -167,7 +169,8 @@ def _refuse_if_halted(tenant_id, agent_id, error_class=HaltedError):
 
 
 def halt(*, scope: str, operator, reason: str, tenant: Tenant | None = None, agent: Agent | None = None) -> Halt:
-    """Stop intake and votes in scope, revoke released-but-unconsumed decisions, cancel their tasks."""
+    """Stop intake, votes and consumes in scope; revoke released-but-unconsumed decisions; queue CancelTask
+    for their tasks and for tasks already executing. Tasks still waiting for people are left parked."""
     if not reason.strip():
         raise ServiceError("reason_required", "a halt needs a reason", "reason")
     if (scope == Halt.Scope.TENANT) != (tenant is not None) or (scope == Halt.Scope.AGENT) != (agent is not None):
@@ -175,17 +178,28 @@ def halt(*, scope: str, operator, reason: str, tenant: Tenant | None = None, age
     actor = user_actor(operator) if operator else SYSTEM
     with transaction.atomic():
         record_halt = Halt.objects.create(scope=scope, tenant=tenant, agent=agent, reason=reason, operator=operator)
+        in_scope = Proposal.objects.select_for_update().order_by("pk")
+        if tenant:
+            in_scope = in_scope.filter(tenant=tenant)
+        if agent:
+            in_scope = in_scope.filter(agent=agent)
+        # Lock every affected proposal before the first audit append takes a chain head: consumes and
+        # votes lock their proposal first too, so a halt never deadlocks against them.
+        released = list(in_scope.filter(state__in=RELEASED))
+        running = list(in_scope.filter(state=State.EXECUTING))
+        for proposal in released:
+            _revoke(proposal, actor=actor, reason=f"halt: {reason}", revoked_by=operator)
+        for proposal in running:
+            # Consumed already, so nothing to revoke; but a kill switch also stops the task that runs.
+            _enqueue(proposal, OutboxMessage.Kind.CANCEL, message_id=f"cancel-{proposal.id}",
+                     payload={"reason": f"halt: {reason}"})
         tenant_id = tenant.id if tenant else (agent.tenant_id if agent else None)
         record(tenant_id, actor=actor, verb=Verb.HALT_STARTED, subject=f"halt:{record_halt.id}",
                data={"scope": scope, "tenant": tenant.slug if tenant else None,
-                     "agent": agent.slug if agent else None, "reason": reason})
-        released = Proposal.objects.select_for_update().filter(state__in=RELEASED)
-        if tenant:
-            released = released.filter(tenant=tenant)
-        if agent:
-            released = released.filter(agent=agent)
-        for proposal in released:
-            _revoke(proposal, actor=actor, reason=f"halt: {reason}", revoked_by=operator)
+                     "agent": agent.slug if agent else None, "reason": reason,
+                     "revoked": [str(p.id) for p in released],
+                     "cancelled_running": [str(p.id) for p in running]})
+        record_halt.stopped = released + running  # for the caller's report; CancelTask is queued for each
     return record_halt
 
 
@@ -227,10 +241,8 @@ def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -
     """Create the proposal for an agent's approval request (idempotent on agent, task, request id) and
     evaluate policy. Returns (proposal, created)."""
     request = submission.request
-    existing = Proposal.objects.filter(agent=agent, task_id=submission.task_id, request_id=request.request_id).first()
-    if existing:
-        return _same_request_or_error(existing, request), False
-
+    # The digest is checked before the replay lookup: a replay must carry the action it names, or a
+    # changed action under a known request_id would pass as the same request.
     try:
         recomputed = action_digest(request.action)
     except rfc8785.CanonicalizationError as error:
@@ -241,6 +253,10 @@ def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -
             f"action_digest does not match the action: Reviewer computed {recomputed} (RFC 8785 + SHA-256)",
             "request.action_digest",
         )
+    existing = Proposal.objects.filter(agent=agent, task_id=submission.task_id, request_id=request.request_id).first()
+    if existing:
+        return _same_request_or_error(existing, request), False
+
     canonical = rfc8785.dumps(request.action).decode()
     material = len(canonical) + len(rfc8785.dumps(request.consequences))
     if material > settings.PROPOSAL_MAX_BYTES:
@@ -252,6 +268,11 @@ def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -
 
     try:
         with transaction.atomic():
+            if request.supersedes:
+                # Lock the request this one replaces before the audit chain head, the order a vote on it
+                # takes them in; the other order deadlocks against that vote on PostgreSQL.
+                list(Proposal.objects.select_for_update().filter(
+                    agent=agent, task_id=submission.task_id, request_id=request.supersedes).values_list("pk"))
             _refuse_if_halted(agent.tenant_id, agent.id)
             proposal = Proposal.objects.create(
                 tenant_id=agent.tenant_id, agent=agent, task_id=submission.task_id,
@@ -282,6 +303,17 @@ def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -
     return proposal, True
 
 
+def record_intake_refusal(agent: Agent, error: ServiceError, *, via: str, task_id: str = "",
+                          request_id: str = "") -> None:
+    """Leave a trace of an authenticated agent's request that intake refused (a digest that does not
+    match its action, a reused request id, a halt): the attempt itself is evidence."""
+    with transaction.atomic():
+        record(agent.tenant_id, actor=agent_actor(agent), verb=Verb.INTAKE_REFUSED,
+               subject=f"agent:{agent.slug}",
+               data={"via": via, "code": error.code, "field": error.field, "task_id": task_id[:200],
+                     "request_id": request_id[:200]})
+
+
 def _same_request_or_error(existing: Proposal, request) -> Proposal:
     if existing.action_digest != request.action_digest:
         raise IntakeError("request_id_reused", "this request_id is already known with another action; "
@@ -309,12 +341,8 @@ def _next_states(state: str) -> set[str]:
 
 
 def _evaluate_and_route(proposal: Proposal, *, requested_expiry: datetime | None, actor: str):
-    agent = proposal.agent
-    context = policy.evaluation_context(
-        tool=proposal.tool, args=proposal.action.get("arguments", {}),
-        principal={"id": proposal.principal_id, "display": proposal.principal_display},
-        agent=agent.slug, consequences=proposal.consequences,
-    )
+    # The same context a policy dry run replays, so a dry run shows what intake would have done.
+    context = policy.context_for_proposal(proposal)
     evaluation = policy.evaluate(proposal.tenant, policy.active_versions_for(proposal.tenant), context)
     proposal.requirements = evaluation.requirements
     proposal.risk = evaluation.risk
@@ -514,7 +542,8 @@ def cast_vote(proposal_id, user, *, verdict: str, digest_seen: str, reason: str 
         raise VoteRefused("reason_required", "a rejection needs a reason", "reason")
     refusal: VoteRefused | None = None
     with transaction.atomic():
-        proposal = Proposal.objects.select_for_update().select_related("agent", "tenant").filter(pk=proposal_id).first()
+        proposal = (Proposal.objects.select_for_update(of=("self",)).select_related("agent", "tenant")
+                    .filter(pk=proposal_id).first())
         if proposal is None or tenant_role(user, proposal.tenant_id) is None:
             raise NotFound("not_found", "no such proposal")
         clock = now or now_utc()
@@ -604,7 +633,8 @@ def request_info(proposal_id, user, *, question: str, digest_seen: str) -> Decis
     if not question:
         raise VoteRefused("question_required", "write the question the agent must answer", "question")
     with transaction.atomic():
-        proposal = Proposal.objects.select_for_update().select_related("agent", "tenant").filter(pk=proposal_id).first()
+        proposal = (Proposal.objects.select_for_update(of=("self",)).select_related("agent", "tenant")
+                    .filter(pk=proposal_id).first())
         if proposal is None or tenant_role(user, proposal.tenant_id) is None:
             raise NotFound("not_found", "no such proposal")
         refusal = _vote_refusal_without_duplicate(proposal, user, digest_seen)
@@ -633,7 +663,8 @@ def edit_proposal(proposal_id, user, *, arguments: dict, digest_seen: str, note:
     if not isinstance(arguments, dict):
         raise VoteRefused("bad_arguments", "arguments must be an object", "arguments")
     with transaction.atomic():
-        old = Proposal.objects.select_for_update().select_related("agent", "tenant").filter(pk=proposal_id).first()
+        old = (Proposal.objects.select_for_update(of=("self",)).select_related("agent", "tenant")
+               .filter(pk=proposal_id).first())
         if old is None or tenant_role(user, old.tenant_id) is None:
             raise NotFound("not_found", "no such proposal")
         refusal = _vote_refusal_without_duplicate(old, user, digest_seen)
@@ -776,10 +807,7 @@ def consume_decision(agent: Agent, jti, *, rev: int, now: datetime | None = None
     clock = now or now_utc()
     refusal: ConsumeRefused | None = None
     with transaction.atomic():
-        decision = Decision.objects.select_for_update().filter(jti=jti, proposal__agent=agent).first()
-        if decision is None:
-            raise NotFound("not_found", "no decision with this id for this agent")
-        proposal = Proposal.objects.select_for_update().select_related("agent", "tenant").get(pk=decision.proposal_id)
+        proposal, decision = _lock_decision(agent, jti)
         refusal = _consume_refusal(proposal, decision, rev, clock)
         if refusal is None:
             decision.consumed_at = clock
@@ -791,6 +819,12 @@ def consume_decision(agent: Agent, jti, *, rev: int, now: datetime | None = None
         else:
             if refusal.code == "expired" and proposal.state in RELEASED:
                 _expire(proposal, reason="decision expired before it was consumed")
+            elif refusal.code == "halted":
+                # Released while a halt was committing (a vote or an intake raced it): revoke it as the
+                # halt would have, so resuming never brings it back.
+                halt_record = active_halt(proposal.tenant_id, proposal.agent_id)
+                why = halt_record.reason if halt_record else "lifted meanwhile"
+                _revoke(proposal, actor=SYSTEM, reason=f"halt: {why}")
             record(proposal.tenant_id, actor=agent_actor(agent), verb=Verb.DECISION_CONSUME_REFUSED,
                    subject=proposal_subject(proposal), data={"jti": str(jti), "code": refusal.code})
     if refusal is not None:
@@ -798,15 +832,28 @@ def consume_decision(agent: Agent, jti, *, rev: int, now: datetime | None = None
     return proposal
 
 
+def _lock_decision(agent: Agent, jti) -> tuple[Proposal, Decision]:
+    """Lock a decision of this agent for a write: its proposal row first, then the decision, the order
+    revoke, halt and expiry take them in (the other order deadlocks against them on PostgreSQL). Only the
+    proposal row is locked, not the agent and tenant rows it is read with."""
+    found = Decision.objects.filter(jti=jti, proposal__agent=agent).values_list("proposal_id", flat=True)
+    proposal_id = found.first()
+    if proposal_id is None:
+        raise NotFound("not_found", "no decision with this id for this agent")
+    locked = Proposal.objects.select_for_update(of=("self",)).select_related("agent", "tenant")
+    return locked.get(pk=proposal_id), Decision.objects.select_for_update().get(jti=jti)
+
+
 def _consume_refusal(proposal: Proposal, decision: Decision, rev: int, clock: datetime) -> ConsumeRefused | None:
+    if proposal.state == State.SUPERSEDED:
+        # Checked first: the decision of a superseded proposal is a needs_info; the answer is the successor.
+        return ConsumeRefused("superseded", "this proposal was superseded by a newer request")
     if decision.kind != Decision.Kind.APPROVED:
         return ConsumeRefused("not_approved", f"this decision is {decision.kind}; nothing may execute")
     if decision.revoked_at or proposal.state == State.REVOKED:
         return ConsumeRefused("revoked", "this decision was revoked; nothing may execute")
     if decision.consumed_at or proposal.state in {State.EXECUTING, State.SUCCEEDED, State.FAILED, State.UNKNOWN}:
         return ConsumeRefused("consumed", "this decision was already consumed; it releases one execution")
-    if proposal.state == State.SUPERSEDED:
-        return ConsumeRefused("superseded", "this proposal was superseded")
     if proposal.state == State.EXPIRED or clock >= decision.expires_at:
         return ConsumeRefused("expired", "this decision expired; nothing may execute")
     if proposal.state not in RELEASED:
@@ -826,10 +873,7 @@ def record_outcome(agent: Agent, jti, *, status: str, transaction_id: str = "", 
     if status not in targets:
         raise ServiceError("bad_status", "status is succeeded, failed or unknown", "status")
     with transaction.atomic():
-        decision = Decision.objects.select_for_update().filter(jti=jti, proposal__agent=agent).first()
-        if decision is None:
-            raise NotFound("not_found", "no decision with this id for this agent")
-        proposal = Proposal.objects.select_for_update().select_related("agent", "tenant").get(pk=decision.proposal_id)
+        proposal, decision = _lock_decision(agent, jti)
         target = targets[status]
         if proposal.state == target:
             return proposal  # the same report again (push and API both arrived)
@@ -893,7 +937,8 @@ def mark_unknown(proposal_id, *, reason: str) -> Proposal:
 def settle_from_task_state(proposal_id, *, task_state: str, detail: str = "") -> Proposal:
     """Reconciliation: the agent's task state (from GetTask or a push) settles an execution."""
     with transaction.atomic():
-        proposal = Proposal.objects.select_for_update().select_related("agent").get(pk=proposal_id)
+        locked = Proposal.objects.select_for_update(of=("self",)).select_related("agent")
+        proposal = locked.get(pk=proposal_id)
         decision = getattr(proposal, "decision", None)
     if decision is None:
         return proposal
@@ -904,6 +949,107 @@ def settle_from_task_state(proposal_id, *, task_state: str, detail: str = "") ->
             return record_outcome(proposal.agent, decision.jti, status="failed", detail=detail or task_state,
                                   via="task_state")
     return proposal
+
+
+def close_for_ended_task(proposal_id, *, task_state: str) -> Proposal:
+    """The agent's task ended (a push or GetTask says so) while its request still waited for people:
+    nothing can act on a decision any more, so the request is cancelled rather than left in the queue."""
+    with transaction.atomic():
+        proposal = Proposal.objects.select_for_update().get(pk=proposal_id)
+        if proposal.state in {State.AWAITING_REVIEW, State.INFO_REQUESTED}:
+            transition(proposal, State.CANCELLED, actor=agent_actor(proposal.agent),
+                       reason=f"the agent's task ended ({task_state}) before a decision")
+    return proposal
+
+
+# ---------------------------------------------------------------------------------------------------
+# Outbox delivery (run by the worker; the network call happens between these, outside any transaction)
+
+
+def outbox_backoff_seconds(attempts: int) -> int:
+    """1, 2, 4, 8 ... seconds after the 1st, 2nd, 3rd ... failed attempt, capped."""
+    return min(2 ** max(attempts - 1, 0), settings.OUTBOX_BACKOFF_CAP_SECONDS)
+
+
+def claim_due_outbox(*, limit: int = 20, lease_seconds: int = 120,
+                     now: datetime | None = None) -> list[OutboxMessage]:
+    """Claim due pending messages for one worker: each claim counts an attempt and pushes
+    next_attempt_at out by the lease, so no other worker takes the row while it is being delivered
+    (and a worker that dies mid-delivery only delays it by the lease). SKIP LOCKED on PostgreSQL lets
+    workers claim side by side; elsewhere the compare-and-set on next_attempt_at decides."""
+    clock = now or now_utc()
+    lease_until = clock + timedelta(seconds=lease_seconds)
+    claimed = []
+    with transaction.atomic():
+        due = OutboxMessage.objects.filter(status=OutboxMessage.Status.PENDING, next_attempt_at__lte=clock)
+        if transaction.get_connection().features.has_select_for_update_skip_locked:
+            due = due.select_for_update(skip_locked=True)
+        for message in due.order_by("next_attempt_at", "id")[:limit]:
+            won = OutboxMessage.objects.filter(
+                pk=message.pk, status=OutboxMessage.Status.PENDING, next_attempt_at=message.next_attempt_at,
+            ).update(next_attempt_at=lease_until, attempts=message.attempts + 1)
+            if won == 1:
+                message.next_attempt_at, message.attempts = lease_until, message.attempts + 1
+                claimed.append(message)
+    return claimed
+
+
+def _outbox_audit(message: OutboxMessage, verb: str, data: dict):
+    proposal = Proposal.objects.only("id", "tenant_id").get(pk=message.proposal_id)
+    record(proposal.tenant_id, actor=SYSTEM, verb=verb, subject=proposal_subject(proposal),
+           data={"outbox_id": message.id, "kind": message.kind, "message_id": message.message_id,
+                 "attempts": message.attempts, **data})
+
+
+def mark_outbox_delivered(message_id: int, *, note: str = "", now: datetime | None = None) -> bool:
+    """The agent took the message. False if another worker settled the row first."""
+    with transaction.atomic():
+        message = OutboxMessage.objects.select_for_update().filter(
+            pk=message_id, status=OutboxMessage.Status.PENDING).first()
+        if message is None:
+            return False
+        message.status, message.delivered_at = OutboxMessage.Status.DELIVERED, now or now_utc()
+        message.last_error = ""
+        message.save(update_fields=["status", "delivered_at", "last_error"])
+        _outbox_audit(message, Verb.OUTBOX_DELIVERED, {"note": note[:500]})
+    return True
+
+
+def mark_outbox_failed(message_id: int, *, error: str, now: datetime | None = None) -> OutboxMessage | None:
+    """A failed attempt: retry with exponential backoff, or dead-letter after OUTBOX_MAX_ATTEMPTS
+    (the row and its last error stay for an operator). None if the row is no longer pending."""
+    clock = now or now_utc()
+    error = error[:2000]
+    with transaction.atomic():
+        message = OutboxMessage.objects.select_for_update().filter(
+            pk=message_id, status=OutboxMessage.Status.PENDING).first()
+        if message is None:
+            return None
+        message.last_error = error
+        if message.attempts >= settings.OUTBOX_MAX_ATTEMPTS:
+            message.status = OutboxMessage.Status.DEAD
+            message.save(update_fields=["status", "last_error"])
+            _outbox_audit(message, Verb.OUTBOX_DEAD, {"error": error})
+        else:
+            message.next_attempt_at = clock + timedelta(seconds=outbox_backoff_seconds(message.attempts))
+            message.save(update_fields=["next_attempt_at", "last_error"])
+            _outbox_audit(message, Verb.OUTBOX_FAILED,
+                          {"error": error, "next_attempt_at": _audit_time(message.next_attempt_at)})
+    return message
+
+
+def withdraw_outbox(message_id: int, *, reason: str) -> bool:
+    """Never deliver this message: an approval whose decision was revoked or expired before it left
+    (a decision that need not be consumed online would otherwise still be acted on). Kept as dead."""
+    with transaction.atomic():
+        message = OutboxMessage.objects.select_for_update().filter(
+            pk=message_id, status=OutboxMessage.Status.PENDING).first()
+        if message is None:
+            return False
+        message.status, message.last_error = OutboxMessage.Status.DEAD, f"withdrawn: {reason}"[:2000]
+        message.save(update_fields=["status", "last_error"])
+        _outbox_audit(message, Verb.OUTBOX_DEAD, {"withdrawn": True, "reason": reason})
+    return True
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -917,6 +1063,10 @@ def register_agent(*, tenant: Tenant, slug: str, name: str, card_url: str, audie
     from approvals.models import hash_token
 
     with transaction.atomic():
+        owner = Agent.objects.select_for_update().filter(slug=slug).first()
+        if owner is not None and owner.tenant_id != tenant.id:
+            # Slugs are global: re-registering must never move another tenant's agent (and its tasks) here.
+            raise Conflict("slug_taken", f"the agent slug {slug!r} is already taken", "slug")
         agent, created = Agent.objects.update_or_create(
             slug=slug,
             defaults={"tenant": tenant, "name": name, "card_url": card_url, "audience": audience or card_url,
@@ -935,3 +1085,440 @@ def rotate_signing_key(*, actor: str = SYSTEM) -> str:
         record(None, actor=actor, verb=Verb.SIGNING_KEY_ROTATED, subject=f"key:{new_key.kid}",
                data={"kid": new_key.kid, "retired": retired})
     return new_key.kid
+
+
+# ---------------------------------------------------------------------------------------------------
+# Configuration: tenants, groups, policy versions
+#
+# Who may decide and by which rules changes only here: the Django admin, `manage.py setup_tenant` and
+# `manage.py policy` call these. `actor` is the user making the change, or None for scripted set-up
+# (recorded as system). Policy versions always need people: an author and a different approver.
+
+# Verbs the audit enum does not name yet; the stored string stays the same once it does.
+TENANT_CREATED = getattr(Verb, "TENANT_CREATED", "tenant.created")
+TENANT_CHANGED = getattr(Verb, "TENANT_CHANGED", "tenant.changed")
+GROUP_CREATED = getattr(Verb, "GROUP_CREATED", "group.created")
+POLICY_CREATED = getattr(Verb, "POLICY_CREATED", "policy.created")
+AGENT_CHANGED = getattr(Verb, "AGENT_CHANGED", "agent.changed")
+AGENT_TOKENS_ROTATED = getattr(Verb, "AGENT_TOKENS_ROTATED", "agent.tokens_rotated")
+
+ADMIN_GROUP_SLUG = "admins"
+TTL_TOO_SHORT = "the default time to live is at least one second"
+
+
+class ConfigRefused(ServiceError):
+    http_status = 403
+
+
+class PolicyInvalid(ServiceError):
+    """A draft that cannot be stored; `errors` maps each field to what is wrong with it."""
+
+    def __init__(self, errors: dict[str, str]):
+        field = next(iter(errors))
+        message = "; ".join(f"{name}: {text}" for name, text in errors.items())
+        super().__init__("invalid_policy", message, field)
+        self.errors = errors
+
+
+def _config_actor(user) -> str:
+    return user_actor(user) if user is not None else SYSTEM
+
+
+def is_config_admin(user, tenant_id) -> bool:
+    """Superusers configure every tenant; a tenant admin configures their own."""
+    if user is None or not user.is_active:
+        return False
+    return user.is_superuser or tenant_role(user, tenant_id) == TenantMembership.Role.ADMIN
+
+
+def admin_tenant_ids(user) -> list[int] | None:
+    """The tenants this user configures; None means all of them (a superuser)."""
+    if user.is_superuser:
+        return None
+    return list(TenantMembership.objects.filter(user=user, role=TenantMembership.Role.ADMIN)
+                .values_list("tenant_id", flat=True))
+
+
+def _require_config_admin(user, tenant_id) -> None:
+    if user is not None and not is_config_admin(user, tenant_id):
+        raise ConfigRefused("not_admin", "only an admin of this tenant can change its configuration")
+
+
+def _require_slug(value: str, field: str = "slug") -> str:
+    from django.core.exceptions import ValidationError
+    from django.core.validators import validate_slug
+
+    try:
+        validate_slug(value)
+    except ValidationError:
+        raise ServiceError("bad_slug", f"{value!r} is not a slug (letters, digits, - and _)", field) from None
+    return value
+
+
+def create_tenant(*, slug: str, name: str, actor=None, default_ttl_seconds: int = 3600) -> Tenant:
+    """A tenant with its admin group, which the fail-closed default asks when no policy matches."""
+    if actor is not None and not actor.is_superuser:
+        raise ConfigRefused("not_admin", "only a superuser creates tenants")
+    _require_slug(slug)
+    if default_ttl_seconds < 1:
+        raise ServiceError("bad_ttl", TTL_TOO_SHORT, "default_ttl_seconds")
+    with transaction.atomic():
+        if Tenant.objects.filter(slug=slug).exists():
+            raise Conflict("slug_taken", f"a tenant {slug!r} exists already", "slug")
+        tenant = Tenant.objects.create(slug=slug, name=name or slug, default_ttl_seconds=default_ttl_seconds)
+        admins = ApproverGroup.objects.create(tenant=tenant, slug=ADMIN_GROUP_SLUG, name="Tenant admins")
+        tenant.admin_group = admins
+        tenant.save(update_fields=["admin_group"])
+        record(tenant.id, actor=_config_actor(actor), verb=TENANT_CREATED, subject=f"tenant:{slug}",
+               data={"slug": slug, "name": tenant.name, "default_ttl_seconds": default_ttl_seconds,
+                     "admin_group": ADMIN_GROUP_SLUG})
+    return tenant
+
+
+def update_tenant(tenant: Tenant, *, actor=None, name: str | None = None,
+                  default_ttl_seconds: int | None = None, admin_group: ApproverGroup | None = None) -> Tenant:
+    """Change a tenant's name, default TTL or admin group (whom the fail-closed default asks)."""
+    _require_config_admin(actor, tenant.id)
+    if admin_group is not None and admin_group.tenant_id != tenant.id:
+        raise ServiceError("foreign_group", "the admin group must belong to this tenant", "admin_group")
+    if default_ttl_seconds is not None and default_ttl_seconds < 1:
+        raise ServiceError("bad_ttl", TTL_TOO_SHORT, "default_ttl_seconds")
+    with transaction.atomic():
+        # No select_related: PostgreSQL cannot lock the nullable side of the outer join it would make.
+        tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
+        wanted = {"name": name, "default_ttl_seconds": default_ttl_seconds,
+                  "admin_group": admin_group.slug if admin_group is not None else None}
+        current = {"name": tenant.name, "default_ttl_seconds": tenant.default_ttl_seconds,
+                   "admin_group": tenant.admin_group.slug if tenant.admin_group_id else None}
+        changes = {key: [current[key], value] for key, value in wanted.items()
+                   if value is not None and value != current[key]}
+        if not changes:
+            return tenant
+        if name is not None:
+            tenant.name = name
+        if default_ttl_seconds is not None:
+            tenant.default_ttl_seconds = default_ttl_seconds
+        if admin_group is not None:
+            tenant.admin_group = admin_group
+        tenant.save(update_fields=["name", "default_ttl_seconds", "admin_group"])
+        record(tenant.id, actor=_config_actor(actor), verb=TENANT_CHANGED, subject=f"tenant:{tenant.slug}",
+               data={"changes": changes})
+    return tenant
+
+
+def set_tenant_membership(tenant: Tenant, user, *, role: str = TenantMembership.Role.REVIEWER,
+                          principal_id: str = "", actor=None) -> TenantMembership:
+    """Make a user a member of the tenant (or change their role or principal id). The principal id is how
+    agents name this person in `principal.id`; it is what keeps them from deciding their own requests."""
+    _require_config_admin(actor, tenant.id)
+    if role not in TenantMembership.Role.values:
+        raise ServiceError("bad_role", "the role is reviewer, compliance or admin", "role")
+    principal_id = (principal_id or "").strip()
+    if len(principal_id) > 200:
+        raise ServiceError("bad_principal_id", "a principal id has at most 200 characters", "principal_id")
+    with transaction.atomic():
+        if principal_id and TenantMembership.objects.filter(tenant=tenant, principal_id=principal_id).exclude(
+                user=user).exists():
+            raise Conflict("principal_id_taken", f"another member already has principal id {principal_id!r}",
+                           "principal_id")
+        membership = TenantMembership.objects.select_for_update().filter(tenant=tenant, user=user).first()
+        previous = {"role": membership.role, "principal_id": membership.principal_id} if membership else None
+        if previous == {"role": role, "principal_id": principal_id}:
+            return membership
+        if role == TenantMembership.Role.COMPLIANCE and _group_slugs_of(tenant, user):
+            raise Conflict("compliance_in_group",
+                           "compliance staff do not vote: remove them from the approver groups first", "role")
+        if membership is None:
+            membership = TenantMembership.objects.create(tenant=tenant, user=user, role=role,
+                                                         principal_id=principal_id)
+        else:
+            membership.role, membership.principal_id = role, principal_id
+            membership.save(update_fields=["role", "principal_id"])
+        record(tenant.id, actor=_config_actor(actor), verb=Verb.MEMBERSHIP_CHANGED,
+               subject=f"user:{user.get_username()}",
+               data={"user": user.get_username(), "role": role, "principal_id": principal_id,
+                     "previous": previous})
+    return membership
+
+
+def remove_tenant_membership(tenant: Tenant, user, *, actor=None) -> bool:
+    """Take a user out of the tenant, and so out of its approver groups: their approvals stop counting."""
+    _require_config_admin(actor, tenant.id)
+    with transaction.atomic():
+        membership = TenantMembership.objects.select_for_update().filter(tenant=tenant, user=user).first()
+        if membership is None:
+            return False
+        for group in ApproverGroup.objects.filter(tenant=tenant, groupmembership__user=user):
+            _remove_group_member(group, user, actor=actor)
+        previous = {"role": membership.role, "principal_id": membership.principal_id}
+        membership.delete()
+        record(tenant.id, actor=_config_actor(actor), verb=Verb.MEMBERSHIP_CHANGED,
+               subject=f"user:{user.get_username()}",
+               data={"user": user.get_username(), "role": None, "principal_id": "", "previous": previous})
+    return True
+
+
+def _group_slugs_of(tenant: Tenant, user) -> list[str]:
+    groups = ApproverGroup.objects.filter(tenant=tenant, groupmembership__user=user)
+    return list(groups.values_list("slug", flat=True))
+
+
+def create_group(tenant: Tenant, *, slug: str, name: str = "", actor=None) -> ApproverGroup:
+    _require_config_admin(actor, tenant.id)
+    _require_slug(slug)
+    with transaction.atomic():
+        if ApproverGroup.objects.filter(tenant=tenant, slug=slug).exists():
+            raise Conflict("slug_taken", f"the group {slug!r} exists already", "slug")
+        group = ApproverGroup.objects.create(tenant=tenant, slug=slug,
+                                             name=name or slug.replace("-", " ").title())
+        record(tenant.id, actor=_config_actor(actor), verb=GROUP_CREATED, subject=f"group:{slug}",
+               data={"slug": slug, "name": group.name})
+    return group
+
+
+def add_group_member(group: ApproverGroup, user, *, actor=None) -> GroupMembership:
+    """Make a tenant member eligible to vote where this group is named. Idempotent."""
+    _require_config_admin(actor, group.tenant_id)
+    with transaction.atomic():
+        role = tenant_role(user, group.tenant_id)
+        if role is None:
+            raise ServiceError("not_a_member", f"{user.get_username()} is not a member of this tenant; "
+                                               "add them to it first", "user")
+        if role == TenantMembership.Role.COMPLIANCE:
+            raise Conflict("compliance_in_group", "compliance staff read and export; they do not vote",
+                           "user")
+        membership, created = GroupMembership.objects.get_or_create(group=group, user=user)
+        if created:
+            record(group.tenant_id, actor=_config_actor(actor), verb=Verb.GROUP_MEMBER_ADDED,
+                   subject=f"group:{group.slug}", data={"group": group.slug, "user": user.get_username()})
+    return membership
+
+
+def remove_group_member(group: ApproverGroup, user, *, actor=None) -> bool:
+    """Take a user out of a group. Their approvals on open proposals stop counting at once (the quorum is
+    counted with current memberships); returns whether they were a member."""
+    _require_config_admin(actor, group.tenant_id)
+    with transaction.atomic():
+        return _remove_group_member(group, user, actor=actor)
+
+
+def _remove_group_member(group: ApproverGroup, user, *, actor) -> bool:
+    deleted, _ = GroupMembership.objects.filter(group=group, user=user).delete()
+    if not deleted:
+        return False
+    record(group.tenant_id, actor=_config_actor(actor), verb=Verb.GROUP_MEMBER_REMOVED,
+           subject=f"group:{group.slug}", data={"group": group.slug, "user": user.get_username()})
+    # Quorum pages showing this person's approval must re-read: it no longer counts.
+    for proposal in Proposal.objects.filter(tenant_id=group.tenant_id, state__in=OPEN_FOR_VOTES,
+                                            votes__voter=user).distinct():
+        events.proposal_changed(proposal)
+    return True
+
+
+def create_policy(tenant: Tenant, *, slug: str, name: str = "", actor=None) -> Policy:
+    """A named policy with no version yet (it matches nothing until a version is activated)."""
+    _require_config_admin(actor, tenant.id)
+    _require_slug(slug)
+    with transaction.atomic():
+        if Policy.objects.filter(tenant=tenant, slug=slug).exists():
+            raise Conflict("slug_taken", f"the policy {slug!r} exists already", "slug")
+        created = Policy.objects.create(tenant=tenant, slug=slug, name=name or slug.replace("-", " "))
+        record(tenant.id, actor=_config_actor(actor), verb=POLICY_CREATED, subject=f"policy:{slug}",
+               data={"slug": slug, "name": created.name})
+    return created
+
+
+POLICY_VERSION_DEFAULTS = {"agent_pattern": "*", "tool_pattern": "*", "condition": "", "thresholds": [],
+                           "step_up": policy.PER_VOTE, "ttl_seconds": 3600, "allow_self_approval": False,
+                           "consume_online": True, "risk": ""}
+
+
+def _checked_version_fields(tenant: Tenant, fields: dict) -> dict:
+    values = {**POLICY_VERSION_DEFAULTS, **fields}
+    group_slugs = set(ApproverGroup.objects.filter(tenant=tenant).values_list("slug", flat=True))
+    errors = policy.version_field_errors(values, group_slugs)
+    if errors:
+        raise PolicyInvalid(errors)
+    values["step_up"] = policy.validate_step_up(values["step_up"])
+    values["thresholds"] = [{"group": t["group"], "count": t["count"]} for t in values["thresholds"]]
+    return values
+
+
+def create_policy_version(policy: Policy, fields: dict, author) -> PolicyVersion:
+    """Store a new draft version of a policy. Versions are never edited: a change is a new draft, which
+    takes effect only when a different admin activates it (activate_policy_version)."""
+    if author is None:
+        raise ConfigRefused("author_required", "a policy version needs an author: four eyes are two people")
+    _require_config_admin(author, policy.tenant_id)
+    with transaction.atomic():
+        locked = Policy.objects.select_for_update(of=("self",)).select_related("tenant").get(pk=policy.pk)
+        values = _checked_version_fields(locked.tenant, fields)
+        latest = locked.versions.order_by("-version").values_list("version", flat=True).first() or 0
+        active = locked.active_version
+        version = PolicyVersion.objects.create(policy=locked, version=latest + 1,
+                                               status=PolicyVersion.Status.DRAFT, author=author, **values)
+        record(locked.tenant_id, actor=user_actor(author), verb=Verb.POLICY_VERSION_CREATED,
+               subject=f"policy:{locked.slug}@{version.version}",
+               data={"policy": locked.slug, "version": version.version,
+                     "active_version": active.version if active else None, **values})
+    return version
+
+
+def activate_policy_version(version: PolicyVersion, approver, *,
+                            now: datetime | None = None) -> PolicyVersion:
+    """Four eyes: a second admin approves a draft; it becomes the policy's active version and the version
+    it replaces is retired, in one transaction. New proposals pin it; open ones keep what they pinned."""
+    if approver is None:
+        raise ConfigRefused("approver_required", "activating a policy version needs a second admin")
+    with transaction.atomic():
+        locked_policy = (Policy.objects.select_for_update(of=("self",)).select_related("tenant")
+                         .get(pk=version.policy_id))
+        _require_config_admin(approver, locked_policy.tenant_id)
+        draft = PolicyVersion.objects.select_for_update().get(pk=version.pk)
+        if draft.status != PolicyVersion.Status.DRAFT:
+            raise Conflict("not_draft",
+                           f"version {draft.version} is {draft.status}; only a draft can be activated")
+        if draft.author_id is None or draft.author_id == approver.pk:
+            raise ConfigRefused("four_eyes",
+                                "the author of a policy version cannot activate it; another admin must")
+        current = (locked_policy.versions.select_for_update()
+                   .filter(status=PolicyVersion.Status.ACTIVE).first())
+        if current is not None and current.version > draft.version:
+            raise Conflict("stale_draft", f"version {current.version} is active and newer than this draft; "
+                                          "write a new draft from it")
+        # Groups may have changed since the draft was written: it must still name only existing ones.
+        _checked_version_fields(locked_policy.tenant,
+                                {name: getattr(draft, name) for name in policy.VERSION_FIELDS})
+        if current is not None:
+            current.status = PolicyVersion.Status.RETIRED
+            current.save(update_fields=["status"])
+        draft.status = PolicyVersion.Status.ACTIVE
+        draft.activated_by = approver
+        draft.activated_at = now or now_utc()
+        draft.save(update_fields=["status", "activated_by", "activated_at"])
+        record(locked_policy.tenant_id, actor=user_actor(approver), verb=Verb.POLICY_VERSION_ACTIVATED,
+               subject=f"policy:{locked_policy.slug}@{draft.version}",
+               data={"policy": locked_policy.slug, "version": draft.version,
+                     "author": draft.author.get_username(), "retired": current.version if current else None})
+    draft.policy = locked_policy
+    return draft
+
+
+AGENT_EDITABLE = ("name", "card_url", "audience", "outbound_auth_scheme", "outbound_auth_credentials")
+
+
+def update_agent(agent: Agent, *, actor=None, **changes) -> Agent:
+    """Change an agent's registration (not its slug, tenant or tokens: see rotate_agent_tokens)."""
+    unknown = set(changes) - set(AGENT_EDITABLE)
+    if unknown:
+        raise ServiceError("bad_field", "cannot change " + ", ".join(sorted(unknown)))
+    _require_config_admin(actor, agent.tenant_id)
+    with transaction.atomic():
+        agent = Agent.objects.select_for_update().get(pk=agent.pk)
+        changed = [name for name, value in changes.items() if getattr(agent, name) != value]
+        if not changed:
+            return agent
+        for name in changed:
+            setattr(agent, name, changes[name])
+        agent.save(update_fields=changed)
+        # Outbound credentials are secrets: the trail says they changed, never what they are.
+        record(agent.tenant_id, actor=_config_actor(actor), verb=AGENT_CHANGED, subject=f"agent:{agent.slug}",
+               data={"changed": changed, **{name: changes[name] for name in changed
+                                            if name != "outbound_auth_credentials"}})
+    return agent
+
+
+def rotate_agent_tokens(agent: Agent, *, actor=None) -> tuple[str, str]:
+    """New push and API tokens for an agent; the old ones stop working at once. Returns (push, api): the
+    only time anyone sees them, since only their hashes are stored."""
+    from approvals.models import hash_token, new_token
+
+    _require_config_admin(actor, agent.tenant_id)
+    push_token, api_token = new_token(), new_token()
+    with transaction.atomic():
+        updated = Agent.objects.filter(pk=agent.pk).update(push_token_hash=hash_token(push_token),
+                                                           api_token_hash=hash_token(api_token))
+        if updated != 1:
+            raise NotFound("not_found", "no such agent")
+        record(agent.tenant_id, actor=_config_actor(actor), verb=AGENT_TOKENS_ROTATED,
+               subject=f"agent:{agent.slug}", data={"rotated": ["push_token", "api_token"]})
+    return push_token, api_token
+
+
+# ---------------------------------------------------------------------------------------------------
+# A person's second factor (django-otp devices). Codes and keys never reach the audit trail.
+
+BACKUP_CODE_COUNT = 10
+
+
+def _person_chains(user) -> list[int | None]:
+    """A device belongs to a person, not a tenant: every tenant they work in records the change."""
+    return list(TenantMembership.objects.filter(user=user).values_list("tenant_id", flat=True)) or [None]
+
+
+def _enrolling_device(device_model, user):
+    return device_model.objects.select_for_update().filter(user=user, confirmed=False).order_by("id").first()
+
+
+def start_totp_enrollment(user):
+    """The authenticator a person is setting up: the same unconfirmed device until they confirm it."""
+    from django_otp.plugins.otp_totp.models import TOTPDevice
+
+    with transaction.atomic():
+        device = _enrolling_device(TOTPDevice, user)
+        if device is None:
+            device = TOTPDevice.objects.create(user=user, name="authenticator", confirmed=False)
+    return device
+
+
+def confirm_totp_enrollment(user, *, code: str) -> tuple[object, list[str]]:
+    """Confirm the authenticator with a code it shows and issue backup codes. Returns (device, codes):
+    the codes are shown once. A wrong code counts against django-otp's throttle, so it commits first."""
+    from django_otp.plugins.otp_static.models import StaticDevice, StaticToken
+    from django_otp.plugins.otp_totp.models import TOTPDevice
+
+    refusal: ServiceError | None = None
+    with transaction.atomic():
+        device = _enrolling_device(TOTPDevice, user)
+        if device is None:
+            raise Conflict("no_enrollment", "no authenticator is being set up; start again", "otp_token")
+        if not device.verify_token((code or "").strip().replace(" ", "")):
+            refusal = ServiceError("bad_code", "that is not the code your authenticator shows now; type the "
+                                               "current six digits", "otp_token")
+        else:
+            device.confirmed = True
+            device.save(update_fields=["confirmed"])
+            StaticDevice.objects.filter(user=user).delete()
+            backup = StaticDevice.objects.create(user=user, name="backup codes", confirmed=True)
+            codes = [StaticToken.random_token() for _ in range(BACKUP_CODE_COUNT)]
+            StaticToken.objects.bulk_create([StaticToken(device=backup, token=c) for c in codes])
+            for tenant_id in _person_chains(user):
+                record(tenant_id, actor=user_actor(user), verb=Verb.DEVICE_ENROLLED,
+                       subject=f"user:{user.get_username()}",
+                       data={"device": "totp", "backup_codes": BACKUP_CODE_COUNT})
+    if refusal is not None:
+        raise refusal
+    return device, codes
+
+
+def reset_devices(user, by, *, reason: str = "") -> int:
+    """An admin removes a person's authenticators and backup codes (a lost phone). Sessions verified
+    with them stop being verified; the person enrolls again at their next sign-in. Returns how many."""
+    from django_otp import devices_for_user
+
+    shared_admin = TenantMembership.objects.filter(
+        user=by, role=TenantMembership.Role.ADMIN,
+        tenant_id__in=TenantMembership.objects.filter(user=user).values("tenant_id"),
+    ).exists()
+    if not (by.is_superuser or shared_admin):
+        raise VoteRefused("not_allowed", "only an admin of one of this person's tenants can reset their "
+                                         "devices")
+    with transaction.atomic():
+        devices = list(devices_for_user(user, confirmed=None))
+        for device in devices:
+            device.delete()
+        for tenant_id in _person_chains(user):
+            record(tenant_id, actor=user_actor(by), verb=Verb.DEVICE_RESET,
+                   subject=f"user:{user.get_username()}",
+                   data={"devices_removed": len(devices), "reason": reason})
+    return len(devices)

@@ -1,24 +1,54 @@
 """Appending to a hash chain. Call `append()` inside the transaction of the change it records."""
 
 import hashlib
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import rfc8785
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Max
 
-from audit.models import AuditEvent, ChainHead, Checkpoint
+from audit.models import AuditEvent, ChainHead, Checkpoint, PublicKey
 
 GENESIS_HASH = "sha256:" + "0" * 64
 SYSTEM_CHAIN = "system"
+
+# Keys that would mean a secret is about to be written into the permanent record. Event data is kept
+# for years and exported to third parties, so a caller that passes one of these fails loudly instead.
+FORBIDDEN_DATA_KEYS = frozenset(
+    {
+        "password",
+        "otp",
+        "otp_code",
+        "totp",
+        "backup_code",
+        "token",
+        "api_token",
+        "push_token",
+        "secret",
+        "private_key",
+        "authorization",
+        "credentials",
+        "outbound_auth_credentials",
+        "session_key",
+    }
+)
 
 
 def chain_for_tenant(tenant_id: int | None) -> str:
     return f"tenant:{tenant_id}" if tenant_id is not None else SYSTEM_CHAIN
 
 
+def tenant_of_chain(chain: str) -> int | None:
+    return int(chain.split(":", 1)[1]) if chain.startswith("tenant:") else None
+
+
 def format_time(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def event_body(chain, seq, at, actor, verb, subject, data, prev_hash) -> dict:
@@ -43,6 +73,19 @@ def checkpoint_payload(chain: str, seq: int, head_hash: str, at: str) -> bytes:
     return rfc8785.dumps({"chain": chain, "seq": seq, "hash": head_hash, "at": at})
 
 
+def refuse_secrets(data, path: str = "data") -> None:
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if str(key).lower() in FORBIDDEN_DATA_KEYS:
+                raise ValueError(
+                    f"audit event {path}.{key}: secrets, codes and tokens never go into the audit log"
+                )
+            refuse_secrets(value, f"{path}.{key}")
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            refuse_secrets(value, f"{path}[{index}]")
+
+
 def _locked_head(chain: str) -> ChainHead:
     try:
         return ChainHead.objects.select_for_update().get(chain=chain)
@@ -60,15 +103,23 @@ def append(chain: str, *, actor: str, verb: str, subject: str, data: dict | None
     """Append one event under a lock on the chain head, so concurrent writers never fork the chain."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("audit.append must run inside the transaction of the change it records")
+    data = data or {}
+    refuse_secrets(data)
     head = _locked_head(chain)
     # Microsecond precision survives every database round trip, so the hash can be recomputed.
     at = datetime.now(UTC)
     seq = head.seq + 1
-    data = data or {}
     body = event_body(chain, seq, at, actor, verb, subject, data, head.hash)
     event = AuditEvent.objects.create(
-        chain=chain, seq=seq, at=at, actor=actor, verb=verb, subject=subject, data=data,
-        prev_hash=head.hash, hash=hash_body(body),
+        chain=chain,
+        seq=seq,
+        at=at,
+        actor=actor,
+        verb=verb,
+        subject=subject,
+        data=data,
+        prev_hash=head.hash,
+        hash=hash_body(body),
     )
     ChainHead.objects.filter(chain=chain).update(seq=seq, hash=event.hash)
     if seq % settings.AUDIT_CHECKPOINT_EVERY == 0:
@@ -76,14 +127,75 @@ def append(chain: str, *, actor: str, verb: str, subject: str, data: dict | None
     return event
 
 
+def archive_public_key(kid: str) -> None:
+    """Keep the public half of a signing key for as long as the checkpoints it signed."""
+    from approvals.keys import key_by_kid  # the shared signing-key module, not the approval domain
+
+    if PublicKey.objects.filter(kid=kid).exists():
+        return
+    key = key_by_kid(kid)
+    if key is not None:
+        try:
+            with transaction.atomic():
+                PublicKey.objects.create(kid=kid, jwk=key.public_jwk())
+        except IntegrityError:
+            pass  # archived meanwhile by another writer
+
+
 def write_checkpoint(chain: str, seq: int, head_hash: str) -> Checkpoint:
     from approvals.keys import sign_bytes  # the shared signing-key module, not the approval domain
 
     at = format_time(datetime.now(UTC))
     kid, signature = sign_bytes(checkpoint_payload(chain, seq, head_hash, at))
-    checkpoint, _ = Checkpoint.objects.get_or_create(
-        chain=chain, seq=seq,
-        defaults={"hash": head_hash, "at": datetime.fromisoformat(at.replace("Z", "+00:00")), "kid": kid,
-                  "signature": signature},
-    )
-    return checkpoint
+    archive_public_key(kid)
+    try:
+        with transaction.atomic():
+            return Checkpoint.objects.create(
+                chain=chain, seq=seq, hash=head_hash, at=parse_time(at), kid=kid, signature=signature
+            )
+    except IntegrityError:
+        return Checkpoint.objects.get(chain=chain, seq=seq)  # another process signed this head first
+
+
+def checkpoint_head(chain: str) -> Checkpoint | None:
+    """Sign the chain's committed head now (no-op when it is already signed or the chain is empty)."""
+    head = ChainHead.objects.filter(chain=chain).first()
+    if head is None or head.seq == 0:
+        return None
+    existing = Checkpoint.objects.filter(chain=chain, seq=head.seq).first()
+    if existing:
+        return existing
+    with transaction.atomic():
+        return write_checkpoint(chain, head.seq, head.hash)
+
+
+def write_due_checkpoints(now: datetime | None = None, minutes: int | None = None) -> list[Checkpoint]:
+    """Time-based checkpoints: sign every chain whose head moved since its last checkpoint and whose last
+    checkpoint is older than `minutes` (settings.AUDIT_CHECKPOINT_MINUTES). Bounds how long a truncation
+    of a quiet chain's tail can go unnoticed."""
+    now = now or datetime.now(UTC)
+    minutes = settings.AUDIT_CHECKPOINT_MINUTES if minutes is None else minutes
+    cutoff = now - timedelta(minutes=minutes)
+    latest = {
+        row["chain"]: row
+        for row in Checkpoint.objects.values("chain").annotate(last_seq=Max("seq"), last_at=Max("at"))
+    }
+    written = []
+    for head in ChainHead.objects.filter(seq__gt=0):
+        last = latest.get(head.chain)
+        if last is not None and (last["last_seq"] >= head.seq or last["last_at"] > cutoff):
+            continue
+        checkpoint = checkpoint_head(head.chain)
+        if checkpoint is not None:
+            written.append(checkpoint)
+    return written
+
+
+def verification_jwks() -> dict:
+    """Public keys to check checkpoints with: every archived key plus the keys on disk now."""
+    from approvals import keys
+
+    by_kid = {row.kid: row.jwk for row in PublicKey.objects.all()}
+    for key in keys.all_keys():
+        by_kid.setdefault(key.kid, key.public_jwk())
+    return {"keys": [by_kid[kid] for kid in sorted(by_kid)]}

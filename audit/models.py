@@ -2,14 +2,46 @@
 
 Each event's hash covers its predecessor's hash, so changing, removing or reordering any event breaks
 every hash after it; signed checkpoints of the chain head make truncation of the tail visible too.
-The model refuses update and delete; on PostgreSQL a trigger refuses UPDATE, DELETE and TRUNCATE.
+The models and their querysets refuse update and delete; on PostgreSQL a trigger (migration 0002)
+refuses UPDATE, DELETE and TRUNCATE on events, checkpoints and archived public keys.
 """
 
+import uuid
+
+from django.conf import settings
 from django.db import models
 
 
 class AppendOnlyError(Exception):
     pass
+
+
+class AppendOnlyQuerySet(models.QuerySet):
+    """`.filter(...).update()` and `.delete()` skip Model.save/delete: refuse them here as well."""
+
+    def update(self, **kwargs):
+        raise AppendOnlyError(f"{self.model.__name__} rows are append-only")
+
+    def delete(self):
+        raise AppendOnlyError(f"{self.model.__name__} rows are append-only")
+
+    def bulk_update(self, objs, fields, batch_size=None):
+        raise AppendOnlyError(f"{self.model.__name__} rows are append-only")
+
+
+class AppendOnlyModel(models.Model):
+    objects = AppendOnlyQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding:
+            raise AppendOnlyError(f"{type(self).__name__} rows are append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise AppendOnlyError(f"{type(self).__name__} rows are append-only")
 
 
 class Verb(models.TextChoices):
@@ -41,13 +73,21 @@ class Verb(models.TextChoices):
     INTAKE_REFUSED = "intake.refused"
     SIGNING_KEY_ROTATED = "signing_key.rotated"
     EXPORT_CREATED = "export.created"
+    TENANT_CREATED = "tenant.created"
+    TENANT_CHANGED = "tenant.changed"
+    GROUP_CREATED = "group.created"
+    POLICY_CREATED = "policy.created"
+    AGENT_CHANGED = "agent.changed"
+    AGENT_TOKENS_ROTATED = "agent.tokens_rotated"
 
 
-class AuditEvent(models.Model):
+class AuditEvent(AppendOnlyModel):
     chain = models.CharField(max_length=50)
     seq = models.PositiveBigIntegerField()
     at = models.DateTimeField(db_index=True)
-    actor = models.CharField(max_length=200, help_text="user:<username> | agent:<slug> | policy:<id>@<v> | system")
+    actor = models.CharField(
+        max_length=200, help_text="user:<username> | agent:<slug> | policy:<id>@<v> | system"
+    )
     verb = models.CharField(max_length=50, choices=Verb.choices)
     subject = models.CharField(max_length=200, help_text="e.g. proposal:<uuid>")
     data = models.JSONField(default=dict)
@@ -59,18 +99,15 @@ class AuditEvent(models.Model):
         constraints = [models.UniqueConstraint(fields=["chain", "seq"], name="one_event_per_chain_seq")]
         indexes = [models.Index(fields=["subject"], name="audit_by_subject")]
 
-    def save(self, *args, **kwargs):
-        if not self._state.adding:
-            raise AppendOnlyError("audit events are append-only")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args, **kwargs):
-        raise AppendOnlyError("audit events are append-only")
+    def __str__(self):
+        return f"{self.chain}#{self.seq} {self.verb} {self.subject}"
 
     def hashed_fields(self) -> dict:
         from audit.chain import event_body
 
-        return event_body(self.chain, self.seq, self.at, self.actor, self.verb, self.subject, self.data, self.prev_hash)
+        return event_body(
+            self.chain, self.seq, self.at, self.actor, self.verb, self.subject, self.data, self.prev_hash
+        )
 
 
 class ChainHead(models.Model):
@@ -80,8 +117,11 @@ class ChainHead(models.Model):
     seq = models.PositiveBigIntegerField(default=0)
     hash = models.CharField(max_length=71)
 
+    def __str__(self):
+        return f"{self.chain} at {self.seq}"
 
-class Checkpoint(models.Model):
+
+class Checkpoint(AppendOnlyModel):
     """A signed statement of a chain head: truncating or rolling back the chain contradicts it."""
 
     chain = models.CharField(max_length=50)
@@ -94,3 +134,82 @@ class Checkpoint(models.Model):
     class Meta:
         ordering = ["chain", "seq"]
         constraints = [models.UniqueConstraint(fields=["chain", "seq"], name="one_checkpoint_per_chain_seq")]
+
+    def __str__(self):
+        return f"checkpoint of {self.chain} at {self.seq}"
+
+
+class PublicKey(AppendOnlyModel):
+    """The public half of every key that signed a checkpoint. Retired private keys are deleted from disk
+    (approvals/keys.py prune_expired), but checkpoints must stay verifiable for years."""
+
+    kid = models.CharField(max_length=100, primary_key=True)
+    jwk = models.JSONField()
+    first_used_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self):
+        return self.kid
+
+
+class ExportJob(models.Model):
+    """A background export. The job runner (audit/jobs.py) updates `done` as it goes; the page polls it."""
+
+    class Kind(models.TextChoices):
+        CSV = "csv", "CSV"
+        JSONL = "jsonl", "JSON Lines"
+        PDF = "pdf", "PDF report"
+        BUNDLE = "bundle", "Verifiable bundle (zip)"
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # The tenant by id, like the chain name: audit/ keeps no foreign key into the approval domain.
+    tenant_id = models.PositiveBigIntegerField()
+    chain = models.CharField(max_length=50)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    # {"since", "until", "policy", "agent", "reviewer", "outcome"}: what the export selects.
+    filters = models.JSONField(default=dict, blank=True)
+    # The chain head when the export was requested: the export is a snapshot up to this seq.
+    up_to_seq = models.PositiveBigIntegerField(default=0)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    total = models.PositiveBigIntegerField(default=0)
+    done = models.PositiveBigIntegerField(default=0)
+    file_name = models.CharField(max_length=200, blank=True, help_text="relative to AUDIT_EXPORT_DIR")
+    sha256 = models.CharField(max_length=64, blank=True)
+    size = models.PositiveBigIntegerField(default=0)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(
+        null=True, blank=True, help_text="last progress; a stale running job is retried"
+    )
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["status", "created_at"], name="export_jobs_due"),
+            models.Index(fields=["tenant_id", "created_at"], name="export_jobs_by_tenant"),
+        ]
+
+    def __str__(self):
+        return f"{self.get_kind_display()} export of {self.chain} ({self.status})"
+
+    @property
+    def percent(self) -> int:
+        if self.status == self.Status.DONE:
+            return 100
+        if not self.total:
+            return 0
+        return min(99, int(self.done * 100 / self.total))
+
+    @property
+    def finished(self) -> bool:
+        return self.status in {self.Status.DONE, self.Status.FAILED}

@@ -1,17 +1,37 @@
-"""Verify a hash chain without Django: `python -m audit.verify bundle.zip`.
+"""Verify hash chains without Django: `python -m audit.verify bundle.zip [--jwks FILE] [--previous OLD.zip]`.
 
 This module must stay importable with no Django settings and no database (compliance runs it offline
 on an exported bundle). It repeats the hashing rule of audit/chain.py on purpose: keep the two equal.
+
+What it checks, streaming (memory does not grow with the number of events):
+- every event's hash is sha256 of the RFC 8785 form of {chain, seq, at, actor, verb, subject, data,
+  prev_hash}; seqs are contiguous; each prev_hash is the previous event's hash;
+- every checkpoint's Ed25519 signature over RFC 8785 {chain, seq, hash, at}, by a known key, and that the
+  chain has that hash at that seq (a rewritten or rolled-back chain contradicts it); a checkpoint past
+  the last event means the tail was removed;
+- for a bundle: the manifest's signature, every file's sha256, that each chain segment starts right after
+  a signed checkpoint (or at the genesis) and ends where the manifest says;
+- with --previous: that the chain still holds what an earlier bundle held (same hashes at the same seqs,
+  never shorter), so an operator cannot quietly rewrite history between two exports.
+
+Exit status: 0 verified, 1 a problem was found (the first bad event is named), 2 the bundle is unreadable.
 """
 
+import argparse
 import base64
 import hashlib
-from collections.abc import Iterable
+import io
+import json
+import sys
+import zipfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import rfc8785
 
 GENESIS_HASH = "sha256:" + "0" * 64
+BUNDLE_FORMAT = "reviewer-audit-bundle/1"
+HASHED_FIELDS = ("chain", "seq", "at", "actor", "verb", "subject", "data", "prev_hash")
 
 
 @dataclass
@@ -20,17 +40,30 @@ class Result:
     events: int = 0
     checkpoints: int = 0
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    first_bad_chain: str | None = None
     first_bad_seq: int | None = None
 
-    def fail(self, seq: int | None, problem: str) -> None:
-        if self.ok:
-            self.first_bad_seq = seq
+    def fail(self, seq: int | None, problem: str, chain: str | None = None) -> None:
+        """Record a problem. The first bad event is the lowest seq of the first chain that failed."""
+        if self.ok or (
+            chain == self.first_bad_chain
+            and seq is not None
+            and (self.first_bad_seq is None or seq < self.first_bad_seq)
+        ):
+            self.first_bad_chain, self.first_bad_seq = chain, seq
         self.ok = False
         self.problems.append(problem)
 
+    def summary(self) -> str:
+        if self.ok:
+            return f"OK: {self.events} events and {self.checkpoints} checkpoints verify"
+        where = f"{self.first_bad_chain} seq {self.first_bad_seq}" if self.first_bad_seq is not None else "-"
+        return f"FAILED: {self.problems[0]} (first bad event: {where})"
+
 
 def event_hash(event: dict) -> str:
-    body = {name: event[name] for name in ("chain", "seq", "at", "actor", "verb", "subject", "data", "prev_hash")}
+    body = {name: event[name] for name in HASHED_FIELDS}
     return "sha256:" + hashlib.sha256(rfc8785.dumps(body)).hexdigest()
 
 
@@ -38,61 +71,416 @@ def checkpoint_payload(chain: str, seq: int, head_hash: str, at: str) -> bytes:
     return rfc8785.dumps({"chain": chain, "seq": seq, "hash": head_hash, "at": at})
 
 
-def verify_events(events: Iterable[dict], *, result: Result | None = None) -> tuple[Result, dict[int, str]]:
-    """Check one chain's events in seq order: contiguous seqs from 1, each hash, each link.
-    Returns the result and {seq: hash} of the events that verified (for checkpoint checks)."""
-    result = result or Result()
-    expected_seq, prev_hash = 1, GENESIS_HASH
-    hashes: dict[int, str] = {}
-    for event in events:
-        result.events += 1
-        seq = event["seq"]
-        where = f"{event['chain']} event {seq}"
-        if seq != expected_seq:
-            result.fail(seq, f"{where}: expected seq {expected_seq} (events missing or out of order)")
-            return result, hashes
-        if event["prev_hash"] != prev_hash:
-            result.fail(seq, f"{where}: prev_hash does not match the previous event's hash (reordered or removed)")
-            return result, hashes
-        if event_hash(event) != event["hash"]:
-            result.fail(seq, f"{where}: content does not match its hash (the event was changed)")
-            return result, hashes
-        hashes[seq] = event["hash"]
-        prev_hash = event["hash"]
-        expected_seq += 1
-    return result, hashes
+def manifest_payload(manifest: dict) -> bytes:
+    """What the manifest signature covers: the manifest without its signature, in RFC 8785 form."""
+    return rfc8785.dumps({key: value for key, value in manifest.items() if key != "signature"})
 
 
-def _public_key(jwk: dict):
+def b64url_decode(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def public_keys(jwks: dict) -> dict:
+    """{kid: Ed25519PublicKey} from a JWKS document; other key types are ignored."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    raw = base64.urlsafe_b64decode(jwk["x"] + "=" * (-len(jwk["x"]) % 4))
-    return Ed25519PublicKey.from_public_bytes(raw)
+    keys = {}
+    for jwk in jwks.get("keys", []):
+        if jwk.get("kty") == "OKP" and jwk.get("crv") == "Ed25519" and jwk.get("kid"):
+            keys[jwk["kid"]] = Ed25519PublicKey.from_public_bytes(b64url_decode(jwk["x"]))
+    return keys
 
 
-def verify_checkpoints(checkpoints: Iterable[dict], hashes: dict[int, str], jwks: dict, result: Result) -> Result:
-    """Each checkpoint must be signed by a published key and agree with the chain; a checkpoint past the
-    last event proves the tail was truncated."""
+def signature_problem(keys: dict, kid: str, signature: str, payload: bytes) -> str | None:
     from cryptography.exceptions import InvalidSignature
 
-    keys_by_kid = {jwk["kid"]: jwk for jwk in jwks.get("keys", [])}
-    last_seq = max(hashes) if hashes else 0
-    for checkpoint in checkpoints:
-        result.checkpoints += 1
-        seq, where = checkpoint["seq"], f"{checkpoint['chain']} checkpoint at seq {checkpoint['seq']}"
-        jwk = keys_by_kid.get(checkpoint["kid"])
-        if jwk is None:
-            result.fail(seq, f"{where}: signed by unknown key {checkpoint['kid']}")
-            continue
-        signature = base64.urlsafe_b64decode(checkpoint["signature"] + "=" * (-len(checkpoint["signature"]) % 4))
-        try:
-            _public_key(jwk).verify(signature, checkpoint_payload(checkpoint["chain"], seq, checkpoint["hash"],
-                                                                  checkpoint["at"]))
-        except InvalidSignature:
-            result.fail(seq, f"{where}: signature does not verify")
-            continue
-        if seq > last_seq:
-            result.fail(last_seq + 1, f"{where}: the chain ends at seq {last_seq}, so events after it were removed")
-        elif hashes.get(seq) != checkpoint["hash"]:
-            result.fail(seq, f"{where}: the chain's hash at this seq differs from the signed one (rolled back)")
+    key = keys.get(kid)
+    if key is None:
+        return f"signed by unknown key {kid}"
+    try:
+        key.verify(b64url_decode(signature), payload)
+    except (InvalidSignature, ValueError):
+        return "signature does not verify"
+    return None
+
+
+class ChainVerifier:
+    """Verify one chain (or one contiguous segment of it) fed event by event in seq order.
+
+    Only the signed checkpoints are held in memory, so a chain of any length verifies in constant memory.
+    `expected` holds {seq: hash} that must be found (from an earlier bundle)."""
+
+    def __init__(
+        self,
+        chain: str,
+        *,
+        keys: dict,
+        checkpoints: Iterable[dict] = (),
+        result: Result,
+        start_seq: int = 1,
+        start_prev_hash: str = GENESIS_HASH,
+        expected: dict[int, str] | None = None,
+    ):
+        self.chain, self.result = chain, result
+        self.start_seq, self.start_prev_hash = start_seq, start_prev_hash
+        self.expected = dict(expected or {})
+        self.expected_seqs = sorted(self.expected)
+        self.signed: dict[int, str] = {}  # seq -> hash, signature verified
+        for checkpoint in checkpoints:
+            self._check_signature(checkpoint, keys)
+        self.signed_seqs = sorted(self.signed)
+        self.next_seq, self.prev_hash = start_seq, start_prev_hash
+        self.last_signed_seen = start_seq - 1
+        self.broken = False
+        if start_seq > 1 and self.signed.get(start_seq - 1) != start_prev_hash:
+            self._fail(
+                start_seq,
+                f"the segment starting at seq {start_seq} is not anchored: no signed checkpoint "
+                f"at seq {start_seq - 1} with hash {start_prev_hash}",
+            )
+
+    def _fail(self, seq: int | None, problem: str) -> None:
+        self.result.fail(
+            seq,
+            f"{self.chain} {problem}" if seq is None else f"{self.chain} event {seq}: {problem}",
+            self.chain,
+        )
+
+    def _check_signature(self, checkpoint: dict, keys: dict) -> None:
+        self.result.checkpoints += 1
+        seq = checkpoint["seq"]
+        problem = signature_problem(
+            keys,
+            checkpoint["kid"],
+            checkpoint["signature"],
+            checkpoint_payload(checkpoint["chain"], seq, checkpoint["hash"], checkpoint["at"]),
+        )
+        if problem:
+            self.result.fail(seq, f"{self.chain} checkpoint at seq {seq}: {problem}", self.chain)
+        else:
+            self.signed[seq] = checkpoint["hash"]
+
+    def feed(self, event: dict) -> bool:
+        """Check one event; returns False once the chain is broken (later events cannot be trusted)."""
+        if self.broken:
+            return False
+        self.result.events += 1
+        seq = event["seq"]
+        if event["chain"] != self.chain:
+            problem = f"belongs to chain {event['chain']}, not {self.chain}"
+        elif seq != self.next_seq:
+            problem = (
+                f"expected seq {self.next_seq}: events {self.next_seq}..{seq - 1} are missing"
+                if seq > self.next_seq
+                else f"expected seq {self.next_seq}: events out of order or repeated"
+            )
+            seq = self.next_seq if seq > self.next_seq else seq
+        elif event["prev_hash"] != self.prev_hash:
+            problem = (
+                "prev_hash does not match the previous event's hash (events reordered, removed or inserted)"
+            )
+        elif event_hash(event) != event["hash"]:
+            problem = "content does not match its hash (the event was changed)"
+        elif seq in self.signed and self.signed[seq] != event["hash"]:
+            seq = self.last_signed_seen + 1
+            problem = (
+                f"the chain differs from the checkpoint signed at seq {event['seq']}: events "
+                f"{seq}..{event['seq']} were rewritten (hashes recomputed) or rolled back"
+            )
+        elif seq in self.expected and self.expected[seq] != event["hash"]:
+            problem = (
+                "differs from the earlier bundle, which held another event at this seq (history rewritten)"
+            )
+        else:
+            problem = None
+        if problem:
+            self._fail(seq, problem)
+            self.broken = True
+            return False
+        if seq in self.signed:
+            self.last_signed_seen = seq
+        self.prev_hash = event["hash"]
+        self.next_seq += 1
+        return True
+
+    @property
+    def last_seq(self) -> int:
+        return self.next_seq - 1
+
+    def finish(
+        self, *, expected_last: tuple[int, str] | None = None, head: tuple[int, str] | None = None
+    ) -> Result:
+        """End of the events. `expected_last` is where the segment must end; `head` is the chain head when
+        the events were read (checkpoints beyond the segment are checked against it). Without `head`, any
+        signed checkpoint past the last event means events were removed."""
+        if self.broken:
+            return self.result
+        last_seq, last_hash = self.last_seq, self.prev_hash
+        if expected_last is not None and (last_seq, last_hash) != tuple(expected_last):
+            want_seq, want_hash = expected_last
+            if last_seq < want_seq:
+                self._fail(
+                    last_seq + 1,
+                    f"missing: the chain should go on to seq {want_seq} "
+                    f"(events {last_seq + 1}..{want_seq} were removed)",
+                )
+            elif last_seq > want_seq:
+                self._fail(want_seq + 1, f"unexpected: the chain should end at seq {want_seq}")
+            else:
+                self._fail(last_seq, f"the last event's hash is not {want_hash} as recorded")
+            return self.result
+        limit_seq, limit_hash = head if head is not None else (last_seq, last_hash)
+        for seq in self.signed_seqs:
+            if seq <= last_seq:
+                continue
+            if seq > limit_seq:
+                self._fail(
+                    last_seq + 1 if head is None else limit_seq + 1,
+                    f"a checkpoint signed the chain at seq {seq}, but it ends at {limit_seq}: "
+                    f"events after {limit_seq} were removed (truncated or rolled back)",
+                )
+                return self.result
+            if seq == limit_seq and self.signed[seq] != limit_hash:
+                self._fail(seq, "the chain head differs from the checkpoint signed at this seq (rolled back)")
+                return self.result
+        beyond = [seq for seq in self.expected_seqs if seq > max(last_seq, limit_seq)]
+        if beyond:
+            self._fail(
+                max(last_seq, limit_seq) + 1,
+                f"the earlier bundle held this chain up to seq {beyond[-1]}, "
+                "now it is shorter (events were removed)",
+            )
+        return self.result
+
+
+# --------------------------------------------------------------------------------------------------
+# Bundles
+
+
+class BundleError(Exception):
+    """The bundle cannot be read at all (not a zip, no manifest, unknown format)."""
+
+
+class _HashingLines:
+    """Iterate the lines of a zip member while computing its sha256 and size."""
+
+    def __init__(self, raw):
+        self.raw, self.digest, self.size, self.lines = raw, hashlib.sha256(), 0, 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        for line in self.raw:
+            self.digest.update(line)
+            self.size += len(line)
+            self.lines += 1
+            yield line
+
+
+def _member_digest(bundle: zipfile.ZipFile, name: str) -> tuple[str, int]:
+    digest, size = hashlib.sha256(), 0
+    with bundle.open(name) as raw:
+        for block in iter(lambda: raw.read(1 << 16), b""):
+            digest.update(block)
+            size += len(block)
+    return digest.hexdigest(), size
+
+
+def _read_manifest(bundle: zipfile.ZipFile) -> dict:
+    try:
+        manifest = json.loads(bundle.read("manifest.json"))
+    except KeyError:
+        raise BundleError("no manifest.json in the bundle") from None
+    except ValueError as error:
+        raise BundleError(f"manifest.json is not JSON: {error}") from None
+    if manifest.get("format") != BUNDLE_FORMAT:
+        raise BundleError(
+            f"unknown bundle format {manifest.get('format')!r} (this verifier reads {BUNDLE_FORMAT})"
+        )
+    return manifest
+
+
+def _jsonl(lines: Iterable[bytes]) -> Iterator[dict]:
+    for line in lines:
+        if line.strip():
+            yield json.loads(line)
+
+
+def _checkpoints_by_chain(bundle: zipfile.ZipFile) -> dict[str, list[dict]]:
+    by_chain: dict[str, list[dict]] = {}
+    with bundle.open("checkpoints.jsonl") as raw:
+        for checkpoint in _jsonl(raw):
+            by_chain.setdefault(checkpoint["chain"], []).append(checkpoint)
+    return by_chain
+
+
+def _earlier_hashes(path: str, keys: dict, result: Result) -> dict[str, dict[int, str]]:
+    """{chain: {seq: hash}} that an earlier bundle vouches for: its checkpoints and its segments' ends."""
+    with zipfile.ZipFile(path) as bundle:
+        manifest = _read_manifest(bundle)
+        signature = manifest.get("signature", {})
+        problem = signature_problem(
+            keys, signature.get("kid", ""), signature.get("value", ""), manifest_payload(manifest)
+        )
+        if problem:
+            result.fail(None, f"the earlier bundle's manifest: {problem}")
+            return {}
+        expected: dict[str, dict[int, str]] = {}
+        for chain, checkpoints in _checkpoints_by_chain(bundle).items():
+            for checkpoint in checkpoints:
+                if not signature_problem(
+                    keys,
+                    checkpoint["kid"],
+                    checkpoint["signature"],
+                    checkpoint_payload(chain, checkpoint["seq"], checkpoint["hash"], checkpoint["at"]),
+                ):
+                    expected.setdefault(chain, {})[checkpoint["seq"]] = checkpoint["hash"]
+        for segment in manifest.get("chains", []):
+            if segment.get("last_seq"):
+                expected.setdefault(segment["chain"], {})[segment["last_seq"]] = segment["last_hash"]
+    return expected
+
+
+def verify_bundle(path, *, jwks: dict | None = None, previous: str | None = None) -> Result:
+    """Verify a bundle written by audit/exports.py. `jwks` pins the keys to trust; without it the keys in
+    the bundle are used (which proves integrity against the exporter's keys, not who the exporter was)."""
+    result = Result()
+    try:
+        bundle = zipfile.ZipFile(path)
+    except (OSError, zipfile.BadZipFile) as error:
+        raise BundleError(f"{path} is not a readable zip file: {error}") from None
+    with bundle:
+        manifest = _read_manifest(bundle)
+        if jwks is None:
+            jwks = json.loads(bundle.read("keys.json"))
+            result.notes.append(
+                "keys: taken from the bundle; pass --jwks with keys you obtained independently "
+                "to also prove who signed it"
+            )
+        else:
+            result.notes.append("keys: pinned by --jwks")
+        keys = public_keys(jwks)
+
+        signature = manifest.get("signature", {})
+        problem = signature_problem(
+            keys, signature.get("kid", ""), signature.get("value", ""), manifest_payload(manifest)
+        )
+        if problem:
+            result.fail(None, f"manifest: {problem} (the manifest or a file list was changed)")
+        files = manifest.get("files", {})
+        for name in ("checkpoints.jsonl", "keys.json"):
+            digest, size = _member_digest(bundle, name)
+            if files.get(name, {}).get("sha256") != digest:
+                result.fail(None, f"{name}: its sha256 differs from the manifest (the file was changed)")
+
+        expected = _earlier_hashes(previous, keys, result) if previous else {}
+        checkpoints = _checkpoints_by_chain(bundle)
+        segments = {segment["chain"]: segment for segment in manifest.get("chains", [])}
+        seen_chains: set[str] = set()
+        verifier: ChainVerifier | None = None
+
+        def finish(current: ChainVerifier) -> None:
+            segment = segments[current.chain]
+            expected_last = (segment["last_seq"], segment["last_hash"]) if segment["last_seq"] else None
+            current.finish(
+                expected_last=expected_last, head=(segment["head"]["seq"], segment["head"]["hash"])
+            )
+
+        with bundle.open("events.jsonl") as raw:
+            lines = _HashingLines(raw)
+            for event in _jsonl(lines):
+                chain = event.get("chain")
+                if verifier is None or chain != verifier.chain:
+                    if verifier is not None:
+                        finish(verifier)
+                    if chain not in segments or chain in seen_chains:
+                        result.fail(
+                            event.get("seq"),
+                            f"{chain}: events not announced by the manifest, or not grouped by chain",
+                            chain,
+                        )
+                        verifier = None
+                        break
+                    seen_chains.add(chain)
+                    segment = segments[chain]
+                    verifier = ChainVerifier(
+                        chain,
+                        keys=keys,
+                        checkpoints=checkpoints.get(chain, ()),
+                        result=result,
+                        start_seq=segment["first_seq"],
+                        start_prev_hash=segment["prev_hash"],
+                        expected=expected.get(chain),
+                    )
+                verifier.feed(event)
+        if verifier is not None:
+            finish(verifier)
+        if files.get("events.jsonl", {}).get("sha256") != lines.digest.hexdigest():
+            result.fail(
+                None,
+                "events.jsonl: its sha256 differs from the manifest (events were changed, added or removed)",
+            )
+        for chain, segment in segments.items():
+            if chain not in seen_chains and segment.get("last_seq"):
+                result.fail(
+                    segment["first_seq"],
+                    f"{chain}: the manifest lists events "
+                    f"{segment['first_seq']}..{segment['last_seq']} but the bundle "
+                    "holds none",
+                    chain,
+                )
     return result
+
+
+def _describe(manifest: dict) -> list[str]:
+    lines = []
+    tenant = manifest.get("tenant") or {}
+    period = manifest.get("period") or {}
+    lines.append(
+        f"bundle of {tenant.get('slug', '?')} exported {manifest.get('created_at')} by "
+        f"{manifest.get('created_by')} from {manifest.get('issuer')}"
+    )
+    lines.append(f"period: {period.get('since') or 'start'} .. {period.get('until') or 'export time'}")
+    for segment in manifest.get("chains", []):
+        lines.append(
+            f"{segment['chain']}: events {segment['first_seq']}..{segment['last_seq']}, "
+            f"head at export {segment['head']['seq']}"
+        )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m audit.verify",
+        description="Verify a Reviewer audit bundle offline (no database, no Django).",
+    )
+    parser.add_argument("bundle", help="the bundle zip exported by Reviewer")
+    parser.add_argument(
+        "--jwks",
+        help="a JWKS file with the public keys you trust (e.g. saved from "
+        "/.well-known/jwks.json); default: the keys inside the bundle",
+    )
+    parser.add_argument(
+        "--previous", help="an earlier bundle of the same tenant: the chain must still hold it"
+    )
+    args = parser.parse_args(argv)
+    out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", errors="replace", line_buffering=True)
+    try:
+        jwks = None
+        if args.jwks:
+            with open(args.jwks, "rb") as file:
+                jwks = json.load(file)
+        with zipfile.ZipFile(args.bundle) as bundle:
+            description = _describe(_read_manifest(bundle))
+        result = verify_bundle(args.bundle, jwks=jwks, previous=args.previous)
+    except (BundleError, OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
+        print(f"cannot read the bundle: {error}", file=out)
+        return 2
+    for line in description + result.notes:
+        print(line, file=out)
+    for problem in result.problems:
+        print(f"problem: {problem}", file=out)
+    print(result.summary(), file=out)
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

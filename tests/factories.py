@@ -65,20 +65,35 @@ def make_agent(tenant, slug="refund-demo", *, push_token="push-secret", api_toke
                                    push_token=push_token, api_token=api_token)
 
 
+def policy_admins():
+    """Two superusers outside every tenant: the author of a policy version and the second admin who
+    activates it (four eyes). Being in no tenant, they never vote and never see a queue."""
+    users = get_user_model().objects
+    # No password (nobody logs in as them; tests use force_login): hashing one costs every test time.
+    author = users.filter(username="policy-author").first() or users.create_superuser(
+        "policy-author", "policy-author@example.test", None)
+    approver = users.filter(username="policy-approver").first() or users.create_superuser(
+        "policy-approver", "policy-approver@example.test", None)
+    return author, approver
+
+
 def make_policy(tenant, slug, *, outcome=PolicyVersion.Outcome.REQUIRE_APPROVAL, tool_pattern="*", agent_pattern="*",
                 condition="", thresholds=None, step_up="per_vote", ttl_seconds=3600, allow_self_approval=False,
                 consume_online=True, risk="") -> PolicyVersion:
-    """An active policy version (test shortcut: activation without the four-eyes step)."""
-    policy, _ = Policy.objects.get_or_create(tenant=tenant, slug=slug, defaults={"name": slug.replace("-", " ")})
-    number = policy.versions.count() + 1
-    policy.versions.filter(status=PolicyVersion.Status.ACTIVE).update(status=PolicyVersion.Status.RETIRED)
-    return PolicyVersion.objects.create(
-        policy=policy, version=number, status=PolicyVersion.Status.ACTIVE, outcome=outcome,
-        tool_pattern=tool_pattern, agent_pattern=agent_pattern, condition=condition,
-        thresholds=thresholds if thresholds is not None else [{"group": "finance", "count": 1}],
-        step_up=step_up, ttl_seconds=ttl_seconds, allow_self_approval=allow_self_approval,
-        consume_online=consume_online, risk=risk, activated_at=datetime.now(UTC),
-    )
+    """An active policy version, written by one admin and activated by another through the services.
+    Groups the thresholds name are created if missing (a test names them before adding people)."""
+    author, approver = policy_admins()
+    thresholds = thresholds if thresholds is not None else [{"group": "finance", "count": 1}]
+    for threshold in thresholds:
+        make_group(tenant, threshold["group"])
+    policy = Policy.objects.filter(tenant=tenant, slug=slug).first() or services.create_policy(
+        tenant, slug=slug, name=slug.replace("-", " "), actor=author)
+    draft = services.create_policy_version(policy, {
+        "outcome": outcome, "tool_pattern": tool_pattern, "agent_pattern": agent_pattern,
+        "condition": condition, "thresholds": thresholds, "step_up": step_up, "ttl_seconds": ttl_seconds,
+        "allow_self_approval": allow_self_approval, "consume_online": consume_online, "risk": risk,
+    }, author)
+    return services.activate_policy_version(draft, approver)
 
 
 def refund_action(order_id="1182", amount="40.00", currency="EUR") -> dict:

@@ -1,0 +1,387 @@
+"""Reviewer's side of the A2A contract (DESIGN.md "A2A contract"): read what agents push, and call them.
+
+Intake: `parse_push()` turns a push body (the SDK POSTs `MessageToDict(StreamResponse)`) into a
+`PushEvent`: an approval request (a task parked in TASK_STATE_AUTH_REQUIRED with our extension's
+`request` in its status message metadata), a task state, or nothing of interest. `apply_task_state()`
+settles what a task's terminal state decides, for the push webhook and for reconciliation alike.
+
+Calls: `send_continuation()`, `cancel_task()` and `get_task_state()` use the a2a-sdk client over an
+httpx client that carries the agent's outbound credentials. They are blocking (the worker is a plain
+loop): everything they need is read from the database first, then one event loop runs the network
+part, under a total deadline. A refusal that can be retried raises `DeliveryError`. The state of a
+task is only ever taken from GetTask or a push, never from the reply to SendMessage (the SDK can return
+a stale snapshot there; see the a2a-sdk reference, pitfall 1).
+"""
+
+import asyncio
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+import httpx
+import pydantic
+from a2a.client import A2ACardResolver, A2AClientError, ClientCallContext, ClientConfig, ClientFactory
+from a2a.types import (
+    AgentCard,
+    CancelTaskRequest,
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageConfiguration,
+    SendMessageRequest,
+    StreamResponse,
+    TaskState,
+)
+from a2a.utils import TransportProtocol
+from a2a.utils.errors import A2AError, TaskNotFoundError
+from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
+
+from approvals import services
+from approvals.models import Agent, Decision, OutboxMessage, Proposal
+from approvals.schemas import ProposalSubmission
+from approvals.states import RELEASED, State
+
+log = logging.getLogger(__name__)
+
+EXTENSION_URI = "urn:reviewer:a2a:approval:v1"
+TERMINAL_TASK_STATES = frozenset(
+    {"TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_REJECTED"}
+)
+AUTH_REQUIRED = TaskState.Name(TaskState.TASK_STATE_AUTH_REQUIRED)
+
+# An agent card rarely changes; re-reading it for every call would double the requests.
+CARD_TTL_SECONDS = 60
+HTTP_TIMEOUT = httpx.Timeout(10.0, connect=5.0)
+# The whole exchange (card + call), so a server that drips bytes cannot hold the worker.
+CALL_DEADLINE_SECONDS = 30.0
+
+
+# ---------------------------------------------------------------------------------------------------
+# Intake: push bodies
+
+
+class PushError(ValueError):
+    """A push body that is not a valid A2A StreamResponse, or whose approval request is malformed."""
+
+    def __init__(self, code: str, message: str, field: str | None = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.field = field
+
+    def as_dict(self) -> dict:
+        return {"error": {"code": self.code, "message": self.message, "field": self.field}}
+
+
+@dataclass(frozen=True)
+class PushEvent:
+    task_id: str
+    context_id: str
+    state: str  # a TaskState name, "" for events that carry none (artifact updates, messages)
+    detail: str = ""  # the status message's text, for the outcome record
+    submission: ProposalSubmission | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_TASK_STATES
+
+
+def parse_push(body) -> PushEvent | None:
+    """Read one push body. Returns None for events that carry no task state (artifacts, messages);
+    raises PushError for anything malformed."""
+    if not isinstance(body, dict) or not all(isinstance(value, dict) for value in body.values()):
+        raise PushError("invalid_shape", "a push body is a JSON object (an A2A StreamResponse)")
+    try:
+        # Lenient about fields a newer SDK may add; the ids and the state are checked below.
+        event = ParseDict(body, StreamResponse(), ignore_unknown_fields=True)
+    except ParseError as error:
+        raise PushError("invalid_shape", f"not an A2A StreamResponse: {error}") from error
+    payload = event.WhichOneof("payload")
+    if payload == "task":
+        task_id, context_id, status = event.task.id, event.task.context_id, event.task.status
+    elif payload == "status_update":
+        task_id, context_id, status = (
+            event.status_update.task_id,
+            event.status_update.context_id,
+            event.status_update.status,
+        )
+    else:
+        return None
+    if not task_id or status.state == TaskState.TASK_STATE_UNSPECIFIED:
+        raise PushError("invalid_shape", "a task event names its task and a known task state")
+    state = TaskState.Name(status.state)
+    detail = " ".join(part.text for part in status.message.parts if part.text)[:1000]
+    submission = None
+    if state == AUTH_REQUIRED:
+        submission = _approval_request(task_id, context_id, MessageToDict(status.message.metadata))
+    return PushEvent(
+        task_id=task_id, context_id=context_id, state=state, detail=detail, submission=submission
+    )
+
+
+def _approval_request(task_id: str, context_id: str, metadata: dict) -> ProposalSubmission | None:
+    """The approval request parked in this status, or None when the task waits for something else."""
+    ours = metadata.get(EXTENSION_URI)
+    if not isinstance(ours, dict) or "request" not in ours:
+        return None
+    try:
+        return ProposalSubmission.model_validate(
+            {"task_id": task_id, "context_id": context_id, "request": ours["request"]}
+        )
+    except pydantic.ValidationError as error:
+        first = error.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or None
+        raise PushError("invalid", f"{field}: {first['msg']}" if field else first["msg"], field) from error
+
+
+def submit(agent: Agent, submission: ProposalSubmission, *, via: str) -> tuple[Proposal, bool]:
+    """Intake through either channel (push or REST); a refusal is recorded in the audit trail."""
+    try:
+        return services.submit_proposal(agent, submission, via=via)
+    except (services.IntakeError, services.HaltedError) as error:
+        services.record_intake_refusal(
+            agent, error, via=via, task_id=submission.task_id, request_id=submission.request.request_id
+        )
+        raise
+
+
+def apply_task_state(agent: Agent, task_id: str, task_state: str, *, detail: str = "") -> list[Proposal]:
+    """What a task's terminal state tells Reviewer (from a push or GetTask). It settles an execution
+    (COMPLETED → succeeded; FAILED, REJECTED, CANCELED → failed), and closes a request still waiting
+    for people, since its task can no longer act. Never approves anything. Returns what changed.
+
+    An outcome already unknown settles only on COMPLETED: a task that ends FAILED after its agent said
+    "unknown" (the refund agent does so when the payments service's answer was lost) is no evidence that
+    nothing happened, and calling it failed invites a second, duplicate approval. It stays unknown until
+    the agent reports the real outcome or a person reconciles it."""
+    if task_state not in TERMINAL_TASK_STATES:
+        return []
+    changed = []
+    waiting = (State.EXECUTING, State.UNKNOWN, State.AWAITING_REVIEW, State.INFO_REQUESTED, *RELEASED)
+    for proposal in Proposal.objects.filter(agent=agent, task_id=task_id, state__in=waiting).select_related(
+        "decision"
+    ):
+        before = proposal.state
+        try:
+            if before in {State.AWAITING_REVIEW, State.INFO_REQUESTED}:
+                after = services.close_for_ended_task(proposal.id, task_state=task_state).state
+            elif before in RELEASED and proposal.decision.consume_required:
+                continue  # released, never consumed: nothing ran; expiry closes it
+            elif before == State.UNKNOWN and task_state != "TASK_STATE_COMPLETED":
+                continue
+            else:
+                after = services.settle_from_task_state(
+                    proposal.id, task_state=task_state, detail=detail
+                ).state
+        except services.ServiceError as error:
+            log.warning(
+                "task %s of %s is %s, but proposal %s stays %s: %s",
+                task_id,
+                agent.slug,
+                task_state,
+                proposal.id,
+                before,
+                error.message,
+            )
+            continue
+        if after != before:
+            changed.append(proposal)
+    return changed
+
+
+# ---------------------------------------------------------------------------------------------------
+# Calls to the agent
+
+
+class DeliveryError(Exception):
+    """The call did not get through, or the agent refused it for a reason that may pass: retry later."""
+
+
+@dataclass(frozen=True)
+class AgentEndpoint:
+    """What a call needs, read from the database before any network I/O starts."""
+
+    agent_id: int
+    slug: str
+    card_url: str
+    headers: dict
+
+    @classmethod
+    def of(cls, agent: Agent) -> "AgentEndpoint":
+        headers = {}
+        if agent.outbound_auth_scheme == Agent.AuthScheme.BEARER and agent.outbound_auth_credentials:
+            headers["Authorization"] = f"Bearer {agent.outbound_auth_credentials}"
+        return cls(agent.id, agent.slug, agent.card_url, headers)
+
+
+@dataclass(frozen=True)
+class TaskSnapshot:
+    state: str  # a TaskState name
+    detail: str = ""
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_TASK_STATES
+
+
+_cards: dict[tuple[int, str], tuple[float, AgentCard]] = {}
+_cards_lock = threading.Lock()
+
+
+def forget_cards() -> None:
+    with _cards_lock:
+        _cards.clear()
+
+
+async def _card(endpoint: AgentEndpoint, http: httpx.AsyncClient) -> AgentCard:
+    key = (endpoint.agent_id, endpoint.card_url)
+    with _cards_lock:
+        cached = _cards.get(key)
+    if cached and time.monotonic() - cached[0] < CARD_TTL_SECONDS:
+        return cached[1]
+    # card_url is the card's own URL, so the resolver gets it as the base and an empty card path.
+    card = await A2ACardResolver(http, endpoint.card_url, agent_card_path="").get_agent_card()
+    with _cards_lock:
+        _cards[key] = (time.monotonic(), card)
+    return card
+
+
+def _call(endpoint: AgentEndpoint, operation):
+    """Run `operation(client)` against the agent in a fresh event loop, under the total deadline.
+    Transport failures become DeliveryError; A2A protocol errors (A2AError) pass through."""
+
+    async def run():
+        async with httpx.AsyncClient(
+            timeout=HTTP_TIMEOUT, headers=endpoint.headers, follow_redirects=False
+        ) as http:
+            card = await _card(endpoint, http)
+            config = ClientConfig(
+                streaming=False,
+                httpx_client=http,
+                supported_protocol_bindings=[TransportProtocol.JSONRPC, TransportProtocol.HTTP_JSON],
+            )
+            try:
+                client = ClientFactory(config).create(card)
+            except ValueError as error:  # no transport both sides speak
+                raise DeliveryError(f"cannot talk to {endpoint.slug}: {error}") from error
+            return await operation(client)
+
+    try:
+        return asyncio.run(asyncio.wait_for(run(), CALL_DEADLINE_SECONDS))
+    except (A2AClientError, httpx.HTTPError, TimeoutError) as error:
+        # A moved or restarted agent may publish another interface: read its card again next time.
+        with _cards_lock:
+            _cards.pop((endpoint.agent_id, endpoint.card_url), None)
+        reason = "timed out" if isinstance(error, TimeoutError) else f"{type(error).__name__}: {error}"
+        raise DeliveryError(f"{endpoint.slug} unreachable: {reason}") from error
+
+
+def _extension_context() -> ClientCallContext:
+    return ClientCallContext(service_parameters={"A2A-Extensions": EXTENSION_URI})
+
+
+async def _task_snapshot(client, task_id: str) -> TaskSnapshot:
+    task = await client.get_task(GetTaskRequest(id=task_id), context=_extension_context())
+    detail = " ".join(part.text for part in task.status.message.parts if part.text)[:1000]
+    return TaskSnapshot(TaskState.Name(task.status.state), detail)
+
+
+async def _settled_by_terminal_task(client, task_id: str, refusal: A2AError) -> str:
+    """The agent refused; that counts as delivered only if GetTask shows the task is over
+    (-32004 to a terminal task; TaskNotCancelable for a finished one). Otherwise retry."""
+    try:
+        snapshot = await _task_snapshot(client, task_id)
+    except A2AError as error:
+        raise DeliveryError(
+            f"refused ({type(refusal).__name__}: {refusal.message}); GetTask failed too: "
+            f"{type(error).__name__}: {error.message}"
+        ) from refusal
+    if snapshot.is_terminal:
+        return f"task already {snapshot.state}"
+    raise DeliveryError(
+        f"refused while the task is {snapshot.state}: {type(refusal).__name__}: {refusal.message}"
+    )
+
+
+def _decision_text(decision: Decision) -> str:
+    summary = decision.proposal.summary
+    if decision.kind == Decision.Kind.APPROVED:
+        return f"Approved in Reviewer: {summary}"
+    if decision.kind == Decision.Kind.NEEDS_INFO:
+        return f"Reviewer asks before deciding on {summary}: {decision.reason}"
+    return f"Rejected in Reviewer: {summary}. Reason: {decision.reason or 'none given'}"
+
+
+def continuation_message(outbox_message: OutboxMessage) -> tuple[AgentEndpoint, Message]:
+    """The SendMessage payload for a decision: same task and context, role user, the JWT in the
+    message metadata under our extension, and the outbox row's stable message_id."""
+    decision = Decision.objects.select_related("proposal__agent").get(jti=outbox_message.payload["jti"])
+    proposal = decision.proposal
+    message = Message(
+        message_id=outbox_message.message_id,
+        role=Role.ROLE_USER,
+        task_id=proposal.task_id,
+        context_id=proposal.context_id,
+        parts=[Part(text=_decision_text(decision))],
+        metadata={EXTENSION_URI: {"decision": decision.token}},
+        extensions=[EXTENSION_URI],
+    )
+    return AgentEndpoint.of(proposal.agent), message
+
+
+def send_continuation(outbox_message: OutboxMessage) -> str:
+    """Deliver a decision. Returns a short note on success; raises DeliveryError to retry."""
+    endpoint, message = continuation_message(outbox_message)
+    # return_immediately: the agent may take long to act, and the reply says nothing we trust anyway.
+    request = SendMessageRequest(
+        message=message, configuration=SendMessageConfiguration(return_immediately=True)
+    )
+
+    async def operation(client):
+        try:
+            async for _ in client.send_message(request, context=_extension_context()):
+                pass
+        except A2AError as refusal:
+            if isinstance(refusal, A2AClientError):
+                raise
+            return await _settled_by_terminal_task(client, message.task_id, refusal)
+        return "accepted"
+
+    return _call(endpoint, operation)
+
+
+def cancel_task(outbox_message: OutboxMessage) -> str:
+    """CancelTask for a revoked, expired or halted proposal. A task that is already over (or that the
+    agent does not know at all) has nothing left to cancel: delivered."""
+    proposal = Proposal.objects.select_related("agent").get(pk=outbox_message.proposal_id)
+    endpoint, task_id = AgentEndpoint.of(proposal.agent), proposal.task_id
+
+    async def operation(client):
+        try:
+            await client.cancel_task(CancelTaskRequest(id=task_id), context=_extension_context())
+        except TaskNotFoundError:
+            return "the agent does not know this task: nothing to cancel"
+        except A2AError as refusal:
+            if isinstance(refusal, A2AClientError):
+                raise
+            return await _settled_by_terminal_task(client, task_id, refusal)
+        return "cancelled"
+
+    return _call(endpoint, operation)
+
+
+def get_task_state(agent: Agent, task_id: str) -> TaskSnapshot:
+    """The task's current state from GetTask. Raises DeliveryError when the agent cannot tell."""
+    endpoint = AgentEndpoint.of(agent)
+
+    async def operation(client):
+        try:
+            return await _task_snapshot(client, task_id)
+        except A2AError as error:
+            if isinstance(error, A2AClientError):
+                raise
+            raise DeliveryError(f"GetTask refused: {type(error).__name__}: {error.message}") from error
+
+    return _call(endpoint, operation)

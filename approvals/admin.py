@@ -1,0 +1,770 @@
+"""The Django admin of the approval domain: configuration, written through the services.
+
+Admins configure tenants, members, approver groups, agents, policies and halts here. Every write goes
+through approvals/services.py, so it is checked and audited like any other change; forms validate first
+with the same rules so that a refusal shows on the field instead of as an error page. Proposals, votes,
+decisions and the outbox are read-only: people decide in the reviewer pages, never here.
+
+Policy versions are never edited. "New draft" writes a new version; a second admin (not the author)
+approves and activates it, which retires the version it replaces. "Dry run" replays the tenant's last
+100 proposals against a draft. Staff who are not superusers see only the tenants they administer.
+"""
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import Q
+from django.forms.models import BaseInlineFormSet
+from django.http import HttpResponseNotAllowed, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+
+from approvals import policy, services
+from approvals.models import (
+    Agent,
+    ApproverGroup,
+    Decision,
+    GroupMembership,
+    Halt,
+    OutboxMessage,
+    Policy,
+    PolicyVersion,
+    Proposal,
+    Tenant,
+    TenantMembership,
+    Vote,
+    new_token,
+)
+
+DRY_RUN_SIZE = 100
+
+
+def _adopt(obj, stored) -> None:
+    """The admin built `obj` from the form but a service stored `stored`: point the admin's redirect, log
+    entry and inline formsets at the stored row."""
+    for field in stored._meta.concrete_fields:
+        setattr(obj, field.attname, getattr(stored, field.attname))
+    obj._state.adding = False
+    obj._state.db = stored._state.db
+
+
+def _group_slugs(tenant_id) -> set[str]:
+    return set(ApproverGroup.objects.filter(tenant_id=tenant_id).values_list("slug", flat=True))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Shared behaviour
+
+
+class TenantScopedAdmin(admin.ModelAdmin):
+    """Superusers see every tenant; other staff see only the tenants they are an admin of."""
+
+    tenant_path = "tenant"
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        tenant_ids = services.admin_tenant_ids(request.user)
+        return queryset if tenant_ids is None else self.limit_to_tenants(queryset, tenant_ids)
+
+    def limit_to_tenants(self, queryset, tenant_ids):
+        return queryset.filter(**{f"{self.tenant_path}__in": tenant_ids})
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        tenant_ids = services.admin_tenant_ids(request.user)
+        if tenant_ids is not None:
+            related = db_field.related_model
+            if related is Tenant:
+                kwargs["queryset"] = Tenant.objects.filter(pk__in=tenant_ids)
+            elif related in (Agent, ApproverGroup, Policy):
+                kwargs["queryset"] = related.objects.filter(tenant__in=tenant_ids)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # domain rows are never deleted here: the audit trail refers to them
+
+
+class ReadOnlyAdmin(TenantScopedAdmin):
+    """Rows written only by the services (votes, decisions, deliveries): look, never touch."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+class ServiceInlineFormSet(BaseInlineFormSet):
+    """Rows of an inline are created and deleted through services; an existing row is never re-pointed at
+    another user (that would rewrite history: delete it and add a new one)."""
+
+    def clean(self):
+        super().clean()
+        for form in self.forms:
+            if form.instance.pk and "user" in form.changed_data:
+                form.add_error("user", "to replace someone, delete this row and add a new one")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Tenants and their members
+
+
+class TenantMembershipFormSet(ServiceInlineFormSet):
+    def clean(self):
+        super().clean()
+        tenant = self.instance
+        seen: dict[str, object] = {}
+        for form in self.forms:
+            data = getattr(form, "cleaned_data", None)
+            if not data or data.get("DELETE") or not data.get("user"):
+                continue
+            principal_id = (data.get("principal_id") or "").strip()
+            if principal_id:
+                if principal_id in seen:
+                    form.add_error("principal_id", "two members cannot share a principal id")
+                seen[principal_id] = data["user"]
+                others = TenantMembership.objects.filter(tenant=tenant, principal_id=principal_id)
+                if tenant.pk and others.exclude(user=data["user"]).exists():
+                    form.add_error("principal_id", "another member of this tenant has this principal id")
+            if (
+                tenant.pk
+                and data.get("role") == TenantMembership.Role.COMPLIANCE
+                and GroupMembership.objects.filter(group__tenant=tenant, user=data["user"]).exists()
+            ):
+                form.add_error("role", "compliance staff do not vote: first take them out of approver groups")
+
+
+class TenantMembershipInline(admin.TabularInline):
+    model = TenantMembership
+    formset = TenantMembershipFormSet
+    fields = ["user", "role", "principal_id"]
+    raw_id_fields = ["user"]
+    extra = 0
+
+
+class TenantForm(forms.ModelForm):
+    class Meta:
+        model = Tenant
+        fields = ["slug", "name", "default_ttl_seconds", "admin_group"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "admin_group" in self.fields:
+            self.fields["admin_group"].queryset = ApproverGroup.objects.filter(tenant_id=self.instance.pk)
+            self.fields[
+                "admin_group"
+            ].help_text = (
+                "Who decides what no policy matches (the fail-closed default). A new tenant gets 'admins'."
+            )
+
+
+@admin.register(Tenant)
+class TenantAdmin(TenantScopedAdmin):
+    tenant_path = "pk"
+    form = TenantForm
+    inlines = [TenantMembershipInline]
+    list_display = ["slug", "name", "admin_group", "default_ttl_seconds"]
+    search_fields = ["slug", "name"]
+
+    def get_fields(self, request, obj=None):
+        return (
+            ["slug", "name", "default_ttl_seconds", "admin_group"]
+            if obj
+            else ["slug", "name", "default_ttl_seconds"]
+        )
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["slug"] if obj else []
+
+    def get_inlines(self, request, obj):
+        return self.inlines if obj else []
+
+    def has_add_permission(self, request):
+        return request.user.is_superuser
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            services.update_tenant(
+                obj,
+                actor=request.user,
+                name=obj.name,
+                default_ttl_seconds=obj.default_ttl_seconds,
+                admin_group=obj.admin_group,
+            )
+        else:
+            _adopt(
+                obj,
+                services.create_tenant(
+                    slug=obj.slug,
+                    name=obj.name,
+                    actor=request.user,
+                    default_ttl_seconds=obj.default_ttl_seconds,
+                ),
+            )
+
+    def save_formset(self, request, form, formset, change):
+        if formset.model is not TenantMembership:
+            return super().save_formset(request, form, formset, change)
+        tenant = form.instance
+        formset.save(commit=False)  # collects new, changed and deleted rows without writing them
+        for membership in formset.deleted_objects:
+            services.remove_tenant_membership(tenant, membership.user, actor=request.user)
+        for membership in formset.new_objects + [row for row, _ in formset.changed_objects]:
+            services.set_tenant_membership(
+                tenant,
+                membership.user,
+                role=membership.role,
+                principal_id=membership.principal_id,
+                actor=request.user,
+            )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Approver groups
+
+
+class GroupMembershipFormSet(ServiceInlineFormSet):
+    def clean(self):
+        super().clean()
+        tenant_id = self.instance.tenant_id
+        for form in self.forms:
+            data = getattr(form, "cleaned_data", None)
+            if not data or data.get("DELETE") or not data.get("user") or form.instance.pk:
+                continue
+            role = services.tenant_role(data["user"], tenant_id) if tenant_id else None
+            if role is None:
+                form.add_error("user", "not a member of this tenant: add them to the tenant first")
+            elif role == TenantMembership.Role.COMPLIANCE:
+                form.add_error("user", "compliance staff read and export; they do not vote")
+
+
+class GroupMembershipInline(admin.TabularInline):
+    model = GroupMembership
+    formset = GroupMembershipFormSet
+    fields = ["user", "added_at"]
+    readonly_fields = ["added_at"]
+    raw_id_fields = ["user"]
+    extra = 0
+
+
+@admin.register(ApproverGroup)
+class ApproverGroupAdmin(TenantScopedAdmin):
+    inlines = [GroupMembershipInline]
+    list_display = ["slug", "name", "tenant", "member_count"]
+    list_filter = ["tenant"]
+    search_fields = ["slug", "name"]
+    fields = ["tenant", "slug", "name"]
+
+    @admin.display(description="members")
+    def member_count(self, group):
+        return group.groupmembership_set.count()
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["tenant", "slug", "name"] if obj else []
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            _adopt(obj, services.create_group(obj.tenant, slug=obj.slug, name=obj.name, actor=request.user))
+
+    def save_formset(self, request, form, formset, change):
+        if formset.model is not GroupMembership:
+            return super().save_formset(request, form, formset, change)
+        group = form.instance
+        formset.save(commit=False)
+        for membership in formset.deleted_objects:
+            services.remove_group_member(group, membership.user, actor=request.user)
+        for membership in formset.new_objects:
+            services.add_group_member(group, membership.user, actor=request.user)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Agents
+
+
+class AgentForm(forms.ModelForm):
+    card_url = forms.URLField(
+        assume_scheme="https",
+        max_length=200,
+        help_text="The agent card URL, e.g. https://agent.example/.well-known/agent-card.json",
+    )
+    outbound_auth_credentials = forms.CharField(
+        required=False,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="What Reviewer presents when it calls the agent. Never shown; leave empty to keep it.",
+    )
+
+    class Meta:
+        model = Agent
+        fields = [
+            "tenant",
+            "slug",
+            "name",
+            "card_url",
+            "audience",
+            "outbound_auth_scheme",
+            "outbound_auth_credentials",
+        ]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "audience" in self.fields:
+            self.fields["audience"].required = False
+            self.fields["audience"].help_text = "The `aud` of its decisions; empty means the agent card URL."
+
+
+def _show_tokens_once(request, agent: Agent, push_token: str, api_token: str) -> None:
+    messages.warning(
+        request,
+        format_html(
+            "Tokens for {}: push token <code>{}</code>, API token <code>{}</code>. They are shown this once "
+            "(only their hashes are stored): give them to the agent now.",
+            agent.slug,
+            push_token,
+            api_token,
+        ),
+    )
+
+
+@admin.register(Agent)
+class AgentAdmin(TenantScopedAdmin):
+    form = AgentForm
+    list_display = ["slug", "name", "tenant", "card_url", "created_at"]
+    list_filter = ["tenant"]
+    search_fields = ["slug", "name", "card_url"]
+    actions = ["rotate_tokens"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["tenant", "slug", "created_at"] if obj else []
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            changes = {
+                name: form.cleaned_data[name] for name in services.AGENT_EDITABLE if name in form.cleaned_data
+            }
+            if not changes.get("outbound_auth_credentials"):
+                changes.pop("outbound_auth_credentials", None)
+            changes["audience"] = changes.get("audience") or obj.card_url
+            _adopt(obj, services.update_agent(Agent.objects.get(pk=obj.pk), actor=request.user, **changes))
+            return
+        push_token, api_token = new_token(), new_token()
+        agent = services.register_agent(
+            tenant=obj.tenant,
+            slug=obj.slug,
+            name=obj.name,
+            card_url=obj.card_url,
+            audience=obj.audience,
+            push_token=push_token,
+            api_token=api_token,
+            outbound_auth_scheme=obj.outbound_auth_scheme,
+            outbound_auth_credentials=form.cleaned_data.get("outbound_auth_credentials", ""),
+            actor=services.user_actor(request.user),
+        )
+        _adopt(obj, agent)
+        _show_tokens_once(request, agent, push_token, api_token)
+
+    @admin.action(description="Rotate tokens (the old ones stop working now)")
+    def rotate_tokens(self, request, queryset):
+        for agent in queryset:
+            try:
+                push_token, api_token = services.rotate_agent_tokens(agent, actor=request.user)
+            except services.ServiceError as error:
+                messages.error(request, f"{agent.slug}: {error.message}")
+                continue
+            _show_tokens_once(request, agent, push_token, api_token)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Policies and their versions
+
+
+class PolicyVersionInline(admin.TabularInline):
+    model = PolicyVersion
+    fields = [
+        "version",
+        "status",
+        "outcome",
+        "agent_pattern",
+        "tool_pattern",
+        "author",
+        "activated_by",
+        "activated_at",
+    ]
+    readonly_fields = fields
+    show_change_link = True
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Policy)
+class PolicyAdmin(TenantScopedAdmin):
+    list_display = ["slug", "name", "tenant", "active", "drafts"]
+    list_filter = ["tenant"]
+    search_fields = ["slug", "name"]
+    fields = ["tenant", "slug", "name"]
+    inlines = [PolicyVersionInline]
+
+    @admin.display(description="active version")
+    def active(self, obj):
+        version = obj.active_version
+        return version.version if version else "none"
+
+    @admin.display(description="drafts")
+    def drafts(self, obj):
+        return obj.versions.filter(status=PolicyVersion.Status.DRAFT).count()
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["tenant", "slug", "name"] if obj else []
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            _adopt(obj, services.create_policy(obj.tenant, slug=obj.slug, name=obj.name, actor=request.user))
+
+    def response_add(self, request, obj, post_url_continue=None):
+        messages.info(request, "Now write its first version: a draft, which another admin activates.")
+        return HttpResponseRedirect(reverse("admin:approvals_policyversion_add") + f"?policy={obj.pk}")
+
+
+class PolicyVersionForm(forms.ModelForm):
+    """A new draft. The condition is compiled here so the compiler's message shows on the field; the
+    thresholds must name this tenant's groups. The service checks all of it again when storing."""
+
+    user = None  # the admin sets it: whoever writes the draft must administer the policy's tenant
+
+    class Meta:
+        model = PolicyVersion
+        fields = ["policy", *policy.VERSION_FIELDS]
+        widgets = {
+            "condition": forms.Textarea(
+                attrs={
+                    "rows": 4,
+                    "cols": 90,
+                    "spellcheck": "false",
+                    "placeholder": "e.g. double(args.amount) > 500.0",
+                }
+            ),
+        }
+        help_texts = {
+            "thresholds": 'All must be met: [{"group": "finance", "count": 1}, {"group": "ops", "count": 2}]',
+            "step_up": '"per_vote" (a fresh code on every vote) or a freshness window in seconds, e.g. 300',
+        }
+
+    def clean(self):
+        cleaned = super().clean()
+        chosen = cleaned.get("policy")
+        if (
+            chosen is not None
+            and self.user is not None
+            and not services.is_config_admin(self.user, chosen.tenant_id)
+        ):
+            self.add_error("policy", "you are not an admin of this policy's tenant")
+        values = {name: cleaned[name] for name in policy.VERSION_FIELDS if name in cleaned}
+        if values.get("thresholds") is None:
+            values["thresholds"] = []
+        groups = _group_slugs(chosen.tenant_id) if chosen is not None else set()
+        errors = policy.version_field_errors({**services.POLICY_VERSION_DEFAULTS, **values}, groups)
+        if chosen is None:
+            errors.pop("thresholds", None)  # cannot tell which groups exist before the policy is known
+        for name, message in errors.items():
+            if name in values or name == "__all__":
+                self.add_error(None if name == "__all__" else name, message)
+        return cleaned
+
+    def version_fields(self) -> dict:
+        values = {name: self.cleaned_data[name] for name in policy.VERSION_FIELDS}
+        values["thresholds"] = values["thresholds"] or []
+        return values
+
+
+@admin.register(PolicyVersion)
+class PolicyVersionAdmin(TenantScopedAdmin):
+    tenant_path = "policy__tenant"
+    form = PolicyVersionForm
+    list_display = [
+        "__str__",
+        "status",
+        "outcome",
+        "agent_pattern",
+        "tool_pattern",
+        "author",
+        "activated_by",
+        "created_at",
+    ]
+    list_filter = ["status", "outcome", "policy__tenant"]
+    list_select_related = ["policy__tenant", "author", "activated_by"]
+    search_fields = ["policy__slug", "tool_pattern", "condition"]
+    actions = ["approve_and_activate"]
+    readonly_after_creation = [
+        "policy",
+        "version",
+        "status",
+        *policy.VERSION_FIELDS,
+        "author",
+        "created_at",
+        "activated_by",
+        "activated_at",
+    ]
+
+    # Versions are immutable: the change page is a read-only view with activate / dry run / new draft.
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_activate_permission(self, request):
+        return request.user.is_active and request.user.is_staff
+
+    def get_fields(self, request, obj=None):
+        return self.readonly_after_creation if obj else ["policy", *policy.VERSION_FIELDS]
+
+    def get_form(self, request, obj=None, **kwargs):
+        form_class = super().get_form(request, obj, **kwargs)
+        return type(form_class.__name__, (form_class,), {"user": request.user})
+
+    def get_changeform_initial_data(self, request):
+        """A new draft starts as a copy of the version it edits (?from=<id>) or the policy's newest."""
+        initial = super().get_changeform_initial_data(request)
+        source = None
+        if request.GET.get("from", "").isdigit():
+            source = self.get_queryset(request).filter(pk=request.GET["from"]).first()
+        elif request.GET.get("policy", "").isdigit():
+            newest = self.get_queryset(request).filter(policy_id=request.GET["policy"]).order_by("-version")
+            source = newest.first()
+        if source is not None:
+            initial.update({name: getattr(source, name) for name in policy.VERSION_FIELDS})
+            initial["policy"] = source.policy_id
+        return initial
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            raise PermissionDenied("policy versions are immutable")
+        _adopt(
+            obj,
+            services.create_policy_version(form.cleaned_data["policy"], form.version_fields(), request.user),
+        )
+
+    def response_add(self, request, obj, post_url_continue=None):
+        messages.info(request, f"Draft {obj} saved. Another admin must approve and activate it.")
+        return HttpResponseRedirect(reverse("admin:approvals_policyversion_change", args=[obj.pk]))
+
+    def add_view(self, request, form_url="", extra_context=None):
+        if request.method == "POST" and "_dryrun" in request.POST:
+            form = self.get_form(request)(request.POST)
+            if form.is_valid():
+                draft = form.save(commit=False)
+                draft.version = (
+                    draft.policy.versions.order_by("-version").values_list("version", flat=True).first() or 0
+                ) + 1
+                return self._render_dry_run(request, draft, unsaved=True)
+            # Invalid: the normal add view validates again and shows the errors on the fields.
+        return super().add_view(request, form_url, extra_context)
+
+    def get_urls(self):
+        own = [
+            path(
+                "<int:version_id>/activate/",
+                self.admin_site.admin_view(self.activate_view),
+                name="approvals_policyversion_activate",
+            ),
+            path(
+                "<int:version_id>/dry-run/",
+                self.admin_site.admin_view(self.dry_run_view),
+                name="approvals_policyversion_dry_run",
+            ),
+        ]
+        return own + super().get_urls()
+
+    def _activate(self, request, version: PolicyVersion) -> bool:
+        try:
+            services.activate_policy_version(version, request.user)
+        except services.ServiceError as error:
+            messages.error(request, f"{version}: {error.message}")
+            return False
+        messages.success(request, f"{version} is now active; the version it replaces is retired.")
+        return True
+
+    @admin.action(
+        description="Approve and activate (by a second admin, not the author)", permissions=["activate"]
+    )
+    def approve_and_activate(self, request, queryset):
+        for version in queryset.select_related("policy"):
+            self._activate(request, version)
+
+    def activate_view(self, request, version_id):
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_activate_permission(request):
+            raise PermissionDenied
+        version = get_object_or_404(self.get_queryset(request), pk=version_id)
+        self._activate(request, version)
+        return HttpResponseRedirect(reverse("admin:approvals_policyversion_change", args=[version.pk]))
+
+    def dry_run_view(self, request, version_id):
+        versions = self.get_queryset(request).select_related("policy__tenant")
+        version = get_object_or_404(versions, pk=version_id)
+        if not self.has_view_permission(request, version):
+            raise PermissionDenied
+        return self._render_dry_run(request, version, unsaved=False)
+
+    def _render_dry_run(self, request, draft: PolicyVersion, *, unsaved: bool):
+        rows = policy.dry_run(draft, policy.recent_proposals(draft.policy.tenant, DRY_RUN_SIZE))
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": f"Dry run of {draft}",
+            "draft": draft,
+            "unsaved": unsaved,
+            "rows": rows,
+            "matched": sum(1 for row in rows if row.draft_matches),
+            "changed": sum(1 for row in rows if row.changes),
+            "size": DRY_RUN_SIZE,
+        }
+        return TemplateResponse(request, "admin/approvals/policyversion/dry_run.html", context)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Halts
+
+
+class HaltForm(forms.ModelForm):
+    user = None
+
+    class Meta:
+        model = Halt
+        fields = ["scope", "tenant", "agent", "reason"]
+
+    def clean(self):
+        cleaned = super().clean()
+        scope, tenant, agent = cleaned.get("scope"), cleaned.get("tenant"), cleaned.get("agent")
+        if scope == Halt.Scope.TENANT and (tenant is None or agent is not None):
+            self.add_error("tenant", "a tenant halt names a tenant (and no agent)")
+        if scope == Halt.Scope.AGENT and (agent is None or tenant is not None):
+            self.add_error("agent", "an agent halt names an agent (and no tenant)")
+        if scope == Halt.Scope.GLOBAL:
+            if tenant is not None or agent is not None:
+                self.add_error("scope", "a global halt names neither a tenant nor an agent")
+            if self.user is not None and not self.user.is_superuser:
+                self.add_error("scope", "only a superuser halts everything")
+        return cleaned
+
+
+@admin.register(Halt)
+class HaltAdmin(TenantScopedAdmin):
+    form = HaltForm
+    list_display = ["__str__", "scope", "reason", "operator", "created_at", "lifted_at", "lifted_by"]
+    list_filter = ["scope", ("lifted_at", admin.EmptyFieldListFilter)]
+    list_select_related = ["tenant", "agent"]
+    actions = ["resume"]
+
+    def limit_to_tenants(self, queryset, tenant_ids):
+        # Global halts belong to no tenant: only superusers see them.
+        return queryset.filter(Q(tenant__in=tenant_ids) | Q(agent__tenant__in=tenant_ids))
+
+    def get_fields(self, request, obj=None):
+        if obj:
+            return ["scope", "tenant", "agent", "reason", "operator", "created_at", "lifted_at", "lifted_by"]
+        return ["scope", "tenant", "agent", "reason"]
+
+    def has_change_permission(self, request, obj=None):
+        return False  # a halt is lifted with the resume action, never edited
+
+    def has_resume_permission(self, request):
+        return request.user.is_active and request.user.is_staff
+
+    def get_form(self, request, obj=None, **kwargs):
+        form_class = super().get_form(request, obj, **kwargs)
+        return type(form_class.__name__, (form_class,), {"user": request.user})
+
+    def save_model(self, request, obj, form, change):
+        _adopt(
+            obj,
+            services.halt(
+                scope=obj.scope, operator=request.user, reason=obj.reason, tenant=obj.tenant, agent=obj.agent
+            ),
+        )
+
+    @admin.action(description="Resume (lift these halts)", permissions=["resume"])
+    def resume(self, request, queryset):
+        lifted = 0
+        for item in queryset.filter(lifted_at__isnull=True):
+            if item.scope != Halt.Scope.GLOBAL and not services.is_config_admin(
+                request.user, item.tenant_id or item.agent.tenant_id
+            ):
+                messages.error(request, f"{item}: only an admin of its tenant can lift it")
+                continue
+            if item.scope == Halt.Scope.GLOBAL and not request.user.is_superuser:
+                messages.error(request, f"{item}: only a superuser lifts a global halt")
+                continue
+            lifted += services.resume(
+                operator=request.user,
+                reason="resumed from the admin",
+                tenant=item.tenant if item.scope == Halt.Scope.TENANT else None,
+                agent=item.agent if item.scope == Halt.Scope.AGENT else None,
+                everything=item.scope == Halt.Scope.GLOBAL,
+            )
+        messages.success(request, f"{lifted} halt(s) lifted.")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Read-only: what the services wrote
+
+
+@admin.register(OutboxMessage)
+class OutboxMessageAdmin(ReadOnlyAdmin):
+    tenant_path = "proposal__tenant"
+    list_display = ["id", "kind", "status", "agent", "proposal", "attempts", "next_attempt_at", "error"]
+    list_filter = ["status", "kind"]
+    list_select_related = ["agent", "proposal"]
+    search_fields = ["message_id", "last_error"]
+    ordering = ["-created_at"]
+
+    @admin.display(description="last error")
+    def error(self, message):
+        return (message.last_error[:120] + "…") if len(message.last_error) > 120 else message.last_error
+
+
+class VoteInline(admin.TabularInline):
+    model = Vote
+    fields = ["voter", "verdict", "group", "reason", "auth_method", "auth_at", "digest_seen", "created_at"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Proposal)
+class ProposalAdmin(ReadOnlyAdmin):
+    list_display = ["created_at", "tool", "summary", "state", "tenant", "agent", "risk", "expires_at"]
+    list_filter = ["state", "risk", "tenant"]
+    list_select_related = ["tenant", "agent"]
+    search_fields = ["summary", "tool", "request_id", "task_id", "principal_id"]
+    date_hierarchy = "created_at"
+    inlines = [VoteInline]
+    exclude = ["action_canonical"]
+
+
+@admin.register(Vote)
+class VoteAdmin(ReadOnlyAdmin):
+    tenant_path = "proposal__tenant"
+    list_display = ["proposal", "voter", "verdict", "group", "auth_method", "created_at"]
+    list_filter = ["verdict"]
+    list_select_related = ["proposal", "voter", "group"]
+
+
+@admin.register(Decision)
+class DecisionAdmin(ReadOnlyAdmin):
+    tenant_path = "proposal__tenant"
+    list_display = ["jti", "proposal", "kind", "issued_at", "expires_at", "consumed_at", "revoked_at"]
+    list_filter = ["kind"]
+    list_select_related = ["proposal"]
+    # The token itself stays out of the admin: whoever holds it could replay it to the agent.
+    exclude = ["token"]

@@ -1,0 +1,193 @@
+"""Forms of the reviewer pages. They check shape and size only: what a person may do is decided by the
+services, whose refusals the views put back on these forms next to the field they name."""
+
+import json
+
+from django import forms
+from django.contrib.auth.forms import AuthenticationForm
+from django_otp import devices_for_user, match_token
+
+from approvals.models import Proposal
+
+ONE_TIME_CODE = {
+    "autocomplete": "one-time-code",
+    "inputmode": "numeric",
+    "spellcheck": "false",
+    "autocapitalize": "off",
+}
+
+
+def _normalized_code(value: str) -> str:
+    return (value or "").strip().replace(" ", "")
+
+
+class LoginForm(AuthenticationForm):
+    """Username, password and a one-time code in one form. A person who has no authenticator yet signs in
+    with the password alone and is sent to enroll one (`device` stays None)."""
+
+    otp_token = forms.CharField(
+        label="One-time code", required=False, max_length=16, widget=forms.TextInput(attrs=ONE_TIME_CODE)
+    )
+
+    error_messages = {
+        **AuthenticationForm.error_messages,
+        # One message for every wrong part, so a guesser cannot tell a right password from a wrong one.
+        "invalid_login": "That username, password and one-time code do not match. Check them and try again.",
+        "throttled": "Too many wrong codes in a row: wait a few seconds, then type the code your "
+        "authenticator shows now.",
+    }
+
+    def __init__(self, request=None, *args, **kwargs):
+        super().__init__(request, *args, **kwargs)
+        self.device = None
+        self.fields["username"].widget.attrs["autocomplete"] = "username"
+        self.fields["password"].widget.attrs["autocomplete"] = "current-password"
+
+    def clean(self):
+        cleaned = super().clean()  # authenticates; raises invalid_login on a wrong password
+        if self.user_cache is None:  # a required field was left empty; its own error says so
+            return cleaned
+        devices = list(devices_for_user(self.user_cache, confirmed=True))
+        if not devices:
+            return cleaned
+        throttled = not any(device.verify_is_allowed()[0] for device in devices)
+        token = _normalized_code(cleaned.get("otp_token"))
+        self.device = match_token(self.user_cache, token) if token and not throttled else None
+        if self.device is None:
+            code = "throttled" if throttled else "invalid_login"
+            raise forms.ValidationError(self.error_messages[code], code=code)
+        return cleaned
+
+
+class EnrollForm(forms.Form):
+    otp_token = forms.CharField(
+        label="Code from your authenticator app", max_length=16, widget=forms.TextInput(attrs=ONE_TIME_CODE)
+    )
+
+
+class DecisionForm(forms.Form):
+    """Approve, Reject and Ask are named submit buttons of this one form. Which text is required depends on
+    the button (a reason to reject, a question to ask); the services say so, and the view shows it here."""
+
+    ACTIONS = (("approve", "Approve"), ("reject", "Reject"), ("ask", "Ask for information"))
+
+    action = forms.ChoiceField(
+        choices=ACTIONS,
+        error_messages={
+            "required": "Choose Approve, Reject or Ask for information.",
+            "invalid_choice": "Choose Approve, Reject or Ask for information.",
+        },
+    )
+    digest = forms.CharField(max_length=80, widget=forms.HiddenInput)
+    reason = forms.CharField(
+        label="Reason", required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 3})
+    )
+    question = forms.CharField(
+        label="Question for the agent",
+        required=False,
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 3}),
+    )
+    otp_code = forms.CharField(
+        label="One-time code",
+        required=False,
+        max_length=20,
+        widget=forms.TextInput(attrs={**ONE_TIME_CODE, "size": 8}),
+    )
+
+    def clean_otp_code(self):
+        return _normalized_code(self.cleaned_data.get("otp_code"))
+
+
+class RevokeForm(forms.Form):
+    """Take back a released decision, or, once the agent started the work, record how it was compensated."""
+
+    action = forms.ChoiceField(choices=(("revoke", "Revoke"), ("compensate", "Record compensation")))
+    reason = forms.CharField(
+        label="Why revoke it", required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 2})
+    )
+    note = forms.CharField(
+        label="Compensation note", required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 3})
+    )
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("auto_id", "revoke_%s")  # shares the page with the decision form's `reason`
+        super().__init__(*args, **kwargs)
+
+
+class EditArgumentsForm(forms.Form):
+    """One field per argument of the proposed action. Text stays text; any other value (a number, true or
+    false, a list, an object) is written as JSON, so an edit cannot silently change a value's type."""
+
+    digest = forms.CharField(max_length=80, widget=forms.HiddenInput)
+    note = forms.CharField(
+        label="What you changed and why",
+        required=False,
+        max_length=500,
+        widget=forms.Textarea(attrs={"rows": 2}),
+    )
+
+    def __init__(self, proposal: Proposal, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.original = dict(proposal.action.get("arguments") or {})
+        self.argument_fields = []
+        for index, (key, value) in enumerate(sorted(self.original.items())):
+            is_text = isinstance(value, str)
+            initial = value if is_text else json.dumps(value, ensure_ascii=False)
+            widget = forms.Textarea(attrs={"rows": 3}) if len(initial) > 80 else forms.TextInput()
+            name = f"arg_{index}"
+            self.fields[name] = forms.CharField(
+                label=key,
+                initial=initial,
+                required=False,
+                strip=is_text,
+                max_length=20000,
+                widget=widget,
+                help_text="" if is_text else "a JSON value, e.g. 12, true or [1, 2]",
+            )
+            self.argument_fields.append((name, key, is_text))
+        self.fields["digest"].initial = proposal.action_digest
+
+    def bound_arguments(self):
+        return [(self[name], key, is_text) for name, key, is_text in self.argument_fields]
+
+    def clean(self):
+        cleaned = super().clean()
+        arguments = {}
+        for name, key, is_text in self.argument_fields:
+            raw = cleaned.get(name, "")
+            if is_text:
+                arguments[key] = raw
+                continue
+            try:
+                arguments[key] = json.loads(raw)
+            except (TypeError, ValueError):
+                self.add_error(name, "This value was not text: write it as JSON, e.g. 12, true or [1, 2].")
+        cleaned["arguments"] = arguments
+        return cleaned
+
+
+class QueueFilterForm(forms.Form):
+    """Filters of the queue and the watching list; choices are limited to the person's own tenants."""
+
+    RISKS = (("", "Any risk"), ("high", "High"), ("medium", "Medium"), ("low", "Low"))
+
+    tenant = forms.ChoiceField(required=False)
+    agent = forms.ChoiceField(required=False)
+    policy = forms.ChoiceField(required=False)
+    risk = forms.ChoiceField(required=False, choices=RISKS)
+    state = forms.ChoiceField(required=False)
+
+    def __init__(self, data, *, tenants, agents, policies, states=()):
+        super().__init__(data)
+        self.fields["tenant"].choices = [("", "All tenants"), *tenants]
+        self.fields["agent"].choices = [("", "All agents"), *agents]
+        self.fields["policy"].choices = [("", "All policies"), *policies]
+        self.fields["state"].choices = [("", "Any state"), *states]
+
+    def filters(self) -> dict:
+        """The valid filters; an unknown value (another tenant's slug, a typo) filters nothing."""
+        if not self.is_bound:
+            return {}
+        self.is_valid()
+        return {name: value for name, value in self.cleaned_data.items() if value}

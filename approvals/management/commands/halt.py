@@ -1,0 +1,50 @@
+"""The kill switch.
+
+    manage.py halt (--all | --tenant SLUG | --agent SLUG) --reason "..." [--operator USERNAME]
+
+While halted, intake is refused (503), no vote is accepted and no decision can be consumed; released
+decisions that were not consumed yet are revoked, and CancelTask is queued for their tasks and for tasks
+already executing. Reads still work. The halt is a database row, so every process sees it at once and a
+restarted process comes back halted. `manage.py resume` with the same flag lifts it.
+"""
+
+from approvals import services
+from approvals.management.commands._base import (
+    OperatorCommand,
+    add_scope_arguments,
+    describe,
+    scope_flag,
+    scope_from_options,
+)
+from approvals.states import State
+
+
+class Command(OperatorCommand):
+    help = (
+        "Halt Reviewer for everything, a tenant or an agent: refuse intake, votes and consumes, revoke "
+        "unconsumed decisions and queue CancelTask for affected tasks. Lift it with `manage.py resume`."
+    )
+
+    def add_arguments(self, parser):
+        add_scope_arguments(parser)
+        parser.add_argument("--reason", required=True, help="why (audited, shown to agents)")
+        self.add_operator_argument(parser, "halting")
+
+    def handle(self, *args, **options):
+        scope, tenant, agent = scope_from_options(options)
+        halt = self.call_service(
+            services.halt,
+            scope=scope,
+            operator=self.operator(options),
+            reason=options["reason"],
+            tenant=tenant,
+            agent=agent,
+        )
+        revoked = sum(1 for proposal in halt.stopped if proposal.state == State.REVOKED)
+        running = sum(1 for proposal in halt.stopped if proposal.state == State.EXECUTING)
+        self.stdout.write(f"halted {describe(tenant, agent)} (halt {halt.id}): {halt.reason}")
+        self.stdout.write(
+            f"  {revoked} unconsumed decision(s) revoked, {running} running task(s) stopped; "
+            "CancelTask queued for each"
+        )
+        self.stdout.write(f"  lift it with: manage.py resume {scope_flag(tenant, agent)}")

@@ -1,0 +1,51 @@
+"""`manage.py register_agent`: register (or update) an A2A agent and its tokens."""
+
+from django.core.management.base import BaseCommand, CommandError
+
+from approvals import services
+from approvals.models import Agent, Tenant, new_token
+
+
+class Command(BaseCommand):
+    help = (
+        "Register an A2A agent with Reviewer. Tokens not given are generated and printed once; "
+        "Reviewer stores only their sha256."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--tenant", required=True, help="tenant slug")
+        parser.add_argument("--slug", required=True, help="agent slug (its push URL is /a2a/push/<slug>/)")
+        parser.add_argument("--name", required=True)
+        parser.add_argument("--card-url", required=True, help="the agent card URL")
+        parser.add_argument("--audience", default="", help="aud of its decisions (default: the card URL)")
+        parser.add_argument("--push-token", help="token its pushes carry in X-A2A-Notification-Token")
+        parser.add_argument("--api-token", help="its bearer token for /api/v1/")
+        parser.add_argument(
+            "--outbound-bearer", default="", help="bearer token Reviewer presents when it calls the agent"
+        )
+
+    def handle(self, *args, **options):
+        tenant = Tenant.objects.filter(slug=options["tenant"]).first()
+        if tenant is None:
+            raise CommandError(f"no tenant {options['tenant']!r}; create it in the admin first")
+        push_token = options["push_token"] or new_token()
+        api_token = options["api_token"] or new_token()
+        bearer = options["outbound_bearer"]
+        agent = services.register_agent(
+            tenant=tenant,
+            slug=options["slug"],
+            name=options["name"],
+            card_url=options["card_url"],
+            audience=options["audience"],
+            push_token=push_token,
+            api_token=api_token,
+            outbound_auth_scheme=Agent.AuthScheme.BEARER if bearer else Agent.AuthScheme.NONE,
+            outbound_auth_credentials=bearer,
+        )
+        self.stdout.write(f"registered agent {agent.slug} in {tenant.slug}")
+        self.stdout.write(f"  push URL:  /a2a/push/{agent.slug}/  (header X-A2A-Notification-Token)")
+        self.stdout.write(f"  audience:  {agent.audience}")
+        if not options["push_token"]:
+            self.stdout.write(f"  push token (shown once): {push_token}")
+        if not options["api_token"]:
+            self.stdout.write(f"  API token (shown once):  {api_token}")

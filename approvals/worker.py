@@ -1,0 +1,212 @@
+"""The delivery worker: one loop that keeps Reviewer's promises to agents.
+
+Each tick it
+1. expires what waited too long (services.expire_due);
+2. delivers due outbox messages: claim (a short transaction), call the agent (no transaction open),
+   then record delivered, a retry with backoff, or a dead letter (services.mark_outbox_*);
+3. reconciles executions with the agent's own task state (GetTask): an execution that has run longer
+   than EXECUTING_RECONCILE_SECONDS settles from a terminal task or becomes unknown; an unknown one
+   settles once the task completed (see a2a.apply_task_state); a request still awaiting review is
+   closed if its task ended (its push may have been lost: A2A push is best-effort). Nothing here ever
+   approves anything;
+4. runs the audit export jobs, when that module is installed.
+
+Several workers may run side by side: claims never overlap (SKIP LOCKED on PostgreSQL, a lease written
+with compare-and-set everywhere), and every message is idempotent on the agent's side anyway.
+"""
+
+import importlib
+import importlib.util
+import logging
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import close_old_connections, connection
+
+from approvals import a2a, services
+from approvals.models import Decision, OutboxMessage, Proposal
+from approvals.states import State
+
+log = logging.getLogger(__name__)
+
+# A claimed message is not offered to another worker for this long: longer than one call can take.
+LEASE_SECONDS = int(a2a.CALL_DEADLINE_SECONDS * 2 + 30)
+# How often one execution's task is asked for its state once it is overdue or unknown. Requests still
+# awaiting review are asked every EXECUTING_RECONCILE_SECONDS: a lost push is rare, a queue is long.
+RECONCILE_EVERY_SECONDS = 30
+# GetTask calls per tick at most, so reconciliation never starves delivery.
+RECONCILE_BATCH = 20
+
+
+@dataclass
+class TickReport:
+    expired: int = 0
+    delivered: int = 0
+    failed: int = 0
+    dead: int = 0
+    reconciled: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class Worker:
+    def __init__(self, *, batch: int = 20, stop: threading.Event | None = None):
+        self.batch = batch
+        self.stop = stop or threading.Event()
+        # proposal id -> when its task was last asked: GetTask at most every RECONCILE_EVERY_SECONDS.
+        self._last_checked: dict[str, datetime] = {}
+
+    # --- the loop -------------------------------------------------------------------------------
+
+    def run(self, *, interval: float = 1.0, once: bool = False) -> None:
+        log.info("worker started (interval %.1fs, batch %d)", interval, self.batch)
+        while not self.stop.is_set():
+            report = self.tick()
+            if once:
+                break
+            if report.delivered + report.failed + report.dead < self.batch:
+                self.stop.wait(interval)  # a full batch means more may be due: go again at once
+        log.info("worker stopped")
+
+    def tick(self, now: datetime | None = None) -> TickReport:
+        """One pass over everything the worker does. Each step runs even if an earlier one failed."""
+        if not connection.in_atomic_block:  # (tests run a tick inside their transaction)
+            close_old_connections()  # a long-lived process must not keep a connection the database dropped
+        report = TickReport()
+        for name, step in (
+            ("expiry", self._expire),
+            ("delivery", self.deliver_due),
+            ("reconciliation", self.reconcile),
+            ("audit jobs", self._audit_jobs),
+        ):
+            try:
+                step(report, now)
+            except Exception as error:  # one failing step must not stop the others or the loop
+                log.exception("worker %s step failed", name)
+                report.errors.append(f"{name}: {error!r}")
+        return report
+
+    def _expire(self, report: TickReport, now: datetime | None) -> None:
+        report.expired = services.expire_due(now)
+
+    # --- delivery -------------------------------------------------------------------------------
+
+    def deliver_due(self, report: TickReport, now: datetime | None = None) -> None:
+        for message in services.claim_due_outbox(limit=self.batch, lease_seconds=LEASE_SECONDS, now=now):
+            if self.stop.is_set():
+                break  # the rest waits for its lease to lapse; nothing is lost
+            outcome = self.deliver(message, now=now)
+            setattr(report, outcome, getattr(report, outcome) + 1)
+
+    def deliver(self, message: OutboxMessage, *, now: datetime | None = None) -> str:
+        """Deliver one claimed message; returns "delivered", "failed" or "dead"."""
+        label = f"outbox {message.id} {message.kind} {message.message_id} (attempt {message.attempts})"
+        withdrawn = self._withdrawal_reason(message)
+        if withdrawn:
+            services.withdraw_outbox(message.id, reason=withdrawn)
+            log.info("%s: withdrawn, %s", label, withdrawn)
+            return "dead"
+        try:
+            note = self._send(message)
+        except Exception as error:  # anything at all: the row must get its retry or its dead letter
+            text = str(error) if isinstance(error, a2a.DeliveryError) else f"{type(error).__name__}: {error}"
+            failed = services.mark_outbox_failed(message.id, error=text, now=now)
+            if failed is not None and failed.status == OutboxMessage.Status.DEAD:
+                log.warning("%s: dead after %d attempts: %s", label, failed.attempts, text)
+                return "dead"
+            retry = f"retry at {failed.next_attempt_at:%H:%M:%S}" if failed else "settled elsewhere"
+            log.info("%s: failed, %s: %s", label, retry, text)
+            return "failed"
+        services.mark_outbox_delivered(message.id, note=note, now=now)
+        log.info("%s: delivered (%s)", label, note)
+        return "delivered"
+
+    @staticmethod
+    def _withdrawal_reason(message: OutboxMessage) -> str:
+        """An approval must not leave once its decision was revoked or expired: the agent might act on
+        it before the CancelTask that follows (always, when it need not consume the decision online)."""
+        if (
+            message.kind != OutboxMessage.Kind.CONTINUE
+            or message.payload.get("decision") != Decision.Kind.APPROVED
+        ):
+            return ""
+        state = Proposal.objects.values_list("state", flat=True).get(pk=message.proposal_id)
+        if state in {State.REVOKED, State.EXPIRED}:
+            return f"the approval was {state} before it was delivered"
+        return ""
+
+    def _send(self, message: OutboxMessage) -> str:
+        if message.kind == OutboxMessage.Kind.CONTINUE:
+            return a2a.send_continuation(message)
+        if message.kind == OutboxMessage.Kind.CANCEL:
+            return a2a.cancel_task(message)
+        if message.kind == OutboxMessage.Kind.GET_TASK:
+            proposal = Proposal.objects.select_related("agent").get(pk=message.proposal_id)
+            snapshot = a2a.get_task_state(proposal.agent, proposal.task_id)
+            a2a.apply_task_state(proposal.agent, proposal.task_id, snapshot.state, detail=snapshot.detail)
+            return f"task is {snapshot.state}"
+        raise ValueError(f"unknown outbox kind {message.kind!r}")
+
+    # --- reconciliation -------------------------------------------------------------------------
+
+    def reconcile(self, report: TickReport, now: datetime | None = None) -> None:
+        clock = now or services.now_utc()
+        overdue = clock - timedelta(seconds=settings.EXECUTING_RECONCILE_SECONDS)
+        proposals = Proposal.objects.select_related("agent")
+        executions = list(proposals.filter(state=State.EXECUTING, executing_since__lte=overdue)) + list(
+            proposals.filter(state=State.UNKNOWN)
+        )
+        waiting = list(
+            proposals.filter(state__in=[State.AWAITING_REVIEW, State.INFO_REQUESTED], created_at__lte=overdue)
+        )
+        due = [p for p in executions if self._due(p, clock, RECONCILE_EVERY_SECONDS)]
+        due += [p for p in waiting if self._due(p, clock, settings.EXECUTING_RECONCILE_SECONDS)]
+        for proposal in due[:RECONCILE_BATCH]:
+            if self.stop.is_set():
+                return
+            self._last_checked[str(proposal.id)] = clock
+            if self._reconcile_one(proposal):
+                report.reconciled += 1
+        live = {str(p.id) for p in executions + waiting}
+        self._last_checked = {key: at for key, at in self._last_checked.items() if key in live}
+
+    def _due(self, proposal: Proposal, clock: datetime, every: int) -> bool:
+        last = self._last_checked.get(str(proposal.id))
+        return last is None or (clock - last).total_seconds() >= every
+
+    def _reconcile_one(self, proposal: Proposal) -> bool:
+        """Ask the agent for the task's state; returns whether the proposal changed."""
+        agent = proposal.agent
+        try:
+            snapshot = a2a.get_task_state(agent, proposal.task_id)
+            why = f"the task is still {snapshot.state}"
+        except a2a.DeliveryError as error:
+            snapshot, why = None, str(error)
+        if snapshot is not None and snapshot.is_terminal:
+            changed = a2a.apply_task_state(agent, proposal.task_id, snapshot.state, detail=snapshot.detail)
+            if changed:
+                log.info(
+                    "reconciled proposal %s from task %s: %s", proposal.id, proposal.task_id, snapshot.state
+                )
+            return bool(changed)
+        if proposal.state == State.EXECUTING:
+            # Never re-approve: an execution nobody can account for waits in unknown for the agent's word.
+            services.mark_unknown(
+                proposal.id,
+                reason=f"executing for over {settings.EXECUTING_RECONCILE_SECONDS}s "
+                f"without an outcome; {why}",
+            )
+            log.warning("proposal %s is unknown: %s", proposal.id, why)
+            return True
+        return False
+
+    # --- other engineers' periodic jobs ---------------------------------------------------------
+
+    def _audit_jobs(self, report: TickReport, now: datetime | None) -> None:
+        if importlib.util.find_spec("audit.jobs") is None:
+            return
+        jobs = importlib.import_module("audit.jobs")
+        run_pending_exports = getattr(jobs, "run_pending_exports", None)
+        if run_pending_exports is not None:
+            run_pending_exports()

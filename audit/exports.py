@@ -1,0 +1,407 @@
+"""Exports of one tenant's audit trail: CSV, JSON Lines and the verifiable bundle (the PDF report is in
+audit/report.py). They read the audit log only, page by page, so memory stays flat for any size.
+
+A Selection is a period of one chain, optionally narrowed to the proposals that match a policy, an
+agent, a reviewer or an outcome. The narrowing is a subquery over the audit events themselves:
+- policy `slug` or `slug@version`: proposals whose policy.evaluated event lists that policy version;
+- agent `slug`: proposals the agent submitted, consumed or reported on (and direct edits of those);
+- reviewer `username`: proposals that person acted on (voted, edited, asked, revoked);
+- outcome `state`: proposals that reached that state at any time (approved includes later succeeded).
+With a filter, events that are not about a proposal (agent registration, halts, exports) are left out.
+The bundle is never narrowed: a chain with holes cannot be verified, so it holds the whole segment.
+"""
+
+import csv
+import hashlib
+import io
+import json
+import os
+import tempfile
+import zipfile
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from pathlib import Path
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import Q
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Substr
+
+from audit.chain import GENESIS_HASH, archive_public_key, format_time, verification_jwks
+from audit.models import AuditEvent, ChainHead, Checkpoint, Verb
+from audit.records import checkpoint_dict, event_pages
+from audit.verify import BUNDLE_FORMAT, manifest_payload
+
+CSV_COLUMNS = ("seq", "at", "chain", "actor", "verb", "subject", "data", "prev_hash", "hash")
+OUTCOMES = (
+    "allowed",
+    "denied",
+    "approved",
+    "rejected",
+    "info_requested",
+    "expired",
+    "superseded",
+    "cancelled",
+    "revoked",
+    "executing",
+    "succeeded",
+    "failed",
+    "unknown",
+)
+PROPOSAL_PREFIX = "proposal:"
+
+
+@dataclass(frozen=True)
+class Selection:
+    chain: str
+    tenant_id: int | None = None
+    tenant_slug: str = ""
+    tenant_name: str = ""
+    since: datetime | None = None
+    until: datetime | None = None
+    policy: str = ""
+    agent: str = ""
+    reviewer: str = ""
+    outcome: str = ""
+    up_to_seq: int | None = None  # a snapshot: events appended after the request are not exported
+
+    @classmethod
+    def for_tenant(cls, tenant, filters: dict | None = None, up_to_seq: int | None = None) -> "Selection":
+        filters = filters or {}
+        return cls(
+            chain=f"tenant:{tenant.id}",
+            tenant_id=tenant.id,
+            tenant_slug=tenant.slug,
+            tenant_name=tenant.name,
+            since=_parse_bound(filters.get("since")),
+            until=_parse_bound(filters.get("until")),
+            policy=filters.get("policy") or "",
+            agent=filters.get("agent") or "",
+            reviewer=filters.get("reviewer") or "",
+            outcome=filters.get("outcome") or "",
+            up_to_seq=up_to_seq,
+        )
+
+    def filters(self) -> dict:
+        """The JSON form stored on an ExportJob and written into manifests."""
+        return {
+            "since": format_time(self.since) if self.since else None,
+            "until": format_time(self.until) if self.until else None,
+            "policy": self.policy,
+            "agent": self.agent,
+            "reviewer": self.reviewer,
+            "outcome": self.outcome,
+        }
+
+    @property
+    def narrowed(self) -> bool:
+        return bool(self.policy or self.agent or self.reviewer or self.outcome)
+
+    def describe(self) -> str:
+        parts = [
+            f"{format_time(self.since)[:10] if self.since else 'start'} .. "
+            f"{format_time(self.until)[:10] if self.until else 'now'}"
+        ]
+        for name in ("policy", "agent", "reviewer", "outcome"):
+            if getattr(self, name):
+                parts.append(f"{name} {getattr(self, name)}")
+        return ", ".join(parts)
+
+    def period_events(self):
+        """The chain's events in the period, up to the snapshot; not narrowed."""
+        events = AuditEvent.objects.filter(chain=self.chain)
+        if self.since:
+            events = events.filter(at__gte=self.since)
+        if self.until:
+            events = events.filter(at__lt=self.until)
+        if self.up_to_seq is not None:
+            events = events.filter(seq__lte=self.up_to_seq)
+        return events
+
+    def events(self):
+        """The selected events: the period, narrowed to the matching proposals."""
+        events = self.period_events()
+        for subjects in self._subject_filters():
+            events = events.filter(subject__in=subjects)
+        return events
+
+    def _subject_filters(self):
+        chain_events = AuditEvent.objects.filter(chain=self.chain)
+        if self.policy:
+            yield _policy_subjects(chain_events, self.policy)
+        if self.agent:
+            actor = f"agent:{self.agent}"
+            own = chain_events.filter(actor=actor, subject__startswith=PROPOSAL_PREFIX)
+            submitted = chain_events.filter(actor=actor, verb=Verb.PROPOSAL_SUBMITTED)
+            edits = (
+                chain_events.filter(verb=Verb.PROPOSAL_SUBMITTED)
+                .annotate(edited_from=KeyTextTransform("edited_from", "data"))
+                .filter(
+                    edited_from__in=submitted.annotate(
+                        proposal_id=Substr("subject", len(PROPOSAL_PREFIX) + 1)
+                    ).values("proposal_id")
+                )
+            )
+            yield chain_events.filter(Q(pk__in=own.values("pk")) | Q(pk__in=edits.values("pk"))).values(
+                "subject"
+            )
+        if self.reviewer:
+            yield chain_events.filter(
+                actor=f"user:{self.reviewer}", subject__startswith=PROPOSAL_PREFIX
+            ).values("subject")
+        if self.outcome:
+            yield chain_events.filter(verb=Verb.PROPOSAL_TRANSITIONED, data__to=self.outcome).values(
+                "subject"
+            )
+
+
+def _policy_subjects(chain_events, policy: str):
+    slug, _, version = policy.partition("@")
+    ref = {"id": slug, **({"version": int(version)} if version.isdigit() else {})}
+    evaluated = chain_events.filter(verb=Verb.POLICY_EVALUATED)
+    if connection.vendor == "postgresql":
+        return evaluated.filter(data__policies__contains=[ref]).values("subject")
+    # SQLite has no JSON containment; its JSON_EXTRACT of the array is compact JSON in stored key order
+    # (services write {"id", "version"}), so the compact text of the reference is a substring of it.
+    needle = json.dumps(ref, separators=(",", ":"))[1:-1]
+    return evaluated.filter(data__policies__icontains=needle).values("subject")
+
+
+def _parse_bound(value) -> datetime | None:
+    if value in (None, ""):
+        return None
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if isinstance(value, date):
+        return datetime.combine(value, time.min, tzinfo=UTC)
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+def day_bounds(since: date | None, until: date | None) -> dict:
+    """Form dates (UTC days, both inclusive) as filter bounds: until is the start of the next day."""
+    return {
+        "since": format_time(datetime.combine(since, time.min, tzinfo=UTC)) if since else None,
+        "until": format_time(datetime.combine(until + timedelta(days=1), time.min, tzinfo=UTC))
+        if until
+        else None,
+    }
+
+
+def count(selection: Selection) -> int:
+    return selection.events().count()
+
+
+# --------------------------------------------------------------------------------------------------
+# CSV and JSON Lines: one function yields the bytes page by page; files and HTTP responses share it.
+
+
+def _csv_cell(value: str) -> str:
+    # A spreadsheet runs a cell that starts with = + - @ as a formula; agent-provided text must not.
+    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+
+
+def _compact(data) -> str:
+    return json.dumps(data, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def csv_header() -> bytes:
+    buffer = io.StringIO()
+    csv.writer(buffer).writerow(CSV_COLUMNS)
+    return buffer.getvalue().encode()
+
+
+def csv_page(page: list[dict]) -> bytes:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    for event in page:
+        writer.writerow(
+            [
+                event["seq"],
+                event["at"],
+                event["chain"],
+                _csv_cell(event["actor"]),
+                event["verb"],
+                _csv_cell(event["subject"]),
+                _csv_cell(_compact(event["data"])),
+                event["prev_hash"],
+                event["hash"],
+            ]
+        )
+    return buffer.getvalue().encode()
+
+
+def jsonl_page(page: list[dict]) -> bytes:
+    return "".join(json.dumps(event, ensure_ascii=False) + "\n" for event in page).encode()
+
+
+def chunks(selection: Selection, fmt: str, page_size: int | None = None) -> Iterator[bytes]:
+    """The export as byte chunks, one page of events each (a sync iterator)."""
+    if fmt == "csv":
+        yield csv_header()
+    render = csv_page if fmt == "csv" else jsonl_page
+    for page in event_pages(selection.events(), page_size=page_size):
+        yield render(page)
+
+
+def write_lines(selection: Selection, fmt: str, out) -> Iterator[int]:
+    """Write CSV or JSON Lines to a binary file; yields how many events are written after each page."""
+    if fmt == "csv":
+        out.write(csv_header())
+    render, done = (csv_page if fmt == "csv" else jsonl_page), 0
+    for page in event_pages(selection.events()):
+        out.write(render(page))
+        done += len(page)
+        yield done
+
+
+# --------------------------------------------------------------------------------------------------
+# The verifiable bundle
+
+
+@dataclass
+class Segment:
+    """The contiguous part of a chain a bundle holds: from right after a signed checkpoint (or the
+    genesis) to the last event of the period."""
+
+    chain: str
+    first_seq: int
+    last_seq: int
+    prev_hash: str
+    last_hash: str
+    anchor: dict | None
+    head: dict
+
+    def manifest_entry(self, events: int) -> dict:
+        return {**asdict(self), "events": events}
+
+
+def bundle_segment(selection: Selection) -> Segment:
+    chain = selection.chain
+    head_row = ChainHead.objects.filter(chain=chain).first()
+    head_seq = selection.up_to_seq if selection.up_to_seq is not None else (head_row.seq if head_row else 0)
+    head_event = AuditEvent.objects.filter(chain=chain, seq=head_seq).values_list("hash", flat=True).first()
+    head_hash = head_event or (head_row.hash if head_row and head_row.seq == head_seq else GENESIS_HASH)
+    period = selection.period_events()
+    if selection.until:
+        # The period ends before the head: its last event is where the segment must end.
+        last = period.order_by("-seq").values_list("seq", "hash").first() or (0, GENESIS_HASH)
+    else:
+        # Open-ended: the segment must reach the head; missing tail events then show as missing.
+        last = (head_seq, head_hash)
+    first_in_period = period.order_by("seq").values_list("seq", flat=True).first()
+    if first_in_period is None:
+        first_in_period = last[0] + 1
+    anchor = (
+        Checkpoint.objects.filter(chain=chain, seq__lt=first_in_period, seq__lte=head_seq)
+        .order_by("-seq")
+        .first()
+    )
+    return Segment(
+        chain=chain,
+        first_seq=(anchor.seq + 1) if anchor else 1,
+        last_seq=last[0],
+        prev_hash=anchor.hash if anchor else GENESIS_HASH,
+        last_hash=last[1],
+        anchor=checkpoint_dict(anchor) if anchor else None,
+        head={"seq": head_seq, "hash": head_hash},
+    )
+
+
+def bundle_checkpoints(segment: Segment) -> list[dict]:
+    """The checkpoints inside the segment (from its anchor on), and the latest one overall: a latest
+    checkpoint past the head proves a truncation even when the segment ends earlier."""
+    checkpoints = Checkpoint.objects.filter(
+        chain=segment.chain, seq__gte=segment.first_seq - 1, seq__lte=segment.last_seq
+    )
+    rows = [checkpoint_dict(c) for c in checkpoints.order_by("seq")]
+    latest = Checkpoint.objects.filter(chain=segment.chain).order_by("-seq").first()
+    if latest is not None and latest.seq > segment.last_seq:
+        rows.append(checkpoint_dict(latest))
+    return rows
+
+
+BUNDLE_README = """Reviewer audit bundle ({format})
+
+Verify it offline, with no database and no Django settings, from a checkout of Reviewer:
+
+    python -m audit.verify {name}
+    python -m audit.verify {name} --jwks keys-you-trust.json      # pin the signing keys
+    python -m audit.verify {name} --previous an-earlier-bundle.zip  # history was not rewritten since
+
+events.jsonl       one event per line, in chain and seq order: chain, seq, at, actor, verb, subject, data,
+                   prev_hash, hash. hash = "sha256:" + hex sha256 of the RFC 8785 (JCS) form of the event
+                   without "hash"; prev_hash is the hash of the event before (genesis: sha256:000...0).
+checkpoints.jsonl  signed chain heads: Ed25519 over RFC 8785 {{chain, seq, hash, at}}, key id "kid".
+keys.json          the public keys (JWKS) of every key that signed a checkpoint or the manifest.
+manifest.json      what this bundle holds, every file's sha256, and an Ed25519 signature over the RFC 8785
+                   form of the manifest without "signature".
+"""
+
+
+def write_bundle(selection: Selection, path: Path, *, created_by: str) -> Iterator[int]:
+    """Write the verifiable zip to `path`; yields how many events are written after each page."""
+    from approvals import keys  # the shared signing-key module
+
+    segment = bundle_segment(selection)
+    signing_key = keys.active_key()
+    archive_public_key(signing_key.kid)
+    path = Path(path)
+    with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
+        events_path = Path(scratch) / "events.jsonl"
+        digest, size, written = hashlib.sha256(), 0, 0
+        events = AuditEvent.objects.filter(
+            chain=segment.chain, seq__gte=segment.first_seq, seq__lte=segment.last_seq
+        )
+        with events_path.open("wb") as out:
+            for page in event_pages(events, after_seq=segment.first_seq - 1):
+                block = jsonl_page(page)
+                out.write(block)
+                digest.update(block)
+                size += len(block)
+                written += len(page)
+                yield written
+        checkpoints_bytes = "".join(json.dumps(c) + "\n" for c in bundle_checkpoints(segment)).encode()
+        keys_bytes = json.dumps(verification_jwks(), indent=2).encode()
+        manifest = {
+            "format": BUNDLE_FORMAT,
+            "created_at": format_time(datetime.now(UTC)),
+            "created_by": created_by,
+            "issuer": settings.REVIEWER_ISSUER,
+            "tenant": {
+                "id": selection.tenant_id,
+                "slug": selection.tenant_slug,
+                "name": selection.tenant_name,
+            },
+            "period": {"since": selection.filters()["since"], "until": selection.filters()["until"]},
+            "note": "the bundle holds the whole chain segment of the period (filters do not apply), "
+            "so that every link can be checked",
+            "chains": [segment.manifest_entry(written)],
+            "files": {
+                "events.jsonl": {"sha256": digest.hexdigest(), "bytes": size, "lines": written},
+                "checkpoints.jsonl": {
+                    "sha256": hashlib.sha256(checkpoints_bytes).hexdigest(),
+                    "bytes": len(checkpoints_bytes),
+                },
+                "keys.json": {"sha256": hashlib.sha256(keys_bytes).hexdigest(), "bytes": len(keys_bytes)},
+            },
+            "hash_rule": "sha256(RFC 8785 of {chain, seq, at, actor, verb, subject, data, prev_hash})",
+            "checkpoint_rule": "Ed25519 over RFC 8785 of {chain, seq, hash, at}",
+        }
+        signature = signing_key.private_key.sign(manifest_payload(manifest))
+        manifest["signature"] = {"alg": "EdDSA", "kid": signing_key.kid, "value": _b64url(signature)}
+        partial = path.with_name(path.name + ".part")
+        with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as bundle:
+            bundle.writestr("manifest.json", json.dumps(manifest, indent=2))
+            bundle.write(events_path, "events.jsonl")
+            bundle.writestr("checkpoints.jsonl", checkpoints_bytes)
+            bundle.writestr("keys.json", keys_bytes)
+            bundle.writestr("README.txt", BUNDLE_README.format(format=BUNDLE_FORMAT, name=path.name))
+        os.replace(partial, path)
+
+
+def _b64url(raw: bytes) -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()

@@ -1,0 +1,58 @@
+"""`manage.py audit_verify [--tenant SLUG] [--chain NAME] [--jwks FILE]`: check every hash, link and
+checkpoint; print the first bad event of each broken chain; exit status 1 if any chain is broken."""
+
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+
+from audit import domain
+from audit.verify_db import all_chains, verify_chain
+
+
+class Command(BaseCommand):
+    help = "Verify the audit hash chains and their signed checkpoints; names the first bad event."
+
+    def add_arguments(self, parser):
+        scope = parser.add_mutually_exclusive_group()
+        scope.add_argument("--tenant", metavar="SLUG", help="only this tenant's chain (slug or id)")
+        scope.add_argument("--chain", metavar="NAME", help="only this chain (e.g. system, tenant:3)")
+        parser.add_argument(
+            "--jwks",
+            metavar="FILE",
+            help="check checkpoint signatures against these public keys "
+            "only (default: every key the audit tables archived)",
+        )
+
+    def handle(self, *args, **options):
+        if options["tenant"]:
+            tenant = domain.tenant_by_key(options["tenant"])
+            if tenant is None:
+                raise CommandError(f"no tenant {options['tenant']!r}")
+            chains = [tenant.chain]
+        elif options["chain"]:
+            chains = [options["chain"]]
+        else:
+            chains = all_chains()
+        jwks = None
+        if options["jwks"]:
+            with open(options["jwks"], "rb") as file:
+                jwks = json.load(file)
+        broken = []
+        for chain in chains:
+            result = verify_chain(chain, jwks)
+            if result.ok:
+                self.stdout.write(f"{chain}: OK, {result.events} events, {result.checkpoints} checkpoints")
+                continue
+            broken.append(chain)
+            self.stdout.write(
+                self.style.ERROR(f"{chain}: FAILED, first bad event: seq {result.first_bad_seq}")
+            )
+            for problem in result.problems:
+                self.stdout.write(f"  {problem}")
+        if not chains:
+            self.stdout.write("no audit events yet")
+        if broken:
+            raise CommandError(
+                f"{len(broken)} of {len(chains)} chain(s) failed verification: {', '.join(broken)}",
+                returncode=1,
+            )

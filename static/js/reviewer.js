@@ -1,0 +1,130 @@
+// Reviewer's small script. The pages work without it; it adds three things:
+// 1. live countdowns to expiry, offset by the server's clock (the server decides expiry, not this);
+// 2. after every WebSocket (re)connection, re-read the live sections with a normal GET, because events
+//    sent while the socket was down are lost (and one may slip between the page load and the connect);
+// 3. focus and announcements after htmx swaps, for keyboard and screen reader users;
+// 4. refusals swapped into the page next to their field, with the socket never clobbering a reply.
+(function () {
+  "use strict";
+
+  var FOCUS_AFTER_REPLY = "[data-autofocus], [aria-invalid='true']";
+
+  function formatLeft(ms) {
+    if (ms <= 0) return "now: expired by the server clock";
+    var seconds = Math.floor(ms / 1000);
+    var days = Math.floor(seconds / 86400);
+    var hours = Math.floor((seconds % 86400) / 3600);
+    var minutes = Math.floor((seconds % 3600) / 60);
+    var rest = seconds % 60;
+    if (days > 0) return "in " + days + " d " + hours + " h";
+    if (hours > 0) return "in " + hours + " h " + minutes + " min";
+    if (minutes >= 10) return "in " + minutes + " min";
+    return "in " + minutes + " min " + rest + " s";
+  }
+
+  function tick() {
+    var now = Date.now();
+    document.querySelectorAll("time[data-countdown]").forEach(function (el) {
+      if (el.dataset.offset === undefined) {
+        // How far the server's clock is ahead of this browser's, measured when the element arrived.
+        el.dataset.offset = String(Date.parse(el.dataset.serverNow) - now);
+      }
+      var left = Date.parse(el.getAttribute("datetime")) - (now + Number(el.dataset.offset));
+      var text = formatLeft(left);
+      if (el.textContent !== text) el.textContent = text;
+      el.classList.toggle("is-urgent", left < 5 * 60 * 1000);
+    });
+  }
+
+  function refreshFromServer(ids) {
+    fetch(window.location.href, { credentials: "same-origin", headers: { Accept: "text/html" } })
+      .then(function (response) { return response.ok ? response.text() : null; })
+      .then(function (html) {
+        if (!html) return;
+        var fresh = new DOMParser().parseFromString(html, "text/html");
+        ids.forEach(function (id) {
+          var current = document.getElementById(id);
+          var replacement = fresh.getElementById(id);
+          if (!current || !replacement) return;
+          // A form someone is typing in stays, unless its controls changed (e.g. the proposal closed).
+          if (current.dataset.mode !== undefined && current.dataset.mode === replacement.dataset.mode) return;
+          current.replaceWith(replacement);
+          htmx.process(replacement);
+        });
+        tick();
+      });
+  }
+
+  function showLiveStatus(socketElement, state, text) {
+    var status = socketElement.querySelector("[data-live-status]");
+    if (!status) return;
+    status.hidden = false;
+    status.dataset.state = state;
+    status.querySelector("[data-live-text]").textContent = text;
+  }
+
+  document.addEventListener("htmx:wsClose", function (event) {
+    showLiveStatus(event.target, "down", "Reconnecting… this page may be out of date");
+  });
+
+  document.addEventListener("htmx:wsOpen", function (event) {
+    showLiveStatus(event.target, "live", "Live: changes appear as they happen");
+    var ids = (event.target.dataset.refresh || "").split(/\s+/).filter(Boolean);
+    if (ids.length) refreshFromServer(ids);
+  });
+
+  document.addEventListener("htmx:wsAfterMessage", function () {
+    var announcer = document.querySelector("[data-announcer]");
+    var source = document.querySelector("[data-announce]");
+    if (announcer && source) announcer.textContent = "Updated: " + source.textContent.trim();
+    tick();
+  });
+
+  // With DEBUG on, django-htmx's helper shows any 400/403 response as a full error page. A refusal from a
+  // form marked data-swap-errors is the form again with its error next to the field: swap it like any reply.
+  window.addEventListener("htmx:beforeOnLoad", function (event) {
+    if (event.target.closest && event.target.closest("[data-swap-errors]")) event.stopPropagation();
+  }, true);
+
+  // A reviewer's own decision (an htmx request from the panel) and the socket both update the decision panel.
+  // The socket must not replace the panel while that request is in flight (its response would land in a
+  // detached element and its message be lost), nor when the controls are the same (a half-typed form stays).
+  document.addEventListener("htmx:oobBeforeSwap", function (event) {
+    var current = event.detail.target;
+    var incoming = event.detail.fragment && event.detail.fragment.firstElementChild;
+    if (!current || !incoming || current.dataset.mode === undefined) return;
+    if (current.querySelector(".htmx-request") || current.dataset.mode === incoming.dataset.mode) {
+      event.detail.shouldSwap = false;
+    }
+  });
+
+  document.addEventListener("htmx:afterSwap", function (event) {
+    // After a reply, focus its message, or else the first field with an error, so keyboard and screen
+    // reader users land where the reply speaks (the swapped element replaced the old target).
+    var target = event.detail.target;
+    var swapped = target && target.id ? document.getElementById(target.id) : target;
+    var focus = swapped && swapped.querySelector ? swapped.querySelector(FOCUS_AFTER_REPLY) : null;
+    if (focus) focus.focus();
+    tick();
+  });
+
+  // A live list replaced under the keyboard focus gives the focus back to the same link.
+  var focusedHref = null;
+  document.addEventListener("htmx:oobBeforeSwap", function (event) {
+    var active = document.activeElement;
+    focusedHref = active && event.detail.target.contains(active) ? active.getAttribute("href") : null;
+  });
+  document.addEventListener("htmx:oobAfterSwap", function () {
+    if (!focusedHref) return;
+    var again = document.querySelector('a[href="' + CSS.escape(focusedHref) + '"]');
+    focusedHref = null;
+    if (again) again.focus();
+  });
+
+  document.addEventListener("DOMContentLoaded", function () {
+    var focus = document.querySelector(FOCUS_AFTER_REPLY);
+    if (focus) focus.focus();
+    tick();
+    window.setInterval(tick, 1000);
+  });
+})();

@@ -1,0 +1,559 @@
+"""The Django admin: pages load, policy drafts are validated (the CEL compiler's message on the field),
+versions are immutable, activation needs a second admin, writes go through the audited services, and
+staff who are not superusers see only their own tenants."""
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.urls import reverse
+
+from approvals import services
+from approvals.models import (
+    Agent,
+    Decision,
+    GroupMembership,
+    Halt,
+    OutboxMessage,
+    PolicyVersion,
+    TenantMembership,
+    Vote,
+    hash_token,
+)
+from approvals.states import State
+from audit.models import AuditEvent, Verb
+from tests import factories
+from tests.factories import submit, totp_code
+
+pytestmark = pytest.mark.django_db
+
+DRAFT_FORM = {
+    "agent_pattern": "*",
+    "tool_pattern": "payments.refund",
+    "condition": "",
+    "outcome": "require_approval",
+    "thresholds": '[{"group": "finance", "count": 1}]',
+    "step_up": "per_vote",
+    "ttl_seconds": "3600",
+    "consume_online": "on",
+    "risk": "high",
+}
+
+
+@pytest.fixture
+def author(db):
+    return factories.policy_admins()[0]
+
+
+@pytest.fixture
+def approver(db):
+    return factories.policy_admins()[1]
+
+
+@pytest.fixture
+def as_author(client, author):
+    client.force_login(author)
+    return client
+
+
+@pytest.fixture
+def decided(agent, refund_policy, requester, reviewer_a):
+    """A proposal with a vote, a signed decision and an outbox row."""
+    proposal = submit(agent)
+    services.cast_vote(
+        proposal.id,
+        reviewer_a,
+        verdict="approve",
+        digest_seen=proposal.action_digest,
+        otp_code=totp_code(reviewer_a),
+    )
+    return proposal
+
+
+def url(model: str, view: str, *args) -> str:
+    return reverse(f"admin:approvals_{model}_{view}", args=args)
+
+
+def error_messages(response) -> list[str]:
+    return [str(m) for m in response.wsgi_request._messages if m.level_tag == "error"]
+
+
+def all_messages(response) -> list[str]:
+    return [str(m) for m in response.wsgi_request._messages]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Pages load
+
+
+def test_every_admin_page_loads_for_a_superuser(as_author, tenant, decided):
+    services.halt(scope=Halt.Scope.TENANT, operator=None, reason="drill", tenant=tenant)
+    objects = {
+        "tenant": tenant.pk,
+        "approvergroup": tenant.groups.get(slug="finance").pk,
+        "agent": decided.agent_id,
+        "policy": decided.policy_versions.get().policy_id,
+        "policyversion": decided.policy_versions.get().pk,
+        "halt": Halt.objects.get().pk,
+        "outboxmessage": OutboxMessage.objects.filter(proposal=decided).first().pk,
+        "proposal": decided.pk,
+        "vote": Vote.objects.get(proposal=decided).pk,
+        "decision": Decision.objects.get(proposal=decided).pk,
+    }
+    for model, pk in objects.items():
+        assert as_author.get(url(model, "changelist")).status_code == 200, model
+        assert as_author.get(url(model, "change", pk)).status_code == 200, model
+    for model in ("tenant", "approvergroup", "agent", "policy", "policyversion", "halt"):
+        assert as_author.get(url(model, "add")).status_code == 200, model
+    assert as_author.get(reverse("admin:index")).status_code == 200
+
+
+@pytest.mark.parametrize("model", ["proposal", "vote", "decision", "outboxmessage"])
+def test_what_the_services_wrote_cannot_be_added_changed_or_deleted_here(as_author, decided, model):
+    pk = {
+        "proposal": decided.pk,
+        "vote": Vote.objects.get(proposal=decided).pk,
+        "decision": Decision.objects.get(proposal=decided).pk,
+        "outboxmessage": OutboxMessage.objects.get(proposal=decided).pk,
+    }[model]
+
+    assert as_author.get(url(model, "add")).status_code == 403
+    assert as_author.post(url(model, "change", pk), {}).status_code == 403
+    assert as_author.post(url(model, "delete", pk), {"post": "yes"}).status_code == 403
+
+
+def test_the_decision_page_never_shows_the_token(as_author, decided):
+    decision = Decision.objects.get(proposal=decided)
+    page = as_author.get(url("decision", "change", decision.pk)).content.decode()
+    assert decision.token not in page
+    assert str(decision.jti) in page
+
+
+def test_a_dead_letter_shows_its_last_error(as_author, decided, settings):
+    settings.OUTBOX_MAX_ATTEMPTS = 0
+    message = OutboxMessage.objects.get(proposal=decided)
+    services.mark_outbox_failed(message.pk, error="agent answered 502 Bad Gateway")
+
+    page = as_author.get(url("outboxmessage", "changelist") + "?status__exact=dead").content.decode()
+
+    assert "agent answered 502 Bad Gateway" in page
+
+
+# ---------------------------------------------------------------------------------------------------
+# Policy drafts
+
+
+def test_a_cel_compile_error_is_shown_on_the_condition_field_and_nothing_is_saved(as_author, refund_policy):
+    response = as_author.post(
+        url("policyversion", "add"),
+        {**DRAFT_FORM, "policy": refund_policy.policy_id, "condition": "double(args.amount) >"},
+    )
+
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert "Syntax error" in errors["condition"][0]
+    assert "Syntax error" in response.content.decode()
+    assert PolicyVersion.objects.filter(policy=refund_policy.policy).count() == 1
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("thresholds", '[{"group": "legal", "count": 1}]', "unknown group"),
+        ("thresholds", '[{"group": "finance", "count": 0}]', "at least 1"),
+        ("thresholds", "[]", "at least one group"),
+        ("step_up", "soon", "per_vote"),
+    ],
+)
+def test_thresholds_and_step_up_are_validated_on_their_fields(
+    as_author, refund_policy, field, value, message
+):
+    response = as_author.post(
+        url("policyversion", "add"), {**DRAFT_FORM, "policy": refund_policy.policy_id, field: value}
+    )
+
+    assert response.status_code == 200
+    assert message in response.context["adminform"].form.errors[field][0]
+
+
+def test_a_valid_draft_is_stored_as_a_new_version_by_the_service(as_author, author, refund_policy):
+    response = as_author.post(
+        url("policyversion", "add"),
+        {**DRAFT_FORM, "policy": refund_policy.policy_id, "condition": "double(args.amount) > 100.0"},
+    )
+
+    draft = PolicyVersion.objects.get(policy=refund_policy.policy, version=2)
+    assert response.status_code == 302
+    assert response["Location"] == url("policyversion", "change", draft.pk)
+    assert (draft.status, draft.author, draft.condition) == (
+        PolicyVersion.Status.DRAFT,
+        author,
+        "double(args.amount) > 100.0",
+    )
+    assert AuditEvent.objects.filter(verb=Verb.POLICY_VERSION_CREATED, subject="policy:refunds@2").exists()
+    refund_policy.refresh_from_db()
+    assert refund_policy.status == PolicyVersion.Status.ACTIVE  # nothing changes until a second admin says so
+
+
+def test_the_new_draft_form_starts_from_the_version_it_edits(as_author, refund_policy):
+    response = as_author.get(url("policyversion", "add") + f"?from={refund_policy.pk}")
+    initial = response.context["adminform"].form.initial
+    assert initial["tool_pattern"] == "payments.refund"
+    assert initial["policy"] == refund_policy.policy_id
+
+
+def test_a_version_cannot_be_changed_in_the_admin(as_author, refund_policy):
+    page = as_author.get(url("policyversion", "change", refund_policy.pk))
+    assert 'name="_save"' not in page.content.decode()
+
+    response = as_author.post(
+        url("policyversion", "change", refund_policy.pk), {**DRAFT_FORM, "outcome": "allow"}
+    )
+
+    assert response.status_code == 403
+    refund_policy.refresh_from_db()
+    assert refund_policy.outcome == "require_approval"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Four eyes
+
+
+@pytest.fixture
+def draft(refund_policy, author):
+    return services.create_policy_version(
+        refund_policy.policy,
+        {
+            "outcome": "require_approval",
+            "tool_pattern": "payments.refund",
+            "thresholds": [{"group": "finance", "count": 2}],
+        },
+        author,
+    )
+
+
+def test_activation_by_the_author_is_refused(as_author, draft, refund_policy):
+    page = as_author.get(url("policyversion", "change", draft.pk)).content.decode()
+    assert "another admin must approve and activate it" in page
+    assert url("policyversion", "activate", draft.pk) not in page
+
+    response = as_author.post(url("policyversion", "activate", draft.pk), follow=True)
+
+    assert any("cannot activate" in message for message in error_messages(response))
+    draft.refresh_from_db()
+    assert draft.status == PolicyVersion.Status.DRAFT
+    refund_policy.refresh_from_db()
+    assert refund_policy.status == PolicyVersion.Status.ACTIVE
+
+
+def test_a_second_admin_approves_and_activates_from_the_version_page(client, approver, draft, refund_policy):
+    client.force_login(approver)
+    assert (
+        url("policyversion", "activate", draft.pk)
+        in client.get(url("policyversion", "change", draft.pk)).content.decode()
+    )
+
+    response = client.post(url("policyversion", "activate", draft.pk))
+
+    assert response.status_code == 302
+    draft.refresh_from_db()
+    refund_policy.refresh_from_db()
+    assert (draft.status, draft.activated_by) == (PolicyVersion.Status.ACTIVE, approver)
+    assert refund_policy.status == PolicyVersion.Status.RETIRED
+
+
+def test_the_activate_url_takes_only_post(client, approver, draft):
+    client.force_login(approver)
+    assert client.get(url("policyversion", "activate", draft.pk)).status_code == 405
+
+
+def test_the_approve_and_activate_action_refuses_the_author_and_accepts_another_admin(
+    client, author, approver, draft
+):
+    action = {"action": "approve_and_activate", "_selected_action": [draft.pk]}
+    client.force_login(author)
+    response = client.post(url("policyversion", "changelist"), action, follow=True)
+    assert any("cannot activate" in message for message in error_messages(response))
+    draft.refresh_from_db()
+    assert draft.status == PolicyVersion.Status.DRAFT
+
+    client.force_login(approver)
+    client.post(url("policyversion", "changelist"), action)
+    draft.refresh_from_db()
+    assert draft.status == PolicyVersion.Status.ACTIVE
+
+
+# ---------------------------------------------------------------------------------------------------
+# Dry run
+
+
+def test_the_dry_run_page_shows_which_recent_proposals_the_draft_matches(
+    as_author, agent, refund_policy, requester, author
+):
+    submit(agent, action=factories.refund_action(amount="40.00"))
+    submit(agent, action=factories.refund_action(amount="5000.00"))
+    deny_big = services.create_policy_version(
+        refund_policy.policy,
+        {"outcome": "deny", "tool_pattern": "payments.refund", "condition": "double(args.amount) > 1000.0"},
+        author,
+    )
+
+    response = as_author.get(url("policyversion", "dry_run", deny_big.pk))
+
+    assert response.status_code == 200
+    rows = response.context["rows"]
+    shown = [(r.proposal.action["arguments"]["amount"], r.draft_matches, r.outcome_with_draft) for r in rows]
+    assert shown == [("5000.00", True, "deny"), ("40.00", False, "require_approval")]
+    assert "the draft matches <strong>1</strong>" in response.content.decode()
+
+
+def test_the_dry_run_button_replays_an_unsaved_draft_and_saves_nothing(
+    as_author, agent, refund_policy, requester
+):
+    submit(agent)
+    versions = PolicyVersion.objects.count()
+
+    response = as_author.post(
+        url("policyversion", "add"),
+        {**DRAFT_FORM, "policy": refund_policy.policy_id, "outcome": "deny", "_dryrun": "1"},
+    )
+
+    assert response.status_code == 200
+    assert response.context["unsaved"] is True
+    assert [row.outcome_with_draft for row in response.context["rows"]] == ["deny"]
+    assert PolicyVersion.objects.count() == versions
+
+
+def test_the_dry_run_button_with_an_invalid_draft_shows_the_errors(as_author, refund_policy):
+    response = as_author.post(
+        url("policyversion", "add"),
+        {**DRAFT_FORM, "policy": refund_policy.policy_id, "condition": "tool ==", "_dryrun": "1"},
+    )
+
+    assert "Syntax error" in response.context["adminform"].form.errors["condition"][0]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Agents, groups, tenants, halts: through the services
+
+
+def test_registering_an_agent_shows_its_tokens_once_and_stores_only_hashes(as_author, tenant):
+    response = as_author.post(
+        url("agent", "add"),
+        {
+            "tenant": tenant.pk,
+            "slug": "deploy-bot",
+            "name": "Deploy bot",
+            "card_url": "https://deploy.example/.well-known/agent-card.json",
+            "audience": "",
+            "outbound_auth_scheme": "none",
+            "outbound_auth_credentials": "",
+        },
+        follow=True,
+    )
+
+    agent = Agent.objects.get(slug="deploy-bot")
+    shown = [m for m in all_messages(response) if "shown this once" in m]
+    assert len(shown) == 1
+    api_token = shown[0].split("API token <code>")[1].split("</code>")[0]
+    assert agent.api_token_hash == hash_token(api_token)
+    assert agent.audience == agent.card_url
+    assert agent.api_token_hash not in as_author.get(url("agent", "change", agent.pk)).content.decode()
+    assert AuditEvent.objects.filter(verb=Verb.AGENT_REGISTERED, subject="agent:deploy-bot").exists()
+
+
+def test_the_rotate_tokens_action_replaces_both_tokens(as_author, agent):
+    old = (agent.push_token_hash, agent.api_token_hash)
+
+    response = as_author.post(
+        url("agent", "changelist"), {"action": "rotate_tokens", "_selected_action": [agent.pk]}, follow=True
+    )
+
+    agent.refresh_from_db()
+    assert agent.push_token_hash not in old and agent.api_token_hash not in old
+    assert any("shown this once" in m for m in all_messages(response))
+    assert AuditEvent.objects.filter(
+        verb=services.AGENT_TOKENS_ROTATED, subject=f"agent:{agent.slug}"
+    ).exists()
+
+
+def _group_form(group, *, keep=(), delete=(), add=()) -> dict:
+    rows = [(m, False) for m in keep] + [(m, True) for m in delete]
+    prefix = "groupmembership_set"
+    data = {
+        f"{prefix}-TOTAL_FORMS": len(rows) + len(add),
+        f"{prefix}-INITIAL_FORMS": len(rows),
+        f"{prefix}-MIN_NUM_FORMS": 0,
+        f"{prefix}-MAX_NUM_FORMS": 1000,
+        "_save": "Save",
+    }
+    for index, (membership, deleted) in enumerate(rows):
+        data.update(
+            {
+                f"{prefix}-{index}-id": membership.pk,
+                f"{prefix}-{index}-group": group.pk,
+                f"{prefix}-{index}-user": membership.user_id,
+            }
+        )
+        if deleted:
+            data[f"{prefix}-{index}-DELETE"] = "on"
+    for offset, user in enumerate(add, start=len(rows)):
+        data.update({f"{prefix}-{offset}-group": group.pk, f"{prefix}-{offset}-user": user.pk})
+    return data
+
+
+def test_group_members_are_added_and_removed_through_the_audited_services(
+    as_author, tenant, reviewer_a, reviewer_c
+):
+    finance = tenant.groups.get(slug="finance")
+    membership = GroupMembership.objects.get(group=finance, user=reviewer_a)
+
+    response = as_author.post(
+        url("approvergroup", "change", finance.pk),
+        _group_form(finance, delete=[membership], add=[reviewer_c]),
+    )
+
+    assert response.status_code == 302
+    assert set(finance.members.values_list("username", flat=True)) == {"reviewer_c"}
+    trail = [
+        (e.verb, e.data["user"], e.actor)
+        for e in AuditEvent.objects.filter(subject="group:finance", chain=f"tenant:{tenant.id}").order_by(
+            "seq"
+        )
+        if e.actor == "user:policy-author"
+    ]
+    assert trail == [
+        (Verb.GROUP_MEMBER_REMOVED, "reviewer_a", "user:policy-author"),
+        (Verb.GROUP_MEMBER_ADDED, "reviewer_c", "user:policy-author"),
+    ]
+
+
+def test_a_group_member_must_belong_to_the_tenant(as_author, tenant, reviewer_a, outsider):
+    finance = tenant.groups.get(slug="finance")
+
+    response = as_author.post(
+        url("approvergroup", "change", finance.pk), _group_form(finance, add=[outsider])
+    )
+
+    assert response.status_code == 200
+    assert "not a member of this tenant" in response.content.decode()
+    assert not finance.members.filter(pk=outsider.pk).exists()
+
+
+def test_tenant_members_are_set_through_the_audited_service(as_author, tenant, admin_user):
+    dana = factories.make_user("dana")
+    prefix = "memberships"
+    existing = list(tenant.memberships.all())
+    data = {
+        "name": tenant.name,
+        "default_ttl_seconds": tenant.default_ttl_seconds,
+        "admin_group": tenant.admin_group_id,
+        "_save": "Save",
+        f"{prefix}-TOTAL_FORMS": len(existing) + 1,
+        f"{prefix}-INITIAL_FORMS": len(existing),
+        f"{prefix}-MIN_NUM_FORMS": 0,
+        f"{prefix}-MAX_NUM_FORMS": 1000,
+    }
+    for index, membership in enumerate(existing):
+        data.update(
+            {
+                f"{prefix}-{index}-id": membership.pk,
+                f"{prefix}-{index}-tenant": tenant.pk,
+                f"{prefix}-{index}-user": membership.user_id,
+                f"{prefix}-{index}-role": membership.role,
+                f"{prefix}-{index}-principal_id": membership.principal_id,
+            }
+        )
+    new = len(existing)
+    data.update(
+        {
+            f"{prefix}-{new}-tenant": tenant.pk,
+            f"{prefix}-{new}-user": dana.pk,
+            f"{prefix}-{new}-role": "reviewer",
+            f"{prefix}-{new}-principal_id": "dana-ext",
+        }
+    )
+
+    response = as_author.post(url("tenant", "change", tenant.pk), data)
+
+    assert response.status_code == 302
+    assert TenantMembership.objects.get(tenant=tenant, user=dana).principal_id == "dana-ext"
+    assert AuditEvent.objects.filter(
+        verb=Verb.MEMBERSHIP_CHANGED, subject="user:dana", actor="user:policy-author"
+    ).exists()
+
+
+def test_a_halt_is_started_and_resumed_through_the_services(as_author, tenant):
+    response = as_author.post(
+        url("halt", "add"), {"scope": "tenant", "tenant": tenant.pk, "agent": "", "reason": "incident 42"}
+    )
+    assert response.status_code == 302
+    halt = Halt.objects.get()
+    assert services.active_halt(tenant.id) == halt
+
+    as_author.post(url("halt", "changelist"), {"action": "resume", "_selected_action": [halt.pk]})
+
+    assert services.active_halt(tenant.id) is None
+    verbs = list(AuditEvent.objects.filter(subject=f"halt:{halt.pk}").values_list("verb", flat=True))
+    assert verbs == [Verb.HALT_STARTED, Verb.HALT_LIFTED]
+
+
+def test_a_halt_form_refuses_a_scope_without_its_target(as_author):
+    response = as_author.post(
+        url("halt", "add"), {"scope": "tenant", "tenant": "", "agent": "", "reason": "x"}
+    )
+    assert response.status_code == 200
+    assert not Halt.objects.exists()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Staff who are not superusers see only their tenants
+
+
+@pytest.fixture
+def acme_staff(client, admin_user):
+    admin_user.is_staff = True
+    admin_user.save(update_fields=["is_staff"])
+    admin_user.user_permissions.set(Permission.objects.filter(content_type__app_label="approvals"))
+    client.force_login(admin_user)
+    return client
+
+
+def test_a_tenant_admin_sees_only_their_tenants_rows(
+    acme_staff, agent, refund_policy, requester, other_tenant
+):
+    ours = submit(agent)
+    theirs = submit(factories.make_agent(other_tenant, slug="globex-agent"))
+
+    listed = acme_staff.get(url("proposal", "changelist")).context["cl"].result_list
+    assert [p.pk for p in listed] == [ours.pk]
+    assert acme_staff.get(url("proposal", "change", theirs.pk)).status_code == 302  # "does not exist"
+    tenants = acme_staff.get(url("tenant", "changelist")).context["cl"].result_list
+    assert [t.slug for t in tenants] == ["acme"]
+
+
+def test_a_tenant_admin_cannot_write_a_draft_for_another_tenant(acme_staff, other_tenant):
+    globex_policy = factories.make_policy(
+        other_tenant, "globex-refunds", thresholds=[{"group": "finance", "count": 1}]
+    )
+    response = acme_staff.post(url("policyversion", "add"), {**DRAFT_FORM, "policy": globex_policy.policy_id})
+
+    assert response.status_code == 200
+    assert "policy" in response.context["adminform"].form.errors
+    assert PolicyVersion.objects.filter(policy=globex_policy.policy).count() == 1
+
+
+def test_a_tenant_admin_cannot_create_tenants_or_global_halts(acme_staff):
+    assert acme_staff.get(url("tenant", "add")).status_code == 403
+    response = acme_staff.post(
+        url("halt", "add"), {"scope": "global", "tenant": "", "agent": "", "reason": "x"}
+    )
+    assert response.status_code == 200
+    assert not Halt.objects.exists()
+
+
+def test_an_open_proposal_can_be_looked_at_but_not_decided_in_the_admin(
+    as_author, agent, refund_policy, requester
+):
+    proposal = submit(agent)
+    assert as_author.get(url("proposal", "change", proposal.pk)).status_code == 200
+    proposal.refresh_from_db()
+    assert proposal.state == State.AWAITING_REVIEW

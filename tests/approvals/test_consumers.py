@@ -1,0 +1,307 @@
+"""The WebSockets through the real ASGI app (origin check, session and auth middleware, URL router), with
+a session cookie from a real sign-in (password and one-time code)."""
+
+import json
+import time
+import uuid
+from unittest import mock
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.conf import settings as django_settings
+from django.contrib.sessions.backends.db import SessionStore
+from django.core import signing
+from django.test import Client
+from django.urls import reverse
+
+from approvals import services, stepup
+from approvals.models import Proposal
+from approvals.states import State
+from tests import factories
+from tests.audit.pg_flush import audit_triggers_allow_test_flush  # noqa: F401 (PostgreSQL flush after each test)
+from tests.factories import PASSWORD, submit, totp_code
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TIMEOUT = 5  # seconds: an upper bound for a message to arrive, not a wait
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _own_channel_prefix(settings):
+    """On Redis, other test runs may share the server: our own prefix keeps their events out."""
+    layer = settings.CHANNEL_LAYERS["default"]
+    if "redis" in layer["BACKEND"]:
+        settings.CHANNEL_LAYERS = {
+            "default": {**layer, "CONFIG": {**layer["CONFIG"], "prefix": f"test-{uuid.uuid4().hex[:8]}"}}
+        }
+
+
+def sign_in(user) -> str:
+    """Sign in through the login view with a real code; returns the session id."""
+    client = Client()
+    response = client.post(
+        reverse("login"),
+        {"username": user.get_username(), "password": PASSWORD, "otp_token": totp_code(user)},
+    )
+    assert response.status_code == 302, response.content
+    return client.cookies["sessionid"].value
+
+
+def password_only_session(user) -> str:
+    client = Client()
+    client.force_login(user)
+    return client.cookies["sessionid"].value
+
+
+def socket(path: str, session_id: str | None = None) -> WebsocketCommunicator:
+    from reviewer.asgi import application
+
+    headers = [(b"origin", f"http://{django_settings.ALLOWED_HOSTS[0]}".encode())]
+    if session_id:
+        headers.append((b"cookie", f"sessionid={session_id}; csrftoken=test-csrf".encode()))
+    return WebsocketCommunicator(application, path, headers=headers)
+
+
+def proposal_path(proposal) -> str:
+    return f"/ws/proposals/{proposal.id}/"
+
+
+async def connected(path: str, session_id: str | None) -> WebsocketCommunicator:
+    communicator = socket(path, session_id)
+    ok, _ = await communicator.connect(timeout=TIMEOUT)
+    assert ok, f"{path} refused the connection"
+    return communicator
+
+
+async def refused(path: str, session_id: str | None) -> bool:
+    communicator = socket(path, session_id)
+    ok, _ = await communicator.connect(timeout=TIMEOUT)
+    if ok:
+        await communicator.disconnect()
+    return not ok
+
+
+def vote(proposal, **fields) -> dict:
+    return {
+        "type": "vote",
+        "proposal_id": str(proposal.id),
+        "verdict": "approve",
+        "digest": proposal.action_digest,
+        **fields,
+    }
+
+
+@pytest.fixture
+def proposal(agent, refund_policy, requester, reviewer_a, reviewer_b, outsider):
+    return submit(agent)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Who may connect
+
+
+async def test_anonymous_and_password_only_sockets_are_refused(proposal, reviewer_a):
+    half = await database_sync_to_async(password_only_session)(reviewer_a)
+    for path in ("/ws/queue/", proposal_path(proposal)):
+        assert await refused(path, None)
+        assert await refused(path, half)
+
+
+async def test_an_outsider_cannot_open_another_tenants_proposal(proposal, outsider):
+    session = await database_sync_to_async(sign_in)(outsider)
+    assert await refused(proposal_path(proposal), session)
+    assert await refused(f"/ws/proposals/{uuid.uuid4()}/", session)
+
+
+async def test_an_outsiders_queue_hears_nothing_of_another_tenant(
+    agent, proposal, reviewer_a, reviewer_b, outsider
+):
+    insider = await connected("/ws/queue/", await database_sync_to_async(sign_in)(reviewer_b))
+    stranger = await connected("/ws/queue/", await database_sync_to_async(sign_in)(outsider))
+    await database_sync_to_async(submit)(agent, summary="Another refund")
+    update = await insider.receive_from(timeout=TIMEOUT)  # the event happened, and reached the tenant
+    assert "Another refund" in update
+    assert await stranger.receive_nothing(timeout=0.5)
+    await insider.disconnect()
+    await stranger.disconnect()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Votes over the socket: the same service and the same refusals as the form
+
+
+async def test_a_valid_vote_over_the_socket_decides(proposal, reviewer_a):
+    communicator = await connected(proposal_path(proposal), await database_sync_to_async(sign_in)(reviewer_a))
+    code = await database_sync_to_async(totp_code)(reviewer_a)
+    reply = await reply_to(communicator, vote(proposal, otp_code=code, reason="checked the ticket"))
+    assert reply == {
+        "type": "vote.recorded",
+        "proposal_id": str(proposal.id),
+        "verdict": "approve",
+        "state": "approved",
+    }
+    assert (await database_sync_to_async(Proposal.objects.get)(pk=proposal.pk)).state == State.APPROVED
+    await communicator.disconnect()
+
+
+async def reply_to(communicator, message) -> dict:
+    """The JSON reply to one message (update partials may arrive in between)."""
+    await communicator.send_json_to(message)
+    while True:
+        text = await communicator.receive_from(timeout=TIMEOUT)
+        if text.startswith("{"):
+            return json.loads(text)
+
+
+async def test_a_vote_for_another_digest_is_refused(proposal, reviewer_a):
+    communicator = await connected(proposal_path(proposal), await database_sync_to_async(sign_in)(reviewer_a))
+    code = await database_sync_to_async(totp_code)(reviewer_a)
+    reply = await reply_to(communicator, vote(proposal, digest="sha256:" + "0" * 64, otp_code=code))
+    assert reply["type"] == "error" and reply["error"]["code"] == "wrong_digest"
+    assert "the action changed since you loaded it" in reply["error"]["message"]
+    await communicator.disconnect()
+
+
+async def test_a_vote_after_expiry_is_refused_by_the_server_clock(proposal, reviewer_a):
+    communicator = await connected(proposal_path(proposal), await database_sync_to_async(sign_in)(reviewer_a))
+    await database_sync_to_async(Proposal.objects.filter(pk=proposal.pk).update)(
+        expires_at=factories.in_seconds(-1)
+    )  # the clock passed; no sweeper has run
+    code = await database_sync_to_async(totp_code)(reviewer_a)
+    reply = await reply_to(communicator, vote(proposal, otp_code=code))
+    assert reply["error"]["code"] == "expired" and "nothing will execute" in reply["error"]["message"]
+    assert (await database_sync_to_async(Proposal.objects.get)(pk=proposal.pk)).state == State.EXPIRED
+    await communicator.disconnect()
+
+
+async def test_a_vote_without_a_code_is_refused_when_each_vote_needs_one(proposal, reviewer_a):
+    communicator = await connected(proposal_path(proposal), await database_sync_to_async(sign_in)(reviewer_a))
+    reply = await reply_to(communicator, vote(proposal))
+    assert reply["error"] == {
+        "code": "step_up_required",
+        "message": "this vote needs a fresh one-time code",
+        "field": "otp_code",
+    }
+    await communicator.disconnect()
+
+
+def stamp_step_up(session_id: str, seconds_ago: int) -> None:
+    session = SessionStore(session_key=session_id)
+    then = signing.b62_encode(int(time.time()) - seconds_ago)
+    with mock.patch.object(signing.TimestampSigner, "timestamp", return_value=then):
+        stepup.mark_fresh(session)
+    session.save()
+
+
+@pytest.mark.parametrize("seconds_ago, accepted", [(3600, False), (10, True)])
+async def test_a_step_up_window_counts_only_while_it_is_fresh(
+    tenant, agent, requester, reviewer_a, seconds_ago, accepted
+):
+    await database_sync_to_async(factories.make_policy)(tenant, "refunds", step_up="300")
+    proposal = await database_sync_to_async(submit)(agent)
+    session = await database_sync_to_async(sign_in)(reviewer_a)
+    await database_sync_to_async(stamp_step_up)(session, seconds_ago)
+    communicator = await connected(proposal_path(proposal), session)
+    reply = await reply_to(communicator, vote(proposal))
+    if accepted:
+        assert reply["type"] == "vote.recorded" and reply["state"] == "approved"
+    else:
+        assert reply["error"]["code"] == "step_up_required"
+    await communicator.disconnect()
+
+
+async def test_a_vote_on_another_tenants_proposal_is_not_found(tenant, other_tenant, proposal, outsider):
+    await database_sync_to_async(factories.make_policy)(other_tenant, "refunds")
+    theirs = await database_sync_to_async(submit)(
+        await database_sync_to_async(factories.make_agent)(other_tenant, slug="globex-agent")
+    )
+    communicator = await connected("/ws/queue/", await database_sync_to_async(sign_in)(outsider))
+    code = await database_sync_to_async(totp_code)(outsider)
+    reply = await reply_to(communicator, vote(proposal, otp_code=code))
+    assert reply["error"] == {"code": "not_found", "message": "no such proposal", "field": None}
+    # The same socket can vote on its own tenant's proposal: authorization is per message.
+    reply = await reply_to(communicator, vote(theirs, otp_code=code))
+    assert reply["type"] == "vote.recorded"
+    await communicator.disconnect()
+
+
+async def test_malformed_messages_get_a_typed_error(proposal, reviewer_a):
+    communicator = await connected(proposal_path(proposal), await database_sync_to_async(sign_in)(reviewer_a))
+    reply = await reply_to(communicator, {"type": "approve_everything"})
+    assert reply["error"]["code"] == "unknown_type" and "accepts: vote" in reply["error"]["message"]
+    reply = await reply_to(
+        communicator, {"type": "vote", "proposal_id": str(proposal.id), "verdict": "approve"}
+    )
+    assert reply["error"]["code"] == "invalid_message" and reply["error"]["field"] == "digest"
+    reply = await reply_to(communicator, vote(proposal, verdict="maybe"))
+    assert reply["error"]["code"] == "invalid_message" and reply["error"]["field"] == "verdict"
+    reply = await reply_to(communicator, vote(proposal, proposal_id="not-a-uuid"))
+    assert reply["error"]["code"] == "not_found"
+    await communicator.send_to(text_data="{not json")
+    assert json.loads(await communicator.receive_from(timeout=TIMEOUT))["error"]["code"] == "bad_json"
+    await communicator.disconnect()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Live updates: the page's own partials, out of band
+
+
+async def test_a_viewer_sees_another_reviewers_vote_arrive(tenant, agent, requester, reviewer_a, reviewer_b):
+    await database_sync_to_async(factories.make_policy)(
+        tenant, "refunds", thresholds=[{"group": "finance", "count": 2}]
+    )
+    proposal = await database_sync_to_async(submit)(agent)
+    viewer = await connected(proposal_path(proposal), await database_sync_to_async(sign_in)(reviewer_b))
+    code = await database_sync_to_async(totp_code)(reviewer_a)
+    await database_sync_to_async(services.cast_vote)(
+        proposal.id, reviewer_a, verdict="approve", digest_seen=proposal.action_digest, otp_code=code
+    )
+    update = await viewer.receive_from(timeout=TIMEOUT)
+    assert '<section id="live"' in update and 'hx-swap-oob="true"' in update
+    assert "Alice approved" in update and "1 of 2" in update
+    assert 'id="decision"' not in update  # the viewer's half-typed form stays as it is
+    await viewer.disconnect()
+
+
+async def test_the_decision_panel_follows_when_the_proposal_closes(proposal, reviewer_a, reviewer_b):
+    viewer = await connected(proposal_path(proposal), await database_sync_to_async(sign_in)(reviewer_b))
+    code = await database_sync_to_async(totp_code)(reviewer_a)
+    await database_sync_to_async(services.cast_vote)(
+        proposal.id,
+        reviewer_a,
+        verdict="reject",
+        digest_seen=proposal.action_digest,
+        otp_code=code,
+        reason="duplicate",
+    )
+    update = await viewer.receive_from(timeout=TIMEOUT)
+    assert (
+        "Rejected" in update and '<section id="decision"' in update and "No decision is open here" in update
+    )
+    await viewer.disconnect()
+
+
+async def test_a_new_proposal_appears_in_an_open_queue(agent, refund_policy, requester, reviewer_a):
+    queue = await connected("/ws/queue/?risk=", await database_sync_to_async(sign_in)(reviewer_a))
+    proposal = await database_sync_to_async(submit)(agent, summary="Fresh refund request")
+    update = await queue.receive_from(timeout=TIMEOUT)
+    assert '<section id="queue-list"' in update and 'hx-swap-oob="true"' in update
+    assert f'href="/proposals/{proposal.id}/"' in update and "1 proposal waiting for you" in update
+    await queue.disconnect()
+
+
+async def test_a_socket_stops_when_its_session_signs_out(proposal, reviewer_a, reviewer_b):
+    session = await database_sync_to_async(sign_in)(reviewer_b)
+    viewer = await connected(proposal_path(proposal), session)
+    await database_sync_to_async(SessionStore(session_key=session).delete)()
+    code = await database_sync_to_async(totp_code)(reviewer_a)
+    await database_sync_to_async(services.cast_vote)(
+        proposal.id, reviewer_a, verdict="approve", digest_seen=proposal.action_digest, otp_code=code
+    )
+    assert (await viewer.receive_output(timeout=TIMEOUT))["type"] == "websocket.close"

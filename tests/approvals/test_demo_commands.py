@@ -1,0 +1,119 @@
+"""The agent and demo management commands: register_agent, seed_demo, totp_code."""
+
+import io
+import re
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import CommandError, call_command
+from django_otp.plugins.otp_totp.models import TOTPDevice
+
+from approvals import policy
+from approvals.models import Agent, PolicyVersion, Tenant, TenantMembership, hash_token
+from audit.models import AuditEvent, Verb
+from tests.factories import submit
+
+pytestmark = pytest.mark.django_db
+
+
+def run(*args, **options) -> str:
+    out = io.StringIO()
+    call_command(*args, stdout=out, **options)
+    return out.getvalue()
+
+
+def test_register_agent_prints_generated_tokens_once_and_stores_their_hashes(tenant):
+    output = run(
+        "register_agent",
+        "--tenant",
+        "acme",
+        "--slug",
+        "billing",
+        "--name",
+        "Billing agent",
+        "--card-url",
+        "http://127.0.0.1:9000/.well-known/agent-card.json",
+        "--outbound-bearer",
+        "out-1",
+    )
+
+    push_token = re.search(r"push token \(shown once\): (\S+)", output).group(1)
+    api_token = re.search(r"API token \(shown once\):\s+(\S+)", output).group(1)
+    agent = Agent.objects.get(slug="billing")
+    assert (agent.push_token_hash, agent.api_token_hash) == (hash_token(push_token), hash_token(api_token))
+    assert agent.audience == agent.card_url
+    assert (agent.outbound_auth_scheme, agent.outbound_auth_credentials) == ("bearer", "out-1")
+    assert AuditEvent.objects.filter(verb=Verb.AGENT_REGISTERED, subject="agent:billing").exists()
+
+
+def test_register_agent_takes_given_tokens_without_printing_them(tenant):
+    output = run(
+        "register_agent",
+        "--tenant",
+        "acme",
+        "--slug",
+        "billing",
+        "--name",
+        "Billing",
+        "--card-url",
+        "http://127.0.0.1:9000/card",
+        "--push-token",
+        "p-1",
+        "--api-token",
+        "a-1",
+        "--audience",
+        "urn:billing",
+    )
+
+    assert "p-1" not in output and "a-1" not in output
+    agent = Agent.objects.get(slug="billing")
+    assert (agent.push_token_hash, agent.audience) == (hash_token("p-1"), "urn:billing")
+
+
+def test_register_agent_needs_an_existing_tenant(db):
+    with pytest.raises(CommandError, match="no tenant"):
+        run("register_agent", "--tenant", "nope", "--slug", "x", "--name", "X", "--card-url", "http://x/card")
+
+
+def test_seed_demo_is_idempotent_and_routes_large_refunds_to_two_approvers():
+    first = run("seed_demo", "--push-token", "p", "--api-token", "a")
+    run("seed_demo", "--quiet", "--push-token", "p", "--api-token", "a")
+
+    tenant = Tenant.objects.get(slug="demo")
+    assert tenant.admin_group.slug == "admins"
+    assert set(get_user_model().objects.values_list("username", flat=True)) >= {
+        "reviewer1",
+        "reviewer2",
+        "requester",
+        "demo-admin",
+        "auditor",
+    }
+    assert TOTPDevice.objects.filter(confirmed=True).count() == get_user_model().objects.count()
+    assert get_user_model().objects.get(username="demo-admin").is_superuser
+    assert TenantMembership.objects.get(user__username="auditor").role == "compliance"
+    assert PolicyVersion.objects.filter(status="active").count() == 2
+    assert "otpauth://totp/" in first
+    agent = Agent.objects.get(slug="refund-demo")
+    assert agent.api_token_hash == hash_token("a")
+
+    small = submit(agent, principal_id="cust-ops-7")
+    large = submit(
+        agent,
+        action={
+            "tool": "payments.refund",
+            "arguments": {"order_id": "1204", "amount": "1850.00", "currency": "EUR"},
+        },
+    )
+    assert small.requirements["thresholds"] == [{"group": "finance", "count": 1}]
+    assert large.requirements["thresholds"] == [{"group": "finance", "count": 2}]
+    assert large.requirements["step_up"] == policy.PER_VOTE
+
+
+def test_totp_code_prints_a_code_per_person(django_user_model):
+    run("seed_demo", "--quiet")
+
+    output = run("totp_code", "reviewer1", "reviewer2")
+
+    assert re.fullmatch(r"reviewer1\s+\d{6}\nreviewer2\s+\d{6}\n", output)
+    with pytest.raises(CommandError, match="no such user: ghost"):
+        run("totp_code", "ghost")

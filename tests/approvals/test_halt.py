@@ -1,0 +1,511 @@
+"""The kill switch: a halt of everything, a tenant or an agent refuses intake, votes and consumes, revokes
+released-but-unconsumed decisions and queues CancelTask for every affected task; reads still work and
+resume lifts it. It is a database row, so other connections and a restarted process see it."""
+
+import os
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.core.management import CommandError, call_command
+from django.db import connection
+
+from approvals import services
+from approvals.models import Decision, Halt, OutboxMessage, PolicyVersion, Proposal
+from approvals.states import State
+from audit.models import AuditEvent, Verb
+from tests import factories
+from tests.factories import submit, totp_code
+
+pytestmark = pytest.mark.django_db
+
+requires_postgres = pytest.mark.skipif(not settings.IS_POSTGRES, reason="needs PostgreSQL (DATABASE_URL)")
+
+
+def approve(agent, reviewer, **kwargs) -> tuple[Proposal, Decision]:
+    proposal = submit(agent, **kwargs)
+    services.cast_vote(
+        proposal.id,
+        reviewer,
+        verdict="approve",
+        digest_seen=proposal.action_digest,
+        otp_code=totp_code(reviewer),
+    )
+    proposal.refresh_from_db()
+    return proposal, Decision.objects.get(proposal=proposal)
+
+
+def cancels_for(proposal) -> list[OutboxMessage]:
+    return list(OutboxMessage.objects.filter(proposal=proposal, kind=OutboxMessage.Kind.CANCEL))
+
+
+@pytest.fixture
+def other_agent(tenant):
+    return factories.make_agent(tenant, "invoice-bot", push_token="p2", api_token="a2")
+
+
+@pytest.fixture
+def globex_agent(other_tenant):
+    return factories.make_agent(other_tenant, "globex-bot", push_token="p3", api_token="a3")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Intake
+
+
+@pytest.mark.parametrize("scope", ["global", "tenant", "agent"])
+def test_halt_refuses_intake_in_scope(tenant, agent, refund_policy, requester, admin_user, scope):
+    services.halt(
+        scope=scope,
+        operator=admin_user,
+        reason="runaway spend, INC-4411",
+        tenant=tenant if scope == "tenant" else None,
+        agent=agent if scope == "agent" else None,
+    )
+    before = Proposal.objects.count()
+
+    with pytest.raises(services.HaltedError) as refused:
+        submit(agent)
+
+    assert refused.value.code == "halted"
+    assert refused.value.http_status == 503
+    assert "INC-4411" in refused.value.message
+    assert Proposal.objects.count() == before
+
+
+def test_agent_halt_leaves_other_agents_accepting(agent, other_agent, refund_policy, requester, admin_user):
+    services.halt(
+        scope=Halt.Scope.AGENT, operator=admin_user, reason="bad deploy of refund-demo", agent=agent
+    )
+
+    assert submit(other_agent).state == State.AWAITING_REVIEW
+
+
+def test_tenant_halt_leaves_other_tenants_accepting(tenant, agent, globex_agent, admin_user):
+    services.halt(scope=Halt.Scope.TENANT, operator=admin_user, reason="acme incident", tenant=tenant)
+
+    assert submit(globex_agent).state == State.AWAITING_REVIEW
+
+
+def test_replaying_a_known_request_during_a_halt_returns_it(agent, refund_policy, requester, admin_user):
+    body = factories.approval_request(request_id="r-1")
+    first = submit(agent, task_id="t-1", request_id="r-1", action=body["action"])
+    services.halt(scope=Halt.Scope.GLOBAL, operator=admin_user, reason="maintenance")
+
+    again = submit(agent, task_id="t-1", request_id="r-1", action=body["action"])
+
+    assert again.id == first.id
+
+
+# ---------------------------------------------------------------------------------------------------
+# Votes and consumes
+
+
+def test_halt_refuses_votes(tenant, agent, refund_policy, requester, reviewer_a, admin_user):
+    proposal = submit(agent)
+    services.halt(scope=Halt.Scope.TENANT, operator=admin_user, reason="incident", tenant=tenant)
+
+    with pytest.raises(services.VoteRefused) as refused:
+        services.cast_vote(
+            proposal.id,
+            reviewer_a,
+            verdict="approve",
+            digest_seen=proposal.action_digest,
+            otp_code=totp_code(reviewer_a),
+        )
+
+    assert refused.value.code == "halted"
+    proposal.refresh_from_db()
+    assert proposal.state == State.AWAITING_REVIEW
+    assert not proposal.votes.exists()
+    assert AuditEvent.objects.filter(verb=Verb.VOTE_REFUSED, data__code="halted").count() == 1
+
+
+def test_halt_revokes_approved_unconsumed_decisions_and_cancels_their_tasks(
+    tenant, agent, refund_policy, requester, reviewer_a, admin_user
+):
+    proposal, decision = approve(agent, reviewer_a)
+
+    services.halt(scope=Halt.Scope.TENANT, operator=admin_user, reason="fraud wave", tenant=tenant)
+
+    proposal.refresh_from_db()
+    decision.refresh_from_db()
+    assert proposal.state == State.REVOKED
+    assert decision.revoke_reason == "halt: fraud wave"
+    assert decision.revoked_by == admin_user
+    [cancel] = cancels_for(proposal)
+    assert cancel.message_id == f"cancel-{proposal.id}"
+    with pytest.raises(services.ConsumeRefused) as refused:
+        services.consume_decision(agent, decision.jti, rev=decision.rev)
+    assert refused.value.code == "revoked"
+
+
+def test_halt_revokes_policy_allowed_decisions(tenant, agent, requester, admin_user):
+    factories.make_policy(
+        tenant, "small-refunds", outcome=PolicyVersion.Outcome.ALLOW, tool_pattern="payments.refund"
+    )
+    proposal = submit(agent)
+    assert proposal.state == State.ALLOWED
+
+    services.halt(scope=Halt.Scope.AGENT, operator=admin_user, reason="stop the bot", agent=agent)
+
+    proposal.refresh_from_db()
+    assert proposal.state == State.REVOKED
+    assert len(cancels_for(proposal)) == 1
+
+
+def test_halt_cancels_tasks_already_executing(
+    tenant, agent, refund_policy, requester, reviewer_a, admin_user
+):
+    proposal, decision = approve(agent, reviewer_a)
+    services.consume_decision(agent, decision.jti, rev=decision.rev)
+
+    halt = services.halt(scope=Halt.Scope.GLOBAL, operator=admin_user, reason="model provider incident")
+
+    proposal.refresh_from_db()
+    assert proposal.state == State.EXECUTING  # consumed: nothing left to revoke, the outcome still settles it
+    assert len(cancels_for(proposal)) == 1
+    assert [p.id for p in halt.stopped] == [proposal.id]
+
+
+def test_halt_leaves_waiting_proposals_parked(tenant, agent, refund_policy, requester, admin_user):
+    proposal = submit(agent)
+
+    services.halt(scope=Halt.Scope.TENANT, operator=admin_user, reason="incident", tenant=tenant)
+
+    proposal.refresh_from_db()
+    assert proposal.state == State.AWAITING_REVIEW
+    assert cancels_for(proposal) == []
+
+
+def test_halt_touches_nothing_outside_its_scope(
+    agent, other_agent, refund_policy, requester, reviewer_a, admin_user
+):
+    halted, _ = approve(agent, reviewer_a)
+    spared, _ = approve(other_agent, reviewer_a)
+
+    services.halt(scope=Halt.Scope.AGENT, operator=admin_user, reason="only refund-demo", agent=agent)
+
+    halted.refresh_from_db()
+    spared.refresh_from_db()
+    assert halted.state == State.REVOKED
+    assert spared.state == State.APPROVED
+    assert cancels_for(spared) == []
+
+
+def test_halt_is_audited_with_operator_reason_and_what_it_stopped(
+    tenant, agent, refund_policy, requester, reviewer_a, admin_user
+):
+    proposal, _ = approve(agent, reviewer_a)
+
+    halt = services.halt(scope=Halt.Scope.TENANT, operator=admin_user, reason="fraud wave", tenant=tenant)
+
+    event = AuditEvent.objects.get(verb=Verb.HALT_STARTED)
+    assert event.chain == f"tenant:{tenant.id}"
+    assert event.actor == "user:admin"
+    assert event.subject == f"halt:{halt.id}"
+    assert event.data == {
+        "scope": "tenant",
+        "tenant": "acme",
+        "agent": None,
+        "reason": "fraud wave",
+        "revoked": [str(proposal.id)],
+        "cancelled_running": [],
+    }
+
+
+def test_a_decision_released_while_a_halt_committed_is_revoked_at_consume(
+    tenant, agent, refund_policy, requester, reviewer_a, admin_user
+):
+    """A vote that read "no halt" just before the halt committed can still release a decision: the
+    consume refuses it and revokes it, so resuming later does not bring it back."""
+    proposal, decision = approve(agent, reviewer_a)
+    Halt.objects.create(scope=Halt.Scope.TENANT, tenant=tenant, reason="raced", operator=admin_user)
+
+    with pytest.raises(services.ConsumeRefused) as refused:
+        services.consume_decision(agent, decision.jti, rev=decision.rev)
+
+    assert refused.value.code == "halted"
+    proposal.refresh_from_db()
+    assert proposal.state == State.REVOKED
+    assert len(cancels_for(proposal)) == 1
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reads and outcomes keep working
+
+
+def test_reads_still_work_while_halted(tenant, agent, refund_policy, requester, reviewer_a, admin_user):
+    proposal = submit(agent)
+    services.halt(scope=Halt.Scope.GLOBAL, operator=admin_user, reason="incident")
+
+    assert services.proposal_for_user(proposal.id, reviewer_a).id == proposal.id
+    assert services.active_halt(tenant.id, agent.id).reason == "incident"
+
+
+def test_outcome_reports_are_still_recorded_while_halted(
+    agent, refund_policy, requester, reviewer_a, admin_user
+):
+    proposal, decision = approve(agent, reviewer_a)
+    services.consume_decision(agent, decision.jti, rev=decision.rev)
+    services.halt(scope=Halt.Scope.AGENT, operator=admin_user, reason="incident", agent=agent)
+
+    services.record_outcome(agent, decision.jti, status="succeeded", transaction_id="re_1")
+
+    proposal.refresh_from_db()
+    assert proposal.state == State.SUCCEEDED
+
+
+# ---------------------------------------------------------------------------------------------------
+# Resume
+
+
+def test_resume_lifts_the_halt_and_intake_and_votes_work_again(
+    tenant, agent, refund_policy, requester, reviewer_a, admin_user
+):
+    services.halt(scope=Halt.Scope.TENANT, operator=admin_user, reason="incident", tenant=tenant)
+
+    lifted = services.resume(operator=admin_user, reason="fixed", tenant=tenant)
+
+    assert lifted == 1
+    assert services.active_halt(tenant.id, agent.id) is None
+    proposal = submit(agent)
+    services.cast_vote(
+        proposal.id,
+        reviewer_a,
+        verdict="approve",
+        digest_seen=proposal.action_digest,
+        otp_code=totp_code(reviewer_a),
+    )
+    proposal.refresh_from_db()
+    assert proposal.state == State.APPROVED
+    lifted_event = AuditEvent.objects.get(verb=Verb.HALT_LIFTED)
+    assert lifted_event.actor == "user:admin"
+    assert lifted_event.data == {"reason": "fixed"}
+
+
+def test_resume_does_not_bring_back_revoked_decisions(
+    tenant, agent, refund_policy, requester, reviewer_a, admin_user
+):
+    proposal, decision = approve(agent, reviewer_a)
+    services.halt(scope=Halt.Scope.TENANT, operator=admin_user, reason="incident", tenant=tenant)
+    services.resume(operator=admin_user, tenant=tenant)
+
+    with pytest.raises(services.ConsumeRefused) as refused:
+        services.consume_decision(agent, decision.jti, rev=decision.rev)
+
+    assert refused.value.code == "revoked"
+
+
+def test_resume_lifts_only_its_own_scope(tenant, agent, admin_user):
+    services.halt(scope=Halt.Scope.GLOBAL, operator=admin_user, reason="everything")
+
+    assert services.resume(operator=admin_user, tenant=tenant) == 0
+    assert services.active_halt(tenant.id, agent.id).scope == Halt.Scope.GLOBAL
+
+
+def test_halt_needs_a_reason(tenant, admin_user):
+    with pytest.raises(services.ServiceError) as refused:
+        services.halt(scope=Halt.Scope.TENANT, operator=admin_user, reason="  ", tenant=tenant)
+
+    assert refused.value.code == "reason_required"
+    assert not Halt.objects.exists()
+
+
+def test_halt_scope_must_name_its_target(tenant, admin_user):
+    with pytest.raises(services.ServiceError) as refused:
+        services.halt(scope=Halt.Scope.TENANT, operator=admin_user, reason="who?")
+
+    assert refused.value.code == "bad_scope"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Every process sees it
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_halt_is_seen_from_another_connection(tenant, agent, admin_user):
+    services.halt(scope=Halt.Scope.TENANT, operator=admin_user, reason="seen everywhere", tenant=tenant)
+    seen = {}
+
+    def other_process_like_connection():
+        try:
+            seen["halt"] = services.active_halt(tenant.id, agent.id)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=other_process_like_connection)
+    thread.start()
+    thread.join(timeout=30)
+
+    assert seen["halt"] is not None
+    assert seen["halt"].reason == "seen everywhere"
+
+
+@pytest.mark.postgres
+@requires_postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_restarted_process_comes_back_halted(tenant, agent, admin_user):
+    services.halt(scope=Halt.Scope.AGENT, operator=admin_user, reason="survives restarts", agent=agent)
+    db = connection.settings_dict
+    host = f"{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
+    url = f"postgres://{db['USER']}:{db['PASSWORD']}@{host}/{db['NAME']}"
+    script = (
+        "import django; django.setup(); from approvals.models import Agent; from approvals import services; "
+        f"a = Agent.objects.get(slug={agent.slug!r}); h = services.active_halt(a.tenant_id, a.id); "
+        "print(h.reason if h else 'not halted')"
+    )
+
+    fresh = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(settings.BASE_DIR),
+        env={**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "reviewer.settings"},
+    )
+
+    assert fresh.returncode == 0, fresh.stderr
+    assert fresh.stdout.strip() == "survives restarts"
+
+
+# ---------------------------------------------------------------------------------------------------
+# manage.py halt / resume
+
+
+def run(*args) -> str:
+    out = StringIO()
+    call_command(*args, stdout=out)
+    return out.getvalue()
+
+
+def test_halt_command_halts_a_tenant_with_operator_and_reason(
+    tenant, agent, refund_policy, requester, reviewer_a, admin_user
+):
+    proposal, _ = approve(agent, reviewer_a)
+
+    output = run("halt", "--tenant", "acme", "--reason", "runaway spend", "--operator", "admin")
+
+    halt = Halt.objects.get()
+    assert (halt.scope, halt.tenant, halt.operator, halt.reason) == (
+        "tenant",
+        tenant,
+        admin_user,
+        "runaway spend",
+    )
+    assert "halted tenant acme" in output
+    assert "1 unconsumed decision(s) revoked" in output
+    assert "manage.py resume --tenant acme" in output
+    proposal.refresh_from_db()
+    assert proposal.state == State.REVOKED
+
+
+def test_halt_command_without_operator_is_recorded_as_system(agent):
+    run("halt", "--agent", agent.slug, "--reason", "bad deploy")
+
+    halt = Halt.objects.get()
+    assert (halt.scope, halt.agent, halt.operator) == ("agent", agent, None)
+    assert AuditEvent.objects.get(verb=Verb.HALT_STARTED).actor == "system"
+
+
+def test_halt_command_everything(agent):
+    output = run("halt", "--all", "--reason", "provider outage")
+
+    assert Halt.objects.get().scope == Halt.Scope.GLOBAL
+    assert "halted everything" in output
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--reason", "no scope"], "one of the arguments --all --tenant --agent is required"),
+        (["--all", "--tenant", "acme", "--reason", "two scopes"], "not allowed with argument"),
+        (["--tenant", "acme"], "--reason"),
+        (["--tenant", "nope", "--reason", "x"], "no tenant 'nope'"),
+        (["--agent", "nope", "--reason", "x"], "no agent 'nope'"),
+        (["--all", "--reason", "x", "--operator", "ghost"], "no user 'ghost'"),
+        (["--all", "--reason", "   "], "a halt needs a reason"),
+    ],
+)
+def test_halt_command_refuses_unclear_requests(tenant, args, message):
+    with pytest.raises(CommandError, match=message):
+        run("halt", *args)
+    assert not Halt.objects.exists()
+
+
+def test_resume_command_lifts_the_halt(tenant, agent, admin_user):
+    run("halt", "--tenant", "acme", "--reason", "incident", "--operator", "admin")
+
+    output = run("resume", "--tenant", "acme", "--reason", "fixed", "--operator", "admin")
+
+    assert "resumed tenant acme (1 halt(s) lifted)" in output
+    halt = Halt.objects.get()
+    assert halt.lifted_at is not None
+    assert halt.lifted_by == admin_user
+    assert services.active_halt(tenant.id, agent.id) is None
+
+
+def test_resume_command_says_what_still_halts_the_scope(tenant, agent):
+    run("halt", "--all", "--reason", "everything")
+    run("halt", "--tenant", "acme", "--reason", "acme too")
+
+    output = run("resume", "--tenant", "acme")
+
+    assert "still halted: everything" in output
+
+
+def test_resume_command_fails_when_the_scope_has_no_halt_of_its_own(tenant):
+    run("halt", "--all", "--reason", "everything")
+
+    with pytest.raises(CommandError, match="no halt of its own.*still active: everything"):
+        run("resume", "--tenant", "acme")
+
+
+# ---------------------------------------------------------------------------------------------------
+# A halt racing an agent's consume (PostgreSQL: real row locks, two connections)
+
+
+def run_together(*calls):
+    barrier = threading.Barrier(len(calls))
+
+    def run(call):
+        try:
+            barrier.wait(timeout=10)
+            return call()
+        except Exception as error:  # noqa: BLE001 - the test inspects what each side got
+            return error
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        return [future.result(timeout=60) for future in [pool.submit(run, call) for call in calls]]
+
+
+@pytest.mark.postgres
+@requires_postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("attempt", range(5))
+def test_halt_racing_consume_either_revokes_or_cancels_the_running_task(
+    tenant, agent, refund_policy, requester, reviewer_a, admin_user, attempt
+):
+    proposal, decision = approve(agent, reviewer_a)
+
+    consumed, halted = run_together(
+        lambda: services.consume_decision(agent, decision.jti, rev=decision.rev).state,
+        lambda: services.halt(scope=Halt.Scope.TENANT, operator=admin_user, reason="race", tenant=tenant),
+    )
+
+    assert isinstance(halted, Halt), halted
+    proposal.refresh_from_db()
+    if consumed == State.EXECUTING:
+        assert proposal.state == State.EXECUTING
+    else:
+        assert isinstance(consumed, services.ConsumeRefused), consumed
+        assert consumed.code in {"revoked", "halted"}
+        assert proposal.state == State.REVOKED
+    assert len(cancels_for(proposal)) == 1

@@ -1,0 +1,233 @@
+"""Outcomes: the agent's report (or its task's terminal state) settles an execution. Reports are
+idempotent; unknown settles to succeeded or failed only by the agent's word or its task state; nothing
+is ever re-approved."""
+
+import pytest
+from django.db import transaction
+
+from approvals import services
+from approvals.models import Decision, OutboxMessage, PolicyVersion, Proposal
+from approvals.states import IllegalTransition, State
+from audit.models import AuditEvent, Verb
+from tests import factories
+from tests.factories import submit, totp_code
+
+pytestmark = pytest.mark.django_db
+
+
+def approve(agent, reviewer) -> tuple[Proposal, Decision]:
+    proposal = submit(agent)
+    services.cast_vote(
+        proposal.id,
+        reviewer,
+        verdict="approve",
+        digest_seen=proposal.action_digest,
+        otp_code=totp_code(reviewer),
+    )
+    proposal.refresh_from_db()
+    return proposal, Decision.objects.get(proposal=proposal)
+
+
+@pytest.fixture
+def executing(agent, refund_policy, requester, reviewer_a) -> tuple[Proposal, Decision]:
+    proposal, decision = approve(agent, reviewer_a)
+    services.consume_decision(agent, decision.jti, rev=decision.rev)
+    proposal.refresh_from_db()
+    return proposal, decision
+
+
+def transitions_of(proposal) -> list[tuple[str, str]]:
+    events = AuditEvent.objects.filter(verb=Verb.PROPOSAL_TRANSITIONED, subject=f"proposal:{proposal.id}")
+    return [(e.data["from"], e.data["to"]) for e in events.order_by("seq")]
+
+
+@pytest.mark.parametrize("status", ["succeeded", "failed"])
+def test_an_outcome_report_settles_the_execution(agent, executing, status):
+    proposal, decision = executing
+
+    services.record_outcome(agent, decision.jti, status=status, transaction_id="re_3Nx", detail="done by PSP")
+
+    proposal.refresh_from_db()
+    assert proposal.state == status
+    assert proposal.transaction_id == "re_3Nx"
+    assert proposal.outcome_detail == "done by PSP"
+    assert proposal.settled_at is not None
+    event = AuditEvent.objects.get(verb=Verb.OUTCOME_RECORDED)
+    assert event.actor == f"agent:{agent.slug}"
+    assert event.data["status"] == status
+    assert event.data["idempotency_key"] == str(decision.jti)
+
+
+def test_the_same_report_twice_is_recorded_once(agent, executing):
+    proposal, decision = executing
+
+    services.record_outcome(agent, decision.jti, status="succeeded", transaction_id="re_1")
+    again = services.record_outcome(
+        agent, decision.jti, status="succeeded", transaction_id="re_1", via="push"
+    )
+
+    assert again.state == State.SUCCEEDED
+    assert AuditEvent.objects.filter(verb=Verb.OUTCOME_RECORDED).count() == 1
+
+
+def test_a_contradicting_report_after_settlement_is_refused(agent, executing):
+    proposal, decision = executing
+    services.record_outcome(agent, decision.jti, status="succeeded")
+
+    with pytest.raises(services.Conflict) as refused:
+        services.record_outcome(agent, decision.jti, status="failed")
+
+    assert refused.value.code == "not_executing"
+    proposal.refresh_from_db()
+    assert proposal.state == State.SUCCEEDED
+
+
+def test_unknown_then_the_agents_report_settles_it(agent, executing):
+    proposal, decision = executing
+
+    services.record_outcome(agent, decision.jti, status="unknown", detail="PSP timed out")
+    services.record_outcome(agent, decision.jti, status="unknown")  # the same report again
+    services.record_outcome(agent, decision.jti, status="succeeded", transaction_id="re_9")
+
+    proposal.refresh_from_db()
+    assert proposal.state == State.SUCCEEDED
+    assert transitions_of(proposal)[-2:] == [("executing", "unknown"), ("unknown", "succeeded")]
+
+
+def test_reconciliation_marks_a_silent_execution_unknown(executing):
+    proposal, _ = executing
+
+    services.mark_unknown(proposal.id, reason="no outcome for 10 minutes")
+
+    proposal.refresh_from_db()
+    assert proposal.state == State.UNKNOWN
+
+
+def test_mark_unknown_leaves_settled_proposals_alone(agent, executing):
+    proposal, decision = executing
+    services.record_outcome(agent, decision.jti, status="failed")
+
+    services.mark_unknown(proposal.id, reason="late sweep")
+
+    proposal.refresh_from_db()
+    assert proposal.state == State.FAILED
+
+
+@pytest.mark.parametrize(
+    "task_state, settled",
+    [
+        ("TASK_STATE_COMPLETED", State.SUCCEEDED),
+        ("TASK_STATE_FAILED", State.FAILED),
+        ("TASK_STATE_REJECTED", State.FAILED),
+        ("TASK_STATE_CANCELED", State.FAILED),
+    ],
+)
+def test_the_task_state_settles_an_unknown_execution(executing, task_state, settled):
+    proposal, _ = executing
+    services.mark_unknown(proposal.id, reason="no outcome")
+
+    services.settle_from_task_state(proposal.id, task_state=task_state)
+
+    proposal.refresh_from_db()
+    assert proposal.state == settled
+    assert AuditEvent.objects.get(verb=Verb.OUTCOME_RECORDED).data["via"] == "task_state"
+
+
+def test_a_task_still_working_settles_nothing(executing):
+    proposal, _ = executing
+    services.mark_unknown(proposal.id, reason="no outcome")
+
+    services.settle_from_task_state(proposal.id, task_state="TASK_STATE_WORKING")
+
+    proposal.refresh_from_db()
+    assert proposal.state == State.UNKNOWN
+
+
+def test_unknown_is_never_re_approved(agent, executing, reviewer_a, admin_user):
+    proposal, decision = executing
+    services.mark_unknown(proposal.id, reason="no outcome")
+    proposal.refresh_from_db()
+
+    with pytest.raises(services.ConsumeRefused) as refused:
+        services.consume_decision(agent, decision.jti, rev=decision.rev)
+    assert refused.value.code == "consumed"
+    with pytest.raises(services.VoteRefused) as vote_refused:
+        services.cast_vote(
+            proposal.id,
+            reviewer_a,
+            verdict="approve",
+            digest_seen=proposal.action_digest,
+            otp_code=totp_code(reviewer_a),
+        )
+    assert vote_refused.value.code in {"not_open", "already_voted"}
+    with pytest.raises(services.Conflict):
+        services.revoke_decision(proposal.id, admin_user, reason="try again")
+    for target in (State.APPROVED, State.EXECUTING, State.ALLOWED, State.AWAITING_REVIEW):
+        with pytest.raises(IllegalTransition), transaction.atomic():
+            services.transition(proposal, target, actor="system")
+    proposal.refresh_from_db()
+    assert proposal.state == State.UNKNOWN
+    assert OutboxMessage.objects.filter(proposal=proposal, kind=OutboxMessage.Kind.CONTINUE).count() == 1
+
+
+def test_an_outcome_without_a_consume_is_refused_when_consumption_is_required(
+    agent, refund_policy, requester, reviewer_a
+):
+    proposal, decision = approve(agent, reviewer_a)
+
+    with pytest.raises(services.Conflict) as refused:
+        services.record_outcome(agent, decision.jti, status="succeeded")
+
+    assert refused.value.code == "not_executing"
+    proposal.refresh_from_db()
+    assert proposal.state == State.APPROVED
+
+
+def test_a_decision_without_online_consumption_passes_through_executing(tenant, agent, requester):
+    factories.make_policy(
+        tenant,
+        "offline",
+        outcome=PolicyVersion.Outcome.ALLOW,
+        tool_pattern="payments.refund",
+        consume_online=False,
+    )
+    proposal = submit(agent)
+    decision = Decision.objects.get(proposal=proposal)
+    assert decision.consume_required is False
+
+    services.record_outcome(agent, decision.jti, status="succeeded", transaction_id="re_2")
+
+    proposal.refresh_from_db()
+    decision.refresh_from_db()
+    assert proposal.state == State.SUCCEEDED
+    assert decision.consumed_at is not None
+    assert transitions_of(proposal)[-2:] == [("allowed", "executing"), ("executing", "succeeded")]
+
+
+def test_an_outcome_for_a_revoked_decision_is_refused(agent, refund_policy, requester, reviewer_a):
+    proposal, decision = approve(agent, reviewer_a)
+    services.revoke_decision(proposal.id, reviewer_a, reason="withdrawn")
+
+    with pytest.raises(services.Conflict):
+        services.record_outcome(agent, decision.jti, status="succeeded")
+
+    proposal.refresh_from_db()
+    assert proposal.state == State.REVOKED
+
+
+def test_an_unknown_status_is_refused(agent, executing):
+    _, decision = executing
+
+    with pytest.raises(services.ServiceError) as refused:
+        services.record_outcome(agent, decision.jti, status="maybe")
+
+    assert refused.value.code == "bad_status"
+    assert refused.value.field == "status"
+
+
+def test_another_agent_cannot_report_the_outcome(tenant, agent, executing):
+    _, decision = executing
+    other = factories.make_agent(tenant, "other-agent", push_token="p2", api_token="a2")
+
+    with pytest.raises(services.NotFound):
+        services.record_outcome(other, decision.jti, status="succeeded")

@@ -1,0 +1,427 @@
+"""Versioned policy (DESIGN.md "Policy"): a version is immutable, a change is a new draft, a draft is
+active only after a second admin (never its author) approves it, activation retires the version it
+replaces in the same transaction, and a dry run replays recent proposals against a draft."""
+
+import io
+import json
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import IntegrityError, transaction
+
+from approvals import policy, services
+from approvals.models import Policy, PolicyVersion, Proposal
+from approvals.states import State
+from audit.models import AuditEvent, Verb
+from tests import factories
+from tests.factories import submit
+
+pytestmark = pytest.mark.django_db
+
+ACTIVE, DRAFT, RETIRED = PolicyVersion.Status.ACTIVE, PolicyVersion.Status.DRAFT, PolicyVersion.Status.RETIRED
+FINANCE_1 = {
+    "outcome": "require_approval",
+    "tool_pattern": "payments.refund",
+    "thresholds": [{"group": "finance", "count": 1}],
+}
+
+
+@pytest.fixture
+def second_admin(tenant):
+    return factories.make_user("second_admin", tenant=tenant, role="admin", groups=["admins"])
+
+
+@pytest.fixture
+def refunds(tenant, admin_user, reviewer_a):
+    """A policy with no version yet (reviewer_a makes the finance group exist)."""
+    return services.create_policy(tenant, slug="refunds", name="Refunds", actor=admin_user)
+
+
+def status_of(version) -> str:
+    version.refresh_from_db()
+    return version.status
+
+
+# ---------------------------------------------------------------------------------------------------
+# Drafts and immutability
+
+
+def test_a_new_version_is_a_draft_numbered_after_the_last(refunds, admin_user):
+    first = services.create_policy_version(refunds, FINANCE_1, admin_user)
+    second = services.create_policy_version(refunds, {**FINANCE_1, "ttl_seconds": 600}, admin_user)
+
+    assert (first.version, first.status) == (1, DRAFT)
+    assert (second.version, second.status) == (2, DRAFT)
+    assert second.author == admin_user
+
+
+def test_editing_creates_a_new_version_and_leaves_the_active_one_untouched(refunds, admin_user, second_admin):
+    active = services.activate_policy_version(
+        services.create_policy_version(refunds, FINANCE_1, admin_user), second_admin
+    )
+    snapshot = {name: getattr(active, name) for name in policy.VERSION_FIELDS}
+
+    finance_2 = {**FINANCE_1, "thresholds": [{"group": "finance", "count": 2}]}
+    draft = services.create_policy_version(refunds, finance_2, admin_user)
+
+    active.refresh_from_db()
+    assert {name: getattr(active, name) for name in policy.VERSION_FIELDS} == snapshot
+    assert active.status == ACTIVE
+    assert draft.pk != active.pk and draft.version == active.version + 1
+
+
+def test_a_draft_does_not_take_part_in_evaluation(agent, refunds, admin_user):
+    services.create_policy_version(
+        refunds, {"outcome": "deny", "tool_pattern": "payments.refund"}, admin_user
+    )
+
+    proposal = submit(agent)
+
+    assert proposal.state == State.AWAITING_REVIEW  # the tenant default, not the draft's deny
+    assert proposal.policy_versions.count() == 0
+
+
+def test_a_draft_with_a_cel_compile_error_is_refused_with_the_compilers_message(refunds, admin_user):
+    with pytest.raises(services.PolicyInvalid) as invalid:
+        services.create_policy_version(
+            refunds, {**FINANCE_1, "condition": "double(args.amount) >"}, admin_user
+        )
+
+    assert "Syntax error" in invalid.value.errors["condition"]
+    assert not refunds.versions.exists()
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({**FINANCE_1, "thresholds": [{"group": "legal", "count": 1}]}, "thresholds"),
+        ({**FINANCE_1, "thresholds": []}, "thresholds"),
+        ({**FINANCE_1, "step_up": "soon"}, "step_up"),
+        ({**FINANCE_1, "ttl_seconds": 0}, "ttl_seconds"),
+        ({**FINANCE_1, "outcome": "maybe"}, "outcome"),
+        ({**FINANCE_1, "risk": "extreme"}, "risk"),
+        ({**FINANCE_1, "status": "active"}, "__all__"),
+    ],
+)
+def test_an_invalid_draft_is_refused_on_its_field(refunds, admin_user, fields, field):
+    with pytest.raises(services.PolicyInvalid) as invalid:
+        services.create_policy_version(refunds, fields, admin_user)
+    assert field in invalid.value.errors
+
+
+def test_thresholds_cannot_name_another_tenants_group(refunds, admin_user, outsider):
+    # "legal" exists, but in globex, not in acme.
+    factories.make_group(outsider.tenant_memberships.get().tenant, "legal")
+    with pytest.raises(services.PolicyInvalid) as invalid:
+        services.create_policy_version(
+            refunds, {**FINANCE_1, "thresholds": [{"group": "legal", "count": 1}]}, admin_user
+        )
+    assert "unknown group" in invalid.value.errors["thresholds"]
+
+
+def test_only_an_admin_of_the_tenant_writes_a_draft(refunds, reviewer_a, outsider):
+    for person in (reviewer_a, outsider):
+        with pytest.raises(services.ConfigRefused) as refused:
+            services.create_policy_version(refunds, FINANCE_1, person)
+        assert refused.value.code == "not_admin"
+    with pytest.raises(services.ConfigRefused):
+        services.create_policy_version(refunds, FINANCE_1, None)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Four eyes and activation
+
+
+def test_the_author_cannot_activate_their_own_version(refunds, admin_user):
+    draft = services.create_policy_version(refunds, FINANCE_1, admin_user)
+
+    with pytest.raises(services.ConfigRefused) as refused:
+        services.activate_policy_version(draft, admin_user)
+
+    assert refused.value.code == "four_eyes"
+    assert status_of(draft) == DRAFT
+    assert not AuditEvent.objects.filter(verb=Verb.POLICY_VERSION_ACTIVATED).exists()
+
+
+def test_a_superuser_author_cannot_activate_their_own_version_either(refunds):
+    author, _ = factories.policy_admins()
+    draft = services.create_policy_version(refunds, FINANCE_1, author)
+
+    with pytest.raises(services.ConfigRefused):
+        services.activate_policy_version(draft, author)
+
+
+def test_a_second_admin_activates_and_the_previous_version_is_retired(refunds, admin_user, second_admin):
+    first = services.activate_policy_version(
+        services.create_policy_version(refunds, FINANCE_1, admin_user), second_admin
+    )
+    draft = services.create_policy_version(refunds, {**FINANCE_1, "ttl_seconds": 600}, second_admin)
+
+    activated = services.activate_policy_version(draft, admin_user)
+
+    assert activated.status == ACTIVE
+    assert activated.activated_by == admin_user and activated.activated_at is not None
+    assert status_of(first) == RETIRED
+    assert refunds.active_version == activated
+    event = AuditEvent.objects.get(verb=Verb.POLICY_VERSION_ACTIVATED, data__version=2)
+    assert event.actor == "user:admin"
+    assert event.data == {"policy": "refunds", "version": 2, "author": "second_admin", "retired": 1}
+
+
+def test_a_failed_activation_changes_nothing(refunds, admin_user, second_admin, monkeypatch):
+    first = services.activate_policy_version(
+        services.create_policy_version(refunds, FINANCE_1, admin_user), second_admin
+    )
+    draft = services.create_policy_version(refunds, {**FINANCE_1, "ttl_seconds": 600}, admin_user)
+    real_record = services.record
+
+    def failing_record(*args, **kwargs):
+        if kwargs.get("verb") == Verb.POLICY_VERSION_ACTIVATED:
+            raise RuntimeError("the audit chain is unavailable")
+        return real_record(*args, **kwargs)
+
+    monkeypatch.setattr(services, "record", failing_record)
+    with pytest.raises(RuntimeError):
+        services.activate_policy_version(draft, second_admin)
+
+    assert status_of(first) == ACTIVE
+    assert status_of(draft) == DRAFT
+
+
+def test_the_database_allows_one_active_version_per_policy(refunds, admin_user, second_admin):
+    active = services.activate_policy_version(
+        services.create_policy_version(refunds, FINANCE_1, admin_user), second_admin
+    )
+    with pytest.raises(IntegrityError), transaction.atomic():
+        PolicyVersion.objects.create(
+            policy=refunds, version=active.version + 1, status=ACTIVE, outcome="deny"
+        )
+
+
+def test_only_a_draft_can_be_activated(refunds, admin_user, second_admin):
+    first = services.activate_policy_version(
+        services.create_policy_version(refunds, FINANCE_1, admin_user), second_admin
+    )
+    second = services.create_policy_version(refunds, FINANCE_1, admin_user)
+    services.activate_policy_version(second, second_admin)
+
+    for version in (refunds.versions.get(version=2), first):  # active, retired
+        with pytest.raises(services.Conflict) as refused:
+            services.activate_policy_version(version, second_admin)
+        assert refused.value.code == "not_draft"
+
+
+def test_an_older_draft_cannot_replace_a_newer_active_version(refunds, admin_user, second_admin):
+    older = services.create_policy_version(refunds, FINANCE_1, admin_user)
+    newer = services.create_policy_version(refunds, {**FINANCE_1, "ttl_seconds": 600}, admin_user)
+    services.activate_policy_version(newer, second_admin)
+
+    with pytest.raises(services.Conflict) as refused:
+        services.activate_policy_version(older, second_admin)
+    assert refused.value.code == "stale_draft"
+
+
+def test_only_an_admin_of_the_tenant_activates(refunds, admin_user, reviewer_a, outsider):
+    draft = services.create_policy_version(refunds, FINANCE_1, admin_user)
+    for person in (reviewer_a, outsider):
+        with pytest.raises(services.ConfigRefused) as refused:
+            services.activate_policy_version(draft, person)
+        assert refused.value.code == "not_admin"
+    assert status_of(draft) == DRAFT
+
+
+def test_writing_and_activating_are_audited_with_the_whole_version(refunds, admin_user, second_admin):
+    draft = services.create_policy_version(
+        refunds, {**FINANCE_1, "condition": "double(args.amount) > 10.0"}, admin_user
+    )
+    services.activate_policy_version(draft, second_admin)
+
+    created = AuditEvent.objects.get(verb=Verb.POLICY_VERSION_CREATED, subject="policy:refunds@1")
+    assert created.actor == "user:admin"
+    assert created.data["condition"] == "double(args.amount) > 10.0"
+    assert created.data["thresholds"] == [{"group": "finance", "count": 1}]
+    assert AuditEvent.objects.get(verb=Verb.POLICY_VERSION_ACTIVATED).actor == "user:second_admin"
+
+
+def test_new_proposals_pin_the_new_version_after_activation(
+    agent, refunds, admin_user, second_admin, requester
+):
+    v1 = services.activate_policy_version(
+        services.create_policy_version(refunds, FINANCE_1, admin_user), second_admin
+    )
+    before = submit(agent)
+    v2 = services.activate_policy_version(
+        services.create_policy_version(
+            refunds, {"outcome": "deny", "tool_pattern": "payments.refund"}, admin_user
+        ),
+        second_admin,
+    )
+
+    after = submit(agent)
+
+    assert list(before.policy_versions.all()) == [v1]
+    assert list(after.policy_versions.all()) == [v2]
+    assert after.state == State.DENIED
+    before.refresh_from_db()
+    assert before.state == State.AWAITING_REVIEW  # an open proposal keeps what it pinned
+
+
+# ---------------------------------------------------------------------------------------------------
+# Dry run
+
+
+@pytest.fixture
+def history(agent, refunds, admin_user, second_admin, requester):
+    """Four proposals under refunds@1 (one finance approval for every refund)."""
+    first = services.create_policy_version(refunds, FINANCE_1, admin_user)
+    services.activate_policy_version(first, second_admin)
+    amounts = ["40.00", "500.00", "5000.00"]
+    proposals = [submit(agent, action=factories.refund_action(amount=a)) for a in amounts]
+    deploy = {"tool": "deploy.release", "arguments": {"service": "api", "version": "1.2"}, "target": "api"}
+    proposals.append(submit(agent, action=deploy, summary="Deploy api 1.2"))
+    return proposals
+
+
+def by_amount(rows) -> dict:
+    return {row.proposal.action["arguments"].get("amount", row.proposal.tool): row for row in rows}
+
+
+def test_dry_run_shows_which_proposals_a_draft_matches_and_the_outcome(history, refunds, admin_user):
+    draft = services.create_policy_version(
+        refunds, {**FINANCE_1, "outcome": "deny", "condition": "double(args.amount) > 1000.0"}, admin_user
+    )
+
+    rows = by_amount(policy.dry_run(draft, policy.recent_proposals(draft.policy.tenant)))
+
+    assert {key: row.draft_matches for key, row in rows.items()} == {
+        "40.00": False,
+        "500.00": False,
+        "5000.00": True,
+        "deploy.release": False,
+    }
+    assert (rows["5000.00"].outcome_now, rows["5000.00"].outcome_with_draft) == ("require_approval", "deny")
+    assert rows["5000.00"].changes
+    assert not rows["40.00"].changes
+
+
+def test_dry_run_of_a_new_policy_adds_to_the_active_ones(history, tenant, admin_user):
+    small = services.create_policy(tenant, slug="small-refunds", actor=admin_user)
+    draft = services.create_policy_version(
+        small,
+        {"outcome": "allow", "tool_pattern": "payments.refund", "condition": "double(args.amount) <= 50.0"},
+        admin_user,
+    )
+
+    rows = by_amount(policy.dry_run(draft, policy.recent_proposals(tenant)))
+
+    # refunds@1 still asks finance for the 40.00 refund, and require_approval wins over allow.
+    assert rows["40.00"].draft_matches
+    assert rows["40.00"].outcome_with_draft == "require_approval"
+    assert [v.policy.slug for v in rows["40.00"].evaluation.versions] == ["refunds"]
+
+
+def test_dry_run_of_the_active_version_reproduces_what_intake_decided(history, refunds):
+    intake_outcome = {State.AWAITING_REVIEW: "require_approval", State.DENIED: "deny", State.ALLOWED: "allow"}
+
+    rows = policy.dry_run(refunds.active_version, policy.recent_proposals(refunds.tenant))
+
+    assert len(rows) == len(history)
+    for row in rows:
+        assert row.outcome_now == row.outcome_with_draft == intake_outcome[row.proposal.state]
+
+
+def test_dry_run_writes_nothing(history, refunds, admin_user):
+    draft = services.create_policy_version(refunds, {"outcome": "deny"}, admin_user)
+    events = AuditEvent.objects.count()
+    states = dict(Proposal.objects.values_list("id", "state"))
+
+    policy.dry_run(draft, policy.recent_proposals(refunds.tenant))
+
+    assert AuditEvent.objects.count() == events
+    assert dict(Proposal.objects.values_list("id", "state")) == states
+    assert status_of(draft) == DRAFT
+
+
+def test_dry_run_reads_the_tenants_newest_proposals_only(history, tenant, other_tenant):
+    foreign_agent = factories.make_agent(other_tenant, slug="globex-agent")
+    foreign = submit(foreign_agent)
+
+    recent = policy.recent_proposals(tenant, limit=2)
+
+    assert [p.pk for p in recent] == [history[-1].pk, history[-2].pk]
+    assert foreign.pk not in [p.pk for p in policy.recent_proposals(tenant)]
+
+
+def test_policies_are_created_through_the_service_and_audited(tenant, admin_user):
+    created = services.create_policy(tenant, slug="deploys", name="Deploys", actor=admin_user)
+
+    assert Policy.objects.get(tenant=tenant, slug="deploys") == created
+    assert AuditEvent.objects.filter(subject="policy:deploys", actor="user:admin").exists()
+    with pytest.raises(services.Conflict):
+        services.create_policy(tenant, slug="deploys", actor=admin_user)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Scripted: manage.py policy
+
+
+def policy_command(*args) -> str:
+    out = io.StringIO()
+    call_command("policy", *args, stdout=out)
+    return out.getvalue()
+
+
+@pytest.fixture
+def refunds_file(tmp_path, reviewer_a):
+    path = tmp_path / "refunds.json"
+    path.write_text(
+        json.dumps(
+            {
+                "policy": "refunds",
+                "name": "Refunds",
+                **FINANCE_1,
+                "condition": "double(args.amount) > 100.0",
+                "risk": "high",
+            }
+        )
+    )
+    return path
+
+
+def test_the_policy_command_drafts_from_a_file_and_a_second_admin_activates(
+    tenant, refunds_file, admin_user, second_admin
+):
+    out = policy_command("draft", "--tenant", "acme", "--file", str(refunds_file), "--author", "admin")
+    assert "another admin activates it" in out
+    draft = PolicyVersion.objects.get(policy__tenant=tenant, policy__slug="refunds", version=1)
+    assert (draft.status, draft.author, draft.risk) == (DRAFT, admin_user, "high")
+
+    with pytest.raises(CommandError, match="cannot activate"):
+        policy_command(
+            "activate", "--tenant", "acme", "--policy", "refunds", "--version", "1", "--approver", "admin"
+        )
+    policy_command(
+        "activate", "--tenant", "acme", "--policy", "refunds", "--version", "1", "--approver", "second_admin"
+    )
+
+    assert status_of(draft) == ACTIVE
+    assert "v1  active" in policy_command("show", "--tenant", "acme")
+
+
+def test_the_policy_command_shows_the_compilers_message(tenant, tmp_path, admin_user, reviewer_a):
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps({"policy": "refunds", **FINANCE_1, "condition": "double(args.amount) >"}))
+
+    with pytest.raises(CommandError, match="Syntax error"):
+        policy_command("draft", "--tenant", "acme", "--file", str(path), "--author", "admin")
+
+
+def test_the_policy_command_dry_runs_a_draft(history, refunds, admin_user):
+    services.create_policy_version(
+        refunds, {**FINANCE_1, "outcome": "deny", "condition": "double(args.amount) > 1000.0"}, admin_user
+    )
+
+    out = policy_command("dry-run", "--tenant", "acme", "--policy", "refunds", "--version", "2")
+
+    assert "require_approval -> deny" in out
+    assert "4 proposals; the draft matches 1; outcome changes: 1" in out

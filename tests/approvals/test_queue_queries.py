@@ -1,0 +1,56 @@
+"""The queue and the watching list cost the same number of queries for 5 proposals as for 200."""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from tests.approvals.test_views import verified_client
+from tests.factories import submit
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def queries_for(client, url, params=None) -> int:
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(url, params or {})
+    assert response.status_code == 200
+    return len(captured)
+
+
+@pytest.mark.parametrize(
+    "page, person, params",
+    [
+        ("approvals:queue", "reviewer_a", {}),
+        ("approvals:queue", "reviewer_a", {"tenant": "acme", "policy": "refunds"}),
+        ("approvals:watching", "reviewer_c", {}),
+        ("approvals:watching", "reviewer_c", {"state": "awaiting_review", "agent": "refund-demo"}),
+    ],
+)
+def test_list_pages_make_a_constant_number_of_queries(
+    request,
+    django_assert_num_queries,
+    agent,
+    refund_policy,
+    requester,
+    reviewer_a,
+    reviewer_c,
+    page,
+    person,
+    params,
+):
+    client = verified_client(request.getfixturevalue(person))
+    url = reverse(page)
+    for _ in range(5):
+        submit(agent)
+    few = queries_for(client, url, params)
+    for _ in range(195):
+        submit(agent)
+    with django_assert_num_queries(few):
+        response = client.get(url, params)
+    assert response.content.decode().count('class="proposal-link"') == 25  # one full page of 200

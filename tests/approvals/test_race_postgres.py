@@ -1,0 +1,134 @@
+"""Concurrency (issue 3, item 7): votes on one proposal are serialized (SELECT ... FOR UPDATE on
+PostgreSQL), so twenty people voting at once produce exactly one final state, one signed decision and
+one outbox row, and that state is the one the votes imply in the order they committed.
+
+Staged with real threads, each on its own database connection, lined up on a barrier. Each thread is its
+own finance member with their own authenticator (TOTP codes are one-time and per person).
+"""
+
+import threading
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import connections
+from django_otp.plugins.otp_totp.models import TOTPDevice
+
+from approvals import services
+from approvals.models import Decision, OutboxMessage, Vote
+from approvals.states import State
+from audit.models import AuditEvent, Verb
+from audit.verify_db import verify_chain
+from tests import factories
+from tests.audit.pg_flush import audit_triggers_allow_test_flush  # noqa: F401 (flush through the audit trigger)
+from tests.factories import submit, totp_code
+
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.skipif(
+        not settings.IS_POSTGRES,
+        reason="row locks and real concurrent connections need PostgreSQL (set DATABASE_URL)",
+    ),
+]
+
+THREADS = 20
+NEEDED = 2  # two finance approvals, any one rejection ends it
+
+
+def finance_members(tenant, count: int) -> list:
+    """Finance members built through the services; no password (hashing twenty is slow, nobody logs in)."""
+    finance = factories.make_group(tenant, "finance")
+    people = []
+    for index in range(count):
+        person = get_user_model().objects.create_user(f"voter_{index:02d}")
+        services.set_tenant_membership(tenant, person, role="reviewer")
+        services.add_group_member(finance, person)
+        TOTPDevice.objects.create(user=person, name="default", confirmed=True)
+        people.append(person)
+    return people
+
+
+def implied_result(verdicts: list[str]) -> tuple[str, int]:
+    """What the votes imply in commit order: the first rejection rejects, the NEEDED-th approval approves.
+    Returns the state and how many votes it took."""
+    approvals = 0
+    for taken, verdict in enumerate(verdicts, start=1):
+        if verdict == "reject":
+            return State.REJECTED, taken
+        approvals += 1
+        if approvals == NEEDED:
+            return State.APPROVED, taken
+    return State.AWAITING_REVIEW, len(verdicts)
+
+
+MIXES = {
+    "mixed": lambda index: "reject" if index % 4 == 3 else "approve",
+    "mostly-rejections": lambda index: "approve" if index % 4 == 3 else "reject",
+    "all-approve": lambda index: "approve",
+    "all-reject": lambda index: "reject",
+}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("mix", MIXES, ids=list(MIXES))
+def test_twenty_simultaneous_votes_end_in_the_one_state_their_commit_order_implies(mix):
+    tenant = factories.make_tenant()
+    agent = factories.make_agent(tenant)
+    factories.make_policy(tenant, "refunds", thresholds=[{"group": "finance", "count": NEEDED}])
+    voters = finance_members(tenant, THREADS)
+    proposal = submit(agent)
+    verdicts = [MIXES[mix](index) for index in range(THREADS)]
+    codes = [totp_code(person) for person in voters]
+    barrier = threading.Barrier(THREADS)
+    outcomes: list[str | None] = [None] * THREADS
+
+    def vote(index: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            services.cast_vote(
+                proposal.id,
+                voters[index],
+                verdict=verdicts[index],
+                otp_code=codes[index],
+                digest_seen=proposal.action_digest,
+                reason=f"no, says voter {index}",
+            )
+            outcomes[index] = "voted"
+        except services.VoteRefused as refused:
+            outcomes[index] = refused.code
+        except Exception as error:  # anything else (a deadlock, a conflict) fails the test below
+            outcomes[index] = repr(error)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=vote, args=(index,)) for index in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads)
+
+    # Every thread either voted or was told the proposal had closed; nothing else went wrong.
+    assert set(outcomes) <= {"voted", "not_open"}, outcomes
+
+    # The commit order of the votes, from the audit chain (appended under the proposal's lock).
+    events = AuditEvent.objects.filter(subject=f"proposal:{proposal.id}")
+    cast = list(events.filter(verb=Verb.VOTE_CAST).order_by("seq"))
+    in_commit_order = [event.data["verdict"] for event in cast]
+    expected_state, votes_taken = implied_result(in_commit_order)
+
+    # No vote was recorded after the one that decided; the Vote rows agree with the chain.
+    assert len(cast) == votes_taken == outcomes.count("voted")
+    rows = Vote.objects.filter(proposal=proposal).select_related("voter").order_by("created_at")
+    assert [f"user:{row.voter.username}" for row in rows] == [event.actor for event in cast]
+
+    assert expected_state in {State.APPROVED, State.REJECTED}  # twenty voters always decide it
+    proposal.refresh_from_db()
+    assert proposal.state == expected_state
+    finals = events.filter(verb=Verb.PROPOSAL_TRANSITIONED, data__to__in=[State.APPROVED, State.REJECTED])
+    assert finals.count() == 1
+    decision = Decision.objects.get(proposal=proposal)
+    assert decision.kind == ("approved" if expected_state == State.APPROVED else "rejected")
+    assert OutboxMessage.objects.filter(proposal=proposal).count() == 1
+    assert events.filter(verb=Verb.DECISION_SIGNED).count() == 1
+    assert verify_chain(f"tenant:{tenant.id}").ok

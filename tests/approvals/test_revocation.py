@@ -1,0 +1,247 @@
+"""Revocation: an approver or a tenant admin takes back a released, unconsumed decision (with a reason);
+consumption fails from then on and the agent's task is sent CancelTask. After consumption only a
+compensation note can be recorded."""
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from approvals import services
+from approvals.models import Decision, OutboxMessage, PolicyVersion, Proposal
+from approvals.states import State
+from audit.models import AuditEvent, Verb
+from audit.verify_db import verify_chain
+from tests import factories
+from tests.factories import submit, totp_code
+
+pytestmark = pytest.mark.django_db
+
+requires_postgres = pytest.mark.skipif(not settings.IS_POSTGRES, reason="needs PostgreSQL (DATABASE_URL)")
+
+
+def approve(agent, reviewer) -> tuple[Proposal, Decision]:
+    proposal = submit(agent)
+    services.cast_vote(
+        proposal.id,
+        reviewer,
+        verdict="approve",
+        digest_seen=proposal.action_digest,
+        otp_code=totp_code(reviewer),
+    )
+    proposal.refresh_from_db()
+    return proposal, Decision.objects.get(proposal=proposal)
+
+
+def test_approver_revokes_an_unconsumed_decision(agent, refund_policy, requester, reviewer_a):
+    proposal, decision = approve(agent, reviewer_a)
+
+    services.revoke_decision(proposal.id, reviewer_a, reason="the customer withdrew the request")
+
+    proposal.refresh_from_db()
+    decision.refresh_from_db()
+    assert proposal.state == State.REVOKED
+    assert decision.revoked_by == reviewer_a
+    assert decision.revoke_reason == "the customer withdrew the request"
+    assert decision.revoked_at is not None
+    event = AuditEvent.objects.get(verb=Verb.DECISION_REVOKED)
+    assert event.actor == "user:reviewer_a"
+    assert event.data == {"jti": str(decision.jti), "reason": "the customer withdrew the request"}
+    assert verify_chain(f"tenant:{proposal.tenant_id}").ok
+
+
+def test_revocation_queues_cancel_task_for_the_released_task(agent, refund_policy, requester, reviewer_a):
+    proposal, _ = approve(agent, reviewer_a)
+
+    services.revoke_decision(proposal.id, reviewer_a, reason="wrong order")
+
+    cancel = OutboxMessage.objects.get(proposal=proposal, kind=OutboxMessage.Kind.CANCEL)
+    assert cancel.agent == agent
+    assert cancel.message_id == f"cancel-{proposal.id}"
+    assert cancel.status == OutboxMessage.Status.PENDING
+    assert cancel.payload == {"reason": "wrong order"}
+
+
+def test_consume_after_revocation_fails(agent, refund_policy, requester, reviewer_a):
+    proposal, decision = approve(agent, reviewer_a)
+    services.revoke_decision(proposal.id, reviewer_a, reason="fraud suspected")
+
+    with pytest.raises(services.ConsumeRefused) as refused:
+        services.consume_decision(agent, decision.jti, rev=decision.rev)
+
+    assert refused.value.code == "revoked"
+    proposal.refresh_from_db()
+    assert proposal.state == State.REVOKED
+
+
+def test_tenant_admin_can_revoke_a_decision_they_did_not_approve(
+    agent, refund_policy, requester, reviewer_a, admin_user
+):
+    proposal, _ = approve(agent, reviewer_a)
+
+    services.revoke_decision(proposal.id, admin_user, reason="incident INC-7")
+
+    proposal.refresh_from_db()
+    assert proposal.state == State.REVOKED
+
+
+def test_admin_can_revoke_a_policy_allowed_decision(tenant, agent, requester, admin_user):
+    factories.make_policy(
+        tenant, "small-refunds", outcome=PolicyVersion.Outcome.ALLOW, tool_pattern="payments.refund"
+    )
+    proposal = submit(agent)
+    assert proposal.state == State.ALLOWED
+
+    services.revoke_decision(proposal.id, admin_user, reason="policy was too broad")
+
+    proposal.refresh_from_db()
+    assert proposal.state == State.REVOKED
+    assert OutboxMessage.objects.filter(proposal=proposal, kind=OutboxMessage.Kind.CANCEL).count() == 1
+
+
+@pytest.mark.parametrize("reason", ["", "   "])
+def test_revocation_needs_a_reason(agent, refund_policy, requester, reviewer_a, reason):
+    proposal, _ = approve(agent, reviewer_a)
+
+    with pytest.raises(services.VoteRefused) as refused:
+        services.revoke_decision(proposal.id, reviewer_a, reason=reason)
+
+    assert refused.value.code == "reason_required"
+    assert refused.value.field == "reason"
+    proposal.refresh_from_db()
+    assert proposal.state == State.APPROVED
+
+
+def test_reviewer_who_did_not_approve_cannot_revoke(agent, refund_policy, requester, reviewer_a, reviewer_b):
+    proposal, _ = approve(agent, reviewer_a)
+
+    with pytest.raises(services.VoteRefused) as refused:
+        services.revoke_decision(proposal.id, reviewer_b, reason="I disagree")
+
+    assert refused.value.code == "not_eligible"
+    proposal.refresh_from_db()
+    assert proposal.state == State.APPROVED
+
+
+def test_compliance_cannot_revoke(agent, refund_policy, requester, reviewer_a, compliance):
+    proposal, _ = approve(agent, reviewer_a)
+
+    with pytest.raises(services.VoteRefused):
+        services.revoke_decision(proposal.id, compliance, reason="looks odd")
+
+
+def test_outsider_learns_nothing(agent, refund_policy, requester, reviewer_a, outsider):
+    proposal, _ = approve(agent, reviewer_a)
+
+    with pytest.raises(services.NotFound):
+        services.revoke_decision(proposal.id, outsider, reason="mine now")
+
+
+def test_revoke_after_consumption_is_refused(agent, refund_policy, requester, reviewer_a):
+    proposal, decision = approve(agent, reviewer_a)
+    services.consume_decision(agent, decision.jti, rev=decision.rev)
+
+    with pytest.raises(services.Conflict) as refused:
+        services.revoke_decision(proposal.id, reviewer_a, reason="too late")
+
+    assert refused.value.code == "not_revocable"
+    assert "compensation" in refused.value.message
+    proposal.refresh_from_db()
+    assert proposal.state == State.EXECUTING
+    assert not OutboxMessage.objects.filter(proposal=proposal, kind=OutboxMessage.Kind.CANCEL).exists()
+
+
+def test_compensation_note_is_recorded_after_consumption(agent, refund_policy, requester, reviewer_a):
+    proposal, decision = approve(agent, reviewer_a)
+    services.consume_decision(agent, decision.jti, rev=decision.rev)
+
+    services.note_compensation(proposal.id, reviewer_a, note="Refund reversed manually, ticket 88")
+    services.note_compensation(proposal.id, reviewer_a, note="Customer informed")
+
+    proposal.refresh_from_db()
+    assert proposal.compensation_note == "Refund reversed manually, ticket 88\nCustomer informed"
+    assert proposal.state == State.EXECUTING
+    assert AuditEvent.objects.filter(verb=Verb.COMPENSATION_NOTED).count() == 2
+
+
+def test_revoking_twice_is_refused(agent, refund_policy, requester, reviewer_a):
+    proposal, _ = approve(agent, reviewer_a)
+    services.revoke_decision(proposal.id, reviewer_a, reason="first")
+
+    with pytest.raises(services.Conflict) as refused:
+        services.revoke_decision(proposal.id, reviewer_a, reason="second")
+
+    assert refused.value.code == "not_revocable"
+    assert OutboxMessage.objects.filter(proposal=proposal, kind=OutboxMessage.Kind.CANCEL).count() == 1
+
+
+def test_a_rejection_cannot_be_revoked(agent, refund_policy, requester, reviewer_a, admin_user):
+    proposal = submit(agent)
+    services.cast_vote(
+        proposal.id,
+        reviewer_a,
+        verdict="reject",
+        digest_seen=proposal.action_digest,
+        reason="duplicate",
+        otp_code=totp_code(reviewer_a),
+    )
+
+    with pytest.raises(services.Conflict):
+        services.revoke_decision(proposal.id, admin_user, reason="changed my mind")
+
+
+def test_a_waiting_proposal_has_nothing_to_revoke(agent, refund_policy, requester, admin_user):
+    proposal = submit(agent)
+
+    with pytest.raises(services.Conflict) as refused:
+        services.revoke_decision(proposal.id, admin_user, reason="nothing released")
+
+    assert refused.value.code == "not_revocable"
+    proposal.refresh_from_db()
+    assert proposal.state == State.AWAITING_REVIEW
+
+
+# ---------------------------------------------------------------------------------------------------
+# Revocation racing the agent's consume (PostgreSQL: real row locks, two connections)
+
+
+def run_together(*calls):
+    barrier = threading.Barrier(len(calls))
+
+    def run(call):
+        try:
+            barrier.wait(timeout=10)
+            return call()
+        except Exception as error:  # noqa: BLE001 - the test inspects what each side got
+            return error
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        return [future.result(timeout=60) for future in [pool.submit(run, call) for call in calls]]
+
+
+@pytest.mark.postgres
+@requires_postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("attempt", range(5))
+def test_revoke_racing_consume_exactly_one_wins_and_neither_deadlocks(
+    agent, refund_policy, requester, reviewer_a, attempt
+):
+    proposal, decision = approve(agent, reviewer_a)
+
+    consumed, revoked = run_together(
+        lambda: services.consume_decision(agent, decision.jti, rev=decision.rev).state,
+        lambda: services.revoke_decision(proposal.id, reviewer_a, reason="race").state,
+    )
+
+    proposal.refresh_from_db()
+    if consumed == State.EXECUTING:
+        assert isinstance(revoked, services.Conflict) and revoked.code == "not_revocable", revoked
+        assert proposal.state == State.EXECUTING
+    else:
+        assert isinstance(consumed, services.ConsumeRefused) and consumed.code == "revoked", consumed
+        assert revoked == State.REVOKED
+        assert proposal.state == State.REVOKED

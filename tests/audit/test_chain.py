@@ -1,0 +1,147 @@
+"""The chain records what happened without secrets; checkpoints sign its head every N events and every
+T minutes, and stay verifiable after the signing key is rotated away."""
+
+from datetime import UTC, datetime, timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.db import transaction
+
+from approvals import keys, services
+from audit.chain import append, checkpoint_head, write_due_checkpoints
+from audit.models import AuditEvent, ChainHead, Checkpoint, PublicKey, Verb
+from audit.verify_db import verify_chain
+from tests.audit.util import lifecycle
+from tests.factories import submit
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.django_db(transaction=True)
+def test_append_outside_the_transaction_of_the_change_is_refused():
+    with pytest.raises(RuntimeError, match="inside the transaction"):
+        append("system", actor="system", verb=Verb.HALT_STARTED, subject="halt:1")
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"otp_code": "123456"},
+        {"nested": {"password": "x"}},
+        {"list": [{"token": "eyJ..."}]},
+        {"private_key": "-----BEGIN"},
+    ],
+)
+def test_event_data_carrying_a_secret_is_refused(data):
+    with pytest.raises(ValueError, match="never go into the audit log"), transaction.atomic():
+        append("system", actor="system", verb=Verb.HALT_STARTED, subject="halt:1", data=data)
+    assert not AuditEvent.objects.exists()
+
+
+def test_audit_events_hold_no_codes_tokens_or_private_keys(
+    agent, refund_policy, requester, reviewer_a, reviewer_b
+):
+    from tests.factories import totp_code
+
+    proposal = submit(agent)
+    with pytest.raises(services.VoteRefused):
+        services.cast_vote(
+            proposal.id, reviewer_b, verdict="approve", digest_seen=proposal.action_digest, otp_code="000000"
+        )
+    code = totp_code(reviewer_a)
+    services.cast_vote(
+        proposal.id, reviewer_a, verdict="approve", digest_seen=proposal.action_digest, otp_code=code
+    )
+    proposal.refresh_from_db()
+    key_pem = next(keys._key_dir().glob("*.pem")).read_text()
+    everything = "".join(str(e.data) + e.actor + e.subject for e in AuditEvent.objects.all())
+    for secret in (
+        code,
+        "000000",
+        "push-secret",
+        "api-secret",
+        proposal.decision.token,
+        proposal.decision.token.split(".")[2],
+        key_pem.splitlines()[1],
+    ):
+        assert secret not in everything
+    assert AuditEvent.objects.filter(verb=Verb.STEP_UP_FAILED, actor="user:reviewer_b").exists()
+
+
+def test_events_record_what_the_reviewer_saw_who_decided_how_the_policy_and_the_jti(
+    agent, refund_policy, requester, reviewer_a
+):
+    proposal = lifecycle(agent, reviewer_a)
+    events = {e.verb: e.data for e in AuditEvent.objects.filter(subject=f"proposal:{proposal.id}")}
+    vote = events[Verb.VOTE_CAST]
+    assert vote["digest_seen"] == proposal.action_digest
+    assert vote["page_hash"].startswith("sha256:")
+    assert vote["auth"]["method"] == "totp" and vote["groups"] == ["finance"]
+    assert events[Verb.POLICY_EVALUATED]["policies"] == [{"id": "refunds", "version": 1}]
+    assert events[Verb.DECISION_SIGNED]["jti"] == str(proposal.decision.jti)
+    assert events[Verb.DECISION_CONSUMED]["jti"] == str(proposal.decision.jti)
+    assert events[Verb.OUTCOME_RECORDED]["status"] == "succeeded"
+
+
+def test_a_checkpoint_every_n_events_signs_the_head(agent, refund_policy, requester, reviewer_a, settings):
+    settings.AUDIT_CHECKPOINT_EVERY = 5
+    lifecycle(agent, reviewer_a)
+    chain = f"tenant:{agent.tenant_id}"
+    head = ChainHead.objects.get(chain=chain)
+    assert list(Checkpoint.objects.filter(chain=chain).values_list("seq", flat=True)) == list(
+        range(5, head.seq + 1, 5)
+    )
+    for checkpoint in Checkpoint.objects.filter(chain=chain):
+        assert checkpoint.hash == AuditEvent.objects.get(chain=chain, seq=checkpoint.seq).hash
+    assert verify_chain(chain).ok
+
+
+def test_time_based_checkpoints_sign_only_moved_heads_whose_last_checkpoint_is_old(
+    agent, refund_policy, settings
+):
+    settings.AUDIT_CHECKPOINT_EVERY = 1000
+    chain = f"tenant:{agent.tenant_id}"
+    head = ChainHead.objects.get(chain=chain)
+    assert [c.seq for c in write_due_checkpoints()] == [head.seq]  # never signed: due at once
+    assert write_due_checkpoints() == []  # the head did not move
+
+    submit(agent)
+    later = datetime.now(UTC)
+    assert write_due_checkpoints(now=later, minutes=10) == []  # moved, but the last checkpoint is recent
+    due = write_due_checkpoints(now=later + timedelta(minutes=11), minutes=10)
+    assert [c.seq for c in due] == [ChainHead.objects.get(chain=chain).seq]
+    assert verify_chain(chain).ok
+
+
+def test_checkpoints_stay_verifiable_after_the_signing_key_is_rotated_and_its_files_are_gone(
+    agent, refund_policy, requester, reviewer_a, settings, tmp_path
+):
+    chain = f"tenant:{agent.tenant_id}"
+    old_kid = checkpoint_head(chain).kid
+    assert PublicKey.objects.filter(kid=old_kid).exists()
+    settings.SIGNING_KEY_DIR = tmp_path / "new-keys"  # the old key's files are lost; a new key signs from now
+    lifecycle(agent, reviewer_a)
+    new_kid = checkpoint_head(chain).kid
+    assert new_kid != old_kid
+    result = verify_chain(chain)
+    assert result.ok, result.problems
+    assert result.checkpoints == Checkpoint.objects.filter(chain=chain).count()
+
+
+def test_audit_checkpoint_command_signs_every_moved_head(agent, refund_policy):
+    out = StringIO()
+    call_command("audit_checkpoint", stdout=out)
+    chain = f"tenant:{agent.tenant_id}"
+    assert f"{chain}: head seq {ChainHead.objects.get(chain=chain).seq} signed" in out.getvalue()
+    out = StringIO()
+    call_command("audit_checkpoint", "--tenant", "acme", stdout=out)
+    assert "signed" in out.getvalue()  # the existing checkpoint of this head
+
+
+def test_audit_verify_without_a_tenant_checks_every_chain(agent, refund_policy, requester, reviewer_a):
+    services.rotate_signing_key()  # an event on the system chain
+    out = StringIO()
+    call_command("audit_verify", stdout=out)
+    assert "system: OK" in out.getvalue()
+    assert f"tenant:{agent.tenant_id}: OK" in out.getvalue()

@@ -1,0 +1,290 @@
+"""Exports read the audit log only: CSV and JSON Lines narrowed by policy, agent, reviewer and outcome;
+verifiable bundles that check offline; background jobs with progress."""
+
+import csv
+import io
+import json
+import zipfile
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from audit import jobs, records
+from audit.chain import checkpoint_head
+from audit.exports import Selection, bundle_segment, chunks
+from audit.models import AuditEvent, ExportJob, Verb
+from audit.verify import verify_bundle
+from tests.audit.util import export_bundle, lifecycle, raw, rewrite_from, tenant_ref, verify_offline
+from tests.factories import make_agent, make_policy, refund_action
+
+pytestmark = pytest.mark.django_db
+
+
+def exported(tenant, fmt="jsonl", **filters) -> list:
+    body = b"".join(chunks(Selection.for_tenant(tenant_ref(tenant), filters), fmt)).decode()
+    if fmt == "csv":
+        return list(csv.DictReader(io.StringIO(body)))
+    return [json.loads(line) for line in body.splitlines()]
+
+
+def subjects(rows) -> set[str]:
+    return {row["subject"] for row in rows}
+
+
+@pytest.fixture
+def mixed(tenant, agent, refund_policy, requester, reviewer_a, reviewer_b, reviewer_c, any_code):
+    """Refunds (agent refund-demo) decided by reviewer_a and reviewer_b, one rejected; an ops deploy by
+    another agent decided by reviewer_c."""
+    make_policy(tenant, "deploys", tool_pattern="ops.deploy", thresholds=[{"group": "ops", "count": 1}])
+    deployer = make_agent(tenant, "deploy-bot", push_token="p2", api_token="a2")
+    approved = lifecycle(agent, reviewer_a)
+    rejected = lifecycle(agent, reviewer_b, verdict="reject")
+    deploy = lifecycle(
+        deployer, reviewer_c, action={"tool": "ops.deploy", "arguments": {"service": "web"}, "target": "prod"}
+    )
+    return {"approved": approved, "rejected": rejected, "deploy": deploy}
+
+
+def test_jsonl_export_holds_every_event_with_its_hash_in_chain_order(mixed, tenant):
+    rows = exported(tenant)
+    assert [row["seq"] for row in rows] == list(range(1, len(rows) + 1))
+    assert len(rows) == AuditEvent.objects.filter(chain=f"tenant:{tenant.id}").count()
+    assert set(rows[0]) == {"chain", "seq", "at", "actor", "verb", "subject", "data", "prev_hash", "hash"}
+
+
+def test_csv_export_has_a_header_and_one_row_per_event(mixed, tenant):
+    rows = exported(tenant, "csv")
+    assert len(rows) == AuditEvent.objects.filter(chain=f"tenant:{tenant.id}").count()
+    assert json.loads(rows[0]["data"]) == AuditEvent.objects.get(chain=f"tenant:{tenant.id}", seq=1).data
+
+
+def test_csv_export_neutralizes_cells_a_spreadsheet_would_run_as_formulas(tenant, reviewer_a):
+    from audit.exports import csv_page
+
+    row = {
+        "seq": 1,
+        "at": "2026-01-01T00:00:00.000000Z",
+        "chain": "tenant:1",
+        "actor": "=HYPERLINK(1)",
+        "verb": "x",
+        "subject": "@SUM(1)",
+        "data": {},
+        "prev_hash": "p",
+        "hash": "h",
+    }
+    cells = next(csv.reader(io.StringIO(csv_page([row]).decode())))
+    assert cells[3] == "'=HYPERLINK(1)" and cells[5] == "'@SUM(1)"
+
+
+def test_export_narrowed_by_policy_holds_only_that_policys_proposals(mixed, tenant):
+    rows = exported(tenant, policy="deploys")
+    assert subjects(rows) == {f"proposal:{mixed['deploy'].id}"}
+    assert subjects(exported(tenant, policy="refunds@1")) == {
+        f"proposal:{mixed['approved'].id}",
+        f"proposal:{mixed['rejected'].id}",
+    }
+    assert exported(tenant, policy="refunds@2") == []
+
+
+def test_export_narrowed_by_agent_holds_only_that_agents_proposals(mixed, tenant):
+    assert subjects(exported(tenant, agent="deploy-bot")) == {f"proposal:{mixed['deploy'].id}"}
+
+
+def test_export_narrowed_by_reviewer_holds_only_proposals_they_acted_on(mixed, tenant):
+    assert subjects(exported(tenant, reviewer="reviewer_b")) == {f"proposal:{mixed['rejected'].id}"}
+
+
+def test_export_narrowed_by_outcome_holds_proposals_that_reached_it(mixed, tenant):
+    assert subjects(exported(tenant, outcome="rejected")) == {f"proposal:{mixed['rejected'].id}"}
+    assert subjects(exported(tenant, outcome="approved")) == {
+        f"proposal:{mixed['approved'].id}",
+        f"proposal:{mixed['deploy'].id}",
+    }
+
+
+def test_export_narrowed_by_agent_includes_a_reviewers_edit_of_its_proposal(
+    tenant, agent, refund_policy, requester, reviewer_a, reviewer_b, any_code
+):
+    from approvals import services
+    from tests.factories import submit
+
+    original = submit(agent)
+    edited = services.edit_proposal(
+        original.id,
+        reviewer_a,
+        arguments={**refund_action()["arguments"], "amount": "30.00"},
+        digest_seen=original.action_digest,
+    )
+    assert subjects(exported(tenant, agent=agent.slug)) == {
+        f"proposal:{original.id}",
+        f"proposal:{edited.id}",
+    }
+
+
+def test_export_of_a_period_holds_only_that_periods_events(mixed, tenant):
+    cut = AuditEvent.objects.get(
+        chain=f"tenant:{tenant.id}", subject=f"proposal:{mixed['deploy'].id}", verb=Verb.PROPOSAL_SUBMITTED
+    ).at
+    rows = exported(tenant, since=cut.isoformat())
+    assert rows and all(row["at"] >= cut.strftime("%Y-%m-%dT%H:%M:%S.%fZ") for row in rows)
+    assert f"proposal:{mixed['approved'].id}" not in subjects(rows)
+
+
+def test_bundle_verifies_offline_without_django_or_a_database(mixed, tenant, tmp_path):
+    bundle = export_bundle(tenant, tmp_path / "acme.zip")
+    result = verify_offline(bundle)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "OK:" in result.stdout
+    with zipfile.ZipFile(bundle) as archive:
+        assert set(archive.namelist()) == {
+            "manifest.json",
+            "events.jsonl",
+            "checkpoints.jsonl",
+            "keys.json",
+            "README.txt",
+        }
+        manifest = json.loads(archive.read("manifest.json"))
+    assert manifest["format"] == "reviewer-audit-bundle/1"
+    assert manifest["tenant"]["slug"] == "acme"
+    assert manifest["signature"]["alg"] == "EdDSA"
+
+
+def test_the_offline_verifier_module_imports_no_django():
+    import subprocess
+    import sys
+
+    from tests.audit.util import ROOT
+
+    code = "import sys, audit.verify; sys.exit(any(m.split('.')[0] == 'django' for m in sys.modules))"
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=False).returncode == 0
+
+
+def test_bundle_of_a_later_period_starts_after_a_signed_checkpoint_and_verifies(mixed, tenant, tmp_path):
+    chain = f"tenant:{tenant.id}"
+    since = AuditEvent.objects.get(chain=chain, seq=25).at
+    segment = bundle_segment(Selection.for_tenant(tenant_ref(tenant), {"since": since.isoformat()}))
+    assert segment.first_seq == 21 and segment.anchor["seq"] == 20
+    bundle = export_bundle(tenant, tmp_path / "later.zip", since=since.isoformat())
+    result = verify_bundle(bundle)
+    assert result.ok, result.problems
+    assert result.events == segment.last_seq - 20
+
+
+def test_bundle_of_an_earlier_period_is_checked_against_the_latest_checkpoint(mixed, tenant, tmp_path):
+    chain = f"tenant:{tenant.id}"
+    until = AuditEvent.objects.get(chain=chain, seq=15).at + timedelta(microseconds=1)
+    bundle = export_bundle(tenant, tmp_path / "earlier.zip", until=until.isoformat())
+    result = verify_bundle(bundle)
+    assert result.ok, result.problems
+    assert result.events == 15
+
+
+def test_bundle_refuses_keys_other_than_the_pinned_ones(mixed, tenant, tmp_path):
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from approvals.keys import SigningKey
+
+    stranger = Ed25519PrivateKey.generate()
+    jwks = {"keys": [SigningKey("stranger", stranger, stranger.public_key()).public_jwk()]}
+    result = verify_bundle(export_bundle(tenant, tmp_path / "b.zip"), jwks=jwks)
+    assert not result.ok
+    assert any("signed by unknown key" in problem for problem in result.problems)
+
+
+def test_a_later_bundle_must_still_hold_what_an_earlier_bundle_held(
+    mixed, tenant, tmp_path, agent, reviewer_a
+):
+    chain = f"tenant:{tenant.id}"
+    earlier = export_bundle(tenant, tmp_path / "earlier.zip")
+    lifecycle(agent, reviewer_a)
+    assert verify_bundle(export_bundle(tenant, tmp_path / "later.zip"), previous=str(earlier)).ok
+
+    # The operator rewrites the whole chain after seq 30 (hashes recomputed, checkpoint 40 re-signed):
+    # the new bundle verifies on its own, but not against what compliance kept.
+    rewrite_from(chain, 31, lambda data: {**data, "rewritten": True}, every=True)
+    raw("DELETE FROM audit_checkpoint WHERE chain = %s AND seq > 30", [chain])
+    checkpoint_head(chain)
+    rewritten = export_bundle(tenant, tmp_path / "rewritten.zip")
+    assert verify_bundle(rewritten).ok
+    against = verify_bundle(rewritten, previous=str(earlier))
+    assert not against.ok
+    assert "history rewritten" in against.problems[0]
+
+
+def test_a_background_export_job_runs_to_done_with_progress_and_a_checksum(
+    mixed, tenant, compliance, monkeypatch
+):
+    monkeypatch.setattr(records, "PAGE_SIZE", 7)
+    job = jobs.create_export(tenant_ref(tenant), user=compliance, kind="jsonl", filters={})
+    assert AuditEvent.objects.filter(
+        verb=Verb.EXPORT_CREATED, subject=f"export:{job.id}", actor="user:compliance"
+    ).exists()
+    steps = jobs._steps(jobs._claim(job.pk))
+    next(steps)
+    job.refresh_from_db()
+    assert job.status == "running" and job.done == 0 and job.total == job.up_to_seq
+    progress = []
+    for _ in steps:
+        job.refresh_from_db()
+        progress.append(job.done)
+    assert progress[:3] == [7, 14, 21]
+    job.refresh_from_db()
+    assert job.status == "done" and job.percent == 100
+    content = jobs.export_path(job).read_bytes()
+    import hashlib
+
+    assert hashlib.sha256(content).hexdigest() == job.sha256 and job.size == len(content)
+    assert len(content.splitlines()) == job.up_to_seq
+
+
+def test_run_pending_exports_works_in_slices_and_finishes_every_kind(mixed, tenant, compliance, monkeypatch):
+    monkeypatch.setattr(records, "PAGE_SIZE", 5)
+    queued = [
+        jobs.create_export(tenant_ref(tenant), user=compliance, kind=kind, filters={})
+        for kind in ("csv", "jsonl", "bundle", "pdf")
+    ]
+    assert jobs.run_pending_exports(budget_seconds=0) == 0  # no time: nothing is claimed
+    ticks = 0
+    while ExportJob.objects.exclude(status__in=["done", "failed"]).exists():
+        jobs.run_pending_exports(budget_seconds=0.001)  # about one page per tick
+        ticks += 1
+        assert ticks < 500
+    assert ticks > len(queued)
+    for job in queued:
+        job.refresh_from_db()
+        assert job.status == "done", job.error
+    bundle = next(job for job in queued if job.kind == "bundle")
+    assert verify_bundle(jobs.export_path(bundle)).ok
+    pdf = next(job for job in queued if job.kind == "pdf")
+    assert jobs.export_path(pdf).read_bytes().startswith(b"%PDF")
+
+
+def test_a_running_export_abandoned_by_a_dead_worker_is_retried(tenant, agent, compliance):
+    job = jobs.create_export(tenant_ref(tenant), user=compliance, kind="csv", filters={})
+    ExportJob.objects.filter(pk=job.pk).update(
+        status="running", updated_at=datetime.now(UTC) - timedelta(hours=1)
+    )
+    jobs.run_pending_exports(budget_seconds=5)
+    job.refresh_from_db()
+    assert job.status == "done"
+
+
+def test_a_failing_export_is_marked_failed_with_its_reason(tenant, agent, compliance, monkeypatch):
+    import audit.jobs
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+        yield
+
+    monkeypatch.setattr(audit.jobs, "write_lines", broken)
+    job = jobs.run_export(jobs.create_export(tenant_ref(tenant), user=compliance, kind="csv", filters={}))
+    assert job.status == "failed" and "disk full" in job.error
+
+
+def test_audit_export_command_writes_a_verifiable_bundle_and_records_the_export(mixed, tenant, tmp_path):
+    from django.core.management import call_command
+
+    path = tmp_path / "cli.zip"
+    call_command("audit_export", "--tenant", "acme", "--format", "bundle", "--output", str(path))
+    assert verify_bundle(path).ok
+    assert AuditEvent.objects.filter(verb=Verb.EXPORT_CREATED, data__delivery="command").exists()

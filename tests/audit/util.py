@@ -1,0 +1,135 @@
+"""Plain helpers for the audit tests."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from django.db import connection
+from django.test import Client
+from django_otp import DEVICE_ID_SESSION_KEY
+from django_otp.plugins.otp_totp.models import TOTPDevice
+
+from approvals import services
+from audit import domain
+from audit.exports import Selection, write_bundle
+from tests.factories import submit, totp_code
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def verified_client(user) -> Client:
+    """A browser session signed in with password and one-time code."""
+    client = Client()
+    client.force_login(user)
+    session = client.session
+    session[DEVICE_ID_SESSION_KEY] = TOTPDevice.objects.get(user=user, confirmed=True).persistent_id
+    session.save()
+    return client
+
+
+def tenant_ref(tenant) -> domain.TenantRef:
+    return domain.tenant_by_id(tenant.id)
+
+
+def lifecycle(agent, voter, *, outcome="succeeded", verdict="approve", **submit_kwargs):
+    """Submit, vote, and (when approved) consume and report the outcome: about ten events."""
+    proposal = submit(agent, **submit_kwargs)
+    services.cast_vote(
+        proposal.id,
+        voter,
+        verdict=verdict,
+        digest_seen=proposal.action_digest,
+        otp_code=totp_code(voter),
+        reason="" if verdict == "approve" else "not this one",
+        page_hash="sha256:" + "ab" * 32,
+    )
+    proposal.refresh_from_db()
+    if verdict == "approve" and outcome:
+        services.consume_decision(agent, proposal.decision.jti, rev=proposal.decision.rev)
+        services.record_outcome(agent, proposal.decision.jti, status=outcome, transaction_id="tx-1")
+        proposal.refresh_from_db()
+    return proposal
+
+
+def raw(sql: str, params=()) -> list:
+    """SQL that bypasses the models; on PostgreSQL with the append-only trigger switched off (as the
+    superuser the tests connect as), the way someone with database access would tamper."""
+    postgres = connection.vendor == "postgresql"
+    with connection.cursor() as cursor:
+        if postgres:
+            cursor.execute("SET session_replication_role = replica")
+        try:
+            cursor.execute(sql, params)
+            return cursor.fetchall() if cursor.description else []
+        finally:
+            if postgres:
+                cursor.execute("SET session_replication_role = origin")
+
+
+def stored_data(chain: str, seq: int) -> str:
+    cast = "::text" if connection.vendor == "postgresql" else ""
+    return raw(f"SELECT data{cast} FROM audit_auditevent WHERE chain = %s AND seq = %s", [chain, seq])[0][0]
+
+
+def change_one_byte(chain: str, seq: int, old: str, new: str) -> None:
+    text = stored_data(chain, seq)
+    assert old in text and len(old) == len(new)
+    changed = text.replace(old, new, 1)
+    json.loads(changed)
+    cast = "::jsonb" if connection.vendor == "postgresql" else ""
+    raw(f"UPDATE audit_auditevent SET data = %s{cast} WHERE chain = %s AND seq = %s", [changed, chain, seq])
+
+
+def swap(chain: str, seq_a: int, seq_b: int) -> None:
+    parking = 10**12
+    raw("UPDATE audit_auditevent SET seq = %s WHERE chain = %s AND seq = %s", [parking, chain, seq_a])
+    raw("UPDATE audit_auditevent SET seq = %s WHERE chain = %s AND seq = %s", [seq_a, chain, seq_b])
+    raw("UPDATE audit_auditevent SET seq = %s WHERE chain = %s AND seq = %s", [seq_b, chain, parking])
+
+
+def export_bundle(tenant, path: Path, **filters) -> Path:
+    for _ in write_bundle(Selection.for_tenant(tenant_ref(tenant), filters), path, created_by="test"):
+        pass
+    return path
+
+
+def verify_offline(*args) -> subprocess.CompletedProcess:
+    """`python -m audit.verify ...` in a fresh interpreter with no Django settings in its environment."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL")
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "audit.verify", *map(str, args)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def rewrite_from(chain: str, first_seq: int, change, *, every: bool = False) -> None:
+    """Change the event at `first_seq` (or every event from there on) with `change(data) -> data` and
+    recompute every hash after it, as someone with database access could."""
+    from audit.chain import event_body, hash_body
+    from audit.models import AuditEvent
+
+    cast = "::jsonb" if connection.vendor == "postgresql" else ""
+    prev_hash = AuditEvent.objects.get(chain=chain, seq=first_seq - 1).hash
+    for event in AuditEvent.objects.filter(chain=chain, seq__gte=first_seq).order_by("seq"):
+        data = change(event.data) if every or event.seq == first_seq else event.data
+        new_hash = hash_body(
+            event_body(chain, event.seq, event.at, event.actor, event.verb, event.subject, data, prev_hash)
+        )
+        raw(
+            f"UPDATE audit_auditevent SET data = %s{cast}, prev_hash = %s, hash = %s "  # noqa: S608
+            "WHERE chain = %s AND seq = %s",
+            [json.dumps(data), prev_hash, new_hash, chain, event.seq],
+        )
+        prev_hash = new_hash
+    raw("UPDATE audit_chainhead SET hash = %s WHERE chain = %s", [prev_hash, chain])

@@ -1,0 +1,8 @@
+"""The real ASGI app (reviewer.asgi) plus static files, for Daphne in the browser tests: the pages need
+their CSS, htmx and script, and reviewer.asgi serves no static files itself."""
+
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+
+from reviewer.asgi import application as reviewer_application
+
+application = ASGIStaticFilesHandler(reviewer_application)

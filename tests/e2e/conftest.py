@@ -1,0 +1,213 @@
+"""Real servers on loopback for the end-to-end tests: Reviewer under Daphne, the delivery worker, and the
+demo refund agent, each a subprocess stopped by its PID.
+
+How the subprocesses share the test database. The test creates its data through the ORM, and the
+subprocesses must see it, and the test must see what they write:
+- tests here use `transactional_db`, so every write is committed (no test-wide transaction hides it);
+- on PostgreSQL the subprocesses get DATABASE_URL naming pytest-django's test database;
+- on SQLite pytest-django would make the test database in memory, where no other process can reach it.
+  When e2e tests are selected, `pytest_collection_modifyitems` below gives it a file in a fresh
+  temporary folder instead (before any database is created), unless SQLITE_TEST_NAME already did.
+  Separate processes on one SQLite file lock properly (IMMEDIATE transactions, a busy timeout); threads
+  on a shared-cache in-memory database would get "table is locked" instead.
+Daphne gets an already listening socket (--fd), so its port is known without a race. The signing key
+is made before anything starts and shared through REVIEWER_SIGNING_KEY_DIR, so every process signs
+and publishes the same key.
+"""
+
+import atexit
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+import httpx
+import pytest
+from django.conf import settings as django_settings
+from django.db import connection
+
+from approvals import keys
+from tests.audit.pg_flush import audit_triggers_allow_test_flush  # noqa: F401 (flush through the audit trigger)
+from tests.examples.harness import AgentProcess
+
+REPO = Path(__file__).resolve().parents[2]
+READY_SECONDS = 30
+
+
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected what will not run
+def pytest_collection_modifyitems(config, items):
+    database = django_settings.DATABASES["default"]
+    if database["ENGINE"] != "django.db.backends.sqlite3" or database.get("TEST", {}).get("NAME"):
+        return
+    if not any(item.get_closest_marker("e2e") for item in items):
+        return
+    folder = tempfile.mkdtemp(prefix="reviewer-e2e-db-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    database.setdefault("TEST", {})["NAME"] = str(Path(folder) / "test.sqlite3")
+
+
+def database_url() -> str:
+    """The URL of the database this test process uses now (the test database)."""
+    db = connection.settings_dict
+    if connection.vendor == "sqlite":
+        name = str(db["NAME"])
+        if name == ":memory:" or "mode=memory" in name:
+            pytest.fail("the e2e tests need a file-based SQLite test database (see tests/e2e/conftest.py)")
+        return f"sqlite:///{name}"
+    credentials = quote(db["USER"] or "", safe="")
+    if db.get("PASSWORD"):
+        credentials += ":" + quote(db["PASSWORD"], safe="")
+    host = f"{credentials}@" if credentials else ""
+    return f"postgres://{host}{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+class ServerProcess:
+    """A subprocess with a log file, started in its own session and stopped by its PID."""
+
+    def __init__(self, name: str, args: list[str], *, env: dict, log_dir: Path, pass_fds=()):
+        self.name, self.args, self.env, self.pass_fds = name, args, env, pass_fds
+        self.log_path = log_dir / f"{name}.log"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> "ServerProcess":
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.args,
+                cwd=REPO,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=self.pass_fds,
+                start_new_session=True,
+            )
+        return self
+
+    def wait_until(self, ready, what: str, timeout: float = READY_SECONDS) -> None:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.process.returncode}:\n{self.log()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name}: {what} not seen after {timeout}s:\n{self.log()}")
+            time.sleep(0.1)  # readiness poll, bounded by the deadline
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-5000:] if self.log_path.exists() else ""
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+class Stack:
+    """Reviewer (Daphne), its worker and the demo refund agent, all on loopback."""
+
+    push_token = "e2e-push-token"
+
+    def __init__(self, tmp_path: Path):
+        self.tmp_path = tmp_path
+        self.log_dir = tmp_path / "logs"
+        self.log_dir.mkdir()
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.access_log = self.log_dir / "reviewer-access.log"
+        self.processes: list = []
+        self.agent: AgentProcess | None = None
+
+    @property
+    def webhook(self) -> str:
+        return f"{self.url}/a2a/push/refund-demo/"
+
+    def env(self) -> dict:
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(REPO),
+            "PYTHONUNBUFFERED": "1",
+            "DEBUG": "true",
+            "DATABASE_URL": database_url(),
+            "REVIEWER_ISSUER": self.url,
+            "REVIEWER_DATA_DIR": str(self.tmp_path / "data"),
+            "REVIEWER_SIGNING_KEY_DIR": str(django_settings.SIGNING_KEY_DIR),
+            "LOG_LEVEL": "INFO",
+        }
+        for name in ("REVIEWER_SIGNING_KEY", "REVIEWER_SIGNING_KEY_FILE", "SECRET_KEY", "SECRET_KEY_FILE"):
+            env.pop(name, None)
+        return env
+
+    def start(self) -> "Stack":
+        keys.active_key()  # made here, once, before two processes could each make their own
+        env = self.env()
+        python = sys.executable
+        fd = self.listener.fileno()
+        reviewer = ServerProcess(
+            "reviewer",
+            [
+                python,
+                "-m",
+                "daphne",
+                "--fd",
+                str(fd),
+                "--access-log",
+                str(self.access_log),
+                "reviewer.asgi:application",
+            ],
+            env=env,
+            log_dir=self.log_dir,
+            pass_fds=(fd,),
+        ).start()
+        self.processes.append(reviewer)
+        reviewer.wait_until(
+            lambda: _answers(f"{self.url}/.well-known/jwks.json"), "an answer to /.well-known/jwks.json"
+        )
+        worker = ServerProcess(
+            "worker", [python, "manage.py", "run_worker", "--interval", "0.2"], env=env, log_dir=self.log_dir
+        ).start()
+        self.processes.append(worker)
+        worker.wait_until(lambda: "worker started" in worker.log(), "'worker started'")
+        self.agent = AgentProcess(state_dir=self.tmp_path / "refund-agent", reviewer_url=self.url).start()
+        return self
+
+    def stop(self) -> None:
+        if self.agent is not None:
+            self.agent.stop()
+        for process in reversed(self.processes):
+            process.stop()
+        self.listener.close()
+
+    def logs(self) -> str:
+        parts = [f"--- {p.name}\n{p.log()}" for p in self.processes]
+        if self.agent is not None:
+            parts.append(f"--- refund agent\n{self.agent.log()[-5000:]}")
+        return "\n".join(parts)
+
+
+@pytest.fixture
+def stack(transactional_db, tmp_path):
+    """Reviewer, its worker and the refund agent, running; their logs are printed when a test fails."""
+    running = Stack(tmp_path)
+    try:
+        running.start()
+        yield running
+    finally:
+        running.stop()
+        sys.stdout.write(running.logs())  # shown by pytest only for a failing test
