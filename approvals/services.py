@@ -944,10 +944,12 @@ def settle_from_task_state(proposal_id, *, task_state: str, detail: str = "") ->
         return proposal
     if task_state == "TASK_STATE_COMPLETED":
         return record_outcome(proposal.agent, decision.jti, status="succeeded", detail=detail, via="task_state")
-    if task_state in {"TASK_STATE_FAILED", "TASK_STATE_REJECTED", "TASK_STATE_CANCELED"}:
-        if proposal.state in {State.EXECUTING, State.UNKNOWN}:
-            return record_outcome(proposal.agent, decision.jti, status="failed", detail=detail or task_state,
-                                  via="task_state")
+    if task_state == "TASK_STATE_CANCELED" and proposal.state == State.EXECUTING:
+        # A cancel (a halt) can land after the write started: cancelled is no proof nothing happened.
+        return mark_unknown(proposal.id, reason="the task was cancelled while executing; outcome not known")
+    if task_state in {"TASK_STATE_FAILED", "TASK_STATE_REJECTED"} and proposal.state == State.EXECUTING:
+        return record_outcome(proposal.agent, decision.jti, status="failed", detail=detail or task_state,
+                              via="task_state")
     return proposal
 
 
@@ -1400,8 +1402,72 @@ def activate_policy_version(version: PolicyVersion, approver, *,
                subject=f"policy:{locked_policy.slug}@{draft.version}",
                data={"policy": locked_policy.slug, "version": draft.version,
                      "author": draft.author.get_username(), "retired": current.version if current else None})
+        _reevaluate_open_proposals(locked_policy.tenant, actor=user_actor(approver),
+                                   because=f"policy {locked_policy.slug}@{draft.version} activated")
     draft.policy = locked_policy
     return draft
+
+
+def _stricter_requirements(old: dict, new: dict) -> dict:
+    """What both demand: every group at the higher count, the stricter step-up, self-approval only if
+    both allow it, online consumption if either asks for it."""
+    counts = {t["group"]: int(t["count"]) for t in old.get("thresholds", [])}
+    for threshold in new.get("thresholds", []):
+        counts[threshold["group"]] = max(counts.get(threshold["group"], 0), int(threshold["count"]))
+    return {
+        "thresholds": [{"group": group, "count": count} for group, count in sorted(counts.items())],
+        "step_up": policy.stricter_step_up(old.get("step_up", policy.PER_VOTE), new.get("step_up", policy.PER_VOTE)),
+        "self_approval": bool(old.get("self_approval")) and bool(new.get("self_approval")),
+        "consume": bool(old.get("consume", True)) or bool(new.get("consume", True)),
+        "ttl_seconds": min(int(old.get("ttl_seconds") or 10**9), int(new.get("ttl_seconds") or 10**9)),
+    }
+
+
+def _reevaluate_open_proposals(tenant: Tenant, *, actor: str, because: str) -> None:
+    """A policy change while proposals wait never loosens them, and stops what it now forbids.
+
+    Waiting proposals: a deny now cancels them (the agent's task is cancelled); stricter requirements
+    are merged in (more approvals, stricter step-up), so the change routes them to the right people;
+    a looser policy changes nothing. Released, unconsumed decisions: a deny, or requirements the
+    recorded approvals no longer meet, revoke them."""
+    open_states = [State.AWAITING_REVIEW, State.INFO_REQUESTED, *RELEASED]
+    versions = policy.active_versions_for(tenant)
+    for proposal in (Proposal.objects.select_for_update(of=("self",)).select_related("agent", "tenant")
+                     .filter(tenant=tenant, state__in=open_states).order_by("pk")):
+        evaluation = policy.evaluate(tenant, versions, policy.context_for_proposal(proposal))
+        if evaluation.outcome == "allow":
+            continue
+        if evaluation.outcome == "deny":
+            reason = f"{because}: {evaluation.reason}"
+            if proposal.state in RELEASED:
+                _revoke(proposal, actor=actor, reason=reason)
+            elif State.CANCELLED in _next_states(proposal.state):
+                transition(proposal, State.CANCELLED, actor=actor, reason=reason)
+                _enqueue(proposal, OutboxMessage.Kind.CANCEL, message_id=f"cancel-{proposal.id}",
+                         payload={"reason": reason})
+            continue
+        merged = _stricter_requirements(proposal.requirements, evaluation.requirements)
+        if proposal.state == State.ALLOWED or (proposal.state == State.APPROVED and not _quorum_meets(proposal, merged)):
+            _revoke(proposal, actor=actor, reason=f"{because}: the release no longer meets the policy")
+            continue
+        if merged == proposal.requirements:
+            continue
+        proposal.requirements = merged
+        proposal.save(update_fields=["requirements"])
+        proposal.policy_versions.add(*evaluation.versions)
+        record(proposal.tenant_id, actor=actor, verb=Verb.POLICY_EVALUATED, subject=proposal_subject(proposal),
+               data={"outcome": "require_approval", "reevaluated": True, "reason": because,
+                     "policies": [v.ref for v in evaluation.versions], "requirements": merged})
+        events.proposal_changed(proposal)
+
+
+def _quorum_meets(proposal: Proposal, requirements: dict) -> bool:
+    original = proposal.requirements
+    proposal.requirements = requirements
+    try:
+        return count_quorum(proposal).met
+    finally:
+        proposal.requirements = original
 
 
 AGENT_EDITABLE = ("name", "card_url", "audience", "outbound_auth_scheme", "outbound_auth_credentials")

@@ -221,5 +221,6 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"httpx": {"level": "WARNING"}, "daphne": {"level": "WARNING"}},
+    # The a2a SDK logs whole agent cards at INFO on every fetch.
+    "loggers": {"httpx": {"level": "WARNING"}, "daphne": {"level": "WARNING"}, "a2a": {"level": "WARNING"}},
 }

@@ -10,16 +10,21 @@ from django.conf import settings as django_settings
 
 from approvals.models import TenantMembership
 from tests import factories
+from tests.audit.pg_flush import audit_triggers_allow_test_flush  # noqa: F401 (transactional tests flush through the audit trigger)
 
 
 @pytest.fixture(autouse=True)
-def _signing_keys(tmp_path_factory, settings):
+def _signing_keys(request, tmp_path_factory, settings):
     """Every test run signs with its own key in a temporary folder, never the developer's data/ key."""
     key_dir = tmp_path_factory.getbasetemp() / "signing-keys"
     settings.SIGNING_KEY_DIR = key_dir
     settings.SIGNING_KEY_PEM = ""
     settings.SIGNING_KEY_AUTOGENERATE = True
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    # Persona passwords are test data: a fast hasher keeps fixtures cheap (PBKDF2 costs ~0.3 s each).
+    # Not for tests whose servers run in other processes: those check passwords with the real hashers.
+    if not (request.node.get_closest_marker("e2e") or request.node.get_closest_marker("browser")):
+        settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     return key_dir
 
 

@@ -574,14 +574,15 @@ def test_a_runtime_error_at_intake_never_allows_and_is_recorded(agent):
 
 
 @pytest.mark.django_db
-def test_a_proposal_keeps_the_versions_it_pinned_when_a_policy_changes(agent, refund_policy):
+def test_a_waiting_proposal_keeps_its_pinned_version_and_takes_on_a_stricter_one(agent, refund_policy):
     before = submit(agent)
     newer = factories.make_policy(
         agent.tenant, "refunds", tool_pattern="payments.refund", thresholds=[{"group": "finance", "count": 2}]
     )
     after = submit(agent)
+    before.refresh_from_db()
 
-    assert list(before.policy_versions.all()) == [refund_policy]
-    assert before.requirements["thresholds"] == [{"group": "finance", "count": 1}]
+    assert set(before.policy_versions.all()) == {refund_policy, newer}
+    assert before.requirements["thresholds"] == [{"group": "finance", "count": 2}]
     assert list(after.policy_versions.all()) == [newer]
     assert after.requirements["thresholds"] == [{"group": "finance", "count": 2}]

@@ -288,14 +288,20 @@ def test_a_completed_task_settles_its_execution_as_succeeded(client, executing):
     assert AuditEvent.objects.filter(verb=Verb.OUTCOME_RECORDED, data__via="task_state").count() == 1
 
 
-@pytest.mark.parametrize(
-    "state", [TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_CANCELED, TaskState.TASK_STATE_REJECTED]
-)
-def test_a_task_that_ended_otherwise_settles_its_execution_as_failed(client, executing, state):
+@pytest.mark.parametrize("state", [TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_REJECTED])
+def test_a_task_that_failed_or_was_rejected_settles_its_execution_as_failed(client, executing, state):
     push(client, status_push(state, task_id="task-x"))
 
     executing.refresh_from_db()
     assert executing.state == State.FAILED
+
+
+def test_a_task_cancelled_while_executing_leaves_the_outcome_unknown(client, executing):
+    # A cancel (a halt) can land after the write started: cancelled is no proof that nothing happened.
+    push(client, status_push(TaskState.TASK_STATE_CANCELED, task_id="task-x"))
+
+    executing.refresh_from_db()
+    assert executing.state == State.UNKNOWN
 
 
 def test_a_failed_task_does_not_turn_an_unknown_outcome_into_failed(client, executing, agent):
