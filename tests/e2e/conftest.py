@@ -32,6 +32,7 @@ from django.conf import settings as django_settings
 from django.db import connection
 
 from approvals import keys
+from examples.downstream import FakePaymentsServer
 from tests.audit.pg_flush import audit_triggers_allow_test_flush  # noqa: F401 (flush through the audit trigger)
 from tests.examples.harness import AgentProcess
 
@@ -122,8 +123,9 @@ class Stack:
 
     push_token = "e2e-push-token"
 
-    def __init__(self, tmp_path: Path):
+    def __init__(self, tmp_path: Path, *, downstream_url: str | None = None):
         self.tmp_path = tmp_path
+        self.downstream_url = downstream_url
         self.log_dir = tmp_path / "logs"
         self.log_dir.mkdir()
         self.listener = socket.socket()
@@ -184,8 +186,23 @@ class Stack:
         ).start()
         self.processes.append(worker)
         worker.wait_until(lambda: "worker started" in worker.log(), "'worker started'")
-        self.agent = AgentProcess(state_dir=self.tmp_path / "refund-agent", reviewer_url=self.url).start()
+        self.agent = AgentProcess(
+            state_dir=self.tmp_path / "refund-agent",
+            reviewer_url=self.url,
+            downstream_url=self.downstream_url,
+            port=self.agent.port if self.agent else None,
+        ).start()
         return self
+
+    def restart(self) -> "Stack":
+        """Stop Reviewer, the worker and the agent, then start them again: same database, same listening
+        socket, same agent port and state folder (what a deploy or a crash does)."""
+        if self.agent is not None:
+            self.agent.stop()
+        for process in reversed(self.processes):
+            process.stop()
+        self.processes = []
+        return self.start()
 
     def stop(self) -> None:
         if self.agent is not None:
@@ -202,12 +219,31 @@ class Stack:
 
 
 @pytest.fixture
-def stack(transactional_db, tmp_path):
-    """Reviewer, its worker and the refund agent, running; their logs are printed when a test fails."""
-    running = Stack(tmp_path)
+def payments():
+    """The fake payments service the agent refunds through: records idempotency keys, can drop a reply."""
+    server = FakePaymentsServer().start()
     try:
-        running.start()
-        yield running
+        yield server
     finally:
-        running.stop()
-        sys.stdout.write(running.logs())  # shown by pytest only for a failing test
+        server.stop()
+
+
+def _running(stack: Stack):
+    try:
+        stack.start()
+        yield stack
+    finally:
+        stack.stop()
+        sys.stdout.write(stack.logs())  # shown by pytest only for a failing test
+
+
+@pytest.fixture
+def stack(transactional_db, tmp_path):
+    """Reviewer, its worker and the refund agent (ledger file), running; logs printed when a test fails."""
+    yield from _running(Stack(tmp_path))
+
+
+@pytest.fixture
+def paying_stack(transactional_db, tmp_path, payments):
+    """The same stack, with the agent refunding through the fake payments service."""
+    yield from _running(Stack(tmp_path, downstream_url=payments.url))
