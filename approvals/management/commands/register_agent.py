@@ -31,17 +31,20 @@ class Command(BaseCommand):
         push_token = options["push_token"] or new_token()
         api_token = options["api_token"] or new_token()
         bearer = options["outbound_bearer"]
-        agent = services.register_agent(
-            tenant=tenant,
-            slug=options["slug"],
-            name=options["name"],
-            card_url=options["card_url"],
-            audience=options["audience"],
-            push_token=push_token,
-            api_token=api_token,
-            outbound_auth_scheme=Agent.AuthScheme.BEARER if bearer else Agent.AuthScheme.NONE,
-            outbound_auth_credentials=bearer,
-        )
+        try:
+            agent = services.register_agent(
+                tenant=tenant,
+                slug=options["slug"],
+                name=options["name"],
+                card_url=options["card_url"],
+                audience=options["audience"],
+                push_token=push_token,
+                api_token=api_token,
+                outbound_auth_scheme=Agent.AuthScheme.BEARER if bearer else Agent.AuthScheme.NONE,
+                outbound_auth_credentials=bearer,
+            )
+        except services.ServiceError as error:  # e.g. the slug belongs to another tenant's agent
+            raise CommandError(error.message) from error
         self.stdout.write(f"registered agent {agent.slug} in {tenant.slug}")
         self.stdout.write(f"  push URL:  /a2a/push/{agent.slug}/  (header X-A2A-Notification-Token)")
         self.stdout.write(f"  audience:  {agent.audience}")
