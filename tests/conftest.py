@@ -81,9 +81,11 @@ def agent(tenant):
 @pytest.fixture
 def refund_policy(tenant):
     """Refunds need one finance approval with a fresh code per vote."""
-    return factories.make_policy(tenant, "refunds", tool_pattern="payments.refund",
-                                 thresholds=[{"group": "finance", "count": 1}])
+    return factories.make_policy(
+        tenant, "refunds", tool_pattern="payments.refund", thresholds=[{"group": "finance", "count": 1}]
+    )
 
 
 def pytest_report_header(config):
-    return f"database: {django_settings.DATABASES['default']['ENGINE']} {django_settings.DATABASES['default']['NAME']}"
+    database = django_settings.DATABASES["default"]
+    return f"database: {database['ENGINE']} {database['NAME']}"

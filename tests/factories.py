@@ -32,13 +32,24 @@ def make_tenant(slug="acme", name="Acme Payments") -> Tenant:
 
 
 def make_group(tenant, slug, name=None) -> ApproverGroup:
-    return ApproverGroup.objects.get_or_create(tenant=tenant, slug=slug, defaults={"name": name or slug.title()})[0]
+    return ApproverGroup.objects.get_or_create(
+        tenant=tenant, slug=slug, defaults={"name": name or slug.title()}
+    )[0]
 
 
-def make_user(username, *, tenant=None, role=TenantMembership.Role.REVIEWER, groups=(), principal_id="",
-              totp=True, first_name=""):
-    user = get_user_model().objects.create_user(username=username, password=PASSWORD,
-                                                email=f"{username}@example.test", first_name=first_name)
+def make_user(
+    username,
+    *,
+    tenant=None,
+    role=TenantMembership.Role.REVIEWER,
+    groups=(),
+    principal_id="",
+    totp=True,
+    first_name="",
+):
+    user = get_user_model().objects.create_user(
+        username=username, password=PASSWORD, email=f"{username}@example.test", first_name=first_name
+    )
     if tenant is not None:
         TenantMembership.objects.create(tenant=tenant, user=user, role=role, principal_id=principal_id)
         for slug in groups:
@@ -59,10 +70,22 @@ def totp_code(user) -> str:
     return f"{totp.token():0{device.digits}d}"
 
 
-def make_agent(tenant, slug="refund-demo", *, push_token="push-secret", api_token="api-secret",
-               card_url="http://127.0.0.1:8001/.well-known/agent-card.json"):
-    return services.register_agent(tenant=tenant, slug=slug, name=slug.replace("-", " ").title(), card_url=card_url,
-                                   push_token=push_token, api_token=api_token)
+def make_agent(
+    tenant,
+    slug="refund-demo",
+    *,
+    push_token="push-secret",
+    api_token="api-secret",
+    card_url="http://127.0.0.1:8001/.well-known/agent-card.json",
+):
+    return services.register_agent(
+        tenant=tenant,
+        slug=slug,
+        name=slug.replace("-", " ").title(),
+        card_url=card_url,
+        push_token=push_token,
+        api_token=api_token,
+    )
 
 
 def policy_admins():
@@ -71,15 +94,29 @@ def policy_admins():
     users = get_user_model().objects
     # No password (nobody logs in as them; tests use force_login): hashing one costs every test time.
     author = users.filter(username="policy-author").first() or users.create_superuser(
-        "policy-author", "policy-author@example.test", None)
+        "policy-author", "policy-author@example.test", None
+    )
     approver = users.filter(username="policy-approver").first() or users.create_superuser(
-        "policy-approver", "policy-approver@example.test", None)
+        "policy-approver", "policy-approver@example.test", None
+    )
     return author, approver
 
 
-def make_policy(tenant, slug, *, outcome=PolicyVersion.Outcome.REQUIRE_APPROVAL, tool_pattern="*", agent_pattern="*",
-                condition="", thresholds=None, step_up="per_vote", ttl_seconds=3600, allow_self_approval=False,
-                consume_online=True, risk="") -> PolicyVersion:
+def make_policy(
+    tenant,
+    slug,
+    *,
+    outcome=PolicyVersion.Outcome.REQUIRE_APPROVAL,
+    tool_pattern="*",
+    agent_pattern="*",
+    condition="",
+    thresholds=None,
+    step_up="per_vote",
+    ttl_seconds=3600,
+    allow_self_approval=False,
+    consume_online=True,
+    risk="",
+) -> PolicyVersion:
     """An active policy version, written by one admin and activated by another through the services.
     Groups the thresholds name are created if missing (a test names them before adding people)."""
     author, approver = policy_admins()
@@ -87,35 +124,66 @@ def make_policy(tenant, slug, *, outcome=PolicyVersion.Outcome.REQUIRE_APPROVAL,
     for threshold in thresholds:
         make_group(tenant, threshold["group"])
     policy = Policy.objects.filter(tenant=tenant, slug=slug).first() or services.create_policy(
-        tenant, slug=slug, name=slug.replace("-", " "), actor=author)
-    draft = services.create_policy_version(policy, {
-        "outcome": outcome, "tool_pattern": tool_pattern, "agent_pattern": agent_pattern,
-        "condition": condition, "thresholds": thresholds, "step_up": step_up, "ttl_seconds": ttl_seconds,
-        "allow_self_approval": allow_self_approval, "consume_online": consume_online, "risk": risk,
-    }, author)
+        tenant, slug=slug, name=slug.replace("-", " "), actor=author
+    )
+    draft = services.create_policy_version(
+        policy,
+        {
+            "outcome": outcome,
+            "tool_pattern": tool_pattern,
+            "agent_pattern": agent_pattern,
+            "condition": condition,
+            "thresholds": thresholds,
+            "step_up": step_up,
+            "ttl_seconds": ttl_seconds,
+            "allow_self_approval": allow_self_approval,
+            "consume_online": consume_online,
+            "risk": risk,
+        },
+        author,
+    )
     return services.activate_policy_version(draft, approver)
 
 
 def refund_action(order_id="1182", amount="40.00", currency="EUR") -> dict:
-    return {"tool": "payments.refund", "arguments": {"order_id": order_id, "amount": amount, "currency": currency},
-            "target": f"order:{order_id}"}
+    return {
+        "tool": "payments.refund",
+        "arguments": {"order_id": order_id, "amount": amount, "currency": currency},
+        "target": f"order:{order_id}",
+    }
 
 
-def approval_request(*, action=None, principal_id="requester", request_id=None, summary=None, expires_at=None,
-                     supersedes=None, **extra) -> dict:
+def approval_request(
+    *,
+    action=None,
+    principal_id="requester",
+    request_id=None,
+    summary=None,
+    expires_at=None,
+    supersedes=None,
+    **extra,
+) -> dict:
     action = action or refund_action()
     request = {
         "request_id": request_id or str(uuid.uuid4()),
-        "summary": summary or f"Refund {action['arguments'].get('currency', '')} {action['arguments'].get('amount', '')}"
-                              f" to order {action['arguments'].get('order_id', '')}",
+        "summary": summary
+        or f"Refund {action['arguments'].get('currency', '')} {action['arguments'].get('amount', '')}"
+        f" to order {action['arguments'].get('order_id', '')}",
         "action": action,
         "action_digest": action_digest(action),
         "principal": {"id": principal_id, "display": principal_id.title()},
         "agent_version": "refund-agent@1",
-        "consequences": {"effect": "Money leaves the merchant account", "reversible": False,
-                         "amount": action["arguments"].get("amount")},
-        "diff": [{"field": "order.refunded_amount", "before": "0.00", "after": action["arguments"].get("amount")}],
-        "evidence": [{"title": "Support ticket", "url": "https://support.example.test/t/1", "excerpt": "never arrived"}],
+        "consequences": {
+            "effect": "Money leaves the merchant account",
+            "reversible": False,
+            "amount": action["arguments"].get("amount"),
+        },
+        "diff": [
+            {"field": "order.refunded_amount", "before": "0.00", "after": action["arguments"].get("amount")}
+        ],
+        "evidence": [
+            {"title": "Support ticket", "url": "https://support.example.test/t/1", "excerpt": "never arrived"}
+        ],
         **extra,
     }
     if expires_at:
@@ -126,10 +194,30 @@ def approval_request(*, action=None, principal_id="requester", request_id=None, 
 
 
 def submit(agent, *, task_id=None, context_id="ctx-1", **request_kwargs):
-    body = {"task_id": task_id or f"task-{uuid.uuid4()}", "context_id": context_id,
-            "request": approval_request(**request_kwargs)}
+    body = {
+        "task_id": task_id or f"task-{uuid.uuid4()}",
+        "context_id": context_id,
+        "request": approval_request(**request_kwargs),
+    }
     return services.submit_proposal(agent, ProposalSubmission.model_validate(body), via="test")[0]
 
 
 def in_seconds(seconds: int) -> datetime:
     return datetime.now(UTC) + timedelta(seconds=seconds)
+
+
+def approve(agent, reviewer, **submit_kwargs):
+    """Submit a proposal and approve it with one vote (the policy must need just that one).
+    Returns (proposal, decision)."""
+    from approvals.models import Decision
+
+    proposal = submit(agent, **submit_kwargs)
+    services.cast_vote(
+        proposal.id,
+        reviewer,
+        verdict="approve",
+        digest_seen=proposal.action_digest,
+        otp_code=totp_code(reviewer),
+    )
+    proposal.refresh_from_db()
+    return proposal, Decision.objects.get(proposal=proposal)

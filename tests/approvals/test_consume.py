@@ -1,37 +1,22 @@
 """Online consumption (fencing): `consume_decision` moves a released decision to executing exactly once,
 right before the side effect, and refuses revoked, expired, superseded, consumed and stale-rev tokens."""
 
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
-from django.conf import settings
-from django.db import connection
 
 from approvals import services
-from approvals.models import Decision, OutboxMessage, PolicyVersion, Proposal
+from approvals.models import Decision, OutboxMessage, PolicyVersion
 from approvals.states import State
 from audit.models import AuditEvent, Verb
 from tests import factories
-from tests.factories import submit, totp_code
+from tests.concurrency import requires_postgres, run_together
+from tests.factories import approve, submit, totp_code
 
 pytestmark = pytest.mark.django_db
 
-requires_postgres = pytest.mark.skipif(not settings.IS_POSTGRES, reason="needs PostgreSQL (DATABASE_URL)")
 
 
-def approve(agent, reviewer, **submit_kwargs) -> tuple[Proposal, Decision]:
-    proposal = submit(agent, **submit_kwargs)
-    services.cast_vote(
-        proposal.id,
-        reviewer,
-        verdict="approve",
-        digest_seen=proposal.action_digest,
-        otp_code=totp_code(reviewer),
-    )
-    proposal.refresh_from_db()
-    return proposal, Decision.objects.get(proposal=proposal)
 
 
 def refusal_of(agent, decision, *, rev=None, now=None) -> str:
@@ -200,22 +185,6 @@ def test_consume_just_before_expiry_still_succeeds(agent, refund_policy, request
 # Two replicas at once, each on its own database connection (PostgreSQL: real row locks)
 
 
-def run_together(*calls):
-    """Run each call in its own thread and connection, released together by a barrier. Returns what each
-    returned or raised, in order."""
-    barrier = threading.Barrier(len(calls))
-
-    def run(call):
-        try:
-            barrier.wait(timeout=10)
-            return call()
-        except Exception as error:  # noqa: BLE001 - the test inspects what each replica got
-            return error
-        finally:
-            connection.close()
-
-    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
-        return [future.result(timeout=60) for future in [pool.submit(run, call) for call in calls]]
 
 
 @pytest.mark.postgres

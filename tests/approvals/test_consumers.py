@@ -19,17 +19,11 @@ from approvals import services, stepup
 from approvals.models import Proposal
 from approvals.states import State
 from tests import factories
-from tests.audit.pg_flush import audit_triggers_allow_test_flush  # noqa: F401 (PostgreSQL flush after each test)
 from tests.factories import PASSWORD, submit, totp_code
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 TIMEOUT = 5  # seconds: an upper bound for a message to arrive, not a wait
-
-
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture(autouse=True)

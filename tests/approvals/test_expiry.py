@@ -7,28 +7,17 @@ from datetime import timedelta
 import pytest
 
 from approvals import services
-from approvals.models import Decision, OutboxMessage, PolicyVersion, Proposal
+from approvals.models import Decision, OutboxMessage, PolicyVersion
 from approvals.states import State
 from audit.models import AuditEvent, Verb
 from tests import factories
-from tests.factories import submit, totp_code
+from tests.factories import approve, submit, totp_code
 
 pytestmark = pytest.mark.django_db
 
 SECOND = timedelta(seconds=1)
 
 
-def approve(agent, reviewer) -> tuple[Proposal, Decision]:
-    proposal = submit(agent)
-    services.cast_vote(
-        proposal.id,
-        reviewer,
-        verdict="approve",
-        digest_seen=proposal.action_digest,
-        otp_code=totp_code(reviewer),
-    )
-    proposal.refresh_from_db()
-    return proposal, Decision.objects.get(proposal=proposal)
 
 
 def cancels_for(proposal) -> list[OutboxMessage]:

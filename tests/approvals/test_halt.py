@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from io import StringIO
 from pathlib import Path
 
@@ -16,28 +15,17 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from approvals import services
-from approvals.models import Decision, Halt, OutboxMessage, PolicyVersion, Proposal
+from approvals.models import Halt, OutboxMessage, PolicyVersion, Proposal
 from approvals.states import State
 from audit.models import AuditEvent, Verb
 from tests import factories
-from tests.factories import submit, totp_code
+from tests.concurrency import requires_postgres, run_together
+from tests.factories import approve, submit, totp_code
 
 pytestmark = pytest.mark.django_db
 
-requires_postgres = pytest.mark.skipif(not settings.IS_POSTGRES, reason="needs PostgreSQL (DATABASE_URL)")
 
 
-def approve(agent, reviewer, **kwargs) -> tuple[Proposal, Decision]:
-    proposal = submit(agent, **kwargs)
-    services.cast_vote(
-        proposal.id,
-        reviewer,
-        verdict="approve",
-        digest_seen=proposal.action_digest,
-        otp_code=totp_code(reviewer),
-    )
-    proposal.refresh_from_db()
-    return proposal, Decision.objects.get(proposal=proposal)
 
 
 def cancels_for(proposal) -> list[OutboxMessage]:
@@ -470,20 +458,6 @@ def test_resume_command_fails_when_the_scope_has_no_halt_of_its_own(tenant):
 # A halt racing an agent's consume (PostgreSQL: real row locks, two connections)
 
 
-def run_together(*calls):
-    barrier = threading.Barrier(len(calls))
-
-    def run(call):
-        try:
-            barrier.wait(timeout=10)
-            return call()
-        except Exception as error:  # noqa: BLE001 - the test inspects what each side got
-            return error
-        finally:
-            connection.close()
-
-    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
-        return [future.result(timeout=60) for future in [pool.submit(run, call) for call in calls]]
 
 
 @pytest.mark.postgres

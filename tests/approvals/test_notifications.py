@@ -5,15 +5,9 @@ from django.core import mail
 
 from approvals import notifications, services
 from tests import factories
-from tests.audit.pg_flush import audit_triggers_allow_test_flush  # noqa: F401 (PostgreSQL flush after each test)
 from tests.factories import submit, totp_code
 
 pytestmark = pytest.mark.django_db(transaction=True)  # intake notifies on commit
-
-
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture

@@ -10,22 +10,9 @@ from approvals.models import Decision, OutboxMessage, PolicyVersion, Proposal
 from approvals.states import IllegalTransition, State
 from audit.models import AuditEvent, Verb
 from tests import factories
-from tests.factories import submit, totp_code
+from tests.factories import approve, submit, totp_code
 
 pytestmark = pytest.mark.django_db
-
-
-def approve(agent, reviewer) -> tuple[Proposal, Decision]:
-    proposal = submit(agent)
-    services.cast_vote(
-        proposal.id,
-        reviewer,
-        verdict="approve",
-        digest_seen=proposal.action_digest,
-        otp_code=totp_code(reviewer),
-    )
-    proposal.refresh_from_db()
-    return proposal, Decision.objects.get(proposal=proposal)
 
 
 @pytest.fixture
@@ -113,24 +100,45 @@ def test_mark_unknown_leaves_settled_proposals_alone(agent, executing):
     assert proposal.state == State.FAILED
 
 
-@pytest.mark.parametrize(
-    "task_state, settled",
-    [
-        ("TASK_STATE_COMPLETED", State.SUCCEEDED),
-        ("TASK_STATE_FAILED", State.FAILED),
-        ("TASK_STATE_REJECTED", State.FAILED),
-        ("TASK_STATE_CANCELED", State.FAILED),
-    ],
-)
-def test_the_task_state_settles_an_unknown_execution(executing, task_state, settled):
+def test_a_completed_task_settles_an_unknown_execution_as_succeeded(executing):
+    proposal, _ = executing
+    services.mark_unknown(proposal.id, reason="no outcome")
+
+    services.settle_from_task_state(proposal.id, task_state="TASK_STATE_COMPLETED")
+
+    proposal.refresh_from_db()
+    assert proposal.state == State.SUCCEEDED
+    assert AuditEvent.objects.get(verb=Verb.OUTCOME_RECORDED).data["via"] == "task_state"
+
+
+@pytest.mark.parametrize("task_state", ["TASK_STATE_FAILED", "TASK_STATE_REJECTED", "TASK_STATE_CANCELED"])
+def test_a_task_that_ended_otherwise_leaves_an_unknown_execution_unknown(executing, task_state):
+    # The agent said it could not tell whether the write happened; a failed task is no proof it did not,
+    # and "failed" would invite a second, duplicate approval. Only the agent's own report settles it.
     proposal, _ = executing
     services.mark_unknown(proposal.id, reason="no outcome")
 
     services.settle_from_task_state(proposal.id, task_state=task_state)
 
     proposal.refresh_from_db()
+    assert proposal.state == State.UNKNOWN
+
+
+@pytest.mark.parametrize(
+    "task_state, settled",
+    [
+        ("TASK_STATE_FAILED", State.FAILED),
+        ("TASK_STATE_REJECTED", State.FAILED),
+        ("TASK_STATE_CANCELED", State.UNKNOWN),
+    ],
+)
+def test_the_task_state_settles_an_execution(executing, task_state, settled):
+    proposal, _ = executing
+
+    services.settle_from_task_state(proposal.id, task_state=task_state)
+
+    proposal.refresh_from_db()
     assert proposal.state == settled
-    assert AuditEvent.objects.get(verb=Verb.OUTCOME_RECORDED).data["via"] == "task_state"
 
 
 def test_a_task_still_working_settles_nothing(executing):

@@ -269,8 +269,9 @@ def test_new_proposals_pin_the_new_version_after_activation(
 
 
 def activate(refunds, fields, admin_user, second_admin):
-    return services.activate_policy_version(services.create_policy_version(refunds, fields, admin_user),
-                                            second_admin)
+    return services.activate_policy_version(
+        services.create_policy_version(refunds, fields, admin_user), second_admin
+    )
 
 
 def test_a_waiting_proposal_the_new_version_denies_is_cancelled_and_its_task_cancelled(
@@ -294,8 +295,13 @@ def test_a_stricter_version_routes_a_waiting_proposal_to_more_approvers(
     stricter = {**FINANCE_1, "thresholds": [{"group": "finance", "count": 1}, {"group": "ops", "count": 1}]}
 
     v2 = activate(refunds, stricter, admin_user, second_admin)
-    services.cast_vote(waiting.id, reviewer_a, verdict="approve", digest_seen=waiting.action_digest,
-                       otp_code=factories.totp_code(reviewer_a))
+    services.cast_vote(
+        waiting.id,
+        reviewer_a,
+        verdict="approve",
+        digest_seen=waiting.action_digest,
+        otp_code=factories.totp_code(reviewer_a),
+    )
 
     waiting.refresh_from_db()
     assert waiting.state == State.AWAITING_REVIEW  # finance alone no longer suffices
@@ -306,7 +312,9 @@ def test_a_stricter_version_routes_a_waiting_proposal_to_more_approvers(
 def test_a_looser_version_does_not_loosen_a_waiting_proposal(
     agent, refunds, admin_user, second_admin, requester
 ):
-    activate(refunds, {**FINANCE_1, "thresholds": [{"group": "finance", "count": 2}]}, admin_user, second_admin)
+    activate(
+        refunds, {**FINANCE_1, "thresholds": [{"group": "finance", "count": 2}]}, admin_user, second_admin
+    )
     waiting = submit(agent)
 
     activate(refunds, {"outcome": "allow", "tool_pattern": "payments.refund"}, admin_user, second_admin)
@@ -321,10 +329,17 @@ def test_an_unconsumed_approval_that_no_longer_meets_a_stricter_version_is_revok
 ):
     activate(refunds, FINANCE_1, admin_user, second_admin)
     approved = submit(agent)
-    services.cast_vote(approved.id, reviewer_a, verdict="approve", digest_seen=approved.action_digest,
-                       otp_code=factories.totp_code(reviewer_a))
+    services.cast_vote(
+        approved.id,
+        reviewer_a,
+        verdict="approve",
+        digest_seen=approved.action_digest,
+        otp_code=factories.totp_code(reviewer_a),
+    )
 
-    activate(refunds, {**FINANCE_1, "thresholds": [{"group": "finance", "count": 2}]}, admin_user, second_admin)
+    activate(
+        refunds, {**FINANCE_1, "thresholds": [{"group": "finance", "count": 2}]}, admin_user, second_admin
+    )
 
     approved.refresh_from_db()
     assert approved.state == State.REVOKED

@@ -11,11 +11,6 @@ from tests.factories import submit
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 def queries_for(client, url, params=None) -> int:
     with CaptureQueriesContext(connection) as captured:
         response = client.get(url, params or {})

@@ -2,37 +2,22 @@
 consumption fails from then on and the agent's task is sent CancelTask. After consumption only a
 compensation note can be recorded."""
 
-import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from django.conf import settings
-from django.db import connection
 
 from approvals import services
-from approvals.models import Decision, OutboxMessage, PolicyVersion, Proposal
+from approvals.models import OutboxMessage, PolicyVersion
 from approvals.states import State
 from audit.models import AuditEvent, Verb
 from audit.verify_db import verify_chain
 from tests import factories
-from tests.factories import submit, totp_code
+from tests.concurrency import requires_postgres, run_together
+from tests.factories import approve, submit, totp_code
 
 pytestmark = pytest.mark.django_db
 
-requires_postgres = pytest.mark.skipif(not settings.IS_POSTGRES, reason="needs PostgreSQL (DATABASE_URL)")
 
 
-def approve(agent, reviewer) -> tuple[Proposal, Decision]:
-    proposal = submit(agent)
-    services.cast_vote(
-        proposal.id,
-        reviewer,
-        verdict="approve",
-        digest_seen=proposal.action_digest,
-        otp_code=totp_code(reviewer),
-    )
-    proposal.refresh_from_db()
-    return proposal, Decision.objects.get(proposal=proposal)
 
 
 def test_approver_revokes_an_unconsumed_decision(agent, refund_policy, requester, reviewer_a):
@@ -207,20 +192,6 @@ def test_a_waiting_proposal_has_nothing_to_revoke(agent, refund_policy, requeste
 # Revocation racing the agent's consume (PostgreSQL: real row locks, two connections)
 
 
-def run_together(*calls):
-    barrier = threading.Barrier(len(calls))
-
-    def run(call):
-        try:
-            barrier.wait(timeout=10)
-            return call()
-        except Exception as error:  # noqa: BLE001 - the test inspects what each side got
-            return error
-        finally:
-            connection.close()
-
-    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
-        return [future.result(timeout=60) for future in [pool.submit(run, call) for call in calls]]
 
 
 @pytest.mark.postgres

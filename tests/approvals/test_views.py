@@ -21,12 +21,6 @@ from tests.factories import PASSWORD, submit, totp_code
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    """Personas get real passwords; the default hasher's iterations would dominate this module's time."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 def verified_client(user) -> Client:
     """A browser session signed in with password and one-time code (the login view is tested below)."""
     client = Client()
@@ -648,6 +642,4 @@ def test_the_amount_comes_from_the_bound_arguments_and_a_different_claim_is_flag
     proposal = submit(agent, consequences={"effect": "Refund", "amount": "4.00", "currency": "EUR"})
     html = verified_client(reviewer_a).get(detail_url(proposal)).content.decode()
     facts = html[html.index("How much") :]
-    assert (
-        facts.index("40.00 EUR") < facts.index("The agent's description says") < facts.index("4.00 EUR")
-    )
+    assert facts.index("40.00 EUR") < facts.index("The agent's description says") < facts.index("4.00 EUR")

@@ -2,6 +2,7 @@
 other tenants, unverified sessions), and that compliance reads but never votes."""
 
 import hashlib
+import io
 import json
 import re
 
@@ -147,8 +148,29 @@ def test_a_large_export_runs_in_the_background_with_a_progress_bar_then_a_downlo
     content = b"".join(download.streaming_content)
     job.refresh_from_db()
     assert hashlib.sha256(content).hexdigest() == job.sha256
-    assert download["Digest"] == f"sha-256={job.sha256}"
+    assert download["X-Content-SHA256"] == job.sha256
     assert [json.loads(line)["seq"] for line in content.splitlines()] == list(range(1, job.up_to_seq + 1))
+
+
+def test_under_asgi_an_export_streams_from_an_async_iterator_instead_of_a_buffered_list(decided, tenant):
+    """Django reads a sync iterator into a list before serving it under ASGI; the export must not."""
+    from asgiref.sync import async_to_sync
+    from django.core.handlers.asgi import ASGIRequest
+
+    from audit import views
+    from audit.exports import Selection, chunks
+
+    request = ASGIRequest({"type": "http", "method": "POST", "path": "/", "headers": []}, io.BytesIO())
+    pages = chunks(Selection.for_tenant(tenant_ref(tenant)), "jsonl", page_size=3)
+    response = views._streaming(request, pages, "application/jsonl", "x.jsonl")
+    assert response.is_async
+
+    async def consume():
+        return [part async for part in response]
+
+    parts = async_to_sync(consume)()
+    assert len(parts) > 3  # one part per page, as they are read
+    assert b"".join(parts).count(b"\n") == AuditEvent.objects.filter(chain=f"tenant:{tenant.id}").count()
 
 
 def test_another_tenants_export_job_is_404(decided, tenant, compliance, other_tenant):
@@ -248,3 +270,13 @@ def test_the_prometheus_endpoint_exposes_the_counters_without_personal_identifie
     assert 'reviewer_audit_chain_head{chain="tenant:' in text
     for person in ("reviewer_a", "Alice", "requester"):
         assert not re.search(rf"\b{person}\b", text)
+
+
+def test_a_finished_bundle_page_names_the_file_the_download_saves(decided, tenant, compliance):
+    job = jobs.run_export(jobs.create_export(tenant_ref(tenant), user=compliance, kind="bundle", filters={}))
+    client = verified_client(compliance)
+    page = client.get(url("export_job", job_id=job.id)).content.decode()
+    download = client.get(url("export_download", job_id=job.id))
+    filename = download["Content-Disposition"].split('filename="')[1].rstrip('"')
+    assert filename.startswith("audit-acme-") and filename.endswith(".zip")
+    assert f"python -m audit.verify {filename}" in page

@@ -23,8 +23,6 @@ import pytest
 from django.conf import settings as django_settings
 from django.db import connections
 
-from tests.audit.pg_flush import audit_triggers_allow_test_flush  # noqa: F401 (PostgreSQL flush after each test)
-
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUT = ROOT / "test-output"
 SCREENSHOTS = OUTPUT / "screenshots"
