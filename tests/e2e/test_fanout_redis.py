@@ -1,0 +1,110 @@
+"""Scale-out: two Daphne processes share PostgreSQL/SQLite and the Redis channel layer. A reviewer
+watching a proposal on one process sees a vote cast on the other, live over the WebSocket."""
+
+import asyncio
+import sys
+import uuid
+
+import httpx
+import pytest
+import websockets
+from django.conf import settings
+
+from tests import factories
+from tests.e2e.conftest import ServerProcess, Stack
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(not settings.REDIS_URL, reason="needs Redis (REDIS_URL) for the shared channel layer"),
+]
+
+
+@pytest.fixture
+def two_reviewer_processes(transactional_db, tmp_path):
+    """Two Daphne processes on their own sockets, one channel layer (a prefix of their own in Redis)."""
+    prefix = f"fanout-{uuid.uuid4().hex}"
+    stacks, processes = [], []
+    try:
+        for name in ("a", "b"):
+            (tmp_path / name).mkdir()
+            stack = Stack(tmp_path / name)
+            stacks.append(stack)
+            env = {**stack.env(), "REDIS_URL": settings.REDIS_URL, "CHANNELS_PREFIX": prefix}
+            fd = stack.listener.fileno()
+            process = ServerProcess(
+                "reviewer",
+                [sys.executable, "-m", "daphne", "--fd", str(fd), "reviewer.asgi:application"],
+                env=env,
+                log_dir=stack.log_dir,
+                pass_fds=(fd,),
+            ).start()
+            processes.append(process)
+            process.wait_until(lambda url=stack.url: _answers(f"{url}/.well-known/jwks.json"), "JWKS answers")
+        yield stacks
+    finally:
+        for process in processes:
+            process.stop()
+        for stack in stacks:
+            stack.listener.close()
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def signed_in(url: str, user) -> httpx.Client:
+    client = httpx.Client(base_url=url, timeout=10)
+    client.get("/accounts/login/")
+    response = client.post(
+        "/accounts/login/",
+        data={
+            "csrfmiddlewaretoken": client.cookies["csrftoken"],
+            "username": user.username,
+            "password": factories.PASSWORD,
+            "otp_token": factories.totp_code(user),
+        },
+    )
+    assert response.status_code == 302, response.text[:500]
+    return client
+
+
+def test_a_vote_on_one_process_reaches_a_viewer_on_the_other(two_reviewer_processes, tenant, agent):
+    first, second = two_reviewer_processes
+    watcher = factories.make_user("watcher", tenant=tenant, groups=["finance"], first_name="Wanda")
+    voter = factories.make_user("voter", tenant=tenant, groups=["finance"], first_name="Victor")
+    factories.make_policy(
+        tenant, "refunds", tool_pattern="payments.refund", thresholds=[{"group": "finance", "count": 2}]
+    )
+    proposal = factories.submit(agent)
+    watching = signed_in(first.url, watcher)
+    voting = signed_in(second.url, voter)
+    code = factories.totp_code(voter)  # read here: the coroutine below must not touch the database
+    cookie = "; ".join(f"{name}={value}" for name, value in watching.cookies.items())
+
+    async def watch_then_vote() -> str:
+        socket_url = first.url.replace("http://", "ws://") + f"/ws/proposals/{proposal.id}/"
+        async with websockets.connect(
+            socket_url, additional_headers={"Cookie": cookie}, origin=first.url
+        ) as socket:
+            decided = await asyncio.to_thread(
+                voting.post,
+                f"/proposals/{proposal.id}/decide",
+                data={
+                    "csrfmiddlewaretoken": voting.cookies["csrftoken"],
+                    "action": "approve",
+                    "digest": proposal.action_digest,
+                    "otp_code": code,
+                },
+            )
+            assert decided.status_code == 302, decided.text[:500]
+            return await asyncio.wait_for(socket.recv(), timeout=10)
+
+    update = asyncio.run(watch_then_vote())
+    watching.close()
+    voting.close()
+
+    assert "Victor" in update  # the watcher's page shows the other process's vote
