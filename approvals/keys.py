@@ -144,7 +144,9 @@ def generate_key() -> SigningKey:
 def rotate() -> tuple[SigningKey, list[str]]:
     """Add a new active key and retire the previous ones. Returns (new key, retired kids)."""
     if settings.SIGNING_KEY_PEM:
-        raise RuntimeError("REVIEWER_SIGNING_KEY is set: rotate by replacing it (or use REVIEWER_SIGNING_KEY_DIR)")
+        raise RuntimeError(
+            "REVIEWER_SIGNING_KEY is set: rotate by replacing it (or use REVIEWER_SIGNING_KEY_DIR)"
+        )
     previous = [key for key in _file_keys() if key.retired_at is None and key.private_key is not None]
     new_key = generate_key()
     now = datetime.now(UTC).isoformat()
@@ -165,8 +167,11 @@ def prune_expired(now: datetime | None = None) -> list[str]:
         if key.private_key is None or key.retired_at is None or _still_published(key, now):
             continue
         public_path = path.with_suffix(".pub")
-        public_path.write_bytes(key.public_key.public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+        public_path.write_bytes(
+            key.public_key.public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        )
         path.unlink()  # after the public copy is written: a crash in between loses nothing
         removed.append(key.kid)
     return removed

@@ -49,7 +49,9 @@ class TenantMembership(models.Model):
         ADMIN = "admin"
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="tenant_memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="tenant_memberships"
+    )
     role = models.CharField(max_length=20, choices=Role.choices, default=Role.REVIEWER)
     # The id agents use for this person as `principal.id`: a principal never votes on their own request.
     principal_id = models.CharField(max_length=200, blank=True)
@@ -72,10 +74,14 @@ class ApproverGroup(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="groups")
     slug = models.SlugField()
     name = models.CharField(max_length=200)
-    members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="GroupMembership", related_name="approver_groups")
+    members = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, through="GroupMembership", related_name="approver_groups"
+    )
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["tenant", "slug"], name="group_slug_unique_per_tenant")]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "slug"], name="group_slug_unique_per_tenant")
+        ]
 
     def __str__(self):
         return f"{self.tenant.slug}/{self.slug}"
@@ -87,7 +93,12 @@ class GroupMembership(models.Model):
     added_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["group", "user"], name="one_membership_per_group_user")]
+        constraints = [
+            models.UniqueConstraint(fields=["group", "user"], name="one_membership_per_group_user")
+        ]
+
+    def __str__(self):
+        return f"{self.user} in {self.group}"
 
 
 class Agent(models.Model):
@@ -98,12 +109,16 @@ class Agent(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="agents")
     slug = models.SlugField(unique=True)
     name = models.CharField(max_length=200)
-    card_url = models.URLField(help_text="The agent card URL, e.g. http://127.0.0.1:8001/.well-known/agent-card.json")
+    card_url = models.URLField(
+        help_text="The agent card URL, e.g. http://127.0.0.1:8001/.well-known/agent-card.json"
+    )
     audience = models.CharField(max_length=500, help_text="The `aud` of this agent's decisions.")
     push_token_hash = models.CharField(max_length=64, help_text="sha256 of the token its pushes carry")
     api_token_hash = models.CharField(max_length=64, help_text="sha256 of its REST API bearer token")
     # How Reviewer authenticates when it calls the agent (continuations, cancels, GetTask).
-    outbound_auth_scheme = models.CharField(max_length=20, choices=AuthScheme.choices, default=AuthScheme.NONE)
+    outbound_auth_scheme = models.CharField(
+        max_length=20, choices=AuthScheme.choices, default=AuthScheme.NONE
+    )
     outbound_auth_credentials = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -118,7 +133,9 @@ class Policy(models.Model):
 
     class Meta:
         verbose_name_plural = "policies"
-        constraints = [models.UniqueConstraint(fields=["tenant", "slug"], name="policy_slug_unique_per_tenant")]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "slug"], name="policy_slug_unique_per_tenant")
+        ]
 
     def __str__(self):
         return f"{self.tenant.slug}/{self.slug}"
@@ -155,8 +172,12 @@ class PolicyVersion(models.Model):
     ttl_seconds = models.PositiveIntegerField(default=3600)
     allow_self_approval = models.BooleanField(default=False)
     consume_online = models.BooleanField(default=True, help_text="the agent must consume the decision online")
-    risk = models.CharField(max_length=20, blank=True, help_text="label shown in the queue: low, medium, high")
-    author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+")
+    risk = models.CharField(
+        max_length=20, blank=True, help_text="label shown in the queue: low, medium, high"
+    )
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     activated_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
@@ -207,7 +228,9 @@ class Proposal(models.Model):
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="superseded_by"
     )
     # Who made this proposal by editing another (cannot approve it); null when the agent made it.
-    edited_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    edited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
 
     # What policy decided, pinned at intake.
     policy_versions = models.ManyToManyField(PolicyVersion, blank=True, related_name="proposals")
@@ -226,7 +249,9 @@ class Proposal(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["agent", "task_id", "request_id"], name="one_proposal_per_request"),
+            models.UniqueConstraint(
+                fields=["agent", "task_id", "request_id"], name="one_proposal_per_request"
+            ),
         ]
         indexes = [
             models.Index(fields=["tenant", "state", "expires_at"], name="queue_by_urgency"),
@@ -258,6 +283,9 @@ class Vote(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["proposal", "voter"], name="one_vote_per_reviewer")]
 
+    def __str__(self):
+        return f"{self.voter} {self.verdict}s {self.proposal_id}"
+
 
 class Decision(models.Model):
     """The signed decision for a proposal (approved, rejected or needs_info); one per proposal."""
@@ -279,8 +307,13 @@ class Decision(models.Model):
     expires_at = models.DateTimeField()
     consumed_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
-    revoked_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
     revoke_reason = models.TextField(blank=True)
+
+    def __str__(self):
+        return f"{self.kind} decision {self.jti}"
 
 
 class OutboxMessage(models.Model):
@@ -310,8 +343,13 @@ class OutboxMessage(models.Model):
     delivered_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["kind", "message_id"], name="one_outbox_row_per_message")]
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "message_id"], name="one_outbox_row_per_message")
+        ]
         indexes = [models.Index(fields=["status", "next_attempt_at"], name="outbox_due")]
+
+    def __str__(self):
+        return f"{self.kind} {self.message_id} ({self.status})"
 
 
 class Halt(models.Model):
@@ -326,10 +364,14 @@ class Halt(models.Model):
     tenant = models.ForeignKey(Tenant, null=True, blank=True, on_delete=models.CASCADE)
     agent = models.ForeignKey(Agent, null=True, blank=True, on_delete=models.CASCADE)
     reason = models.TextField()
-    operator = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+")
+    operator = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     lifted_at = models.DateTimeField(null=True, blank=True)
-    lifted_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    lifted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
 
     def __str__(self):
         target = self.tenant or self.agent or "everything"

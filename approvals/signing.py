@@ -7,18 +7,28 @@ from django.conf import settings
 
 from approvals import keys
 
-TOKEN_TYPE = "approval-decision+jwt"
+TOKEN_TYPE = "approval-decision+jwt"  # noqa: S105 - a JOSE typ, not a secret
 
 
 def sign_decision(claims: dict) -> tuple[str, str]:
     """Sign claims with the active key. Returns (token, kid)."""
     key = keys.active_key()
-    token = jwt.encode(claims, key.private_key, algorithm="EdDSA", headers={"kid": key.kid, "typ": TOKEN_TYPE})
+    token = jwt.encode(
+        claims, key.private_key, algorithm="EdDSA", headers={"kid": key.kid, "typ": TOKEN_TYPE}
+    )
     return token, key.kid
 
 
-def decision_claims(*, proposal, decision, issued_at: datetime, expires_at: datetime, approvers: list[dict],
-                    quorum: dict, policy: dict | None) -> dict:
+def decision_claims(
+    *,
+    proposal,
+    decision,
+    issued_at: datetime,
+    expires_at: datetime,
+    approvers: list[dict],
+    quorum: dict,
+    policy: dict | None,
+) -> dict:
     """The claims of DESIGN.md "A2A contract"; times are integer seconds (JWT NumericDate)."""
     return {
         "iss": settings.REVIEWER_ISSUER,

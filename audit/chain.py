@@ -171,8 +171,9 @@ def checkpoint_head(chain: str) -> Checkpoint | None:
 
 def write_due_checkpoints(now: datetime | None = None, minutes: int | None = None) -> list[Checkpoint]:
     """Time-based checkpoints: sign every chain whose head moved since its last checkpoint and whose last
-    checkpoint is older than `minutes` (settings.AUDIT_CHECKPOINT_MINUTES). Bounds how long a truncation
-    of a quiet chain's tail can go unnoticed."""
+    checkpoint is older than `minutes` (settings.AUDIT_CHECKPOINT_MINUTES); a chain never signed counts
+    from its first event. Bounds how long a truncation of a quiet chain's tail can go unnoticed.
+    Writes nothing when nothing is due (the worker calls this every tick)."""
     now = now or datetime.now(UTC)
     minutes = settings.AUDIT_CHECKPOINT_MINUTES if minutes is None else minutes
     cutoff = now - timedelta(minutes=minutes)
@@ -183,11 +184,15 @@ def write_due_checkpoints(now: datetime | None = None, minutes: int | None = Non
     written = []
     for head in ChainHead.objects.filter(seq__gt=0):
         last = latest.get(head.chain)
-        if last is not None and (last["last_seq"] >= head.seq or last["last_at"] > cutoff):
-            continue
-        checkpoint = checkpoint_head(head.chain)
-        if checkpoint is not None:
-            written.append(checkpoint)
+        if last is not None:
+            due = last["last_seq"] < head.seq and last["last_at"] <= cutoff
+        else:
+            started = AuditEvent.objects.filter(chain=head.chain, seq=1).values_list("at", flat=True).first()
+            due = started is None or started <= cutoff
+        if due:
+            checkpoint = checkpoint_head(head.chain)
+            if checkpoint is not None:
+                written.append(checkpoint)
     return written
 
 

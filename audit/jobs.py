@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from django.db import transaction
 
 from audit import conf, domain
-from audit.chain import append, archive_public_key, write_due_checkpoints
+from audit.chain import append, write_due_checkpoints
 from audit.exports import Selection, bundle_segment, count, write_bundle, write_lines
 from audit.models import ChainHead, ExportJob, Verb
 
@@ -35,7 +35,6 @@ CONTENT_TYPES = {
 
 # Exports this process is working on, between ticks: {job id: its generator}.
 _active: dict[uuid.UUID, Iterator[None]] = {}
-_archived_kids: set[str] = set()
 
 
 def now_utc() -> datetime:
@@ -168,32 +167,18 @@ def _claim(job_id) -> ExportJob | None:
 
 def _requeue_stale() -> int:
     cutoff = now_utc() - timedelta(seconds=conf.export_stale_seconds())
-    return (
-        ExportJob.objects.filter(status=ExportJob.Status.RUNNING, updated_at__lt=cutoff)
-        .exclude(pk__in=list(_active))
-        .update(status=ExportJob.Status.PENDING, done=0)
+    stale = ExportJob.objects.filter(status=ExportJob.Status.RUNNING, updated_at__lt=cutoff).exclude(
+        pk__in=list(_active)
     )
-
-
-def _archive_active_key() -> None:
-    """Keep the active key's public half in the audit tables, so the decisions it signs can be checked
-    by evidence packets long after the key was rotated away."""
-    from approvals import keys
-
-    try:
-        kid = keys.active_key().kid
-    except RuntimeError:
-        return
-    if kid not in _archived_kids:
-        archive_public_key(kid)
-        _archived_kids.add(kid)
+    if not stale.exists():  # a tick with nothing to do writes nothing (SQLite: no write lock taken)
+        return 0
+    return stale.update(status=ExportJob.Status.PENDING, done=0)
 
 
 def run_pending_exports(budget_seconds: float | None = None) -> int:
     """One worker tick: time-based checkpoints, then export work for up to `budget_seconds`.
     Returns how many exports finished during this call."""
     write_due_checkpoints()
-    _archive_active_key()
     _requeue_stale()
     deadline = time.monotonic() + (conf.export_tick_seconds() if budget_seconds is None else budget_seconds)
     finished = 0

@@ -192,7 +192,7 @@ def export_download(request, tenant, job_id):
         f"audit-{tenant.slug}-{job.created_at:%Y%m%dT%H%M%SZ}.{jobs.EXTENSIONS[job.kind]}",
         length=path.stat().st_size,
     )
-    response["Digest"] = f"sha-256={job.sha256}"
+    response["X-Content-SHA256"] = job.sha256
     return response
 
 

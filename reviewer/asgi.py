@@ -8,6 +8,13 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reviewer.settings")
 # Initialise Django (apps, models) before importing anything that touches models.
 django_asgi_app = get_asgi_application()
 
+from django.conf import settings  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
+
+if settings.SERVE_STATIC:
+    # Daphne serves css/js itself on the embedded default; behind a proxy, collectstatic and let it serve.
+    django_asgi_app = ASGIStaticFilesHandler(django_asgi_app)
+
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402

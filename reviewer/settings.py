@@ -197,6 +197,8 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "static"
+# Daphne serves /static/ itself (the embedded default); in production a proxy serves STATIC_ROOT.
+SERVE_STATIC = env_bool("SERVE_STATIC", DEBUG)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
@@ -214,6 +216,17 @@ EXECUTING_RECONCILE_SECONDS = env_int("EXECUTING_RECONCILE_SECONDS", 300)
 # Audit checkpoints: sign the chain head every N events (and at least every T minutes via the worker).
 AUDIT_CHECKPOINT_EVERY = env_int("AUDIT_CHECKPOINT_EVERY", 100)
 AUDIT_CHECKPOINT_MINUTES = env_int("AUDIT_CHECKPOINT_MINUTES", 10)
+
+# Audit exports and metrics (audit/conf.py documents each).
+METRICS_TOKEN = env_str("METRICS_TOKEN")  # bearer token for /metrics (Prometheus); empty: endpoint off
+AUDIT_EXPORT_DIR = Path(env_str("AUDIT_EXPORT_DIR", str(DATA_DIR / "exports")))
+AUDIT_EXPORT_STREAM_MAX_EVENTS = env_int("AUDIT_EXPORT_STREAM_MAX_EVENTS", 20000)
+AUDIT_EXPORT_TICK_SECONDS = float(env_str("AUDIT_EXPORT_TICK_SECONDS", "1.0"))
+AUDIT_EXPORT_STALE_SECONDS = env_int("AUDIT_EXPORT_STALE_SECONDS", 300)
+AUDIT_PDF_MAX_ROWS = env_int("AUDIT_PDF_MAX_ROWS", 2000)
+AUDIT_PDF_FONT = env_str("AUDIT_PDF_FONT")  # a TTF file; empty: DejaVu or Liberation if installed
+AUDIT_RUBBER_STAMP_MIN_SAMPLE = env_int("AUDIT_RUBBER_STAMP_MIN_SAMPLE", 300)
+AUDIT_METRICS_CACHE_SECONDS = env_int("AUDIT_METRICS_CACHE_SECONDS", 60)
 
 LOGGING = {
     "version": 1,

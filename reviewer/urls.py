@@ -3,6 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from approvals import views as approval_views
+from audit import views as audit_views
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -10,4 +11,5 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("approvals.urls")),
     path("audit/", include("audit.urls")),
+    path("metrics", audit_views.prometheus, name="metrics"),  # where Prometheus looks by default
 ]

@@ -17,7 +17,6 @@
 import asyncio
 import logging
 
-import jwt
 from a2a.helpers import get_message_text, new_data_part, new_task_from_user_message, new_text_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
@@ -176,12 +175,11 @@ class RefundExecutor(AgentExecutor):
                 context_id=asked.context_id,
             )
         except approval_gate.GateError as error:
-            if error.code == "replayed" and await asyncio.to_thread(
-                self._is_taken_by_another_delivery, token
-            ):
-                logger.info(
-                    "task %s: duplicate delivery of a decision already being executed", updater.task_id
-                )
+            if error.code == "replayed":
+                # verify() already matched the task, request and digest, so this is the same decision
+                # delivered again (a retry, another replica): whoever claimed it first acts; this
+                # delivery must neither act nor fail the task under the one that is acting.
+                logger.info("task %s: duplicate delivery of decision; ignored", updater.task_id)
                 return
             logger.warning("task %s: decision refused: %s", updater.task_id, error)
             await updater.failed(
@@ -202,11 +200,6 @@ class RefundExecutor(AgentExecutor):
             await self._answer_question(updater, asked, decision)
         else:
             await self._execute_approved(context, updater, asked, decision)
-
-    def _is_taken_by_another_delivery(self, token: str) -> bool:
-        # Only reached after verify() checked everything but single use, so the jti is trustworthy.
-        jti = jwt.decode(token, options={"verify_signature": False}).get("jti")
-        return isinstance(jti, str) and self.state.execution(jti) is not None
 
     async def _answer_question(
         self, updater: TaskUpdater, asked: AskedRequest, decision: approval_gate.VerifiedDecision

@@ -16,9 +16,6 @@ from tests.factories import approve, submit, totp_code
 pytestmark = pytest.mark.django_db
 
 
-
-
-
 def refusal_of(agent, decision, *, rev=None, now=None) -> str:
     with pytest.raises(services.ConsumeRefused) as refused:
         services.consume_decision(agent, decision.jti, rev=decision.rev if rev is None else rev, now=now)
@@ -183,8 +180,6 @@ def test_consume_just_before_expiry_still_succeeds(agent, refund_policy, request
 
 # ---------------------------------------------------------------------------------------------------
 # Two replicas at once, each on its own database connection (PostgreSQL: real row locks)
-
-
 
 
 @pytest.mark.postgres

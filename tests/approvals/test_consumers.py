@@ -76,8 +76,7 @@ async def connected(path: str, session_id: str | None) -> WebsocketCommunicator:
 async def refused(path: str, session_id: str | None) -> bool:
     communicator = socket(path, session_id)
     ok, _ = await communicator.connect(timeout=TIMEOUT)
-    if ok:
-        await communicator.disconnect()
+    await communicator.disconnect()  # end the application instance either way, with its database work
     return not ok
 
 
@@ -299,3 +298,4 @@ async def test_a_socket_stops_when_its_session_signs_out(proposal, reviewer_a, r
         proposal.id, reviewer_a, verdict="approve", digest_seen=proposal.action_digest, otp_code=code
     )
     assert (await viewer.receive_output(timeout=TIMEOUT))["type"] == "websocket.close"
+    await viewer.disconnect()

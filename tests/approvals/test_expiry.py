@@ -18,8 +18,6 @@ pytestmark = pytest.mark.django_db
 SECOND = timedelta(seconds=1)
 
 
-
-
 def cancels_for(proposal) -> list[OutboxMessage]:
     return list(OutboxMessage.objects.filter(proposal=proposal, kind=OutboxMessage.Kind.CANCEL))
 

@@ -25,9 +25,6 @@ from tests.factories import approve, submit, totp_code
 pytestmark = pytest.mark.django_db
 
 
-
-
-
 def cancels_for(proposal) -> list[OutboxMessage]:
     return list(OutboxMessage.objects.filter(proposal=proposal, kind=OutboxMessage.Kind.CANCEL))
 
@@ -456,8 +453,6 @@ def test_resume_command_fails_when_the_scope_has_no_halt_of_its_own(tenant):
 
 # ---------------------------------------------------------------------------------------------------
 # A halt racing an agent's consume (PostgreSQL: real row locks, two connections)
-
-
 
 
 @pytest.mark.postgres

@@ -2,7 +2,6 @@
 consumption fails from then on and the agent's task is sent CancelTask. After consumption only a
 compensation note can be recorded."""
 
-
 import pytest
 
 from approvals import services
@@ -15,9 +14,6 @@ from tests.concurrency import requires_postgres, run_together
 from tests.factories import approve, submit, totp_code
 
 pytestmark = pytest.mark.django_db
-
-
-
 
 
 def test_approver_revokes_an_unconsumed_decision(agent, refund_policy, requester, reviewer_a):
@@ -190,8 +186,6 @@ def test_a_waiting_proposal_has_nothing_to_revoke(agent, refund_policy, requeste
 
 # ---------------------------------------------------------------------------------------------------
 # Revocation racing the agent's consume (PostgreSQL: real row locks, two connections)
-
-
 
 
 @pytest.mark.postgres

@@ -13,8 +13,13 @@ def test_one_finance_approval_releases_a_signed_decision(agent, refund_policy, r
     proposal = submit(agent)
     assert proposal.state == State.AWAITING_REVIEW
 
-    services.cast_vote(proposal.id, reviewer_a, verdict="approve", digest_seen=proposal.action_digest,
-                       otp_code=totp_code(reviewer_a))
+    services.cast_vote(
+        proposal.id,
+        reviewer_a,
+        verdict="approve",
+        digest_seen=proposal.action_digest,
+        otp_code=totp_code(reviewer_a),
+    )
 
     proposal.refresh_from_db()
     assert proposal.state == State.APPROVED
@@ -26,6 +31,11 @@ def test_one_finance_approval_releases_a_signed_decision(agent, refund_policy, r
 def test_requester_cannot_approve_own_proposal(agent, refund_policy, requester):
     proposal = submit(agent)
     with pytest.raises(services.VoteRefused) as refused:
-        services.cast_vote(proposal.id, requester, verdict="approve", digest_seen=proposal.action_digest,
-                           otp_code=totp_code(requester))
+        services.cast_vote(
+            proposal.id,
+            requester,
+            verdict="approve",
+            digest_seen=proposal.action_digest,
+            otp_code=totp_code(requester),
+        )
     assert refused.value.code == "self_approval"

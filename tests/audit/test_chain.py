@@ -102,16 +102,29 @@ def test_time_based_checkpoints_sign_only_moved_heads_whose_last_checkpoint_is_o
 ):
     settings.AUDIT_CHECKPOINT_EVERY = 1000
     chain = f"tenant:{agent.tenant_id}"
-    head = ChainHead.objects.get(chain=chain)
-    assert [c.seq for c in write_due_checkpoints()] == [head.seq]  # never signed: due at once
-    assert write_due_checkpoints() == []  # the head did not move
+    now = datetime.now(UTC)
+    assert write_due_checkpoints(minutes=10) == []  # never signed, but its first event is seconds old
+    later = now + timedelta(minutes=11)
+    assert [c.seq for c in write_due_checkpoints(now=later, minutes=10)] == [
+        ChainHead.objects.get(chain=chain).seq
+    ]
+    assert write_due_checkpoints(now=later, minutes=10) == []  # the head did not move
 
     submit(agent)
-    later = datetime.now(UTC)
-    assert write_due_checkpoints(now=later, minutes=10) == []  # moved, but the last checkpoint is recent
+    assert write_due_checkpoints(minutes=10) == []  # moved, but the last checkpoint is recent
     due = write_due_checkpoints(now=later + timedelta(minutes=11), minutes=10)
     assert [c.seq for c in due] == [ChainHead.objects.get(chain=chain).seq]
     assert verify_chain(chain).ok
+
+
+def test_an_idle_worker_tick_writes_nothing(agent, refund_policy, django_assert_num_queries):
+    from audit.jobs import run_pending_exports
+
+    with django_assert_num_queries(
+        5
+    ) as captured:  # heads, checkpoints, first event, stale jobs, pending jobs
+        run_pending_exports()
+    assert not [q for q in captured.captured_queries if not q["sql"].lstrip().upper().startswith("SELECT")]
 
 
 def test_checkpoints_stay_verifiable_after_the_signing_key_is_rotated_and_its_files_are_gone(

@@ -288,3 +288,16 @@ def test_audit_export_command_writes_a_verifiable_bundle_and_records_the_export(
     call_command("audit_export", "--tenant", "acme", "--format", "bundle", "--output", str(path))
     assert verify_bundle(path).ok
     assert AuditEvent.objects.filter(verb=Verb.EXPORT_CREATED, data__delivery="command").exists()
+
+
+def test_the_offline_verifier_accepts_pinned_keys_and_exits_2_on_an_unreadable_file(mixed, tenant, tmp_path):
+    from audit.chain import verification_jwks
+
+    bundle = export_bundle(tenant, tmp_path / "b.zip")
+    pinned = tmp_path / "jwks.json"
+    pinned.write_text(json.dumps(verification_jwks()))
+    result = verify_offline(bundle, "--jwks", pinned)
+    assert result.returncode == 0 and "keys: pinned by --jwks" in result.stdout
+    junk = tmp_path / "junk.zip"
+    junk.write_bytes(b"not a zip")
+    assert verify_offline(junk).returncode == 2

@@ -75,7 +75,7 @@ def _first_answer(url: str, process: subprocess.Popen, log: Path) -> None:
     raise RuntimeError(f"Daphne answered {url} with {response.status}:\n{log.read_text()[-3000:]}")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # stopped after the module, before other tests' servers start
 def live_server_url(django_db_setup, django_db_blocker, tmp_path_factory):
     """Daphne serving tests/browser/asgi.py (reviewer.asgi + static files) on the test database."""
     if not CHROMIUM:

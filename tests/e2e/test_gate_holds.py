@@ -320,9 +320,12 @@ def test_04_two_simultaneous_decisions_on_one_proposal_one_wins(world):
 @pytest.mark.parametrize("world", ["paying_stack"], indirect=True)
 def test_05_the_same_approved_task_resumed_on_two_agent_workers_has_one_effect(world, payments):
     stack, tenant, agent, people = world
-    # A second replica of the agent: same state folder (task store, used decisions), same payments.
+    # A second replica of the same agent: same audience, state folder (task store, used decisions), payments.
     replica = AgentProcess(
-        state_dir=stack.agent.state_dir, reviewer_url=stack.url, downstream_url=payments.url
+        state_dir=stack.agent.state_dir,
+        reviewer_url=stack.url,
+        downstream_url=payments.url,
+        extra_args=["--audience", stack.agent.audience],
     ).start()
     try:
         task_id = ask_refund(stack, "Refund EUR 70.00 for order 3005 (wrong size)")

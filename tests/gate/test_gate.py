@@ -452,21 +452,33 @@ EDITED_ACTION = {**ACTION, "arguments": {**ACTION["arguments"], "amount": "25.00
 
 
 def test_a_decision_for_a_reviewer_edit_of_the_request_verifies_and_carries_the_edited_action(the_gate, key):
-    signed = claims(request_id=f"{REQUEST_ID}.edit1", action_digest=gate.action_digest(EDITED_ACTION),
-                    action=EDITED_ACTION, replaces=[REQUEST_ID])
+    signed = claims(
+        request_id=f"{REQUEST_ID}.edit1",
+        action_digest=gate.action_digest(EDITED_ACTION),
+        action=EDITED_ACTION,
+        replaces=[REQUEST_ID],
+    )
     decision = verify(the_gate, key.sign(signed))
     assert decision.edited and decision.action == EDITED_ACTION
 
 
 def test_an_edit_whose_action_does_not_hash_to_the_signed_digest_is_refused(the_gate, key):
-    signed = claims(request_id=f"{REQUEST_ID}.edit1", action_digest=gate.action_digest(EDITED_ACTION),
-                    action={**EDITED_ACTION, "target": "order:9999"}, replaces=[REQUEST_ID])
+    signed = claims(
+        request_id=f"{REQUEST_ID}.edit1",
+        action_digest=gate.action_digest(EDITED_ACTION),
+        action={**EDITED_ACTION, "target": "order:9999"},
+        replaces=[REQUEST_ID],
+    )
     assert refused_code(the_gate, key.sign(signed)) == "wrong_digest"
 
 
 def test_a_decision_for_another_request_that_does_not_replace_the_asked_one_is_refused(the_gate, key):
-    signed = claims(request_id="request-2", action_digest=gate.action_digest(EDITED_ACTION),
-                    action=EDITED_ACTION, replaces=["request-0"])
+    signed = claims(
+        request_id="request-2",
+        action_digest=gate.action_digest(EDITED_ACTION),
+        action=EDITED_ACTION,
+        replaces=["request-0"],
+    )
     assert refused_code(the_gate, key.sign(signed)) == "wrong_request"
 
 
