@@ -72,6 +72,8 @@ if not SECRET_KEY:
     SECRET_KEY = _development_secret("secret_key")
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"] if DEBUG else [])
+if not ALLOWED_HOSTS:
+    raise ImproperlyConfigured("ALLOWED_HOSTS is required when DEBUG is off (comma-separated host names)")
 if "*" in ALLOWED_HOSTS:
     # AllowedHostsOriginValidator trusts ALLOWED_HOSTS for WebSocket origins: "*" would accept any site.
     raise ImproperlyConfigured("ALLOWED_HOSTS may not contain '*': it disables the WebSocket origin check")
