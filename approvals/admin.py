@@ -12,6 +12,8 @@ approves and activates it, which retires the version it replaces. "Dry run" repl
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q
 from django.forms.models import BaseInlineFormSet
@@ -768,3 +770,26 @@ class DecisionAdmin(ReadOnlyAdmin):
     list_select_related = ["proposal"]
     # The token itself stays out of the admin: whoever holds it could replay it to the agent.
     exclude = ["token"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# People: an admin resets a lost authenticator through the service, so the reset is audited.
+
+
+@admin.action(description="Reset one-time-code devices (they enroll again at next sign-in)")
+def reset_otp_devices(modeladmin, request, queryset):
+    for user in queryset:
+        try:
+            removed = services.reset_devices(user, request.user, reason="reset in the admin")
+        except services.ServiceError as error:
+            modeladmin.message_user(request, f"{user}: {error.message}", level=messages.ERROR)
+        else:
+            modeladmin.message_user(request, f"{user}: {removed} device(s) removed")
+
+
+class ReviewerUserAdmin(UserAdmin):
+    actions = [reset_otp_devices]
+
+
+admin.site.unregister(get_user_model())
+admin.site.register(get_user_model(), ReviewerUserAdmin)

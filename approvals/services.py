@@ -37,7 +37,7 @@ from approvals.models import (
 )
 from approvals.schemas import ProposalSubmission
 from approvals.signing import decision_claims, sign_decision
-from approvals.states import OPEN_FOR_VOTES, RELEASED, State, check_transition
+from approvals.states import ALLOWED, OPEN_FOR_VOTES, RELEASED, State, check_transition
 from audit import chain as audit_chain
 from audit.models import Verb
 
@@ -420,7 +420,7 @@ def _supersede(agent: Agent, task_id: str, old_request_id: str, new: Proposal, *
             f"supersedes names {old_request_id!r}, which this task never asked for",
             "request.supersedes",
         )
-    if State.SUPERSEDED not in _next_states(old.state):
+    if State.SUPERSEDED not in ALLOWED[old.state]:
         raise IntakeError(
             "cannot_supersede", f"the request it supersedes is {old.state}", "request.supersedes"
         )
@@ -433,12 +433,6 @@ def _supersede(agent: Agent, task_id: str, old_request_id: str, new: Proposal, *
     )
     Proposal.objects.filter(pk=new.pk).update(supersedes=old)
     new.supersedes = old
-
-
-def _next_states(state: str) -> set[str]:
-    from approvals.states import ALLOWED
-
-    return ALLOWED[state]
 
 
 def _evaluate_and_route(proposal: Proposal, *, requested_expiry: datetime | None, actor: str):
@@ -2000,7 +1994,7 @@ def _reevaluate_open_proposals(tenant: Tenant, *, actor: str, because: str) -> N
             reason = f"{because}: {evaluation.reason}"
             if proposal.state in RELEASED:
                 _revoke(proposal, actor=actor, reason=reason)
-            elif State.CANCELLED in _next_states(proposal.state):
+            elif State.CANCELLED in ALLOWED[proposal.state]:
                 transition(proposal, State.CANCELLED, actor=actor, reason=reason)
                 _enqueue(
                     proposal,

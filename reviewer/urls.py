@@ -1,9 +1,13 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
+from django_otp.admin import OTPAdminSite
 
 from approvals import views as approval_views
 from audit import views as audit_views
+
+# The admin configures who may release payments: it takes a one-time code at sign-in like every page.
+admin.site.__class__ = OTPAdminSite
 
 urlpatterns = [
     path("admin/", admin.site.urls),

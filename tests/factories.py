@@ -221,3 +221,24 @@ def approve(agent, reviewer, **submit_kwargs):
     )
     proposal.refresh_from_db()
     return proposal, Decision.objects.get(proposal=proposal)
+
+
+def sign_in_verified(client, user):
+    """Sign a test client in as if with password and one-time code (the login view has its own tests).
+    A user without a device gets one, as enrollment would give them."""
+    from django_otp import DEVICE_ID_SESSION_KEY
+
+    device = TOTPDevice.objects.filter(user=user, confirmed=True).first()
+    if device is None:
+        device = TOTPDevice.objects.create(user=user, name="default", confirmed=True)
+    client.force_login(user)
+    session = client.session
+    session[DEVICE_ID_SESSION_KEY] = device.persistent_id
+    session.save()
+    return client
+
+
+def verified_client(user):
+    from django.test import Client
+
+    return sign_in_verified(Client(), user)

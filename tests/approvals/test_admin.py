@@ -50,7 +50,7 @@ def approver(db):
 
 @pytest.fixture
 def as_author(client, author):
-    client.force_login(author)
+    factories.sign_in_verified(client, author)
     return client
 
 
@@ -245,7 +245,7 @@ def test_activation_by_the_author_is_refused(as_author, draft, refund_policy):
 
 
 def test_a_second_admin_approves_and_activates_from_the_version_page(client, approver, draft, refund_policy):
-    client.force_login(approver)
+    factories.sign_in_verified(client, approver)
     assert (
         url("policyversion", "activate", draft.pk)
         in client.get(url("policyversion", "change", draft.pk)).content.decode()
@@ -261,7 +261,7 @@ def test_a_second_admin_approves_and_activates_from_the_version_page(client, app
 
 
 def test_the_activate_url_takes_only_post(client, approver, draft):
-    client.force_login(approver)
+    factories.sign_in_verified(client, approver)
     assert client.get(url("policyversion", "activate", draft.pk)).status_code == 405
 
 
@@ -269,13 +269,13 @@ def test_the_approve_and_activate_action_refuses_the_author_and_accepts_another_
     client, author, approver, draft
 ):
     action = {"action": "approve_and_activate", "_selected_action": [draft.pk]}
-    client.force_login(author)
+    factories.sign_in_verified(client, author)
     response = client.post(url("policyversion", "changelist"), action, follow=True)
     assert any("cannot activate" in message for message in error_messages(response))
     draft.refresh_from_db()
     assert draft.status == PolicyVersion.Status.DRAFT
 
-    client.force_login(approver)
+    factories.sign_in_verified(client, approver)
     client.post(url("policyversion", "changelist"), action)
     draft.refresh_from_db()
     assert draft.status == PolicyVersion.Status.ACTIVE
@@ -513,7 +513,7 @@ def acme_staff(client, admin_user):
     admin_user.is_staff = True
     admin_user.save(update_fields=["is_staff"])
     admin_user.user_permissions.set(Permission.objects.filter(content_type__app_label="approvals"))
-    client.force_login(admin_user)
+    factories.sign_in_verified(client, admin_user)
     return client
 
 
@@ -557,3 +557,31 @@ def test_an_open_proposal_can_be_looked_at_but_not_decided_in_the_admin(
     assert as_author.get(url("proposal", "change", proposal.pk)).status_code == 200
     proposal.refresh_from_db()
     assert proposal.state == State.AWAITING_REVIEW
+
+
+def test_an_admin_resets_a_persons_devices_from_the_user_list_and_it_is_audited(tenant, reviewer_a):
+    from django.contrib.auth import get_user_model
+    from django_otp.plugins.otp_totp.models import TOTPDevice
+
+    from audit.models import AuditEvent, Verb
+
+    superuser = get_user_model().objects.create_superuser("root", "root@example.test", "pw-for-tests")
+    client = factories.verified_client(superuser)
+
+    response = client.post(
+        "/admin/auth/user/", {"action": "reset_otp_devices", "_selected_action": [reviewer_a.pk]}, follow=True
+    )
+
+    assert response.status_code == 200
+    assert not TOTPDevice.objects.filter(user=reviewer_a).exists()
+    assert AuditEvent.objects.filter(verb=Verb.DEVICE_RESET, subject="user:reviewer_a").exists()
+
+
+def test_the_admin_refuses_a_session_not_verified_with_a_one_time_code(client, admin_user):
+    admin_user.is_staff = True
+    admin_user.save(update_fields=["is_staff"])
+    client.force_login(admin_user)  # password only
+
+    response = client.get("/admin/")
+
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]

@@ -6,7 +6,6 @@ import re
 import pytest
 from django.test import Client
 from django.urls import reverse
-from django_otp import DEVICE_ID_SESSION_KEY
 from django_otp.plugins.otp_static.models import StaticDevice
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
@@ -16,19 +15,9 @@ from approvals.models import Decision, Proposal, Vote
 from approvals.states import State
 from audit.models import AuditEvent, Verb
 from tests import factories
-from tests.factories import PASSWORD, submit, totp_code
+from tests.factories import PASSWORD, submit, totp_code, verified_client
 
 pytestmark = pytest.mark.django_db
-
-
-def verified_client(user) -> Client:
-    """A browser session signed in with password and one-time code (the login view is tested below)."""
-    client = Client()
-    client.force_login(user)
-    session = client.session
-    session[DEVICE_ID_SESSION_KEY] = TOTPDevice.objects.get(user=user, confirmed=True).persistent_id
-    session.save()
-    return client
 
 
 def detail_url(proposal) -> str:

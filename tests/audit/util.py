@@ -7,26 +7,13 @@ import sys
 from pathlib import Path
 
 from django.db import connection
-from django.test import Client
-from django_otp import DEVICE_ID_SESSION_KEY
-from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from approvals import services
 from audit import domain
 from audit.exports import Selection, write_bundle
-from tests.factories import submit, totp_code
+from tests.factories import submit, totp_code, verified_client  # noqa: F401 (audit tests import it from here)
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def verified_client(user) -> Client:
-    """A browser session signed in with password and one-time code."""
-    client = Client()
-    client.force_login(user)
-    session = client.session
-    session[DEVICE_ID_SESSION_KEY] = TOTPDevice.objects.get(user=user, confirmed=True).persistent_id
-    session.save()
-    return client
 
 
 def tenant_ref(tenant) -> domain.TenantRef:
