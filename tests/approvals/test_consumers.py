@@ -161,6 +161,17 @@ async def test_a_vote_for_another_digest_is_refused(proposal, reviewer_a):
     await communicator.disconnect()
 
 
+async def test_compliance_staff_can_watch_a_proposal_but_a_vote_over_the_socket_is_refused(
+    proposal, compliance
+):
+    communicator = await connected(proposal_path(proposal), await database_sync_to_async(sign_in)(compliance))
+    code = await database_sync_to_async(totp_code)(compliance)
+    reply = await reply_to(communicator, vote(proposal, otp_code=code))
+    assert reply["type"] == "error" and reply["error"]["code"] == "not_eligible"
+    assert not await database_sync_to_async(proposal.votes.exists)()
+    await communicator.disconnect()
+
+
 async def test_a_vote_after_expiry_is_refused_by_the_server_clock(proposal, reviewer_a):
     communicator = await connected(proposal_path(proposal), await database_sync_to_async(sign_in)(reviewer_a))
     await database_sync_to_async(Proposal.objects.filter(pk=proposal.pk).update)(
