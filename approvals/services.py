@@ -1394,14 +1394,19 @@ def _outbox_audit(message: OutboxMessage, verb: str, data: dict):
     )
 
 
+def _locked_pending_outbox(message_id: int) -> OutboxMessage | None:
+    """The row, locked, if it still waits for delivery; None once another worker settled it."""
+    return (
+        OutboxMessage.objects.select_for_update()
+        .filter(pk=message_id, status=OutboxMessage.Status.PENDING)
+        .first()
+    )
+
+
 def mark_outbox_delivered(message_id: int, *, note: str = "", now: datetime | None = None) -> bool:
     """The agent took the message. False if another worker settled the row first."""
     with transaction.atomic():
-        message = (
-            OutboxMessage.objects.select_for_update()
-            .filter(pk=message_id, status=OutboxMessage.Status.PENDING)
-            .first()
-        )
+        message = _locked_pending_outbox(message_id)
         if message is None:
             return False
         message.status, message.delivered_at = OutboxMessage.Status.DELIVERED, now or now_utc()
@@ -1417,11 +1422,7 @@ def mark_outbox_failed(message_id: int, *, error: str, now: datetime | None = No
     clock = now or now_utc()
     error = error[:2000]
     with transaction.atomic():
-        message = (
-            OutboxMessage.objects.select_for_update()
-            .filter(pk=message_id, status=OutboxMessage.Status.PENDING)
-            .first()
-        )
+        message = _locked_pending_outbox(message_id)
         if message is None:
             return None
         message.last_error = error
@@ -1444,11 +1445,7 @@ def withdraw_outbox(message_id: int, *, reason: str) -> bool:
     """Never deliver this message: an approval whose decision was revoked or expired before it left
     (a decision that need not be consumed online would otherwise still be acted on). Kept as dead."""
     with transaction.atomic():
-        message = (
-            OutboxMessage.objects.select_for_update()
-            .filter(pk=message_id, status=OutboxMessage.Status.PENDING)
-            .first()
-        )
+        message = _locked_pending_outbox(message_id)
         if message is None:
             return False
         message.status, message.last_error = OutboxMessage.Status.DEAD, f"withdrawn: {reason}"[:2000]
