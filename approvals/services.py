@@ -2101,6 +2101,21 @@ def _person_chains(user) -> list[int | None]:
     return list(TenantMembership.objects.filter(user=user).values_list("tenant_id", flat=True)) or [None]
 
 
+def record_sign_in_code_refused(user, *, throttled: bool) -> None:
+    """The right password with a wrong (or throttled) one-time code: the password may be known to
+    someone else, which the person's tenants should see. Nothing typed is recorded. (A wrong password
+    is not recorded: anyone could flood the trail with those.)"""
+    with transaction.atomic():
+        for tenant_id in _person_chains(user):
+            record(
+                tenant_id,
+                actor=user_actor(user),
+                verb=Verb.SIGN_IN_CODE_REFUSED,
+                subject=f"user:{user.get_username()}",
+                data={"throttled": throttled},
+            )
+
+
 def _enrolling_device(device_model, user):
     return device_model.objects.select_for_update().filter(user=user, confirmed=False).order_by("id").first()
 

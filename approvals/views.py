@@ -125,6 +125,10 @@ def login_view(request):
             return redirect("approvals:enroll")
         otp_login(request, form.device)
         return redirect(_next_url(request))
+    throttled = form.has_error("__all__", "throttled")
+    if form.user_cache is not None and (throttled or form.has_error("__all__", "invalid_login")):
+        # The password was right, the code was not.
+        services.record_sign_in_code_refused(form.user_cache, throttled=throttled)
     status = 400 if form.is_bound else 200
     return render(
         request, "registration/login.html", {"form": form, "next": _next_url(request)}, status=status

@@ -70,6 +70,7 @@ class Verb(models.TextChoices):
     MEMBERSHIP_CHANGED = "membership.changed"
     DEVICE_ENROLLED = "device.enrolled"
     DEVICE_RESET = "device.reset"
+    SIGN_IN_CODE_REFUSED = "sign_in.code_refused"
     INTAKE_REFUSED = "intake.refused"
     SIGNING_KEY_ROTATED = "signing_key.rotated"
     EXPORT_CREATED = "export.created"

@@ -85,6 +85,16 @@ def test_login_with_a_wrong_code_is_refused_with_one_message_for_every_wrong_par
     assert 'value="reviewer_a"' in wrong_code.content.decode()  # the typed username stays
 
 
+def test_a_right_password_with_a_wrong_code_is_audited_and_a_wrong_password_is_not(reviewer_a):
+    Client().post(reverse("login"), {"username": "reviewer_a", "password": "nope", "otp_token": "000000"})
+    assert not AuditEvent.objects.filter(verb=Verb.SIGN_IN_CODE_REFUSED).exists()
+
+    Client().post(reverse("login"), {"username": "reviewer_a", "password": PASSWORD, "otp_token": "000000"})
+
+    (event,) = AuditEvent.objects.filter(verb=Verb.SIGN_IN_CODE_REFUSED)
+    assert event.subject == "user:reviewer_a" and "000000" not in str(event.data)
+
+
 def test_login_without_a_code_is_refused_for_a_person_with_an_authenticator(reviewer_a):
     response = Client().post(reverse("login"), {"username": "reviewer_a", "password": PASSWORD})
     assert response.status_code == 400
