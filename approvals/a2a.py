@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import httpx
 import pydantic
@@ -235,6 +236,28 @@ def forget_cards() -> None:
         _cards.clear()
 
 
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    return (
+        parts.scheme,
+        (parts.hostname or "").lower(),
+        parts.port or {"http": 80, "https": 443}.get(parts.scheme),
+    )
+
+
+def _check_same_origin(endpoint: AgentEndpoint, card: AgentCard) -> None:
+    """The card is agent-controlled; the card URL is what an admin registered. Reviewer calls (with the
+    agent's credentials) only interfaces on the registered origin, never an address the card names
+    elsewhere (an internal service, another agent)."""
+    registered = _origin(endpoint.card_url)
+    for interface in card.supported_interfaces:
+        if _origin(interface.url) != registered:
+            raise DeliveryError(
+                f"{endpoint.slug}'s card names an interface at {interface.url}, not on the registered "
+                f"origin of {endpoint.card_url}; refusing to call it"
+            )
+
+
 async def _card(endpoint: AgentEndpoint, http: httpx.AsyncClient) -> AgentCard:
     key = (endpoint.agent_id, endpoint.card_url)
     with _cards_lock:
@@ -243,6 +266,7 @@ async def _card(endpoint: AgentEndpoint, http: httpx.AsyncClient) -> AgentCard:
         return cached[1]
     # card_url is the card's own URL, so the resolver gets it as the base and an empty card path.
     card = await A2ACardResolver(http, endpoint.card_url, agent_card_path="").get_agent_card()
+    _check_same_origin(endpoint, card)
     with _cards_lock:
         _cards[key] = (time.monotonic(), card)
     return card

@@ -92,6 +92,20 @@ def test_an_approval_reaches_the_agent_once_with_the_signed_decision(
     assert verify_chain(f"tenant:{proposal.tenant_id}").ok
 
 
+def test_an_agent_card_naming_an_interface_on_another_origin_is_never_called(
+    fake_agent, tenant, refund_policy, requester, reviewer_a, task
+):
+    # Registered under another host name than the one its (agent-controlled) card names.
+    elsewhere = factories.make_agent(tenant, card_url=fake_agent.card_url.replace("127.0.0.1", "localhost"))
+    proposal, _ = approve(elsewhere, reviewer_a, task)
+
+    Worker().tick()
+
+    assert fake_agent.decisions_received() == []
+    message = continuation(proposal)
+    assert message.status == OutboxMessage.Status.PENDING and "registered origin" in message.last_error
+
+
 def test_a_failing_agent_is_retried_with_exponential_backoff_until_it_answers(
     fake_agent, agent, refund_policy, requester, reviewer_a, task
 ):
