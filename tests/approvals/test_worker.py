@@ -358,6 +358,9 @@ def test_run_worker_once_delivers_and_exits(fake_agent, agent, refund_policy, re
     assert continuation(proposal).status == OutboxMessage.Status.DELIVERED
 
 
+# Committed data and no transaction held by the test: on SQLite an open test transaction would hold the
+# write lock that the worker's first tick waits for, and the stop would be seen only after that.
+@pytest.mark.django_db(transaction=True)
 def test_run_worker_stops_when_asked(agent):
     stop = threading.Event()
     worker = Worker(stop=stop)
