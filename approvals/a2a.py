@@ -150,13 +150,10 @@ def submit(agent: Agent, submission: ProposalSubmission, *, via: str) -> tuple[P
 
 def apply_task_state(agent: Agent, task_id: str, task_state: str, *, detail: str = "") -> list[Proposal]:
     """What a task's terminal state tells Reviewer (from a push or GetTask). It settles an execution
-    (COMPLETED → succeeded; FAILED, REJECTED, CANCELED → failed), and closes a request still waiting
-    for people, since its task can no longer act. Never approves anything. Returns what changed.
-
-    An outcome already unknown settles only on COMPLETED: a task that ends FAILED after its agent said
-    "unknown" (the refund agent does so when the payments service's answer was lost) is no evidence that
-    nothing happened, and calling it failed invites a second, duplicate approval. It stays unknown until
-    the agent reports the real outcome or a person reconciles it."""
+    through services.settle_from_task_state (which decides what each state proves: an outcome already
+    unknown settles only on COMPLETED, so a failed task never invites a duplicate approval), and closes
+    a request still waiting for people, since its task can no longer act. Never approves anything.
+    Returns what changed."""
     if task_state not in TERMINAL_TASK_STATES:
         return []
     changed = []
@@ -170,8 +167,6 @@ def apply_task_state(agent: Agent, task_id: str, task_state: str, *, detail: str
                 after = services.close_for_ended_task(proposal.id, task_state=task_state).state
             elif before in RELEASED and proposal.decision.consume_required:
                 continue  # released, never consumed: nothing ran; expiry closes it
-            elif before == State.UNKNOWN and task_state != "TASK_STATE_COMPLETED":
-                continue
             else:
                 after = services.settle_from_task_state(
                     proposal.id, task_state=task_state, detail=detail

@@ -529,8 +529,9 @@ def proposal_for_user(proposal_id, user) -> Proposal:
     return proposal
 
 
-def threshold_groups(proposal: Proposal) -> dict[str, ApproverGroup]:
-    slugs = [t["group"] for t in proposal.requirements.get("thresholds", [])]
+def threshold_groups(proposal: Proposal, requirements: dict | None = None) -> dict[str, ApproverGroup]:
+    requirements = proposal.requirements if requirements is None else requirements
+    slugs = [t["group"] for t in requirements.get("thresholds", [])]
     return {g.slug: g for g in ApproverGroup.objects.filter(tenant_id=proposal.tenant_id, slug__in=slugs)}
 
 
@@ -587,14 +588,17 @@ class Quorum:
         ]
 
 
-def count_quorum(proposal: Proposal) -> Quorum:
+def count_quorum(proposal: Proposal, requirements: dict | None = None) -> Quorum:
     """Place each counting approval in at most one slot, using current group membership.
 
     A vote counts only while its voter is still a member of a group that needs them, is not the
     principal and did not author the edit. Placement is a bipartite matching (voters to group slots),
-    so a person in two groups fills whichever slot completes the quorum, never both."""
-    required = [dict(t) for t in proposal.requirements.get("thresholds", [])]
-    groups = threshold_groups(proposal)
+    so a person in two groups fills whichever slot completes the quorum, never both. `requirements`
+    (default: the proposal's own) lets a policy change ask whether recorded votes meet new ones."""
+    requirements = proposal.requirements if requirements is None else requirements
+    required = [dict(t) for t in requirements.get("thresholds", [])]
+    groups = threshold_groups(proposal, requirements)
+    slug_of_group = {group.id: slug for slug, group in groups.items()}
     approvals = list(
         proposal.votes.filter(verdict=Vote.Verdict.APPROVE).select_related("voter").order_by("created_at")
     )
@@ -602,9 +606,7 @@ def count_quorum(proposal: Proposal) -> Quorum:
     for membership in GroupMembership.objects.filter(
         group__in=groups.values(), user__in=[v.voter for v in approvals]
     ):
-        memberships.setdefault(membership.user_id, set()).add(
-            next(slug for slug, g in groups.items() if g.id == membership.group_id)
-        )
+        memberships.setdefault(membership.user_id, set()).add(slug_of_group[membership.group_id])
     principal_users = set(
         TenantMembership.objects.filter(
             tenant_id=proposal.tenant_id, principal_id=proposal.principal_id
@@ -617,7 +619,7 @@ def count_quorum(proposal: Proposal) -> Quorum:
         vote = approvals[index]
         if vote.voter_id == proposal.edited_by_id:
             return []
-        if vote.voter_id in principal_users and not proposal.requirements.get("self_approval"):
+        if vote.voter_id in principal_users and not requirements.get("self_approval"):
             return []
         return [slug for slug in capacity if slug in memberships.get(vote.voter_id, set())]
 
@@ -2002,7 +2004,7 @@ def _reevaluate_open_proposals(tenant: Tenant, *, actor: str, because: str) -> N
             continue
         merged = _stricter_requirements(proposal.requirements, evaluation.requirements)
         if proposal.state == State.ALLOWED or (
-            proposal.state == State.APPROVED and not _quorum_meets(proposal, merged)
+            proposal.state == State.APPROVED and not count_quorum(proposal, merged).met
         ):
             _revoke(proposal, actor=actor, reason=f"{because}: the release no longer meets the policy")
             continue
@@ -2025,15 +2027,6 @@ def _reevaluate_open_proposals(tenant: Tenant, *, actor: str, because: str) -> N
             },
         )
         events.proposal_changed(proposal)
-
-
-def _quorum_meets(proposal: Proposal, requirements: dict) -> bool:
-    original = proposal.requirements
-    proposal.requirements = requirements
-    try:
-        return count_quorum(proposal).met
-    finally:
-        proposal.requirements = original
 
 
 AGENT_EDITABLE = ("name", "card_url", "audience", "outbound_auth_scheme", "outbound_auth_credentials")
