@@ -797,7 +797,6 @@ def _store_vote(proposal, user, verdict, digest_seen, reason, page_hash, step) -
             "auth": {"method": method, "at": _audit_time(auth_at)},
         },
     )
-    events.proposal_changed(proposal)
     if verdict == Vote.Verdict.REJECT:
         transition(proposal, State.REJECTED, actor=user_actor(user), reason=reason)
         _issue_decision(
@@ -826,6 +825,8 @@ def _store_vote(proposal, user, verdict, digest_seen, reason, page_hash, step) -
             policy_ref=_pinned_policy_ref(proposal),
             quorum=quorum,
         )
+    else:
+        events.proposal_changed(proposal)  # a vote short of the quorum; transition() announces the rest
     return vote
 
 
