@@ -23,6 +23,8 @@ import pytest
 from django.conf import settings as django_settings
 from django.db import connections
 
+from tests.examples.harness import stop_process
+
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUT = ROOT / "test-output"
 SCREENSHOTS = OUTPUT / "screenshots"
@@ -122,12 +124,7 @@ def live_server_url(django_db_setup, django_db_blocker, tmp_path_factory):
         _first_answer(url + "/accounts/login/", process, log)
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        stop_process(process)
 
 
 @pytest.fixture(autouse=True)

@@ -34,7 +34,7 @@ from django.db import connection
 from approvals import keys
 from examples.downstream import FakePaymentsServer
 from tests.audit.pg_flush import audit_triggers_allow_test_flush  # noqa: F401 (flush through the audit trigger)
-from tests.examples.harness import AgentProcess
+from tests.examples.harness import AgentProcess, stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 READY_SECONDS = 30
@@ -98,14 +98,7 @@ class ServerProcess:
             time.sleep(0.1)  # readiness poll, bounded by the deadline
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
+        stop_process(self.process)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-5000:] if self.log_path.exists() else ""

@@ -45,6 +45,18 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def stop_process(process: subprocess.Popen | None) -> None:
+    """Stop a process we started, by its PID: terminate, wait, then kill."""
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+
+
 class AgentProcess:
     """`python -m examples.refund_agent` on a loopback port, stopped by its PID."""
 
@@ -107,14 +119,7 @@ class AgentProcess:
         raise RuntimeError(f"agent not ready after {timeout}s:\n{self.log()}")
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
+        stop_process(self.process)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
