@@ -705,7 +705,7 @@ def cast_vote(
         if proposal is None or tenant_role(user, proposal.tenant_id) is None:
             raise NotFound("not_found", "no such proposal")
         clock = now or now_utc()
-        refusal = _vote_refusal(proposal, user, verdict, digest_seen, clock)
+        refusal = _vote_refusal(proposal, user, digest_seen, clock)
         step = None
         if refusal is None:
             step = _check_step_up(proposal, user, otp_code, session)
@@ -745,8 +745,10 @@ def cast_vote(
 
 
 def _vote_refusal(
-    proposal: Proposal, user, verdict: str, digest_seen: str, clock: datetime
+    proposal: Proposal, user, digest_seen: str, clock: datetime, *, once_per_person: bool = True
 ) -> VoteRefused | None:
+    """Why this person may not decide this proposal now (None if they may). Asking and editing are
+    open to someone who already voted (once_per_person=False); a second vote is not."""
     halt_record = active_halt(proposal.tenant_id, proposal.agent_id)
     if halt_record:
         return VoteRefused("halted", f"votes are stopped: Reviewer is halted ({halt_record.reason})")
@@ -764,7 +766,7 @@ def _vote_refusal(
     if why_not:
         code, message = why_not
         return VoteRefused(code, message)
-    if proposal.votes.filter(voter=user).exists():
+    if once_per_person and proposal.votes.filter(voter=user).exists():
         return VoteRefused("already_voted", "you already voted on this proposal; a person counts once")
     return None
 
@@ -859,7 +861,7 @@ def request_info(proposal_id, user, *, question: str, digest_seen: str) -> Decis
         )
         if proposal is None or tenant_role(user, proposal.tenant_id) is None:
             raise NotFound("not_found", "no such proposal")
-        refusal = _vote_refusal_without_duplicate(proposal, user, digest_seen)
+        refusal = _vote_refusal(proposal, user, digest_seen, now_utc(), once_per_person=False)
         if refusal:
             raise refusal
         transition(proposal, State.INFO_REQUESTED, actor=user_actor(user), reason=question)
@@ -870,13 +872,6 @@ def request_info(proposal_id, user, *, question: str, digest_seen: str) -> Decis
             approvers=[_person(user, "none")],
             policy_ref=_pinned_policy_ref(proposal),
         )
-
-
-def _vote_refusal_without_duplicate(proposal, user, digest_seen) -> VoteRefused | None:
-    refusal = _vote_refusal(proposal, user, "approve", digest_seen, now_utc())
-    if refusal and refusal.code == "already_voted":
-        return None
-    return refusal
 
 
 def _person(user, method: str) -> dict:
@@ -902,7 +897,7 @@ def edit_proposal(proposal_id, user, *, arguments: dict, digest_seen: str, note:
         )
         if old is None or tenant_role(user, old.tenant_id) is None:
             raise NotFound("not_found", "no such proposal")
-        refusal = _vote_refusal_without_duplicate(old, user, digest_seen)
+        refusal = _vote_refusal(old, user, digest_seen, now_utc(), once_per_person=False)
         if refusal:
             raise refusal
         action = {**old.action, "arguments": arguments}
