@@ -180,7 +180,7 @@ def test_a_failed_activation_changes_nothing(refunds, admin_user, second_admin, 
             raise RuntimeError("the audit chain is unavailable")
         return real_record(*args, **kwargs)
 
-    monkeypatch.setattr(services, "record", failing_record)
+    monkeypatch.setattr(services.policies, "record", failing_record)
     with pytest.raises(RuntimeError):
         services.activate_policy_version(draft, second_admin)
 

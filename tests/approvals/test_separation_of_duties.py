@@ -230,7 +230,7 @@ def test_the_reviewer_page_refuses_a_late_vote_by_the_server_clock(
     session = client.session
     session[DEVICE_ID_SESSION_KEY] = TOTPDevice.objects.get(user=reviewer_a).persistent_id
     session.save()
-    monkeypatch.setattr(services, "now_utc", lambda: proposal.expires_at + timedelta(seconds=1))
+    monkeypatch.setattr(services.votes, "now_utc", lambda: proposal.expires_at + timedelta(seconds=1))
 
     response = client.post(
         reverse("approvals:decide", kwargs={"proposal_id": proposal.id}),

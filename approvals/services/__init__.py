@@ -1,0 +1,153 @@
+"""The only write path of the approval domain.
+
+Every function here is atomic, changes state only through `transition()`, writes its audit event in the
+same transaction, and schedules broadcasts and deliveries with on_commit (events.py) or an outbox row.
+Views, consumers, the REST API, management commands and admin actions call these; none of them saves a
+domain row itself.
+
+Refusals are exceptions carrying a stable `code` (used by the API, the socket and the tests). A refusal
+that must leave a trace (a failed step-up, a vote after expiry) records its audit event and commits
+before the exception is raised.
+"""
+
+from approvals.services.agents import (  # noqa: F401
+    AGENT_CHANGED,
+    AGENT_EDITABLE,
+    AGENT_TOKENS_ROTATED,
+    register_agent,
+    rotate_agent_tokens,
+    rotate_signing_key,
+    update_agent,
+)
+from approvals.services.common import (  # noqa: F401
+    SYSTEM,
+    _audit_time,
+    agent_actor,
+    now_utc,
+    proposal_subject,
+    record,
+    user_actor,
+)
+from approvals.services.decisions import (  # noqa: F401
+    _consume_refusal,
+    _issue_decision,
+    _lock_decision,
+    consume_decision,
+    note_compensation,
+    record_outcome,
+    revoke_decision,
+)
+from approvals.services.devices import (  # noqa: F401
+    BACKUP_CODE_COUNT,
+    _enrolling_device,
+    _person_chains,
+    confirm_totp_enrollment,
+    record_sign_in_code_refused,
+    reset_devices,
+    start_totp_enrollment,
+)
+from approvals.services.eligibility import (  # noqa: F401
+    ineligibility,
+    is_principal,
+    proposal_for_user,
+    tenant_role,
+    threshold_groups,
+    user_groups_for,
+)
+from approvals.services.errors import (  # noqa: F401
+    ConfigRefused,
+    Conflict,
+    ConsumeRefused,
+    HaltedError,
+    IntakeError,
+    NotFound,
+    PolicyInvalid,
+    ServiceError,
+    VoteRefused,
+)
+from approvals.services.halts import (  # noqa: F401
+    _refuse_if_halted,
+    active_halt,
+    halt,
+    resume,
+)
+from approvals.services.intake import (  # noqa: F401
+    _evaluate_and_route,
+    _first_ref,
+    _notify_eligible,
+    _policy_approvers,
+    _same_request_or_error,
+    _supersede,
+    log,
+    record_intake_refusal,
+    submit_proposal,
+)
+from approvals.services.lifecycle import (  # noqa: F401
+    _enqueue,
+    _expire,
+    _expiry_for,
+    _revoke,
+    supersession_chain,
+    transition,
+)
+from approvals.services.outbox import (  # noqa: F401
+    _locked_pending_outbox,
+    _outbox_audit,
+    claim_due_outbox,
+    mark_outbox_delivered,
+    mark_outbox_failed,
+    outbox_backoff_seconds,
+    withdraw_outbox,
+)
+from approvals.services.policies import (  # noqa: F401
+    POLICY_CREATED,
+    POLICY_VERSION_DEFAULTS,
+    _checked_version_fields,
+    _reevaluate_open_proposals,
+    _stricter_requirements,
+    activate_policy_version,
+    create_policy,
+    create_policy_version,
+)
+from approvals.services.quorum import (  # noqa: F401
+    Quorum,
+    count_quorum,
+)
+from approvals.services.reconcile import (  # noqa: F401
+    close_for_ended_task,
+    expire_due,
+    mark_unknown,
+    settle_from_task_state,
+)
+from approvals.services.tenants import (  # noqa: F401
+    ADMIN_GROUP_SLUG,
+    GROUP_CREATED,
+    TENANT_CHANGED,
+    TENANT_CREATED,
+    TTL_TOO_SHORT,
+    _config_actor,
+    _group_slugs_of,
+    _remove_group_member,
+    _require_config_admin,
+    _require_slug,
+    add_group_member,
+    admin_tenant_ids,
+    create_group,
+    create_tenant,
+    is_config_admin,
+    remove_group_member,
+    remove_tenant_membership,
+    set_tenant_membership,
+    update_tenant,
+)
+from approvals.services.votes import (  # noqa: F401
+    _approver,
+    _check_step_up,
+    _person,
+    _pinned_policy_ref,
+    _store_vote,
+    _vote_refusal,
+    cast_vote,
+    edit_proposal,
+    request_info,
+)

@@ -1,0 +1,38 @@
+"""Actors and the audit record every service writes in its own transaction."""
+
+from datetime import UTC, datetime
+
+from approvals.models import (
+    Agent,
+)
+from audit import chain as audit_chain
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)
+
+
+def user_actor(user) -> str:
+    return f"user:{user.get_username()}"
+
+
+def agent_actor(agent: Agent) -> str:
+    return f"agent:{agent.slug}"
+
+
+SYSTEM = "system"
+
+
+def record(tenant_id: int | None, *, actor: str, verb: str, subject: str, data: dict | None = None):
+    """Append an audit event to the tenant's chain (or the system chain) in the current transaction."""
+    return audit_chain.append(
+        audit_chain.chain_for_tenant(tenant_id), actor=actor, verb=verb, subject=subject, data=data or {}
+    )
+
+
+def proposal_subject(proposal) -> str:
+    return f"proposal:{proposal.id}"
+
+
+def _audit_time(value: datetime | None) -> str | None:
+    return audit_chain.format_time(value) if value else None

@@ -1,0 +1,285 @@
+"""Signed decisions: issue, revoke, consume, and the outcome the agent reports."""
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+
+from approvals.models import (
+    Agent,
+    Decision,
+    OutboxMessage,
+    Proposal,
+    TenantMembership,
+    Vote,
+)
+from approvals.services.common import (
+    SYSTEM,
+    _audit_time,
+    agent_actor,
+    now_utc,
+    proposal_subject,
+    record,
+    user_actor,
+)
+from approvals.services.eligibility import tenant_role
+from approvals.services.errors import Conflict, ConsumeRefused, NotFound, ServiceError, VoteRefused
+from approvals.services.halts import active_halt
+from approvals.services.lifecycle import _enqueue, _expire, _revoke, supersession_chain, transition
+from approvals.services.quorum import Quorum
+from approvals.signing import decision_claims, sign_decision
+from approvals.states import RELEASED, State
+from audit.models import Verb
+
+
+def _issue_decision(
+    proposal: Proposal,
+    kind: str,
+    *,
+    reason: str,
+    approvers: list[dict],
+    policy_ref: dict | None,
+    quorum: Quorum | None = None,
+) -> Decision:
+    """Sign the decision, store it, and queue its delivery to the agent, all in this transaction."""
+    issued = now_utc()
+    lifetime = min(
+        int(proposal.requirements.get("ttl_seconds") or settings.DECISION_TOKEN_MAX_SECONDS),
+        settings.DECISION_TOKEN_MAX_SECONDS,
+    )
+    consume = kind == Decision.Kind.APPROVED and bool(proposal.requirements.get("consume", True))
+    decision = Decision(
+        proposal=proposal,
+        kind=kind,
+        reason=reason[:2000],
+        rev=proposal.rev,
+        consume_required=consume,
+        issued_at=issued,
+        expires_at=issued + timedelta(seconds=lifetime),
+    )
+    quorum_claim = {
+        "required": proposal.requirements.get("thresholds", []),
+        "approved_by": [a["sub"] for a in approvers if not a["sub"].startswith("policy:")] if quorum else [],
+    }
+    claims = decision_claims(
+        proposal=proposal,
+        decision=decision,
+        issued_at=issued,
+        expires_at=decision.expires_at,
+        approvers=approvers,
+        quorum=quorum_claim,
+        policy=policy_ref,
+    )
+    # An edited proposal answers a request the agent made earlier on this task: name the chain and the
+    # exact action, so the agent can check the edit and execute only what was approved.
+    claims["action"] = proposal.action
+    claims["replaces"] = supersession_chain(proposal)
+    decision.token, decision.kid = sign_decision(claims)
+    decision.save()
+    record(
+        proposal.tenant_id,
+        actor=SYSTEM,
+        verb=Verb.DECISION_SIGNED,
+        subject=proposal_subject(proposal),
+        data={
+            "jti": str(decision.jti),
+            "kid": decision.kid,
+            "decision": kind,
+            "reason": decision.reason,
+            "action_digest": proposal.action_digest,
+            "rev": decision.rev,
+            "consume": consume,
+            "approvers": approvers,
+            "policy": policy_ref,
+            "expires_at": _audit_time(decision.expires_at),
+            "task_id": proposal.task_id,
+            "request_id": proposal.request_id,
+        },
+    )
+    _enqueue(
+        proposal,
+        OutboxMessage.Kind.CONTINUE,
+        message_id=f"decision-{decision.jti}",
+        payload={"jti": str(decision.jti), "decision": kind, "reason": decision.reason},
+    )
+    return decision
+
+
+def revoke_decision(proposal_id, user, *, reason: str) -> Proposal:
+    """Take back a released decision before the agent consumed it; the agent's task is cancelled."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise VoteRefused("reason_required", "a revocation needs a reason", "reason")
+    with transaction.atomic():
+        proposal = Proposal.objects.select_for_update().filter(pk=proposal_id).first()
+        if proposal is None or tenant_role(user, proposal.tenant_id) is None:
+            raise NotFound("not_found", "no such proposal")
+        role = tenant_role(user, proposal.tenant_id)
+        approved_it = proposal.votes.filter(voter=user, verdict=Vote.Verdict.APPROVE).exists()
+        if role != TenantMembership.Role.ADMIN and not approved_it:
+            raise VoteRefused(
+                "not_eligible", "only an approver of this decision or a tenant admin can revoke it"
+            )
+        if proposal.state not in RELEASED:
+            message = (
+                "the agent has started the work: it can no longer be revoked; record a compensation note"
+                if proposal.state in {State.EXECUTING, State.SUCCEEDED, State.FAILED, State.UNKNOWN}
+                else f"there is no released decision to revoke (the proposal is {proposal.state})"
+            )
+            raise Conflict("not_revocable", message)
+        _revoke(proposal, actor=user_actor(user), reason=reason, revoked_by=user)
+    return proposal
+
+
+def note_compensation(proposal_id, user, *, note: str) -> Proposal:
+    note = (note or "").strip()
+    if not note:
+        raise VoteRefused("note_required", "write the compensation note", "note")
+    with transaction.atomic():
+        proposal = Proposal.objects.select_for_update().filter(pk=proposal_id).first()
+        if proposal is None or tenant_role(user, proposal.tenant_id) not in {
+            TenantMembership.Role.ADMIN,
+            TenantMembership.Role.REVIEWER,
+        }:
+            raise NotFound("not_found", "no such proposal")
+        proposal.compensation_note = (proposal.compensation_note + "\n" + note).strip()[:5000]
+        proposal.save(update_fields=["compensation_note"])
+        record(
+            proposal.tenant_id,
+            actor=user_actor(user),
+            verb=Verb.COMPENSATION_NOTED,
+            subject=proposal_subject(proposal),
+            data={"note": note[:2000]},
+        )
+    return proposal
+
+
+def consume_decision(agent: Agent, jti, *, rev: int, now: datetime | None = None) -> Proposal:
+    """Fencing: atomically move a released decision to executing, right before the side effect.
+    Exactly one caller wins; every other gets ConsumeRefused with the reason."""
+    clock = now or now_utc()
+    refusal: ConsumeRefused | None = None
+    with transaction.atomic():
+        proposal, decision = _lock_decision(agent, jti)
+        refusal = _consume_refusal(proposal, decision, rev, clock)
+        if refusal is None:
+            decision.consumed_at = clock
+            decision.save(update_fields=["consumed_at"])
+            transition(
+                proposal,
+                State.EXECUTING,
+                actor=agent_actor(agent),
+                reason="decision consumed",
+                data={"jti": str(jti)},
+            )
+            record(
+                proposal.tenant_id,
+                actor=agent_actor(agent),
+                verb=Verb.DECISION_CONSUMED,
+                subject=proposal_subject(proposal),
+                data={"jti": str(jti), "rev": rev},
+            )
+        else:
+            if refusal.code == "expired" and proposal.state in RELEASED:
+                _expire(proposal, reason="decision expired before it was consumed")
+            elif refusal.code == "halted":
+                # Released while a halt was committing (a vote or an intake raced it): revoke it as the
+                # halt would have, so resuming never brings it back.
+                halt_record = active_halt(proposal.tenant_id, proposal.agent_id)
+                why = halt_record.reason if halt_record else "lifted meanwhile"
+                _revoke(proposal, actor=SYSTEM, reason=f"halt: {why}")
+            record(
+                proposal.tenant_id,
+                actor=agent_actor(agent),
+                verb=Verb.DECISION_CONSUME_REFUSED,
+                subject=proposal_subject(proposal),
+                data={"jti": str(jti), "code": refusal.code},
+            )
+    if refusal is not None:
+        raise refusal
+    return proposal
+
+
+def _lock_decision(agent: Agent, jti) -> tuple[Proposal, Decision]:
+    """Lock a decision of this agent for a write: its proposal row first, then the decision, the order
+    revoke, halt and expiry take them in (the other order deadlocks against them on PostgreSQL). Only the
+    proposal row is locked, not the agent and tenant rows it is read with."""
+    found = Decision.objects.filter(jti=jti, proposal__agent=agent).values_list("proposal_id", flat=True)
+    proposal_id = found.first()
+    if proposal_id is None:
+        raise NotFound("not_found", "no decision with this id for this agent")
+    locked = Proposal.objects.select_for_update(of=("self",)).select_related("agent", "tenant")
+    return locked.get(pk=proposal_id), Decision.objects.select_for_update().get(jti=jti)
+
+
+def _consume_refusal(
+    proposal: Proposal, decision: Decision, rev: int, clock: datetime
+) -> ConsumeRefused | None:
+    if proposal.state == State.SUPERSEDED:
+        # Checked first: the decision of a superseded proposal is a needs_info; the answer is the successor.
+        return ConsumeRefused("superseded", "this proposal was superseded by a newer request")
+    if decision.kind != Decision.Kind.APPROVED:
+        return ConsumeRefused("not_approved", f"this decision is {decision.kind}; nothing may execute")
+    if decision.revoked_at or proposal.state == State.REVOKED:
+        return ConsumeRefused("revoked", "this decision was revoked; nothing may execute")
+    if decision.consumed_at or proposal.state in {
+        State.EXECUTING,
+        State.SUCCEEDED,
+        State.FAILED,
+        State.UNKNOWN,
+    }:
+        return ConsumeRefused("consumed", "this decision was already consumed; it releases one execution")
+    if proposal.state == State.EXPIRED or clock >= decision.expires_at:
+        return ConsumeRefused("expired", "this decision expired; nothing may execute")
+    if proposal.state not in RELEASED:
+        return ConsumeRefused("not_released", f"the proposal is {proposal.state}")
+    halt_record = active_halt(proposal.tenant_id, proposal.agent_id)
+    if halt_record:
+        return ConsumeRefused("halted", f"Reviewer is halted ({halt_record.reason})")
+    if rev != decision.rev:
+        return ConsumeRefused("stale_rev", f"the token was signed at rev {decision.rev}, not {rev}")
+    return None
+
+
+def record_outcome(
+    agent: Agent, jti, *, status: str, transaction_id: str = "", detail: str = "", via: str = "api"
+) -> Proposal:
+    """The agent's report of what happened. Idempotent; unknown settles later to succeeded or failed."""
+    targets = {"succeeded": State.SUCCEEDED, "failed": State.FAILED, "unknown": State.UNKNOWN}
+    if status not in targets:
+        raise ServiceError("bad_status", "status is succeeded, failed or unknown", "status")
+    with transaction.atomic():
+        proposal, decision = _lock_decision(agent, jti)
+        target = targets[status]
+        if proposal.state == target:
+            return proposal  # the same report again (push and API both arrived)
+        if proposal.state in RELEASED and not decision.consume_required:
+            # No online consumption was required: the outcome report is the first sign it started.
+            decision.consumed_at = now_utc()
+            decision.save(update_fields=["consumed_at"])
+            transition(proposal, State.EXECUTING, actor=agent_actor(agent), reason="outcome reported")
+        if proposal.state not in {State.EXECUTING, State.UNKNOWN}:
+            raise Conflict(
+                "not_executing", f"the proposal is {proposal.state}; it has no execution to report on"
+            )
+        if proposal.state == State.UNKNOWN and target == State.UNKNOWN:
+            return proposal
+        proposal.transaction_id = (transaction_id or proposal.transaction_id)[:200]
+        proposal.outcome_detail = (detail or "")[:1000]
+        proposal.save(update_fields=["transaction_id", "outcome_detail"])
+        transition(proposal, target, actor=agent_actor(agent), reason=f"outcome reported ({via})")
+        record(
+            proposal.tenant_id,
+            actor=agent_actor(agent),
+            verb=Verb.OUTCOME_RECORDED,
+            subject=proposal_subject(proposal),
+            data={
+                "jti": str(jti),
+                "status": status,
+                "transaction_id": proposal.transaction_id,
+                "idempotency_key": str(jti),
+                "detail": proposal.outcome_detail,
+                "via": via,
+            },
+        )
+    return proposal

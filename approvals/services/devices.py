@@ -1,0 +1,114 @@
+"""A person's second factor (django-otp devices). Codes and keys never reach the audit trail."""
+
+from django.db import transaction
+
+from approvals.models import (
+    TenantMembership,
+)
+from approvals.services.common import record, user_actor
+from approvals.services.errors import Conflict, ServiceError, VoteRefused
+from audit.models import Verb
+
+
+BACKUP_CODE_COUNT = 10
+
+
+def _person_chains(user) -> list[int | None]:
+    """A device belongs to a person, not a tenant: every tenant they work in records the change."""
+    return list(TenantMembership.objects.filter(user=user).values_list("tenant_id", flat=True)) or [None]
+
+
+def record_sign_in_code_refused(user, *, throttled: bool) -> None:
+    """The right password with a wrong (or throttled) one-time code: the password may be known to
+    someone else, which the person's tenants should see. Nothing typed is recorded. (A wrong password
+    is not recorded: anyone could flood the trail with those.)"""
+    with transaction.atomic():
+        for tenant_id in _person_chains(user):
+            record(
+                tenant_id,
+                actor=user_actor(user),
+                verb=Verb.SIGN_IN_CODE_REFUSED,
+                subject=f"user:{user.get_username()}",
+                data={"throttled": throttled},
+            )
+
+
+def _enrolling_device(device_model, user):
+    return device_model.objects.select_for_update().filter(user=user, confirmed=False).order_by("id").first()
+
+
+def start_totp_enrollment(user):
+    """The authenticator a person is setting up: the same unconfirmed device until they confirm it."""
+    from django_otp.plugins.otp_totp.models import TOTPDevice
+
+    with transaction.atomic():
+        device = _enrolling_device(TOTPDevice, user)
+        if device is None:
+            device = TOTPDevice.objects.create(user=user, name="authenticator", confirmed=False)
+    return device
+
+
+def confirm_totp_enrollment(user, *, code: str) -> tuple[object, list[str]]:
+    """Confirm the authenticator with a code it shows and issue backup codes. Returns (device, codes):
+    the codes are shown once. A wrong code counts against django-otp's throttle, so it commits first."""
+    from django_otp.plugins.otp_static.models import StaticDevice, StaticToken
+    from django_otp.plugins.otp_totp.models import TOTPDevice
+
+    refusal: ServiceError | None = None
+    with transaction.atomic():
+        device = _enrolling_device(TOTPDevice, user)
+        if device is None:
+            raise Conflict("no_enrollment", "no authenticator is being set up; start again", "otp_token")
+        if not device.verify_token((code or "").strip().replace(" ", "")):
+            refusal = ServiceError(
+                "bad_code",
+                "that is not the code your authenticator shows now; type the current six digits",
+                "otp_token",
+            )
+        else:
+            device.confirmed = True
+            device.save(update_fields=["confirmed"])
+            StaticDevice.objects.filter(user=user).delete()
+            backup = StaticDevice.objects.create(user=user, name="backup codes", confirmed=True)
+            codes = [StaticToken.random_token() for _ in range(BACKUP_CODE_COUNT)]
+            StaticToken.objects.bulk_create([StaticToken(device=backup, token=c) for c in codes])
+            for tenant_id in _person_chains(user):
+                record(
+                    tenant_id,
+                    actor=user_actor(user),
+                    verb=Verb.DEVICE_ENROLLED,
+                    subject=f"user:{user.get_username()}",
+                    data={"device": "totp", "backup_codes": BACKUP_CODE_COUNT},
+                )
+    if refusal is not None:
+        raise refusal
+    return device, codes
+
+
+def reset_devices(user, by, *, reason: str = "") -> int:
+    """An admin removes a person's authenticators and backup codes (a lost phone). Sessions verified
+    with them stop being verified; the person enrolls again at their next sign-in. Returns how many."""
+    from django_otp import devices_for_user
+
+    shared_admin = TenantMembership.objects.filter(
+        user=by,
+        role=TenantMembership.Role.ADMIN,
+        tenant_id__in=TenantMembership.objects.filter(user=user).values("tenant_id"),
+    ).exists()
+    if not (by.is_superuser or shared_admin):
+        raise VoteRefused(
+            "not_allowed", "only an admin of one of this person's tenants can reset their devices"
+        )
+    with transaction.atomic():
+        devices = list(devices_for_user(user, confirmed=None))
+        for device in devices:
+            device.delete()
+        for tenant_id in _person_chains(user):
+            record(
+                tenant_id,
+                actor=user_actor(by),
+                verb=Verb.DEVICE_RESET,
+                subject=f"user:{user.get_username()}",
+                data={"devices_removed": len(devices), "reason": reason},
+            )
+    return len(devices)

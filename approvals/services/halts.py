@@ -1,0 +1,129 @@
+"""The kill switch: halting and resuming a tenant or one agent."""
+
+from django.db import transaction
+from django.db.models import Q
+
+from approvals.models import (
+    Agent,
+    Halt,
+    OutboxMessage,
+    Proposal,
+    Tenant,
+)
+from approvals.services.common import SYSTEM, now_utc, record, user_actor
+from approvals.services.errors import HaltedError, ServiceError
+from approvals.services.lifecycle import _enqueue, _revoke
+from approvals.states import RELEASED, State
+from audit.models import Verb
+
+
+def active_halt(tenant_id: int | None = None, agent_id: int | None = None) -> Halt | None:
+    scope = Q(scope=Halt.Scope.GLOBAL)
+    if tenant_id is not None:
+        scope |= Q(scope=Halt.Scope.TENANT, tenant_id=tenant_id)
+    if agent_id is not None:
+        scope |= Q(scope=Halt.Scope.AGENT, agent_id=agent_id)
+    return Halt.objects.filter(scope, lifted_at__isnull=True).order_by("created_at").first()
+
+
+def _refuse_if_halted(tenant_id, agent_id, error_class=HaltedError):
+    halt = active_halt(tenant_id, agent_id)
+    if halt:
+        raise error_class(
+            "halted",
+            f"Reviewer is halted for {halt.scope} ({halt.reason}); nothing is accepted "
+            "until an operator resumes it",
+        )
+
+
+def halt(
+    *, scope: str, operator, reason: str, tenant: Tenant | None = None, agent: Agent | None = None
+) -> Halt:
+    """Stop intake, votes and consumes in scope; revoke released-but-unconsumed decisions; queue CancelTask
+    for their tasks and for tasks already executing. Tasks still waiting for people are left parked."""
+    if not reason.strip():
+        raise ServiceError("reason_required", "a halt needs a reason", "reason")
+    if (scope == Halt.Scope.TENANT) != (tenant is not None) or (scope == Halt.Scope.AGENT) != (
+        agent is not None
+    ):
+        raise ServiceError(
+            "bad_scope", "name a tenant for a tenant halt, an agent for an agent halt, neither for global"
+        )
+    actor = user_actor(operator) if operator else SYSTEM
+    with transaction.atomic():
+        record_halt = Halt.objects.create(
+            scope=scope, tenant=tenant, agent=agent, reason=reason, operator=operator
+        )
+        in_scope = Proposal.objects.select_for_update().order_by("pk")
+        if tenant:
+            in_scope = in_scope.filter(tenant=tenant)
+        if agent:
+            in_scope = in_scope.filter(agent=agent)
+        # Lock every affected proposal before the first audit append takes a chain head: consumes and
+        # votes lock their proposal first too, so a halt never deadlocks against them.
+        released = list(in_scope.filter(state__in=RELEASED))
+        running = list(in_scope.filter(state=State.EXECUTING))
+        for proposal in released:
+            _revoke(proposal, actor=actor, reason=f"halt: {reason}", revoked_by=operator)
+        for proposal in running:
+            # Consumed already, so nothing to revoke; but a kill switch also stops the task that runs.
+            _enqueue(
+                proposal,
+                OutboxMessage.Kind.CANCEL,
+                message_id=f"cancel-{proposal.id}",
+                payload={"reason": f"halt: {reason}"},
+            )
+        tenant_id = tenant.id if tenant else (agent.tenant_id if agent else None)
+        record(
+            tenant_id,
+            actor=actor,
+            verb=Verb.HALT_STARTED,
+            subject=f"halt:{record_halt.id}",
+            data={
+                "scope": scope,
+                "tenant": tenant.slug if tenant else None,
+                "agent": agent.slug if agent else None,
+                "reason": reason,
+                "revoked": [str(p.id) for p in released],
+                "cancelled_running": [str(p.id) for p in running],
+            },
+        )
+        record_halt.stopped = released + running  # for the caller's report; CancelTask is queued for each
+    return record_halt
+
+
+def resume(
+    *,
+    operator,
+    reason: str = "",
+    tenant: Tenant | None = None,
+    agent: Agent | None = None,
+    everything: bool = False,
+) -> int:
+    """Lift the active halts of exactly this scope. Returns how many were lifted."""
+    actor = user_actor(operator) if operator else SYSTEM
+    with transaction.atomic():
+        halts = Halt.objects.select_for_update().filter(lifted_at__isnull=True)
+        if everything:
+            halts = halts.filter(scope=Halt.Scope.GLOBAL)
+        elif tenant:
+            halts = halts.filter(scope=Halt.Scope.TENANT, tenant=tenant)
+        elif agent:
+            halts = halts.filter(scope=Halt.Scope.AGENT, agent=agent)
+        else:
+            raise ServiceError("bad_scope", "name a tenant, an agent or everything")
+        lifted = 0
+        for item in halts:
+            item.lifted_at = now_utc()
+            item.lifted_by = operator
+            item.save(update_fields=["lifted_at", "lifted_by"])
+            tenant_id = item.tenant_id or (item.agent.tenant_id if item.agent_id else None)
+            record(
+                tenant_id,
+                actor=actor,
+                verb=Verb.HALT_LIFTED,
+                subject=f"halt:{item.id}",
+                data={"reason": reason},
+            )
+            lifted += 1
+    return lifted

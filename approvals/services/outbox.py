@@ -1,0 +1,121 @@
+"""Outbox delivery (run by the worker; the network call happens between these, outside any transaction)."""
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+
+from approvals.models import (
+    OutboxMessage,
+    Proposal,
+)
+from approvals.services.common import SYSTEM, _audit_time, now_utc, proposal_subject, record
+from audit.models import Verb
+
+
+def outbox_backoff_seconds(attempts: int) -> int:
+    """1, 2, 4, 8 ... seconds after the 1st, 2nd, 3rd ... failed attempt, capped."""
+    return min(2 ** max(attempts - 1, 0), settings.OUTBOX_BACKOFF_CAP_SECONDS)
+
+
+def claim_due_outbox(
+    *, limit: int = 20, lease_seconds: int = 120, now: datetime | None = None
+) -> list[OutboxMessage]:
+    """Claim due pending messages for one worker: each claim counts an attempt and pushes
+    next_attempt_at out by the lease, so no other worker takes the row while it is being delivered
+    (and a worker that dies mid-delivery only delays it by the lease). SKIP LOCKED on PostgreSQL lets
+    workers claim side by side; elsewhere the compare-and-set on next_attempt_at decides."""
+    clock = now or now_utc()
+    lease_until = clock + timedelta(seconds=lease_seconds)
+    claimed = []
+    with transaction.atomic():
+        due = OutboxMessage.objects.filter(status=OutboxMessage.Status.PENDING, next_attempt_at__lte=clock)
+        if transaction.get_connection().features.has_select_for_update_skip_locked:
+            due = due.select_for_update(skip_locked=True)
+        for message in due.order_by("next_attempt_at", "id")[:limit]:
+            won = OutboxMessage.objects.filter(
+                pk=message.pk,
+                status=OutboxMessage.Status.PENDING,
+                next_attempt_at=message.next_attempt_at,
+            ).update(next_attempt_at=lease_until, attempts=message.attempts + 1)
+            if won == 1:
+                message.next_attempt_at, message.attempts = lease_until, message.attempts + 1
+                claimed.append(message)
+    return claimed
+
+
+def _outbox_audit(message: OutboxMessage, verb: str, data: dict):
+    proposal = Proposal.objects.only("id", "tenant_id").get(pk=message.proposal_id)
+    record(
+        proposal.tenant_id,
+        actor=SYSTEM,
+        verb=verb,
+        subject=proposal_subject(proposal),
+        data={
+            "outbox_id": message.id,
+            "kind": message.kind,
+            "message_id": message.message_id,
+            "attempts": message.attempts,
+            **data,
+        },
+    )
+
+
+def _locked_pending_outbox(message_id: int) -> OutboxMessage | None:
+    """The row, locked, if it still waits for delivery; None once another worker settled it."""
+    return (
+        OutboxMessage.objects.select_for_update()
+        .filter(pk=message_id, status=OutboxMessage.Status.PENDING)
+        .first()
+    )
+
+
+def mark_outbox_delivered(message_id: int, *, note: str = "", now: datetime | None = None) -> bool:
+    """The agent took the message. False if another worker settled the row first."""
+    with transaction.atomic():
+        message = _locked_pending_outbox(message_id)
+        if message is None:
+            return False
+        message.status, message.delivered_at = OutboxMessage.Status.DELIVERED, now or now_utc()
+        message.last_error = ""
+        message.save(update_fields=["status", "delivered_at", "last_error"])
+        _outbox_audit(message, Verb.OUTBOX_DELIVERED, {"note": note[:500]})
+    return True
+
+
+def mark_outbox_failed(message_id: int, *, error: str, now: datetime | None = None) -> OutboxMessage | None:
+    """A failed attempt: retry with exponential backoff, or dead-letter after OUTBOX_MAX_ATTEMPTS
+    (the row and its last error stay for an operator). None if the row is no longer pending."""
+    clock = now or now_utc()
+    error = error[:2000]
+    with transaction.atomic():
+        message = _locked_pending_outbox(message_id)
+        if message is None:
+            return None
+        message.last_error = error
+        if message.attempts >= settings.OUTBOX_MAX_ATTEMPTS:
+            message.status = OutboxMessage.Status.DEAD
+            message.save(update_fields=["status", "last_error"])
+            _outbox_audit(message, Verb.OUTBOX_DEAD, {"error": error})
+        else:
+            message.next_attempt_at = clock + timedelta(seconds=outbox_backoff_seconds(message.attempts))
+            message.save(update_fields=["next_attempt_at", "last_error"])
+            _outbox_audit(
+                message,
+                Verb.OUTBOX_FAILED,
+                {"error": error, "next_attempt_at": _audit_time(message.next_attempt_at)},
+            )
+    return message
+
+
+def withdraw_outbox(message_id: int, *, reason: str) -> bool:
+    """Never deliver this message: an approval whose decision was revoked or expired before it left
+    (a decision that need not be consumed online would otherwise still be acted on). Kept as dead."""
+    with transaction.atomic():
+        message = _locked_pending_outbox(message_id)
+        if message is None:
+            return False
+        message.status, message.last_error = OutboxMessage.Status.DEAD, f"withdrawn: {reason}"[:2000]
+        message.save(update_fields=["status", "last_error"])
+        _outbox_audit(message, Verb.OUTBOX_DEAD, {"withdrawn": True, "reason": reason})
+    return True

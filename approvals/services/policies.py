@@ -1,0 +1,231 @@
+"""Configuration: policies and their versions."""
+
+from datetime import datetime
+
+from django.db import transaction
+
+from approvals import events, policy
+from approvals.models import (
+    ApproverGroup,
+    OutboxMessage,
+    Policy,
+    PolicyVersion,
+    Proposal,
+    Tenant,
+)
+from approvals.services.common import now_utc, proposal_subject, record, user_actor
+from approvals.services.errors import ConfigRefused, Conflict, PolicyInvalid
+from approvals.services.lifecycle import _enqueue, _revoke, transition
+from approvals.services.quorum import count_quorum
+from approvals.services.tenants import _config_actor, _require_config_admin, _require_slug
+from approvals.states import ALLOWED, RELEASED, State
+from audit.models import Verb
+
+POLICY_CREATED = getattr(Verb, "POLICY_CREATED", "policy.created")
+
+
+def create_policy(tenant: Tenant, *, slug: str, name: str = "", actor=None) -> Policy:
+    """A named policy with no version yet (it matches nothing until a version is activated)."""
+    _require_config_admin(actor, tenant.id)
+    _require_slug(slug)
+    with transaction.atomic():
+        if Policy.objects.filter(tenant=tenant, slug=slug).exists():
+            raise Conflict("slug_taken", f"the policy {slug!r} exists already", "slug")
+        created = Policy.objects.create(tenant=tenant, slug=slug, name=name or slug.replace("-", " "))
+        record(
+            tenant.id,
+            actor=_config_actor(actor),
+            verb=POLICY_CREATED,
+            subject=f"policy:{slug}",
+            data={"slug": slug, "name": created.name},
+        )
+    return created
+
+
+POLICY_VERSION_DEFAULTS = {
+    "agent_pattern": "*",
+    "tool_pattern": "*",
+    "condition": "",
+    "thresholds": [],
+    "step_up": policy.PER_VOTE,
+    "ttl_seconds": 3600,
+    "allow_self_approval": False,
+    "consume_online": True,
+    "risk": "",
+}
+
+
+def _checked_version_fields(tenant: Tenant, fields: dict) -> dict:
+    values = {**POLICY_VERSION_DEFAULTS, **fields}
+    group_slugs = set(ApproverGroup.objects.filter(tenant=tenant).values_list("slug", flat=True))
+    errors = policy.version_field_errors(values, group_slugs)
+    if errors:
+        raise PolicyInvalid(errors)
+    values["step_up"] = policy.validate_step_up(values["step_up"])
+    values["thresholds"] = [{"group": t["group"], "count": t["count"]} for t in values["thresholds"]]
+    return values
+
+
+def create_policy_version(policy: Policy, fields: dict, author) -> PolicyVersion:
+    """Store a new draft version of a policy. Versions are never edited: a change is a new draft, which
+    takes effect only when a different admin activates it (activate_policy_version)."""
+    if author is None:
+        raise ConfigRefused("author_required", "a policy version needs an author: four eyes are two people")
+    _require_config_admin(author, policy.tenant_id)
+    with transaction.atomic():
+        locked = Policy.objects.select_for_update(of=("self",)).select_related("tenant").get(pk=policy.pk)
+        values = _checked_version_fields(locked.tenant, fields)
+        latest = locked.versions.order_by("-version").values_list("version", flat=True).first() or 0
+        active = locked.active_version
+        version = PolicyVersion.objects.create(
+            policy=locked, version=latest + 1, status=PolicyVersion.Status.DRAFT, author=author, **values
+        )
+        record(
+            locked.tenant_id,
+            actor=user_actor(author),
+            verb=Verb.POLICY_VERSION_CREATED,
+            subject=f"policy:{locked.slug}@{version.version}",
+            data={
+                "policy": locked.slug,
+                "version": version.version,
+                "active_version": active.version if active else None,
+                **values,
+            },
+        )
+    return version
+
+
+def activate_policy_version(
+    version: PolicyVersion, approver, *, now: datetime | None = None
+) -> PolicyVersion:
+    """Four eyes: a second admin approves a draft; it becomes the policy's active version and the version
+    it replaces is retired, in one transaction. New proposals pin it; open ones keep what they pinned."""
+    if approver is None:
+        raise ConfigRefused("approver_required", "activating a policy version needs a second admin")
+    with transaction.atomic():
+        locked_policy = (
+            Policy.objects.select_for_update(of=("self",)).select_related("tenant").get(pk=version.policy_id)
+        )
+        _require_config_admin(approver, locked_policy.tenant_id)
+        draft = PolicyVersion.objects.select_for_update().get(pk=version.pk)
+        if draft.status != PolicyVersion.Status.DRAFT:
+            raise Conflict(
+                "not_draft", f"version {draft.version} is {draft.status}; only a draft can be activated"
+            )
+        if draft.author_id is None or draft.author_id == approver.pk:
+            raise ConfigRefused(
+                "four_eyes", "the author of a policy version cannot activate it; another admin must"
+            )
+        current = (
+            locked_policy.versions.select_for_update().filter(status=PolicyVersion.Status.ACTIVE).first()
+        )
+        if current is not None and current.version > draft.version:
+            raise Conflict(
+                "stale_draft",
+                f"version {current.version} is active and newer than this draft; write a new draft from it",
+            )
+        # Groups may have changed since the draft was written: it must still name only existing ones.
+        _checked_version_fields(
+            locked_policy.tenant, {name: getattr(draft, name) for name in policy.VERSION_FIELDS}
+        )
+        if current is not None:
+            current.status = PolicyVersion.Status.RETIRED
+            current.save(update_fields=["status"])
+        draft.status = PolicyVersion.Status.ACTIVE
+        draft.activated_by = approver
+        draft.activated_at = now or now_utc()
+        draft.save(update_fields=["status", "activated_by", "activated_at"])
+        record(
+            locked_policy.tenant_id,
+            actor=user_actor(approver),
+            verb=Verb.POLICY_VERSION_ACTIVATED,
+            subject=f"policy:{locked_policy.slug}@{draft.version}",
+            data={
+                "policy": locked_policy.slug,
+                "version": draft.version,
+                "author": draft.author.get_username(),
+                "retired": current.version if current else None,
+            },
+        )
+        _reevaluate_open_proposals(
+            locked_policy.tenant,
+            actor=user_actor(approver),
+            because=f"policy {locked_policy.slug}@{draft.version} activated",
+        )
+    draft.policy = locked_policy
+    return draft
+
+
+def _stricter_requirements(old: dict, new: dict) -> dict:
+    """What both demand: every group at the higher count, the stricter step-up, self-approval only if
+    both allow it, online consumption if either asks for it."""
+    counts = {t["group"]: int(t["count"]) for t in old.get("thresholds", [])}
+    for threshold in new.get("thresholds", []):
+        counts[threshold["group"]] = max(counts.get(threshold["group"], 0), int(threshold["count"]))
+    return {
+        "thresholds": [{"group": group, "count": count} for group, count in sorted(counts.items())],
+        "step_up": policy.stricter_step_up(
+            old.get("step_up", policy.PER_VOTE), new.get("step_up", policy.PER_VOTE)
+        ),
+        "self_approval": bool(old.get("self_approval")) and bool(new.get("self_approval")),
+        "consume": bool(old.get("consume", True)) or bool(new.get("consume", True)),
+        "ttl_seconds": min(int(old.get("ttl_seconds") or 10**9), int(new.get("ttl_seconds") or 10**9)),
+    }
+
+
+def _reevaluate_open_proposals(tenant: Tenant, *, actor: str, because: str) -> None:
+    """A policy change while proposals wait never loosens them, and stops what it now forbids.
+
+    Waiting proposals: a deny now cancels them (the agent's task is cancelled); stricter requirements
+    are merged in (more approvals, stricter step-up), so the change routes them to the right people;
+    a looser policy changes nothing. Released, unconsumed decisions: a deny, or requirements the
+    recorded approvals no longer meet, revoke them."""
+    open_states = [State.AWAITING_REVIEW, State.INFO_REQUESTED, *RELEASED]
+    versions = policy.active_versions_for(tenant)
+    for proposal in (
+        Proposal.objects.select_for_update(of=("self",))
+        .select_related("agent", "tenant")
+        .filter(tenant=tenant, state__in=open_states)
+        .order_by("pk")
+    ):
+        evaluation = policy.evaluate(tenant, versions, policy.context_for_proposal(proposal))
+        if evaluation.outcome == "allow":
+            continue
+        if evaluation.outcome == "deny":
+            reason = f"{because}: {evaluation.reason}"
+            if proposal.state in RELEASED:
+                _revoke(proposal, actor=actor, reason=reason)
+            elif State.CANCELLED in ALLOWED[proposal.state]:
+                transition(proposal, State.CANCELLED, actor=actor, reason=reason)
+                _enqueue(
+                    proposal,
+                    OutboxMessage.Kind.CANCEL,
+                    message_id=f"cancel-{proposal.id}",
+                    payload={"reason": reason},
+                )
+            continue
+        merged = _stricter_requirements(proposal.requirements, evaluation.requirements)
+        if proposal.state == State.ALLOWED or (
+            proposal.state == State.APPROVED and not count_quorum(proposal, merged).met
+        ):
+            _revoke(proposal, actor=actor, reason=f"{because}: the release no longer meets the policy")
+            continue
+        if merged == proposal.requirements:
+            continue
+        proposal.requirements = merged
+        proposal.save(update_fields=["requirements"])
+        proposal.policy_versions.add(*evaluation.versions)
+        record(
+            proposal.tenant_id,
+            actor=actor,
+            verb=Verb.POLICY_EVALUATED,
+            subject=proposal_subject(proposal),
+            data={
+                "outcome": "require_approval",
+                "reevaluated": True,
+                "reason": because,
+                "policies": [v.ref for v in evaluation.versions],
+                "requirements": merged,
+            },
+        )
+        events.proposal_changed(proposal)

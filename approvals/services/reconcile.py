@@ -1,0 +1,84 @@
+"""Expiry and reconciliation run by the worker: expired proposals, unknown outcomes, ended tasks."""
+
+from datetime import datetime
+
+from django.db import transaction
+
+from approvals.models import (
+    Proposal,
+)
+from approvals.services.common import SYSTEM, agent_actor, now_utc
+from approvals.services.decisions import record_outcome
+from approvals.services.lifecycle import _expire, transition
+from approvals.states import RELEASED, State
+
+
+def expire_due(now: datetime | None = None) -> int:
+    """Expire proposals waiting past their time and released decisions not consumed in time."""
+    clock = now or now_utc()
+    expired = 0
+    waiting = Proposal.objects.filter(
+        state__in=[State.AWAITING_REVIEW, State.INFO_REQUESTED], expires_at__lte=clock
+    )
+    released = Proposal.objects.filter(state__in=RELEASED, decision__expires_at__lte=clock)
+    for proposal_id in list(waiting.values_list("pk", flat=True)) + list(
+        released.values_list("pk", flat=True)
+    ):
+        with transaction.atomic():
+            proposal = Proposal.objects.select_for_update().filter(pk=proposal_id).first()
+            if proposal is None:
+                continue
+            due = (
+                proposal.state in {State.AWAITING_REVIEW, State.INFO_REQUESTED}
+                and proposal.expires_at <= clock
+            ) or (proposal.state in RELEASED and proposal.decision.expires_at <= clock)
+            if due:
+                _expire(proposal, reason="expired: silence never approves")
+                expired += 1
+    return expired
+
+
+def mark_unknown(proposal_id, *, reason: str) -> Proposal:
+    """An execution whose result nobody can tell yet; only the agent's own state settles it."""
+    with transaction.atomic():
+        proposal = Proposal.objects.select_for_update().get(pk=proposal_id)
+        if proposal.state == State.EXECUTING:
+            transition(proposal, State.UNKNOWN, actor=SYSTEM, reason=reason)
+    return proposal
+
+
+def settle_from_task_state(proposal_id, *, task_state: str, detail: str = "") -> Proposal:
+    """Reconciliation: the agent's task state (from GetTask or a push) settles an execution."""
+    with transaction.atomic():
+        locked = Proposal.objects.select_for_update(of=("self",)).select_related("agent")
+        proposal = locked.get(pk=proposal_id)
+        decision = getattr(proposal, "decision", None)
+    if decision is None:
+        return proposal
+    if task_state == "TASK_STATE_COMPLETED":
+        return record_outcome(
+            proposal.agent, decision.jti, status="succeeded", detail=detail, via="task_state"
+        )
+    if task_state == "TASK_STATE_CANCELED" and proposal.state == State.EXECUTING:
+        # A cancel (a halt) can land after the write started: cancelled is no proof nothing happened.
+        return mark_unknown(proposal.id, reason="the task was cancelled while executing; outcome not known")
+    if task_state in {"TASK_STATE_FAILED", "TASK_STATE_REJECTED"} and proposal.state == State.EXECUTING:
+        return record_outcome(
+            proposal.agent, decision.jti, status="failed", detail=detail or task_state, via="task_state"
+        )
+    return proposal
+
+
+def close_for_ended_task(proposal_id, *, task_state: str) -> Proposal:
+    """The agent's task ended (a push or GetTask says so) while its request still waited for people:
+    nothing can act on a decision any more, so the request is cancelled rather than left in the queue."""
+    with transaction.atomic():
+        proposal = Proposal.objects.select_for_update().get(pk=proposal_id)
+        if proposal.state in {State.AWAITING_REVIEW, State.INFO_REQUESTED}:
+            transition(
+                proposal,
+                State.CANCELLED,
+                actor=agent_actor(proposal.agent),
+                reason=f"the agent's task ended ({task_state}) before a decision",
+            )
+    return proposal

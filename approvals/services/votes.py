@@ -1,0 +1,325 @@
+"""Votes, questions and edits by reviewers."""
+
+from datetime import datetime, timedelta
+
+import rfc8785
+from django.db import transaction
+
+from approvals import events, policy
+from approvals.canonical import action_digest
+from approvals.models import (
+    Decision,
+    Proposal,
+    Vote,
+)
+from approvals.services.common import _audit_time, now_utc, proposal_subject, record, user_actor
+from approvals.services.decisions import _issue_decision
+from approvals.services.eligibility import ineligibility, tenant_role, user_groups_for
+from approvals.services.errors import NotFound, VoteRefused
+from approvals.services.halts import active_halt
+from approvals.services.intake import _evaluate_and_route
+from approvals.services.lifecycle import _expire, transition
+from approvals.services.quorum import count_quorum
+from approvals.states import OPEN_FOR_VOTES, State
+from audit.models import Verb
+
+
+def _check_step_up(proposal: Proposal, user, otp_code: str, session) -> tuple[str, datetime] | None:
+    """Returns (method, time) when step-up is satisfied, None when it is not."""
+    from approvals import stepup
+
+    mode = proposal.requirements.get("step_up", policy.PER_VOTE)
+    if otp_code:
+        method = stepup.verify_code(user, otp_code)
+        if method is None:
+            return None
+        if session is not None:
+            stepup.mark_fresh(session)
+        return method, now_utc()
+    if mode != policy.PER_VOTE and stepup.fresh_within(session, int(mode)):
+        return f"session_step_up_{mode}s", now_utc()
+    return None
+
+
+def cast_vote(
+    proposal_id,
+    user,
+    *,
+    verdict: str,
+    digest_seen: str,
+    reason: str = "",
+    otp_code: str = "",
+    session=None,
+    page_hash: str = "",
+    now: datetime | None = None,
+) -> Vote:
+    """Record one person's approve/reject on the exact digest they saw; decide when the quorum is met
+    or any eligible person rejects. Refusals raise VoteRefused (or NotFound for outsiders)."""
+    if verdict not in Vote.Verdict.values:
+        raise VoteRefused("bad_verdict", "a vote is approve or reject")
+    reason = (reason or "").strip()
+    if verdict == Vote.Verdict.REJECT and not reason:
+        raise VoteRefused("reason_required", "a rejection needs a reason", "reason")
+    refusal: VoteRefused | None = None
+    with transaction.atomic():
+        proposal = (
+            Proposal.objects.select_for_update(of=("self",))
+            .select_related("agent", "tenant")
+            .filter(pk=proposal_id)
+            .first()
+        )
+        if proposal is None or tenant_role(user, proposal.tenant_id) is None:
+            raise NotFound("not_found", "no such proposal")
+        clock = now or now_utc()
+        refusal = _vote_refusal(proposal, user, digest_seen, clock)
+        step = None
+        if refusal is None:
+            step = _check_step_up(proposal, user, otp_code, session)
+            if step is None:
+                refusal = (
+                    VoteRefused(
+                        "step_up_failed",
+                        "that code is not valid (or was already used); try the current code",
+                        "otp_code",
+                    )
+                    if otp_code
+                    else VoteRefused("step_up_required", "this vote needs a fresh one-time code", "otp_code")
+                )
+                record(
+                    proposal.tenant_id,
+                    actor=user_actor(user),
+                    verb=Verb.STEP_UP_FAILED,
+                    subject=proposal_subject(proposal),
+                    data={"code": refusal.code},
+                )
+        if refusal is not None:
+            if refusal.code == "expired":
+                _expire(proposal, reason="a vote arrived after expiry: silence never approves")
+            if refusal.code not in {"step_up_failed", "step_up_required"}:
+                record(
+                    proposal.tenant_id,
+                    actor=user_actor(user),
+                    verb=Verb.VOTE_REFUSED,
+                    subject=proposal_subject(proposal),
+                    data={"code": refusal.code, "verdict": verdict},
+                )
+        else:
+            vote = _store_vote(proposal, user, verdict, digest_seen, reason, page_hash, step)
+    if refusal is not None:
+        raise refusal
+    return vote
+
+
+def _vote_refusal(
+    proposal: Proposal, user, digest_seen: str, clock: datetime, *, once_per_person: bool = True
+) -> VoteRefused | None:
+    """Why this person may not decide this proposal now (None if they may). Asking and editing are
+    open to someone who already voted (once_per_person=False); a second vote is not."""
+    halt_record = active_halt(proposal.tenant_id, proposal.agent_id)
+    if halt_record:
+        return VoteRefused("halted", f"votes are stopped: Reviewer is halted ({halt_record.reason})")
+    if proposal.state not in OPEN_FOR_VOTES:
+        return VoteRefused(
+            "not_open", f"this proposal is {proposal.get_state_display()}; it takes no more votes"
+        )
+    if clock >= proposal.expires_at:
+        return VoteRefused("expired", "this proposal expired; nothing will execute. The agent must ask again")
+    if digest_seen != proposal.action_digest:
+        return VoteRefused(
+            "wrong_digest", "the action changed since you loaded it; reload and review it again", "digest"
+        )
+    why_not = ineligibility(proposal, user)
+    if why_not:
+        code, message = why_not
+        return VoteRefused(code, message)
+    if once_per_person and proposal.votes.filter(voter=user).exists():
+        return VoteRefused("already_voted", "you already voted on this proposal; a person counts once")
+    return None
+
+
+def _store_vote(proposal, user, verdict, digest_seen, reason, page_hash, step) -> Vote:
+    method, auth_at = step
+    groups = user_groups_for(proposal, user)
+    vote = Vote.objects.create(
+        proposal=proposal,
+        voter=user,
+        verdict=verdict,
+        digest_seen=digest_seen,
+        page_hash=page_hash,
+        reason=reason,
+        auth_method=method,
+        auth_at=auth_at,
+        group=groups[0] if len(groups) == 1 else None,
+    )
+    record(
+        proposal.tenant_id,
+        actor=user_actor(user),
+        verb=Verb.VOTE_CAST,
+        subject=proposal_subject(proposal),
+        data={
+            "verdict": verdict,
+            "digest_seen": digest_seen,
+            "page_hash": page_hash,
+            "reason": reason,
+            "groups": [g.slug for g in groups],
+            "auth": {"method": method, "at": _audit_time(auth_at)},
+        },
+    )
+    if verdict == Vote.Verdict.REJECT:
+        transition(proposal, State.REJECTED, actor=user_actor(user), reason=reason)
+        _issue_decision(
+            proposal,
+            Decision.Kind.REJECTED,
+            reason=reason,
+            approvers=[_approver(vote, None)],
+            policy_ref=_pinned_policy_ref(proposal),
+        )
+        return vote
+    quorum = count_quorum(proposal)
+    if quorum.met:
+        approvers = [_approver(v, slug) for slug, votes in quorum.slots.items() for v in votes]
+        transition(
+            proposal,
+            State.APPROVED,
+            actor=user_actor(user),
+            reason="quorum reached",
+            data={"approved_by": [a["sub"] for a in approvers]},
+        )
+        _issue_decision(
+            proposal,
+            Decision.Kind.APPROVED,
+            reason="approved by quorum",
+            approvers=approvers,
+            policy_ref=_pinned_policy_ref(proposal),
+            quorum=quorum,
+        )
+    else:
+        events.proposal_changed(proposal)  # a vote short of the quorum; transition() announces the rest
+    return vote
+
+
+def _approver(vote: Vote, group_slug: str | None) -> dict:
+    voter = vote.voter
+    return {
+        "sub": f"user:{voter.get_username()}",
+        "name": voter.get_full_name() or voter.get_username(),
+        "group": group_slug,
+        "auth": {"method": vote.auth_method, "at": _audit_time(vote.auth_at)},
+    }
+
+
+def _pinned_policy_ref(proposal: Proposal) -> dict | None:
+    version = proposal.policy_versions.select_related("policy").order_by("policy__slug").first()
+    return version.ref if version else None
+
+
+def request_info(proposal_id, user, *, question: str, digest_seen: str) -> Decision:
+    """Ask the agent a question: a needs_info decision; the agent answers with a new proposal."""
+    question = (question or "").strip()
+    if not question:
+        raise VoteRefused("question_required", "write the question the agent must answer", "question")
+    with transaction.atomic():
+        proposal = (
+            Proposal.objects.select_for_update(of=("self",))
+            .select_related("agent", "tenant")
+            .filter(pk=proposal_id)
+            .first()
+        )
+        if proposal is None or tenant_role(user, proposal.tenant_id) is None:
+            raise NotFound("not_found", "no such proposal")
+        refusal = _vote_refusal(proposal, user, digest_seen, now_utc(), once_per_person=False)
+        if refusal:
+            raise refusal
+        transition(proposal, State.INFO_REQUESTED, actor=user_actor(user), reason=question)
+        return _issue_decision(
+            proposal,
+            Decision.Kind.NEEDS_INFO,
+            reason=question,
+            approvers=[_person(user, "none")],
+            policy_ref=_pinned_policy_ref(proposal),
+        )
+
+
+def _person(user, method: str) -> dict:
+    return {
+        "sub": f"user:{user.get_username()}",
+        "name": user.get_full_name() or user.get_username(),
+        "group": None,
+        "auth": {"method": method, "at": _audit_time(now_utc())},
+    }
+
+
+def edit_proposal(proposal_id, user, *, arguments: dict, digest_seen: str, note: str = "") -> Proposal:
+    """A reviewer's edit never mutates a proposal: it creates a successor with a new digest that needs
+    the full quorum again (and its author cannot approve it); the old one becomes superseded."""
+    if not isinstance(arguments, dict):
+        raise VoteRefused("bad_arguments", "arguments must be an object", "arguments")
+    with transaction.atomic():
+        old = (
+            Proposal.objects.select_for_update(of=("self",))
+            .select_related("agent", "tenant")
+            .filter(pk=proposal_id)
+            .first()
+        )
+        if old is None or tenant_role(user, old.tenant_id) is None:
+            raise NotFound("not_found", "no such proposal")
+        refusal = _vote_refusal(old, user, digest_seen, now_utc(), once_per_person=False)
+        if refusal:
+            raise refusal
+        action = {**old.action, "arguments": arguments}
+        if action == old.action:
+            raise VoteRefused("no_change", "the edit changes nothing", "arguments")
+        digest = action_digest(action)
+        edits = Proposal.objects.filter(
+            agent=old.agent, task_id=old.task_id, request_id__startswith=f"{old.request_id}.edit"
+        ).count()
+        new = Proposal.objects.create(
+            tenant_id=old.tenant_id,
+            agent=old.agent,
+            task_id=old.task_id,
+            context_id=old.context_id,
+            request_id=f"{old.request_id}.edit{edits + 1}",
+            summary=old.summary[:480] + " (edited)",
+            action=action,
+            action_canonical=rfc8785.dumps(action).decode(),
+            action_digest=digest,
+            tool=old.tool,
+            principal_id=old.principal_id,
+            principal_display=old.principal_display,
+            agent_version=old.agent_version,
+            consequences=old.consequences,
+            diff=old.diff,
+            evidence=old.evidence,
+            edited_by=user,
+            expires_at=old.expires_at,
+        )
+        record(
+            old.tenant_id,
+            actor=user_actor(user),
+            verb=Verb.PROPOSAL_SUBMITTED,
+            subject=proposal_subject(new),
+            data={
+                "via": "edit",
+                "edited_from": str(old.id),
+                "task_id": new.task_id,
+                "request_id": new.request_id,
+                "tool": new.tool,
+                "action_digest": digest,
+                "previous_digest": old.action_digest,
+                "note": note,
+            },
+        )
+        transition(
+            old,
+            State.SUPERSEDED,
+            actor=user_actor(user),
+            reason=note or "edited by a reviewer",
+            data={"successor": str(new.id)},
+        )
+        new.supersedes = old
+        new.save(update_fields=["supersedes"])
+        remaining = max(int((old.expires_at - now_utc()).total_seconds()), 1)
+        _evaluate_and_route(
+            new, requested_expiry=now_utc() + timedelta(seconds=remaining), actor=user_actor(user)
+        )
+    return new
