@@ -2,9 +2,7 @@
 
 from datetime import UTC, datetime
 
-from approvals.models import (
-    Agent,
-)
+from approvals.models import Agent
 from audit import chain as audit_chain
 
 

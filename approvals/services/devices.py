@@ -2,13 +2,10 @@
 
 from django.db import transaction
 
-from approvals.models import (
-    TenantMembership,
-)
+from approvals.models import TenantMembership
 from approvals.services.common import record, user_actor
 from approvals.services.errors import Conflict, ServiceError, VoteRefused
 from audit.models import Verb
-
 
 BACKUP_CODE_COUNT = 10
 

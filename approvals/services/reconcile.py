@@ -4,9 +4,7 @@ from datetime import datetime
 
 from django.db import transaction
 
-from approvals.models import (
-    Proposal,
-)
+from approvals.models import Proposal
 from approvals.services.common import SYSTEM, agent_actor, now_utc
 from approvals.services.decisions import record_outcome
 from approvals.services.lifecycle import _expire, transition
