@@ -42,14 +42,11 @@ from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 from approvals import services
 from approvals.models import Agent, Decision, OutboxMessage, Proposal
 from approvals.schemas import ProposalSubmission
-from approvals.states import RELEASED, State
+from approvals.services.reconcile import TERMINAL_TASK_STATES
 
 log = logging.getLogger(__name__)
 
 EXTENSION_URI = "urn:reviewer:a2a:approval:v1"
-TERMINAL_TASK_STATES = frozenset(
-    {"TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_REJECTED"}
-)
 AUTH_REQUIRED = TaskState.Name(TaskState.TASK_STATE_AUTH_REQUIRED)
 
 # An agent card rarely changes; re-reading it for every call would double the requests.
@@ -146,45 +143,6 @@ def submit(agent: Agent, submission: ProposalSubmission, *, via: str) -> tuple[P
             agent, error, via=via, task_id=submission.task_id, request_id=submission.request.request_id
         )
         raise
-
-
-def apply_task_state(agent: Agent, task_id: str, task_state: str, *, detail: str = "") -> list[Proposal]:
-    """What a task's terminal state tells Reviewer (from a push or GetTask). It settles an execution
-    through services.settle_from_task_state (which decides what each state proves: an outcome already
-    unknown settles only on COMPLETED, so a failed task never invites a duplicate approval), and closes
-    a request still waiting for people, since its task can no longer act. Never approves anything.
-    Returns what changed."""
-    if task_state not in TERMINAL_TASK_STATES:
-        return []
-    changed = []
-    waiting = (State.EXECUTING, State.UNKNOWN, State.AWAITING_REVIEW, State.INFO_REQUESTED, *RELEASED)
-    for proposal in Proposal.objects.filter(agent=agent, task_id=task_id, state__in=waiting).select_related(
-        "decision"
-    ):
-        before = proposal.state
-        try:
-            if before in {State.AWAITING_REVIEW, State.INFO_REQUESTED}:
-                after = services.close_for_ended_task(proposal.id, task_state=task_state).state
-            elif before in RELEASED and proposal.decision.consume_required:
-                continue  # released, never consumed: nothing ran; expiry closes it
-            else:
-                after = services.settle_from_task_state(
-                    proposal.id, task_state=task_state, detail=detail
-                ).state
-        except services.ServiceError as error:
-            log.warning(
-                "task %s of %s is %s, but proposal %s stays %s: %s",
-                task_id,
-                agent.slug,
-                task_state,
-                proposal.id,
-                before,
-                error.message,
-            )
-            continue
-        if after != before:
-            changed.append(proposal)
-    return changed
 
 
 # ---------------------------------------------------------------------------------------------------

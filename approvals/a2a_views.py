@@ -64,6 +64,6 @@ def push(request, agent_slug):
             return JsonResponse(error.as_dict(), status=error.http_status)
         return JsonResponse(receipt(proposal), status=201 if created else 200)
     if event is not None and event.is_terminal:
-        changed = a2a.apply_task_state(agent, event.task_id, event.state, detail=event.detail)
+        changed = services.apply_task_state(agent, event.task_id, event.state, detail=event.detail)
         return JsonResponse({"task_state": event.state, "changed": [str(p.id) for p in changed]})
     return JsonResponse({"ignored": "neither an approval request nor a final task state"})

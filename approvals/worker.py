@@ -6,7 +6,7 @@ Each tick it
    then record delivered, a retry with backoff, or a dead letter (services.mark_outbox_*);
 3. reconciles executions with the agent's own task state (GetTask): an execution that has run longer
    than EXECUTING_RECONCILE_SECONDS settles from a terminal task or becomes unknown; an unknown one
-   settles once the task completed (see a2a.apply_task_state); a request still awaiting review is
+   settles once the task completed (see services.apply_task_state); a request still awaiting review is
    closed if its task ended (its push may have been lost: A2A push is best-effort). Nothing here ever
    approves anything;
 4. runs the audit export jobs, when that module is installed.
@@ -144,7 +144,9 @@ class Worker:
         if message.kind == OutboxMessage.Kind.GET_TASK:
             proposal = Proposal.objects.select_related("agent").get(pk=message.proposal_id)
             snapshot = a2a.get_task_state(proposal.agent, proposal.task_id)
-            a2a.apply_task_state(proposal.agent, proposal.task_id, snapshot.state, detail=snapshot.detail)
+            services.apply_task_state(
+                proposal.agent, proposal.task_id, snapshot.state, detail=snapshot.detail
+            )
             return f"task is {snapshot.state}"
         raise ValueError(f"unknown outbox kind {message.kind!r}")
 
@@ -184,7 +186,9 @@ class Worker:
         except a2a.DeliveryError as error:
             snapshot, why = None, str(error)
         if snapshot is not None and snapshot.is_terminal:
-            changed = a2a.apply_task_state(agent, proposal.task_id, snapshot.state, detail=snapshot.detail)
+            changed = services.apply_task_state(
+                agent, proposal.task_id, snapshot.state, detail=snapshot.detail
+            )
             if changed:
                 log.info(
                     "reconciled proposal %s from task %s: %s", proposal.id, proposal.task_id, snapshot.state

@@ -114,6 +114,8 @@ from approvals.services.quorum import (  # noqa: F401
     count_quorum,
 )
 from approvals.services.reconcile import (  # noqa: F401
+    TERMINAL_TASK_STATES,
+    apply_task_state,
     close_for_ended_task,
     expire_due,
     mark_unknown,

@@ -1,14 +1,23 @@
 """Expiry and reconciliation run by the worker: expired proposals, unknown outcomes, ended tasks."""
 
+import logging
 from datetime import datetime
 
 from django.db import transaction
 
-from approvals.models import Proposal
+from approvals.models import Agent, Proposal
 from approvals.services.common import SYSTEM, agent_actor, now_utc
 from approvals.services.decisions import record_outcome
+from approvals.services.errors import ServiceError
 from approvals.services.lifecycle import _expire, transition
 from approvals.states import RELEASED, State
+
+log = logging.getLogger(__name__)
+
+# A2A task states after which the agent's task can no longer act (TaskState names).
+TERMINAL_TASK_STATES = frozenset(
+    {"TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_REJECTED"}
+)
 
 
 def expire_due(now: datetime | None = None) -> int:
@@ -80,3 +89,40 @@ def close_for_ended_task(proposal_id, *, task_state: str) -> Proposal:
                 reason=f"the agent's task ended ({task_state}) before a decision",
             )
     return proposal
+
+
+def apply_task_state(agent: Agent, task_id: str, task_state: str, *, detail: str = "") -> list[Proposal]:
+    """What a task's terminal state tells Reviewer (from a push or GetTask). It settles an execution
+    through settle_from_task_state (which decides what each state proves: an outcome already
+    unknown settles only on COMPLETED, so a failed task never invites a duplicate approval), and closes
+    a request still waiting for people, since its task can no longer act. Never approves anything.
+    Returns what changed."""
+    if task_state not in TERMINAL_TASK_STATES:
+        return []
+    changed = []
+    waiting = (State.EXECUTING, State.UNKNOWN, State.AWAITING_REVIEW, State.INFO_REQUESTED, *RELEASED)
+    for proposal in Proposal.objects.filter(agent=agent, task_id=task_id, state__in=waiting).select_related(
+        "decision"
+    ):
+        before = proposal.state
+        try:
+            if before in {State.AWAITING_REVIEW, State.INFO_REQUESTED}:
+                after = close_for_ended_task(proposal.id, task_state=task_state).state
+            elif before in RELEASED and proposal.decision.consume_required:
+                continue  # released, never consumed: nothing ran; expiry closes it
+            else:
+                after = settle_from_task_state(proposal.id, task_state=task_state, detail=detail).state
+        except ServiceError as error:
+            log.warning(
+                "task %s of %s is %s, but proposal %s stays %s: %s",
+                task_id,
+                agent.slug,
+                task_state,
+                proposal.id,
+                before,
+                error.message,
+            )
+            continue
+        if after != before:
+            changed.append(proposal)
+    return changed
