@@ -360,7 +360,7 @@ class AgentAdmin(TenantScopedAdmin):
             api_token=api_token,
             outbound_auth_scheme=obj.outbound_auth_scheme,
             outbound_auth_credentials=form.cleaned_data.get("outbound_auth_credentials", ""),
-            actor=services.user_actor(request.user),
+            actor=request.user,
         )
         _adopt(obj, agent)
         _show_tokens_once(request, agent, push_token, api_token)
@@ -546,7 +546,9 @@ class PolicyVersionAdmin(TenantScopedAdmin):
             raise PermissionDenied("policy versions are immutable")
         _adopt(
             obj,
-            services.create_policy_version(form.cleaned_data["policy"], form.version_fields(), request.user),
+            services.create_policy_version(
+                form.cleaned_data["policy"], form.version_fields(), actor=request.user
+            ),
         )
 
     def response_add(self, request, obj, post_url_continue=None):
@@ -582,7 +584,7 @@ class PolicyVersionAdmin(TenantScopedAdmin):
 
     def _activate(self, request, version: PolicyVersion) -> bool:
         try:
-            services.activate_policy_version(version, request.user)
+            services.activate_policy_version(version, actor=request.user)
         except services.ServiceError as error:
             messages.error(request, f"{version}: {error.message}")
             return False
@@ -685,7 +687,7 @@ class HaltAdmin(TenantScopedAdmin):
         _adopt(
             obj,
             services.halt(
-                scope=obj.scope, operator=request.user, reason=obj.reason, tenant=obj.tenant, agent=obj.agent
+                scope=obj.scope, actor=request.user, reason=obj.reason, tenant=obj.tenant, agent=obj.agent
             ),
         )
 
@@ -702,7 +704,7 @@ class HaltAdmin(TenantScopedAdmin):
                 messages.error(request, f"{item}: only a superuser lifts a global halt")
                 continue
             lifted += services.resume(
-                operator=request.user,
+                actor=request.user,
                 reason="resumed from the admin",
                 tenant=item.tenant if item.scope == Halt.Scope.TENANT else None,
                 agent=item.agent if item.scope == Halt.Scope.AGENT else None,
@@ -780,7 +782,7 @@ class DecisionAdmin(ReadOnlyAdmin):
 def reset_otp_devices(modeladmin, request, queryset):
     for user in queryset:
         try:
-            removed = services.reset_devices(user, request.user, reason="reset in the admin")
+            removed = services.reset_devices(user, actor=request.user, reason="reset in the admin")
         except services.ServiceError as error:
             modeladmin.message_user(request, f"{user}: {error.message}", level=messages.ERROR)
         else:

@@ -140,9 +140,9 @@ def make_policy(
             "consume_online": consume_online,
             "risk": risk,
         },
-        author,
+        actor=author,
     )
-    return services.activate_policy_version(draft, approver)
+    return services.activate_policy_version(draft, actor=approver)
 
 
 def refund_action(order_id="1182", amount="40.00", currency="EUR") -> dict:

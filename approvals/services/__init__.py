@@ -22,11 +22,11 @@ from approvals.services.agents import (  # noqa: F401
 from approvals.services.common import (  # noqa: F401
     SYSTEM,
     _audit_time,
+    actor_label,
     agent_actor,
     now_utc,
     proposal_subject,
     record,
-    user_actor,
 )
 from approvals.services.decisions import (  # noqa: F401
     _consume_refusal,
@@ -55,13 +55,18 @@ from approvals.services.eligibility import (  # noqa: F401
     user_groups_for,
 )
 from approvals.services.errors import (  # noqa: F401
+    ActionRefused,
+    CompensationRefused,
     ConfigRefused,
     Conflict,
     ConsumeRefused,
+    DeviceResetRefused,
+    EditRefused,
     HaltedError,
     IntakeError,
     NotFound,
     PolicyInvalid,
+    RevokeRefused,
     ServiceError,
     VoteRefused,
 )
@@ -127,7 +132,6 @@ from approvals.services.tenants import (  # noqa: F401
     TENANT_CHANGED,
     TENANT_CREATED,
     TTL_TOO_SHORT,
-    _config_actor,
     _group_slugs_of,
     _remove_group_member,
     _require_config_admin,

@@ -7,9 +7,9 @@ from approvals.models import (
     Agent,
     Tenant,
 )
-from approvals.services.common import SYSTEM, record
+from approvals.services.common import actor_label, record
 from approvals.services.errors import Conflict, NotFound, ServiceError
-from approvals.services.tenants import _config_actor, _require_config_admin
+from approvals.services.tenants import _require_config_admin
 from audit.models import Verb
 
 
@@ -24,7 +24,7 @@ def register_agent(
     api_token: str,
     outbound_auth_scheme: str = Agent.AuthScheme.NONE,
     outbound_auth_credentials: str = "",
-    actor: str = SYSTEM,
+    actor=None,
 ) -> Agent:
     """Create or update an agent's registration; tokens are stored as sha256 hashes only."""
     from approvals.models import hash_token
@@ -49,7 +49,7 @@ def register_agent(
         )
         record(
             tenant.id,
-            actor=actor,
+            actor=actor_label(actor),
             verb=Verb.AGENT_REGISTERED,
             subject=f"agent:{slug}",
             data={"created": created, "card_url": card_url, "audience": agent.audience},
@@ -57,12 +57,12 @@ def register_agent(
     return agent
 
 
-def rotate_signing_key(*, actor: str = SYSTEM) -> str:
+def rotate_signing_key(*, actor=None) -> str:
     with transaction.atomic():
         new_key, retired = keys.rotate()
         record(
             None,
-            actor=actor,
+            actor=actor_label(actor),
             verb=Verb.SIGNING_KEY_ROTATED,
             subject=f"key:{new_key.kid}",
             data={"kid": new_key.kid, "retired": retired},
@@ -94,7 +94,7 @@ def update_agent(agent: Agent, *, actor=None, **changes) -> Agent:
         # Outbound credentials are secrets: the trail says they changed, never what they are.
         record(
             agent.tenant_id,
-            actor=_config_actor(actor),
+            actor=actor_label(actor),
             verb=AGENT_CHANGED,
             subject=f"agent:{agent.slug}",
             data={
@@ -120,7 +120,7 @@ def rotate_agent_tokens(agent: Agent, *, actor=None) -> tuple[str, str]:
             raise NotFound("not_found", "no such agent")
         record(
             agent.tenant_id,
-            actor=_config_actor(actor),
+            actor=actor_label(actor),
             verb=AGENT_TOKENS_ROTATED,
             subject=f"agent:{agent.slug}",
             data={"rotated": ["push_token", "api_token"]},

@@ -10,8 +10,9 @@ def now_utc() -> datetime:
     return datetime.now(UTC)
 
 
-def user_actor(user) -> str:
-    return f"user:{user.get_username()}"
+def actor_label(actor) -> str:
+    """The audit trail's name for who acted: a User, or None for the system (scripts, the worker)."""
+    return f"user:{actor.get_username()}" if actor is not None else SYSTEM
 
 
 def agent_actor(agent: Agent) -> str:

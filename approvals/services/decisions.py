@@ -16,14 +16,21 @@ from approvals.models import (
 from approvals.services.common import (
     SYSTEM,
     _audit_time,
+    actor_label,
     agent_actor,
     now_utc,
     proposal_subject,
     record,
-    user_actor,
 )
 from approvals.services.eligibility import tenant_role
-from approvals.services.errors import Conflict, ConsumeRefused, NotFound, ServiceError, VoteRefused
+from approvals.services.errors import (
+    CompensationRefused,
+    Conflict,
+    ConsumeRefused,
+    NotFound,
+    RevokeRefused,
+    ServiceError,
+)
 from approvals.services.halts import active_halt
 from approvals.services.lifecycle import _enqueue, _expire, _revoke, supersession_chain, transition
 from approvals.services.quorum import Quorum
@@ -109,7 +116,7 @@ def revoke_decision(proposal_id, user, *, reason: str) -> Proposal:
     """Take back a released decision before the agent consumed it; the agent's task is cancelled."""
     reason = (reason or "").strip()
     if not reason:
-        raise VoteRefused("reason_required", "a revocation needs a reason", "reason")
+        raise RevokeRefused("reason_required", "a revocation needs a reason", "reason")
     with transaction.atomic():
         proposal = Proposal.objects.select_for_update().filter(pk=proposal_id).first()
         if proposal is None or tenant_role(user, proposal.tenant_id) is None:
@@ -117,7 +124,7 @@ def revoke_decision(proposal_id, user, *, reason: str) -> Proposal:
         role = tenant_role(user, proposal.tenant_id)
         approved_it = proposal.votes.filter(voter=user, verdict=Vote.Verdict.APPROVE).exists()
         if role != TenantMembership.Role.ADMIN and not approved_it:
-            raise VoteRefused(
+            raise RevokeRefused(
                 "not_eligible", "only an approver of this decision or a tenant admin can revoke it"
             )
         if proposal.state not in RELEASED:
@@ -127,14 +134,14 @@ def revoke_decision(proposal_id, user, *, reason: str) -> Proposal:
                 else f"there is no released decision to revoke (the proposal is {proposal.state})"
             )
             raise Conflict("not_revocable", message)
-        _revoke(proposal, actor=user_actor(user), reason=reason, revoked_by=user)
+        _revoke(proposal, actor=actor_label(user), reason=reason, revoked_by=user)
     return proposal
 
 
 def note_compensation(proposal_id, user, *, note: str) -> Proposal:
     note = (note or "").strip()
     if not note:
-        raise VoteRefused("note_required", "write the compensation note", "note")
+        raise CompensationRefused("note_required", "write the compensation note", "note")
     with transaction.atomic():
         proposal = Proposal.objects.select_for_update().filter(pk=proposal_id).first()
         if proposal is None or tenant_role(user, proposal.tenant_id) not in {
@@ -146,7 +153,7 @@ def note_compensation(proposal_id, user, *, note: str) -> Proposal:
         proposal.save(update_fields=["compensation_note"])
         record(
             proposal.tenant_id,
-            actor=user_actor(user),
+            actor=actor_label(user),
             verb=Verb.COMPENSATION_NOTED,
             subject=proposal_subject(proposal),
             data={"note": note[:2000]},

@@ -3,8 +3,8 @@
 from django.db import transaction
 
 from approvals.models import TenantMembership
-from approvals.services.common import record, user_actor
-from approvals.services.errors import Conflict, ServiceError, VoteRefused
+from approvals.services.common import actor_label, record
+from approvals.services.errors import Conflict, DeviceResetRefused, ServiceError
 from audit.models import Verb
 
 BACKUP_CODE_COUNT = 10
@@ -23,7 +23,7 @@ def record_sign_in_code_refused(user, *, throttled: bool) -> None:
         for tenant_id in _person_chains(user):
             record(
                 tenant_id,
-                actor=user_actor(user),
+                actor=actor_label(user),
                 verb=Verb.SIGN_IN_CODE_REFUSED,
                 subject=f"user:{user.get_username()}",
                 data={"throttled": throttled},
@@ -72,7 +72,7 @@ def confirm_totp_enrollment(user, *, code: str) -> tuple[object, list[str]]:
             for tenant_id in _person_chains(user):
                 record(
                     tenant_id,
-                    actor=user_actor(user),
+                    actor=actor_label(user),
                     verb=Verb.DEVICE_ENROLLED,
                     subject=f"user:{user.get_username()}",
                     data={"device": "totp", "backup_codes": BACKUP_CODE_COUNT},
@@ -82,18 +82,18 @@ def confirm_totp_enrollment(user, *, code: str) -> tuple[object, list[str]]:
     return device, codes
 
 
-def reset_devices(user, by, *, reason: str = "") -> int:
+def reset_devices(user, *, actor, reason: str = "") -> int:
     """An admin removes a person's authenticators and backup codes (a lost phone). Sessions verified
     with them stop being verified; the person enrolls again at their next sign-in. Returns how many."""
     from django_otp import devices_for_user
 
     shared_admin = TenantMembership.objects.filter(
-        user=by,
+        user=actor,
         role=TenantMembership.Role.ADMIN,
         tenant_id__in=TenantMembership.objects.filter(user=user).values("tenant_id"),
     ).exists()
-    if not (by.is_superuser or shared_admin):
-        raise VoteRefused(
+    if actor is None or not (actor.is_superuser or shared_admin):
+        raise DeviceResetRefused(
             "not_allowed", "only an admin of one of this person's tenants can reset their devices"
         )
     with transaction.atomic():
@@ -103,7 +103,7 @@ def reset_devices(user, by, *, reason: str = "") -> int:
         for tenant_id in _person_chains(user):
             record(
                 tenant_id,
-                actor=user_actor(by),
+                actor=actor_label(actor),
                 verb=Verb.DEVICE_RESET,
                 subject=f"user:{user.get_username()}",
                 data={"devices_removed": len(devices), "reason": reason},

@@ -30,6 +30,28 @@ class VoteRefused(ServiceError):
     http_status = 403
 
 
+class ActionRefused(ServiceError):
+    """A person may not do this (other than vote): revoke, note a compensation, edit, reset devices."""
+
+    http_status = 403
+
+
+class RevokeRefused(ActionRefused):
+    pass
+
+
+class CompensationRefused(ActionRefused):
+    pass
+
+
+class EditRefused(ActionRefused):
+    pass
+
+
+class DeviceResetRefused(ActionRefused):
+    pass
+
+
 class ConsumeRefused(ServiceError):
     http_status = 409
 

@@ -10,7 +10,7 @@ from approvals.models import (
     Proposal,
     Tenant,
 )
-from approvals.services.common import SYSTEM, now_utc, record, user_actor
+from approvals.services.common import actor_label, now_utc, record
 from approvals.services.errors import HaltedError, ServiceError
 from approvals.services.lifecycle import _enqueue, _revoke
 from approvals.states import RELEASED, State
@@ -36,9 +36,7 @@ def _refuse_if_halted(tenant_id, agent_id, error_class=HaltedError):
         )
 
 
-def halt(
-    *, scope: str, operator, reason: str, tenant: Tenant | None = None, agent: Agent | None = None
-) -> Halt:
+def halt(*, scope: str, actor, reason: str, tenant: Tenant | None = None, agent: Agent | None = None) -> Halt:
     """Stop intake, votes and consumes in scope; revoke released-but-unconsumed decisions; queue CancelTask
     for their tasks and for tasks already executing. Tasks still waiting for people are left parked."""
     if not reason.strip():
@@ -49,10 +47,10 @@ def halt(
         raise ServiceError(
             "bad_scope", "name a tenant for a tenant halt, an agent for an agent halt, neither for global"
         )
-    actor = user_actor(operator) if operator else SYSTEM
+    label = actor_label(actor)
     with transaction.atomic():
         record_halt = Halt.objects.create(
-            scope=scope, tenant=tenant, agent=agent, reason=reason, operator=operator
+            scope=scope, tenant=tenant, agent=agent, reason=reason, operator=actor
         )
         in_scope = Proposal.objects.select_for_update().order_by("pk")
         if tenant:
@@ -64,7 +62,7 @@ def halt(
         released = list(in_scope.filter(state__in=RELEASED))
         running = list(in_scope.filter(state=State.EXECUTING))
         for proposal in released:
-            _revoke(proposal, actor=actor, reason=f"halt: {reason}", revoked_by=operator)
+            _revoke(proposal, actor=label, reason=f"halt: {reason}", revoked_by=actor)
         for proposal in running:
             # Consumed already, so nothing to revoke; but a kill switch also stops the task that runs.
             _enqueue(
@@ -76,7 +74,7 @@ def halt(
         tenant_id = tenant.id if tenant else (agent.tenant_id if agent else None)
         record(
             tenant_id,
-            actor=actor,
+            actor=label,
             verb=Verb.HALT_STARTED,
             subject=f"halt:{record_halt.id}",
             data={
@@ -94,14 +92,14 @@ def halt(
 
 def resume(
     *,
-    operator,
+    actor,
     reason: str = "",
     tenant: Tenant | None = None,
     agent: Agent | None = None,
     everything: bool = False,
 ) -> int:
     """Lift the active halts of exactly this scope. Returns how many were lifted."""
-    actor = user_actor(operator) if operator else SYSTEM
+    label = actor_label(actor)
     with transaction.atomic():
         halts = Halt.objects.select_for_update().filter(lifted_at__isnull=True)
         if everything:
@@ -115,12 +113,12 @@ def resume(
         lifted = 0
         for item in halts:
             item.lifted_at = now_utc()
-            item.lifted_by = operator
+            item.lifted_by = actor
             item.save(update_fields=["lifted_at", "lifted_by"])
             tenant_id = item.tenant_id or (item.agent.tenant_id if item.agent_id else None)
             record(
                 tenant_id,
-                actor=actor,
+                actor=label,
                 verb=Verb.HALT_LIFTED,
                 subject=f"halt:{item.id}",
                 data={"reason": reason},

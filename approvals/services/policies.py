@@ -13,11 +13,11 @@ from approvals.models import (
     Proposal,
     Tenant,
 )
-from approvals.services.common import now_utc, proposal_subject, record, user_actor
+from approvals.services.common import actor_label, now_utc, proposal_subject, record
 from approvals.services.errors import ConfigRefused, Conflict, PolicyInvalid
 from approvals.services.lifecycle import _enqueue, _revoke, transition
 from approvals.services.quorum import count_quorum
-from approvals.services.tenants import _config_actor, _require_config_admin, _require_slug
+from approvals.services.tenants import _require_config_admin, _require_slug
 from approvals.states import ALLOWED, RELEASED, State
 from audit.models import Verb
 
@@ -34,7 +34,7 @@ def create_policy(tenant: Tenant, *, slug: str, name: str = "", actor=None) -> P
         created = Policy.objects.create(tenant=tenant, slug=slug, name=name or slug.replace("-", " "))
         record(
             tenant.id,
-            actor=_config_actor(actor),
+            actor=actor_label(actor),
             verb=POLICY_CREATED,
             subject=f"policy:{slug}",
             data={"slug": slug, "name": created.name},
@@ -66,23 +66,23 @@ def _checked_version_fields(tenant: Tenant, fields: dict) -> dict:
     return values
 
 
-def create_policy_version(policy: Policy, fields: dict, author) -> PolicyVersion:
+def create_policy_version(policy: Policy, fields: dict, *, actor) -> PolicyVersion:
     """Store a new draft version of a policy. Versions are never edited: a change is a new draft, which
     takes effect only when a different admin activates it (activate_policy_version)."""
-    if author is None:
+    if actor is None:
         raise ConfigRefused("author_required", "a policy version needs an author: four eyes are two people")
-    _require_config_admin(author, policy.tenant_id)
+    _require_config_admin(actor, policy.tenant_id)
     with transaction.atomic():
         locked = Policy.objects.select_for_update(of=("self",)).select_related("tenant").get(pk=policy.pk)
         values = _checked_version_fields(locked.tenant, fields)
         latest = locked.versions.order_by("-version").values_list("version", flat=True).first() or 0
         active = locked.active_version
         version = PolicyVersion.objects.create(
-            policy=locked, version=latest + 1, status=PolicyVersion.Status.DRAFT, author=author, **values
+            policy=locked, version=latest + 1, status=PolicyVersion.Status.DRAFT, author=actor, **values
         )
         record(
             locked.tenant_id,
-            actor=user_actor(author),
+            actor=actor_label(actor),
             verb=Verb.POLICY_VERSION_CREATED,
             subject=f"policy:{locked.slug}@{version.version}",
             data={
@@ -95,24 +95,22 @@ def create_policy_version(policy: Policy, fields: dict, author) -> PolicyVersion
     return version
 
 
-def activate_policy_version(
-    version: PolicyVersion, approver, *, now: datetime | None = None
-) -> PolicyVersion:
+def activate_policy_version(version: PolicyVersion, *, actor, now: datetime | None = None) -> PolicyVersion:
     """Four eyes: a second admin approves a draft; it becomes the policy's active version and the version
     it replaces is retired, in one transaction. New proposals pin it; open ones keep what they pinned."""
-    if approver is None:
+    if actor is None:
         raise ConfigRefused("approver_required", "activating a policy version needs a second admin")
     with transaction.atomic():
         locked_policy = (
             Policy.objects.select_for_update(of=("self",)).select_related("tenant").get(pk=version.policy_id)
         )
-        _require_config_admin(approver, locked_policy.tenant_id)
+        _require_config_admin(actor, locked_policy.tenant_id)
         draft = PolicyVersion.objects.select_for_update().get(pk=version.pk)
         if draft.status != PolicyVersion.Status.DRAFT:
             raise Conflict(
                 "not_draft", f"version {draft.version} is {draft.status}; only a draft can be activated"
             )
-        if draft.author_id is None or draft.author_id == approver.pk:
+        if draft.author_id is None or draft.author_id == actor.pk:
             raise ConfigRefused(
                 "four_eyes", "the author of a policy version cannot activate it; another admin must"
             )
@@ -132,12 +130,12 @@ def activate_policy_version(
             current.status = PolicyVersion.Status.RETIRED
             current.save(update_fields=["status"])
         draft.status = PolicyVersion.Status.ACTIVE
-        draft.activated_by = approver
+        draft.activated_by = actor
         draft.activated_at = now or now_utc()
         draft.save(update_fields=["status", "activated_by", "activated_at"])
         record(
             locked_policy.tenant_id,
-            actor=user_actor(approver),
+            actor=actor_label(actor),
             verb=Verb.POLICY_VERSION_ACTIVATED,
             subject=f"policy:{locked_policy.slug}@{draft.version}",
             data={
@@ -149,7 +147,7 @@ def activate_policy_version(
         )
         _reevaluate_open_proposals(
             locked_policy.tenant,
-            actor=user_actor(approver),
+            actor=actor_label(actor),
             because=f"policy {locked_policy.slug}@{draft.version} activated",
         )
     draft.policy = locked_policy

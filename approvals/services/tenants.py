@@ -10,7 +10,7 @@ from approvals.models import (
     Tenant,
     TenantMembership,
 )
-from approvals.services.common import SYSTEM, record, user_actor
+from approvals.services.common import actor_label, record
 from approvals.services.eligibility import tenant_role
 from approvals.services.errors import ConfigRefused, Conflict, ServiceError
 from approvals.states import OPEN_FOR_VOTES
@@ -27,10 +27,6 @@ GROUP_CREATED = getattr(Verb, "GROUP_CREATED", "group.created")
 
 ADMIN_GROUP_SLUG = "admins"
 TTL_TOO_SHORT = "the default time to live is at least one second"
-
-
-def _config_actor(user) -> str:
-    return user_actor(user) if user is not None else SYSTEM
 
 
 def is_config_admin(user, tenant_id) -> bool:
@@ -83,7 +79,7 @@ def create_tenant(*, slug: str, name: str, actor=None, default_ttl_seconds: int 
         tenant.save(update_fields=["admin_group"])
         record(
             tenant.id,
-            actor=_config_actor(actor),
+            actor=actor_label(actor),
             verb=TENANT_CREATED,
             subject=f"tenant:{slug}",
             data={
@@ -139,7 +135,7 @@ def update_tenant(
         tenant.save(update_fields=["name", "default_ttl_seconds", "admin_group"])
         record(
             tenant.id,
-            actor=_config_actor(actor),
+            actor=actor_label(actor),
             verb=TENANT_CHANGED,
             subject=f"tenant:{tenant.slug}",
             data={"changes": changes},
@@ -189,7 +185,7 @@ def set_tenant_membership(
             membership.save(update_fields=["role", "principal_id"])
         record(
             tenant.id,
-            actor=_config_actor(actor),
+            actor=actor_label(actor),
             verb=Verb.MEMBERSHIP_CHANGED,
             subject=f"user:{user.get_username()}",
             data={
@@ -215,7 +211,7 @@ def remove_tenant_membership(tenant: Tenant, user, *, actor=None) -> bool:
         membership.delete()
         record(
             tenant.id,
-            actor=_config_actor(actor),
+            actor=actor_label(actor),
             verb=Verb.MEMBERSHIP_CHANGED,
             subject=f"user:{user.get_username()}",
             data={"user": user.get_username(), "role": None, "principal_id": "", "previous": previous},
@@ -239,7 +235,7 @@ def create_group(tenant: Tenant, *, slug: str, name: str = "", actor=None) -> Ap
         )
         record(
             tenant.id,
-            actor=_config_actor(actor),
+            actor=actor_label(actor),
             verb=GROUP_CREATED,
             subject=f"group:{slug}",
             data={"slug": slug, "name": group.name},
@@ -266,7 +262,7 @@ def add_group_member(group: ApproverGroup, user, *, actor=None) -> GroupMembersh
         if created:
             record(
                 group.tenant_id,
-                actor=_config_actor(actor),
+                actor=actor_label(actor),
                 verb=Verb.GROUP_MEMBER_ADDED,
                 subject=f"group:{group.slug}",
                 data={"group": group.slug, "user": user.get_username()},
@@ -288,7 +284,7 @@ def _remove_group_member(group: ApproverGroup, user, *, actor) -> bool:
         return False
     record(
         group.tenant_id,
-        actor=_config_actor(actor),
+        actor=actor_label(actor),
         verb=Verb.GROUP_MEMBER_REMOVED,
         subject=f"group:{group.slug}",
         data={"group": group.slug, "user": user.get_username()},

@@ -12,10 +12,10 @@ from approvals.models import (
     Proposal,
     Vote,
 )
-from approvals.services.common import _audit_time, now_utc, proposal_subject, record, user_actor
+from approvals.services.common import _audit_time, actor_label, now_utc, proposal_subject, record
 from approvals.services.decisions import _issue_decision
 from approvals.services.eligibility import ineligibility, tenant_role, user_groups_for
-from approvals.services.errors import NotFound, VoteRefused
+from approvals.services.errors import EditRefused, NotFound, VoteRefused
 from approvals.services.halts import active_halt
 from approvals.services.intake import _evaluate_and_route
 from approvals.services.lifecycle import _expire, transition
@@ -87,7 +87,7 @@ def cast_vote(
                 )
                 record(
                     proposal.tenant_id,
-                    actor=user_actor(user),
+                    actor=actor_label(user),
                     verb=Verb.STEP_UP_FAILED,
                     subject=proposal_subject(proposal),
                     data={"code": refusal.code},
@@ -98,7 +98,7 @@ def cast_vote(
             if refusal.code not in {"step_up_failed", "step_up_required"}:
                 record(
                     proposal.tenant_id,
-                    actor=user_actor(user),
+                    actor=actor_label(user),
                     verb=Verb.VOTE_REFUSED,
                     subject=proposal_subject(proposal),
                     data={"code": refusal.code, "verdict": verdict},
@@ -153,7 +153,7 @@ def _store_vote(proposal, user, verdict, digest_seen, reason, page_hash, step) -
     )
     record(
         proposal.tenant_id,
-        actor=user_actor(user),
+        actor=actor_label(user),
         verb=Verb.VOTE_CAST,
         subject=proposal_subject(proposal),
         data={
@@ -166,7 +166,7 @@ def _store_vote(proposal, user, verdict, digest_seen, reason, page_hash, step) -
         },
     )
     if verdict == Vote.Verdict.REJECT:
-        transition(proposal, State.REJECTED, actor=user_actor(user), reason=reason)
+        transition(proposal, State.REJECTED, actor=actor_label(user), reason=reason)
         _issue_decision(
             proposal,
             Decision.Kind.REJECTED,
@@ -181,7 +181,7 @@ def _store_vote(proposal, user, verdict, digest_seen, reason, page_hash, step) -
         transition(
             proposal,
             State.APPROVED,
-            actor=user_actor(user),
+            actor=actor_label(user),
             reason="quorum reached",
             data={"approved_by": [a["sub"] for a in approvers]},
         )
@@ -230,7 +230,7 @@ def request_info(proposal_id, user, *, question: str, digest_seen: str) -> Decis
         refusal = _vote_refusal(proposal, user, digest_seen, now_utc(), once_per_person=False)
         if refusal:
             raise refusal
-        transition(proposal, State.INFO_REQUESTED, actor=user_actor(user), reason=question)
+        transition(proposal, State.INFO_REQUESTED, actor=actor_label(user), reason=question)
         return _issue_decision(
             proposal,
             Decision.Kind.NEEDS_INFO,
@@ -253,7 +253,7 @@ def edit_proposal(proposal_id, user, *, arguments: dict, digest_seen: str, note:
     """A reviewer's edit never mutates a proposal: it creates a successor with a new digest that needs
     the full quorum again (and its author cannot approve it); the old one becomes superseded."""
     if not isinstance(arguments, dict):
-        raise VoteRefused("bad_arguments", "arguments must be an object", "arguments")
+        raise EditRefused("bad_arguments", "arguments must be an object", "arguments")
     with transaction.atomic():
         old = (
             Proposal.objects.select_for_update(of=("self",))
@@ -265,10 +265,10 @@ def edit_proposal(proposal_id, user, *, arguments: dict, digest_seen: str, note:
             raise NotFound("not_found", "no such proposal")
         refusal = _vote_refusal(old, user, digest_seen, now_utc(), once_per_person=False)
         if refusal:
-            raise refusal
+            raise EditRefused(refusal.code, refusal.message, refusal.field)
         action = {**old.action, "arguments": arguments}
         if action == old.action:
-            raise VoteRefused("no_change", "the edit changes nothing", "arguments")
+            raise EditRefused("no_change", "the edit changes nothing", "arguments")
         digest = action_digest(action)
         edits = Proposal.objects.filter(
             agent=old.agent, task_id=old.task_id, request_id__startswith=f"{old.request_id}.edit"
@@ -295,7 +295,7 @@ def edit_proposal(proposal_id, user, *, arguments: dict, digest_seen: str, note:
         )
         record(
             old.tenant_id,
-            actor=user_actor(user),
+            actor=actor_label(user),
             verb=Verb.PROPOSAL_SUBMITTED,
             subject=proposal_subject(new),
             data={
@@ -312,7 +312,7 @@ def edit_proposal(proposal_id, user, *, arguments: dict, digest_seen: str, note:
         transition(
             old,
             State.SUPERSEDED,
-            actor=user_actor(user),
+            actor=actor_label(user),
             reason=note or "edited by a reviewer",
             data={"successor": str(new.id)},
         )
@@ -320,6 +320,6 @@ def edit_proposal(proposal_id, user, *, arguments: dict, digest_seen: str, note:
         new.save(update_fields=["supersedes"])
         remaining = max(int((old.expires_at - now_utc()).total_seconds()), 1)
         _evaluate_and_route(
-            new, requested_expiry=now_utc() + timedelta(seconds=remaining), actor=user_actor(user)
+            new, requested_expiry=now_utc() + timedelta(seconds=remaining), actor=actor_label(user)
         )
     return new

@@ -85,7 +85,7 @@ def all_messages(response) -> list[str]:
 
 
 def test_every_admin_page_loads_for_a_superuser(as_author, tenant, decided):
-    services.halt(scope=Halt.Scope.TENANT, operator=None, reason="drill", tenant=tenant)
+    services.halt(scope=Halt.Scope.TENANT, actor=None, reason="drill", tenant=tenant)
     objects = {
         "tenant": tenant.pk,
         "approvergroup": tenant.groups.get(slug="finance").pk,
@@ -226,7 +226,7 @@ def draft(refund_policy, author):
             "tool_pattern": "payments.refund",
             "thresholds": [{"group": "finance", "count": 2}],
         },
-        author,
+        actor=author,
     )
 
 
@@ -293,7 +293,7 @@ def test_the_dry_run_page_shows_which_recent_proposals_the_draft_matches(
     deny_big = services.create_policy_version(
         refund_policy.policy,
         {"outcome": "deny", "tool_pattern": "payments.refund", "condition": "double(args.amount) > 1000.0"},
-        author,
+        actor=author,
     )
 
     response = as_author.get(url("policyversion", "dry_run", deny_big.pk))

@@ -188,7 +188,7 @@ def test_a_large_action_within_the_body_limit_is_refused_by_intake(client, agent
 
 
 def test_submitting_while_halted_is_a_503(client, agent, refund_policy, admin_user):
-    services.halt(scope="agent", agent=agent, operator=admin_user, reason="incident 42")
+    services.halt(scope="agent", agent=agent, actor=admin_user, reason="incident 42")
 
     response = post(client, "/api/v1/proposals", submission())
 

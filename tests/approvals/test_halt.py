@@ -47,7 +47,7 @@ def globex_agent(other_tenant):
 def test_halt_refuses_intake_in_scope(tenant, agent, refund_policy, requester, admin_user, scope):
     services.halt(
         scope=scope,
-        operator=admin_user,
+        actor=admin_user,
         reason="runaway spend, INC-4411",
         tenant=tenant if scope == "tenant" else None,
         agent=agent if scope == "agent" else None,
@@ -64,15 +64,13 @@ def test_halt_refuses_intake_in_scope(tenant, agent, refund_policy, requester, a
 
 
 def test_agent_halt_leaves_other_agents_accepting(agent, other_agent, refund_policy, requester, admin_user):
-    services.halt(
-        scope=Halt.Scope.AGENT, operator=admin_user, reason="bad deploy of refund-demo", agent=agent
-    )
+    services.halt(scope=Halt.Scope.AGENT, actor=admin_user, reason="bad deploy of refund-demo", agent=agent)
 
     assert submit(other_agent).state == State.AWAITING_REVIEW
 
 
 def test_tenant_halt_leaves_other_tenants_accepting(tenant, agent, globex_agent, admin_user):
-    services.halt(scope=Halt.Scope.TENANT, operator=admin_user, reason="acme incident", tenant=tenant)
+    services.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="acme incident", tenant=tenant)
 
     assert submit(globex_agent).state == State.AWAITING_REVIEW
 
@@ -80,7 +78,7 @@ def test_tenant_halt_leaves_other_tenants_accepting(tenant, agent, globex_agent,
 def test_replaying_a_known_request_during_a_halt_returns_it(agent, refund_policy, requester, admin_user):
     body = factories.approval_request(request_id="r-1")
     first = submit(agent, task_id="t-1", request_id="r-1", action=body["action"])
-    services.halt(scope=Halt.Scope.GLOBAL, operator=admin_user, reason="maintenance")
+    services.halt(scope=Halt.Scope.GLOBAL, actor=admin_user, reason="maintenance")
 
     again = submit(agent, task_id="t-1", request_id="r-1", action=body["action"])
 
@@ -93,7 +91,7 @@ def test_replaying_a_known_request_during_a_halt_returns_it(agent, refund_policy
 
 def test_halt_refuses_votes(tenant, agent, refund_policy, requester, reviewer_a, admin_user):
     proposal = submit(agent)
-    services.halt(scope=Halt.Scope.TENANT, operator=admin_user, reason="incident", tenant=tenant)
+    services.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="incident", tenant=tenant)
 
     with pytest.raises(services.VoteRefused) as refused:
         services.cast_vote(
@@ -116,7 +114,7 @@ def test_halt_revokes_approved_unconsumed_decisions_and_cancels_their_tasks(
 ):
     proposal, decision = approve(agent, reviewer_a)
 
-    services.halt(scope=Halt.Scope.TENANT, operator=admin_user, reason="fraud wave", tenant=tenant)
+    services.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="fraud wave", tenant=tenant)
 
     proposal.refresh_from_db()
     decision.refresh_from_db()
@@ -137,7 +135,7 @@ def test_halt_revokes_policy_allowed_decisions(tenant, agent, requester, admin_u
     proposal = submit(agent)
     assert proposal.state == State.ALLOWED
 
-    services.halt(scope=Halt.Scope.AGENT, operator=admin_user, reason="stop the bot", agent=agent)
+    services.halt(scope=Halt.Scope.AGENT, actor=admin_user, reason="stop the bot", agent=agent)
 
     proposal.refresh_from_db()
     assert proposal.state == State.REVOKED
@@ -150,7 +148,7 @@ def test_halt_cancels_tasks_already_executing(
     proposal, decision = approve(agent, reviewer_a)
     services.consume_decision(agent, decision.jti, rev=decision.rev)
 
-    halt = services.halt(scope=Halt.Scope.GLOBAL, operator=admin_user, reason="model provider incident")
+    halt = services.halt(scope=Halt.Scope.GLOBAL, actor=admin_user, reason="model provider incident")
 
     proposal.refresh_from_db()
     assert proposal.state == State.EXECUTING  # consumed: nothing left to revoke, the outcome still settles it
@@ -161,7 +159,7 @@ def test_halt_cancels_tasks_already_executing(
 def test_halt_leaves_waiting_proposals_parked(tenant, agent, refund_policy, requester, admin_user):
     proposal = submit(agent)
 
-    services.halt(scope=Halt.Scope.TENANT, operator=admin_user, reason="incident", tenant=tenant)
+    services.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="incident", tenant=tenant)
 
     proposal.refresh_from_db()
     assert proposal.state == State.AWAITING_REVIEW
@@ -174,7 +172,7 @@ def test_halt_touches_nothing_outside_its_scope(
     halted, _ = approve(agent, reviewer_a)
     spared, _ = approve(other_agent, reviewer_a)
 
-    services.halt(scope=Halt.Scope.AGENT, operator=admin_user, reason="only refund-demo", agent=agent)
+    services.halt(scope=Halt.Scope.AGENT, actor=admin_user, reason="only refund-demo", agent=agent)
 
     halted.refresh_from_db()
     spared.refresh_from_db()
@@ -188,7 +186,7 @@ def test_halt_is_audited_with_operator_reason_and_what_it_stopped(
 ):
     proposal, _ = approve(agent, reviewer_a)
 
-    halt = services.halt(scope=Halt.Scope.TENANT, operator=admin_user, reason="fraud wave", tenant=tenant)
+    halt = services.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="fraud wave", tenant=tenant)
 
     event = AuditEvent.objects.get(verb=Verb.HALT_STARTED)
     assert event.chain == f"tenant:{tenant.id}"
@@ -227,7 +225,7 @@ def test_a_decision_released_while_a_halt_committed_is_revoked_at_consume(
 
 def test_reads_still_work_while_halted(tenant, agent, refund_policy, requester, reviewer_a, admin_user):
     proposal = submit(agent)
-    services.halt(scope=Halt.Scope.GLOBAL, operator=admin_user, reason="incident")
+    services.halt(scope=Halt.Scope.GLOBAL, actor=admin_user, reason="incident")
 
     assert services.proposal_for_user(proposal.id, reviewer_a).id == proposal.id
     assert services.active_halt(tenant.id, agent.id).reason == "incident"
@@ -238,7 +236,7 @@ def test_outcome_reports_are_still_recorded_while_halted(
 ):
     proposal, decision = approve(agent, reviewer_a)
     services.consume_decision(agent, decision.jti, rev=decision.rev)
-    services.halt(scope=Halt.Scope.AGENT, operator=admin_user, reason="incident", agent=agent)
+    services.halt(scope=Halt.Scope.AGENT, actor=admin_user, reason="incident", agent=agent)
 
     services.record_outcome(agent, decision.jti, status="succeeded", transaction_id="re_1")
 
@@ -253,9 +251,9 @@ def test_outcome_reports_are_still_recorded_while_halted(
 def test_resume_lifts_the_halt_and_intake_and_votes_work_again(
     tenant, agent, refund_policy, requester, reviewer_a, admin_user
 ):
-    services.halt(scope=Halt.Scope.TENANT, operator=admin_user, reason="incident", tenant=tenant)
+    services.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="incident", tenant=tenant)
 
-    lifted = services.resume(operator=admin_user, reason="fixed", tenant=tenant)
+    lifted = services.resume(actor=admin_user, reason="fixed", tenant=tenant)
 
     assert lifted == 1
     assert services.active_halt(tenant.id, agent.id) is None
@@ -278,8 +276,8 @@ def test_resume_does_not_bring_back_revoked_decisions(
     tenant, agent, refund_policy, requester, reviewer_a, admin_user
 ):
     proposal, decision = approve(agent, reviewer_a)
-    services.halt(scope=Halt.Scope.TENANT, operator=admin_user, reason="incident", tenant=tenant)
-    services.resume(operator=admin_user, tenant=tenant)
+    services.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="incident", tenant=tenant)
+    services.resume(actor=admin_user, tenant=tenant)
 
     with pytest.raises(services.ConsumeRefused) as refused:
         services.consume_decision(agent, decision.jti, rev=decision.rev)
@@ -288,15 +286,15 @@ def test_resume_does_not_bring_back_revoked_decisions(
 
 
 def test_resume_lifts_only_its_own_scope(tenant, agent, admin_user):
-    services.halt(scope=Halt.Scope.GLOBAL, operator=admin_user, reason="everything")
+    services.halt(scope=Halt.Scope.GLOBAL, actor=admin_user, reason="everything")
 
-    assert services.resume(operator=admin_user, tenant=tenant) == 0
+    assert services.resume(actor=admin_user, tenant=tenant) == 0
     assert services.active_halt(tenant.id, agent.id).scope == Halt.Scope.GLOBAL
 
 
 def test_halt_needs_a_reason(tenant, admin_user):
     with pytest.raises(services.ServiceError) as refused:
-        services.halt(scope=Halt.Scope.TENANT, operator=admin_user, reason="  ", tenant=tenant)
+        services.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="  ", tenant=tenant)
 
     assert refused.value.code == "reason_required"
     assert not Halt.objects.exists()
@@ -304,7 +302,7 @@ def test_halt_needs_a_reason(tenant, admin_user):
 
 def test_halt_scope_must_name_its_target(tenant, admin_user):
     with pytest.raises(services.ServiceError) as refused:
-        services.halt(scope=Halt.Scope.TENANT, operator=admin_user, reason="who?")
+        services.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="who?")
 
     assert refused.value.code == "bad_scope"
 
@@ -315,7 +313,7 @@ def test_halt_scope_must_name_its_target(tenant, admin_user):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_halt_is_seen_from_another_connection(tenant, agent, admin_user):
-    services.halt(scope=Halt.Scope.TENANT, operator=admin_user, reason="seen everywhere", tenant=tenant)
+    services.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="seen everywhere", tenant=tenant)
     seen = {}
 
     def other_process_like_connection():
@@ -336,7 +334,7 @@ def test_a_halt_is_seen_from_another_connection(tenant, agent, admin_user):
 @requires_postgres
 @pytest.mark.django_db(transaction=True)
 def test_a_restarted_process_comes_back_halted(tenant, agent, admin_user):
-    services.halt(scope=Halt.Scope.AGENT, operator=admin_user, reason="survives restarts", agent=agent)
+    services.halt(scope=Halt.Scope.AGENT, actor=admin_user, reason="survives restarts", agent=agent)
     db = connection.settings_dict
     host = f"{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
     url = f"postgres://{db['USER']}:{db['PASSWORD']}@{host}/{db['NAME']}"
@@ -466,7 +464,7 @@ def test_halt_racing_consume_either_revokes_or_cancels_the_running_task(
 
     consumed, halted = run_together(
         lambda: services.consume_decision(agent, decision.jti, rev=decision.rev).state,
-        lambda: services.halt(scope=Halt.Scope.TENANT, operator=admin_user, reason="race", tenant=tenant),
+        lambda: services.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="race", tenant=tenant),
     )
 
     assert isinstance(halted, Halt), halted

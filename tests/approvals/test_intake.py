@@ -227,7 +227,7 @@ def test_expires_at_in_the_past_is_refused(agent, refund_policy, requester):
 
 
 def test_intake_while_halted_is_refused_and_nothing_is_saved(agent, refund_policy, requester, admin_user):
-    services.halt(scope="agent", operator=admin_user, reason="maintenance", agent=agent)
+    services.halt(scope="agent", actor=admin_user, reason="maintenance", agent=agent)
     before = rows()
 
     with pytest.raises(services.HaltedError):

@@ -105,10 +105,10 @@ def test_the_first_key_is_generated_on_first_use_readable_only_by_its_owner(key_
     assert key_dir.stat().st_mode & 0o777 == 0o700
 
 
-def test_rotation_signs_with_the_new_kid_from_then_on(db):
+def test_rotation_signs_with_the_new_kid_from_then_on(admin_user):
     old = keys.active_key()
 
-    new_kid = services.rotate_signing_key(actor="user:admin")
+    new_kid = services.rotate_signing_key(actor=admin_user)
 
     assert new_kid != old.kid
     assert keys.active_key().kid == new_kid
@@ -126,10 +126,10 @@ def test_a_decision_signed_after_rotation_names_the_new_kid(agent, refund_policy
     assert jwt.get_unverified_header(decision.token)["kid"] == decision.kid
 
 
-def test_rotation_is_audited_without_key_material(db):
+def test_rotation_is_audited_without_key_material(admin_user):
     old = keys.active_key()
 
-    new_kid = services.rotate_signing_key(actor="user:admin")
+    new_kid = services.rotate_signing_key(actor=admin_user)
 
     event = AuditEvent.objects.get(verb=Verb.SIGNING_KEY_ROTATED)
     assert event.chain == "system"

@@ -47,8 +47,8 @@ def status_of(version) -> str:
 
 
 def test_a_new_version_is_a_draft_numbered_after_the_last(refunds, admin_user):
-    first = services.create_policy_version(refunds, FINANCE_1, admin_user)
-    second = services.create_policy_version(refunds, {**FINANCE_1, "ttl_seconds": 600}, admin_user)
+    first = services.create_policy_version(refunds, FINANCE_1, actor=admin_user)
+    second = services.create_policy_version(refunds, {**FINANCE_1, "ttl_seconds": 600}, actor=admin_user)
 
     assert (first.version, first.status) == (1, DRAFT)
     assert (second.version, second.status) == (2, DRAFT)
@@ -57,12 +57,12 @@ def test_a_new_version_is_a_draft_numbered_after_the_last(refunds, admin_user):
 
 def test_editing_creates_a_new_version_and_leaves_the_active_one_untouched(refunds, admin_user, second_admin):
     active = services.activate_policy_version(
-        services.create_policy_version(refunds, FINANCE_1, admin_user), second_admin
+        services.create_policy_version(refunds, FINANCE_1, actor=admin_user), actor=second_admin
     )
     snapshot = {name: getattr(active, name) for name in policy.VERSION_FIELDS}
 
     finance_2 = {**FINANCE_1, "thresholds": [{"group": "finance", "count": 2}]}
-    draft = services.create_policy_version(refunds, finance_2, admin_user)
+    draft = services.create_policy_version(refunds, finance_2, actor=admin_user)
 
     active.refresh_from_db()
     assert {name: getattr(active, name) for name in policy.VERSION_FIELDS} == snapshot
@@ -72,7 +72,7 @@ def test_editing_creates_a_new_version_and_leaves_the_active_one_untouched(refun
 
 def test_a_draft_does_not_take_part_in_evaluation(agent, refunds, admin_user):
     services.create_policy_version(
-        refunds, {"outcome": "deny", "tool_pattern": "payments.refund"}, admin_user
+        refunds, {"outcome": "deny", "tool_pattern": "payments.refund"}, actor=admin_user
     )
 
     proposal = submit(agent)
@@ -84,7 +84,7 @@ def test_a_draft_does_not_take_part_in_evaluation(agent, refunds, admin_user):
 def test_a_draft_with_a_cel_compile_error_is_refused_with_the_compilers_message(refunds, admin_user):
     with pytest.raises(services.PolicyInvalid) as invalid:
         services.create_policy_version(
-            refunds, {**FINANCE_1, "condition": "double(args.amount) >"}, admin_user
+            refunds, {**FINANCE_1, "condition": "double(args.amount) >"}, actor=admin_user
         )
 
     assert "Syntax error" in invalid.value.errors["condition"]
@@ -105,7 +105,7 @@ def test_a_draft_with_a_cel_compile_error_is_refused_with_the_compilers_message(
 )
 def test_an_invalid_draft_is_refused_on_its_field(refunds, admin_user, fields, field):
     with pytest.raises(services.PolicyInvalid) as invalid:
-        services.create_policy_version(refunds, fields, admin_user)
+        services.create_policy_version(refunds, fields, actor=admin_user)
     assert field in invalid.value.errors
 
 
@@ -114,7 +114,7 @@ def test_thresholds_cannot_name_another_tenants_group(refunds, admin_user, outsi
     factories.make_group(outsider.tenant_memberships.get().tenant, "legal")
     with pytest.raises(services.PolicyInvalid) as invalid:
         services.create_policy_version(
-            refunds, {**FINANCE_1, "thresholds": [{"group": "legal", "count": 1}]}, admin_user
+            refunds, {**FINANCE_1, "thresholds": [{"group": "legal", "count": 1}]}, actor=admin_user
         )
     assert "unknown group" in invalid.value.errors["thresholds"]
 
@@ -122,10 +122,10 @@ def test_thresholds_cannot_name_another_tenants_group(refunds, admin_user, outsi
 def test_only_an_admin_of_the_tenant_writes_a_draft(refunds, reviewer_a, outsider):
     for person in (reviewer_a, outsider):
         with pytest.raises(services.ConfigRefused) as refused:
-            services.create_policy_version(refunds, FINANCE_1, person)
+            services.create_policy_version(refunds, FINANCE_1, actor=person)
         assert refused.value.code == "not_admin"
     with pytest.raises(services.ConfigRefused):
-        services.create_policy_version(refunds, FINANCE_1, None)
+        services.create_policy_version(refunds, FINANCE_1, actor=None)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -133,10 +133,10 @@ def test_only_an_admin_of_the_tenant_writes_a_draft(refunds, reviewer_a, outside
 
 
 def test_the_author_cannot_activate_their_own_version(refunds, admin_user):
-    draft = services.create_policy_version(refunds, FINANCE_1, admin_user)
+    draft = services.create_policy_version(refunds, FINANCE_1, actor=admin_user)
 
     with pytest.raises(services.ConfigRefused) as refused:
-        services.activate_policy_version(draft, admin_user)
+        services.activate_policy_version(draft, actor=admin_user)
 
     assert refused.value.code == "four_eyes"
     assert status_of(draft) == DRAFT
@@ -145,19 +145,19 @@ def test_the_author_cannot_activate_their_own_version(refunds, admin_user):
 
 def test_a_superuser_author_cannot_activate_their_own_version_either(refunds):
     author, _ = factories.policy_admins()
-    draft = services.create_policy_version(refunds, FINANCE_1, author)
+    draft = services.create_policy_version(refunds, FINANCE_1, actor=author)
 
     with pytest.raises(services.ConfigRefused):
-        services.activate_policy_version(draft, author)
+        services.activate_policy_version(draft, actor=author)
 
 
 def test_a_second_admin_activates_and_the_previous_version_is_retired(refunds, admin_user, second_admin):
     first = services.activate_policy_version(
-        services.create_policy_version(refunds, FINANCE_1, admin_user), second_admin
+        services.create_policy_version(refunds, FINANCE_1, actor=admin_user), actor=second_admin
     )
-    draft = services.create_policy_version(refunds, {**FINANCE_1, "ttl_seconds": 600}, second_admin)
+    draft = services.create_policy_version(refunds, {**FINANCE_1, "ttl_seconds": 600}, actor=second_admin)
 
-    activated = services.activate_policy_version(draft, admin_user)
+    activated = services.activate_policy_version(draft, actor=admin_user)
 
     assert activated.status == ACTIVE
     assert activated.activated_by == admin_user and activated.activated_at is not None
@@ -170,9 +170,9 @@ def test_a_second_admin_activates_and_the_previous_version_is_retired(refunds, a
 
 def test_a_failed_activation_changes_nothing(refunds, admin_user, second_admin, monkeypatch):
     first = services.activate_policy_version(
-        services.create_policy_version(refunds, FINANCE_1, admin_user), second_admin
+        services.create_policy_version(refunds, FINANCE_1, actor=admin_user), actor=second_admin
     )
-    draft = services.create_policy_version(refunds, {**FINANCE_1, "ttl_seconds": 600}, admin_user)
+    draft = services.create_policy_version(refunds, {**FINANCE_1, "ttl_seconds": 600}, actor=admin_user)
     real_record = services.record
 
     def failing_record(*args, **kwargs):
@@ -182,7 +182,7 @@ def test_a_failed_activation_changes_nothing(refunds, admin_user, second_admin, 
 
     monkeypatch.setattr(services.policies, "record", failing_record)
     with pytest.raises(RuntimeError):
-        services.activate_policy_version(draft, second_admin)
+        services.activate_policy_version(draft, actor=second_admin)
 
     assert status_of(first) == ACTIVE
     assert status_of(draft) == DRAFT
@@ -190,7 +190,7 @@ def test_a_failed_activation_changes_nothing(refunds, admin_user, second_admin, 
 
 def test_the_database_allows_one_active_version_per_policy(refunds, admin_user, second_admin):
     active = services.activate_policy_version(
-        services.create_policy_version(refunds, FINANCE_1, admin_user), second_admin
+        services.create_policy_version(refunds, FINANCE_1, actor=admin_user), actor=second_admin
     )
     with pytest.raises(IntegrityError), transaction.atomic():
         PolicyVersion.objects.create(
@@ -200,41 +200,41 @@ def test_the_database_allows_one_active_version_per_policy(refunds, admin_user, 
 
 def test_only_a_draft_can_be_activated(refunds, admin_user, second_admin):
     first = services.activate_policy_version(
-        services.create_policy_version(refunds, FINANCE_1, admin_user), second_admin
+        services.create_policy_version(refunds, FINANCE_1, actor=admin_user), actor=second_admin
     )
-    second = services.create_policy_version(refunds, FINANCE_1, admin_user)
-    services.activate_policy_version(second, second_admin)
+    second = services.create_policy_version(refunds, FINANCE_1, actor=admin_user)
+    services.activate_policy_version(second, actor=second_admin)
 
     for version in (refunds.versions.get(version=2), first):  # active, retired
         with pytest.raises(services.Conflict) as refused:
-            services.activate_policy_version(version, second_admin)
+            services.activate_policy_version(version, actor=second_admin)
         assert refused.value.code == "not_draft"
 
 
 def test_an_older_draft_cannot_replace_a_newer_active_version(refunds, admin_user, second_admin):
-    older = services.create_policy_version(refunds, FINANCE_1, admin_user)
-    newer = services.create_policy_version(refunds, {**FINANCE_1, "ttl_seconds": 600}, admin_user)
-    services.activate_policy_version(newer, second_admin)
+    older = services.create_policy_version(refunds, FINANCE_1, actor=admin_user)
+    newer = services.create_policy_version(refunds, {**FINANCE_1, "ttl_seconds": 600}, actor=admin_user)
+    services.activate_policy_version(newer, actor=second_admin)
 
     with pytest.raises(services.Conflict) as refused:
-        services.activate_policy_version(older, second_admin)
+        services.activate_policy_version(older, actor=second_admin)
     assert refused.value.code == "stale_draft"
 
 
 def test_only_an_admin_of_the_tenant_activates(refunds, admin_user, reviewer_a, outsider):
-    draft = services.create_policy_version(refunds, FINANCE_1, admin_user)
+    draft = services.create_policy_version(refunds, FINANCE_1, actor=admin_user)
     for person in (reviewer_a, outsider):
         with pytest.raises(services.ConfigRefused) as refused:
-            services.activate_policy_version(draft, person)
+            services.activate_policy_version(draft, actor=person)
         assert refused.value.code == "not_admin"
     assert status_of(draft) == DRAFT
 
 
 def test_writing_and_activating_are_audited_with_the_whole_version(refunds, admin_user, second_admin):
     draft = services.create_policy_version(
-        refunds, {**FINANCE_1, "condition": "double(args.amount) > 10.0"}, admin_user
+        refunds, {**FINANCE_1, "condition": "double(args.amount) > 10.0"}, actor=admin_user
     )
-    services.activate_policy_version(draft, second_admin)
+    services.activate_policy_version(draft, actor=second_admin)
 
     created = AuditEvent.objects.get(verb=Verb.POLICY_VERSION_CREATED, subject="policy:refunds@1")
     assert created.actor == "user:admin"
@@ -247,14 +247,14 @@ def test_new_proposals_pin_the_new_version_after_activation(
     agent, refunds, admin_user, second_admin, requester
 ):
     v1 = services.activate_policy_version(
-        services.create_policy_version(refunds, FINANCE_1, admin_user), second_admin
+        services.create_policy_version(refunds, FINANCE_1, actor=admin_user), actor=second_admin
     )
     before = submit(agent)
     v2 = services.activate_policy_version(
         services.create_policy_version(
-            refunds, {"outcome": "deny", "tool_pattern": "payments.refund"}, admin_user
+            refunds, {"outcome": "deny", "tool_pattern": "payments.refund"}, actor=admin_user
         ),
-        second_admin,
+        actor=second_admin,
     )
 
     after = submit(agent)
@@ -270,7 +270,7 @@ def test_new_proposals_pin_the_new_version_after_activation(
 
 def activate(refunds, fields, admin_user, second_admin):
     return services.activate_policy_version(
-        services.create_policy_version(refunds, fields, admin_user), second_admin
+        services.create_policy_version(refunds, fields, actor=admin_user), actor=second_admin
     )
 
 
@@ -353,8 +353,8 @@ def test_an_unconsumed_approval_that_no_longer_meets_a_stricter_version_is_revok
 @pytest.fixture
 def history(agent, refunds, admin_user, second_admin, requester):
     """Four proposals under refunds@1 (one finance approval for every refund)."""
-    first = services.create_policy_version(refunds, FINANCE_1, admin_user)
-    services.activate_policy_version(first, second_admin)
+    first = services.create_policy_version(refunds, FINANCE_1, actor=admin_user)
+    services.activate_policy_version(first, actor=second_admin)
     amounts = ["40.00", "500.00", "5000.00"]
     proposals = [submit(agent, action=factories.refund_action(amount=a)) for a in amounts]
     deploy = {"tool": "deploy.release", "arguments": {"service": "api", "version": "1.2"}, "target": "api"}
@@ -368,7 +368,9 @@ def by_amount(rows) -> dict:
 
 def test_dry_run_shows_which_proposals_a_draft_matches_and_the_outcome(history, refunds, admin_user):
     draft = services.create_policy_version(
-        refunds, {**FINANCE_1, "outcome": "deny", "condition": "double(args.amount) > 1000.0"}, admin_user
+        refunds,
+        {**FINANCE_1, "outcome": "deny", "condition": "double(args.amount) > 1000.0"},
+        actor=admin_user,
     )
 
     rows = by_amount(policy.dry_run(draft, policy.recent_proposals(draft.policy.tenant)))
@@ -389,7 +391,7 @@ def test_dry_run_of_a_new_policy_adds_to_the_active_ones(history, tenant, admin_
     draft = services.create_policy_version(
         small,
         {"outcome": "allow", "tool_pattern": "payments.refund", "condition": "double(args.amount) <= 50.0"},
-        admin_user,
+        actor=admin_user,
     )
 
     rows = by_amount(policy.dry_run(draft, policy.recent_proposals(tenant)))
@@ -411,7 +413,7 @@ def test_dry_run_of_the_active_version_reproduces_what_intake_decided(history, r
 
 
 def test_dry_run_writes_nothing(history, refunds, admin_user):
-    draft = services.create_policy_version(refunds, {"outcome": "deny"}, admin_user)
+    draft = services.create_policy_version(refunds, {"outcome": "deny"}, actor=admin_user)
     events = AuditEvent.objects.count()
     states = dict(Proposal.objects.values_list("id", "state"))
 
@@ -498,7 +500,9 @@ def test_the_policy_command_shows_the_compilers_message(tenant, tmp_path, admin_
 
 def test_the_policy_command_dry_runs_a_draft(history, refunds, admin_user):
     services.create_policy_version(
-        refunds, {**FINANCE_1, "outcome": "deny", "condition": "double(args.amount) > 1000.0"}, admin_user
+        refunds,
+        {**FINANCE_1, "outcome": "deny", "condition": "double(args.amount) > 1000.0"},
+        actor=admin_user,
     )
 
     out = policy_command("dry-run", "--tenant", "acme", "--policy", "refunds", "--version", "2")

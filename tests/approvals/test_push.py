@@ -328,7 +328,7 @@ def test_the_same_outcome_pushed_twice_is_recorded_once(client, executing):
 
 
 def test_an_outcome_is_still_recorded_during_a_halt(client, executing, admin_user, agent):
-    services.halt(scope="agent", agent=agent, operator=admin_user, reason="incident")
+    services.halt(scope="agent", agent=agent, actor=admin_user, reason="incident")
 
     push(client, status_push(TaskState.TASK_STATE_COMPLETED, task_id="task-x"))
 
@@ -381,7 +381,7 @@ def test_a_terminal_push_for_another_agents_task_changes_nothing(client, tenant,
 
 
 def test_a_request_pushed_during_a_halt_is_a_503(client, agent, refund_policy, admin_user):
-    services.halt(scope="global", operator=admin_user, reason="audit in progress")
+    services.halt(scope="global", actor=admin_user, reason="audit in progress")
 
     response = push(client, parked())
 

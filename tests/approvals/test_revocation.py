@@ -86,7 +86,7 @@ def test_admin_can_revoke_a_policy_allowed_decision(tenant, agent, requester, ad
 def test_revocation_needs_a_reason(agent, refund_policy, requester, reviewer_a, reason):
     proposal, _ = approve(agent, reviewer_a)
 
-    with pytest.raises(services.VoteRefused) as refused:
+    with pytest.raises(services.RevokeRefused) as refused:
         services.revoke_decision(proposal.id, reviewer_a, reason=reason)
 
     assert refused.value.code == "reason_required"
@@ -98,7 +98,7 @@ def test_revocation_needs_a_reason(agent, refund_policy, requester, reviewer_a, 
 def test_reviewer_who_did_not_approve_cannot_revoke(agent, refund_policy, requester, reviewer_a, reviewer_b):
     proposal, _ = approve(agent, reviewer_a)
 
-    with pytest.raises(services.VoteRefused) as refused:
+    with pytest.raises(services.RevokeRefused) as refused:
         services.revoke_decision(proposal.id, reviewer_b, reason="I disagree")
 
     assert refused.value.code == "not_eligible"
@@ -109,7 +109,7 @@ def test_reviewer_who_did_not_approve_cannot_revoke(agent, refund_policy, reques
 def test_compliance_cannot_revoke(agent, refund_policy, requester, reviewer_a, compliance):
     proposal, _ = approve(agent, reviewer_a)
 
-    with pytest.raises(services.VoteRefused):
+    with pytest.raises(services.RevokeRefused):
         services.revoke_decision(proposal.id, compliance, reason="looks odd")
 
 

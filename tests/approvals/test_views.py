@@ -164,9 +164,9 @@ def test_enrollment_needs_a_signed_in_person(db):
 
 def test_an_admin_resets_devices_and_the_person_must_enroll_again(reviewer_a, admin_user, reviewer_b):
     client = verified_client(reviewer_a)
-    with pytest.raises(services.VoteRefused):
-        services.reset_devices(reviewer_a, reviewer_b)
-    assert services.reset_devices(reviewer_a, admin_user, reason="lost phone") == 1
+    with pytest.raises(services.DeviceResetRefused):
+        services.reset_devices(reviewer_a, actor=reviewer_b)
+    assert services.reset_devices(reviewer_a, actor=admin_user, reason="lost phone") == 1
     assert AuditEvent.objects.get(verb=Verb.DEVICE_RESET).data == {
         "devices_removed": 1,
         "reason": "lost phone",

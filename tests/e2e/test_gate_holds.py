@@ -389,9 +389,9 @@ def test_07_a_policy_change_while_waiting_routes_stricter_and_stops_what_it_now_
             "condition": "!has(args.amount) || double(args.amount) > 10.0",
             "thresholds": [{"group": "finance", "count": 1}, {"group": "ops", "count": 1}],
         },
-        people["admin"],
+        actor=people["admin"],
     )
-    services.activate_policy_version(stricter, people[SECOND_ADMIN])
+    services.activate_policy_version(stricter, actor=people[SECOND_ADMIN])
     deny_3017 = services.create_policy(
         tenant, slug="order-3017-frozen", name="Order 3017 frozen", actor=people["admin"]
     )
@@ -399,9 +399,9 @@ def test_07_a_policy_change_while_waiting_routes_stricter_and_stops_what_it_now_
         services.create_policy_version(
             deny_3017,
             {"outcome": "deny", "tool_pattern": "payments.*", "condition": "args.order_id == '3017'"},
-            people["admin"],
+            actor=people["admin"],
         ),
-        people[SECOND_ADMIN],
+        actor=people[SECOND_ADMIN],
     )
 
     approve(stack, people["reviewer_a"], routed)  # finance alone no longer releases it

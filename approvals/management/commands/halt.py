@@ -35,7 +35,7 @@ class Command(OperatorCommand):
         halt = self.call_service(
             services.halt,
             scope=scope,
-            operator=self.operator(options),
+            actor=self.operator(options),
             reason=options["reason"],
             tenant=tenant,
             agent=agent,

@@ -106,7 +106,7 @@ class Command(BaseCommand):
         if target is None:
             target = services.create_policy(tenant, slug=slug, name=name, actor=author)
             self.stdout.write(f"created policy {target}")
-        version = services.create_policy_version(target, fields, author)
+        version = services.create_policy_version(target, fields, actor=author)
         self.stdout.write(
             self.style.SUCCESS(
                 f"draft {version} stored; another admin activates it with:\n"
@@ -117,7 +117,7 @@ class Command(BaseCommand):
 
     def activate(self, tenant: Tenant, options) -> None:
         approver = self._user(options["approver"])
-        version = services.activate_policy_version(self._version(tenant, options), approver)
+        version = services.activate_policy_version(self._version(tenant, options), actor=approver)
         self.stdout.write(self.style.SUCCESS(f"{version} is active"))
 
     def dry_run(self, tenant: Tenant, options) -> None:

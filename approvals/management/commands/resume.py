@@ -29,7 +29,7 @@ class Command(OperatorCommand):
         scope, tenant, agent = scope_from_options(options)
         lifted = self.call_service(
             services.resume,
-            operator=self.operator(options),
+            actor=self.operator(options),
             reason=options["reason"],
             tenant=tenant,
             agent=agent,

@@ -31,10 +31,8 @@ class Command(OperatorCommand):
 
     def handle(self, *args, **options):
         if not options["prune_only"]:
-            user = self.operator(options)
-            actor = services.user_actor(user) if user else services.SYSTEM
             try:
-                kid = services.rotate_signing_key(actor=actor)
+                kid = services.rotate_signing_key(actor=self.operator(options))
             except RuntimeError as error:  # REVIEWER_SIGNING_KEY given in the environment
                 raise CommandError(str(error)) from error
             self.stdout.write(f"new signing key {kid}: everything is signed with it from now on")

@@ -145,8 +145,8 @@ class Command(BaseCommand):
                 tenant, slug=slug, name=name, actor=author
             )
             if policy.active_version is None:
-                draft = services.create_policy_version(policy, fields, author)
-                services.activate_policy_version(draft, approver)
+                draft = services.create_policy_version(policy, fields, actor=author)
+                services.activate_policy_version(draft, actor=approver)
 
     def print_summary(self, seeded):
         write = self.stdout.write
