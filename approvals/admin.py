@@ -123,18 +123,15 @@ class TenantMembershipFormSet(ServiceInlineFormSet):
                 continue
             principal_id = (data.get("principal_id") or "").strip()
             if principal_id:
-                if principal_id in seen:
+                if principal_id in seen:  # rows of this one form: the service sees them one at a time
                     form.add_error("principal_id", "two members cannot share a principal id")
                 seen[principal_id] = data["user"]
-                others = TenantMembership.objects.filter(tenant=tenant, principal_id=principal_id)
-                if tenant.pk and others.exclude(user=data["user"]).exists():
-                    form.add_error("principal_id", "another member of this tenant has this principal id")
-            if (
-                tenant.pk
-                and data.get("role") == TenantMembership.Role.COMPLIANCE
-                and GroupMembership.objects.filter(group__tenant=tenant, user=data["user"]).exists()
-            ):
-                form.add_error("role", "compliance staff do not vote: first take them out of approver groups")
+            if tenant.pk:
+                refusal = services.membership_refusal(
+                    tenant, data["user"], role=data.get("role"), principal_id=principal_id
+                )
+                if refusal is not None:
+                    form.add_error(refusal.field, refusal.message)
 
 
 class TenantMembershipInline(admin.TabularInline):
@@ -234,11 +231,9 @@ class GroupMembershipFormSet(ServiceInlineFormSet):
             data = getattr(form, "cleaned_data", None)
             if not data or data.get("DELETE") or not data.get("user") or form.instance.pk:
                 continue
-            role = services.tenant_role(data["user"], tenant_id) if tenant_id else None
-            if role is None:
-                form.add_error("user", "not a member of this tenant: add them to the tenant first")
-            elif role == TenantMembership.Role.COMPLIANCE:
-                form.add_error("user", "compliance staff read and export; they do not vote")
+            refusal = services.group_member_refusal(tenant_id, data["user"])
+            if refusal is not None:
+                form.add_error(refusal.field, refusal.message)
 
 
 class GroupMembershipInline(admin.TabularInline):

@@ -152,24 +152,48 @@ def evaluate(tenant: Tenant, versions: list[PolicyVersion], context: dict) -> Ev
     return tenant_default(tenant, errors)
 
 
-def _merge_requirements(tenant: Tenant, versions: list[PolicyVersion], errors: list[str]) -> Evaluation:
+def stricter_requirements(*requirements: dict) -> dict:
+    """What all of them demand (the one merge rule): every group at the highest count, the strictest
+    step-up, the shortest TTL, self-approval only if all allow it, online consumption if any asks."""
     counts: dict[str, int] = {}
-    step_up = versions[0].step_up
-    for version in versions:
-        for threshold in version.thresholds or []:
+    for each in requirements:
+        for threshold in each.get("thresholds") or []:
             counts[threshold["group"]] = max(counts.get(threshold["group"], 0), int(threshold["count"]))
-        step_up = stricter_step_up(step_up, version.step_up)
-    if not counts:
+    step_up = requirements[0].get("step_up", PER_VOTE)
+    for each in requirements[1:]:
+        step_up = stricter_step_up(step_up, each.get("step_up", PER_VOTE))
+    return {
+        "thresholds": [{"group": group, "count": count} for group, count in sorted(counts.items())],
+        "step_up": step_up,
+        "self_approval": all(bool(each.get("self_approval")) for each in requirements),
+        "consume": any(bool(each.get("consume", True)) for each in requirements),
+        "ttl_seconds": min(int(each.get("ttl_seconds") or 10**9) for each in requirements),
+    }
+
+
+def version_requirements(version: PolicyVersion) -> dict:
+    return {
+        "thresholds": version.thresholds or [],
+        "step_up": version.step_up,
+        "self_approval": version.allow_self_approval,
+        "consume": version.consume_online,
+        "ttl_seconds": version.ttl_seconds,
+    }
+
+
+def _merge_requirements(tenant: Tenant, versions: list[PolicyVersion], errors: list[str]) -> Evaluation:
+    merged = stricter_requirements(*(version_requirements(version) for version in versions))
+    if not merged["thresholds"]:
         # An approval nobody is named for could never be given; fall back to the tenant admins (fail closed).
-        counts[_admin_group_slug(tenant)] = 1
+        merged["thresholds"] = [{"group": _admin_group_slug(tenant), "count": 1}]
     return Evaluation(
         "require_approval",
         versions=versions,
-        thresholds=[{"group": group, "count": count} for group, count in sorted(counts.items())],
-        step_up=step_up,
-        ttl_seconds=min(v.ttl_seconds for v in versions),
-        self_approval=all(v.allow_self_approval for v in versions),
-        consume=any(v.consume_online for v in versions),
+        thresholds=merged["thresholds"],
+        step_up=merged["step_up"],
+        ttl_seconds=merged["ttl_seconds"],
+        self_approval=merged["self_approval"],
+        consume=merged["consume"],
         risk=max((v.risk for v in versions), key=lambda r: RISK_ORDER.get(r, 0)),
         reason="requires approval by " + ", ".join(str(v) for v in versions),
         errors=errors,

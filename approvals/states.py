@@ -1,6 +1,6 @@
 """The proposal lifecycle: one state table, checked in one place.
 
-DESIGN.md "The proposal lifecycle" is the source of this table. `transition()` in services.py is the
+DESIGN.md "The proposal lifecycle" is the source of this table. `transition()` in services/lifecycle.py is the
 only code that changes `Proposal.state`, and it consults `ALLOWED` before writing.
 """
 
@@ -55,6 +55,10 @@ TERMINAL = frozenset(state for state, nexts in ALLOWED.items() if not nexts)
 RELEASED = frozenset({State.ALLOWED, State.APPROVED})
 # States in which people may still vote.
 OPEN_FOR_VOTES = frozenset({State.AWAITING_REVIEW})
+# States in which a request waits for people: their votes, or the agent's answer to their question.
+WAITING_FOR_PEOPLE = frozenset({State.AWAITING_REVIEW, State.INFO_REQUESTED})
+# States after the agent consumed its decision: the work has started and can no longer be revoked.
+STARTED = frozenset({State.EXECUTING, State.UNKNOWN, State.SUCCEEDED, State.FAILED})
 
 
 class IllegalTransition(Exception):

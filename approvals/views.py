@@ -56,13 +56,12 @@ from approvals.forms import (
     RevokeForm,
 )
 from approvals.models import Agent, Decision, Policy, PolicyVersion, Proposal, TenantMembership, Vote
-from approvals.states import RELEASED, State
+from approvals.states import RELEASED, STARTED, State
 
 PAGE_SIZE = 25
 # Agent text is untrusted and can be long: cap what a page shows and say so when it is cut.
 TEXT_CAP = 2000
 EXCERPT_CAP = 600
-STARTED = frozenset({State.EXECUTING, State.UNKNOWN, State.SUCCEEDED, State.FAILED})
 
 
 @require_GET
@@ -637,18 +636,14 @@ def decision_mode(proposal: Proposal, user, live: dict, why_not: tuple[str, str]
             )
         return "vote", ""
     decision = live["decision"]
-    role = services.tenant_role(user, proposal.tenant_id)
-    approved_it = any(
-        item["vote"].voter_id == user.pk and item["vote"].verdict == Vote.Verdict.APPROVE
-        for item in live["votes"]
-    )
     if (
         proposal.state in RELEASED
         and decision
         and not decision.consumed_at
-        and (role == TenantMembership.Role.ADMIN or approved_it)
+        and services.may_revoke(proposal, user)
     ):
         return "revocable", ""
+    role = services.tenant_role(user, proposal.tenant_id)
     if proposal.state in STARTED and role in {TenantMembership.Role.ADMIN, TenantMembership.Role.REVIEWER}:
         return "started", ""
     return "closed", ""

@@ -27,7 +27,7 @@ from django.db import close_old_connections, connection
 
 from approvals import a2a, services
 from approvals.models import Decision, OutboxMessage, Proposal
-from approvals.states import State
+from approvals.states import WAITING_FOR_PEOPLE, State
 
 log = logging.getLogger(__name__)
 
@@ -159,9 +159,7 @@ class Worker:
         executions = list(proposals.filter(state=State.EXECUTING, executing_since__lte=overdue)) + list(
             proposals.filter(state=State.UNKNOWN)
         )
-        waiting = list(
-            proposals.filter(state__in=[State.AWAITING_REVIEW, State.INFO_REQUESTED], created_at__lte=overdue)
-        )
+        waiting = list(proposals.filter(state__in=WAITING_FOR_PEOPLE, created_at__lte=overdue))
         due = [p for p in executions if self._due(p, clock, RECONCILE_EVERY_SECONDS)]
         due += [p for p in waiting if self._due(p, clock, settings.EXECUTING_RECONCILE_SECONDS)]
         for proposal in due[:RECONCILE_BATCH]:

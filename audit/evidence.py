@@ -8,16 +8,15 @@ revocation; every state change; and the raw audit events with their hashes and t
 covers them (checkable against a verifiable bundle of the same period).
 """
 
-import hashlib
 import json
 from datetime import UTC, datetime
 
 import jwt
-import rfc8785
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.serializers.json import DjangoJSONEncoder
 
+from approvals.canonical import action_digest  # the pure digest rule (DESIGN.md "Binding"), not the domain
 from audit import domain
 from audit.chain import format_time, verification_jwks
 from audit.models import AuditEvent, Checkpoint, Verb
@@ -34,11 +33,6 @@ CHECK_LABELS = {
     "token_matches_audit": "The token's jti, digest and decision match the audit log",
     "signed_by_checkpoint": "A signed checkpoint covers these events",
 }
-
-
-def _digest(action) -> str:
-    """DESIGN.md "Binding": sha256 of the RFC 8785 form of the action (recomputed here, not trusted)."""
-    return "sha256:" + hashlib.sha256(rfc8785.dumps(action)).hexdigest()
 
 
 def _display_names(actors: set[str]) -> dict[str, str]:
@@ -183,7 +177,7 @@ def build_packet(tenant, proposal_id) -> dict | None:
         "events": events,
         "covering_checkpoint": checkpoint_dict(covering) if covering else None,
         "checks": {
-            "envelope_digest_matches": _digest(envelope["action"]) == envelope["action_digest"],
+            "envelope_digest_matches": action_digest(envelope["action"]) == envelope["action_digest"],
             "submitted_digest_matches": all(
                 e["data"].get("action_digest") == envelope["action_digest"]
                 for e in of(Verb.PROPOSAL_SUBMITTED)

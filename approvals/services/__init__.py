@@ -11,9 +11,7 @@ before the exception is raised.
 """
 
 from approvals.services.agents import (  # noqa: F401
-    AGENT_CHANGED,
     AGENT_EDITABLE,
-    AGENT_TOKENS_ROTATED,
     register_agent,
     rotate_agent_tokens,
     rotate_signing_key,
@@ -33,6 +31,7 @@ from approvals.services.decisions import (  # noqa: F401
     _issue_decision,
     _lock_decision,
     consume_decision,
+    may_revoke,
     note_compensation,
     record_outcome,
     revoke_decision,
@@ -92,6 +91,7 @@ from approvals.services.lifecycle import (  # noqa: F401
     _expire,
     _expiry_for,
     _revoke,
+    enqueue_cancel,
     supersession_chain,
     transition,
 )
@@ -105,11 +105,9 @@ from approvals.services.outbox import (  # noqa: F401
     withdraw_outbox,
 )
 from approvals.services.policies import (  # noqa: F401
-    POLICY_CREATED,
     POLICY_VERSION_DEFAULTS,
     _checked_version_fields,
     _reevaluate_open_proposals,
-    _stricter_requirements,
     activate_policy_version,
     create_policy,
     create_policy_version,
@@ -128,9 +126,6 @@ from approvals.services.reconcile import (  # noqa: F401
 )
 from approvals.services.tenants import (  # noqa: F401
     ADMIN_GROUP_SLUG,
-    GROUP_CREATED,
-    TENANT_CHANGED,
-    TENANT_CREATED,
     TTL_TOO_SHORT,
     _group_slugs_of,
     _remove_group_member,
@@ -140,7 +135,9 @@ from approvals.services.tenants import (  # noqa: F401
     admin_tenant_ids,
     create_group,
     create_tenant,
+    group_member_refusal,
     is_config_admin,
+    membership_refusal,
     remove_group_member,
     remove_tenant_membership,
     set_tenant_membership,

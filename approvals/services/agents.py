@@ -70,10 +70,6 @@ def rotate_signing_key(*, actor=None) -> str:
     return new_key.kid
 
 
-AGENT_CHANGED = getattr(Verb, "AGENT_CHANGED", "agent.changed")
-AGENT_TOKENS_ROTATED = getattr(Verb, "AGENT_TOKENS_ROTATED", "agent.tokens_rotated")
-
-
 AGENT_EDITABLE = ("name", "card_url", "audience", "outbound_auth_scheme", "outbound_auth_credentials")
 
 
@@ -95,7 +91,7 @@ def update_agent(agent: Agent, *, actor=None, **changes) -> Agent:
         record(
             agent.tenant_id,
             actor=actor_label(actor),
-            verb=AGENT_CHANGED,
+            verb=Verb.AGENT_CHANGED,
             subject=f"agent:{agent.slug}",
             data={
                 "changed": changed,
@@ -121,7 +117,7 @@ def rotate_agent_tokens(agent: Agent, *, actor=None) -> tuple[str, str]:
         record(
             agent.tenant_id,
             actor=actor_label(actor),
-            verb=AGENT_TOKENS_ROTATED,
+            verb=Verb.AGENT_TOKENS_ROTATED,
             subject=f"agent:{agent.slug}",
             data={"rotated": ["push_token", "api_token"]},
         )

@@ -35,7 +35,7 @@ from approvals.services.halts import active_halt
 from approvals.services.lifecycle import _enqueue, _expire, _revoke, supersession_chain, transition
 from approvals.services.quorum import Quorum
 from approvals.signing import decision_claims, sign_decision
-from approvals.states import RELEASED, State
+from approvals.states import RELEASED, STARTED, State
 from audit.models import Verb
 
 
@@ -112,6 +112,13 @@ def _issue_decision(
     return decision
 
 
+def may_revoke(proposal: Proposal, user) -> bool:
+    """Who may take back a released decision: a tenant admin, or a person who approved it."""
+    if tenant_role(user, proposal.tenant_id) == TenantMembership.Role.ADMIN:
+        return True
+    return proposal.votes.filter(voter=user, verdict=Vote.Verdict.APPROVE).exists()
+
+
 def revoke_decision(proposal_id, user, *, reason: str) -> Proposal:
     """Take back a released decision before the agent consumed it; the agent's task is cancelled."""
     reason = (reason or "").strip()
@@ -121,16 +128,14 @@ def revoke_decision(proposal_id, user, *, reason: str) -> Proposal:
         proposal = Proposal.objects.select_for_update().filter(pk=proposal_id).first()
         if proposal is None or tenant_role(user, proposal.tenant_id) is None:
             raise NotFound("not_found", "no such proposal")
-        role = tenant_role(user, proposal.tenant_id)
-        approved_it = proposal.votes.filter(voter=user, verdict=Vote.Verdict.APPROVE).exists()
-        if role != TenantMembership.Role.ADMIN and not approved_it:
+        if not may_revoke(proposal, user):
             raise RevokeRefused(
                 "not_eligible", "only an approver of this decision or a tenant admin can revoke it"
             )
         if proposal.state not in RELEASED:
             message = (
                 "the agent has started the work: it can no longer be revoked; record a compensation note"
-                if proposal.state in {State.EXECUTING, State.SUCCEEDED, State.FAILED, State.UNKNOWN}
+                if proposal.state in STARTED
                 else f"there is no released decision to revoke (the proposal is {proposal.state})"
             )
             raise Conflict("not_revocable", message)
@@ -229,12 +234,7 @@ def _consume_refusal(
         return ConsumeRefused("not_approved", f"this decision is {decision.kind}; nothing may execute")
     if decision.revoked_at or proposal.state == State.REVOKED:
         return ConsumeRefused("revoked", "this decision was revoked; nothing may execute")
-    if decision.consumed_at or proposal.state in {
-        State.EXECUTING,
-        State.SUCCEEDED,
-        State.FAILED,
-        State.UNKNOWN,
-    }:
+    if decision.consumed_at or proposal.state in STARTED:
         return ConsumeRefused("consumed", "this decision was already consumed; it releases one execution")
     if proposal.state == State.EXPIRED or clock >= decision.expires_at:
         return ConsumeRefused("expired", "this decision expired; nothing may execute")

@@ -6,13 +6,12 @@ from django.db.models import Q
 from approvals.models import (
     Agent,
     Halt,
-    OutboxMessage,
     Proposal,
     Tenant,
 )
 from approvals.services.common import actor_label, now_utc, record
 from approvals.services.errors import HaltedError, ServiceError
-from approvals.services.lifecycle import _enqueue, _revoke
+from approvals.services.lifecycle import _revoke, enqueue_cancel
 from approvals.states import RELEASED, State
 from audit.models import Verb
 
@@ -65,12 +64,7 @@ def halt(*, scope: str, actor, reason: str, tenant: Tenant | None = None, agent:
             _revoke(proposal, actor=label, reason=f"halt: {reason}", revoked_by=actor)
         for proposal in running:
             # Consumed already, so nothing to revoke; but a kill switch also stops the task that runs.
-            _enqueue(
-                proposal,
-                OutboxMessage.Kind.CANCEL,
-                message_id=f"cancel-{proposal.id}",
-                payload={"reason": f"halt: {reason}"},
-            )
+            enqueue_cancel(proposal, reason=f"halt: {reason}")
         tenant_id = tenant.id if tenant else (agent.tenant_id if agent else None)
         record(
             tenant_id,

@@ -89,13 +89,16 @@ def _revoke(proposal: Proposal, *, actor: str, reason: str, revoked_by=None):
         subject=proposal_subject(proposal),
         data={"jti": str(decision.jti), "reason": reason},
     )
-    _enqueue(
+    enqueue_cancel(proposal, reason=reason)
+
+
+def enqueue_cancel(proposal: Proposal, *, reason: str) -> OutboxMessage:
+    """Queue CancelTask for the proposal's task (one per proposal: a second cancel is the same message)."""
+    return _enqueue(
         proposal, OutboxMessage.Kind.CANCEL, message_id=f"cancel-{proposal.id}", payload={"reason": reason}
     )
 
 
 def _expire(proposal: Proposal, *, reason: str):
     transition(proposal, State.EXPIRED, actor=SYSTEM, reason=reason)
-    _enqueue(
-        proposal, OutboxMessage.Kind.CANCEL, message_id=f"cancel-{proposal.id}", payload={"reason": reason}
-    )
+    enqueue_cancel(proposal, reason=reason)

@@ -7,7 +7,6 @@ from django.db import transaction
 from approvals import events, policy
 from approvals.models import (
     ApproverGroup,
-    OutboxMessage,
     Policy,
     PolicyVersion,
     Proposal,
@@ -15,13 +14,11 @@ from approvals.models import (
 )
 from approvals.services.common import actor_label, now_utc, proposal_subject, record
 from approvals.services.errors import ConfigRefused, Conflict, PolicyInvalid
-from approvals.services.lifecycle import _enqueue, _revoke, transition
+from approvals.services.lifecycle import _revoke, enqueue_cancel, transition
 from approvals.services.quorum import count_quorum
 from approvals.services.tenants import _require_config_admin, _require_slug
-from approvals.states import ALLOWED, RELEASED, State
+from approvals.states import ALLOWED, RELEASED, WAITING_FOR_PEOPLE, State
 from audit.models import Verb
-
-POLICY_CREATED = getattr(Verb, "POLICY_CREATED", "policy.created")
 
 
 def create_policy(tenant: Tenant, *, slug: str, name: str = "", actor=None) -> Policy:
@@ -35,7 +32,7 @@ def create_policy(tenant: Tenant, *, slug: str, name: str = "", actor=None) -> P
         record(
             tenant.id,
             actor=actor_label(actor),
-            verb=POLICY_CREATED,
+            verb=Verb.POLICY_CREATED,
             subject=f"policy:{slug}",
             data={"slug": slug, "name": created.name},
         )
@@ -154,23 +151,6 @@ def activate_policy_version(version: PolicyVersion, *, actor, now: datetime | No
     return draft
 
 
-def _stricter_requirements(old: dict, new: dict) -> dict:
-    """What both demand: every group at the higher count, the stricter step-up, self-approval only if
-    both allow it, online consumption if either asks for it."""
-    counts = {t["group"]: int(t["count"]) for t in old.get("thresholds", [])}
-    for threshold in new.get("thresholds", []):
-        counts[threshold["group"]] = max(counts.get(threshold["group"], 0), int(threshold["count"]))
-    return {
-        "thresholds": [{"group": group, "count": count} for group, count in sorted(counts.items())],
-        "step_up": policy.stricter_step_up(
-            old.get("step_up", policy.PER_VOTE), new.get("step_up", policy.PER_VOTE)
-        ),
-        "self_approval": bool(old.get("self_approval")) and bool(new.get("self_approval")),
-        "consume": bool(old.get("consume", True)) or bool(new.get("consume", True)),
-        "ttl_seconds": min(int(old.get("ttl_seconds") or 10**9), int(new.get("ttl_seconds") or 10**9)),
-    }
-
-
 def _reevaluate_open_proposals(tenant: Tenant, *, actor: str, because: str) -> None:
     """A policy change while proposals wait never loosens them, and stops what it now forbids.
 
@@ -178,7 +158,7 @@ def _reevaluate_open_proposals(tenant: Tenant, *, actor: str, because: str) -> N
     are merged in (more approvals, stricter step-up), so the change routes them to the right people;
     a looser policy changes nothing. Released, unconsumed decisions: a deny, or requirements the
     recorded approvals no longer meet, revoke them."""
-    open_states = [State.AWAITING_REVIEW, State.INFO_REQUESTED, *RELEASED]
+    open_states = [*WAITING_FOR_PEOPLE, *RELEASED]
     versions = policy.active_versions_for(tenant)
     for proposal in (
         Proposal.objects.select_for_update(of=("self",))
@@ -195,14 +175,9 @@ def _reevaluate_open_proposals(tenant: Tenant, *, actor: str, because: str) -> N
                 _revoke(proposal, actor=actor, reason=reason)
             elif State.CANCELLED in ALLOWED[proposal.state]:
                 transition(proposal, State.CANCELLED, actor=actor, reason=reason)
-                _enqueue(
-                    proposal,
-                    OutboxMessage.Kind.CANCEL,
-                    message_id=f"cancel-{proposal.id}",
-                    payload={"reason": reason},
-                )
+                enqueue_cancel(proposal, reason=reason)
             continue
-        merged = _stricter_requirements(proposal.requirements, evaluation.requirements)
+        merged = policy.stricter_requirements(proposal.requirements, evaluation.requirements)
         if proposal.state == State.ALLOWED or (
             proposal.state == State.APPROVED and not count_quorum(proposal, merged).met
         ):

@@ -10,7 +10,7 @@ from approvals.services.common import SYSTEM, agent_actor, now_utc
 from approvals.services.decisions import record_outcome
 from approvals.services.errors import ServiceError
 from approvals.services.lifecycle import _expire, transition
-from approvals.states import RELEASED, State
+from approvals.states import RELEASED, WAITING_FOR_PEOPLE, State
 
 log = logging.getLogger(__name__)
 
@@ -24,9 +24,7 @@ def expire_due(now: datetime | None = None) -> int:
     """Expire proposals waiting past their time and released decisions not consumed in time."""
     clock = now or now_utc()
     expired = 0
-    waiting = Proposal.objects.filter(
-        state__in=[State.AWAITING_REVIEW, State.INFO_REQUESTED], expires_at__lte=clock
-    )
+    waiting = Proposal.objects.filter(state__in=WAITING_FOR_PEOPLE, expires_at__lte=clock)
     released = Proposal.objects.filter(state__in=RELEASED, decision__expires_at__lte=clock)
     for proposal_id in list(waiting.values_list("pk", flat=True)) + list(
         released.values_list("pk", flat=True)
@@ -35,10 +33,9 @@ def expire_due(now: datetime | None = None) -> int:
             proposal = Proposal.objects.select_for_update().filter(pk=proposal_id).first()
             if proposal is None:
                 continue
-            due = (
-                proposal.state in {State.AWAITING_REVIEW, State.INFO_REQUESTED}
-                and proposal.expires_at <= clock
-            ) or (proposal.state in RELEASED and proposal.decision.expires_at <= clock)
+            due = (proposal.state in WAITING_FOR_PEOPLE and proposal.expires_at <= clock) or (
+                proposal.state in RELEASED and proposal.decision.expires_at <= clock
+            )
             if due:
                 _expire(proposal, reason="expired: silence never approves")
                 expired += 1
@@ -81,7 +78,7 @@ def close_for_ended_task(proposal_id, *, task_state: str) -> Proposal:
     nothing can act on a decision any more, so the request is cancelled rather than left in the queue."""
     with transaction.atomic():
         proposal = Proposal.objects.select_for_update().get(pk=proposal_id)
-        if proposal.state in {State.AWAITING_REVIEW, State.INFO_REQUESTED}:
+        if proposal.state in WAITING_FOR_PEOPLE:
             transition(
                 proposal,
                 State.CANCELLED,
@@ -100,13 +97,13 @@ def apply_task_state(agent: Agent, task_id: str, task_state: str, *, detail: str
     if task_state not in TERMINAL_TASK_STATES:
         return []
     changed = []
-    waiting = (State.EXECUTING, State.UNKNOWN, State.AWAITING_REVIEW, State.INFO_REQUESTED, *RELEASED)
+    waiting = (State.EXECUTING, State.UNKNOWN, *WAITING_FOR_PEOPLE, *RELEASED)
     for proposal in Proposal.objects.filter(agent=agent, task_id=task_id, state__in=waiting).select_related(
         "decision"
     ):
         before = proposal.state
         try:
-            if before in {State.AWAITING_REVIEW, State.INFO_REQUESTED}:
+            if before in WAITING_FOR_PEOPLE:
                 after = close_for_ended_task(proposal.id, task_state=task_state).state
             elif before in RELEASED and proposal.decision.consume_required:
                 continue  # released, never consumed: nothing ran; expiry closes it

@@ -20,10 +20,6 @@ from audit.models import Verb
 # `manage.py policy` call these. `actor` is the user making the change, or None for scripted set-up
 # (recorded as system). Policy versions always need people: an author and a different approver.
 
-# Verbs the audit enum does not name yet; the stored string stays the same once it does.
-TENANT_CREATED = getattr(Verb, "TENANT_CREATED", "tenant.created")
-TENANT_CHANGED = getattr(Verb, "TENANT_CHANGED", "tenant.changed")
-GROUP_CREATED = getattr(Verb, "GROUP_CREATED", "group.created")
 
 ADMIN_GROUP_SLUG = "admins"
 TTL_TOO_SHORT = "the default time to live is at least one second"
@@ -80,7 +76,7 @@ def create_tenant(*, slug: str, name: str, actor=None, default_ttl_seconds: int 
         record(
             tenant.id,
             actor=actor_label(actor),
-            verb=TENANT_CREATED,
+            verb=Verb.TENANT_CREATED,
             subject=f"tenant:{slug}",
             data={
                 "slug": slug,
@@ -136,7 +132,7 @@ def update_tenant(
         record(
             tenant.id,
             actor=actor_label(actor),
-            verb=TENANT_CHANGED,
+            verb=Verb.TENANT_CHANGED,
             subject=f"tenant:{tenant.slug}",
             data={"changes": changes},
         )
@@ -149,33 +145,15 @@ def set_tenant_membership(
     """Make a user a member of the tenant (or change their role or principal id). The principal id is how
     agents name this person in `principal.id`; it is what keeps them from deciding their own requests."""
     _require_config_admin(actor, tenant.id)
-    if role not in TenantMembership.Role.values:
-        raise ServiceError("bad_role", "the role is reviewer, compliance or admin", "role")
     principal_id = (principal_id or "").strip()
-    if len(principal_id) > 200:
-        raise ServiceError("bad_principal_id", "a principal id has at most 200 characters", "principal_id")
     with transaction.atomic():
-        if (
-            principal_id
-            and TenantMembership.objects.filter(tenant=tenant, principal_id=principal_id)
-            .exclude(user=user)
-            .exists()
-        ):
-            raise Conflict(
-                "principal_id_taken",
-                f"another member already has principal id {principal_id!r}",
-                "principal_id",
-            )
         membership = TenantMembership.objects.select_for_update().filter(tenant=tenant, user=user).first()
         previous = {"role": membership.role, "principal_id": membership.principal_id} if membership else None
         if previous == {"role": role, "principal_id": principal_id}:
             return membership
-        if role == TenantMembership.Role.COMPLIANCE and _group_slugs_of(tenant, user):
-            raise Conflict(
-                "compliance_in_group",
-                "compliance staff do not vote: remove them from the approver groups first",
-                "role",
-            )
+        refusal = membership_refusal(tenant, user, role=role, principal_id=principal_id)
+        if refusal is not None:
+            raise refusal
         if membership is None:
             membership = TenantMembership.objects.create(
                 tenant=tenant, user=user, role=role, principal_id=principal_id
@@ -196,6 +174,32 @@ def set_tenant_membership(
             },
         )
     return membership
+
+
+def membership_refusal(tenant: Tenant, user, *, role: str, principal_id: str) -> ServiceError | None:
+    """Why this user cannot hold this role and principal id in the tenant, or None. set_tenant_membership
+    enforces it; the admin's form asks it first to show the error on the field."""
+    if role not in TenantMembership.Role.values:
+        return ServiceError("bad_role", "the role is reviewer, compliance or admin", "role")
+    principal_id = (principal_id or "").strip()
+    if len(principal_id) > 200:
+        return ServiceError("bad_principal_id", "a principal id has at most 200 characters", "principal_id")
+    if (
+        principal_id
+        and TenantMembership.objects.filter(tenant=tenant, principal_id=principal_id)
+        .exclude(user=user)
+        .exists()
+    ):
+        return Conflict(
+            "principal_id_taken", f"another member already has principal id {principal_id!r}", "principal_id"
+        )
+    if role == TenantMembership.Role.COMPLIANCE and _group_slugs_of(tenant, user):
+        return Conflict(
+            "compliance_in_group",
+            "compliance staff do not vote: remove them from the approver groups first",
+            "role",
+        )
+    return None
 
 
 def remove_tenant_membership(tenant: Tenant, user, *, actor=None) -> bool:
@@ -236,28 +240,34 @@ def create_group(tenant: Tenant, *, slug: str, name: str = "", actor=None) -> Ap
         record(
             tenant.id,
             actor=actor_label(actor),
-            verb=GROUP_CREATED,
+            verb=Verb.GROUP_CREATED,
             subject=f"group:{slug}",
             data={"slug": slug, "name": group.name},
         )
     return group
 
 
+def group_member_refusal(tenant_id, user) -> ServiceError | None:
+    """Why this user cannot join an approver group of the tenant, or None (the admin's form asks too)."""
+    role = tenant_role(user, tenant_id) if tenant_id else None
+    if role is None:
+        return ServiceError(
+            "not_a_member",
+            f"{user.get_username()} is not a member of this tenant; add them to it first",
+            "user",
+        )
+    if role == TenantMembership.Role.COMPLIANCE:
+        return Conflict("compliance_in_group", "compliance staff read and export; they do not vote", "user")
+    return None
+
+
 def add_group_member(group: ApproverGroup, user, *, actor=None) -> GroupMembership:
     """Make a tenant member eligible to vote where this group is named. Idempotent."""
     _require_config_admin(actor, group.tenant_id)
     with transaction.atomic():
-        role = tenant_role(user, group.tenant_id)
-        if role is None:
-            raise ServiceError(
-                "not_a_member",
-                f"{user.get_username()} is not a member of this tenant; add them to it first",
-                "user",
-            )
-        if role == TenantMembership.Role.COMPLIANCE:
-            raise Conflict(
-                "compliance_in_group", "compliance staff read and export; they do not vote", "user"
-            )
+        refusal = group_member_refusal(group.tenant_id, user)
+        if refusal is not None:
+            raise refusal
         membership, created = GroupMembership.objects.get_or_create(group=group, user=user)
         if created:
             record(

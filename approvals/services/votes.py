@@ -2,11 +2,10 @@
 
 from datetime import datetime, timedelta
 
-import rfc8785
 from django.db import transaction
 
 from approvals import events, policy
-from approvals.canonical import action_digest
+from approvals.canonical import action_digest, canonical_bytes
 from approvals.models import (
     Decision,
     Proposal,
@@ -281,7 +280,7 @@ def edit_proposal(proposal_id, user, *, arguments: dict, digest_seen: str, note:
             request_id=f"{old.request_id}.edit{edits + 1}",
             summary=old.summary[:480] + " (edited)",
             action=action,
-            action_canonical=rfc8785.dumps(action).decode(),
+            action_canonical=canonical_bytes(action).decode(),
             action_digest=digest,
             tool=old.tool,
             principal_id=old.principal_id,

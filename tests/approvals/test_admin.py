@@ -370,9 +370,7 @@ def test_the_rotate_tokens_action_replaces_both_tokens(as_author, agent):
     agent.refresh_from_db()
     assert agent.push_token_hash not in old and agent.api_token_hash not in old
     assert any("shown this once" in m for m in all_messages(response))
-    assert AuditEvent.objects.filter(
-        verb=services.AGENT_TOKENS_ROTATED, subject=f"agent:{agent.slug}"
-    ).exists()
+    assert AuditEvent.objects.filter(verb=Verb.AGENT_TOKENS_ROTATED, subject=f"agent:{agent.slug}").exists()
 
 
 def _group_form(group, *, keep=(), delete=(), add=()) -> dict:

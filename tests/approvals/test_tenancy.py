@@ -208,7 +208,7 @@ def test_creating_a_tenant_gives_it_an_admin_group_and_starts_its_chain(db):
     assert created.admin_group.slug == "admins"
     assert created.admin_group.tenant == created
     first = tenant_events(created)[0]
-    assert (first.seq, first.verb, first.actor) == (1, services.TENANT_CREATED, "user:policy-author")
+    assert (first.seq, first.verb, first.actor) == (1, Verb.TENANT_CREATED, "user:policy-author")
 
 
 def test_only_a_superuser_creates_tenants(tenant, admin_user):
@@ -255,7 +255,7 @@ def test_groups_are_created_through_the_service_and_audited(tenant, admin_user):
 
     assert ApproverGroup.objects.get(tenant=tenant, slug="legal") == group
     assert AuditEvent.objects.filter(
-        chain=f"tenant:{tenant.id}", subject="group:legal", verb=services.GROUP_CREATED
+        chain=f"tenant:{tenant.id}", subject="group:legal", verb=Verb.GROUP_CREATED
     ).exists()
 
 
