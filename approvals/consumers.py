@@ -20,7 +20,7 @@ from django_otp import DEVICE_ID_SESSION_KEY
 from django_otp.models import Device
 from pydantic import ValidationError
 
-from approvals import events, services, views
+from approvals import events, services, stepup, views
 from approvals.models import TenantMembership
 from approvals.schemas import VoteMessage
 
@@ -114,8 +114,7 @@ class ReviewerSocket(AsyncJsonWebsocketConsumer):
                 verdict=message.verdict,
                 digest_seen=message.digest,
                 reason=message.reason,
-                otp_code=message.otp_code,
-                session=session,
+                step_up=stepup.step_up_for(user, message.otp_code, session),
                 page_hash=views.page_hash(proposal),
             )
         except services.ServiceError as error:

@@ -2,13 +2,53 @@
 step-up: a vote needs either a fresh one-time code (per_vote) or a signed step-up time in the session
 younger than the policy's window. Codes go through the devices' own verify_token, which throttles
 failures and refuses a TOTP code already used (last_t), so a code is usable once.
+
+The view or consumer checks the code (`step_up_for`, which touches the session) and hands the services a
+`StepUp`; the services decide whether it satisfies the proposal's policy and never see the session.
 """
 
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
 from django.core import signing
+from django.utils import timezone
 from django_otp import devices_for_user
 
 SESSION_KEY = "reviewer_step_up"
 _SALT = "reviewer.step_up"
+
+
+# StepUp.method when no code came with this request but the session stepped up earlier.
+SESSION = "session"
+
+
+@dataclass(frozen=True)
+class StepUp:
+    """What a person proved for one request: a one-time code checked now ("totp" or "backup_code"), or an
+    earlier step-up in this session ("session", at `verified_at`). An empty method means a code was
+    given and refused."""
+
+    method: str
+    verified_at: datetime | None
+
+    @property
+    def refused(self) -> bool:
+        return not self.method
+
+
+def step_up_for(user, otp_code: str, session=None) -> StepUp | None:
+    """Check the code that came with a request. A good code marks the session fresh (the caller saves
+    the session if it is not a request's); without a code, the session's signed step-up time counts.
+    None when the person offered nothing."""
+    if (otp_code or "").strip():
+        method = verify_code(user, otp_code)
+        if method is None:
+            return StepUp("", None)
+        if session is not None:
+            mark_fresh(session)
+        return StepUp(method, timezone.now())
+    at = fresh_at(session)
+    return StepUp(SESSION, at) if at is not None else None
 
 
 def verify_code(user, code: str) -> str | None:
@@ -26,15 +66,23 @@ def mark_fresh(session) -> None:
     session[SESSION_KEY] = signing.TimestampSigner(salt=_SALT).sign(str(session.session_key or "session"))
 
 
-def fresh_within(session, window_seconds: int) -> bool:
+def fresh_at(session) -> datetime | None:
+    """When this session last stepped up (its signed time), or None if never or the signature is forged."""
     value = session.get(SESSION_KEY) if session is not None else None
     if not value:
-        return False
+        return None
+    signer = signing.TimestampSigner(salt=_SALT)
     try:
-        signing.TimestampSigner(salt=_SALT).unsign(value, max_age=window_seconds)
-    except signing.BadSignature:  # includes SignatureExpired
-        return False
-    return True
+        signer.unsign(value)
+    except signing.BadSignature:
+        return None
+    stamp = value.rsplit(signer.sep, 2)[1]
+    return datetime.fromtimestamp(signing.b62_decode(stamp), UTC)
+
+
+def fresh_within(session, window_seconds: int) -> bool:
+    at = fresh_at(session)
+    return at is not None and timezone.now() - at <= timedelta(seconds=window_seconds)
 
 
 def user_has_device(user) -> bool:

@@ -739,8 +739,7 @@ def decide(request, proposal_id):
                 verdict=data["action"],
                 digest_seen=data["digest"],
                 reason=data["reason"],
-                otp_code=data["otp_code"],
-                session=request.session,
+                step_up=stepup.step_up_for(request.user, data["otp_code"], request.session),
                 page_hash=page_hash(proposal),
             )
     except services.ServiceError as error:

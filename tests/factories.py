@@ -19,6 +19,7 @@ from approvals.models import (
     TenantMembership,
 )
 from approvals.schemas import ProposalSubmission
+from approvals.stepup import step_up_for
 
 PASSWORD = "correct horse battery staple"
 
@@ -217,7 +218,7 @@ def approve(agent, reviewer, **submit_kwargs):
         reviewer,
         verdict="approve",
         digest_seen=proposal.action_digest,
-        otp_code=totp_code(reviewer),
+        step_up=step_up_for(reviewer, totp_code(reviewer)),
     )
     proposal.refresh_from_db()
     return proposal, Decision.objects.get(proposal=proposal)

@@ -4,7 +4,7 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
-from approvals import events, policy
+from approvals import events, policy, stepup
 from approvals.canonical import action_digest, canonical_bytes
 from approvals.models import (
     Decision,
@@ -20,22 +20,19 @@ from approvals.services.intake import _evaluate_and_route
 from approvals.services.lifecycle import _expire, transition
 from approvals.services.quorum import count_quorum
 from approvals.states import OPEN_FOR_VOTES, State
+from approvals.stepup import StepUp
 from audit.models import Verb
 
 
-def _check_step_up(proposal: Proposal, user, otp_code: str, session) -> tuple[str, datetime] | None:
-    """Returns (method, time) when step-up is satisfied, None when it is not."""
-    from approvals import stepup
-
+def _check_step_up(proposal: Proposal, step_up: StepUp | None) -> tuple[str, datetime] | None:
+    """Returns (method, time) when the step-up satisfies the proposal's policy, None when it does not:
+    per_vote needs a code checked for this vote; a window also accepts the session's earlier step-up."""
     mode = proposal.requirements.get("step_up", policy.PER_VOTE)
-    if otp_code:
-        method = stepup.verify_code(user, otp_code)
-        if method is None:
-            return None
-        if session is not None:
-            stepup.mark_fresh(session)
-        return method, now_utc()
-    if mode != policy.PER_VOTE and stepup.fresh_within(session, int(mode)):
+    if step_up is None or step_up.refused:
+        return None
+    if step_up.method != stepup.SESSION:
+        return step_up.method, now_utc()
+    if mode != policy.PER_VOTE and now_utc() - step_up.verified_at <= timedelta(seconds=int(mode)):
         return f"session_step_up_{mode}s", now_utc()
     return None
 
@@ -47,13 +44,13 @@ def cast_vote(
     verdict: str,
     digest_seen: str,
     reason: str = "",
-    otp_code: str = "",
-    session=None,
+    step_up: StepUp | None = None,
     page_hash: str = "",
     now: datetime | None = None,
 ) -> Vote:
     """Record one person's approve/reject on the exact digest they saw; decide when the quorum is met
-    or any eligible person rejects. Refusals raise VoteRefused (or NotFound for outsiders)."""
+    or any eligible person rejects. `step_up` is what the caller checked (approvals.stepup.step_up_for).
+    Refusals raise VoteRefused (or NotFound for outsiders)."""
     if verdict not in Vote.Verdict.values:
         raise VoteRefused("bad_verdict", "a vote is approve or reject")
     reason = (reason or "").strip()
@@ -73,7 +70,7 @@ def cast_vote(
         refusal = _vote_refusal(proposal, user, digest_seen, clock)
         step = None
         if refusal is None:
-            step = _check_step_up(proposal, user, otp_code, session)
+            step = _check_step_up(proposal, step_up)
             if step is None:
                 refusal = (
                     VoteRefused(
@@ -81,7 +78,7 @@ def cast_vote(
                         "that code is not valid (or was already used); try the current code",
                         "otp_code",
                     )
-                    if otp_code
+                    if step_up is not None and step_up.refused
                     else VoteRefused("step_up_required", "this vote needs a fresh one-time code", "otp_code")
                 )
                 record(

@@ -19,6 +19,7 @@ from approvals.models import (
     hash_token,
 )
 from approvals.states import State
+from approvals.stepup import step_up_for
 from audit.models import AuditEvent, Verb
 from tests import factories
 from tests.factories import submit, totp_code
@@ -63,7 +64,7 @@ def decided(agent, refund_policy, requester, reviewer_a):
         reviewer_a,
         verdict="approve",
         digest_seen=proposal.action_digest,
-        otp_code=totp_code(reviewer_a),
+        step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
     )
     return proposal
 

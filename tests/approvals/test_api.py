@@ -9,6 +9,7 @@ import pytest
 from approvals import services
 from approvals.models import Decision, Proposal
 from approvals.states import State
+from approvals.stepup import step_up_for
 from audit.models import AuditEvent, Verb
 from tests import factories
 from tests.factories import approval_request, totp_code
@@ -47,7 +48,7 @@ def approved(agent, refund_policy, requester, reviewer_a):
         reviewer_a,
         verdict="approve",
         digest_seen=proposal.action_digest,
-        otp_code=totp_code(reviewer_a),
+        step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
     )
     return Proposal.objects.get(pk=proposal.pk), Decision.objects.get(proposal=proposal)
 

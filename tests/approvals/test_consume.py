@@ -8,6 +8,7 @@ import pytest
 from approvals import services
 from approvals.models import Decision, OutboxMessage, PolicyVersion
 from approvals.states import State
+from approvals.stepup import step_up_for
 from audit.models import AuditEvent, Verb
 from tests import factories
 from tests.concurrency import requires_postgres, run_together
@@ -135,7 +136,7 @@ def test_rejected_decision_is_never_consumable(agent, refund_policy, requester, 
         verdict="reject",
         digest_seen=proposal.action_digest,
         reason="not our customer",
-        otp_code=totp_code(reviewer_a),
+        step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
     )
     decision = Decision.objects.get(proposal=proposal)
 

@@ -18,6 +18,7 @@ from django.urls import reverse
 from approvals import services, stepup
 from approvals.models import Proposal
 from approvals.states import State
+from approvals.stepup import step_up_for
 from tests import factories
 from tests.factories import PASSWORD, submit, totp_code
 
@@ -262,9 +263,11 @@ async def test_a_viewer_sees_another_reviewers_vote_arrive(tenant, agent, reques
     )
     proposal = await database_sync_to_async(submit)(agent)
     viewer = await connected(proposal_path(proposal), await database_sync_to_async(sign_in)(reviewer_b))
-    code = await database_sync_to_async(totp_code)(reviewer_a)
+    step_up = await database_sync_to_async(step_up_for)(
+        reviewer_a, await database_sync_to_async(totp_code)(reviewer_a)
+    )
     await database_sync_to_async(services.cast_vote)(
-        proposal.id, reviewer_a, verdict="approve", digest_seen=proposal.action_digest, otp_code=code
+        proposal.id, reviewer_a, verdict="approve", digest_seen=proposal.action_digest, step_up=step_up
     )
     update = await viewer.receive_from(timeout=TIMEOUT)
     assert '<section id="live"' in update and 'hx-swap-oob="true"' in update
@@ -275,13 +278,15 @@ async def test_a_viewer_sees_another_reviewers_vote_arrive(tenant, agent, reques
 
 async def test_the_decision_panel_follows_when_the_proposal_closes(proposal, reviewer_a, reviewer_b):
     viewer = await connected(proposal_path(proposal), await database_sync_to_async(sign_in)(reviewer_b))
-    code = await database_sync_to_async(totp_code)(reviewer_a)
+    step_up = await database_sync_to_async(step_up_for)(
+        reviewer_a, await database_sync_to_async(totp_code)(reviewer_a)
+    )
     await database_sync_to_async(services.cast_vote)(
         proposal.id,
         reviewer_a,
         verdict="reject",
         digest_seen=proposal.action_digest,
-        otp_code=code,
+        step_up=step_up,
         reason="duplicate",
     )
     update = await viewer.receive_from(timeout=TIMEOUT)
@@ -304,9 +309,11 @@ async def test_a_socket_stops_when_its_session_signs_out(proposal, reviewer_a, r
     session = await database_sync_to_async(sign_in)(reviewer_b)
     viewer = await connected(proposal_path(proposal), session)
     await database_sync_to_async(SessionStore(session_key=session).delete)()
-    code = await database_sync_to_async(totp_code)(reviewer_a)
+    step_up = await database_sync_to_async(step_up_for)(
+        reviewer_a, await database_sync_to_async(totp_code)(reviewer_a)
+    )
     await database_sync_to_async(services.cast_vote)(
-        proposal.id, reviewer_a, verdict="approve", digest_seen=proposal.action_digest, otp_code=code
+        proposal.id, reviewer_a, verdict="approve", digest_seen=proposal.action_digest, step_up=step_up
     )
     assert (await viewer.receive_output(timeout=TIMEOUT))["type"] == "websocket.close"
     await viewer.disconnect()

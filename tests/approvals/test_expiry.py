@@ -9,6 +9,7 @@ import pytest
 from approvals import services
 from approvals.models import Decision, OutboxMessage, PolicyVersion
 from approvals.states import State
+from approvals.stepup import step_up_for
 from audit.models import AuditEvent, Verb
 from tests import factories
 from tests.factories import approve, submit, totp_code
@@ -112,7 +113,7 @@ def test_decided_proposals_are_left_alone(agent, refund_policy, requester, revie
         verdict="reject",
         digest_seen=proposal.action_digest,
         reason="no",
-        otp_code=totp_code(reviewer_a),
+        step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
     )
 
     assert services.expire_due(now=proposal.expires_at + timedelta(days=1)) == 0
@@ -162,7 +163,7 @@ def test_a_vote_after_expiry_is_refused_even_if_the_sweeper_has_not_run(
             reviewer_a,
             verdict="approve",
             digest_seen=proposal.action_digest,
-            otp_code=totp_code(reviewer_a),
+            step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
             now=proposal.expires_at,
         )
 
@@ -183,7 +184,7 @@ def test_a_vote_just_before_expiry_counts(agent, refund_policy, requester, revie
         reviewer_a,
         verdict="approve",
         digest_seen=proposal.action_digest,
-        otp_code=totp_code(reviewer_a),
+        step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
         now=proposal.expires_at - SECOND,
     )
 

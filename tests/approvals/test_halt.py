@@ -17,6 +17,7 @@ from django.db import connection
 from approvals import services
 from approvals.models import Halt, OutboxMessage, PolicyVersion, Proposal
 from approvals.states import State
+from approvals.stepup import step_up_for
 from audit.models import AuditEvent, Verb
 from tests import factories
 from tests.concurrency import requires_postgres, run_together
@@ -99,7 +100,7 @@ def test_halt_refuses_votes(tenant, agent, refund_policy, requester, reviewer_a,
             reviewer_a,
             verdict="approve",
             digest_seen=proposal.action_digest,
-            otp_code=totp_code(reviewer_a),
+            step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
         )
 
     assert refused.value.code == "halted"
@@ -263,7 +264,7 @@ def test_resume_lifts_the_halt_and_intake_and_votes_work_again(
         reviewer_a,
         verdict="approve",
         digest_seen=proposal.action_digest,
-        otp_code=totp_code(reviewer_a),
+        step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
     )
     proposal.refresh_from_db()
     assert proposal.state == State.APPROVED

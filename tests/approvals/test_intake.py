@@ -15,6 +15,7 @@ from approvals.canonical import action_digest
 from approvals.models import Decision, OutboxMessage, Proposal
 from approvals.schemas import ProposalSubmission
 from approvals.states import State
+from approvals.stepup import step_up_for
 from audit.models import AuditEvent
 from tests import factories
 
@@ -197,7 +198,7 @@ def test_supersedes_a_request_that_can_no_longer_be_replaced_is_refused(
         reviewer_a,
         verdict="approve",
         digest_seen=old.action_digest,
-        otp_code=factories.totp_code(reviewer_a),
+        step_up=step_up_for(reviewer_a, factories.totp_code(reviewer_a)),
     )
 
     error = refusal(agent, body(request_id="r-2", supersedes="r-1"))

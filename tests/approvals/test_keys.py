@@ -22,6 +22,7 @@ from django.db import connection
 from approvals import keys, services
 from approvals.models import Decision
 from approvals.signing import TOKEN_TYPE, sign_decision
+from approvals.stepup import step_up_for
 from audit.models import AuditEvent, Verb
 from audit.verify_db import verify_chain
 from reviewer.settings import env_str
@@ -86,7 +87,7 @@ def approve(agent, reviewer) -> Decision:
         reviewer,
         verdict="approve",
         digest_seen=proposal.action_digest,
-        otp_code=totp_code(reviewer),
+        step_up=step_up_for(reviewer, totp_code(reviewer)),
     )
     return Decision.objects.get(proposal=proposal)
 

@@ -4,6 +4,7 @@ import pytest
 from django.core import mail
 
 from approvals import notifications, services
+from approvals.stepup import step_up_for
 from tests import factories
 from tests.factories import submit, totp_code
 
@@ -65,7 +66,7 @@ def test_nobody_is_emailed_for_a_proposal_that_no_longer_waits(agent, refund_pol
         reviewer_a,
         verdict="approve",
         digest_seen=proposal.action_digest,
-        otp_code=totp_code(reviewer_a),
+        step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
     )
     mail.outbox.clear()
     assert notifications.notify_eligible_reviewers(proposal.id) == 0

@@ -8,6 +8,7 @@ from django.db import transaction
 from approvals import services
 from approvals.models import Decision, OutboxMessage, PolicyVersion, Proposal
 from approvals.states import IllegalTransition, State
+from approvals.stepup import step_up_for
 from audit.models import AuditEvent, Verb
 from tests import factories
 from tests.factories import approve, submit, totp_code
@@ -165,7 +166,7 @@ def test_unknown_is_never_re_approved(agent, executing, reviewer_a, admin_user):
             reviewer_a,
             verdict="approve",
             digest_seen=proposal.action_digest,
-            otp_code=totp_code(reviewer_a),
+            step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
         )
     assert vote_refused.value.code in {"not_open", "already_voted"}
     with pytest.raises(services.Conflict):

@@ -14,6 +14,7 @@ import pytest
 from approvals import policy, services
 from approvals.models import ApproverGroup, Decision, OutboxMessage, Policy, PolicyVersion, Tenant
 from approvals.states import State
+from approvals.stepup import step_up_for
 from audit.models import AuditEvent, Verb
 from tests import factories
 from tests.factories import submit, totp_code
@@ -467,7 +468,7 @@ def test_no_reviewer_can_override_a_policy_deny(agent, reviewer_a):
             reviewer_a,
             verdict="approve",
             digest_seen=proposal.action_digest,
-            otp_code=totp_code(reviewer_a),
+            step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
         )
     assert refused.value.code == "not_open"
     proposal.refresh_from_db()
@@ -544,7 +545,7 @@ def test_no_match_at_intake_needs_a_tenant_admin_and_nobody_else(agent, reviewer
             reviewer_a,
             verdict="approve",
             digest_seen=proposal.action_digest,
-            otp_code=totp_code(reviewer_a),
+            step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
         )
     assert refused.value.code == "not_eligible"
 
@@ -553,7 +554,7 @@ def test_no_match_at_intake_needs_a_tenant_admin_and_nobody_else(agent, reviewer
         admin_user,
         verdict="approve",
         digest_seen=proposal.action_digest,
-        otp_code=totp_code(admin_user),
+        step_up=step_up_for(admin_user, totp_code(admin_user)),
     )
     proposal.refresh_from_db()
     assert proposal.state == State.APPROVED

@@ -12,6 +12,7 @@ from django.db import IntegrityError, transaction
 from approvals import policy, services
 from approvals.models import Policy, PolicyVersion, Proposal
 from approvals.states import State
+from approvals.stepup import step_up_for
 from audit.models import AuditEvent, Verb
 from tests import factories
 from tests.factories import submit
@@ -300,7 +301,7 @@ def test_a_stricter_version_routes_a_waiting_proposal_to_more_approvers(
         reviewer_a,
         verdict="approve",
         digest_seen=waiting.action_digest,
-        otp_code=factories.totp_code(reviewer_a),
+        step_up=step_up_for(reviewer_a, factories.totp_code(reviewer_a)),
     )
 
     waiting.refresh_from_db()
@@ -334,7 +335,7 @@ def test_an_unconsumed_approval_that_no_longer_meets_a_stricter_version_is_revok
         reviewer_a,
         verdict="approve",
         digest_seen=approved.action_digest,
-        otp_code=factories.totp_code(reviewer_a),
+        step_up=step_up_for(reviewer_a, factories.totp_code(reviewer_a)),
     )
 
     activate(

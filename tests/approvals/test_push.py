@@ -24,6 +24,7 @@ from approvals.a2a import EXTENSION_URI
 from approvals.canonical import action_digest
 from approvals.models import Decision, Proposal
 from approvals.states import State
+from approvals.stepup import step_up_for
 from audit.models import AuditEvent, Verb
 from tests import factories
 from tests.factories import approval_request, totp_code
@@ -268,7 +269,7 @@ def executing(agent, refund_policy, requester, reviewer_a):
         reviewer_a,
         verdict="approve",
         digest_seen=proposal.action_digest,
-        otp_code=totp_code(reviewer_a),
+        step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
     )
     decision = Decision.objects.get(proposal=proposal)
     services.consume_decision(agent, decision.jti, rev=decision.rev)
@@ -354,7 +355,7 @@ def test_a_finished_task_never_settles_an_approval_nobody_consumed(
         reviewer_a,
         verdict="approve",
         digest_seen=proposal.action_digest,
-        otp_code=totp_code(reviewer_a),
+        step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
     )
 
     push(client, status_push(TaskState.TASK_STATE_COMPLETED, task_id="task-a"))

@@ -8,6 +8,7 @@ from django.db import IntegrityError, transaction
 from approvals import services
 from approvals.models import Decision, Vote
 from approvals.states import State
+from approvals.stepup import step_up_for
 from tests import factories
 from tests.factories import submit, totp_code
 
@@ -23,7 +24,7 @@ def vote(proposal, user, verdict="approve", reason=""):
         user,
         verdict=verdict,
         digest_seen=proposal.action_digest,
-        otp_code=totp_code(user),
+        step_up=step_up_for(user, totp_code(user)),
         reason=reason,
     )
 

@@ -17,6 +17,7 @@ from django_otp.plugins.otp_totp.models import TOTPDevice
 from approvals import services
 from approvals.models import Decision, OutboxMessage, Vote
 from approvals.states import State
+from approvals.stepup import step_up_for
 from audit.models import AuditEvent, Verb
 from audit.verify_db import verify_chain
 from tests import factories
@@ -89,7 +90,7 @@ def test_twenty_simultaneous_votes_end_in_the_one_state_their_commit_order_impli
                 proposal.id,
                 voters[index],
                 verdict=verdicts[index],
-                otp_code=codes[index],
+                step_up=step_up_for(voters[index], codes[index]),
                 digest_seen=proposal.action_digest,
                 reason=f"no, says voter {index}",
             )

@@ -7,6 +7,7 @@ import pytest
 from approvals import services
 from approvals.models import OutboxMessage, PolicyVersion
 from approvals.states import State
+from approvals.stepup import step_up_for
 from audit.models import AuditEvent, Verb
 from audit.verify_db import verify_chain
 from tests import factories
@@ -166,7 +167,7 @@ def test_a_rejection_cannot_be_revoked(agent, refund_policy, requester, reviewer
         verdict="reject",
         digest_seen=proposal.action_digest,
         reason="duplicate",
-        otp_code=totp_code(reviewer_a),
+        step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
     )
 
     with pytest.raises(services.Conflict):

@@ -13,6 +13,7 @@ from django_otp.plugins.otp_totp.models import TOTPDevice
 from approvals import services
 from approvals.models import OutboxMessage, Vote
 from approvals.states import State
+from approvals.stepup import step_up_for
 from audit.models import AuditEvent, Verb
 from tests import factories
 from tests.factories import submit, totp_code
@@ -26,7 +27,7 @@ def vote(proposal, user, verdict="approve", reason="", **kwargs):
         user,
         verdict=verdict,
         digest_seen=proposal.action_digest,
-        otp_code=totp_code(user),
+        step_up=step_up_for(user, totp_code(user)),
         reason=reason,
         **kwargs,
     )

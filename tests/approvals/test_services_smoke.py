@@ -3,6 +3,7 @@ import pytest
 from approvals import services
 from approvals.models import Decision, OutboxMessage
 from approvals.states import State
+from approvals.stepup import step_up_for
 from audit.verify_db import verify_chain
 from tests.factories import submit, totp_code
 
@@ -18,7 +19,7 @@ def test_one_finance_approval_releases_a_signed_decision(agent, refund_policy, r
         reviewer_a,
         verdict="approve",
         digest_seen=proposal.action_digest,
-        otp_code=totp_code(reviewer_a),
+        step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
     )
 
     proposal.refresh_from_db()
@@ -36,6 +37,6 @@ def test_requester_cannot_approve_own_proposal(agent, refund_policy, requester):
             requester,
             verdict="approve",
             digest_seen=proposal.action_digest,
-            otp_code=totp_code(requester),
+            step_up=step_up_for(requester, totp_code(requester)),
         )
     assert refused.value.code == "self_approval"

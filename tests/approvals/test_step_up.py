@@ -12,6 +12,7 @@ from django_otp.plugins.otp_totp.models import TOTPDevice
 from approvals import services, stepup
 from approvals.models import Vote
 from approvals.states import State
+from approvals.stepup import step_up_for
 from audit.models import AuditEvent, Verb
 from tests import factories
 from tests.factories import submit, totp_code
@@ -25,8 +26,7 @@ def cast(proposal, user, *, code="", session=None):
         user,
         verdict="approve",
         digest_seen=proposal.action_digest,
-        otp_code=code,
-        session=session,
+        step_up=step_up_for(user, code, session),
     )
 
 

@@ -11,6 +11,7 @@ from django.core.management import CommandError, call_command
 from approvals import policy, services
 from approvals.models import ApproverGroup, GroupMembership, Tenant, TenantMembership
 from approvals.states import State
+from approvals.stepup import step_up_for
 from audit.models import AuditEvent, Verb
 from tests import factories
 from tests.factories import submit, totp_code
@@ -51,7 +52,7 @@ def test_every_decision_service_answers_not_found_to_an_outsider_and_records_not
             outsider,
             verdict="approve",
             digest_seen=proposal.action_digest,
-            otp_code=totp_code(outsider),
+            step_up=step_up_for(outsider, totp_code(outsider)),
         ),
         "reject": lambda: services.cast_vote(
             proposal.id,
@@ -59,7 +60,7 @@ def test_every_decision_service_answers_not_found_to_an_outsider_and_records_not
             verdict="reject",
             reason="no",
             digest_seen=proposal.action_digest,
-            otp_code=totp_code(outsider),
+            step_up=step_up_for(outsider, totp_code(outsider)),
         ),
         "request_info": lambda: services.request_info(
             proposal.id, outsider, question="why?", digest_seen=proposal.action_digest
@@ -94,7 +95,7 @@ def test_group_membership_in_another_tenant_does_not_make_anyone_eligible(
             consultant,
             verdict="approve",
             digest_seen=proposal.action_digest,
-            otp_code=totp_code(consultant),
+            step_up=step_up_for(consultant, totp_code(consultant)),
         )
     assert refused.value.code == "not_eligible"
 
@@ -120,7 +121,7 @@ def test_the_principal_mapping_is_per_tenant(agent, tenant, other_tenant, refund
         reviewer_a,
         verdict="approve",
         digest_seen=proposal.action_digest,
-        otp_code=totp_code(reviewer_a),
+        step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
     )
     proposal.refresh_from_db()
     assert proposal.state == State.APPROVED

@@ -13,6 +13,7 @@ from approvals import services, views
 from approvals.forms import EditArgumentsForm
 from approvals.models import Decision, Proposal, Vote
 from approvals.states import State
+from approvals.stepup import step_up_for
 from audit.models import AuditEvent, Verb
 from tests import factories
 from tests.factories import PASSWORD, submit, totp_code, verified_client
@@ -284,7 +285,7 @@ def test_a_proposal_you_voted_on_moves_from_your_queue_to_watching(tenant, agent
         reviewer_a,
         verdict="approve",
         digest_seen=proposal.action_digest,
-        otp_code=totp_code(reviewer_a),
+        step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
     )
     client = verified_client(reviewer_a)
     assert str(proposal.id) not in client.get(reverse("approvals:queue")).content.decode()
@@ -564,7 +565,7 @@ def approved(proposal, reviewer_a):
         reviewer_a,
         verdict="approve",
         digest_seen=proposal.action_digest,
-        otp_code=totp_code(reviewer_a),
+        step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
     )
     proposal.refresh_from_db()
     return proposal

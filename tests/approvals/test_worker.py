@@ -14,6 +14,7 @@ from django.core.management import call_command
 from approvals import a2a, services
 from approvals.models import Decision, OutboxMessage, Proposal
 from approvals.states import State
+from approvals.stepup import step_up_for
 from approvals.worker import RECONCILE_EVERY_SECONDS, Worker
 from audit.models import AuditEvent, Verb
 from audit.verify_db import verify_chain
@@ -52,7 +53,7 @@ def approve(agent, reviewer, task) -> tuple[Proposal, Decision]:
         reviewer,
         verdict="approve",
         digest_seen=proposal.action_digest,
-        otp_code=totp_code(reviewer),
+        step_up=step_up_for(reviewer, totp_code(reviewer)),
     )
     return Proposal.objects.get(pk=proposal.pk), Decision.objects.get(proposal=proposal)
 
@@ -187,7 +188,7 @@ def test_a_rejection_to_a_task_that_already_ended_counts_as_delivered(
         verdict="reject",
         reason="wrong customer",
         digest_seen=proposal.action_digest,
-        otp_code=totp_code(reviewer_a),
+        step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
     )
 
     Worker().tick()

@@ -9,6 +9,7 @@ from django.core.management import call_command
 from django.db import transaction
 
 from approvals import keys, services
+from approvals.stepup import step_up_for
 from audit.chain import append, checkpoint_head, write_due_checkpoints
 from audit.models import AuditEvent, ChainHead, Checkpoint, PublicKey, Verb
 from audit.verify_db import verify_chain
@@ -47,11 +48,19 @@ def test_audit_events_hold_no_codes_tokens_or_private_keys(
     proposal = submit(agent)
     with pytest.raises(services.VoteRefused):
         services.cast_vote(
-            proposal.id, reviewer_b, verdict="approve", digest_seen=proposal.action_digest, otp_code="000000"
+            proposal.id,
+            reviewer_b,
+            verdict="approve",
+            digest_seen=proposal.action_digest,
+            step_up=step_up_for(reviewer_b, "000000"),
         )
     code = totp_code(reviewer_a)
     services.cast_vote(
-        proposal.id, reviewer_a, verdict="approve", digest_seen=proposal.action_digest, otp_code=code
+        proposal.id,
+        reviewer_a,
+        verdict="approve",
+        digest_seen=proposal.action_digest,
+        step_up=step_up_for(reviewer_a, code),
     )
     proposal.refresh_from_db()
     key_pem = next(keys._key_dir().glob("*.pem")).read_text()

@@ -9,6 +9,7 @@ from pathlib import Path
 from django.db import connection
 
 from approvals import services
+from approvals.stepup import step_up_for
 from audit import domain
 from audit.exports import Selection, write_bundle
 from tests.factories import submit, totp_code, verified_client  # noqa: F401 (audit tests import it from here)
@@ -28,7 +29,7 @@ def lifecycle(agent, voter, *, outcome="succeeded", verdict="approve", **submit_
         voter,
         verdict=verdict,
         digest_seen=proposal.action_digest,
-        otp_code=totp_code(voter),
+        step_up=step_up_for(voter, totp_code(voter)),
         reason="" if verdict == "approve" else "not this one",
         page_hash="sha256:" + "ab" * 32,
     )
