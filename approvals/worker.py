@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import close_old_connections, connection
+from django.utils import timezone
 
 from approvals import a2a, services
 from approvals.models import Decision, OutboxMessage, Proposal
@@ -153,7 +154,7 @@ class Worker:
     # --- reconciliation -------------------------------------------------------------------------
 
     def reconcile(self, report: TickReport, now: datetime | None = None) -> None:
-        clock = now or services.now_utc()
+        clock = now or timezone.now()
         overdue = clock - timedelta(seconds=settings.EXECUTING_RECONCILE_SECONDS)
         proposals = Proposal.objects.select_related("agent")
         executions = list(proposals.filter(state=State.EXECUTING, executing_since__lte=overdue)) + list(

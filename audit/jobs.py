@@ -14,9 +14,10 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from django.db import transaction
+from django.utils import timezone
 
 from audit import conf, domain
 from audit.chain import append, write_due_checkpoints
@@ -35,10 +36,6 @@ CONTENT_TYPES = {
 
 # Exports this process is working on, between ticks: {job id: its generator}.
 _active: dict[uuid.UUID, Iterator[None]] = {}
-
-
-def now_utc() -> datetime:
-    return datetime.now(UTC)
 
 
 def record_export(tenant, *, actor: str, kind: str, filters: dict, subject: str, delivery: str) -> int:
@@ -73,7 +70,7 @@ def create_export(tenant, *, user, kind: str, filters: dict) -> ExportJob:
             kind=kind,
             filters=filters,
             up_to_seq=up_to_seq,
-            updated_at=now_utc(),
+            updated_at=timezone.now(),
         )
 
 
@@ -82,7 +79,7 @@ def export_path(job: ExportJob):
 
 
 def _save(job: ExportJob, **fields) -> None:
-    fields["updated_at"] = now_utc()
+    fields["updated_at"] = timezone.now()
     ExportJob.objects.filter(pk=job.pk).update(**fields)
     for name, value in fields.items():
         setattr(job, name, value)
@@ -139,7 +136,7 @@ def _steps(job: ExportJob) -> Iterator[None]:
             file_name=final.name,
             sha256=digest.hexdigest(),
             size=size,
-            finished_at=now_utc(),
+            finished_at=timezone.now(),
         )
     except Exception as error:  # a broken export must not take the worker down; the page shows why
         log.exception("export %s failed", job.pk)
@@ -148,13 +145,13 @@ def _steps(job: ExportJob) -> Iterator[None]:
             job,
             status=ExportJob.Status.FAILED,
             error=f"{type(error).__name__}: {error}"[:2000],
-            finished_at=now_utc(),
+            finished_at=timezone.now(),
         )
 
 
 def _claim(job_id) -> ExportJob | None:
     """Compare-and-set pending → running: exactly one worker gets each job."""
-    stamp = now_utc()
+    stamp = timezone.now()
     if (
         ExportJob.objects.filter(pk=job_id, status=ExportJob.Status.PENDING).update(
             status=ExportJob.Status.RUNNING, started_at=stamp, updated_at=stamp
@@ -166,7 +163,7 @@ def _claim(job_id) -> ExportJob | None:
 
 
 def _requeue_stale() -> int:
-    cutoff = now_utc() - timedelta(seconds=conf.export_stale_seconds())
+    cutoff = timezone.now() - timedelta(seconds=conf.export_stale_seconds())
     stale = ExportJob.objects.filter(status=ExportJob.Status.RUNNING, updated_at__lt=cutoff).exclude(
         pk__in=list(_active)
     )

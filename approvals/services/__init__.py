@@ -22,7 +22,6 @@ from approvals.services.common import (  # noqa: F401
     _audit_time,
     actor_label,
     agent_actor,
-    now_utc,
     proposal_subject,
     record,
 )

@@ -1,13 +1,9 @@
 """Actors and the audit record every service writes in its own transaction."""
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 from approvals.models import Agent
 from audit import chain as audit_chain
-
-
-def now_utc() -> datetime:
-    return datetime.now(UTC)
 
 
 def actor_label(actor) -> str:

@@ -4,6 +4,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from approvals.models import (
     Agent,
@@ -18,7 +19,6 @@ from approvals.services.common import (
     _audit_time,
     actor_label,
     agent_actor,
-    now_utc,
     proposal_subject,
     record,
 )
@@ -49,7 +49,7 @@ def _issue_decision(
     quorum: Quorum | None = None,
 ) -> Decision:
     """Sign the decision, store it, and queue its delivery to the agent, all in this transaction."""
-    issued = now_utc()
+    issued = timezone.now()
     lifetime = min(
         int(proposal.requirements.get("ttl_seconds") or settings.DECISION_TOKEN_MAX_SECONDS),
         settings.DECISION_TOKEN_MAX_SECONDS,
@@ -169,7 +169,7 @@ def note_compensation(proposal_id, user, *, note: str) -> Proposal:
 def consume_decision(agent: Agent, jti, *, rev: int, now: datetime | None = None) -> Proposal:
     """Fencing: atomically move a released decision to executing, right before the side effect.
     Exactly one caller wins; every other gets ConsumeRefused with the reason."""
-    clock = now or now_utc()
+    clock = now or timezone.now()
     refusal: ConsumeRefused | None = None
     with transaction.atomic():
         proposal, decision = _lock_decision(agent, jti)
@@ -262,7 +262,7 @@ def record_outcome(
             return proposal  # the same report again (push and API both arrived)
         if proposal.state in RELEASED and not decision.consume_required:
             # No online consumption was required: the outcome report is the first sign it started.
-            decision.consumed_at = now_utc()
+            decision.consumed_at = timezone.now()
             decision.save(update_fields=["consumed_at"])
             transition(proposal, State.EXECUTING, actor=agent_actor(agent), reason="outcome reported")
         if proposal.state not in {State.EXECUTING, State.UNKNOWN}:

@@ -2,6 +2,7 @@
 
 from django.db import transaction
 from django.db.models import Q
+from django.utils import timezone
 
 from approvals.models import (
     Agent,
@@ -9,7 +10,7 @@ from approvals.models import (
     Proposal,
     Tenant,
 )
-from approvals.services.common import actor_label, now_utc, record
+from approvals.services.common import actor_label, record
 from approvals.services.errors import HaltedError, ServiceError
 from approvals.services.lifecycle import _revoke, enqueue_cancel
 from approvals.states import RELEASED, State
@@ -106,7 +107,7 @@ def resume(
             raise ServiceError("bad_scope", "name a tenant, an agent or everything")
         lifted = 0
         for item in halts:
-            item.lifted_at = now_utc()
+            item.lifted_at = timezone.now()
             item.lifted_by = actor
             item.save(update_fields=["lifted_at", "lifted_by"])
             tenant_id = item.tenant_id or (item.agent.tenant_id if item.agent_id else None)

@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 import rfc8785
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from approvals import policy
 from approvals.canonical import action_digest
@@ -15,7 +16,7 @@ from approvals.models import (
     Proposal,
 )
 from approvals.schemas import ProposalSubmission
-from approvals.services.common import SYSTEM, _audit_time, agent_actor, now_utc, proposal_subject, record
+from approvals.services.common import SYSTEM, _audit_time, agent_actor, proposal_subject, record
 from approvals.services.decisions import _issue_decision
 from approvals.services.errors import IntakeError, ServiceError
 from approvals.services.halts import _refuse_if_halted
@@ -58,7 +59,7 @@ def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -
             f"action and consequences take {material} bytes; the limit is {settings.PROPOSAL_MAX_BYTES}",
             "request.action",
         )
-    created_at = now_utc()
+    created_at = timezone.now()
     if request.expires_at and request.expires_at <= created_at:
         raise IntakeError("already_expired", "expires_at is in the past", "request.expires_at")
 

@@ -3,6 +3,7 @@
 from datetime import datetime, timedelta
 
 from django.db import transaction
+from django.utils import timezone
 
 from approvals import events
 from approvals.models import (
@@ -10,7 +11,7 @@ from approvals.models import (
     OutboxMessage,
     Proposal,
 )
-from approvals.services.common import SYSTEM, now_utc, proposal_subject, record
+from approvals.services.common import SYSTEM, proposal_subject, record
 from approvals.services.errors import Conflict
 from approvals.states import State, check_transition
 from audit.models import Verb
@@ -23,7 +24,7 @@ def transition(proposal: Proposal, target: str, *, actor: str, reason: str = "",
         raise RuntimeError("transition() must run inside a transaction")
     current = proposal.state
     check_transition(current, target)
-    stamp = now_utc()
+    stamp = timezone.now()
     fields = {"state": target, "rev": proposal.rev + 1}
     if target in {State.APPROVED, State.REJECTED, State.DENIED, State.ALLOWED, State.INFO_REQUESTED}:
         fields["decided_at"] = stamp
@@ -69,7 +70,7 @@ def _enqueue(proposal: Proposal, kind: str, *, message_id: str, payload: dict) -
             "agent_id": proposal.agent_id,
             "proposal": proposal,
             "payload": payload,
-            "next_attempt_at": now_utc(),
+            "next_attempt_at": timezone.now(),
         },
     )
     return message
@@ -78,7 +79,7 @@ def _enqueue(proposal: Proposal, kind: str, *, message_id: str, payload: dict) -
 def _revoke(proposal: Proposal, *, actor: str, reason: str, revoked_by=None):
     decision = Decision.objects.select_for_update().get(proposal=proposal)
     transition(proposal, State.REVOKED, actor=actor, reason=reason, data={"jti": str(decision.jti)})
-    decision.revoked_at = now_utc()
+    decision.revoked_at = timezone.now()
     decision.revoked_by = revoked_by
     decision.revoke_reason = reason
     decision.save(update_fields=["revoked_at", "revoked_by", "revoke_reason"])

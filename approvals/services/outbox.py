@@ -4,12 +4,13 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from approvals.models import (
     OutboxMessage,
     Proposal,
 )
-from approvals.services.common import SYSTEM, _audit_time, now_utc, proposal_subject, record
+from approvals.services.common import SYSTEM, _audit_time, proposal_subject, record
 from audit.models import Verb
 
 
@@ -25,7 +26,7 @@ def claim_due_outbox(
     next_attempt_at out by the lease, so no other worker takes the row while it is being delivered
     (and a worker that dies mid-delivery only delays it by the lease). SKIP LOCKED on PostgreSQL lets
     workers claim side by side; elsewhere the compare-and-set on next_attempt_at decides."""
-    clock = now or now_utc()
+    clock = now or timezone.now()
     lease_until = clock + timedelta(seconds=lease_seconds)
     claimed = []
     with transaction.atomic():
@@ -76,7 +77,7 @@ def mark_outbox_delivered(message_id: int, *, note: str = "", now: datetime | No
         message = _locked_pending_outbox(message_id)
         if message is None:
             return False
-        message.status, message.delivered_at = OutboxMessage.Status.DELIVERED, now or now_utc()
+        message.status, message.delivered_at = OutboxMessage.Status.DELIVERED, now or timezone.now()
         message.last_error = ""
         message.save(update_fields=["status", "delivered_at", "last_error"])
         _outbox_audit(message, Verb.OUTBOX_DELIVERED, {"note": note[:500]})
@@ -86,7 +87,7 @@ def mark_outbox_delivered(message_id: int, *, note: str = "", now: datetime | No
 def mark_outbox_failed(message_id: int, *, error: str, now: datetime | None = None) -> OutboxMessage | None:
     """A failed attempt: retry with exponential backoff, or dead-letter after OUTBOX_MAX_ATTEMPTS
     (the row and its last error stay for an operator). None if the row is no longer pending."""
-    clock = now or now_utc()
+    clock = now or timezone.now()
     error = error[:2000]
     with transaction.atomic():
         message = _locked_pending_outbox(message_id)

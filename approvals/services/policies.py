@@ -3,6 +3,7 @@
 from datetime import datetime
 
 from django.db import transaction
+from django.utils import timezone
 
 from approvals import events, policy
 from approvals.models import (
@@ -12,7 +13,7 @@ from approvals.models import (
     Proposal,
     Tenant,
 )
-from approvals.services.common import actor_label, now_utc, proposal_subject, record
+from approvals.services.common import actor_label, proposal_subject, record
 from approvals.services.errors import ConfigRefused, Conflict, PolicyInvalid
 from approvals.services.lifecycle import _revoke, enqueue_cancel, transition
 from approvals.services.quorum import count_quorum
@@ -128,7 +129,7 @@ def activate_policy_version(version: PolicyVersion, *, actor, now: datetime | No
             current.save(update_fields=["status"])
         draft.status = PolicyVersion.Status.ACTIVE
         draft.activated_by = actor
-        draft.activated_at = now or now_utc()
+        draft.activated_at = now or timezone.now()
         draft.save(update_fields=["status", "activated_by", "activated_at"])
         record(
             locked_policy.tenant_id,

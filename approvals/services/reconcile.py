@@ -4,9 +4,10 @@ import logging
 from datetime import datetime
 
 from django.db import transaction
+from django.utils import timezone
 
 from approvals.models import Agent, Proposal
-from approvals.services.common import SYSTEM, agent_actor, now_utc
+from approvals.services.common import SYSTEM, agent_actor
 from approvals.services.decisions import record_outcome
 from approvals.services.errors import ServiceError
 from approvals.services.lifecycle import _expire, transition
@@ -22,7 +23,7 @@ TERMINAL_TASK_STATES = frozenset(
 
 def expire_due(now: datetime | None = None) -> int:
     """Expire proposals waiting past their time and released decisions not consumed in time."""
-    clock = now or now_utc()
+    clock = now or timezone.now()
     expired = 0
     waiting = Proposal.objects.filter(state__in=WAITING_FOR_PEOPLE, expires_at__lte=clock)
     released = Proposal.objects.filter(state__in=RELEASED, decision__expires_at__lte=clock)

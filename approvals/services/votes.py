@@ -3,6 +3,7 @@
 from datetime import datetime, timedelta
 
 from django.db import transaction
+from django.utils import timezone
 
 from approvals import events, policy, stepup
 from approvals.canonical import action_digest, canonical_bytes
@@ -11,7 +12,7 @@ from approvals.models import (
     Proposal,
     Vote,
 )
-from approvals.services.common import _audit_time, actor_label, now_utc, proposal_subject, record
+from approvals.services.common import _audit_time, actor_label, proposal_subject, record
 from approvals.services.decisions import _issue_decision
 from approvals.services.eligibility import ineligibility, tenant_role, user_groups_for
 from approvals.services.errors import EditRefused, NotFound, VoteRefused
@@ -31,9 +32,9 @@ def _check_step_up(proposal: Proposal, step_up: StepUp | None) -> tuple[str, dat
     if step_up is None or step_up.refused:
         return None
     if step_up.method != stepup.SESSION:
-        return step_up.method, now_utc()
-    if mode != policy.PER_VOTE and now_utc() - step_up.verified_at <= timedelta(seconds=int(mode)):
-        return f"session_step_up_{mode}s", now_utc()
+        return step_up.method, timezone.now()
+    if mode != policy.PER_VOTE and timezone.now() - step_up.verified_at <= timedelta(seconds=int(mode)):
+        return f"session_step_up_{mode}s", timezone.now()
     return None
 
 
@@ -66,7 +67,7 @@ def cast_vote(
         )
         if proposal is None or tenant_role(user, proposal.tenant_id) is None:
             raise NotFound("not_found", "no such proposal")
-        clock = now or now_utc()
+        clock = now or timezone.now()
         refusal = _vote_refusal(proposal, user, digest_seen, clock)
         step = None
         if refusal is None:
@@ -223,7 +224,7 @@ def request_info(proposal_id, user, *, question: str, digest_seen: str) -> Decis
         )
         if proposal is None or tenant_role(user, proposal.tenant_id) is None:
             raise NotFound("not_found", "no such proposal")
-        refusal = _vote_refusal(proposal, user, digest_seen, now_utc(), once_per_person=False)
+        refusal = _vote_refusal(proposal, user, digest_seen, timezone.now(), once_per_person=False)
         if refusal:
             raise refusal
         transition(proposal, State.INFO_REQUESTED, actor=actor_label(user), reason=question)
@@ -241,7 +242,7 @@ def _person(user, method: str) -> dict:
         "sub": f"user:{user.get_username()}",
         "name": user.get_full_name() or user.get_username(),
         "group": None,
-        "auth": {"method": method, "at": _audit_time(now_utc())},
+        "auth": {"method": method, "at": _audit_time(timezone.now())},
     }
 
 
@@ -259,7 +260,7 @@ def edit_proposal(proposal_id, user, *, arguments: dict, digest_seen: str, note:
         )
         if old is None or tenant_role(user, old.tenant_id) is None:
             raise NotFound("not_found", "no such proposal")
-        refusal = _vote_refusal(old, user, digest_seen, now_utc(), once_per_person=False)
+        refusal = _vote_refusal(old, user, digest_seen, timezone.now(), once_per_person=False)
         if refusal:
             raise EditRefused(refusal.code, refusal.message, refusal.field)
         action = {**old.action, "arguments": arguments}
@@ -314,8 +315,8 @@ def edit_proposal(proposal_id, user, *, arguments: dict, digest_seen: str, note:
         )
         new.supersedes = old
         new.save(update_fields=["supersedes"])
-        remaining = max(int((old.expires_at - now_utc()).total_seconds()), 1)
+        remaining = max(int((old.expires_at - timezone.now()).total_seconds()), 1)
         _evaluate_and_route(
-            new, requested_expiry=now_utc() + timedelta(seconds=remaining), actor=actor_label(user)
+            new, requested_expiry=timezone.now() + timedelta(seconds=remaining), actor=actor_label(user)
         )
     return new

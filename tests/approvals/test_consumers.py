@@ -2,18 +2,18 @@
 a session cookie from a real sign-in (password and one-time code)."""
 
 import json
-import time
 import uuid
-from unittest import mock
+from datetime import timedelta
 
 import pytest
+import time_machine
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.conf import settings as django_settings
 from django.contrib.sessions.backends.db import SessionStore
-from django.core import signing
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from approvals import services, stepup
 from approvals.models import Proposal
@@ -198,8 +198,7 @@ async def test_a_vote_without_a_code_is_refused_when_each_vote_needs_one(proposa
 
 def stamp_step_up(session_id: str, seconds_ago: int) -> None:
     session = SessionStore(session_key=session_id)
-    then = signing.b62_encode(int(time.time()) - seconds_ago)
-    with mock.patch.object(signing.TimestampSigner, "timestamp", return_value=then):
+    with time_machine.travel(timezone.now() - timedelta(seconds=seconds_ago), tick=False):
         stepup.mark_fresh(session)
     session.save()
 

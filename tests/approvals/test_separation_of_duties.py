@@ -5,6 +5,7 @@ it, and the server clock closes a proposal on every vote, sweeper or not."""
 from datetime import timedelta
 
 import pytest
+import time_machine
 from django.test import Client
 from django.urls import reverse
 from django_otp import DEVICE_ID_SESSION_KEY
@@ -222,7 +223,7 @@ def test_expiry_uses_the_shortest_ttl_not_the_agents_wish(agent, tenant, request
 
 
 def test_the_reviewer_page_refuses_a_late_vote_by_the_server_clock(
-    agent, refund_policy, requester, reviewer_a, monkeypatch
+    agent, refund_policy, requester, reviewer_a
 ):
     """The browser sends no time: the view votes with the server's clock, here one second past expiry."""
     proposal = submit(agent)
@@ -231,12 +232,11 @@ def test_the_reviewer_page_refuses_a_late_vote_by_the_server_clock(
     session = client.session
     session[DEVICE_ID_SESSION_KEY] = TOTPDevice.objects.get(user=reviewer_a).persistent_id
     session.save()
-    monkeypatch.setattr(services.votes, "now_utc", lambda: proposal.expires_at + timedelta(seconds=1))
-
-    response = client.post(
-        reverse("approvals:decide", kwargs={"proposal_id": proposal.id}),
-        {"action": "approve", "digest": proposal.action_digest, "otp_code": totp_code(reviewer_a)},
-    )
+    with time_machine.travel(proposal.expires_at + timedelta(seconds=1), tick=False):
+        response = client.post(
+            reverse("approvals:decide", kwargs={"proposal_id": proposal.id}),
+            {"action": "approve", "digest": proposal.action_digest, "otp_code": totp_code(reviewer_a)},
+        )
 
     assert response.status_code == 403
     assert "Expired" in response.content.decode()

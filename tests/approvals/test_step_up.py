@@ -2,11 +2,12 @@
 vote, each code usable once; a window policy accepts a signed step-up time in the session younger than
 the window. Failures are throttled by django-otp and every one is an audit event."""
 
-import time
+from datetime import timedelta
 
 import pytest
+import time_machine
 from django.contrib.sessions.backends.db import SessionStore
-from django.core import signing
+from django.utils import timezone
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from approvals import services, stepup
@@ -152,12 +153,10 @@ def test_window_mode_accepts_a_step_up_younger_than_the_window(
 
 
 def test_window_mode_refuses_a_step_up_older_than_the_window(
-    agent, window_policy, requester, reviewer_a, session, monkeypatch
+    agent, window_policy, requester, reviewer_a, session
 ):
     proposal = submit(agent)
-    with monkeypatch.context() as patch:  # sign the step-up as if it happened six minutes ago
-        six_minutes_ago = signing.b62_encode(int(time.time()) - 360)
-        patch.setattr(signing.TimestampSigner, "timestamp", lambda self: six_minutes_ago)
+    with time_machine.travel(timezone.now() - timedelta(seconds=360), tick=False):  # six minutes ago
         stepup.mark_fresh(session)
 
     assert refusal(proposal, reviewer_a, session=session) == "step_up_required"

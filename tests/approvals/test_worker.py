@@ -10,6 +10,7 @@ from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 
 from approvals import a2a, services
 from approvals.models import Decision, OutboxMessage, Proposal
@@ -112,7 +113,7 @@ def test_a_failing_agent_is_retried_with_exponential_backoff_until_it_answers(
 ):
     proposal, _ = approve(agent, reviewer_a, task)
     fake_agent.fail_next(3)
-    start = services.now_utc()
+    start = timezone.now()
     worker = Worker()
 
     schedule = []
@@ -148,7 +149,7 @@ def test_a_message_the_agent_never_takes_is_dead_lettered_with_its_last_error(
     settings.OUTBOX_MAX_ATTEMPTS = 3
     proposal, _ = approve(agent, reviewer_a, task)
     fake_agent.fail_next(1000)
-    later = services.now_utc()
+    later = timezone.now()
     worker = Worker()
 
     for _ in range(5):
@@ -229,7 +230,7 @@ def test_cancelling_a_task_that_already_ended_counts_as_delivered(
         proposal=proposal,
         kind=OutboxMessage.Kind.CANCEL,
         message_id=f"cancel-{proposal.id}",
-        next_attempt_at=services.now_utc(),
+        next_attempt_at=timezone.now(),
     )
 
     Worker().tick()
@@ -244,7 +245,7 @@ def test_cancelling_a_task_that_already_ended_counts_as_delivered(
 def test_a_tick_expires_what_waited_too_long(agent, refund_policy, requester):
     proposal = factories.submit(agent, expires_at=factories.in_seconds(60))
 
-    Worker().tick(now=services.now_utc() + timedelta(seconds=61))
+    Worker().tick(now=timezone.now() + timedelta(seconds=61))
 
     proposal.refresh_from_db()
     assert proposal.state == State.EXPIRED
@@ -258,7 +259,7 @@ def test_an_execution_whose_task_completed_is_settled_from_get_task(
     Worker().tick()  # the decision is delivered and the fake agent completes the task (it pushes nothing)
     services.consume_decision(agent, decision.jti, rev=decision.rev)
 
-    Worker().tick(now=services.now_utc() + timedelta(seconds=settings.EXECUTING_RECONCILE_SECONDS + 1))
+    Worker().tick(now=timezone.now() + timedelta(seconds=settings.EXECUTING_RECONCILE_SECONDS + 1))
 
     proposal.refresh_from_db()
     assert proposal.state == State.SUCCEEDED
@@ -273,7 +274,7 @@ def test_an_execution_that_never_ends_becomes_unknown_then_settles(
     worker = Worker()
     worker.tick()
     services.consume_decision(agent, decision.jti, rev=decision.rev)
-    overdue = services.now_utc() + timedelta(seconds=settings.EXECUTING_RECONCILE_SECONDS + 1)
+    overdue = timezone.now() + timedelta(seconds=settings.EXECUTING_RECONCILE_SECONDS + 1)
 
     worker.tick(now=overdue)
     proposal.refresh_from_db()
@@ -300,7 +301,7 @@ def test_an_execution_whose_agent_is_unreachable_becomes_unknown(
     services.consume_decision(agent, decision.jti, rev=decision.rev)
     fake_agent.fail_next(1000)
 
-    Worker().tick(now=services.now_utc() + timedelta(seconds=settings.EXECUTING_RECONCILE_SECONDS + 1))
+    Worker().tick(now=timezone.now() + timedelta(seconds=settings.EXECUTING_RECONCILE_SECONDS + 1))
 
     proposal.refresh_from_db()
     assert proposal.state == State.UNKNOWN
@@ -314,7 +315,7 @@ def test_a_request_whose_task_ended_unseen_is_closed(fake_agent, agent, refund_p
     proposal = factories.submit(agent, task_id=task[0], context_id=task[1])
     fake_agent.cancel(task[0])  # its push (if any) was lost
 
-    Worker().tick(now=services.now_utc() + timedelta(seconds=settings.EXECUTING_RECONCILE_SECONDS + 1))
+    Worker().tick(now=timezone.now() + timedelta(seconds=settings.EXECUTING_RECONCILE_SECONDS + 1))
 
     proposal.refresh_from_db()
     assert proposal.state == State.CANCELLED
@@ -343,7 +344,7 @@ def test_a_failing_step_does_not_stop_the_others(monkeypatch, agent, refund_poli
     jobs.run_pending_exports = lambda: 1 / 0
     monkeypatch.setitem(sys.modules, "audit.jobs", jobs)
 
-    report = Worker().tick(now=services.now_utc() + timedelta(seconds=61))
+    report = Worker().tick(now=timezone.now() + timedelta(seconds=61))
 
     assert report.expired == 1
     assert report.errors and "ZeroDivisionError" in report.errors[0]
@@ -384,7 +385,7 @@ def make_outbox(agent, count: int) -> list[int]:
             proposal=proposal,
             kind=OutboxMessage.Kind.GET_TASK,
             message_id=f"m-{n}",
-            next_attempt_at=services.now_utc(),
+            next_attempt_at=timezone.now(),
         ).id
         for n in range(count)
     ]
