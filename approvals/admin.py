@@ -1,9 +1,10 @@
 """The Django admin of the approval domain: configuration, written through the services.
 
 Admins configure tenants, members, approver groups, agents, policies and halts here. Every write goes
-through approvals/services.py, so it is checked and audited like any other change; forms validate first
-with the same rules so that a refusal shows on the field instead of as an error page. Proposals, votes,
-decisions and the outbox are read-only: people decide in the reviewer pages, never here.
+through approvals/services/, so it is checked and audited like any other change; forms ask the services'
+own checks first (membership_refusal, group_member_refusal, policy.version_field_errors) so that a
+refusal shows on its field instead of as an error page. Proposals, votes, decisions and the outbox are
+read-only: people decide in the reviewer pages, never here.
 
 Policy versions are never edited. "New draft" writes a new version; a second admin (not the author)
 approves and activates it, which retires the version it replaces. "Dry run" replays the tenant's last

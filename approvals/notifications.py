@@ -1,7 +1,7 @@
 """Emails to the reviewers who can decide a proposal that just started waiting for review.
 
-services.py calls `notify_eligible_reviewers` after the intake commits. An email carries a link and
-enough to judge urgency, never a secret: no token, no digest, no code. Who is eligible is decided by
+services/intake.py calls `notify_eligible_reviewers` after the intake commits. An email carries a link
+and enough to judge urgency, never a secret: no token, no digest, no code. Who is eligible is decided by
 services.ineligibility(), the same check a vote goes through.
 """
 

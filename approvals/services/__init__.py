@@ -19,16 +19,12 @@ from approvals.services.agents import (  # noqa: F401
 )
 from approvals.services.common import (  # noqa: F401
     SYSTEM,
-    _audit_time,
     actor_label,
     agent_actor,
     proposal_subject,
     record,
 )
 from approvals.services.decisions import (  # noqa: F401
-    _consume_refusal,
-    _issue_decision,
-    _lock_decision,
     consume_decision,
     may_revoke,
     note_compensation,
@@ -37,8 +33,6 @@ from approvals.services.decisions import (  # noqa: F401
 )
 from approvals.services.devices import (  # noqa: F401
     BACKUP_CODE_COUNT,
-    _enrolling_device,
-    _person_chains,
     confirm_totp_enrollment,
     record_sign_in_code_refused,
     reset_devices,
@@ -69,34 +63,21 @@ from approvals.services.errors import (  # noqa: F401
     VoteRefused,
 )
 from approvals.services.halts import (  # noqa: F401
-    _refuse_if_halted,
     active_halt,
     halt,
     resume,
 )
 from approvals.services.intake import (  # noqa: F401
-    _evaluate_and_route,
-    _first_ref,
-    _notify_eligible,
-    _policy_approvers,
-    _same_request_or_error,
-    _supersede,
     log,
     record_intake_refusal,
     submit_proposal,
 )
 from approvals.services.lifecycle import (  # noqa: F401
-    _enqueue,
-    _expire,
-    _expiry_for,
-    _revoke,
     enqueue_cancel,
     supersession_chain,
     transition,
 )
 from approvals.services.outbox import (  # noqa: F401
-    _locked_pending_outbox,
-    _outbox_audit,
     claim_due_outbox,
     mark_outbox_delivered,
     mark_outbox_failed,
@@ -105,8 +86,6 @@ from approvals.services.outbox import (  # noqa: F401
 )
 from approvals.services.policies import (  # noqa: F401
     POLICY_VERSION_DEFAULTS,
-    _checked_version_fields,
-    _reevaluate_open_proposals,
     activate_policy_version,
     create_policy,
     create_policy_version,
@@ -126,10 +105,6 @@ from approvals.services.reconcile import (  # noqa: F401
 from approvals.services.tenants import (  # noqa: F401
     ADMIN_GROUP_SLUG,
     TTL_TOO_SHORT,
-    _group_slugs_of,
-    _remove_group_member,
-    _require_config_admin,
-    _require_slug,
     add_group_member,
     admin_tenant_ids,
     create_group,
@@ -143,12 +118,6 @@ from approvals.services.tenants import (  # noqa: F401
     update_tenant,
 )
 from approvals.services.votes import (  # noqa: F401
-    _approver,
-    _check_step_up,
-    _person,
-    _pinned_policy_ref,
-    _store_vote,
-    _vote_refusal,
     cast_vote,
     edit_proposal,
     request_info,
