@@ -46,7 +46,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseClientRedirect
 from django_otp import login as otp_login
 
-from approvals import keys, policy, services, stepup
+import signing_keys as keys
+from approvals import policy, services, stepup
 from approvals.forms import (
     DecisionForm,
     EditArgumentsForm,
