@@ -10,18 +10,14 @@ import hmac
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime
-from functools import wraps
 
 from asgiref.sync import sync_to_async
-from django.contrib.auth.views import redirect_to_login
 from django.core.handlers.asgi import ASGIRequest
 from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.http import HttpResponseClientRedirect
-from django_otp import devices_for_user
 
+from accounts.decorators import verified_required
 from audit import conf, evidence, jobs
 from audit.charts import metric_charts
 from audit.exports import Selection, chunks, count
@@ -33,24 +29,6 @@ from audit.records import event_dict
 from tenants import queries as tenant_queries
 
 EVENTS_PER_PAGE = 100
-
-
-def verified_required(view):
-    """Signed in and verified with a one-time code in this session (django-otp's is_verified()); anyone
-    else goes to sign in (or to enroll an authenticator). An htmx poll is redirected as a whole page."""
-
-    @wraps(view)
-    def guarded(request, *args, **kwargs):
-        user = request.user
-        if user.is_authenticated and user.is_verified():
-            return view(request, *args, **kwargs)
-        if user.is_authenticated and not any(True for _ in devices_for_user(user, confirmed=True)):
-            target = reverse("approvals:enroll")
-        else:
-            target = redirect_to_login(request.get_full_path())["Location"]
-        return HttpResponseClientRedirect(target) if getattr(request, "htmx", False) else redirect(target)
-
-    return guarded
 
 
 def _tenant(request, slug: str, roles=tenant_queries.AUDIT_ROLES) -> tenant_queries.TenantRef:
