@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from approvals import events, pages, services
 from approvals.models import TenantMembership
 from approvals.schemas import VoteMessage
+from approvals.wire import error_body
 
 
 def verified_user(scope):
@@ -42,7 +43,7 @@ def verified_user(scope):
 
 
 def _error(code: str, message: str, field: str | None = None, **extra) -> dict:
-    return {"type": "error", **extra, "error": {"code": code, "message": message, "field": field}}
+    return {"type": "error", **extra, **error_body(code, message, field)}
 
 
 class ReviewerSocket(AsyncJsonWebsocketConsumer):
