@@ -7,11 +7,27 @@ from django.db import migrations, models
 # The other half of tenants 0001: approvals forgets the four models (state only, tables untouched)
 # and its foreign keys point at tenants.Tenant and tenants.ApproverGroup.
 
+MOVED = ["tenant", "tenantmembership", "approvergroup", "groupmembership"]
+
+
+def move_content_types(apps, schema_editor, source="approvals", target="tenants"):
+    """Staff permissions and admin log entries point at content types: move those of the four models with
+    them, so a staff member who could edit tenants still can. A no-op on a new database (content types
+    are created after the migrations)."""
+    ContentType = apps.get_model("contenttypes", "ContentType")
+    ContentType.objects.filter(app_label=source, model__in=MOVED).update(app_label=target)
+
+
+def move_content_types_back(apps, schema_editor):
+    move_content_types(apps, schema_editor, source="tenants", target="approvals")
+
+
 class Migration(migrations.Migration):
 
     dependencies = [
         ('approvals', '0001_initial'),
         ('tenants', '0001_initial'),
+        ('contenttypes', '0002_remove_content_type_name'),
     ]
 
     operations = [
@@ -78,4 +94,5 @@ class Migration(migrations.Migration):
                 ),
             ],
         ),
+        migrations.RunPython(move_content_types, move_content_types_back),
     ]
