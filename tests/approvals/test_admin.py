@@ -517,7 +517,9 @@ def test_a_halt_form_refuses_a_scope_without_its_target(as_author):
 def acme_staff(client, admin_user):
     admin_user.is_staff = True
     admin_user.save(update_fields=["is_staff"])
-    admin_user.user_permissions.set(Permission.objects.filter(content_type__app_label__in=["approvals", "tenants"]))
+    admin_user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label__in=["approvals", "tenants"])
+    )
     factories.sign_in_verified(client, admin_user)
     return client
 
