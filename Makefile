@@ -24,6 +24,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) manage.py makemigrations --check --dry-run
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports  # the layer contracts of pyproject.toml [tool.importlinter]
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)

@@ -43,6 +43,7 @@ from approvals import services
 from approvals.models import Agent, Decision, OutboxMessage, Proposal
 from approvals.schemas import ProposalSubmission
 from approvals.services.reconcile import TERMINAL_TASK_STATES
+from approvals.wire import error_body
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ class PushError(ValueError):
         self.field = field
 
     def as_dict(self) -> dict:
-        return {"error": {"code": self.code, "message": self.message, "field": self.field}}
+        return error_body(self.code, self.message, self.field)
 
 
 @dataclass(frozen=True)

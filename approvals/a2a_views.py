@@ -15,8 +15,9 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from approvals import a2a, services
-from approvals.api import intake_limit, receipt
+from approvals.api import receipt
 from approvals.models import Agent, hash_token
+from approvals.wire import body_too_large, error_body, too_large_message
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,7 @@ _NO_AGENT_HASH = hash_token("no such agent")
 
 
 def _error(status: int, code: str, message: str, field: str | None = None) -> JsonResponse:
-    return JsonResponse({"error": {"code": code, "message": message, "field": field}}, status=status)
+    return JsonResponse(error_body(code, message, field), status=status)
 
 
 def _authenticated_agent(slug: str, token: str) -> Agent | None:
@@ -42,11 +43,8 @@ def push(request, agent_slug):
     if agent is None:
         # One answer for an unknown agent and a wrong token: a caller learns nothing about which agents exist.
         return _error(401, "unauthorized", "unknown agent or wrong X-A2A-Notification-Token")
-    declared = request.META.get("CONTENT_LENGTH") or "0"
-    if declared.isdigit() and int(declared) > intake_limit():
-        return _error(413, "too_large", f"the body is larger than {intake_limit()} bytes")
-    if len(request.body) > intake_limit():
-        return _error(413, "too_large", f"the body is larger than {intake_limit()} bytes")
+    if body_too_large(request):
+        return _error(413, "too_large", too_large_message())
     try:
         body = json.loads(request.body)
     except ValueError:

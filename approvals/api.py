@@ -20,11 +20,7 @@ from ninja.security import HttpBearer
 from approvals import a2a, services
 from approvals.models import Agent, Proposal, hash_token
 from approvals.schemas import ConsumeBody, OutcomeBody, ProposalSubmission
-
-
-def intake_limit() -> int:
-    """The largest body an agent may send: the action and consequences cap, with room for the rest."""
-    return settings.PROPOSAL_MAX_BYTES * 2
+from approvals.wire import body_too_large, error_body, too_large_message
 
 
 class BodyTooLarge(Exception):
@@ -35,8 +31,7 @@ class CappedJSONParser(Parser):
     """Refuses an oversized body before parsing it (first by its declared length, unread)."""
 
     def parse_body(self, request):
-        declared = request.META.get("CONTENT_LENGTH") or "0"
-        if (declared.isdigit() and int(declared) > intake_limit()) or len(request.body) > intake_limit():
+        if body_too_large(request):
             raise BodyTooLarge()
         return super().parse_body(request)
 
@@ -121,9 +116,7 @@ ERRORS = {400: ErrorBody, 401: ErrorBody, 404: ErrorBody}
 
 
 def _error_response(request, status: int, code: str, message: str, field: str | None = None):
-    return api.create_response(
-        request, {"error": {"code": code, "message": message, "field": field}}, status=status
-    )
+    return api.create_response(request, error_body(code, message, field), status=status)
 
 
 @api.exception_handler(services.ServiceError)
@@ -158,7 +151,7 @@ def http_error(request, exc: HttpError):
 
 @api.exception_handler(RequestDataTooBig)
 def too_large(request, exc):
-    return _error_response(request, 413, "too_large", f"the body is larger than {intake_limit()} bytes")
+    return _error_response(request, 413, "too_large", too_large_message())
 
 
 @api.exception_handler(Http404)

@@ -4,3 +4,11 @@ from django.apps import AppConfig
 class ApprovalsConfig(AppConfig):
     name = "approvals"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        # The dependency points from approvals to audit: audit's evidence packet gets the proposal's
+        # envelope, decision and deliveries from here without importing approvals.
+        from approvals.evidence import proposal_record
+        from audit.evidence import provide_proposal_records
+
+        provide_proposal_records(proposal_record)

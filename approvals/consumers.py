@@ -3,7 +3,7 @@
 Thin on purpose. connect() authenticates (session user, verified with a one-time code, member of the
 tenant) and accepts last; anyone else is closed without a handshake. A `proposal.changed` event is a hint
 to re-read: the consumer reads the database again and sends the page's own partials with hx-swap-oob,
-rendered from the same templates and page builders as the views. Inbound messages are JSON validated by
+rendered from the same templates and page builders as the pages. Inbound messages are JSON validated by
 schemas.VoteMessage, authorized again per message, and written through services.cast_vote, the same
 service as the HTTP form; a refusal comes back as {"type": "error", "error": {code, message, field}}.
 """
@@ -20,9 +20,10 @@ from django_otp import DEVICE_ID_SESSION_KEY
 from django_otp.models import Device
 from pydantic import ValidationError
 
-from approvals import events, services, stepup, views
+from approvals import events, pages, services, stepup
 from approvals.models import TenantMembership
 from approvals.schemas import VoteMessage
+from approvals.wire import error_body
 
 
 def verified_user(scope):
@@ -42,7 +43,7 @@ def verified_user(scope):
 
 
 def _error(code: str, message: str, field: str | None = None, **extra) -> dict:
-    return {"type": "error", **extra, "error": {"code": code, "message": message, "field": field}}
+    return {"type": "error", **extra, **error_body(code, message, field)}
 
 
 class ReviewerSocket(AsyncJsonWebsocketConsumer):
@@ -115,7 +116,7 @@ class ReviewerSocket(AsyncJsonWebsocketConsumer):
                 digest_seen=message.digest,
                 reason=message.reason,
                 step_up=stepup.step_up_for(user, message.otp_code, session),
-                page_hash=views.page_hash(proposal),
+                page_hash=pages.page_hash(proposal),
             )
         except services.ServiceError as error:
             return {"type": "error", "in_reply_to": "vote", **error.as_dict()}
@@ -165,7 +166,7 @@ class QueueConsumer(ReviewerSocket):
     def _render_list(self) -> str | None:
         if verified_user(self.scope) is None or not TenantMembership.objects.filter(user=self.user).exists():
             return None  # signed out, or removed from every tenant, since connecting
-        build = views.watching_context if self.view == "watching" else views.queue_context
+        build = pages.watching_context if self.view == "watching" else pages.queue_context
         context = build(self.user, self.params)
         return render_to_string(f"approvals/{self.view}.html#list", {**context, "oob": True})
 
@@ -182,8 +183,8 @@ class ProposalConsumer(ReviewerSocket):
         except services.NotFound:
             return []
         self.user, self.proposal_id = user, proposal.id
-        self.mode, _ = views.decision_mode(
-            proposal, user, views.live_context(proposal), services.ineligibility(proposal, user)
+        self.mode, _ = pages.decision_mode(
+            proposal, user, pages.live_context(proposal), services.ineligibility(proposal, user)
         )
         return [events.proposal_group(proposal.id)]
 
@@ -203,7 +204,7 @@ class ProposalConsumer(ReviewerSocket):
             proposal = services.proposal_for_user(self.proposal_id, self.user)
         except services.NotFound:
             return None  # no longer a member of the tenant
-        context = views.detail_context(proposal, self.user, self.scope["session"])
+        context = pages.detail_context(proposal, self.user, self.scope["session"])
         context.update(oob=True, csrf_token=self._csrf_token())
         html = render_to_string("approvals/detail.html#live", context)
         mode = context["decision_panel"]["mode"]

@@ -1,7 +1,6 @@
 """The approval domain. Rows here are written only by approvals/services.py.
 
-Tenant ─┬─ ApproverGroup ── GroupMembership ── User
-        ├─ TenantMembership (role: reviewer | compliance | admin, principal_id)
+Tenant (tenants/models.py, with TenantMembership, ApproverGroup and GroupMembership; re-exported here)
         ├─ Agent (registered A2A agent; tokens stored hashed)
         ├─ Policy ── PolicyVersion (immutable; active after a second admin approves)
         └─ Proposal ─┬─ Vote
@@ -20,6 +19,9 @@ from django.db.models import Q
 
 from approvals.states import State
 
+# These models moved to tenants/ (issue 11) and are re-exported: callers may import them from either.
+from tenants.models import ApproverGroup, GroupMembership, Tenant, TenantMembership  # noqa: F401
+
 
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
@@ -27,78 +29,6 @@ def hash_token(token: str) -> str:
 
 def new_token() -> str:
     return secrets.token_urlsafe(32)
-
-
-class Tenant(models.Model):
-    slug = models.SlugField(unique=True)
-    name = models.CharField(max_length=200)
-    # The tenant default fails closed: anything no policy matches needs one of these admins.
-    admin_group = models.ForeignKey(
-        "ApproverGroup", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
-    )
-    default_ttl_seconds = models.PositiveIntegerField(default=3600)
-
-    def __str__(self):
-        return self.name
-
-
-class TenantMembership(models.Model):
-    class Role(models.TextChoices):
-        REVIEWER = "reviewer"
-        COMPLIANCE = "compliance"
-        ADMIN = "admin"
-
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="tenant_memberships"
-    )
-    role = models.CharField(max_length=20, choices=Role.choices, default=Role.REVIEWER)
-    # The id agents use for this person as `principal.id`: a principal never votes on their own request.
-    principal_id = models.CharField(max_length=200, blank=True)
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["tenant", "user"], name="one_membership_per_tenant_user"),
-            models.UniqueConstraint(
-                fields=["tenant", "principal_id"],
-                condition=~Q(principal_id=""),
-                name="principal_id_unique_per_tenant",
-            ),
-        ]
-
-    def __str__(self):
-        return f"{self.user} in {self.tenant} as {self.role}"
-
-
-class ApproverGroup(models.Model):
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="groups")
-    slug = models.SlugField()
-    name = models.CharField(max_length=200)
-    members = models.ManyToManyField(
-        settings.AUTH_USER_MODEL, through="GroupMembership", related_name="approver_groups"
-    )
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["tenant", "slug"], name="group_slug_unique_per_tenant")
-        ]
-
-    def __str__(self):
-        return f"{self.tenant.slug}/{self.slug}"
-
-
-class GroupMembership(models.Model):
-    group = models.ForeignKey(ApproverGroup, on_delete=models.CASCADE)
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
-    added_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["group", "user"], name="one_membership_per_group_user")
-        ]
-
-    def __str__(self):
-        return f"{self.user} in {self.group}"
 
 
 class Agent(models.Model):

@@ -5,7 +5,7 @@ from datetime import datetime
 import jwt
 from django.conf import settings
 
-from approvals import keys
+import signing_keys as keys
 
 TOKEN_TYPE = "approval-decision+jwt"  # noqa: S105 - a JOSE typ, not a secret
 

@@ -3,6 +3,7 @@ REST API (api.py), and the public JWKS."""
 
 from django.urls import path
 
+from accounts import views as account_views
 from approvals import a2a_views, views
 from approvals.api import api
 
@@ -15,7 +16,8 @@ urlpatterns = [
     path("proposals/<uuid:proposal_id>/decide", views.decide, name="decide"),
     path("proposals/<uuid:proposal_id>/edit", views.edit, name="edit"),
     path("proposals/<uuid:proposal_id>/revoke", views.revoke, name="revoke"),
-    path("accounts/enroll/", views.enroll, name="enroll"),
+    # Enrollment is accounts' view; its name stays "approvals:enroll" (pages and redirects use it).
+    path("accounts/enroll/", account_views.enroll, name="enroll"),
     path("a2a/push/<slug:agent_slug>/", a2a_views.push, name="push"),
     path("api/v1/", api.urls),
     path(".well-known/jwks.json", views.jwks, name="jwks"),

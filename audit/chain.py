@@ -129,7 +129,7 @@ def append(chain: str, *, actor: str, verb: str, subject: str, data: dict | None
 
 def archive_public_key(kid: str) -> None:
     """Keep the public half of a signing key for as long as the checkpoints it signed."""
-    from approvals.keys import key_by_kid  # the shared signing-key module, not the approval domain
+    from signing_keys import key_by_kid
 
     if PublicKey.objects.filter(kid=kid).exists():
         return
@@ -143,7 +143,7 @@ def archive_public_key(kid: str) -> None:
 
 
 def write_checkpoint(chain: str, seq: int, head_hash: str) -> Checkpoint:
-    from approvals.keys import sign_bytes  # the shared signing-key module, not the approval domain
+    from signing_keys import sign_bytes
 
     at = format_time(datetime.now(UTC))
     kid, signature = sign_bytes(checkpoint_payload(chain, seq, head_hash, at))
@@ -198,7 +198,7 @@ def write_due_checkpoints(now: datetime | None = None, minutes: int | None = Non
 
 def verification_jwks() -> dict:
     """Public keys to check checkpoints with: every archived key plus the keys on disk now."""
-    from approvals import keys
+    import signing_keys as keys
 
     by_kid = {row.kid: row.jwk for row in PublicKey.objects.all()}
     for key in keys.all_keys():

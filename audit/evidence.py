@@ -16,9 +16,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.serializers.json import DjangoJSONEncoder
 
-from approvals.canonical import action_digest  # the pure digest rule (DESIGN.md "Binding"), not the domain
-from audit import domain
 from audit.chain import format_time, verification_jwks
+from audit.chain import hash_body as canonical_digest
 from audit.models import AuditEvent, Checkpoint, Verb
 from audit.records import checkpoint_dict, event_dict
 from audit.verify import event_hash
@@ -74,9 +73,23 @@ def _token_checks(decision: dict | None, signed_event: dict | None) -> dict:
     }
 
 
+# audit/ never imports approvals/ (the import-linter contracts in pyproject.toml), so the domain's half of
+# the packet comes from a function approvals registers when it starts (approvals/apps.py ready()).
+_proposal_records = None
+
+
+def provide_proposal_records(reader) -> None:
+    """Register `reader(tenant_id, proposal_id) -> dict | None` (approvals/evidence.py proposal_record)."""
+    global _proposal_records
+    _proposal_records = reader
+
+
 def build_packet(tenant, proposal_id) -> dict | None:
-    """The packet as a JSON-ready dict, or None when the proposal is not this tenant's."""
-    record = domain.proposal_record(tenant.id, proposal_id)
+    """The packet as a JSON-ready dict, or None when the proposal is not this tenant's (or, failing
+    closed, when no domain registered its records)."""
+    if _proposal_records is None:
+        return None
+    record = _proposal_records(tenant.id, proposal_id)
     if record is None:
         return None
     subject = f"proposal:{record['id']}"
@@ -177,7 +190,7 @@ def build_packet(tenant, proposal_id) -> dict | None:
         "events": events,
         "covering_checkpoint": checkpoint_dict(covering) if covering else None,
         "checks": {
-            "envelope_digest_matches": action_digest(envelope["action"]) == envelope["action_digest"],
+            "envelope_digest_matches": canonical_digest(envelope["action"]) == envelope["action_digest"],
             "submitted_digest_matches": all(
                 e["data"].get("action_digest") == envelope["action_digest"]
                 for e in of(Verb.PROPOSAL_SUBMITTED)

@@ -342,7 +342,7 @@ manifest.json      what this bundle holds, every file's sha256, and an Ed25519 s
 
 def write_bundle(selection: Selection, path: Path, *, created_by: str) -> Iterator[int]:
     """Write the verifiable zip to `path`; yields how many events are written after each page."""
-    from approvals import keys  # the shared signing-key module
+    import signing_keys as keys
 
     segment = bundle_segment(selection)
     signing_key = keys.active_key()

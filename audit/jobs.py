@@ -19,10 +19,11 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from audit import conf, domain
+from audit import conf
 from audit.chain import append, write_due_checkpoints
 from audit.exports import Selection, bundle_segment, count, write_bundle, write_lines
 from audit.models import ChainHead, ExportJob, Verb
+from tenants import queries as tenant_queries
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ def _steps(job: ExportJob) -> Iterator[None]:
     final = export_path(job)
     partial = final.with_name(final.name + ".part")
     try:
-        tenant = domain.tenant_by_id(job.tenant_id)
+        tenant = tenant_queries.tenant_by_id(job.tenant_id)
         if tenant is None:
             raise ValueError(f"tenant {job.tenant_id} no longer exists")
         selection = Selection.for_tenant(tenant, job.filters, up_to_seq=job.up_to_seq)

@@ -142,7 +142,7 @@ class Checkpoint(AppendOnlyModel):
 
 class PublicKey(AppendOnlyModel):
     """The public half of every key that signed a checkpoint. Retired private keys are deleted from disk
-    (approvals/keys.py prune_expired), but checkpoints must stay verifiable for years."""
+    (signing_keys prune_expired), but checkpoints must stay verifiable for years."""
 
     kid = models.CharField(max_length=100, primary_key=True)
     jwk = models.JSONField()

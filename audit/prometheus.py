@@ -11,9 +11,10 @@ from datetime import UTC, datetime
 from django.core.cache import cache
 from django.db.models import Count, Max
 
-from audit import conf, domain
+from audit import conf
 from audit.metrics import FIRST_OUTCOMES, Metrics, collect, percentile
 from audit.models import ChainHead, Checkpoint, ExportJob
+from tenants import queries as tenant_queries
 
 QUANTILES = (0.5, 0.95)
 
@@ -58,7 +59,7 @@ def exposition(now: datetime | None = None) -> str:
     now = now or datetime.now(UTC)
     out = Exposition()
     heads = {head.chain: head for head in ChainHead.objects.all()}
-    for tenant in domain.all_tenants():
+    for tenant in tenant_queries.all_tenants():
         head = heads.get(tenant.chain)
         metrics = _tenant_metrics(tenant, head.seq if head else 0)
         t = tenant.slug

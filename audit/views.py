@@ -10,19 +10,15 @@ import hmac
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime
-from functools import wraps
 
 from asgiref.sync import sync_to_async
-from django.contrib.auth.views import redirect_to_login
 from django.core.handlers.asgi import ASGIRequest
 from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.http import HttpResponseClientRedirect
-from django_otp import devices_for_user
 
-from audit import conf, domain, evidence, jobs
+from accounts.decorators import verified_required
+from audit import conf, evidence, jobs
 from audit.charts import metric_charts
 from audit.exports import Selection, chunks, count
 from audit.forms import ExportForm, PeriodForm, SelectionForm
@@ -30,31 +26,14 @@ from audit.metrics import collect, format_duration, rubber_stamp_min_sample
 from audit.models import ChainHead, Checkpoint, ExportJob
 from audit.prometheus import exposition
 from audit.records import event_dict
+from tenants import queries as tenant_queries
 
 EVENTS_PER_PAGE = 100
 
 
-def verified_required(view):
-    """Signed in and verified with a one-time code in this session (django-otp's is_verified()); anyone
-    else goes to sign in (or to enroll an authenticator). An htmx poll is redirected as a whole page."""
-
-    @wraps(view)
-    def guarded(request, *args, **kwargs):
-        user = request.user
-        if user.is_authenticated and user.is_verified():
-            return view(request, *args, **kwargs)
-        if user.is_authenticated and not any(True for _ in devices_for_user(user, confirmed=True)):
-            target = reverse("approvals:enroll")
-        else:
-            target = redirect_to_login(request.get_full_path())["Location"]
-        return HttpResponseClientRedirect(target) if getattr(request, "htmx", False) else redirect(target)
-
-    return guarded
-
-
-def _tenant(request, slug: str, roles=domain.AUDIT_ROLES) -> domain.TenantRef:
+def _tenant(request, slug: str, roles=tenant_queries.AUDIT_ROLES) -> tenant_queries.TenantRef:
     """The tenant, if this user holds one of `roles` in it; 404 for everyone else."""
-    tenant = domain.tenant_for(request.user, slug, roles)
+    tenant = tenant_queries.tenant_for(request.user, slug, roles)
     if tenant is None:
         raise Http404("no such tenant")
     return tenant
@@ -101,16 +80,18 @@ def _file_chunks(path, block: int = 1 << 16):
 @require_GET
 @verified_required
 def index(request):
-    tenants = domain.tenants_for(request.user, domain.METRICS_ROLES)
+    tenants = tenant_queries.tenants_for(request.user, tenant_queries.METRICS_ROLES)
     if not tenants:
         raise Http404("no tenant whose audit trail you may read")
     if len(tenants) == 1:
         only = tenants[0]
         return redirect(
-            "audit:tenant" if only.role in domain.AUDIT_ROLES else "audit:metrics", tenant=only.slug
+            "audit:tenant" if only.role in tenant_queries.AUDIT_ROLES else "audit:metrics", tenant=only.slug
         )
     return render(
-        request, "audit/index.html", {"tenants": tenants, "audit_roles": domain.AUDIT_ROLES, "nav": "audit"}
+        request,
+        "audit/index.html",
+        {"tenants": tenants, "audit_roles": tenant_queries.AUDIT_ROLES, "nav": "audit"},
     )
 
 
@@ -285,7 +266,7 @@ def evidence_pdf(request, tenant, proposal_id):
 @require_GET
 @verified_required
 def metrics_page(request, tenant):
-    tenant = _tenant(request, tenant, domain.METRICS_ROLES)
+    tenant = _tenant(request, tenant, tenant_queries.METRICS_ROLES)
     form = PeriodForm(request.GET or None)
     since, until = form.bounds()
     metrics = collect(tenant.chain, since=since, until=until)
@@ -303,7 +284,7 @@ def metrics_page(request, tenant):
             "min_sample": rubber_stamp_min_sample(),
             "overall_median": format_duration(metrics.overall.median_seconds),
             "overall_p95": format_duration(metrics.overall.p95_seconds),
-            "can_export": tenant.role in domain.AUDIT_ROLES,
+            "can_export": tenant.role in tenant_queries.AUDIT_ROLES,
         },
     )
 

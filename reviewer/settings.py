@@ -112,6 +112,8 @@ INSTALLED_APPS = [
     "django_otp",
     "django_otp.plugins.otp_totp",
     "django_otp.plugins.otp_static",
+    "tenants",
+    "accounts",
     "audit",
     "approvals",
 ]

@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from django_otp.admin import OTPAdminSite
 
-from approvals import views as approval_views
+from accounts import views as account_views
 from audit import views as audit_views
 
 # The admin configures who may release payments: it takes a one-time code at sign-in like every page.
@@ -11,7 +11,7 @@ admin.site.__class__ = OTPAdminSite
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("accounts/login/", approval_views.login_view, name="login"),
+    path("accounts/login/", account_views.login_view, name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("approvals.urls")),
     path("audit/", include("audit.urls")),

@@ -2,7 +2,7 @@
 
 from django.db import transaction
 
-from approvals import keys
+import signing_keys as keys
 from approvals.models import (
     Agent,
     Tenant,

@@ -19,7 +19,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from approvals import keys, services
+import signing_keys as keys
+from approvals import services
 from approvals.models import Decision
 from approvals.signing import TOKEN_TYPE, sign_decision
 from approvals.stepup import step_up_for
@@ -285,7 +286,7 @@ def test_the_environment_key_can_be_given_as_a_file(monkeypatch, tmp_path):
 def test_a_process_started_with_reviewer_signing_key_signs_with_it(tmp_path):
     pem = new_pem()
     expected = keys._kid_for(serialization.load_pem_private_key(pem.encode(), password=None).public_key())
-    script = "import django; django.setup(); from approvals import keys; print(json.dumps(keys.jwks()))"
+    script = "import django; django.setup(); import signing_keys as keys; print(json.dumps(keys.jwks()))"
     env = {
         **os.environ,
         "REVIEWER_SIGNING_KEY": pem,

@@ -9,7 +9,7 @@ from django.urls import reverse
 from django_otp.plugins.otp_static.models import StaticDevice
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
-from approvals import services, views
+from approvals import pages, services
 from approvals.forms import EditArgumentsForm
 from approvals.models import Decision, Proposal, Vote
 from approvals.states import State
@@ -303,11 +303,11 @@ def test_compliance_sees_everything_under_watching_and_has_nothing_to_decide(pro
 
 
 def test_the_queue_pages_through_many_proposals(agent, refund_policy, requester, reviewer_a):
-    for _ in range(views.PAGE_SIZE + 3):
+    for _ in range(pages.PAGE_SIZE + 3):
         submit(agent)
     client = verified_client(reviewer_a)
     first = client.get(reverse("approvals:queue")).content.decode()
-    assert f"{views.PAGE_SIZE + 3} proposals waiting for you" in first and "Page 1 of 2" in first
+    assert f"{pages.PAGE_SIZE + 3} proposals waiting for you" in first and "Page 1 of 2" in first
     second = client.get(reverse("approvals:queue"), {"page": 2}).content.decode()
     assert second.count('class="proposal-link"') == 3
 
@@ -342,7 +342,7 @@ def test_the_proposal_page_puts_the_consequence_first_and_shows_what_a_vote_bind
 
 
 def test_agent_text_is_escaped_and_long_text_is_capped_with_a_note(tenant, agent, refund_policy, reviewer_a):
-    long_reason = "x" * (views.TEXT_CAP + 50)
+    long_reason = "x" * (pages.TEXT_CAP + 50)
     proposal = submit(
         agent,
         summary="<script>alert(1)</script> refund",
@@ -351,8 +351,8 @@ def test_agent_text_is_escaped_and_long_text_is_capped_with_a_note(tenant, agent
     html = verified_client(reviewer_a).get(detail_url(proposal)).content.decode()
     assert "<script>alert(1)</script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "<img src=x" not in html
-    assert "x" * (views.TEXT_CAP + 1) not in html
-    assert f"truncated: {views.TEXT_CAP} of {views.TEXT_CAP + 50} characters shown" in html
+    assert "x" * (pages.TEXT_CAP + 1) not in html
+    assert f"truncated: {pages.TEXT_CAP} of {pages.TEXT_CAP + 50} characters shown" in html
 
 
 def test_the_principal_is_told_why_they_cannot_decide(proposal, requester):
@@ -378,7 +378,7 @@ def test_approve_with_a_fresh_code_decides_and_records_what_the_page_showed(prop
     proposal.refresh_from_db()
     assert proposal.state == State.APPROVED
     vote = Vote.objects.get(proposal=proposal)
-    assert vote.page_hash == views.page_hash(proposal) and vote.page_hash.startswith("sha256:")
+    assert vote.page_hash == pages.page_hash(proposal) and vote.page_hash.startswith("sha256:")
     page = client.get(response["Location"]).content.decode()
     assert "Your approval is recorded." in page and "Approved" in page
 

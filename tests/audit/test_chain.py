@@ -8,7 +8,8 @@ import pytest
 from django.core.management import call_command
 from django.db import transaction
 
-from approvals import keys, services
+import signing_keys as keys
+from approvals import services
 from approvals.stepup import step_up_for
 from audit.chain import append, checkpoint_head, write_due_checkpoints
 from audit.models import AuditEvent, ChainHead, Checkpoint, PublicKey, Verb

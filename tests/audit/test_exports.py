@@ -182,7 +182,7 @@ def test_bundle_of_an_earlier_period_is_checked_against_the_latest_checkpoint(mi
 def test_bundle_refuses_keys_other_than_the_pinned_ones(mixed, tenant, tmp_path):
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from approvals.keys import SigningKey
+    from signing_keys import SigningKey
 
     stranger = Ed25519PrivateKey.generate()
     jwks = {"keys": [SigningKey("stranger", stranger, stranger.public_key()).public_jwk()]}

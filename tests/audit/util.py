@@ -10,15 +10,15 @@ from django.db import connection
 
 from approvals import services
 from approvals.stepup import step_up_for
-from audit import domain
 from audit.exports import Selection, write_bundle
+from tenants import queries as tenant_queries
 from tests.factories import submit, totp_code, verified_client  # noqa: F401 (audit tests import it from here)
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def tenant_ref(tenant) -> domain.TenantRef:
-    return domain.tenant_by_id(tenant.id)
+def tenant_ref(tenant) -> tenant_queries.TenantRef:
+    return tenant_queries.tenant_by_id(tenant.id)
 
 
 def lifecycle(agent, voter, *, outcome="succeeded", verdict="approve", **submit_kwargs):

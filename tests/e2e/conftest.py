@@ -31,7 +31,7 @@ import pytest
 from django.conf import settings as django_settings
 from django.db import connection
 
-from approvals import keys
+import signing_keys as keys
 from examples.downstream import FakePaymentsServer
 from tests.audit.pg_flush import audit_triggers_allow_test_flush  # noqa: F401 (flush through the audit trigger)
 from tests.examples.harness import AgentProcess, stop_process

@@ -20,7 +20,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from approvals import keys, services
+import signing_keys as keys
+from approvals import services
 from approvals.canonical import action_digest
 from approvals.models import Decision, GroupMembership, OutboxMessage, Proposal, Vote
 from approvals.signing import TOKEN_TYPE

@@ -12,7 +12,8 @@ from datetime import UTC, datetime, timedelta
 from django.conf import settings
 from django.core.management.base import CommandError
 
-from approvals import keys, services
+import signing_keys as keys
+from approvals import services
 from approvals.management.commands._base import OperatorCommand
 
 

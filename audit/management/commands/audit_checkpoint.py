@@ -3,9 +3,9 @@ does this on its own every AUDIT_CHECKPOINT_MINUTES; this is for an operator (e.
 
 from django.core.management.base import BaseCommand, CommandError
 
-from audit import domain
 from audit.chain import checkpoint_head, write_due_checkpoints
 from audit.verify_db import all_chains
+from tenants import queries as tenant_queries
 
 
 class Command(BaseCommand):
@@ -26,7 +26,7 @@ class Command(BaseCommand):
             written = write_due_checkpoints()
         else:
             if options["tenant"]:
-                tenant = domain.tenant_by_key(options["tenant"])
+                tenant = tenant_queries.tenant_by_key(options["tenant"])
                 if tenant is None:
                     raise CommandError(f"no tenant {options['tenant']!r}")
                 chains = [tenant.chain]

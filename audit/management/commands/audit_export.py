@@ -8,9 +8,10 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from audit import domain, jobs
+from audit import jobs
 from audit.exports import OUTCOMES, Selection, day_bounds, write_bundle, write_lines
 from audit.models import ExportJob
+from tenants import queries as tenant_queries
 
 
 def _drain(progress) -> int:
@@ -46,7 +47,7 @@ class Command(BaseCommand):
             return self._run_pending()
         if not options["tenant"] or not options["output"]:
             raise CommandError("--tenant and --output are required (or --run-pending)")
-        tenant = domain.tenant_by_key(options["tenant"])
+        tenant = tenant_queries.tenant_by_key(options["tenant"])
         if tenant is None:
             raise CommandError(f"no tenant {options['tenant']!r}")
         kind, output = options["format"], options["output"]

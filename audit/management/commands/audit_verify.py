@@ -5,8 +5,8 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from audit import domain
 from audit.verify_db import all_chains, verify_chain
+from tenants import queries as tenant_queries
 
 
 class Command(BaseCommand):
@@ -25,7 +25,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         if options["tenant"]:
-            tenant = domain.tenant_by_key(options["tenant"])
+            tenant = tenant_queries.tenant_by_key(options["tenant"])
             if tenant is None:
                 raise CommandError(f"no tenant {options['tenant']!r}")
             chains = [tenant.chain]

@@ -1,0 +1,113 @@
+"""Sign-in (password and one-time code in one form) and enrollment of an authenticator.
+
+The URLs are unchanged: /accounts/login/ (named "login", reviewer/urls.py) and /accounts/enroll/ (named
+"approvals:enroll", approvals/urls.py, because pages and redirects name it so). What is recorded (a
+refused code, a confirmed device) goes through approvals' services like every other state change.
+"""
+
+from django.contrib.auth import login as auth_login
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import redirect_to_login
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.cache import never_cache
+from django.views.decorators.debug import sensitive_post_parameters
+from django.views.decorators.http import require_http_methods
+from django_otp import login as otp_login
+
+from accounts.forms import EnrollForm, LoginForm
+from approvals import services, stepup
+
+
+def _next_url(request) -> str:
+    target = request.POST.get("next") or request.GET.get("next") or ""
+    if url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return target
+    return reverse("approvals:queue")
+
+
+@sensitive_post_parameters("password", "otp_token")
+@never_cache
+@require_http_methods(["GET", "POST"])
+def login_view(request):
+    form = LoginForm(request, data=request.POST if request.method == "POST" else None)
+    if form.is_bound and form.is_valid():
+        auth_login(request, form.get_user())
+        if form.device is None:
+            return redirect("approvals:enroll")
+        otp_login(request, form.device)
+        return redirect(_next_url(request))
+    throttled = form.has_error("__all__", "throttled")
+    if form.user_cache is not None and (throttled or form.has_error("__all__", "invalid_login")):
+        # The password was right, the code was not.
+        services.record_sign_in_code_refused(form.user_cache, throttled=throttled)
+    status = 400 if form.is_bound else 200
+    return render(
+        request, "registration/login.html", {"form": form, "next": _next_url(request)}, status=status
+    )
+
+
+def _qr_path(data: str) -> tuple[str, int]:
+    """An SVG path drawing the QR code of `data` (one rectangle per run of dark modules), and its size."""
+    import segno
+
+    qr = segno.make(data, error="m")
+    border = 4
+    runs = []
+    for y, row in enumerate(qr.matrix):
+        x = 0
+        while x < len(row):
+            if row[x]:
+                start = x
+                while x < len(row) and row[x]:
+                    x += 1
+                runs.append(f"M{start + border} {y + border}h{x - start}v1h-{x - start}z")
+            else:
+                x += 1
+    return "".join(runs), len(qr.matrix) + 2 * border
+
+
+@sensitive_post_parameters("otp_token")
+@never_cache
+@login_required
+@require_http_methods(["GET", "POST"])
+def enroll(request):
+    user = request.user
+    if stepup.user_has_device(user):
+        if not user.is_verified():
+            return redirect_to_login(reverse("approvals:queue"))
+        return render(request, "approvals/enroll.html", {"already_enrolled": True})
+    device = services.start_totp_enrollment(user)
+    form = EnrollForm(request.POST if request.method == "POST" else None)
+    status = 200
+    if form.is_bound:
+        status = 400
+        if form.is_valid():
+            try:
+                device, codes = services.confirm_totp_enrollment(user, code=form.cleaned_data["otp_token"])
+            except services.ServiceError as error:
+                form.add_error("otp_token", error.message)
+                status = error.http_status
+            else:
+                otp_login(request, device)
+                # Shown once, in this response only: nothing stores them for a later page.
+                return render(request, "approvals/enroll.html", {"backup_codes": codes})
+    qr_path, qr_size = _qr_path(device.config_url)
+    secret = _key_for_typing(device)
+    return render(
+        request,
+        "approvals/enroll.html",
+        {"form": form, "qr_path": qr_path, "qr_size": qr_size, "secret": secret},
+        status=status,
+    )
+
+
+def _key_for_typing(device) -> str:
+    """The key in base32, in groups of four, for typing into an app by hand."""
+    from base64 import b32encode
+
+    text = b32encode(device.bin_key).decode().rstrip("=")
+    return " ".join(text[i : i + 4] for i in range(0, len(text), 4))

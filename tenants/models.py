@@ -1,0 +1,91 @@
+"""Who belongs to a tenant, in which role and which approver groups.
+
+Both approvals/ and audit/ import this app; it imports neither. The models lived in approvals until
+issue 11 and keep their tables (`db_table` names them) so no row moved: the migrations that moved them
+only change Django's state (SeparateDatabaseAndState).
+
+Tenant ─┬─ TenantMembership (role: reviewer | compliance | admin, principal_id)
+        └─ ApproverGroup ── GroupMembership ── User
+"""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class Tenant(models.Model):
+    slug = models.SlugField(unique=True)
+    name = models.CharField(max_length=200)
+    # The tenant default fails closed: anything no policy matches needs one of these admins.
+    admin_group = models.ForeignKey(
+        "ApproverGroup", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    default_ttl_seconds = models.PositiveIntegerField(default=3600)
+
+    class Meta:
+        db_table = "approvals_tenant"
+
+    def __str__(self):
+        return self.name
+
+
+class TenantMembership(models.Model):
+    class Role(models.TextChoices):
+        REVIEWER = "reviewer"
+        COMPLIANCE = "compliance"
+        ADMIN = "admin"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="tenant_memberships"
+    )
+    role = models.CharField(max_length=20, choices=Role.choices, default=Role.REVIEWER)
+    # The id agents use for this person as `principal.id`: a principal never votes on their own request.
+    principal_id = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        db_table = "approvals_tenantmembership"
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "user"], name="one_membership_per_tenant_user"),
+            models.UniqueConstraint(
+                fields=["tenant", "principal_id"],
+                condition=~Q(principal_id=""),
+                name="principal_id_unique_per_tenant",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.user} in {self.tenant} as {self.role}"
+
+
+class ApproverGroup(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="groups")
+    slug = models.SlugField()
+    name = models.CharField(max_length=200)
+    members = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, through="GroupMembership", related_name="approver_groups"
+    )
+
+    class Meta:
+        db_table = "approvals_approvergroup"
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "slug"], name="group_slug_unique_per_tenant")
+        ]
+
+    def __str__(self):
+        return f"{self.tenant.slug}/{self.slug}"
+
+
+class GroupMembership(models.Model):
+    group = models.ForeignKey(ApproverGroup, on_delete=models.CASCADE)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    added_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "approvals_groupmembership"
+        constraints = [
+            models.UniqueConstraint(fields=["group", "user"], name="one_membership_per_group_user")
+        ]
+
+    def __str__(self):
+        return f"{self.user} in {self.group}"
