@@ -43,7 +43,7 @@ PAGE = 5000
 
 
 def rubber_stamp_min_sample() -> int:
-    return getattr(settings, "AUDIT_RUBBER_STAMP_MIN_SAMPLE", 300)
+    return settings.AUDIT_RUBBER_STAMP_MIN_SAMPLE
 
 
 @dataclass

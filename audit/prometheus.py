@@ -12,12 +12,13 @@ head moved (the log is append-only, so an unchanged head means unchanged counter
 
 from datetime import UTC, datetime
 
+from django.conf import settings
 from django.core.cache import cache
 from django.db.models import Count, Max
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from audit import conf, domain
+from audit import domain
 from audit.metrics import FIRST_OUTCOMES, Metrics, collect, percentile
 from audit.models import ChainHead, Checkpoint, ExportJob
 
@@ -31,7 +32,7 @@ def _tenant_metrics(tenant, head_seq: int) -> Metrics:
     if cached is not None and cached[0] == head_seq:
         return cached[1]
     metrics = collect(tenant.chain, up_to_seq=head_seq)
-    cache.set(key, (head_seq, metrics), conf.metrics_cache_seconds())
+    cache.set(key, (head_seq, metrics), settings.AUDIT_METRICS_CACHE_SECONDS)
     return metrics
 
 
