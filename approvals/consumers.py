@@ -26,6 +26,7 @@ from django_otp.models import Device
 from pydantic import ValidationError
 
 from approvals import events, services, views
+from approvals.lists import LIST_PAGES
 from approvals.models import TenantMembership
 from approvals.schemas import VoteMessage
 
@@ -182,7 +183,8 @@ class QueueConsumer(ReviewerSocket):
             return None  # signed out, or removed from every tenant, since connecting
         build = views.watching_context if self.view == "watching" else views.queue_context
         context = build(self.user, self.params)
-        return render_to_string(f"approvals/{self.view}.html#list", {**context, "oob": True})
+        context.update(list_page=LIST_PAGES[self.view], oob=True)
+        return render_to_string("approvals/proposal_list.html#list", context)
 
 
 class ProposalConsumer(ReviewerSocket):

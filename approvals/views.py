@@ -55,6 +55,7 @@ from approvals.forms import (
     QueueFilterForm,
     RevokeForm,
 )
+from approvals.lists import QUEUE, WATCHING
 from approvals.models import Agent, Decision, Policy, PolicyVersion, Proposal, TenantMembership, Vote
 from approvals.qr import qr_svg
 from approvals.states import RELEASED, State
@@ -392,17 +393,15 @@ def watching_context(user, params) -> dict:
 @require_GET
 @verified_required
 def queue(request):
-    return render(
-        request, "approvals/queue.html", {**queue_context(request.user, request.GET), "nav": "queue"}
-    )
+    context = {**queue_context(request.user, request.GET), "list_page": QUEUE, "nav": "queue"}
+    return render(request, "approvals/proposal_list.html", context)
 
 
 @require_GET
 @verified_required
 def watching(request):
-    return render(
-        request, "approvals/watching.html", {**watching_context(request.user, request.GET), "nav": "watching"}
-    )
+    context = {**watching_context(request.user, request.GET), "list_page": WATCHING, "nav": "watching"}
+    return render(request, "approvals/proposal_list.html", context)
 
 
 # ---------------------------------------------------------------------------------------------------
