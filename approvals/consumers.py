@@ -63,11 +63,11 @@ class ReviewerSocket(AsyncJsonWebsocketConsumer):
         for group in groups:
             await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
-        await self.send_current(initial=True)
+        await self.send_current()
 
-    async def send_current(self, initial: bool = False) -> None:
+    async def send_current(self) -> None:
         """Send the page's partials as they are now, or close the socket if the person lost access."""
-        html = await database_sync_to_async(self.render_current)(initial)
+        html = await database_sync_to_async(self.render_current)()
         if html is None:
             await self.close()
         else:
@@ -77,7 +77,7 @@ class ReviewerSocket(AsyncJsonWebsocketConsumer):
         """The groups to join, or nothing to refuse the connection (runs in a thread)."""
         raise NotImplementedError
 
-    def render_current(self, initial: bool) -> str | None:
+    def render_current(self) -> str | None:
         """The page's partials now (runs in a thread), or None when the person may no longer see them."""
         raise NotImplementedError
 
@@ -178,7 +178,7 @@ class QueueConsumer(ReviewerSocket):
     async def proposal_changed(self, event):
         await self.send_current()
 
-    def render_current(self, initial: bool) -> str | None:
+    def render_current(self) -> str | None:
         if verified_user(self.scope) is None or not TenantMembership.objects.filter(user=self.user).exists():
             return None  # signed out, or removed from every tenant, since connecting
         build = views.watching_context if self.view == "watching" else views.queue_context
@@ -199,9 +199,7 @@ class ProposalConsumer(ReviewerSocket):
         except services.NotFound:
             return []
         self.user, self.proposal_id = user, proposal.id
-        self.mode, _ = views.decision_mode(
-            proposal, user, views.live_context(proposal), services.ineligibility(proposal, user)
-        )
+        self.mode = None  # the decision panel's controls, as last sent (the first send includes it)
         return [events.proposal_group(proposal.id)]
 
     async def proposal_changed(self, event):
@@ -209,7 +207,7 @@ class ProposalConsumer(ReviewerSocket):
             return
         await self.send_current()
 
-    def render_current(self, initial: bool) -> str | None:
+    def render_current(self) -> str | None:
         if verified_user(self.scope) is None:
             return None  # signed out since connecting
         try:
@@ -220,8 +218,8 @@ class ProposalConsumer(ReviewerSocket):
         context.update(oob=True, csrf_token=self._csrf_token())
         html = render_to_string("approvals/detail.html#live", context)
         mode = context["decision_panel"]["mode"]
-        if initial or mode != self.mode:
-            # On connect (the page may be older than the socket), else only when the controls change: a
+        if mode != self.mode:
+            # On connect (the page may be older than the socket), then only when the controls change: a
             # reviewer typing a reason keeps it while others vote (reviewer.js also keeps a panel whose
             # controls are the same).
             self.mode = mode
