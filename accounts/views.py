@@ -17,6 +17,7 @@ from django.views.decorators.http import require_http_methods
 from django_otp import login as otp_login
 
 from accounts.forms import EnrollForm, LoginForm
+from accounts.qr import qr_svg
 from approvals import services, stepup
 
 
@@ -50,26 +51,6 @@ def login_view(request):
     )
 
 
-def _qr_path(data: str) -> tuple[str, int]:
-    """An SVG path drawing the QR code of `data` (one rectangle per run of dark modules), and its size."""
-    import segno
-
-    qr = segno.make(data, error="m")
-    border = 4
-    runs = []
-    for y, row in enumerate(qr.matrix):
-        x = 0
-        while x < len(row):
-            if row[x]:
-                start = x
-                while x < len(row) and row[x]:
-                    x += 1
-                runs.append(f"M{start + border} {y + border}h{x - start}v1h-{x - start}z")
-            else:
-                x += 1
-    return "".join(runs), len(qr.matrix) + 2 * border
-
-
 @sensitive_post_parameters("otp_token")
 @never_cache
 @login_required
@@ -95,12 +76,11 @@ def enroll(request):
                 otp_login(request, device)
                 # Shown once, in this response only: nothing stores them for a later page.
                 return render(request, "approvals/enroll.html", {"backup_codes": codes})
-    qr_path, qr_size = _qr_path(device.config_url)
     secret = _key_for_typing(device)
     return render(
         request,
         "approvals/enroll.html",
-        {"form": form, "qr_path": qr_path, "qr_size": qr_size, "secret": secret},
+        {"form": form, "qr_svg": qr_svg(device.config_url), "secret": secret},
         status=status,
     )
 

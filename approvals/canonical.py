@@ -1,8 +1,8 @@
 """Canonical JSON (RFC 8785) and the action digest that binds a decision to one exact action."""
 
-import hashlib
-
 import rfc8785
+
+from audit.hashing import canonical_digest
 
 
 def canonical_bytes(value) -> bytes:
@@ -11,7 +11,7 @@ def canonical_bytes(value) -> bytes:
 
 
 def digest_of(value) -> str:
-    return "sha256:" + hashlib.sha256(canonical_bytes(value)).hexdigest()
+    return canonical_digest(value)
 
 
 def action_digest(action: dict) -> str:

@@ -1,11 +1,16 @@
 """WebSockets of the reviewer pages: ws/queue/ (the queue and the watching list) and ws/proposals/<id>/.
 
 Thin on purpose. connect() authenticates (session user, verified with a one-time code, member of the
-tenant) and accepts last; anyone else is closed without a handshake. A `proposal.changed` event is a hint
-to re-read: the consumer reads the database again and sends the page's own partials with hx-swap-oob,
-rendered from the same templates and page builders as the pages. Inbound messages are JSON validated by
-schemas.VoteMessage, authorized again per message, and written through services.cast_vote, the same
-service as the HTTP form; a refusal comes back as {"type": "error", "error": {code, message, field}}.
+tenant) and accepts last; anyone else is closed without a handshake. Right after accepting, and on every
+`proposal.changed` event (a hint to re-read), the consumer reads the database and sends the page's own
+partials with hx-swap-oob, rendered from the same templates and page builders as the views. The send on
+connect is what keeps a page true after a reconnect: events sent while the socket was down are lost, and
+one may slip between the page load and the connect.
+
+The pages vote with their HTTP form. The socket also accepts a vote as a JSON message (for a client
+without forms): validated by schemas.VoteMessage, authorized again per message, and written through
+services.cast_vote, the same service as the form; a refusal comes back as
+{"type": "error", "error": {code, message, field}}.
 """
 
 import json
@@ -21,6 +26,7 @@ from django_otp.models import Device
 from pydantic import ValidationError
 
 from approvals import events, pages, services, stepup
+from approvals.lists import LIST_PAGES
 from approvals.models import TenantMembership
 from approvals.schemas import VoteMessage
 from approvals.wire import error_body
@@ -58,9 +64,22 @@ class ReviewerSocket(AsyncJsonWebsocketConsumer):
         for group in groups:
             await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
+        await self.send_current()
+
+    async def send_current(self) -> None:
+        """Send the page's partials as they are now, or close the socket if the person lost access."""
+        html = await database_sync_to_async(self.render_current)()
+        if html is None:
+            await self.close()
+        else:
+            await self.send(text_data=html)
 
     def authorize(self) -> list[str]:
         """The groups to join, or nothing to refuse the connection (runs in a thread)."""
+        raise NotImplementedError
+
+    def render_current(self) -> str | None:
+        """The page's partials now (runs in a thread), or None when the person may no longer see them."""
         raise NotImplementedError
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs):
@@ -157,18 +176,15 @@ class QueueConsumer(ReviewerSocket):
         return [events.tenant_group(tenant_id) for tenant_id in tenant_ids]
 
     async def proposal_changed(self, event):
-        html = await database_sync_to_async(self._render_list)()
-        if html is None:
-            await self.close()
-        else:
-            await self.send(text_data=html)
+        await self.send_current()
 
-    def _render_list(self) -> str | None:
+    def render_current(self) -> str | None:
         if verified_user(self.scope) is None or not TenantMembership.objects.filter(user=self.user).exists():
             return None  # signed out, or removed from every tenant, since connecting
         build = pages.watching_context if self.view == "watching" else pages.queue_context
         context = build(self.user, self.params)
-        return render_to_string(f"approvals/{self.view}.html#list", {**context, "oob": True})
+        context.update(list_page=LIST_PAGES[self.view], oob=True)
+        return render_to_string("approvals/proposal_list.html#list", context)
 
 
 class ProposalConsumer(ReviewerSocket):
@@ -183,21 +199,15 @@ class ProposalConsumer(ReviewerSocket):
         except services.NotFound:
             return []
         self.user, self.proposal_id = user, proposal.id
-        self.mode, _ = pages.decision_mode(
-            proposal, user, pages.live_context(proposal), services.ineligibility(proposal, user)
-        )
+        self.mode = None  # the decision panel's controls, as last sent (the first send includes it)
         return [events.proposal_group(proposal.id)]
 
     async def proposal_changed(self, event):
         if event.get("proposal_id") != str(self.proposal_id):
             return
-        html = await database_sync_to_async(self._render_update)()
-        if html is None:
-            await self.close()
-        else:
-            await self.send(text_data=html)
+        await self.send_current()
 
-    def _render_update(self) -> str | None:
+    def render_current(self) -> str | None:
         if verified_user(self.scope) is None:
             return None  # signed out since connecting
         try:
@@ -209,7 +219,9 @@ class ProposalConsumer(ReviewerSocket):
         html = render_to_string("approvals/detail.html#live", context)
         mode = context["decision_panel"]["mode"]
         if mode != self.mode:
-            # Only when the controls change: a reviewer typing a reason keeps it while others vote.
+            # On connect (the page may be older than the socket), then only when the controls change: a
+            # reviewer typing a reason keeps it while others vote (reviewer.js also keeps a panel whose
+            # controls are the same).
             self.mode = mode
             html += render_to_string("approvals/detail.html#decision", context)
         return html

@@ -23,6 +23,7 @@ from approvals.forms import (
     EditArgumentsForm,
     RevokeForm,
 )
+from approvals.lists import QUEUE, WATCHING
 from approvals.models import Proposal
 from approvals.pages import detail_context, page_hash, queue_context, reviewed_context, watching_context
 from approvals.states import State
@@ -53,17 +54,15 @@ def _proposal_for_reviewer(request, proposal_id) -> Proposal:
 @require_GET
 @verified_required
 def queue(request):
-    return render(
-        request, "approvals/queue.html", {**queue_context(request.user, request.GET), "nav": "queue"}
-    )
+    context = {**queue_context(request.user, request.GET), "list_page": QUEUE, "nav": "queue"}
+    return render(request, "approvals/proposal_list.html", context)
 
 
 @require_GET
 @verified_required
 def watching(request):
-    return render(
-        request, "approvals/watching.html", {**watching_context(request.user, request.GET), "nav": "watching"}
-    )
+    context = {**watching_context(request.user, request.GET), "list_page": WATCHING, "nav": "watching"}
+    return render(request, "approvals/proposal_list.html", context)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -9,14 +9,12 @@ Each tick it
    settles once the task completed (see services.apply_task_state); a request still awaiting review is
    closed if its task ended (its push may have been lost: A2A push is best-effort). Nothing here ever
    approves anything;
-4. runs the audit export jobs, when that module is installed.
+4. runs the audit export jobs (audit.jobs.run_pending_exports).
 
 Several workers may run side by side: claims never overlap (SKIP LOCKED on PostgreSQL, a lease written
 with compare-and-set everywhere), and every message is idempotent on the agent's side anyway.
 """
 
-import importlib
-import importlib.util
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -29,6 +27,7 @@ from django.utils import timezone
 from approvals import a2a, services
 from approvals.models import Decision, OutboxMessage, Proposal
 from approvals.states import WAITING_FOR_PEOPLE, State
+from audit.jobs import run_pending_exports
 
 log = logging.getLogger(__name__)
 
@@ -204,12 +203,7 @@ class Worker:
             return True
         return False
 
-    # --- other engineers' periodic jobs ---------------------------------------------------------
+    # --- the audit app's periodic jobs -----------------------------------------------------------
 
     def _audit_jobs(self, report: TickReport, now: datetime | None) -> None:
-        if importlib.util.find_spec("audit.jobs") is None:
-            return
-        jobs = importlib.import_module("audit.jobs")
-        run_pending_exports = getattr(jobs, "run_pending_exports", None)
-        if run_pending_exports is not None:
-            run_pending_exports()
+        run_pending_exports()

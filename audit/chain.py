@@ -1,16 +1,14 @@
 """Appending to a hash chain. Call `append()` inside the transaction of the change it records."""
 
-import hashlib
 from datetime import UTC, datetime, timedelta
 
-import rfc8785
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
+from audit.hashing import GENESIS_HASH, checkpoint_payload, hash_body
 from audit.models import AuditEvent, ChainHead, Checkpoint, PublicKey
 
-GENESIS_HASH = "sha256:" + "0" * 64
 SYSTEM_CHAIN = "system"
 
 # Keys that would mean a secret is about to be written into the permanent record. Event data is kept
@@ -52,7 +50,7 @@ def parse_time(text: str) -> datetime:
 
 
 def event_body(chain, seq, at, actor, verb, subject, data, prev_hash) -> dict:
-    """Exactly what an event's hash covers. audit/verify.py repeats this without Django: keep them equal."""
+    """Exactly what an event's hash covers (audit.hashing.HASHED_FIELDS), with `at` in the hashed form."""
     return {
         "chain": chain,
         "seq": seq,
@@ -63,14 +61,6 @@ def event_body(chain, seq, at, actor, verb, subject, data, prev_hash) -> dict:
         "data": data,
         "prev_hash": prev_hash,
     }
-
-
-def hash_body(body: dict) -> str:
-    return "sha256:" + hashlib.sha256(rfc8785.dumps(body)).hexdigest()
-
-
-def checkpoint_payload(chain: str, seq: int, head_hash: str, at: str) -> bytes:
-    return rfc8785.dumps({"chain": chain, "seq": seq, "hash": head_hash, "at": at})
 
 
 def refuse_secrets(data, path: str = "data") -> None:

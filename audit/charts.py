@@ -7,6 +7,8 @@ no chart library, and the PDF draws the very same shapes.
 import math
 from dataclasses import dataclass, field
 
+from audit.metrics import FIRST_OUTCOMES
+
 # Colours chosen to stay distinguishable for the common colour-vision deficiencies (Okabe-Ito palette);
 # every chart also has a legend and a table with the same numbers.
 COLOURS = {
@@ -182,16 +184,8 @@ def stacked_shares(
 
 
 DAY_CATEGORIES = ["approved", "rejected", "expired", "other", "open"]
-SHARE_CATEGORIES = [
-    "approved",
-    "allowed",
-    "rejected",
-    "denied",
-    "info_requested",
-    "expired",
-    "superseded",
-    "cancelled",
-]
+# The outcome shares show every first outcome, in the order audit.metrics counts them.
+SHARE_CATEGORIES = list(FIRST_OUTCOMES)
 
 
 def metric_charts(metrics) -> list[Chart]:

@@ -17,7 +17,7 @@ from django.contrib.auth import get_user_model
 from django.core.serializers.json import DjangoJSONEncoder
 
 from audit.chain import format_time, verification_jwks
-from audit.chain import hash_body as canonical_digest
+from audit.hashing import canonical_digest
 from audit.models import AuditEvent, Checkpoint, Verb
 from audit.records import checkpoint_dict, event_dict
 from audit.verify import event_hash

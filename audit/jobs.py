@@ -15,11 +15,12 @@ import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from audit import conf
 from audit.chain import append, write_due_checkpoints
 from audit.exports import Selection, bundle_segment, count, write_bundle, write_lines
 from audit.models import ChainHead, ExportJob, Verb
@@ -76,7 +77,7 @@ def create_export(tenant, *, user, kind: str, filters: dict) -> ExportJob:
 
 
 def export_path(job: ExportJob):
-    return conf.export_dir() / f"{job.id}.{EXTENSIONS[job.kind]}"
+    return Path(settings.AUDIT_EXPORT_DIR) / f"{job.id}.{EXTENSIONS[job.kind]}"
 
 
 def _save(job: ExportJob, **fields) -> None:
@@ -164,7 +165,7 @@ def _claim(job_id) -> ExportJob | None:
 
 
 def _requeue_stale() -> int:
-    cutoff = timezone.now() - timedelta(seconds=conf.export_stale_seconds())
+    cutoff = timezone.now() - timedelta(seconds=settings.AUDIT_EXPORT_STALE_SECONDS)
     stale = ExportJob.objects.filter(status=ExportJob.Status.RUNNING, updated_at__lt=cutoff).exclude(
         pk__in=list(_active)
     )
@@ -178,7 +179,9 @@ def run_pending_exports(budget_seconds: float | None = None) -> int:
     Returns how many exports finished during this call."""
     write_due_checkpoints()
     _requeue_stale()
-    deadline = time.monotonic() + (conf.export_tick_seconds() if budget_seconds is None else budget_seconds)
+    deadline = time.monotonic() + (
+        settings.AUDIT_EXPORT_TICK_SECONDS if budget_seconds is None else budget_seconds
+    )
     finished = 0
     while time.monotonic() < deadline:
         if not _active:

@@ -27,6 +27,7 @@ from audit.models import AuditEvent, Verb
 
 RUBBER_STAMP_RATE = 0.99
 HUMAN = ("approved", "rejected", "info_requested")
+# The one list of first outcomes: the metrics page, its charts (audit.charts) and Prometheus read it.
 FIRST_OUTCOMES = (
     "approved",
     "allowed",
@@ -42,7 +43,7 @@ PAGE = 5000
 
 
 def rubber_stamp_min_sample() -> int:
-    return getattr(settings, "AUDIT_RUBBER_STAMP_MIN_SAMPLE", 300)
+    return settings.AUDIT_RUBBER_STAMP_MIN_SAMPLE
 
 
 @dataclass

@@ -39,7 +39,7 @@ CHART_SCALE = 180 / 720  # chart units to millimetres on A4 with 15 mm margins
 
 
 def max_rows() -> int:
-    return getattr(settings, "AUDIT_PDF_MAX_ROWS", 2000)
+    return settings.AUDIT_PDF_MAX_ROWS
 
 
 class Document(FPDF):
@@ -53,7 +53,7 @@ class Document(FPDF):
         self.set_title(title)
         self.set_creator("Reviewer")
         self.family, self.unicode = "helvetica", False
-        configured = getattr(settings, "AUDIT_PDF_FONT", "")
+        configured = settings.AUDIT_PDF_FONT
         candidates = [(configured, configured)] if configured else FONT_CANDIDATES
         for regular, bold in candidates:
             if Path(regular).exists() and Path(bold).exists():

@@ -1,5 +1,9 @@
-"""The Prometheus text exposition (format 0.0.4), written by hand: the metrics page's counters, all
-time, per tenant, plus the health of the audit chains and of the export queue.
+"""The Prometheus text exposition of the metrics page's counters, all time, per tenant, plus the health
+of the audit chains and of the export queue.
+
+`ReviewerCollector` yields metric families computed at scrape time; prometheus-client writes the text
+format. Nothing is kept in the process-wide default registry: each scrape builds a registry of its own,
+so the numbers always come from the database (several workers answer alike).
 
 Labels are tenant slugs, policy versions, tools and outcome names; never a person. A tenant's counters
 are recomputed from its audit log at most every AUDIT_METRICS_CACHE_SECONDS, and only when its chain
@@ -8,41 +12,18 @@ head moved (the log is append-only, so an unchanged head means unchanged counter
 
 from datetime import UTC, datetime
 
+from django.conf import settings
 from django.core.cache import cache
 from django.db.models import Count, Max
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from audit import conf
 from audit.metrics import FIRST_OUTCOMES, Metrics, collect, percentile
 from audit.models import ChainHead, Checkpoint, ExportJob
 from tenants import queries as tenant_queries
 
 QUANTILES = (0.5, 0.95)
-
-
-def _escape(value: str) -> str:
-    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _labels(**labels) -> str:
-    return "{" + ",".join(f'{name}="{_escape(value)}"' for name, value in labels.items()) + "}"
-
-
-class Exposition:
-    def __init__(self):
-        self.families: dict[str, tuple[str, str, list[str]]] = {}
-
-    def add(self, name: str, kind: str, help_text: str, value, **labels) -> None:
-        family = self.families.setdefault(name, (kind, help_text, []))
-        suffix = name
-        if kind == "summary" and "quantile" not in labels:
-            suffix = name + labels.pop("_part")
-        family[2].append(f"{suffix}{_labels(**labels) if labels else ''} {value}")
-
-    def text(self) -> str:
-        lines = []
-        for name, (kind, help_text, samples) in self.families.items():
-            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *samples]
-        return "\n".join(lines) + "\n"
+TIME_TO_DECISION = "reviewer_time_to_decision_seconds"
 
 
 def _tenant_metrics(tenant, head_seq: int) -> Metrics:
@@ -51,122 +32,112 @@ def _tenant_metrics(tenant, head_seq: int) -> Metrics:
     if cached is not None and cached[0] == head_seq:
         return cached[1]
     metrics = collect(tenant.chain, up_to_seq=head_seq)
-    cache.set(key, (head_seq, metrics), conf.metrics_cache_seconds())
+    cache.set(key, (head_seq, metrics), settings.AUDIT_METRICS_CACHE_SECONDS)
     return metrics
 
 
-def exposition(now: datetime | None = None) -> str:
-    now = now or datetime.now(UTC)
-    out = Exposition()
-    heads = {head.chain: head for head in ChainHead.objects.all()}
-    for tenant in tenant_queries.all_tenants():
-        head = heads.get(tenant.chain)
-        metrics = _tenant_metrics(tenant, head.seq if head else 0)
-        t = tenant.slug
-        out.add("reviewer_proposals_total", "counter", "Proposals submitted.", metrics.submitted, tenant=t)
-        for group in metrics.by_policy.values():
-            for outcome in FIRST_OUTCOMES:
-                out.add(
-                    "reviewer_outcomes_by_policy_total",
-                    "counter",
-                    "Proposals by policy version and first outcome.",
-                    group.outcomes[outcome],
-                    tenant=t,
-                    policy=group.label,
-                    outcome=outcome,
+class ReviewerCollector:
+    """A prometheus-client collector: every call of collect() reads the current numbers."""
+
+    def __init__(self, now: datetime | None = None):
+        self.now = now
+
+    def collect(self):
+        heads = {head.chain: head for head in ChainHead.objects.all()}
+        yield from self._tenant_families(heads)
+        yield from self._chain_families(heads, self.now or datetime.now(UTC))
+        jobs = GaugeMetricFamily("reviewer_export_jobs", "Export jobs by status.", labels=["status"])
+        for row in ExportJob.objects.values("status").annotate(n=Count("pk")).order_by("status"):
+            jobs.add_metric([row["status"]], row["n"])
+        yield jobs
+
+    def _tenant_families(self, heads):
+        def counter(name, help_text, *labels):
+            return CounterMetricFamily(name, help_text, labels=["tenant", *labels])
+
+        proposals = counter("reviewer_proposals_total", "Proposals submitted.")
+        by_policy = counter(
+            "reviewer_outcomes_by_policy_total",
+            "Proposals by policy version and first outcome.",
+            "policy",
+            "outcome",
+        )
+        by_tool = counter(
+            "reviewer_outcomes_by_tool_total", "Proposals by tool and first outcome.", "tool", "outcome"
+        )
+        supersedes = counter("reviewer_supersedes_total", "Proposals superseded (edited or replaced).")
+        info_requests = counter("reviewer_info_requests_total", "Requests for more information.")
+        unknown = counter("reviewer_unknown_outcomes_total", "Executions whose result was lost (unknown).")
+        revocations = counter("reviewer_revocations_total", "Released decisions taken back.")
+        open_now = GaugeMetricFamily(
+            "reviewer_open_proposals", "Proposals without an outcome yet.", labels=["tenant"]
+        )
+        # prometheus-client's SummaryMetricFamily has no quantiles, so the summary is built from samples.
+        time_to_decision = Metric(
+            TIME_TO_DECISION, "Time from submission to the first human decision.", "summary"
+        )
+        rubber_stamp = GaugeMetricFamily(
+            "reviewer_policy_rubber_stamp",
+            "1 when people approve over 99% of a policy version's requests, over a meaningful sample.",
+            labels=["tenant", "policy"],
+        )
+        for tenant in tenant_queries.all_tenants():
+            head = heads.get(tenant.chain)
+            metrics = _tenant_metrics(tenant, head.seq if head else 0)
+            t = tenant.slug
+            proposals.add_metric([t], metrics.submitted)
+            for group in metrics.by_policy.values():
+                for outcome in FIRST_OUTCOMES:
+                    by_policy.add_metric([t, group.label, outcome], group.outcomes[outcome])
+                rubber_stamp.add_metric([t, group.label], int(group.rubber_stamp))
+            for group in metrics.by_tool.values():
+                for outcome in FIRST_OUTCOMES:
+                    by_tool.add_metric([t, group.label, outcome], group.outcomes[outcome])
+            supersedes.add_metric([t], metrics.supersedes)
+            info_requests.add_metric([t], metrics.info_requests)
+            unknown.add_metric([t], metrics.unknown_outcomes)
+            revocations.add_metric([t], metrics.revocations)
+            open_now.add_metric([t], metrics.open)
+            durations = sorted(metrics.overall.durations)
+            for quantile in QUANTILES:
+                value = percentile(durations, quantile)
+                time_to_decision.add_sample(
+                    TIME_TO_DECISION,
+                    {"tenant": t, "quantile": str(quantile)},
+                    float("nan") if value is None else value,
                 )
-        for group in metrics.by_tool.values():
-            for outcome in FIRST_OUTCOMES:
-                out.add(
-                    "reviewer_outcomes_by_tool_total",
-                    "counter",
-                    "Proposals by tool and first outcome.",
-                    group.outcomes[outcome],
-                    tenant=t,
-                    tool=group.label,
-                    outcome=outcome,
-                )
-        out.add(
-            "reviewer_supersedes_total",
-            "counter",
-            "Proposals superseded (edited or replaced).",
-            metrics.supersedes,
-            tenant=t,
+            time_to_decision.add_sample(TIME_TO_DECISION + "_sum", {"tenant": t}, sum(durations))
+            time_to_decision.add_sample(TIME_TO_DECISION + "_count", {"tenant": t}, len(durations))
+        yield from (proposals, by_policy, by_tool, supersedes, info_requests, unknown, revocations, open_now)
+        yield from (time_to_decision, rubber_stamp)
+
+    def _chain_families(self, heads, now: datetime):
+        head_seq = GaugeMetricFamily(
+            "reviewer_audit_chain_head", "Sequence number of the chain's last event.", labels=["chain"]
         )
-        out.add(
-            "reviewer_info_requests_total",
-            "counter",
-            "Requests for more information.",
-            metrics.info_requests,
-            tenant=t,
-        )
-        out.add(
-            "reviewer_unknown_outcomes_total",
-            "counter",
-            "Executions whose result was lost (unknown).",
-            metrics.unknown_outcomes,
-            tenant=t,
-        )
-        out.add(
-            "reviewer_revocations_total",
-            "counter",
-            "Released decisions taken back.",
-            metrics.revocations,
-            tenant=t,
-        )
-        out.add(
-            "reviewer_open_proposals", "gauge", "Proposals without an outcome yet.", metrics.open, tenant=t
-        )
-        durations = sorted(metrics.overall.durations)
-        for quantile in QUANTILES:
-            value = percentile(durations, quantile)
-            out.add(
-                "reviewer_time_to_decision_seconds",
-                "summary",
-                "Time from submission to the first human decision.",
-                "NaN" if value is None else value,
-                tenant=t,
-                quantile=str(quantile),
-            )
-        out.add("reviewer_time_to_decision_seconds", "summary", "", sum(durations), tenant=t, _part="_sum")
-        out.add("reviewer_time_to_decision_seconds", "summary", "", len(durations), tenant=t, _part="_count")
-        for group in metrics.by_policy.values():
-            out.add(
-                "reviewer_policy_rubber_stamp",
-                "gauge",
-                "1 when people approve over 99% of a policy version's requests, over a meaningful sample.",
-                int(group.rubber_stamp),
-                tenant=t,
-                policy=group.label,
-            )
-    latest = {
-        row["chain"]: row
-        for row in Checkpoint.objects.values("chain").annotate(last_seq=Max("seq"), last_at=Max("at"))
-    }
-    for chain, head in sorted(heads.items()):
-        out.add(
-            "reviewer_audit_chain_head",
-            "gauge",
-            "Sequence number of the chain's last event.",
-            head.seq,
-            chain=chain,
-        )
-        checkpoint = latest.get(chain)
-        out.add(
+        unsigned = GaugeMetricFamily(
             "reviewer_audit_unsigned_events",
-            "gauge",
             "Events after the chain's last signed checkpoint.",
-            head.seq - (checkpoint["last_seq"] if checkpoint else 0),
-            chain=chain,
+            labels=["chain"],
         )
-        if checkpoint:
-            out.add(
-                "reviewer_audit_checkpoint_age_seconds",
-                "gauge",
-                "Age of the chain's last checkpoint.",
-                round((now - checkpoint["last_at"]).total_seconds(), 3),
-                chain=chain,
-            )
-    for row in ExportJob.objects.values("status").annotate(n=Count("pk")).order_by("status"):
-        out.add("reviewer_export_jobs", "gauge", "Export jobs by status.", row["n"], status=row["status"])
-    return out.text()
+        checkpoint_age = GaugeMetricFamily(
+            "reviewer_audit_checkpoint_age_seconds", "Age of the chain's last checkpoint.", labels=["chain"]
+        )
+        latest = {
+            row["chain"]: row
+            for row in Checkpoint.objects.values("chain").annotate(last_seq=Max("seq"), last_at=Max("at"))
+        }
+        for chain, head in sorted(heads.items()):
+            checkpoint = latest.get(chain)
+            head_seq.add_metric([chain], head.seq)
+            unsigned.add_metric([chain], head.seq - (checkpoint["last_seq"] if checkpoint else 0))
+            if checkpoint:
+                checkpoint_age.add_metric([chain], round((now - checkpoint["last_at"]).total_seconds(), 3))
+        yield from (head_seq, unsigned, checkpoint_age)
+
+
+def exposition(now: datetime | None = None) -> str:
+    """The text format (0.0.4) of one scrape."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ReviewerCollector(now))
+    return generate_latest(registry).decode()

@@ -1,7 +1,7 @@
 """Verify hash chains without Django: `python -m audit.verify bundle.zip [--jwks FILE] [--previous OLD.zip]`.
 
 This module must stay importable with no Django settings and no database (compliance runs it offline
-on an exported bundle). It repeats the hashing rule of audit/chain.py on purpose: keep the two equal.
+on an exported bundle). The hashing rule comes from audit/hashing.py, which audit/chain.py uses too.
 
 What it checks, streaming (memory does not grow with the number of events):
 - every event's hash is sha256 of the RFC 8785 form of {chain, seq, at, actor, verb, subject, data,
@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 
 import rfc8785
 
-GENESIS_HASH = "sha256:" + "0" * 64
+from audit.hashing import GENESIS_HASH, HASHED_FIELDS, checkpoint_payload, hash_body
+
 BUNDLE_FORMAT = "reviewer-audit-bundle/1"
-HASHED_FIELDS = ("chain", "seq", "at", "actor", "verb", "subject", "data", "prev_hash")
 
 
 @dataclass
@@ -63,12 +63,7 @@ class Result:
 
 
 def event_hash(event: dict) -> str:
-    body = {name: event[name] for name in HASHED_FIELDS}
-    return "sha256:" + hashlib.sha256(rfc8785.dumps(body)).hexdigest()
-
-
-def checkpoint_payload(chain: str, seq: int, head_hash: str, at: str) -> bytes:
-    return rfc8785.dumps({"chain": chain, "seq": seq, "hash": head_hash, "at": at})
+    return hash_body({name: event[name] for name in HASHED_FIELDS})
 
 
 def manifest_payload(manifest: dict) -> bytes:

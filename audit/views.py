@@ -12,13 +12,14 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
 from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from accounts.decorators import verified_required
-from audit import conf, evidence, jobs
+from audit import evidence, jobs
 from audit.charts import metric_charts
 from audit.exports import Selection, chunks, count
 from audit.forms import ExportForm, PeriodForm, SelectionForm
@@ -107,7 +108,7 @@ def _home_context(tenant, form) -> dict:
         "unsigned": unsigned,
         "nav": "audit",
         "jobs": ExportJob.objects.filter(tenant_id=tenant.id).select_related("requested_by")[:10],
-        "stream_max": conf.stream_max_events(),
+        "stream_max": settings.AUDIT_EXPORT_STREAM_MAX_EVENTS,
     }
 
 
@@ -130,7 +131,7 @@ def export(request, tenant):
     kind, filters = form.cleaned_data["format"], form.filters()
     if kind in (ExportJob.Kind.CSV, ExportJob.Kind.JSONL):
         selection = Selection.for_tenant(tenant, filters, up_to_seq=jobs.head_seq(tenant.chain))
-        if count(selection) <= conf.stream_max_events():
+        if count(selection) <= settings.AUDIT_EXPORT_STREAM_MAX_EVENTS:
             up_to_seq = jobs.record_export(
                 tenant,
                 actor=_actor(request),
@@ -297,7 +298,7 @@ def metrics_page(request, tenant):
 def prometheus(request):
     """Text exposition of the same counters, for a scraper holding `Authorization: Bearer <METRICS_TOKEN>`.
     Off (404) while METRICS_TOKEN is unset."""
-    token = conf.metrics_token()
+    token = settings.METRICS_TOKEN
     if not token:
         raise Http404("metrics are off: set METRICS_TOKEN")
     supplied = request.headers.get("Authorization", "").encode()

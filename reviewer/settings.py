@@ -221,15 +221,21 @@ EXECUTING_RECONCILE_SECONDS = env_int("EXECUTING_RECONCILE_SECONDS", 300)
 AUDIT_CHECKPOINT_EVERY = env_int("AUDIT_CHECKPOINT_EVERY", 100)
 AUDIT_CHECKPOINT_MINUTES = env_int("AUDIT_CHECKPOINT_MINUTES", 10)
 
-# Audit exports and metrics (audit/conf.py documents each).
+# Audit exports and metrics: the only place for their defaults (audit/ reads settings.* directly).
 METRICS_TOKEN = env_str("METRICS_TOKEN")  # bearer token for /metrics (Prometheus); empty: endpoint off
-AUDIT_EXPORT_DIR = Path(env_str("AUDIT_EXPORT_DIR", str(DATA_DIR / "exports")))
+# Where finished exports are kept until downloaded.
+AUDIT_EXPORT_DIR = Path(env_str("AUDIT_EXPORT_DIR") or DATA_DIR / "exports")
+# CSV and JSON Lines of at most this many events stream straight to the browser; larger ones run in the
+# background with a progress bar.
 AUDIT_EXPORT_STREAM_MAX_EVENTS = env_int("AUDIT_EXPORT_STREAM_MAX_EVENTS", 20000)
+# How long one call of run_pending_exports() may work before it hands the worker back.
 AUDIT_EXPORT_TICK_SECONDS = float(env_str("AUDIT_EXPORT_TICK_SECONDS", "1.0"))
+# A running export without progress for this long belonged to a worker that died: it is retried.
 AUDIT_EXPORT_STALE_SECONDS = env_int("AUDIT_EXPORT_STALE_SECONDS", 300)
 AUDIT_PDF_MAX_ROWS = env_int("AUDIT_PDF_MAX_ROWS", 2000)
 AUDIT_PDF_FONT = env_str("AUDIT_PDF_FONT")  # a TTF file; empty: DejaVu or Liberation if installed
 AUDIT_RUBBER_STAMP_MIN_SAMPLE = env_int("AUDIT_RUBBER_STAMP_MIN_SAMPLE", 300)
+# A tenant's Prometheus counters are recomputed at most this often (and only when its chain moved).
 AUDIT_METRICS_CACHE_SECONDS = env_int("AUDIT_METRICS_CACHE_SECONDS", 60)
 
 LOGGING = {

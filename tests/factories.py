@@ -1,4 +1,8 @@
-"""Plain make_* factories for tests. Domain rows are built through services where a service exists."""
+"""make_* factories for tests.
+
+Agents, policy versions, proposals and votes are made through approvals.services, as in production (with
+their checks and audit events). Tenants, groups, users, memberships and devices are plain rows written
+directly, without the audit events their services would add to every test's chains."""
 
 import time
 import uuid

@@ -1,7 +1,7 @@
-// Reviewer's small script. The pages work without it; it adds three things:
+// Reviewer's small script. The pages work without it; it adds:
 // 1. live countdowns to expiry, offset by the server's clock (the server decides expiry, not this);
-// 2. after every WebSocket (re)connection, re-read the live sections with a normal GET, because events
-//    sent while the socket was down are lost (and one may slip between the page load and the connect);
+// 2. the live/reconnecting status of the WebSocket (on every (re)connection the server sends the live
+//    sections as they are now, so nothing lost while the socket was down stays lost);
 // 3. focus and announcements after htmx swaps, for keyboard and screen reader users;
 // 4. refusals swapped into the page next to their field, with the socket never clobbering a reply.
 (function () {
@@ -36,25 +36,6 @@
     });
   }
 
-  function refreshFromServer(ids) {
-    fetch(window.location.href, { credentials: "same-origin", headers: { Accept: "text/html" } })
-      .then(function (response) { return response.ok ? response.text() : null; })
-      .then(function (html) {
-        if (!html) return;
-        var fresh = new DOMParser().parseFromString(html, "text/html");
-        ids.forEach(function (id) {
-          var current = document.getElementById(id);
-          var replacement = fresh.getElementById(id);
-          if (!current || !replacement) return;
-          // A form someone is typing in stays, unless its controls changed (e.g. the proposal closed).
-          if (current.dataset.mode !== undefined && current.dataset.mode === replacement.dataset.mode) return;
-          current.replaceWith(replacement);
-          htmx.process(replacement);
-        });
-        tick();
-      });
-  }
-
   function showLiveStatus(socketElement, state, text) {
     var status = socketElement.querySelector("[data-live-status]");
     if (!status) return;
@@ -69,8 +50,6 @@
 
   document.addEventListener("htmx:wsOpen", function (event) {
     showLiveStatus(event.target, "live", "Live: changes appear as they happen");
-    var ids = (event.target.dataset.refresh || "").split(/\s+/).filter(Boolean);
-    if (ids.length) refreshFromServer(ids);
   });
 
   document.addEventListener("htmx:wsAfterMessage", function () {
@@ -88,7 +67,8 @@
 
   // A reviewer's own decision (an htmx request from the panel) and the socket both update the decision panel.
   // The socket must not replace the panel while that request is in flight (its response would land in a
-  // detached element and its message be lost), nor when the controls are the same (a half-typed form stays).
+  // detached element and its message be lost), nor when the controls are the same (a half-typed form stays,
+  // also when the socket reconnects and sends the panel again).
   document.addEventListener("htmx:oobBeforeSwap", function (event) {
     var current = event.detail.target;
     var incoming = event.detail.fragment && event.detail.fragment.firstElementChild;

@@ -7,7 +7,6 @@ retries and dead letters are exercised over a real socket.
 import asyncio
 import socket
 import threading
-import time
 import uuid
 from dataclasses import dataclass
 
@@ -38,6 +37,7 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 
 from approvals.a2a import EXTENSION_URI
+from tests.waiting import wait_until, wait_until_async
 
 
 @dataclass
@@ -128,11 +128,13 @@ class FakeAgent:
         )
         self._thread = threading.Thread(target=self._server.run, name="fake-agent", daemon=True)
         self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
+
+        def started() -> bool:
+            if not self._thread.is_alive():
                 raise RuntimeError("the fake agent did not start")
-            time.sleep(0.01)  # readiness poll, bounded by the deadline
+            return self._server.started
+
+        wait_until(started, "the fake agent's start", timeout=timeout, interval=0.01)
         port = self._server.servers[0].sockets[0].getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
         card = AgentCard(
@@ -189,12 +191,12 @@ class FakeAgent:
                 message=message, configuration=SendMessageConfiguration(return_immediately=True)
             )
             task = [r async for r in client.send_message(request)][-1].task
-            deadline = time.monotonic() + 10
-            while (
-                await client.get_task(GetTaskRequest(id=task.id))
-            ).status.state != TaskState.TASK_STATE_AUTH_REQUIRED:
-                assert time.monotonic() < deadline, "the fake agent did not park the task"
-                await asyncio.sleep(0.02)  # poll, bounded by the deadline
+
+            async def parked() -> bool:
+                state = (await client.get_task(GetTaskRequest(id=task.id))).status.state
+                return state == TaskState.TASK_STATE_AUTH_REQUIRED
+
+            await wait_until_async(parked, "the fake agent parking the task", interval=0.02)
             return task.id, task.context_id
 
         return self._run(operation)

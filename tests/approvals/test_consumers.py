@@ -68,10 +68,16 @@ def proposal_path(proposal) -> str:
 
 
 async def connected(path: str, session_id: str | None) -> WebsocketCommunicator:
+    """A socket past its first message (the page's partials as they are at connect time)."""
+    communicator, _ = await connected_with_state(path, session_id)
+    return communicator
+
+
+async def connected_with_state(path: str, session_id: str | None) -> tuple[WebsocketCommunicator, str]:
     communicator = socket(path, session_id)
     ok, _ = await communicator.connect(timeout=TIMEOUT)
     assert ok, f"{path} refused the connection"
-    return communicator
+    return communicator, await communicator.receive_from(timeout=TIMEOUT)
 
 
 async def refused(path: str, session_id: str | None) -> bool:
@@ -254,6 +260,21 @@ async def test_malformed_messages_get_a_typed_error(proposal, reviewer_a):
 
 # ---------------------------------------------------------------------------------------------------
 # Live updates: the page's own partials, out of band
+
+
+async def test_a_socket_sends_the_current_state_when_it_connects(agent, refund_policy, requester, reviewer_a):
+    """So a page that reconnects re-reads whatever it missed while the socket was down."""
+    session = await database_sync_to_async(sign_in)(reviewer_a)
+    proposal = await database_sync_to_async(submit)(agent, summary="Missed while offline")
+    queue, state = await connected_with_state("/ws/queue/", session)
+    assert '<section id="queue-list"' in state and 'hx-swap-oob="true"' in state
+    assert f'href="/proposals/{proposal.id}/"' in state
+    watching, state = await connected_with_state("/ws/queue/?view=watching", session)
+    assert '<section id="watching-list"' in state and 'hx-swap-oob="true"' in state
+    page, state = await connected_with_state(proposal_path(proposal), session)
+    assert '<section id="live"' in state and '<section id="decision"' in state
+    for communicator in (queue, watching, page):
+        await communicator.disconnect()
 
 
 async def test_a_viewer_sees_another_reviewers_vote_arrive(tenant, agent, requester, reviewer_a, reviewer_b):

@@ -2,10 +2,7 @@
 and cancels are delivered once, failures are retried with capped exponential backoff and dead-lettered,
 executions are reconciled with GetTask, and two workers never claim the same message."""
 
-import importlib.machinery
-import sys
 import threading
-import types
 from datetime import timedelta
 
 import pytest
@@ -324,12 +321,9 @@ def test_a_request_whose_task_ended_unseen_is_closed(fake_agent, agent, refund_p
 # --- other jobs, the command -----------------------------------------------------------------------
 
 
-def test_each_tick_runs_the_audit_export_jobs_when_they_exist(monkeypatch):
+def test_each_tick_runs_the_audit_export_jobs(monkeypatch):
     calls = []
-    jobs = types.ModuleType("audit.jobs")
-    jobs.__spec__ = importlib.machinery.ModuleSpec("audit.jobs", None)
-    jobs.run_pending_exports = lambda: calls.append(1)
-    monkeypatch.setitem(sys.modules, "audit.jobs", jobs)
+    monkeypatch.setattr("approvals.worker.run_pending_exports", lambda: calls.append(1))
 
     report = Worker().tick()
 
@@ -339,10 +333,7 @@ def test_each_tick_runs_the_audit_export_jobs_when_they_exist(monkeypatch):
 
 def test_a_failing_step_does_not_stop_the_others(monkeypatch, agent, refund_policy, requester):
     proposal = factories.submit(agent, expires_at=factories.in_seconds(60))
-    jobs = types.ModuleType("audit.jobs")
-    jobs.__spec__ = importlib.machinery.ModuleSpec("audit.jobs", None)
-    jobs.run_pending_exports = lambda: 1 / 0
-    monkeypatch.setitem(sys.modules, "audit.jobs", jobs)
+    monkeypatch.setattr("approvals.worker.run_pending_exports", lambda: 1 / 0)
 
     report = Worker().tick(now=timezone.now() + timedelta(seconds=61))
 

@@ -22,7 +22,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -35,6 +34,7 @@ import signing_keys as keys
 from examples.downstream import FakePaymentsServer
 from tests.audit.pg_flush import audit_triggers_allow_test_flush  # noqa: F401 (flush through the audit trigger)
 from tests.examples.harness import AgentProcess, stop_process
+from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 READY_SECONDS = 30
@@ -89,13 +89,16 @@ class ServerProcess:
         return self
 
     def wait_until(self, ready, what: str, timeout: float = READY_SECONDS) -> None:
-        deadline = time.monotonic() + timeout
-        while not ready():
+        """Wait for `ready()` while the process runs; stop at once, with its log, if it exited."""
+
+        def ready_while_running():
             if self.process.poll() is not None:
                 raise RuntimeError(f"{self.name} exited with {self.process.returncode}:\n{self.log()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{self.name}: {what} not seen after {timeout}s:\n{self.log()}")
-            time.sleep(0.1)  # readiness poll, bounded by the deadline
+            return ready()
+
+        wait_until(
+            ready_while_running, f"{self.name}: {what}", timeout=timeout, interval=0.1, detail=self.log
+        )
 
     def stop(self) -> None:
         stop_process(self.process)

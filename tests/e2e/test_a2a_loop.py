@@ -5,7 +5,6 @@ it, consumes it, refunds once (its ledger), and the outcome comes back. Nothing 
 
 import asyncio
 import json
-import time
 import uuid
 
 import httpx
@@ -26,21 +25,16 @@ from audit.models import AuditEvent, Verb
 from audit.verify_db import verify_chain
 from tests import factories
 from tests.examples.harness import AgentClient
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 DEADLINE_SECONDS = 30
 
 
-def wait_for(check, what: str, timeout: float = DEADLINE_SECONDS, stack=None):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout}s" + (f"\n{stack.logs()}" if stack else ""))
-        time.sleep(0.1)  # poll, bounded by the deadline
+def wait_for(check, what: str, stack):
+    """wait_until with the stack's timeout, and its server logs when the wait fails."""
+    return wait_until(check, what, timeout=DEADLINE_SECONDS, interval=0.1, detail=stack.logs)
 
 
 def ask_refund(stack, text: str) -> str:

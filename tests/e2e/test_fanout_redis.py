@@ -90,6 +90,7 @@ def test_a_vote_on_one_process_reaches_a_viewer_on_the_other(two_reviewer_proces
         async with websockets.connect(
             socket_url, additional_headers={"Cookie": cookie}, origin=first.url
         ) as socket:
+            await asyncio.wait_for(socket.recv(), timeout=10)  # the page's state as of the connect
             decided = await asyncio.to_thread(
                 voting.post,
                 f"/proposals/{proposal.id}/decide",

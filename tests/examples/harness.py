@@ -3,12 +3,10 @@
 Every server binds 127.0.0.1 on a free port; every wait polls with a deadline (no bare sleeps).
 """
 
-import asyncio
 import os
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +27,7 @@ from a2a.utils import TransportProtocol
 from google.protobuf.json_format import MessageToDict
 
 from approvals import gate
+from tests.waiting import wait_until, wait_until_async
 
 REPO = Path(__file__).resolve().parents[2]
 TERMINAL = {
@@ -105,18 +104,21 @@ class AgentProcess:
             self.process = subprocess.Popen(
                 self.args, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
             )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def card_served() -> bool:
             if self.process.poll() is not None:
                 raise RuntimeError(f"agent exited with {self.process.returncode}:\n{self.log()}")
             try:
-                if httpx.get(self.audience, timeout=1).status_code == 200:
-                    return self
+                return httpx.get(self.audience, timeout=1).status_code == 200
             except httpx.HTTPError:
-                pass
-            time.sleep(0.1)  # readiness poll, bounded by the deadline
-        self.stop()
-        raise RuntimeError(f"agent not ready after {timeout}s:\n{self.log()}")
+                return False
+
+        try:
+            wait_until(card_served, "the agent's card", timeout=timeout, interval=0.1, detail=self.log)
+        except AssertionError:
+            self.stop()
+            raise
+        return self
 
     def stop(self) -> None:
         stop_process(self.process)
@@ -182,16 +184,18 @@ class AgentClient:
         return await self.client.get_task(GetTaskRequest(id=task_id))
 
     async def wait_for(self, task_id: str, accept: Callable[[Task], bool], *, timeout: float = 15) -> Task:
-        deadline = time.monotonic() + timeout
-        while True:
-            task = await self.get(task_id)
-            if accept(task):
-                return task
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"task {task_id} still {TaskState.Name(task.status.state)} after {timeout}s"
-                )
-            await asyncio.sleep(0.05)  # poll interval, bounded by the deadline
+        last: list[Task] = []
+
+        async def accepted() -> Task | None:
+            last[:] = [await self.get(task_id)]
+            return last[0] if accept(last[0]) else None
+
+        return await wait_until_async(
+            accepted,
+            f"task {task_id}",
+            timeout=timeout,
+            detail=lambda: f"still {TaskState.Name(last[0].status.state)}",
+        )
 
     async def wait_parked(self, task_id: str, *, not_request: str | None = None) -> tuple[Task, dict]:
         """Wait for AUTH_REQUIRED (on a request other than `not_request`); return the task and request."""

@@ -7,7 +7,6 @@ and every way it must refuse to act. Task state always comes from GetTask, never
 import json
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
@@ -18,6 +17,7 @@ from approvals import gate
 from examples.downstream import FakePaymentsServer
 from tests.examples.harness import REPO, AgentClient, AgentProcess, status_text
 from tests.gate.fake_reviewer import FakeReviewer, ReviewerKey, decision_claims
+from tests.waiting import wait_until
 
 REFUND_TEXT = "Please refund EUR 40.00 for order {order} (customer says the parcel never arrived)"
 
@@ -75,13 +75,6 @@ def sign(reviewer_key, reviewer, agent, task, request, *, key=None, **overrides)
 def refunds_for(downstream, order_id: str) -> list[dict]:
     with downstream.ledger.lock:
         return [refund for refund in downstream.ledger.refunds.values() if refund["order_id"] == order_id]
-
-
-def wait_until(condition, timeout: float = 10):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)  # poll interval, bounded by the deadline
 
 
 # --- asking -----------------------------------------------------------------------------------------
