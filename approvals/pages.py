@@ -20,8 +20,9 @@ from approvals.forms import (
     QueueFilterForm,
     RevokeForm,
 )
-from approvals.models import Agent, Decision, Policy, Proposal, TenantMembership
+from approvals.models import Agent, Decision, Policy, Proposal
 from approvals.states import RELEASED, STARTED, State
+from tenants.queries import DECIDING_ROLES
 
 PAGE_SIZE = 25
 # Agent text is untrusted and can be long: cap what a page shows and say so when it is cut.
@@ -324,7 +325,7 @@ def decision_mode(proposal: Proposal, user, live: dict, why_not: tuple[str, str]
     ):
         return "revocable", ""
     role = services.tenant_role(user, proposal.tenant_id)
-    if proposal.state in STARTED and role in {TenantMembership.Role.ADMIN, TenantMembership.Role.REVIEWER}:
+    if proposal.state in STARTED and role in DECIDING_ROLES:
         return "started", ""
     return "closed", ""
 

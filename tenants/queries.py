@@ -11,6 +11,8 @@ from tenants.models import Tenant, TenantMembership
 AUDIT_ROLES = frozenset({TenantMembership.Role.COMPLIANCE, TenantMembership.Role.ADMIN})
 # Metrics are aggregate and carry no personal identifiers: reviewers may see their own tenant's.
 METRICS_ROLES = frozenset(TenantMembership.Role)
+# Who may act on a proposal (vote, revoke, note a compensation); compliance reads only.
+DECIDING_ROLES = frozenset({TenantMembership.Role.ADMIN, TenantMembership.Role.REVIEWER})
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from approvals.services.common import (
     proposal_subject,
     record,
 )
-from approvals.services.eligibility import tenant_role
+from approvals.services.eligibility import lock_proposal_for, tenant_role
 from approvals.services.errors import (
     CompensationRefused,
     Conflict,
@@ -37,6 +37,7 @@ from approvals.services.quorum import Quorum
 from approvals.signing import decision_claims, sign_decision
 from approvals.states import RELEASED, STARTED, State
 from audit.models import Verb
+from tenants.queries import DECIDING_ROLES
 
 
 def _issue_decision(
@@ -119,16 +120,14 @@ def may_revoke(proposal: Proposal, user) -> bool:
     return proposal.votes.filter(voter=user, verdict=Vote.Verdict.APPROVE).exists()
 
 
-def revoke_decision(proposal_id, user, *, reason: str) -> Proposal:
+def revoke_decision(proposal_id, actor, *, reason: str) -> Proposal:
     """Take back a released decision before the agent consumed it; the agent's task is cancelled."""
     reason = (reason or "").strip()
     if not reason:
         raise RevokeRefused("reason_required", "a revocation needs a reason", "reason")
     with transaction.atomic():
-        proposal = Proposal.objects.select_for_update().filter(pk=proposal_id).first()
-        if proposal is None or tenant_role(user, proposal.tenant_id) is None:
-            raise NotFound("not_found", "no such proposal")
-        if not may_revoke(proposal, user):
+        proposal = lock_proposal_for(proposal_id, actor)
+        if not may_revoke(proposal, actor):
             raise RevokeRefused(
                 "not_eligible", "only an approver of this decision or a tenant admin can revoke it"
             )
@@ -139,26 +138,21 @@ def revoke_decision(proposal_id, user, *, reason: str) -> Proposal:
                 else f"there is no released decision to revoke (the proposal is {proposal.state})"
             )
             raise Conflict("not_revocable", message)
-        _revoke(proposal, actor=actor_label(user), reason=reason, revoked_by=user)
+        _revoke(proposal, actor=actor_label(actor), reason=reason, revoked_by=actor)
     return proposal
 
 
-def note_compensation(proposal_id, user, *, note: str) -> Proposal:
+def note_compensation(proposal_id, actor, *, note: str) -> Proposal:
     note = (note or "").strip()
     if not note:
         raise CompensationRefused("note_required", "write the compensation note", "note")
     with transaction.atomic():
-        proposal = Proposal.objects.select_for_update().filter(pk=proposal_id).first()
-        if proposal is None or tenant_role(user, proposal.tenant_id) not in {
-            TenantMembership.Role.ADMIN,
-            TenantMembership.Role.REVIEWER,
-        }:
-            raise NotFound("not_found", "no such proposal")
+        proposal = lock_proposal_for(proposal_id, actor, roles=DECIDING_ROLES)
         proposal.compensation_note = (proposal.compensation_note + "\n" + note).strip()[:5000]
         proposal.save(update_fields=["compensation_note"])
         record(
             proposal.tenant_id,
-            actor=actor_label(user),
+            actor=actor_label(actor),
             verb=Verb.COMPENSATION_NOTED,
             subject=proposal_subject(proposal),
             data={"note": note[:2000]},

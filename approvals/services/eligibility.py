@@ -26,6 +26,21 @@ def proposal_for_user(proposal_id, user) -> Proposal:
     return proposal
 
 
+def lock_proposal_for(proposal_id, actor, *, roles=None) -> Proposal:
+    """The proposal row locked for this transaction, if `actor` belongs to its tenant (with one of
+    `roles`, when given); NotFound otherwise, so outsiders learn nothing. Call inside transaction.atomic."""
+    proposal = (
+        Proposal.objects.select_for_update(of=("self",))
+        .select_related("agent", "tenant")
+        .filter(pk=proposal_id)
+        .first()
+    )
+    role = tenant_role(actor, proposal.tenant_id) if proposal is not None else None
+    if role is None or (roles is not None and role not in roles):
+        raise NotFound("not_found", "no such proposal")
+    return proposal
+
+
 def threshold_groups(proposal: Proposal, requirements: dict | None = None) -> dict[str, ApproverGroup]:
     requirements = proposal.requirements if requirements is None else requirements
     slugs = [t["group"] for t in requirements.get("thresholds", [])]

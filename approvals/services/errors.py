@@ -1,5 +1,7 @@
 """Refusals the services raise. Each carries a stable `code` (used by the API, the socket and the tests)."""
 
+from approvals.wire import error_body
+
 
 class ServiceError(Exception):
     http_status = 400
@@ -11,7 +13,7 @@ class ServiceError(Exception):
         self.field = field
 
     def as_dict(self) -> dict:
-        return {"error": {"code": self.code, "message": self.message, "field": self.field}}
+        return error_body(self.code, self.message, self.field)
 
 
 class IntakeError(ServiceError):

@@ -14,8 +14,8 @@ from approvals.models import (
 )
 from approvals.services.common import _audit_time, actor_label, proposal_subject, record
 from approvals.services.decisions import _issue_decision
-from approvals.services.eligibility import ineligibility, tenant_role, user_groups_for
-from approvals.services.errors import EditRefused, NotFound, VoteRefused
+from approvals.services.eligibility import ineligibility, lock_proposal_for, user_groups_for
+from approvals.services.errors import EditRefused, VoteRefused
 from approvals.services.halts import active_halt
 from approvals.services.intake import _evaluate_and_route
 from approvals.services.lifecycle import _expire, transition
@@ -40,7 +40,7 @@ def _check_step_up(proposal: Proposal, step_up: StepUp | None) -> tuple[str, dat
 
 def cast_vote(
     proposal_id,
-    user,
+    actor,
     *,
     verdict: str,
     digest_seen: str,
@@ -59,16 +59,9 @@ def cast_vote(
         raise VoteRefused("reason_required", "a rejection needs a reason", "reason")
     refusal: VoteRefused | None = None
     with transaction.atomic():
-        proposal = (
-            Proposal.objects.select_for_update(of=("self",))
-            .select_related("agent", "tenant")
-            .filter(pk=proposal_id)
-            .first()
-        )
-        if proposal is None or tenant_role(user, proposal.tenant_id) is None:
-            raise NotFound("not_found", "no such proposal")
+        proposal = lock_proposal_for(proposal_id, actor)
         clock = now or timezone.now()
-        refusal = _vote_refusal(proposal, user, digest_seen, clock)
+        refusal = _vote_refusal(proposal, actor, digest_seen, clock)
         step = None
         if refusal is None:
             step = _check_step_up(proposal, step_up)
@@ -84,7 +77,7 @@ def cast_vote(
                 )
                 record(
                     proposal.tenant_id,
-                    actor=actor_label(user),
+                    actor=actor_label(actor),
                     verb=Verb.STEP_UP_FAILED,
                     subject=proposal_subject(proposal),
                     data={"code": refusal.code},
@@ -95,13 +88,13 @@ def cast_vote(
             if refusal.code not in {"step_up_failed", "step_up_required"}:
                 record(
                     proposal.tenant_id,
-                    actor=actor_label(user),
+                    actor=actor_label(actor),
                     verb=Verb.VOTE_REFUSED,
                     subject=proposal_subject(proposal),
                     data={"code": refusal.code, "verdict": verdict},
                 )
         else:
-            vote = _store_vote(proposal, user, verdict, digest_seen, reason, page_hash, step)
+            vote = _store_vote(proposal, actor, verdict, digest_seen, reason, page_hash, step)
     if refusal is not None:
         raise refusal
     return vote
@@ -210,29 +203,22 @@ def _pinned_policy_ref(proposal: Proposal) -> dict | None:
     return version.ref if version else None
 
 
-def request_info(proposal_id, user, *, question: str, digest_seen: str) -> Decision:
+def request_info(proposal_id, actor, *, question: str, digest_seen: str) -> Decision:
     """Ask the agent a question: a needs_info decision; the agent answers with a new proposal."""
     question = (question or "").strip()
     if not question:
         raise VoteRefused("question_required", "write the question the agent must answer", "question")
     with transaction.atomic():
-        proposal = (
-            Proposal.objects.select_for_update(of=("self",))
-            .select_related("agent", "tenant")
-            .filter(pk=proposal_id)
-            .first()
-        )
-        if proposal is None or tenant_role(user, proposal.tenant_id) is None:
-            raise NotFound("not_found", "no such proposal")
-        refusal = _vote_refusal(proposal, user, digest_seen, timezone.now(), once_per_person=False)
+        proposal = lock_proposal_for(proposal_id, actor)
+        refusal = _vote_refusal(proposal, actor, digest_seen, timezone.now(), once_per_person=False)
         if refusal:
             raise refusal
-        transition(proposal, State.INFO_REQUESTED, actor=actor_label(user), reason=question)
+        transition(proposal, State.INFO_REQUESTED, actor=actor_label(actor), reason=question)
         return _issue_decision(
             proposal,
             Decision.Kind.NEEDS_INFO,
             reason=question,
-            approvers=[_person(user, "none")],
+            approvers=[_person(actor, "none")],
             policy_ref=_pinned_policy_ref(proposal),
         )
 
@@ -246,21 +232,14 @@ def _person(user, method: str) -> dict:
     }
 
 
-def edit_proposal(proposal_id, user, *, arguments: dict, digest_seen: str, note: str = "") -> Proposal:
+def edit_proposal(proposal_id, actor, *, arguments: dict, digest_seen: str, note: str = "") -> Proposal:
     """A reviewer's edit never mutates a proposal: it creates a successor with a new digest that needs
     the full quorum again (and its author cannot approve it); the old one becomes superseded."""
     if not isinstance(arguments, dict):
         raise EditRefused("bad_arguments", "arguments must be an object", "arguments")
     with transaction.atomic():
-        old = (
-            Proposal.objects.select_for_update(of=("self",))
-            .select_related("agent", "tenant")
-            .filter(pk=proposal_id)
-            .first()
-        )
-        if old is None or tenant_role(user, old.tenant_id) is None:
-            raise NotFound("not_found", "no such proposal")
-        refusal = _vote_refusal(old, user, digest_seen, timezone.now(), once_per_person=False)
+        old = lock_proposal_for(proposal_id, actor)
+        refusal = _vote_refusal(old, actor, digest_seen, timezone.now(), once_per_person=False)
         if refusal:
             raise EditRefused(refusal.code, refusal.message, refusal.field)
         action = {**old.action, "arguments": arguments}
@@ -287,12 +266,12 @@ def edit_proposal(proposal_id, user, *, arguments: dict, digest_seen: str, note:
             consequences=old.consequences,
             diff=old.diff,
             evidence=old.evidence,
-            edited_by=user,
+            edited_by=actor,
             expires_at=old.expires_at,
         )
         record(
             old.tenant_id,
-            actor=actor_label(user),
+            actor=actor_label(actor),
             verb=Verb.PROPOSAL_SUBMITTED,
             subject=proposal_subject(new),
             data={
@@ -309,7 +288,7 @@ def edit_proposal(proposal_id, user, *, arguments: dict, digest_seen: str, note:
         transition(
             old,
             State.SUPERSEDED,
-            actor=actor_label(user),
+            actor=actor_label(actor),
             reason=note or "edited by a reviewer",
             data={"successor": str(new.id)},
         )
@@ -317,6 +296,6 @@ def edit_proposal(proposal_id, user, *, arguments: dict, digest_seen: str, note:
         new.save(update_fields=["supersedes"])
         remaining = max(int((old.expires_at - timezone.now()).total_seconds()), 1)
         _evaluate_and_route(
-            new, requested_expiry=timezone.now() + timedelta(seconds=remaining), actor=actor_label(user)
+            new, requested_expiry=timezone.now() + timedelta(seconds=remaining), actor=actor_label(actor)
         )
     return new
