@@ -15,12 +15,12 @@ from a2a.types import AgentCapabilities, AgentCard, AgentExtension, AgentInterfa
 from sqlalchemy.ext.asyncio import create_async_engine
 from starlette.applications import Starlette
 
-from approvals import gate as approval_gate
 from examples.refund_agent.config import AgentSettings
 from examples.refund_agent.executor import RefundExecutor
 from examples.refund_agent.payments import DownstreamPayments, LedgerPayments
 from examples.refund_agent.reviewer_client import ProposalPublisher
 from examples.refund_agent.state import AgentState
+from reviewer_gate import gate as approval_gate
 
 logger = logging.getLogger(__name__)
 

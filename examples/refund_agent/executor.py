@@ -24,7 +24,6 @@ from a2a.server.tasks import TaskStore, TaskUpdater
 from a2a.types import Message, TaskState
 from google.protobuf.json_format import MessageToDict
 
-from approvals import gate as approval_gate
 from examples.refund_agent.payments import FAILED, SUCCEEDED, Refund, RefundOutcome, refund_settled
 from examples.refund_agent.proposal import (
     UnreadableRequest,
@@ -35,6 +34,7 @@ from examples.refund_agent.proposal import (
 )
 from examples.refund_agent.reviewer_client import ProposalPublisher
 from examples.refund_agent.state import AgentState, AskedRequest
+from reviewer_gate import gate as approval_gate
 
 logger = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from a2a.types import (
 from a2a.utils import TransportProtocol
 from google.protobuf.json_format import MessageToDict
 
-from approvals import gate
+from reviewer_gate import gate
 
 REPO = Path(__file__).resolve().parents[2]
 TERMINAL = {
