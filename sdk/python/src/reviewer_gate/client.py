@@ -165,7 +165,7 @@ class ReviewerClient:
         self,
         *,
         reviewer_url: str,
-        api_token: str,
+        api_token: str | None,
         audience: str,
         issuer: str | None = None,
         jwks_url: str | None = None,
@@ -195,7 +195,10 @@ class ReviewerClient:
     # --- HTTP with retries -----------------------------------------------------------------------
 
     def _headers(self) -> dict:
-        return {"Authorization": f"Bearer {self.api_token}", "Accept": "application/json"}
+        headers = {"Accept": "application/json"}
+        if self.api_token:
+            headers["Authorization"] = f"Bearer {self.api_token}"
+        return headers
 
     def _call(self, method: str, path: str, *, json: dict | None = None, timeout: float | None = None):
         """One request, retried with exponential backoff on connection errors and 502/503/504.
