@@ -114,6 +114,12 @@ class Approval:
             self.decision, status, transaction_id=transaction_id, detail=detail
         )
 
+    async def areport(
+        self, status: str, *, transaction_id: str | None = None, detail: str | None = None
+    ) -> bool:
+        """`report` for asyncio code (the HTTP call runs in a thread)."""
+        return await asyncio.to_thread(self.report, status, transaction_id=transaction_id, detail=detail)
+
 
 def _still_waiting(state: str, started: float, timeout: float | None) -> float:
     """Seconds waited so far; raises NotApproved when no decision will come, or the deadline passed."""

@@ -171,6 +171,10 @@ class FakeReviewer:
             self._outcome_of[proposal_id] = {"token": None, "state": state}
             self._changed.notify_all()
 
+    def token_of(self, proposal_id: str) -> str | None:
+        with self.lock:
+            return (self._outcome_of.get(proposal_id) or {}).get("token")
+
     def proposal_id_of(self, task_id: str) -> str | None:
         with self.lock:
             for (task, _request), proposal_id in self._proposal_ids.items():
