@@ -281,9 +281,19 @@ class ReviewerClient:
     ) -> str:
         """Long-poll until the decision exists. Raises NotApproved when the proposal closed without one
         (expired, cancelled, ...) or `timeout` seconds passed. `on_wait(state, elapsed)` after each poll."""
+        return self.wait_for_proposal(submission.proposal_id, timeout=timeout, on_wait=on_wait)
+
+    def wait_for_proposal(
+        self,
+        proposal_id: str,
+        *,
+        timeout: float | None = None,
+        on_wait: Callable[[str, float], None] | None = None,
+    ) -> str:
+        """`wait_for_token` by proposal id (e.g. one kept in a paused graph's interrupt)."""
         started = time.monotonic()
         while True:
-            token, state = self.poll_decision(submission.proposal_id, wait=self._next_wait(started, timeout))
+            token, state = self.poll_decision(proposal_id, wait=self._next_wait(started, timeout))
             if token:
                 return token
             elapsed = _still_waiting(state, started, timeout)
