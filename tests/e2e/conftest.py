@@ -240,6 +240,12 @@ def stack(transactional_db, tmp_path):
 
 
 @pytest.fixture
+def reviewer_stack(transactional_db, tmp_path):
+    """Reviewer and its worker only, for agents that pull their decisions (MCP, LangGraph, REST...)."""
+    yield from _running(Stack(tmp_path, with_agent=False))
+
+
+@pytest.fixture
 def paying_stack(transactional_db, tmp_path, payments):
     """The same stack, with the agent refunding through the fake payments service."""
     yield from _running(Stack(tmp_path, downstream_url=payments.url))

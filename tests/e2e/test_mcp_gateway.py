@@ -18,7 +18,7 @@ from approvals import services
 from approvals.models import Proposal
 from approvals.states import State
 from tests import factories
-from tests.e2e.conftest import REPO, ServerProcess, Stack, _running
+from tests.e2e.conftest import REPO, ServerProcess
 from tests.e2e.test_a2a_loop import decide_in_browser, wait_for
 from tests.examples.harness import free_port
 
@@ -26,12 +26,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 AUDIENCE = "urn:agent:mcp-gateway"
 API_TOKEN = "mcp-gateway-token"
-
-
-@pytest.fixture
-def reviewer_stack(transactional_db, tmp_path):
-    """Reviewer and its worker, no A2A agent: the gateway pulls its decisions."""
-    yield from _running(Stack(tmp_path, with_agent=False))
 
 
 @pytest.fixture

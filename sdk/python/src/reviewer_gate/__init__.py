@@ -17,6 +17,7 @@ from reviewer_gate.client import (
     ReviewerUnavailable,
     Submission,
     build_request,
+    current_approval,
 )
 from reviewer_gate.gate import (
     EXTENSION_URI,
@@ -52,5 +53,6 @@ __all__ = [
     "action_digest",
     "approval_request_metadata",
     "build_request",
+    "current_approval",
     "decision_token_from_metadata",
 ]

@@ -27,7 +27,9 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -119,6 +121,25 @@ class Approval:
     ) -> bool:
         """`report` for asyncio code (the HTTP call runs in a thread)."""
         return await asyncio.to_thread(self.report, status, transaction_id=transaction_id, detail=detail)
+
+
+_current_approval: ContextVar[Approval | None] = ContextVar("reviewer_gate_approval", default=None)
+
+
+def current_approval() -> Approval | None:
+    """The approval a tool is running under, inside a tool called by one of the adapters (LangGraph,
+    OpenAI Agents): use `current_approval().idempotency_key` as the downstream idempotency key."""
+    return _current_approval.get()
+
+
+@contextmanager
+def running_under(approval: Approval) -> Iterator[None]:
+    """Make `approval` the current one while a gated tool runs (what the adapters do)."""
+    reset = _current_approval.set(approval)
+    try:
+        yield
+    finally:
+        _current_approval.reset(reset)
 
 
 def _still_waiting(state: str, started: float, timeout: float | None) -> float:

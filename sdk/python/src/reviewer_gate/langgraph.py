@@ -14,7 +14,8 @@ submits the call as a proposal (the tool and its arguments are the action) and c
 with the proposal's id. The graph resumes with the decision token (`Command(resume=...)`, what
 `resume_with_decisions` sends); the node then verifies it with the gate against the request IT
 built (the resume value is only a carrier: a forged or replayed token is refused), consumes it, runs
-the tool once with the approved arguments (a reviewer's edit when there was one) and reports the
+the tool once with the approved arguments (a reviewer's edit when there was one; inside the tool,
+`reviewer_gate.current_approval().idempotency_key` is the key to send downstream) and reports the
 outcome. A rejection, an expiry or any refusal becomes the tool's message instead: the model reads why.
 
 On resume LangGraph re-runs the node from its start, so the request is deterministic (its ids derive
@@ -34,7 +35,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.types import Command, interrupt
 
-from reviewer_gate.client import NotApproved, ReviewerClient, build_request
+from reviewer_gate.client import NotApproved, ReviewerClient, build_request, running_under
 from reviewer_gate.risk import GatingRules, risk_hint
 
 INTERRUPT_KIND = "reviewer_approval"
@@ -114,7 +115,8 @@ class ReviewedToolNode:
                 status="error",
             )
         try:
-            output = tool.invoke(approval.action.get("arguments") or {}, config)
+            with running_under(approval):  # the tool reads current_approval().idempotency_key
+                output = tool.invoke(approval.action.get("arguments") or {}, config)
         except Exception as error:
             approval.report("unknown", detail=f"tool raised {error!r}"[:2000])
             raise

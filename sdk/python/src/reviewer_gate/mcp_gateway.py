@@ -46,6 +46,9 @@ from reviewer_gate.risk import GatingRules, risk_hint
 
 logger = logging.getLogger(__name__)
 
+# The decision id, sent upstream in the call's _meta: an upstream that keys its side effect on it
+# never acts twice for one approval.
+IDEMPOTENCY_META = "io.github.reviewer/idempotency-key"
 DETAIL_CHARACTERS = 200  # the arguments shown in the summary, cut like the oversight notes' detail
 
 
@@ -151,7 +154,11 @@ class MCPGateway:
             await approval.areport("failed", detail="the approved action names another tool; nothing was run")
             return _error("The approved action names another tool. Nothing was run.")
         try:
-            result = await upstream.call_tool(tool, approval.action.get("arguments") or {})
+            result = await upstream.call_tool(
+                tool,
+                approval.action.get("arguments") or {},
+                meta={IDEMPOTENCY_META: approval.idempotency_key},
+            )
         except Exception as error:  # the call may or may not have happened upstream: never retried
             await approval.areport("unknown", detail=f"upstream call failed: {error!r}"[:2000])
             return _error(f"The approved call's outcome is unknown ({error}). It was not retried.")

@@ -7,7 +7,8 @@
 `gate(tool)` turns on the SDK's approval hook for a `FunctionTool` (`needs_approval=True`), so the run
 stops with an interruption before the call, and makes the tool itself enforce Reviewer's decision: it
 runs only with an approval that Reviewer signed for THIS call id, that the gate verified and that
-was consumed, with the approved arguments (a reviewer's edit when there was one), once. A call
+was consumed, with the approved arguments (a reviewer's edit when there was one), once; inside it,
+`reviewer_gate.current_approval().idempotency_key` is the key to send downstream. A call
 approved any other way (`state.approve(item)` by hand) returns an error to the model and runs nothing.
 
 `run(agent, input)` is `Runner.run` that, at each interruption for a gated tool, submits the call as a
@@ -24,7 +25,7 @@ from typing import Any
 from agents import Agent, FunctionTool, Runner, RunResult
 from agents.tool_context import ToolContext
 
-from reviewer_gate.client import Approval, NotApproved, ReviewerClient
+from reviewer_gate.client import Approval, NotApproved, ReviewerClient, running_under
 from reviewer_gate.risk import risk_hint
 
 
@@ -63,7 +64,8 @@ class ReviewerApprovals:
                 return f"{tool.name} was not approved by Reviewer for this call; nothing was run."
             arguments = approval.action.get("arguments") or {}
             try:
-                output = await original(context, json.dumps(arguments))
+                with running_under(approval):  # the tool reads current_approval().idempotency_key
+                    output = await original(context, json.dumps(arguments))
             except Exception as error:
                 await approval.areport("unknown", detail=f"tool raised {error!r}"[:2000])
                 raise
