@@ -6,13 +6,19 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-from-pyproject
 
-.PHONY: demo test lint venv clean
+SDK := sdk/python
+SDK_BUILD := build/sdk
+# The extras whose adapters sdk/python/tests exercise.
+SDK_EXTRAS := test,a2a,mcp,langgraph,openai-agents
 
-$(STAMP): pyproject.toml
+.PHONY: demo test lint venv clean sdk-test
+
+$(STAMP): pyproject.toml $(SDK)/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is required")'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	# reviewer-gate (a dependency of the project) comes from this repository's sdk/python, editable.
+	$(PY) -m pip install --quiet -e '$(SDK)[a2a,mcp,langgraph,openai-agents]' -e '.[dev]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -26,10 +32,21 @@ test: $(STAMP)
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports  # the layer contracts of pyproject.toml [tool.importlinter]
 	$(PY) -m pytest $(PYTEST_ARGS)
+	$(MAKE) sdk-test
+
+# The reviewer-gate wheel as users get it: built, installed into a fresh virtualenv (pip's cache makes
+# the dependencies quick), and its own tests run there from outside the source tree, so a module or
+# py.typed missing from the wheel fails here.
+sdk-test: $(STAMP)
+	rm -rf $(SDK_BUILD)
+	$(PY) -m pip wheel --quiet --no-deps --wheel-dir $(SDK_BUILD) $(SDK)
+	$(PYTHON) -m venv $(SDK_BUILD)/venv
+	$(SDK_BUILD)/venv/bin/python -m pip install --quiet "$$(ls $(SDK_BUILD)/reviewer_gate-*.whl)[$(SDK_EXTRAS)]"
+	cd $(SDK) && ../../$(SDK_BUILD)/venv/bin/python -m pytest -q -p no:cacheprovider tests
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
 clean:
-	rm -rf $(VENV) test-output .pytest_cache
+	rm -rf $(VENV) test-output .pytest_cache $(SDK_BUILD)

@@ -4,7 +4,7 @@ REST API (api.py), and the public JWKS."""
 from django.urls import path
 
 from accounts import views as account_views
-from approvals import a2a_views, views
+from approvals import a2a_views, pull, views  # noqa: F401 (pull registers GET /proposals/{id}/decision)
 from approvals.api import api
 
 app_name = "approvals"

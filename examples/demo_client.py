@@ -27,7 +27,7 @@ from a2a.types import (
 )
 from a2a.utils import TransportProtocol
 
-EXTENSION_URI = "urn:reviewer:a2a:approval:v1"  # the same value as approvals.gate.EXTENSION_URI
+EXTENSION_URI = "urn:reviewer:a2a:approval:v1"  # the same value as reviewer_gate.gate.EXTENSION_URI
 
 SAMPLE_REQUESTS = [
     (

@@ -15,12 +15,12 @@ from a2a.types import AgentCapabilities, AgentCard, AgentExtension, AgentInterfa
 from sqlalchemy.ext.asyncio import create_async_engine
 from starlette.applications import Starlette
 
-from approvals import gate as approval_gate
 from examples.refund_agent.config import AgentSettings
 from examples.refund_agent.executor import RefundExecutor
 from examples.refund_agent.payments import DownstreamPayments, LedgerPayments
-from examples.refund_agent.reviewer_client import ProposalPublisher
 from examples.refund_agent.state import AgentState
+from reviewer_gate import EXTENSION_URI, ReviewerClient, SQLiteUsedStore
+from reviewer_gate.a2a import A2AApprovals, SQLiteRequestStore
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def build_agent_card(settings: AgentSettings) -> AgentCard:
             push_notifications=True,
             extensions=[
                 AgentExtension(
-                    uri=approval_gate.EXTENSION_URI,
+                    uri=EXTENSION_URI,
                     description=(
                         "Parks each refund in TASK_STATE_AUTH_REQUIRED with an approval request and acts "
                         "only on a signed Reviewer decision sent back in the message metadata."
@@ -61,16 +61,17 @@ def build_agent_card(settings: AgentSettings) -> AgentCard:
     )
 
 
-def build_gate(settings: AgentSettings) -> approval_gate.Gate:
-    return approval_gate.Gate(
-        issuer=settings.issuer,
-        audience=settings.audience,
-        keys=approval_gate.JWKSKeySource(settings.jwks_url),
-        # Shared by every agent process using this state dir: only one of them can act on a decision.
-        used_store=approval_gate.SQLiteUsedStore(settings.state_dir / "used_decisions.sqlite3"),
+def build_approvals(settings: AgentSettings) -> A2AApprovals:
+    client = ReviewerClient(
         reviewer_url=settings.reviewer_url,
         api_token=settings.api_token,
+        audience=settings.audience,
+        issuer=settings.issuer,
+        jwks_url=settings.jwks_url,
+        # Shared by every agent process using this state dir: only one of them can act on a decision.
+        used_store=SQLiteUsedStore(settings.state_dir / "used_decisions.sqlite3"),
     )
+    return A2AApprovals(client, SQLiteRequestStore(settings.state_dir / "agent_state.sqlite3"))
 
 
 def build_app(settings: AgentSettings) -> Starlette:
@@ -86,12 +87,11 @@ def build_app(settings: AgentSettings) -> Starlette:
         if settings.downstream_url
         else LedgerPayments(settings.ledger)
     )
-    publisher = ProposalPublisher(settings.reviewer_url, settings.api_token)
+    approvals = build_approvals(settings)
     executor = RefundExecutor(
-        gate=build_gate(settings),
+        approvals=approvals,
         state=AgentState(settings.state_dir / "agent_state.sqlite3"),
         payments=payments,
-        publisher=publisher,
         task_store=task_store,
         approval_ttl_seconds=settings.approval_ttl_seconds,
     )
@@ -122,7 +122,7 @@ def build_app(settings: AgentSettings) -> Starlette:
             yield
         finally:
             await handler.aclose()
-            await publisher.aclose()
+            await approvals.aclose()
             await payments.aclose()
             await push_http.aclose()
             await engine.dispose()

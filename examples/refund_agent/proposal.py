@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 
-from approvals import gate
+from reviewer_gate import gate
 
 AGENT_VERSION = "refund-agent@1"
 REFUND_TOOL = "payments.refund"

@@ -1,9 +1,7 @@
 """The agent's own durable memory, in one SQLite file under --state-dir.
 
-- `approval_requests`: what the agent asked Reviewer for, per task. The gate verifies a decision
-  against THIS record (request_id, action digest), never against anything in the continuation
-  message, and the agent executes THIS action. It is written before the task is parked, so a
-  restart during the wait loses nothing.
+- `approval_requests`: what the agent asked Reviewer for, per task; kept by
+  `reviewer_gate.a2a.SQLiteRequestStore` in the same file.
 - `cancelled_tasks`: tasks cancelled here; checked right before consuming and before the side effect.
 - `executions`: one row per approved decision that reached execution: its idempotency key and how far
   it got (executing → succeeded | failed | unknown), written before and after the side effect.
@@ -11,24 +9,13 @@
 Every method is blocking: call them with `asyncio.to_thread` from the executor.
 """
 
-import json
 import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS approval_requests (
-    request_id TEXT PRIMARY KEY,
-    task_id TEXT NOT NULL,
-    context_id TEXT NOT NULL,
-    request_json TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    superseded_by TEXT
-);
-CREATE INDEX IF NOT EXISTS approval_requests_task ON approval_requests (task_id, created_at);
 CREATE TABLE IF NOT EXISTS cancelled_tasks (
     task_id TEXT PRIMARY KEY,
     cancelled_at REAL NOT NULL
@@ -44,25 +31,6 @@ CREATE TABLE IF NOT EXISTS executions (
     updated_at REAL NOT NULL
 );
 """
-
-
-@dataclass(frozen=True)
-class AskedRequest:
-    task_id: str
-    context_id: str
-    request: dict
-
-    @property
-    def request_id(self) -> str:
-        return self.request["request_id"]
-
-    @property
-    def action(self) -> dict:
-        return self.request["action"]
-
-    @property
-    def action_digest(self) -> str:
-        return self.request["action_digest"]
 
 
 class AgentState:
@@ -84,34 +52,6 @@ class AgentState:
                 yield connection
         finally:
             connection.close()
-
-    # asked requests --------------------------------------------------------------------------
-
-    def save_request(self, task_id: str, context_id: str, request: dict) -> None:
-        """Record a new request for the task; the one it supersedes (if any) stops being current."""
-        with self._connect() as connection:
-            connection.execute(
-                "INSERT INTO approval_requests (request_id, task_id, context_id, request_json, created_at)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (request["request_id"], task_id, context_id, json.dumps(request), time.time()),
-            )
-            if request.get("supersedes"):
-                connection.execute(
-                    "UPDATE approval_requests SET superseded_by = ? WHERE request_id = ? AND task_id = ?",
-                    (request["request_id"], request["supersedes"], task_id),
-                )
-
-    def current_request(self, task_id: str) -> AskedRequest | None:
-        """The task's newest request that nothing superseded: the only one a decision may answer."""
-        with self._connect() as connection:
-            row = connection.execute(
-                "SELECT context_id, request_json FROM approval_requests"
-                " WHERE task_id = ? AND superseded_by IS NULL ORDER BY created_at DESC LIMIT 1",
-                (task_id,),
-            ).fetchone()
-        if row is None:
-            return None
-        return AskedRequest(task_id=task_id, context_id=row[0], request=json.loads(row[1]))
 
     # cancellation ----------------------------------------------------------------------------
 

@@ -119,9 +119,10 @@ class Stack:
 
     push_token = "e2e-push-token"
 
-    def __init__(self, tmp_path: Path, *, downstream_url: str | None = None):
+    def __init__(self, tmp_path: Path, *, downstream_url: str | None = None, with_agent: bool = True):
         self.tmp_path = tmp_path
         self.downstream_url = downstream_url
+        self.with_agent = with_agent  # False: Reviewer and its worker only (pull-path agents)
         self.log_dir = tmp_path / "logs"
         self.log_dir.mkdir()
         self.listener = socket.socket()
@@ -182,6 +183,8 @@ class Stack:
         ).start()
         self.processes.append(worker)
         worker.wait_until(lambda: "worker started" in worker.log(), "'worker started'")
+        if not self.with_agent:
+            return self
         self.agent = AgentProcess(
             state_dir=self.tmp_path / "refund-agent",
             reviewer_url=self.url,
@@ -237,6 +240,12 @@ def _running(stack: Stack):
 def stack(transactional_db, tmp_path):
     """Reviewer, its worker and the refund agent (ledger file), running; logs printed when a test fails."""
     yield from _running(Stack(tmp_path))
+
+
+@pytest.fixture
+def reviewer_stack(transactional_db, tmp_path):
+    """Reviewer and its worker only, for agents that pull their decisions (MCP, LangGraph, REST...)."""
+    yield from _running(Stack(tmp_path, with_agent=False))
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from a2a.types import (
 from a2a.utils import TransportProtocol
 from google.protobuf.json_format import MessageToDict
 
-from approvals import gate
+from reviewer_gate import gate
 from tests.waiting import wait_until, wait_until_async
 
 REPO = Path(__file__).resolve().parents[2]

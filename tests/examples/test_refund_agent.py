@@ -13,10 +13,10 @@ import pytest
 from a2a.types import CancelTaskRequest, TaskState
 from a2a.utils.errors import A2AError
 
-from approvals import gate
 from examples.downstream import FakePaymentsServer
+from reviewer_gate import gate
+from reviewer_gate.testing import FakeReviewer, ReviewerKey, decision_claims
 from tests.examples.harness import REPO, AgentClient, AgentProcess, status_text
-from tests.gate.fake_reviewer import FakeReviewer, ReviewerKey, decision_claims
 from tests.waiting import wait_until
 
 REFUND_TEXT = "Please refund EUR 40.00 for order {order} (customer says the parcel never arrived)"

@@ -1,8 +1,8 @@
 """Agent-side verifier for Reviewer's signed approval decisions (a standalone file: no Django).
 
-An A2A agent that asks Reviewer for approval imports this module, as a third-party agent would
-(`python -m pip install PyJWT cryptography httpx rfc8785` and copy this file). It imports only the
-standard library, PyJWT, cryptography, httpx and rfc8785; never Django or the rest of `approvals`.
+An agent that asks Reviewer for approval imports this module from the `reviewer-gate` distribution
+(`pip install reviewer-gate`; `from reviewer_gate import gate`). It imports only the standard library,
+PyJWT, cryptography, httpx and rfc8785, never Django or Reviewer, so it can also be vendored as one file.
 
 The flow inside an a2a-sdk `AgentExecutor` (see examples/README.md for a complete walkthrough):
 

@@ -1,4 +1,4 @@
-"""approvals/gate.py: every way a decision token is refused, single use, consume, and the action digest.
+"""reviewer_gate.gate: every way a decision token is refused, single use, consume, and the action digest.
 
 Real Ed25519 keys, real HTTP servers on loopback; no Django.
 """
@@ -16,8 +16,8 @@ from pathlib import Path
 import jwt
 import pytest
 
-from approvals import gate
-from tests.gate.fake_reviewer import FakeReviewer, ReviewerKey, b64url, decision_claims
+from reviewer_gate import gate
+from reviewer_gate.testing import FakeReviewer, ReviewerKey, b64url, decision_claims
 
 ISSUER = "https://reviewer.example"
 AUDIENCE = "http://127.0.0.1:8001/.well-known/agent-card.json"
@@ -29,7 +29,7 @@ ACTION = {
     "target": "order:1182",
 }
 DIGEST = gate.action_digest(ACTION)
-GATE_FILE = Path(__file__).resolve().parents[2] / "approvals" / "gate.py"
+GATE_FILE = Path(gate.__file__)  # the installed module (the wheel's, in `make test`)
 
 
 @pytest.fixture

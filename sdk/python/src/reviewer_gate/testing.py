@@ -1,7 +1,7 @@
-"""Test doubles for Reviewer's side of the gate: a real Ed25519 signing key, decision claims shaped like
-approvals/signing.py's, and a tiny HTTP server with Reviewer's agent-facing endpoints.
+"""Test doubles for Reviewer's side of the gate, for your agent's tests: a real Ed25519 signing key,
+decision claims shaped like Reviewer's, and a tiny HTTP server with Reviewer's agent-facing endpoints.
 
-No Django: these tests exercise gate.py and the example agent exactly as a third-party agent would.
+No Django, no Reviewer: tests drive the gate and an agent exactly as a deployed Reviewer would.
 """
 
 import base64
@@ -12,12 +12,13 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 
 import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-TOKEN_TYPE = "approval-decision+jwt"
+TOKEN_TYPE = "approval-decision+jwt"  # noqa: S105 - a JOSE typ value, not a secret
 
 
 def b64url(data: bytes) -> str:
@@ -101,13 +102,16 @@ def decision_claims(
 
 
 _DECISION_PATH = re.compile(r"^/api/v1/decisions/([^/]+)/(consume|outcome)$")
+_PULL_PATH = re.compile(r"^/api/v1/proposals/([^/]+)/decision$")
 
 
 class FakeReviewer:
     """Reviewer's agent-facing HTTP surface on a loopback port, recording every call.
 
     - GET /.well-known/jwks.json (counted in `jwks_fetches`)
-    - POST /api/v1/proposals → 201
+    - POST /api/v1/proposals → 201 with a new proposal_id (200 and the same id for a known request)
+    - GET /api/v1/proposals/<id>/decision?wait=N → {"token", "state"}: what `decide(...)` or `close(...)`
+      set, waiting up to N seconds for it (the long poll)
     - POST /api/v1/decisions/<jti>/consume → 200, or what `consume_answers[jti]` says
     - POST /api/v1/decisions/<jti>/outcome → 200
     - POST /a2a/push/<slug>/ → 204 (A2A push notifications, with their X-A2A-Notification-Token)
@@ -122,6 +126,11 @@ class FakeReviewer:
         self.outcomes: list[dict] = []
         self.pushes: list[dict] = []
         self.consume_answers: dict[str, tuple[int, dict]] = {}
+        self.pulls: list[str] = []
+        self.unavailable_answers = 0  # answer this many next API calls with 503 (retry tests)
+        self._outcome_of: dict[str, dict] = {}  # proposal_id -> {"token", "state"}
+        self._proposal_ids: dict[tuple[str, str], str] = {}  # (task_id, request_id) -> proposal_id
+        self._changed = threading.Condition(self.lock)
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.httpd.daemon_threads = True
         self._thread = threading.Thread(
@@ -150,6 +159,37 @@ class FakeReviewer:
         with self.lock:
             return [call for call in self.consumes if call["jti"] == jti]
 
+    def decide(self, proposal_id: str, token: str, state: str = "approved") -> None:
+        """Publish the signed decision of a proposal; a waiting long poll answers at once."""
+        with self._changed:
+            self._outcome_of[proposal_id] = {"token": token, "state": state}
+            self._changed.notify_all()
+
+    def close(self, proposal_id: str, state: str) -> None:
+        """End a proposal without a decision ("expired", "cancelled", ...)."""
+        with self._changed:
+            self._outcome_of[proposal_id] = {"token": None, "state": state}
+            self._changed.notify_all()
+
+    def token_of(self, proposal_id: str) -> str | None:
+        with self.lock:
+            return (self._outcome_of.get(proposal_id) or {}).get("token")
+
+    def proposal_id_of(self, task_id: str) -> str | None:
+        with self.lock:
+            for (task, _request), proposal_id in self._proposal_ids.items():
+                if task == task_id:
+                    return proposal_id
+        return None
+
+    def _pull(self, proposal_id: str, wait: float) -> dict:
+        deadline = time.monotonic() + wait
+        with self._changed:
+            self.pulls.append(proposal_id)
+            while proposal_id not in self._outcome_of and time.monotonic() < deadline:
+                self._changed.wait(timeout=deadline - time.monotonic())
+            return dict(self._outcome_of.get(proposal_id) or {"token": None, "state": "awaiting_review"})
+
     def proposals_for(self, task_id: str) -> list[dict]:
         with self.lock:
             return [call["body"] for call in self.proposals if call["body"].get("task_id") == task_id]
@@ -169,8 +209,23 @@ class FakeReviewer:
                 self.end_headers()
                 self.wfile.write(payload)
 
+            def _unavailable(self) -> bool:
+                with reviewer.lock:
+                    if reviewer.unavailable_answers <= 0:
+                        return False
+                    reviewer.unavailable_answers -= 1
+                self._send(503, {"error": {"code": "unavailable", "message": "try again"}})
+                return True
+
             def do_GET(self):  # noqa: N802 - http.server's naming
-                if self.path == "/.well-known/jwks.json":
+                url = urlsplit(self.path)
+                pull = _PULL_PATH.match(url.path)
+                if pull and not self._unavailable():
+                    wait = float((parse_qs(url.query).get("wait") or ["0"])[0])
+                    self._send(200, reviewer._pull(pull.group(1), min(wait, 60)))
+                elif pull:
+                    return
+                elif self.path == "/.well-known/jwks.json":
                     with reviewer.lock:
                         reviewer.jwks_fetches += 1
                         keys = [key.jwk() for key in reviewer.keys]
@@ -189,15 +244,20 @@ class FakeReviewer:
                     self.send_response(204)
                     self.end_headers()
                     return
+                if self._unavailable():
+                    return
                 if self.path == "/api/v1/proposals":
+                    key = (str(body.get("task_id")), str((body.get("request") or {}).get("request_id")))
                     with reviewer.lock:
                         reviewer.proposals.append(call)
+                        known = key in reviewer._proposal_ids
+                        proposal_id = reviewer._proposal_ids.setdefault(key, str(uuid.uuid4()))
                     self._send(
-                        201,
+                        200 if known else 201,
                         {
-                            "proposal_id": str(uuid.uuid4()),
+                            "proposal_id": proposal_id,
                             "state": "awaiting_review",
-                            "status_url": "/api/v1/proposals/x",
+                            "status_url": f"/api/v1/proposals/{proposal_id}",
                         },
                     )
                     return

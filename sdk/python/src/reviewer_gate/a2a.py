@@ -1,0 +1,356 @@
+"""Approval in an a2a-sdk `AgentExecutor` as one awaited call (extra `a2a`).
+
+    approvals = A2AApprovals(client, SQLiteRequestStore("state/approvals.sqlite3"))
+
+    class MyExecutor(AgentExecutor):
+        async def execute(self, context, event_queue):
+            released = await approvals.approval(context, event_queue, propose=self.build_request)
+            if released is None:
+                return                      # parked, refused, rejected, cancelled: nothing to do
+            result = await do_it(released.action, idempotency_key=released.idempotency_key)
+            await released.report("succeeded", transaction_id=result.id)
+            await released.updater.complete()
+
+`approval()` is re-entrant, the way an A2A task is: on the task's first message it calls `propose`
+for the approval request, persists it, parks the task in TASK_STATE_AUTH_REQUIRED with the request in
+the status message metadata and tells Reviewer (`POST /api/v1/proposals`, in the background, retried);
+it returns None and `execute()` returns. When Reviewer continues the task with the signed decision,
+the SDK calls `execute()` again and the same call verifies the token (from the MESSAGE metadata)
+against the persisted request, ends the task itself when the answer is no (REJECTED with the
+reviewer's reason, FAILED with the gate's refusal, parked again with your answer to a question), and
+for an approval consumes it right before returning a `Released`: the action to execute (a reviewer's
+edit when there was one), its idempotency key and the task's updater. The task is WORKING then; ending
+it is yours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sqlite3
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from a2a.helpers import new_task_from_user_message, new_text_part
+from a2a.server.agent_execution import RequestContext
+from a2a.server.events import EventQueue
+from a2a.server.tasks import TaskUpdater
+from a2a.types import Message, TaskState
+from google.protobuf.json_format import MessageToDict
+
+from reviewer_gate.client import ReviewerClient
+from reviewer_gate.gate import (
+    GateError,
+    VerifiedDecision,
+    approval_request_metadata,
+    decision_token_from_metadata,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AskedRequest:
+    """What the agent asked for on one task: the gate checks decisions against this, never the message."""
+
+    task_id: str
+    context_id: str
+    request: dict
+
+    @property
+    def request_id(self) -> str:
+        return self.request["request_id"]
+
+    @property
+    def action(self) -> dict:
+        return self.request["action"]
+
+    @property
+    def action_digest(self) -> str:
+        return self.request["action_digest"]
+
+
+class RequestStore(Protocol):
+    def save_request(self, task_id: str, context_id: str, request: dict) -> None: ...
+
+    def current_request(self, task_id: str) -> AskedRequest | None: ...
+
+
+class SQLiteRequestStore:
+    """The requests the agent asked for, per task, in one SQLite file (safe to share between processes).
+
+    Written before the task is parked, so a restart during the wait loses nothing. A request that
+    `supersedes` another (the answer to a question) makes the old one stop being current.
+    """
+
+    SCHEMA = """
+    CREATE TABLE IF NOT EXISTS approval_requests (
+        request_id TEXT PRIMARY KEY,
+        task_id TEXT NOT NULL,
+        context_id TEXT NOT NULL,
+        request_json TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        superseded_by TEXT
+    );
+    CREATE INDEX IF NOT EXISTS approval_requests_task ON approval_requests (task_id, created_at);
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = str(path)
+        with self._connect() as connection:
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.executescript(self.SCHEMA)
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        # One short transaction per call on a fresh connection: calls arrive on worker threads.
+        connection = sqlite3.connect(self.path, timeout=30)
+        try:
+            with connection:
+                yield connection
+        finally:
+            connection.close()
+
+    def save_request(self, task_id: str, context_id: str, request: dict) -> None:
+        with self._connect() as connection:
+            connection.execute(
+                "INSERT INTO approval_requests (request_id, task_id, context_id, request_json, created_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (request["request_id"], task_id, context_id, json.dumps(request), time.time()),
+            )
+            if request.get("supersedes"):
+                connection.execute(
+                    "UPDATE approval_requests SET superseded_by = ? WHERE request_id = ? AND task_id = ?",
+                    (request["request_id"], request["supersedes"], task_id),
+                )
+
+    def current_request(self, task_id: str) -> AskedRequest | None:
+        """The task's newest request that nothing superseded: the only one a decision may answer."""
+        with self._connect() as connection:
+            row = connection.execute(
+                "SELECT context_id, request_json FROM approval_requests"
+                " WHERE task_id = ? AND superseded_by IS NULL ORDER BY created_at DESC LIMIT 1",
+                (task_id,),
+            ).fetchone()
+        if row is None:
+            return None
+        return AskedRequest(task_id=task_id, context_id=row[0], request=json.loads(row[1]))
+
+
+@dataclass(frozen=True)
+class Released:
+    """An approval that was verified and consumed: execute `action` once, then `report` and end the task."""
+
+    decision: VerifiedDecision
+    action: dict
+    asked: AskedRequest
+    updater: TaskUpdater
+    client: ReviewerClient = field(repr=False)
+
+    @property
+    def idempotency_key(self) -> str:
+        return self.decision.jti
+
+    async def report(
+        self, status: str, *, transaction_id: str | None = None, detail: str | None = None
+    ) -> bool:
+        """Tell Reviewer how it ended ("succeeded" | "failed" | "unknown"); best effort."""
+        return await asyncio.to_thread(
+            self.client.gate.report_outcome,
+            self.decision,
+            status,
+            transaction_id=transaction_id,
+            detail=detail,
+        )
+
+
+def approvers_text(decision: VerifiedDecision) -> str:
+    names = [str(a.get("name") or a.get("sub")) for a in decision.approvers if isinstance(a, dict)]
+    return ", ".join(names) or "Reviewer"
+
+
+def text_message(updater: TaskUpdater, text: str, metadata: dict | None = None) -> Message:
+    return updater.new_agent_message([new_text_part(text)], metadata=metadata)
+
+
+Propose = Callable[[RequestContext, TaskUpdater], Awaitable[dict | None]]
+AnswerQuestion = Callable[[AskedRequest, VerifiedDecision], dict | None]
+StillWanted = Callable[[RequestContext], Awaitable[bool]]
+
+
+class A2AApprovals:
+    """Ask Reviewer, wait parked, verify, consume: for the tasks of one a2a-sdk agent."""
+
+    def __init__(self, client: ReviewerClient, store: RequestStore, *, announce: bool = True):
+        self.client = client
+        self.gate = client.gate
+        self.store = store
+        self.announce = announce  # also POST the request (the push / reconciliation are the others)
+        self._announcing: set[asyncio.Task] = set()
+
+    async def approval(
+        self,
+        context: RequestContext,
+        event_queue: EventQueue,
+        *,
+        propose: Propose,
+        answer_question: AnswerQuestion | None = None,
+        still_wanted: StillWanted | None = None,
+        can_perform: Callable[[dict], bool] | None = None,
+    ) -> Released | None:
+        """The one call (see the module doc). Returns a Released only when the agent may act now.
+
+        - `propose(context, updater)`: the approval request for a new task (`client.build_request`),
+          or None after ending the task itself (e.g. `updater.reject` for an unreadable ask);
+        - `answer_question(asked, decision)`: the request answering a reviewer's question (it must
+          `supersede` the asked one); without it a question fails the task;
+        - `still_wanted(context)`: False when the task was cancelled; checked right before consuming
+          and again right after (then the consumed decision is reported failed);
+        - `can_perform(action)`: False refuses a reviewer's edit this agent cannot execute.
+        """
+        task = context.current_task
+        if task is None:
+            await event_queue.enqueue_event(new_task_from_user_message(context.message))
+            updater = TaskUpdater(event_queue, context.task_id, context.context_id)
+            request = await propose(context, updater)
+            if request is not None:
+                await self.park(updater, request)
+            return None
+        updater = TaskUpdater(event_queue, task.id, task.context_id)
+        if task.status.state != TaskState.TASK_STATE_AUTH_REQUIRED:
+            # Only a parked task takes messages; anything else would be a second plan mid-execution.
+            logger.info("message to task %s in %s ignored", task.id, TaskState.Name(task.status.state))
+            return None
+        return await self._receive(context, updater, answer_question, still_wanted, can_perform)
+
+    async def park(self, updater: TaskUpdater, request: dict, headline: str = "Approval required") -> None:
+        """Persist the request, then park the task on it, then tell Reviewer (in that order)."""
+        await asyncio.to_thread(self.store.save_request, updater.task_id, updater.context_id, request)
+        await updater.requires_auth(
+            text_message(updater, f"{headline}: {request['summary']}", approval_request_metadata(request))
+        )
+        if self.announce:
+            self._announce(updater.task_id, updater.context_id, request)
+        logger.info(
+            "task %s parked on request %s (%s)", updater.task_id, request["request_id"], request["summary"]
+        )
+
+    def _announce(self, task_id: str, context_id: str, request: dict) -> None:
+        """POST the request in the background (best effort: the parked task is the source of truth)."""
+
+        async def post() -> None:
+            try:
+                await asyncio.to_thread(self.client.submit, request, task_id=task_id, context_id=context_id)
+            except Exception as error:  # logged, never raised: Reviewer also learns by push or GetTask
+                logger.warning("Reviewer not told about request %s: %s", request["request_id"], error)
+
+        background = asyncio.create_task(post(), name=f"proposal:{request['request_id']}")
+        self._announcing.add(background)  # keep a reference, or the task may be collected mid-flight
+        background.add_done_callback(self._announcing.discard)
+
+    async def aclose(self) -> None:
+        """Let announcements in flight finish (at most 5 s)."""
+        if self._announcing:
+            await asyncio.wait(self._announcing, timeout=5)
+
+    async def _receive(self, context, updater, answer_question, still_wanted, can_perform) -> Released | None:
+        asked = await asyncio.to_thread(self.store.current_request, updater.task_id)
+        if asked is None:
+            await updater.failed(
+                text_message(updater, "No approval request on record for this task; nothing was executed.")
+            )
+            return None
+        token = decision_token_from_metadata(MessageToDict(context.message.metadata))
+        if token is None:
+            await updater.requires_auth(
+                text_message(
+                    updater,
+                    f"Still waiting for approval: {asked.request['summary']}",
+                    approval_request_metadata(asked.request),
+                )
+            )
+            return None
+        try:
+            decision = await asyncio.to_thread(
+                self.gate.verify,
+                token,
+                task_id=updater.task_id,
+                request_id=asked.request_id,
+                action_digest=asked.action_digest,
+                context_id=asked.context_id,
+            )
+        except GateError as error:
+            if error.code == "replayed":
+                # verify() matched task, request and digest first: this is the same decision delivered
+                # again (a retry, another replica). Whoever claimed it acts; this delivery does nothing.
+                logger.info("task %s: duplicate delivery of decision; ignored", updater.task_id)
+                return None
+            logger.warning("task %s: decision refused: %s", updater.task_id, error)
+            await updater.failed(
+                text_message(
+                    updater, f"Decision refused ({error.code}): {error.message}. Nothing was executed."
+                )
+            )
+            return None
+
+        if decision.decision == "rejected":
+            reason = decision.reason or "no reason given"
+            await updater.reject(text_message(updater, f"Rejected by {approvers_text(decision)}: {reason}"))
+            return None
+        if decision.decision == "needs_info":
+            answer = answer_question(asked, decision) if answer_question else None
+            if answer is None:
+                await updater.failed(
+                    text_message(
+                        updater, f"Reviewer asked: {decision.reason}. Not answered; nothing was executed."
+                    )
+                )
+            else:
+                await self.park(updater, answer, "Approval required (answered the reviewer's question)")
+            return None
+        return await self._release(context, updater, asked, decision, still_wanted, can_perform)
+
+    async def _release(self, context, updater, asked, decision, still_wanted, can_perform) -> Released | None:
+        if still_wanted is not None and not await still_wanted(context):
+            await updater.cancel(text_message(updater, "Cancelled before acting; nothing was executed."))
+            return None
+        # A reviewer's edit releases the edited action the token carries, never the original.
+        action = decision.action if decision.edited else asked.action
+        if action is None or (can_perform is not None and not can_perform(action)):
+            await updater.failed(
+                text_message(
+                    updater, "The approved action is not one this agent can perform; nothing was executed."
+                )
+            )
+            return None
+        summary = asked.request["summary"]
+        await updater.start_work(
+            text_message(updater, f"Approved by {approvers_text(decision)}; executing {summary}")
+        )
+        released = Released(
+            decision=decision, action=action, asked=asked, updater=updater, client=self.client
+        )
+        if decision.consume:
+            try:
+                await asyncio.to_thread(self.gate.consume, decision)  # right before the side effect
+            except GateError as error:
+                await updater.failed(
+                    text_message(
+                        updater,
+                        f"Reviewer did not release the decision ({error.code}): {error.message}. "
+                        "Nothing was executed.",
+                    )
+                )
+                return None
+        if still_wanted is not None and not await still_wanted(context):
+            detail = "task cancelled before acting; nothing was executed"
+            if decision.consume:  # Reviewer moved it to executing: settle it
+                await released.report("failed", detail=detail)
+            await updater.cancel(text_message(updater, "Cancelled before acting; nothing was executed."))
+            return None
+        return released

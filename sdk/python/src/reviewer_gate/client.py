@@ -1,0 +1,401 @@
+"""A small REST client for agents that are not A2A servers (MCP, LangGraph, OpenAI Agents, scripts).
+
+It does what DESIGN.md "A2A contract" asks of an agent, over Reviewer's REST API:
+
+1. submit the approval request: `POST /api/v1/proposals` (idempotent on task id and request id, so
+   retrying after a lost answer is safe);
+2. wait for the signed decision: `GET /api/v1/proposals/<id>/decision?wait=<s>` (a bounded long poll,
+   repeated until the decision exists or the proposal closed without one);
+3. verify it with the gate against what the agent asked for (never against anything in the answer);
+4. consume it right before the side effect (approved decisions only);
+5. report the outcome afterwards.
+
+    client = ReviewerClient(reviewer_url=..., api_token=..., audience=...)
+    approval = client.request_approval(action, summary="Refund EUR 40.00", principal={"id": "u-7"})
+    result = do_it(approval.action, idempotency_key=approval.idempotency_key)   # act once
+    approval.report("succeeded", transaction_id=result.id)
+
+`request_approval` returns only for an approved, verified and consumed decision; otherwise it raises
+`NotApproved` (rejected, needs_info, expired, cancelled, revoked, ... and every GateError), and the
+agent must not act. Every call blocks: from asyncio use `asyncio.to_thread`, or the async
+`arequest_approval`, which waits without holding a thread between polls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from reviewer_gate.gate import (
+    Gate,
+    GateError,
+    JWKSKeySource,
+    MemoryUsedStore,
+    UsedDecisionStore,
+    VerifiedDecision,
+    action_digest,
+)
+
+logger = logging.getLogger(__name__)
+
+# Proposal states after which no decision token will ever appear (DESIGN.md "The proposal lifecycle").
+CLOSED_WITHOUT_DECISION = frozenset({"expired", "cancelled", "revoked", "superseded"})
+RETRIED_STATUSES = frozenset({502, 503, 504})
+MAX_WAIT_SECONDS = 60  # the server's bound on one long poll
+
+
+class ReviewerUnavailable(Exception):
+    """Reviewer could not be reached or kept answering 5xx after the retries."""
+
+
+class NotApproved(Exception):
+    """Nothing may be executed. `code` says why, `reason` is the reviewer's words when there are any.
+
+    code: "rejected", "needs_info" (a verified decision that is not an approval), a proposal state
+    ("expired", "cancelled", "revoked", "superseded", "denied"), "timeout" (the caller's deadline
+    passed first), or a GateError code ("replayed", "consume_refused:revoked", ...).
+    """
+
+    def __init__(self, code: str, reason: str = "", *, decision: VerifiedDecision | None = None):
+        super().__init__(f"{code}: {reason}" if reason else code)
+        self.code = code
+        self.reason = reason
+        self.decision = decision
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What the agent asked for; the gate checks the decision against this, never against the answer."""
+
+    task_id: str
+    context_id: str
+    request: dict
+    proposal_id: str
+    state: str
+
+    @property
+    def request_id(self) -> str:
+        return self.request["request_id"]
+
+    @property
+    def action_digest(self) -> str:
+        return self.request["action_digest"]
+
+
+@dataclass(frozen=True)
+class Approval:
+    """A verified, consumed approval: execute `action` once, with `idempotency_key`, then `report`."""
+
+    decision: VerifiedDecision
+    action: dict  # the reviewer's edit when there was one (decision.edited), else what was asked
+    submission: Submission
+    client: ReviewerClient = field(repr=False)
+
+    @property
+    def idempotency_key(self) -> str:
+        return self.decision.jti
+
+    @property
+    def edited(self) -> bool:
+        return self.decision.edited
+
+    def report(self, status: str, *, transaction_id: str | None = None, detail: str | None = None) -> bool:
+        """Tell Reviewer how it ended: "succeeded", "failed" or "unknown" (best effort, never raises)."""
+        return self.client.gate.report_outcome(
+            self.decision, status, transaction_id=transaction_id, detail=detail
+        )
+
+    async def areport(
+        self, status: str, *, transaction_id: str | None = None, detail: str | None = None
+    ) -> bool:
+        """`report` for asyncio code (the HTTP call runs in a thread)."""
+        return await asyncio.to_thread(self.report, status, transaction_id=transaction_id, detail=detail)
+
+
+_current_approval: ContextVar[Approval | None] = ContextVar("reviewer_gate_approval", default=None)
+
+
+def current_approval() -> Approval | None:
+    """The approval a tool is running under, inside a tool called by one of the adapters (LangGraph,
+    OpenAI Agents): use `current_approval().idempotency_key` as the downstream idempotency key."""
+    return _current_approval.get()
+
+
+@contextmanager
+def running_under(approval: Approval) -> Iterator[None]:
+    """Make `approval` the current one while a gated tool runs (what the adapters do)."""
+    reset = _current_approval.set(approval)
+    try:
+        yield
+    finally:
+        _current_approval.reset(reset)
+
+
+def _still_waiting(state: str, started: float, timeout: float | None) -> float:
+    """Seconds waited so far; raises NotApproved when no decision will come, or the deadline passed."""
+    if state in CLOSED_WITHOUT_DECISION:
+        raise NotApproved(state, f"the proposal is {state}; nothing may be executed")
+    elapsed = time.monotonic() - started
+    if timeout is not None and elapsed >= timeout:
+        raise NotApproved("timeout", f"no decision after {timeout:.0f}s; nothing may be executed")
+    return elapsed
+
+
+def rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def build_request(
+    action: dict,
+    *,
+    summary: str,
+    principal: dict,
+    agent_version: str = "",
+    consequences: dict | None = None,
+    diff: list | None = None,
+    evidence: list | None = None,
+    ttl_seconds: int | None = None,
+    request_id: str | None = None,
+) -> dict:
+    """The approval request of DESIGN.md "A2A contract" step 1, with a fresh request id and the digest."""
+    request: dict[str, Any] = {
+        "request_id": request_id or str(uuid.uuid4()),
+        "summary": summary,
+        "action": action,
+        "action_digest": action_digest(action),
+        "principal": principal,
+        "agent_version": agent_version,
+        "consequences": consequences or {},
+        "diff": diff or [],
+        "evidence": evidence or [],
+    }
+    if ttl_seconds is not None:
+        request["expires_at"] = rfc3339(datetime.now(UTC) + timedelta(seconds=ttl_seconds))
+    return request
+
+
+class ReviewerClient:
+    """One agent's conversation with Reviewer (its API token, its audience)."""
+
+    def __init__(
+        self,
+        *,
+        reviewer_url: str,
+        api_token: str | None,
+        audience: str,
+        issuer: str | None = None,
+        jwks_url: str | None = None,
+        used_store: UsedDecisionStore | None = None,
+        gate: Gate | None = None,
+        http_timeout: float = 10,
+        retries: int = 4,
+        backoff_seconds: float = 0.5,
+        poll_seconds: int = 30,
+    ):
+        self.reviewer_url = reviewer_url.rstrip("/")
+        self.api_token = api_token
+        self.http_timeout = http_timeout
+        self.retries = retries
+        self.backoff_seconds = backoff_seconds
+        self.poll_seconds = max(0, min(int(poll_seconds), MAX_WAIT_SECONDS))
+        self.gate = gate or Gate(
+            issuer=(issuer or self.reviewer_url).rstrip("/"),
+            audience=audience,
+            keys=JWKSKeySource(jwks_url or f"{self.reviewer_url}/.well-known/jwks.json"),
+            # One process by default; pass SQLiteUsedStore (or your own) when several processes act.
+            used_store=used_store or MemoryUsedStore(),
+            reviewer_url=self.reviewer_url,
+            api_token=api_token,
+        )
+
+    # --- HTTP with retries -----------------------------------------------------------------------
+
+    def _headers(self) -> dict:
+        headers = {"Accept": "application/json"}
+        if self.api_token:
+            headers["Authorization"] = f"Bearer {self.api_token}"
+        return headers
+
+    def _call(self, method: str, path: str, *, json: dict | None = None, timeout: float | None = None):
+        """One request, retried with exponential backoff on connection errors and 502/503/504.
+
+        Only idempotent calls go through here (submit is idempotent on task and request id; the pull
+        is a read). Consume and outcome are the gate's, which never retries a consume.
+        """
+        url = f"{self.reviewer_url}{path}"
+        delay = self.backoff_seconds
+        for attempt in range(self.retries + 1):
+            last = attempt == self.retries
+            try:
+                response = httpx.request(
+                    method, url, json=json, headers=self._headers(), timeout=timeout or self.http_timeout
+                )
+            except httpx.HTTPError as error:
+                if last:
+                    raise ReviewerUnavailable(f"{method} {url}: {error!r}") from error
+                logger.info("%s %s failed (%r); retrying in %.1fs", method, url, error, delay)
+            else:
+                if response.status_code not in RETRIED_STATUSES:
+                    return response
+                if last:
+                    raise ReviewerUnavailable(f"{method} {url}: HTTP {response.status_code}")
+                logger.info("%s %s answered %s; retrying in %.1fs", method, url, response.status_code, delay)
+            time.sleep(delay)  # backoff between retries of a failed call
+            delay = min(delay * 2, 10)
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _error(response: httpx.Response) -> str:
+        try:
+            error = response.json().get("error") or {}
+            return f"{error.get('code')}: {error.get('message')}" + (
+                f" (field {error['field']})" if error.get("field") else ""
+            )
+        except (ValueError, AttributeError):
+            return f"HTTP {response.status_code}: {response.text[:200]}"
+
+    # --- the steps -------------------------------------------------------------------------------
+
+    def submit(self, request: dict, *, task_id: str | None = None, context_id: str = "") -> Submission:
+        """Announce the request. `task_id` names the unit of work the decision is bound to (`sub`)."""
+        task_id = task_id or f"task-{uuid.uuid4()}"
+        body = {"task_id": task_id, "context_id": context_id, "request": request}
+        response = self._call("POST", "/api/v1/proposals", json=body)
+        if response.status_code not in (200, 201):
+            raise ValueError(f"Reviewer refused the request: {self._error(response)}")
+        receipt = response.json()
+        return Submission(task_id, context_id, request, receipt["proposal_id"], receipt["state"])
+
+    def poll_decision(self, proposal_id: str, *, wait: int | None = None) -> tuple[str | None, str]:
+        """One long poll: (token, state). The token is None while undecided or when it never will be."""
+        wait = self.poll_seconds if wait is None else max(0, min(int(wait), MAX_WAIT_SECONDS))
+        path = f"/api/v1/proposals/{quote(proposal_id, safe='')}/decision?wait={wait}"
+        response = self._call("GET", path, timeout=wait + self.http_timeout)
+        if response.status_code != 200:
+            raise ReviewerUnavailable(f"GET {path}: {self._error(response)}")
+        body = response.json()
+        return body.get("token"), str(body.get("state") or "")
+
+    def _next_wait(self, started: float, timeout: float | None) -> int:
+        """One long poll's wait: `poll_seconds`, shortened so the caller's deadline is kept."""
+        if timeout is None:
+            return self.poll_seconds
+        return max(0, min(self.poll_seconds, int(timeout - (time.monotonic() - started)) + 1))
+
+    def wait_for_token(
+        self,
+        submission: Submission,
+        *,
+        timeout: float | None = None,
+        on_wait: Callable[[str, float], None] | None = None,
+    ) -> str:
+        """Long-poll until the decision exists. Raises NotApproved when the proposal closed without one
+        (expired, cancelled, ...) or `timeout` seconds passed. `on_wait(state, elapsed)` after each poll."""
+        return self.wait_for_proposal(submission.proposal_id, timeout=timeout, on_wait=on_wait)
+
+    def wait_for_proposal(
+        self,
+        proposal_id: str,
+        *,
+        timeout: float | None = None,
+        on_wait: Callable[[str, float], None] | None = None,
+    ) -> str:
+        """`wait_for_token` by proposal id (e.g. one kept in a paused graph's interrupt)."""
+        started = time.monotonic()
+        while True:
+            token, state = self.poll_decision(proposal_id, wait=self._next_wait(started, timeout))
+            if token:
+                return token
+            elapsed = _still_waiting(state, started, timeout)
+            if on_wait is not None:
+                on_wait(state, elapsed)
+
+    def release(self, submission: Submission, token: str) -> Approval:
+        """Verify the token against the submission, then consume it. Raises NotApproved on any doubt."""
+        try:
+            decision = self.gate.verify(
+                token,
+                task_id=submission.task_id,
+                request_id=submission.request_id,
+                action_digest=submission.action_digest,
+            )
+        except GateError as error:
+            raise NotApproved(error.code, error.message) from error
+        if not decision.approved:
+            raise NotApproved(decision.decision, decision.reason, decision=decision)
+        action = decision.action if decision.edited else submission.request["action"]
+        if not isinstance(action, dict):
+            raise NotApproved("bad_claim", "the decision carries no action to execute", decision=decision)
+        if decision.consume:
+            try:
+                self.gate.consume(decision)  # right before the side effect; fails closed
+            except GateError as error:
+                raise NotApproved(error.code, error.message, decision=decision) from error
+        return Approval(decision=decision, action=action, submission=submission, client=self)
+
+    def request_approval(
+        self,
+        action: dict,
+        *,
+        summary: str,
+        principal: dict,
+        task_id: str | None = None,
+        context_id: str = "",
+        timeout: float | None = None,
+        on_wait: Callable[[str, float], None] | None = None,
+        **request_fields: Any,
+    ) -> Approval:
+        """Submit, wait, verify, consume: returns only when the agent may act (see the module doc)."""
+        request = build_request(action, summary=summary, principal=principal, **request_fields)
+        submission = self.submit(request, task_id=task_id, context_id=context_id)
+        token = self.wait_for_token(submission, timeout=timeout, on_wait=on_wait)
+        return self.release(submission, token)
+
+    # --- asyncio ---------------------------------------------------------------------------------
+
+    async def arequest_approval(
+        self,
+        action: dict,
+        *,
+        summary: str,
+        principal: dict,
+        task_id: str | None = None,
+        context_id: str = "",
+        timeout: float | None = None,
+        on_wait: Callable[[str, float], Awaitable[None]] | None = None,
+        **request_fields: Any,
+    ) -> Approval:
+        """`request_approval` for asyncio code: each HTTP call runs in a thread, `on_wait` is awaited
+        between long polls (an MCP server sends its progress notifications from there)."""
+        request = build_request(action, summary=summary, principal=principal, **request_fields)
+        submission = await asyncio.to_thread(self.submit, request, task_id=task_id, context_id=context_id)
+        return await self.await_release(submission, timeout=timeout, on_wait=on_wait)
+
+    async def await_release(
+        self,
+        submission: Submission,
+        *,
+        timeout: float | None = None,
+        on_wait: Callable[[str, float], Awaitable[None]] | None = None,
+    ) -> Approval:
+        """Wait for the decision of a submitted request, then verify and consume it (asyncio)."""
+        started = time.monotonic()
+        while True:
+            wait = self._next_wait(started, timeout)
+            token, state = await asyncio.to_thread(self.poll_decision, submission.proposal_id, wait=wait)
+            if token:
+                return await asyncio.to_thread(self.release, submission, token)
+            elapsed = _still_waiting(state, started, timeout)
+            if on_wait is not None:
+                await on_wait(state, elapsed)

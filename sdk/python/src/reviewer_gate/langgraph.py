@@ -1,0 +1,168 @@
+"""Reviewer in a LangGraph graph: a tool node that turns gated tool calls into proposals and pauses the
+graph with `interrupt()` until the signed decision arrives (extra `langgraph`).
+
+    node = ReviewedToolNode([refund, lookup_order], client, gated=["refund"])
+    builder.add_node("tools", node)                      # where a ToolNode would go
+    graph = builder.compile(checkpointer=SqliteSaver(...))   # interrupts need a checkpointer
+
+    state = graph.invoke(inputs, config)                 # pauses on a gated call
+    while pending := pending_approvals(graph, config):   # [{"proposal_id", "summary", ...}]
+        state = resume_with_decisions(graph, config, client)   # long-polls Reviewer, then resumes
+
+For each tool call of the last AI message, the node runs an ungated tool at once; for a gated one it
+submits the call as a proposal (the tool and its arguments are the action) and calls `interrupt()`
+with the proposal's id. The graph resumes with the decision token (`Command(resume=...)`, what
+`resume_with_decisions` sends); the node then verifies it with the gate against the request IT
+built (the resume value is only a carrier: a forged or replayed token is refused), consumes it, runs
+the tool once with the approved arguments (a reviewer's edit when there was one; inside the tool,
+`reviewer_gate.current_approval().idempotency_key` is the key to send downstream) and reports the
+outcome. A rejection, an expiry or any refusal becomes the tool's message instead: the model reads why.
+
+On resume LangGraph re-runs the node from its start, so the request is deterministic (its ids derive
+from the thread id and the tool call id, it carries no expiry) and submitting it again answers the
+same proposal.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
+from langgraph.types import Command, interrupt
+
+from reviewer_gate.client import NotApproved, ReviewerClient, build_request, running_under
+from reviewer_gate.risk import GatingRules, risk_hint
+
+INTERRUPT_KIND = "reviewer_approval"
+_NAMESPACE = uuid.UUID("5b0c7c3e-31a4-4f4e-9d8e-6c1f0a6f2a10")  # request ids of this adapter
+
+
+class ReviewedToolNode:
+    """A graph node (callable on a `{"messages": [...]}` state) that runs tools with Reviewer's approval."""
+
+    def __init__(
+        self,
+        tools: Sequence[BaseTool],
+        client: ReviewerClient,
+        *,
+        gated: Iterable[str] = (),
+        open: Iterable[str] = (),  # noqa: A002 - the name the other adapters use
+        use_risk_hint: bool = True,
+        principal: dict | None = None,
+        agent_version: str = "langgraph",
+    ):
+        self.tools = {tool.name: tool for tool in tools}
+        self.client = client
+        self.rules = GatingRules.of(gated, open, use_risk_hint)
+        self.principal = principal or {"id": "langgraph", "display": "LangGraph graph"}
+        self.agent_version = agent_version
+
+    def __call__(self, state: dict, config: RunnableConfig) -> dict:
+        message = state["messages"][-1]
+        calls = message.tool_calls if isinstance(message, AIMessage) else []
+        thread = str((config.get("configurable") or {}).get("thread_id") or "no-thread")
+        return {"messages": [self._run(call, thread, config) for call in calls]}
+
+    def _run(self, call: dict, thread: str, config: RunnableConfig) -> ToolMessage:
+        tool = self.tools.get(call["name"])
+        if tool is None:
+            return ToolMessage(f"Unknown tool {call['name']!r}.", tool_call_id=call["id"], status="error")
+        if not self.rules.is_gated(tool.name):
+            return ToolMessage(str(tool.invoke(call["args"], config)), tool_call_id=call["id"])
+        return self._run_approved(tool, call, thread, config)
+
+    def _run_approved(self, tool: BaseTool, call: dict, thread: str, config: RunnableConfig) -> ToolMessage:
+        key = str(uuid.uuid5(_NAMESPACE, f"{thread}/{call['id']}"))
+        request = build_request(
+            {"tool": tool.name, "arguments": call["args"]},
+            summary=f"{tool.name} {json.dumps(call['args'], sort_keys=True)[:200]}",
+            principal=self.principal,
+            agent_version=self.agent_version,
+            consequences={"effect": f"runs the tool {tool.name}", "risk": risk_hint(tool.name) or "gated"},
+            request_id=f"langgraph-{key}",
+        )
+        # Submitting again (the node re-runs on resume) answers the same proposal.
+        submission = self.client.submit(request, task_id=f"langgraph-{key}", context_id=thread)
+        resumed = interrupt(
+            {
+                "kind": INTERRUPT_KIND,
+                "proposal_id": submission.proposal_id,
+                "tool_call_id": call["id"],
+                "summary": request["summary"],
+                "action": request["action"],
+            }
+        )
+        token = resumed.get("token") if isinstance(resumed, dict) else None
+        refusal = resumed.get("refusal") if isinstance(resumed, dict) else None
+        if not token:
+            return self._refused(
+                call, NotApproved(refusal or "no_decision", "the graph resumed without a decision")
+            )
+        try:
+            approval = self.client.release(submission, token)
+        except NotApproved as error:
+            return self._refused(call, error)
+        if approval.action.get("tool") != tool.name:
+            approval.report("failed", detail="the approved action names another tool; nothing was run")
+            return ToolMessage(
+                "The approved action names another tool; nothing was run.",
+                tool_call_id=call["id"],
+                status="error",
+            )
+        try:
+            with running_under(approval):  # the tool reads current_approval().idempotency_key
+                output = tool.invoke(approval.action.get("arguments") or {}, config)
+        except Exception as error:
+            approval.report("unknown", detail=f"tool raised {error!r}"[:2000])
+            raise
+        approval.report("succeeded")
+        return ToolMessage(
+            str(output),
+            tool_call_id=call["id"],
+            artifact={"decision_id": approval.idempotency_key, "edited": approval.edited},
+        )
+
+    @staticmethod
+    def _refused(call: dict, refusal: NotApproved) -> ToolMessage:
+        if refusal.code == "rejected":
+            text = f"Rejected by the reviewer: {refusal.reason or 'no reason given'}. Nothing was run."
+        else:
+            text = f"Not approved ({refusal.code}): {refusal.reason}. Nothing was run."
+        return ToolMessage(text, tool_call_id=call["id"], status="error")
+
+
+def pending_approvals(graph: Any, config: RunnableConfig) -> list[dict]:
+    """The Reviewer approvals the paused graph waits for (the interrupt values of this adapter)."""
+    snapshot = graph.get_state(config)
+    return [
+        interruption.value
+        for interruption in snapshot.interrupts
+        if isinstance(interruption.value, dict) and interruption.value.get("kind") == INTERRUPT_KIND
+    ]
+
+
+def resume_with_decisions(
+    graph: Any, config: RunnableConfig, client: ReviewerClient, *, timeout: float | None = None
+) -> Any:
+    """Wait for each pending approval's decision (long poll), then resume the graph with the tokens.
+
+    Proposals that closed without a decision (expired, cancelled) resume with their state as
+    `refusal`, so the node answers the model instead of waiting forever.
+    """
+    snapshot = graph.get_state(config)
+    resume: dict[str, Any] = {}
+    for interruption in snapshot.interrupts:
+        value = interruption.value
+        if not (isinstance(value, dict) and value.get("kind") == INTERRUPT_KIND):
+            continue
+        try:
+            token = client.wait_for_proposal(value["proposal_id"], timeout=timeout)
+            resume[interruption.id] = {"token": token}
+        except NotApproved as closed:
+            resume[interruption.id] = {"refusal": closed.code}
+    return graph.invoke(Command(resume=resume), config)

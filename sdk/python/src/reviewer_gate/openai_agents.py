@@ -1,0 +1,120 @@
+"""The OpenAI Agents SDK's tool approvals, decided by Reviewer (extra `openai-agents`).
+
+    approvals = ReviewerApprovals(client, principal={"id": "u-7", "display": "Casey"})
+    agent = Agent(name="ops", tools=[approvals.gate(refund), lookup_order])
+    result = await approvals.run(agent, "Refund order 1182")     # Runner.run + Reviewer's decisions
+
+`gate(tool)` turns on the SDK's approval hook for a `FunctionTool` (`needs_approval=True`), so the run
+stops with an interruption before the call, and makes the tool itself enforce Reviewer's decision: it
+runs only with an approval that Reviewer signed for THIS call id, that the gate verified and that
+was consumed, with the approved arguments (a reviewer's edit when there was one), once; inside it,
+`reviewer_gate.current_approval().idempotency_key` is the key to send downstream. A call
+approved any other way (`state.approve(item)` by hand) returns an error to the model and runs nothing.
+
+`run(agent, input)` is `Runner.run` that, at each interruption for a gated tool, submits the call as a
+proposal (the tool and its parsed arguments are the action), waits for the decision (long poll), and
+approves the item (Reviewer approved: the tool will run) or rejects it with the reviewer's reason as
+the message the model reads. Interruptions of tools it does not gate are left to the caller.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agents import Agent, FunctionTool, Runner, RunResult
+from agents.tool_context import ToolContext
+
+from reviewer_gate.client import Approval, NotApproved, ReviewerClient, running_under
+from reviewer_gate.risk import risk_hint
+
+
+def _call_of(item: Any) -> tuple[str, str, dict]:
+    """(call id, tool name, parsed arguments) of a ToolApprovalItem's raw function call."""
+    raw = item.raw_item
+    field = raw.get if isinstance(raw, dict) else lambda name: getattr(raw, name, None)
+    arguments = field("arguments") or "{}"
+    parsed = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
+    return str(field("call_id") or field("id")), str(item.name or field("name")), parsed
+
+
+class ReviewerApprovals:
+    def __init__(
+        self,
+        client: ReviewerClient,
+        *,
+        principal: dict | None = None,
+        agent_version: str = "openai-agents",
+        decision_timeout: float | None = None,
+    ):
+        self.client = client
+        self.principal = principal or {"id": "openai-agents", "display": "OpenAI Agents SDK run"}
+        self.agent_version = agent_version
+        self.decision_timeout = decision_timeout
+        self._gated: set[str] = set()
+        self._released: dict[str, Approval] = {}  # call id -> verified, consumed, not yet used
+
+    def gate(self, tool: FunctionTool) -> FunctionTool:
+        """Make `tool` ask Reviewer (the SDK's approval hook) and run only on a released approval."""
+        original = tool.on_invoke_tool
+
+        async def invoke_with_approval(context: ToolContext[Any], _arguments: str) -> Any:
+            approval = self._released.pop(context.tool_call_id, None)  # single use
+            if approval is None:
+                return f"{tool.name} was not approved by Reviewer for this call; nothing was run."
+            arguments = approval.action.get("arguments") or {}
+            try:
+                with running_under(approval):  # the tool reads current_approval().idempotency_key
+                    output = await original(context, json.dumps(arguments))
+            except Exception as error:
+                await approval.areport("unknown", detail=f"tool raised {error!r}"[:2000])
+                raise
+            await approval.areport("succeeded")
+            return output
+
+        tool.on_invoke_tool = invoke_with_approval
+        tool.needs_approval = True
+        self._gated.add(tool.name)
+        return tool
+
+    async def run(self, agent: Agent, input: Any, **run_options: Any) -> RunResult:  # noqa: A002 - Runner's name
+        """`Runner.run`, resolving the interruptions of gated tools with Reviewer until none is left."""
+        result = await Runner.run(agent, input, **run_options)
+        while result.interruptions:
+            ours = [item for item in result.interruptions if _call_of(item)[1] in self._gated]
+            if not ours:
+                return result  # approvals for tools this object does not gate: the caller's
+            state = result.to_state()
+            for item in ours:
+                await self._decide(state, item)
+            result = await Runner.run(agent, state, **run_options)
+        return result
+
+    async def _decide(self, state: Any, item: Any) -> None:
+        call_id, tool_name, arguments = _call_of(item)
+        try:
+            approval = await self.client.arequest_approval(
+                {"tool": tool_name, "arguments": arguments},
+                summary=f"{tool_name} {json.dumps(arguments, sort_keys=True)[:200]}",
+                principal=self.principal,
+                task_id=f"openai-agents-{call_id}",
+                agent_version=self.agent_version,
+                consequences={
+                    "effect": f"runs the tool {tool_name}",
+                    "risk": risk_hint(tool_name) or "gated",
+                },
+                timeout=self.decision_timeout,
+            )
+        except NotApproved as refusal:
+            if refusal.code == "rejected":
+                message = f"Rejected by the reviewer: {refusal.reason or 'no reason given'}. Nothing was run."
+            else:
+                message = f"Not approved ({refusal.code}): {refusal.reason}. Nothing was run."
+            state.reject(item, rejection_message=message)
+            return
+        if approval.action.get("tool") != tool_name:
+            await approval.areport("failed", detail="the approved action names another tool; nothing was run")
+            state.reject(item, rejection_message="The approved action names another tool; nothing was run.")
+            return
+        self._released[call_id] = approval
+        state.approve(item)

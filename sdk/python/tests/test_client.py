@@ -1,0 +1,153 @@
+"""reviewer_gate.client: submit, long-poll, verify, consume, report, against the fake Reviewer (real
+Ed25519 keys, real HTTP on loopback). Each test decides from another thread while the client waits."""
+
+import threading
+
+import pytest
+
+from reviewer_gate import NotApproved, ReviewerClient, ReviewerUnavailable, gate
+from reviewer_gate.testing import FakeReviewer, ReviewerKey, decision_claims
+
+AUDIENCE = "https://agent.example"
+ACTION = {"tool": "payments.refund", "arguments": {"order_id": "1182", "amount": "40.00", "currency": "EUR"}}
+PRINCIPAL = {"id": "u-7", "display": "Casey"}
+
+
+@pytest.fixture
+def key():
+    return ReviewerKey()
+
+
+@pytest.fixture
+def reviewer(key):
+    server = FakeReviewer([key]).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def client(reviewer):
+    return ReviewerClient(
+        reviewer_url=reviewer.url, api_token="agent-token", audience=AUDIENCE, backoff_seconds=0.01
+    )
+
+
+# Every wait below has a deadline: a broken test fails with "timeout" instead of hanging.
+DEADLINE = {"timeout": 20}
+
+
+def answer_when_submitted(reviewer, key, *, decision="approved", close=None, **overrides):
+    """A reviewer in another thread: waits for the proposal, then decides it (or closes it)."""
+    submitted = threading.Event()
+
+    def run():
+        while not reviewer.proposals:
+            submitted.wait(0.01)  # bounded poll of the fake's record, not a timing assumption
+        body = reviewer.proposals[-1]["body"]
+        proposal_id = reviewer.proposal_id_of(body["task_id"])
+        if close:
+            reviewer.close(proposal_id, close)
+            return
+        binding = {
+            "task_id": body["task_id"],
+            "request_id": body["request"]["request_id"],
+            "action_digest": body["request"]["action_digest"],
+            "context_id": body["context_id"],
+            "decision": decision,
+        }
+        claims = decision_claims(issuer=reviewer.url, audience=AUDIENCE, **{**binding, **overrides})
+        reviewer.decide(proposal_id, key.sign(claims))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_an_approval_is_submitted_verified_consumed_and_reported(client, reviewer, key):
+    answer_when_submitted(reviewer, key)
+    approval = client.request_approval(
+        ACTION, summary="Refund EUR 40.00", principal=PRINCIPAL, ttl_seconds=60, **DEADLINE
+    )
+
+    (submitted,) = reviewer.proposals
+    assert submitted["authorization"] == "Bearer agent-token"
+    assert submitted["body"]["request"]["action_digest"] == gate.action_digest(ACTION)
+    assert submitted["body"]["request"]["expires_at"].endswith("Z")
+    assert approval.action == ACTION and not approval.edited
+    assert [call["body"] for call in reviewer.consumes_for(approval.idempotency_key)] == [{"rev": 2}]
+    assert approval.report("succeeded", transaction_id="tx-1")
+    assert reviewer.outcomes_for(approval.idempotency_key) == ["succeeded"]
+
+
+def test_a_rejection_raises_with_the_reviewers_reason_and_consumes_nothing(client, reviewer, key):
+    answer_when_submitted(reviewer, key, decision="rejected", reason="not a duplicate")
+    with pytest.raises(NotApproved) as refusal:
+        client.request_approval(ACTION, summary="Refund", principal=PRINCIPAL, **DEADLINE)
+    assert (refusal.value.code, refusal.value.reason) == ("rejected", "not a duplicate")
+    assert reviewer.consumes == []
+
+
+def test_an_expired_proposal_raises_without_a_token(client, reviewer, key):
+    answer_when_submitted(reviewer, key, close="expired")
+    with pytest.raises(NotApproved) as refusal:
+        client.request_approval(ACTION, summary="Refund", principal=PRINCIPAL, **DEADLINE)
+    assert refusal.value.code == "expired"
+    assert reviewer.consumes == []
+
+
+def test_a_decision_for_another_action_is_refused_before_consuming(client, reviewer, key):
+    other = gate.action_digest({**ACTION, "arguments": {**ACTION["arguments"], "amount": "4000.00"}})
+    answer_when_submitted(reviewer, key, action_digest=other)
+    with pytest.raises(NotApproved) as refusal:
+        client.request_approval(ACTION, summary="Refund", principal=PRINCIPAL, **DEADLINE)
+    assert refusal.value.code == "wrong_digest"
+    assert reviewer.consumes == []
+
+
+def test_a_refused_consume_raises(client, reviewer, key):
+    original_decide = reviewer.decide
+
+    def decide_then_revoke(proposal_id, token, state="approved"):
+        jti = gate.jwt.decode(token, options={"verify_signature": False})["jti"]
+        reviewer.consume_answers[jti] = (409, {"error": {"code": "revoked", "message": "halted"}})
+        original_decide(proposal_id, token, state)
+
+    reviewer.decide = decide_then_revoke
+    answer_when_submitted(reviewer, key)
+    with pytest.raises(NotApproved) as refusal:
+        client.request_approval(ACTION, summary="Refund", principal=PRINCIPAL, **DEADLINE)
+    assert refusal.value.code == "consume_refused:revoked"
+
+
+def test_submit_and_pull_are_retried_on_503(client, reviewer, key):
+    reviewer.unavailable_answers = 2
+    answer_when_submitted(reviewer, key)
+    approval = client.request_approval(ACTION, summary="Refund", principal=PRINCIPAL, **DEADLINE)
+    assert approval.decision.approved
+    assert len(reviewer.proposals) == 1  # the two 503s were answered before recording
+
+
+def test_reviewer_down_raises_unavailable(key):
+    client = ReviewerClient(
+        reviewer_url="http://127.0.0.1:9", api_token="t", audience=AUDIENCE, retries=1, backoff_seconds=0.01
+    )
+    with pytest.raises(ReviewerUnavailable):
+        client.request_approval(ACTION, summary="Refund", principal=PRINCIPAL, **DEADLINE)
+
+
+async def test_the_async_form_calls_on_wait_between_polls(reviewer, key):
+    client = ReviewerClient(reviewer_url=reviewer.url, api_token="t", audience=AUDIENCE, poll_seconds=0)
+    waits = []
+    submitted = threading.Event()
+
+    async def on_wait(state, elapsed):
+        waits.append(state)
+        if len(waits) == 2 and not submitted.is_set():
+            submitted.set()
+            answer_when_submitted(reviewer, key)
+
+    approval = await client.arequest_approval(
+        ACTION, summary="Refund", principal=PRINCIPAL, on_wait=on_wait, **DEADLINE
+    )
+    assert approval.decision.approved
+    assert waits[:2] == ["awaiting_review", "awaiting_review"]

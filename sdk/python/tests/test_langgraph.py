@@ -1,0 +1,179 @@
+"""reviewer_gate.langgraph with a real LangGraph graph and checkpointer, driven without any model: a
+deterministic node emits the tool call, ReviewedToolNode pauses the graph with interrupt(), the fake
+Reviewer decides, resume_with_decisions resumes it."""
+
+import uuid
+
+import pytest
+
+pytest.importorskip("langgraph")
+
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage  # noqa: E402
+from langchain_core.tools import tool  # noqa: E402
+from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
+from langgraph.graph import END, START, MessagesState, StateGraph  # noqa: E402
+from langgraph.types import Command  # noqa: E402
+
+from reviewer_gate import ReviewerClient, gate  # noqa: E402
+from reviewer_gate.langgraph import ReviewedToolNode, pending_approvals, resume_with_decisions  # noqa: E402
+from reviewer_gate.testing import FakeReviewer, ReviewerKey, decision_claims  # noqa: E402
+
+AUDIENCE = "urn:agent:langgraph"
+
+
+@pytest.fixture
+def key():
+    return ReviewerKey()
+
+
+@pytest.fixture
+def reviewer(key):
+    server = FakeReviewer([key]).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def client(reviewer):
+    return ReviewerClient(reviewer_url=reviewer.url, api_token="lg-token", audience=AUDIENCE, poll_seconds=1)
+
+
+@pytest.fixture
+def refunds():
+    return []
+
+
+@pytest.fixture
+def graph(client, refunds):
+    @tool
+    def refund(order_id: str, amount: str) -> str:
+        """Refund an order."""
+        refunds.append((order_id, amount))
+        return f"refunded {amount} for {order_id}"
+
+    @tool
+    def lookup_order(order_id: str) -> str:
+        """Look an order up."""
+        return f"order {order_id}: delivered"
+
+    def planner(state: MessagesState):
+        """Stands in for the model: asks for one lookup and one refund, then stops."""
+        if isinstance(state["messages"][-1], ToolMessage):
+            return {"messages": [AIMessage("done")]}
+        calls = [
+            {"name": "lookup_order", "args": {"order_id": "1182"}, "id": "call-lookup"},
+            {"name": "refund", "args": {"order_id": "1182", "amount": "40.00"}, "id": "call-refund"},
+        ]
+        return {"messages": [AIMessage("", tool_calls=calls)]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("planner", planner)
+    builder.add_node("tools", ReviewedToolNode([refund, lookup_order], client, gated=["refund"]))
+    builder.add_edge(START, "planner")
+    builder.add_conditional_edges(
+        "planner", lambda state: "tools" if state["messages"][-1].tool_calls else END, ["tools", END]
+    )
+    builder.add_edge("tools", "planner")
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+def config():
+    return {"configurable": {"thread_id": str(uuid.uuid4())}}
+
+
+def sign_for_last_proposal(reviewer, key, *, decision="approved", **overrides):
+    body = reviewer.proposals[-1]["body"]
+    claims = {
+        "task_id": body["task_id"],
+        "request_id": body["request"]["request_id"],
+        "action_digest": body["request"]["action_digest"],
+        "context_id": body["context_id"],
+        "decision": decision,
+    }
+    token = key.sign(decision_claims(issuer=reviewer.url, audience=AUDIENCE, **{**claims, **overrides}))
+    reviewer.decide(reviewer.proposal_id_of(body["task_id"]), token)
+    return token
+
+
+def tool_messages(state) -> dict:
+    return {m.tool_call_id: m for m in state["messages"] if isinstance(m, ToolMessage)}
+
+
+def test_a_gated_call_pauses_the_graph_and_runs_once_after_approval(graph, client, reviewer, key, refunds):
+    cfg = config()
+    graph.invoke({"messages": [HumanMessage("refund order 1182")]}, cfg)
+
+    (pending,) = pending_approvals(graph, cfg)
+    assert pending["action"] == {"tool": "refund", "arguments": {"order_id": "1182", "amount": "40.00"}}
+    assert refunds == []  # paused before the side effect
+    assert len(reviewer.proposals) == 1
+
+    sign_for_last_proposal(reviewer, key)
+    state = resume_with_decisions(graph, cfg, client)
+
+    assert refunds == [("1182", "40.00")]
+    messages = tool_messages(state)
+    assert messages["call-refund"].content == "refunded 40.00 for 1182"
+    assert messages["call-lookup"].content == "order 1182: delivered"
+    assert state["messages"][-1].content == "done"
+    jti = messages["call-refund"].artifact["decision_id"]
+    assert reviewer.consumes_for(jti) and reviewer.outcomes_for(jti) == ["succeeded"]
+    # the node re-ran on resume and submitted the same request again: still one proposal
+    assert len({p["body"]["request"]["request_id"] for p in reviewer.proposals}) == 1
+
+
+def test_a_rejection_becomes_the_tools_answer_and_nothing_runs(graph, client, reviewer, key, refunds):
+    cfg = config()
+    graph.invoke({"messages": [HumanMessage("refund")]}, cfg)
+    sign_for_last_proposal(reviewer, key, decision="rejected", reason="parcel was delivered")
+    state = resume_with_decisions(graph, cfg, client)
+    message = tool_messages(state)["call-refund"]
+    assert message.status == "error" and "parcel was delivered" in message.content
+    assert refunds == []
+
+
+def test_a_reviewers_edit_runs_the_edited_arguments(graph, client, reviewer, key, refunds):
+    cfg = config()
+    graph.invoke({"messages": [HumanMessage("refund")]}, cfg)
+    body = reviewer.proposals[-1]["body"]
+    edited = {"tool": "refund", "arguments": {"order_id": "1182", "amount": "25.00"}}
+    sign_for_last_proposal(
+        reviewer,
+        key,
+        request_id=body["request"]["request_id"] + ".edit",
+        replaces=[body["request"]["request_id"]],
+        action=edited,
+        action_digest=gate.action_digest(edited),
+    )
+    state = resume_with_decisions(graph, cfg, client)
+    assert refunds == [("1182", "25.00")]
+    assert tool_messages(state)["call-refund"].artifact["edited"] is True
+
+
+def test_an_expired_proposal_resumes_with_a_refusal(graph, client, reviewer, refunds):
+    cfg = config()
+    graph.invoke({"messages": [HumanMessage("refund")]}, cfg)
+    reviewer.close(reviewer.proposal_id_of(reviewer.proposals[-1]["body"]["task_id"]), "expired")
+    state = resume_with_decisions(graph, cfg, client)
+    assert "expired" in tool_messages(state)["call-refund"].content
+    assert refunds == []
+
+
+def test_a_forged_resume_value_is_refused_by_the_gate(graph, reviewer, refunds):
+    cfg = config()
+    graph.invoke({"messages": [HumanMessage("refund")]}, cfg)
+    body = reviewer.proposals[-1]["body"]
+    forged = ReviewerKey().sign(
+        decision_claims(
+            issuer=reviewer.url,
+            audience=AUDIENCE,
+            task_id=body["task_id"],
+            request_id=body["request"]["request_id"],
+            action_digest=body["request"]["action_digest"],
+            context_id=body["context_id"],
+        )
+    )
+    (interruption,) = graph.get_state(cfg).interrupts
+    state = graph.invoke(Command(resume={interruption.id: {"token": forged}}), cfg)
+    assert "unknown_kid" in tool_messages(state)["call-refund"].content
+    assert refunds == []

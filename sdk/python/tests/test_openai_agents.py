@@ -1,0 +1,180 @@
+"""reviewer_gate.openai_agents with the Agents SDK's own run loop (Runner.run, its approval
+interruptions and RunState) and a scripted Model (no network, no real model); the fake Reviewer decides."""
+
+import threading
+
+import pytest
+
+pytest.importorskip("agents")
+
+from agents import Agent, ModelResponse, Runner, Usage, function_tool, set_tracing_disabled  # noqa: E402
+from agents.models.interface import Model  # noqa: E402
+from openai.types.responses import (  # noqa: E402
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputText,
+)
+
+from reviewer_gate import ReviewerClient, gate  # noqa: E402
+from reviewer_gate.openai_agents import ReviewerApprovals  # noqa: E402
+from reviewer_gate.testing import FakeReviewer, ReviewerKey, decision_claims  # noqa: E402
+
+AUDIENCE = "urn:agent:openai-agents"
+set_tracing_disabled(True)  # no trace export: these tests never touch the network
+
+
+class ScriptedModel(Model):
+    """Calls `refund` once, then answers with the tool's output (or the rejection) as its final text."""
+
+    def __init__(self, arguments='{"order_id": "1182", "amount": "40.00"}'):
+        self.arguments = arguments
+        self.inputs = []
+
+    async def get_response(self, system_instructions, input, *args, **kwargs):  # noqa: A002
+        self.inputs.append(input)
+        outputs = [
+            item for item in input if isinstance(item, dict) and item.get("type") == "function_call_output"
+        ]
+        if not outputs:
+            call = ResponseFunctionToolCall(
+                type="function_call", call_id="call-1", name="refund", arguments=self.arguments, id="fc-1"
+            )
+            return ModelResponse(output=[call], usage=Usage(), response_id=None)
+        text = ResponseOutputText(type="output_text", text=str(outputs[-1]["output"]), annotations=[])
+        message = ResponseOutputMessage(
+            type="message", id="msg-1", role="assistant", status="completed", content=[text]
+        )
+        return ModelResponse(output=[message], usage=Usage(), response_id=None)
+
+    def stream_response(self, *args, **kwargs):
+        raise NotImplementedError("not used")
+
+
+@pytest.fixture
+def key():
+    return ReviewerKey()
+
+
+@pytest.fixture
+def reviewer(key):
+    server = FakeReviewer([key]).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def refunds():
+    return []
+
+
+@pytest.fixture
+def approvals(reviewer):
+    client = ReviewerClient(
+        reviewer_url=reviewer.url, api_token="oa-token", audience=AUDIENCE, poll_seconds=1
+    )
+    return ReviewerApprovals(client, principal={"id": "u-7", "display": "Casey"}, decision_timeout=20)
+
+
+@pytest.fixture
+def agent(approvals, refunds):
+    @function_tool
+    def refund(order_id: str, amount: str) -> str:
+        """Refund an order."""
+        refunds.append((order_id, amount))
+        return f"refunded {amount} for {order_id}"
+
+    return Agent(
+        name="ops", instructions="refund things", model=ScriptedModel(), tools=[approvals.gate(refund)]
+    )
+
+
+def decide_when_submitted(reviewer, key, *, decision="approved", close=None, **overrides):
+    ready = threading.Event()
+
+    def run():
+        while not reviewer.proposals:
+            ready.wait(0.01)  # bounded poll of the fake's record
+        body = reviewer.proposals[-1]["body"]
+        proposal_id = reviewer.proposal_id_of(body["task_id"])
+        if close:
+            reviewer.close(proposal_id, close)
+            return
+        claims = {
+            "task_id": body["task_id"],
+            "request_id": body["request"]["request_id"],
+            "action_digest": body["request"]["action_digest"],
+            "context_id": body["context_id"],
+            "decision": decision,
+        }
+        token = key.sign(decision_claims(issuer=reviewer.url, audience=AUDIENCE, **{**claims, **overrides}))
+        reviewer.decide(proposal_id, token)
+
+    threading.Thread(target=run, daemon=True).start()
+
+
+async def test_an_approved_call_runs_once_through_the_sdks_approval_hook(
+    approvals, agent, reviewer, key, refunds
+):
+    decide_when_submitted(reviewer, key)
+    result = await approvals.run(agent, "refund order 1182")
+    assert result.final_output == "refunded 40.00 for 1182"
+    assert refunds == [("1182", "40.00")]
+    (proposal,) = reviewer.proposals
+    assert proposal["body"]["request"]["action"] == {
+        "tool": "refund",
+        "arguments": {"order_id": "1182", "amount": "40.00"},
+    }
+    assert proposal["body"]["task_id"] == "openai-agents-call-1"
+    (consume,) = reviewer.consumes
+    assert reviewer.outcomes_for(consume["jti"]) == ["succeeded"]
+
+
+async def test_a_rejection_is_what_the_model_reads_and_nothing_runs(approvals, agent, reviewer, key, refunds):
+    decide_when_submitted(reviewer, key, decision="rejected", reason="the parcel was delivered")
+    result = await approvals.run(agent, "refund order 1182")
+    assert "the parcel was delivered" in result.final_output
+    assert refunds == [] and reviewer.consumes == []
+
+
+async def test_an_expired_proposal_is_rejected_and_nothing_runs(approvals, agent, reviewer, key, refunds):
+    decide_when_submitted(reviewer, key, close="expired")
+    result = await approvals.run(agent, "refund order 1182")
+    assert "expired" in result.final_output
+    assert refunds == []
+
+
+async def test_a_reviewers_edit_runs_the_edited_arguments(approvals, agent, reviewer, key, refunds):
+    edited = {"tool": "refund", "arguments": {"order_id": "1182", "amount": "25.00"}}
+    ready = threading.Event()
+
+    def reviewer_edits():
+        while not reviewer.proposals:
+            ready.wait(0.01)  # bounded poll of the fake's record
+        body = reviewer.proposals[-1]["body"]
+        asked = body["request"]["request_id"]
+        claims = decision_claims(
+            issuer=reviewer.url,
+            audience=AUDIENCE,
+            task_id=body["task_id"],
+            context_id=body["context_id"],
+            request_id=asked + ".edit",
+            replaces=[asked],
+            action=edited,
+            action_digest=gate.action_digest(edited),
+        )
+        reviewer.decide(reviewer.proposal_id_of(body["task_id"]), key.sign(claims))
+
+    threading.Thread(target=reviewer_edits, daemon=True).start()
+    result = await approvals.run(agent, "refund order 1182")
+    assert refunds == [("1182", "25.00")]
+    assert result.final_output == "refunded 25.00 for 1182"
+
+
+async def test_approving_by_hand_does_not_run_a_gated_tool(agent, refunds):
+    result = await Runner.run(agent, "refund order 1182")
+    (item,) = result.interruptions
+    state = result.to_state()
+    state.approve(item)  # the SDK's own approval, without Reviewer
+    resumed = await Runner.run(agent, state)
+    assert "not approved by Reviewer" in resumed.final_output
+    assert refunds == []

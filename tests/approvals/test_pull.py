@@ -1,0 +1,189 @@
+"""The pull path: GET /api/v1/proposals/<id>/decision?wait=N answers the same signed token the A2A
+continuation carries, only to the proposal's own agent, and waits (bounded) for it to exist."""
+
+import threading
+
+import jwt
+import pytest
+from django.db import connection
+
+from approvals import pull, services
+from approvals.models import Decision, Proposal
+from approvals.states import State
+from reviewer_gate import gate
+from tests import factories
+from tests.factories import totp_code
+
+AUTH = {"HTTP_AUTHORIZATION": "Bearer api-secret"}
+
+
+def pull_decision(client, proposal, wait=0, **headers):
+    return client.get(f"/api/v1/proposals/{proposal.id}/decision?wait={wait}", **{**AUTH, **headers})
+
+
+def approve(proposal, reviewer):
+    services.cast_vote(
+        proposal.id,
+        reviewer,
+        verdict="approve",
+        digest_seen=proposal.action_digest,
+        otp_code=totp_code(reviewer),
+    )
+
+
+@pytest.mark.django_db
+def test_an_undecided_proposal_answers_null_and_its_state(client, agent, refund_policy, requester):
+    proposal = factories.submit(agent)
+    response = pull_decision(client, proposal)
+    assert response.status_code == 200
+    assert response.json() == {"token": None, "state": "awaiting_review", "proposal_id": str(proposal.id)}
+
+
+@pytest.mark.django_db
+def test_a_decided_proposal_answers_the_continuations_token(
+    client, agent, refund_policy, requester, reviewer_a
+):
+    proposal = factories.submit(agent)
+    approve(proposal, reviewer_a)
+    decision = Decision.objects.get(proposal=proposal)
+
+    body = pull_decision(client, proposal).json()
+
+    assert body == {"token": decision.token, "state": "approved", "proposal_id": str(proposal.id)}
+    claims = jwt.decode(body["token"], options={"verify_signature": False})
+    assert (claims["sub"], claims["request_id"], claims["decision"]) == (
+        proposal.task_id,
+        proposal.request_id,
+        "approved",
+    )
+
+
+@pytest.mark.django_db
+def test_the_token_verifies_with_the_gate_against_what_the_agent_asked(
+    client, agent, refund_policy, requester, reviewer_a, settings
+):
+    proposal = factories.submit(agent)
+    approve(proposal, reviewer_a)
+    token = pull_decision(client, proposal).json()["token"]
+    jwks = client.get("/.well-known/jwks.json").json()
+    the_gate = gate.Gate(
+        issuer=settings.REVIEWER_ISSUER,
+        audience=agent.audience,
+        keys=gate.StaticKeySource(jwks),
+        used_store=gate.MemoryUsedStore(),
+    )
+    decision = the_gate.verify(
+        token, task_id=proposal.task_id, request_id=proposal.request_id, action_digest=proposal.action_digest
+    )
+    assert decision.approved and decision.jti == str(Decision.objects.get(proposal=proposal).jti)
+
+
+@pytest.mark.django_db
+def test_a_policy_denial_answers_a_signed_rejection(client, agent, tenant, requester):
+    factories.make_policy(tenant, "no-refunds", tool_pattern="payments.refund", outcome="deny")
+    proposal = factories.submit(agent)
+    body = pull_decision(client, proposal).json()
+    assert body["state"] == "denied"
+    assert jwt.decode(body["token"], options={"verify_signature": False})["decision"] == "rejected"
+
+
+@pytest.mark.django_db
+def test_an_expired_proposal_answers_null_at_once_even_with_a_wait(
+    client, agent, refund_policy, requester, monkeypatch
+):
+    proposal = factories.submit(agent)
+    services.expire_due(now=proposal.expires_at)
+    monkeypatch.setattr(pull, "pause", lambda seconds: pytest.fail("a closed proposal must not wait"))
+    assert pull_decision(client, proposal, wait=30).json()["state"] == "expired"
+
+
+@pytest.mark.django_db
+def test_a_reviewers_edit_is_followed_to_the_new_proposals_decision(
+    client, agent, refund_policy, requester, reviewer_a, reviewer_b
+):
+    proposal = factories.submit(agent)
+    edited = services.edit_proposal(
+        proposal.id,
+        reviewer_a,
+        arguments={**proposal.action["arguments"], "amount": "25.00"},
+        digest_seen=proposal.action_digest,
+    )
+    assert pull_decision(client, proposal).json() == {
+        "token": None,
+        "state": "awaiting_review",
+        "proposal_id": str(edited.id),
+    }
+    approve(edited, reviewer_b)
+    body = pull_decision(client, proposal).json()
+    assert body["proposal_id"] == str(edited.id)
+    assert (
+        jwt.decode(body["token"], options={"verify_signature": False})["replaces"][-1] == proposal.request_id
+    )
+
+
+@pytest.mark.django_db
+def test_only_the_proposals_own_agent_reads_it(client, agent, tenant, refund_policy, requester, reviewer_a):
+    proposal = factories.submit(agent)
+    approve(proposal, reviewer_a)
+    factories.make_agent(tenant, slug="other", push_token="p2", api_token="other-secret")
+    assert pull_decision(client, proposal, HTTP_AUTHORIZATION="Bearer other-secret").status_code == 404
+    assert pull_decision(client, proposal, HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
+    assert client.get(f"/api/v1/proposals/{proposal.id}/decision").status_code == 401
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("wait", ["61", "-1", "soon"])
+def test_a_wait_out_of_bounds_is_a_400_naming_it(client, agent, refund_policy, requester, wait):
+    proposal = factories.submit(agent)
+    response = client.get(f"/api/v1/proposals/{proposal.id}/decision?wait={wait}", **AUTH)
+    assert response.status_code == 400
+    assert response.json()["error"]["field"] == "wait"
+
+
+@pytest.mark.django_db
+def test_the_openapi_document_describes_the_pull(client):
+    document = client.get("/api/v1/openapi.json").json()
+    operation = document["paths"]["/api/v1/proposals/{proposal_id}/decision"]["get"]
+    assert [p["name"] for p in operation["parameters"]] == ["proposal_id", "wait"]
+    assert set(operation["responses"]) >= {"200", "401", "404"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_waiting_pull_answers_once_a_reviewer_decides(
+    live_pull_client, agent, refund_policy, requester, reviewer_a
+):
+    """The view is already waiting (its first pause) when the vote lands in another thread."""
+    proposal = factories.submit(agent)
+    waiting = threading.Event()
+    answers = []
+
+    def request_in_background():
+        try:
+            answers.append(pull_decision(live_pull_client, proposal, wait=30))
+        finally:
+            connection.close()  # this thread's own connection
+
+    live_pull_client.on_pause = waiting.set
+    background = threading.Thread(target=request_in_background)
+    background.start()
+    assert waiting.wait(timeout=30), "the pull never started waiting"
+    approve(proposal, reviewer_a)
+    background.join(timeout=30)
+
+    (response,) = answers
+    assert response.json()["token"] == Decision.objects.get(proposal=proposal).token
+    assert Proposal.objects.get(pk=proposal.pk).state == State.APPROVED  # reading consumed nothing
+
+
+@pytest.fixture
+def live_pull_client(client, monkeypatch):
+    """The test client, with the pull's pause reporting that the view is waiting (then pausing briefly)."""
+    real_pause = pull.pause
+
+    def observed_pause(seconds):
+        client.on_pause()
+        real_pause(min(seconds, 0.05))
+
+    client.on_pause = lambda: None
+    monkeypatch.setattr(pull, "pause", observed_pause)
+    return client

@@ -1,0 +1,244 @@
+"""The MCP gateway end to end: the mcp SDK's client → `python -m reviewer_gate.mcp_gateway` (its own
+process) → a small upstream MCP server (examples/mcp/files_server.py, its own process) whose
+`delete_file` records every call that reaches it; Reviewer (Daphne + worker) decides, a reviewer signs
+in and votes with real TOTP codes in its forms. Over stdio (client → gateway → upstream) and over
+streamable HTTP (client → gateway → upstream)."""
+
+import asyncio
+import json
+import os
+import socket
+import sys
+import threading
+
+import pytest
+from mcp import Client, StdioServerParameters
+
+from approvals import services
+from approvals.models import Proposal
+from approvals.states import State
+from tests import factories
+from tests.e2e.conftest import REPO, ServerProcess
+from tests.e2e.test_a2a_loop import decide_in_browser, wait_for
+from tests.examples.harness import free_port
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+AUDIENCE = "urn:agent:mcp-gateway"
+API_TOKEN = "mcp-gateway-token"
+
+
+@pytest.fixture
+def registered(reviewer_stack):
+    tenant = factories.make_tenant()
+    reviewer = factories.make_user("reviewer_a", tenant=tenant, groups=["finance"], first_name="Alice")
+    factories.make_policy(
+        tenant, "file-deletes", tool_pattern="delete_file", thresholds=[{"group": "finance", "count": 1}]
+    )
+    # A pull-only agent: nothing listens at its card URL (Reviewer's continuation attempts fail and
+    # are retried in its outbox; the gateway reads the decision by pull).
+    services.register_agent(
+        tenant=tenant,
+        slug="mcp-gateway",
+        name="MCP gateway",
+        card_url="http://127.0.0.1:9/.well-known/agent-card.json",
+        audience=AUDIENCE,
+        push_token="unused",
+        api_token=API_TOKEN,
+    )
+    return reviewer
+
+
+def gateway_args(stack, *, ttl: int = 600) -> list[str]:
+    return [
+        "-m",
+        "reviewer_gate.mcp_gateway",
+        "--reviewer-url",
+        stack.url,
+        "--audience",
+        AUDIENCE,
+        "--ttl",
+        str(ttl),
+    ]
+
+
+def environment() -> dict:
+    return {**os.environ, "PYTHONPATH": str(REPO), "REVIEWER_API_TOKEN": API_TOKEN}
+
+
+def stdio_gateway(stack, record, *, ttl: int = 600) -> StdioServerParameters:
+    upstream = [sys.executable, "-m", "examples.mcp.files_server", "--record", str(record)]
+    return StdioServerParameters(
+        command=sys.executable,
+        args=[*gateway_args(stack, ttl=ttl), "--", *upstream],
+        env=environment(),
+        cwd=REPO,
+    )
+
+
+class ToolCall(threading.Thread):
+    """One MCP client session calling one tool, in the background while the test plays the reviewer."""
+
+    def __init__(self, server, tool: str, arguments: dict):
+        super().__init__(daemon=True)
+        self.server, self.tool, self.arguments = server, tool, arguments
+        self.result = None
+        self.error: BaseException | None = None
+
+    def run(self):
+        async def call():
+            async with Client(self.server, read_timeout_seconds=60) as client:
+                return await client.call_tool(self.tool, self.arguments)
+
+        try:
+            self.result = asyncio.run(call())
+        except BaseException as error:  # reported by outcome()
+            self.error = error
+
+    def outcome(self, timeout: float = 60):
+        self.join(timeout)
+        assert not self.is_alive(), "the tool call did not return"
+        if self.error:
+            raise self.error
+        return self.result
+
+
+def text(result) -> str:
+    return " ".join(block.text for block in result.content)
+
+
+def recorded(record) -> list[dict]:
+    return [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
+
+
+def proposals_after(count: int, stack):
+    return wait_for(
+        lambda: list(Proposal.objects.order_by("created_at"))[count:] or None,
+        "the gateway's proposal",
+        stack=stack,
+    )
+
+
+def test_an_approved_call_reaches_the_upstream_once(reviewer_stack, registered, tmp_path):
+    record = tmp_path / "calls.jsonl"
+    call = ToolCall(stdio_gateway(reviewer_stack, record), "delete_file", {"path": "reports/q3.xlsx"})
+    call.start()
+    (proposal,) = proposals_after(0, reviewer_stack)
+    assert proposal.action == {
+        "tool": "delete_file",
+        "arguments": {"path": "reports/q3.xlsx"},
+        "target": proposal.action["target"],
+    }
+    assert proposal.principal_id.startswith("mcp-client:")
+    assert recorded(record) == []  # nothing ran while it waited
+
+    decide_in_browser(reviewer_stack, registered, proposal, "approve")
+
+    result = call.outcome()
+    assert not result.is_error, text(result)
+    assert [c["path"] for c in recorded(record)] == ["reports/q3.xlsx"]
+    wait_for(
+        lambda: Proposal.objects.get(pk=proposal.pk).state == State.SUCCEEDED,
+        "succeeded",
+        stack=reviewer_stack,
+    )
+
+
+def test_a_rejected_call_is_a_tool_error_with_the_reason(reviewer_stack, registered, tmp_path):
+    record = tmp_path / "calls.jsonl"
+    call = ToolCall(stdio_gateway(reviewer_stack, record), "delete_file", {"path": "ledger.db"})
+    call.start()
+    (proposal,) = proposals_after(0, reviewer_stack)
+
+    decide_in_browser(reviewer_stack, registered, proposal, "reject", reason="the ledger is evidence")
+
+    result = call.outcome()
+    assert result.is_error and "the ledger is evidence" in text(result)
+    assert recorded(record) == []
+
+
+def test_an_expired_call_is_an_error_and_calls_nothing(reviewer_stack, registered, tmp_path):
+    record = tmp_path / "calls.jsonl"
+    call = ToolCall(stdio_gateway(reviewer_stack, record, ttl=2), "delete_file", {"path": "old.log"})
+    call.start()
+    (proposal,) = proposals_after(0, reviewer_stack)
+
+    result = call.outcome()  # nobody decides: the worker expires it
+
+    assert result.is_error and "expired" in text(result)
+    assert Proposal.objects.get(pk=proposal.pk).state == State.EXPIRED
+    assert recorded(record) == []
+
+
+def test_a_replayed_call_needs_its_own_approval(reviewer_stack, registered, tmp_path):
+    record = tmp_path / "calls.jsonl"
+    server = stdio_gateway(reviewer_stack, record)
+    first = ToolCall(server, "delete_file", {"path": "tmp/cache"})
+    first.start()
+    (proposal,) = proposals_after(0, reviewer_stack)
+    decide_in_browser(reviewer_stack, registered, proposal, "approve")
+    assert not first.outcome().is_error
+
+    again = ToolCall(server, "delete_file", {"path": "tmp/cache"})  # the same call, sent again
+    again.start()
+    (second,) = proposals_after(1, reviewer_stack)
+    assert second.pk != proposal.pk and second.action == proposal.action
+    decide_in_browser(reviewer_stack, registered, second, "reject", reason="already done")
+
+    assert again.outcome().is_error
+    assert len(recorded(record)) == 1  # the first approval released exactly one call
+
+
+def test_over_streamable_http_with_an_ungated_tool_passing_through(reviewer_stack, registered, tmp_path):
+    record = tmp_path / "calls.jsonl"
+    upstream_port, gateway_port = free_port(), free_port()
+    upstream = ServerProcess(
+        "mcp-upstream",
+        [
+            sys.executable,
+            "-m",
+            "examples.mcp.files_server",
+            "--record",
+            str(record),
+            "--http",
+            f"127.0.0.1:{upstream_port}",
+        ],
+        env=environment(),
+        log_dir=reviewer_stack.log_dir,
+    ).start()
+    gateway = ServerProcess(
+        "mcp-gateway",
+        [
+            sys.executable,
+            *gateway_args(reviewer_stack),
+            "--upstream-url",
+            f"http://127.0.0.1:{upstream_port}/mcp",
+            "--listen",
+            f"http://127.0.0.1:{gateway_port}/mcp",
+        ],
+        env=environment(),
+        log_dir=reviewer_stack.log_dir,
+    )
+    reviewer_stack.processes += [upstream, gateway]
+    upstream.wait_until(lambda: _port_open(upstream_port), "the upstream listening")
+    gateway.start()
+    gateway.wait_until(lambda: _port_open(gateway_port), "the gateway listening")
+    url = f"http://127.0.0.1:{gateway_port}/mcp"
+
+    read = ToolCall(url, "read_file", {"path": "notes.txt"})
+    read.start()
+    assert text(read.outcome()) == "contents of notes.txt"
+    assert not Proposal.objects.exists()  # read_file is not gated
+
+    call = ToolCall(url, "delete_file", {"path": "notes.txt"})
+    call.start()
+    (proposal,) = proposals_after(0, reviewer_stack)
+    decide_in_browser(reviewer_stack, registered, proposal, "approve")
+    assert not call.outcome().is_error
+    assert [c["path"] for c in recorded(record)] == ["notes.txt"]
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
