@@ -12,7 +12,7 @@ from approvals.models import Decision, Proposal
 from approvals.states import State
 from reviewer_gate import gate
 from tests import factories
-from tests.factories import totp_code
+from tests.factories import step_up_for, totp_code
 
 AUTH = {"HTTP_AUTHORIZATION": "Bearer api-secret"}
 
@@ -27,7 +27,7 @@ def approve(proposal, reviewer):
         reviewer,
         verdict="approve",
         digest_seen=proposal.action_digest,
-        otp_code=totp_code(reviewer),
+        step_up=step_up_for(reviewer, totp_code(reviewer)),
     )
 
 
