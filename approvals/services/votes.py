@@ -162,7 +162,6 @@ def _store_vote(proposal, user, verdict, digest_seen, reason, page_hash, step) -
             Decision.Kind.REJECTED,
             reason=reason,
             approvers=[_approver(vote, None)],
-            policy_ref=_pinned_policy_ref(proposal),
         )
         return vote
     quorum = count_quorum(proposal)
@@ -180,7 +179,6 @@ def _store_vote(proposal, user, verdict, digest_seen, reason, page_hash, step) -
             Decision.Kind.APPROVED,
             reason="approved by quorum",
             approvers=approvers,
-            policy_ref=_pinned_policy_ref(proposal),
             quorum=quorum,
         )
     else:
@@ -196,11 +194,6 @@ def _approver(vote: Vote, group_slug: str | None) -> dict:
         "group": group_slug,
         "auth": {"method": vote.auth_method, "at": _audit_time(vote.auth_at)},
     }
-
-
-def _pinned_policy_ref(proposal: Proposal) -> dict | None:
-    version = proposal.policy_versions.select_related("policy").order_by("policy__slug").first()
-    return version.ref if version else None
 
 
 def request_info(proposal_id, actor, *, question: str, digest_seen: str) -> Decision:
@@ -219,7 +212,6 @@ def request_info(proposal_id, actor, *, question: str, digest_seen: str) -> Deci
             Decision.Kind.NEEDS_INFO,
             reason=question,
             approvers=[_person(actor, "none")],
-            policy_ref=_pinned_policy_ref(proposal),
         )
 
 
