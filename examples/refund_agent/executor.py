@@ -173,6 +173,7 @@ class RefundExecutor(AgentExecutor):
                 request_id=asked.request_id,
                 action_digest=asked.action_digest,
                 context_id=asked.context_id,
+                expires_at=asked.request.get("expires_at"),
             )
         except approval_gate.GateError as error:
             if error.code == "replayed":
