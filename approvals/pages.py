@@ -257,7 +257,9 @@ def _step_up_text(mode: str) -> str:
 
 def _why_context(proposal: Proposal, user, groups: dict, why_not: tuple[str, str] | None) -> dict:
     return {
-        "pinned": list(proposal.policy_versions.select_related("policy").order_by("policy__slug")),
+        # Every version that shaped the requirements, as the decision's `policies` claim names them.
+        "pinned": list(proposal.policy_versions.select_related("policy").order_by("policy__slug", "version")),
+        "tenant_default": policy.TENANT_DEFAULT_REF if proposal.requirements.get("tenant_default") else None,
         "thresholds": [
             {"group": groups.get(t["group"]), "slug": t["group"], "count": t["count"]}
             for t in proposal.requirements.get("thresholds", [])
