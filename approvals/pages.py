@@ -313,10 +313,7 @@ def decision_mode(proposal: Proposal, user, live: dict, why_not: tuple[str, str]
         if why_not:
             return "ineligible", why_not[1]
         if timezone.now() >= proposal.expires_at:
-            return (
-                "ineligible",
-                "it expired by the server's clock; nothing will run, and the agent must ask again",
-            )
+            return "closed", services.closed_reason(proposal)
         return "vote", ""
     decision = live["decision"]
     if (
@@ -329,7 +326,7 @@ def decision_mode(proposal: Proposal, user, live: dict, why_not: tuple[str, str]
     role = services.tenant_role(user, proposal.tenant_id)
     if proposal.state in STARTED and role in DECIDING_ROLES:
         return "started", ""
-    return "closed", ""
+    return "closed", services.closed_reason(proposal)
 
 
 def decision_context(

@@ -73,6 +73,7 @@ from approvals.services.intake import (  # noqa: F401
     submit_proposal,
 )
 from approvals.services.lifecycle import (  # noqa: F401
+    closed_reason,
     enqueue_cancel,
     supersession_chain,
     transition,

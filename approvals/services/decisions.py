@@ -33,7 +33,15 @@ from approvals.services.errors import (
     ServiceError,
 )
 from approvals.services.halts import active_halt
-from approvals.services.lifecycle import _enqueue, _expire, _revoke, supersession_chain, transition
+from approvals.services.lifecycle import (
+    _enqueue,
+    _expire,
+    _revoke,
+    _when,
+    closed_reason,
+    supersession_chain,
+    transition,
+)
 from approvals.services.quorum import Quorum
 from approvals.signing import decision_claims, sign_decision
 from approvals.states import RELEASED, STARTED, State
@@ -152,7 +160,7 @@ def revoke_decision(proposal_id, actor, *, reason: str) -> Proposal:
             message = (
                 "the agent has started the work: it can no longer be revoked; record a compensation note"
                 if proposal.state in STARTED
-                else f"there is no released decision to revoke (the proposal is {proposal.state})"
+                else f"there is no released decision to revoke: {closed_reason(proposal)}"
             )
             raise Conflict("not_revocable", message)
         _revoke(proposal, actor=actor_label(actor), reason=reason, revoked_by=actor)
@@ -240,17 +248,21 @@ def _consume_refusal(
 ) -> ConsumeRefused | None:
     if proposal.state == State.SUPERSEDED:
         # Checked first: the decision of a superseded proposal is a needs_info; the answer is the successor.
-        return ConsumeRefused("superseded", "this proposal was superseded by a newer request")
+        return ConsumeRefused("superseded", f"nothing may execute: {closed_reason(proposal, clock)}")
     if decision.kind != Decision.Kind.APPROVED:
         return ConsumeRefused("not_approved", f"this decision is {decision.kind}; nothing may execute")
     if decision.revoked_at or proposal.state == State.REVOKED:
-        return ConsumeRefused("revoked", "this decision was revoked; nothing may execute")
+        return ConsumeRefused("revoked", f"nothing may execute: {closed_reason(proposal, clock)}")
     if decision.consumed_at or proposal.state in STARTED:
-        return ConsumeRefused("consumed", "this decision was already consumed; it releases one execution")
+        at = _when(decision.consumed_at or proposal.executing_since)
+        return ConsumeRefused(
+            "consumed", f"this decision was already consumed at {at}; it releases one execution"
+        )
     # The earliest of the token's lifetime and the proposal's expiry (which already is the earliest of
     # the policy's TTL and the request's own `expires_at`): past it, nothing executes.
     if proposal.state == State.EXPIRED or clock >= min(decision.expires_at, proposal.expires_at):
-        return ConsumeRefused("expired", "this decision expired; nothing may execute")
+        deadline = min(decision.expires_at, proposal.expires_at)
+        return ConsumeRefused("expired", f"this decision expired at {_when(deadline)}; nothing may execute")
     if proposal.state not in RELEASED:
         return ConsumeRefused("not_released", f"the proposal is {proposal.state}")
     halt_record = active_halt(proposal.tenant_id, proposal.agent_id)

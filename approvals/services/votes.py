@@ -18,7 +18,7 @@ from approvals.services.eligibility import ineligibility, lock_proposal_for, use
 from approvals.services.errors import EditRefused, VoteRefused
 from approvals.services.halts import active_halt
 from approvals.services.intake import _evaluate_and_route
-from approvals.services.lifecycle import _expire, transition
+from approvals.services.lifecycle import _expire, closed_reason, transition
 from approvals.services.quorum import count_quorum
 from approvals.states import OPEN_FOR_VOTES, State
 from approvals.stepup import StepUp
@@ -109,11 +109,9 @@ def _vote_refusal(
     if halt_record:
         return VoteRefused("halted", f"votes are stopped: Reviewer is halted ({halt_record.reason})")
     if proposal.state not in OPEN_FOR_VOTES:
-        return VoteRefused(
-            "not_open", f"this proposal is {proposal.get_state_display()}; it takes no more votes"
-        )
+        return VoteRefused("not_open", f"No decision is open here: {closed_reason(proposal, clock)}.")
     if clock >= proposal.expires_at:
-        return VoteRefused("expired", "this proposal expired; nothing will execute. The agent must ask again")
+        return VoteRefused("expired", f"No decision is open here: {closed_reason(proposal, clock)}.")
     if digest_seen != proposal.action_digest:
         return VoteRefused(
             "wrong_digest", "the action changed since you loaded it; reload and review it again", "digest"
