@@ -12,15 +12,15 @@ from approvals.models import (
     Proposal,
     Vote,
 )
-from approvals.services.common import _audit_time, actor_label, proposal_subject, record
+from approvals.services.common import SYSTEM, _audit_time, actor_label, proposal_subject, record
 from approvals.services.decisions import _issue_decision
 from approvals.services.eligibility import ineligibility, lock_proposal_for, user_groups_for
 from approvals.services.errors import EditRefused, VoteRefused
 from approvals.services.halts import active_halt
 from approvals.services.intake import _evaluate_and_route
-from approvals.services.lifecycle import _expire, closed_reason, transition
+from approvals.services.lifecycle import _expire, closed_reason, enqueue_cancel, transition
 from approvals.services.quorum import count_quorum
-from approvals.states import OPEN_FOR_VOTES, State
+from approvals.states import OPEN_FOR_VOTES, WAITING_FOR_PEOPLE, State
 from approvals.stepup import StepUp
 from audit.models import Verb
 
@@ -85,6 +85,12 @@ def cast_vote(
         if refusal is not None:
             if refusal.code == "expired":
                 _expire(proposal, reason="a vote arrived after expiry: silence never approves")
+            elif refusal.code == "halted" and proposal.state in WAITING_FOR_PEOPLE:
+                # Submitted while the halt was committing, so the halt did not see it: cancel it as the
+                # halt would have, so a resume never brings it back (issue 13.8).
+                reason = f"halt: {active_halt(proposal.tenant_id, proposal.agent_id).reason}"
+                transition(proposal, State.CANCELLED, actor=SYSTEM, reason=reason)
+                enqueue_cancel(proposal, reason=reason)
             if refusal.code not in {"step_up_failed", "step_up_required"}:
                 record(
                     proposal.tenant_id,
