@@ -86,7 +86,7 @@ def build_app(settings: AgentSettings) -> Starlette:
         if settings.downstream_url
         else LedgerPayments(settings.ledger)
     )
-    publisher = ProposalPublisher(settings.reviewer_url, settings.api_token)
+    publisher = ProposalPublisher(settings.reviewer_url, settings.api_token, enabled=settings.rest_intake)
     executor = RefundExecutor(
         gate=build_gate(settings),
         state=AgentState(settings.state_dir / "agent_state.sqlite3"),

@@ -14,14 +14,17 @@ logger = logging.getLogger(__name__)
 
 
 class ProposalPublisher:
-    def __init__(self, reviewer_url: str, api_token: str | None, *, timeout: float = 5):
+    def __init__(self, reviewer_url: str, api_token: str | None, *, enabled: bool = True, timeout: float = 5):
+        self.enabled = enabled
         self.url = f"{reviewer_url.rstrip('/')}/api/v1/proposals"
         headers = {"Authorization": f"Bearer {api_token}"} if api_token else {}
         self.http = httpx.AsyncClient(timeout=timeout, headers=headers)
         self._pending: set[asyncio.Task] = set()
 
     def publish(self, task_id: str, context_id: str, request: dict) -> None:
-        """Start the POST in the background and return at once."""
+        """Start the POST in the background and return at once (nothing when REST intake is off)."""
+        if not self.enabled:
+            return
         body = {"task_id": task_id, "context_id": context_id, "request": request}
         background = asyncio.create_task(self._post(body), name=f"proposal:{request['request_id']}")
         self._pending.add(background)  # keep a reference, or the task may be garbage-collected mid-flight
