@@ -27,6 +27,7 @@ from a2a.types import (
     AgentCard,
     CancelTaskRequest,
     GetTaskRequest,
+    ListTasksRequest,
     Message,
     Part,
     Role,
@@ -226,9 +227,10 @@ async def _card(endpoint: AgentEndpoint, http: httpx.AsyncClient) -> AgentCard:
     return card
 
 
-def _call(endpoint: AgentEndpoint, operation):
-    """Run `operation(client)` against the agent in a fresh event loop, under the total deadline.
-    Transport failures become DeliveryError; A2A protocol errors (A2AError) pass through."""
+def _call(endpoint: AgentEndpoint, operation, *, with_card: bool = False):
+    """Run `operation(client)` (or `operation(client, card)`) against the agent in a fresh event loop,
+    under the total deadline. Transport failures become DeliveryError; A2A protocol errors (A2AError)
+    pass through."""
 
     async def run():
         async with httpx.AsyncClient(
@@ -244,7 +246,7 @@ def _call(endpoint: AgentEndpoint, operation):
                 client = ClientFactory(config).create(card)
             except ValueError as error:  # no transport both sides speak
                 raise DeliveryError(f"cannot talk to {endpoint.slug}: {error}") from error
-            return await operation(client)
+            return await (operation(client, card) if with_card else operation(client))
 
     try:
         return asyncio.run(asyncio.wait_for(run(), CALL_DEADLINE_SECONDS))
@@ -363,3 +365,54 @@ def get_task_state(agent: Agent, task_id: str) -> TaskSnapshot:
             raise DeliveryError(f"GetTask refused: {type(error).__name__}: {error.message}") from error
 
     return _call(endpoint, operation)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Listing parked tasks: the third way Reviewer learns of a request (DESIGN "A2A contract", intake 2)
+
+
+class ListingRefused(DeliveryError):
+    """The agent does not let Reviewer list its tasks: its card does not declare the approval extension,
+    or ListTasks is refused (unsupported, or not for Reviewer's identity). Ask again much later."""
+
+
+@dataclass(frozen=True)
+class ParkedPage:
+    requests: list[ProposalSubmission]
+    malformed: list[tuple[str, PushError]]  # (task id, why): parked with a request Reviewer cannot read
+    next_page_token: str
+
+
+def list_parked_requests(agent: Agent, *, page_size: int, page_token: str = "") -> ParkedPage:
+    """One page of ListTasks(status=AUTH_REQUIRED): the approval requests parked in the tasks' status
+    messages, as a push would have carried them. Raises ListingRefused or DeliveryError."""
+    endpoint = AgentEndpoint.of(agent)
+
+    async def operation(client, card: AgentCard):
+        if not any(extension.uri == EXTENSION_URI for extension in card.capabilities.extensions):
+            raise ListingRefused(f"{endpoint.slug}'s card does not declare {EXTENSION_URI}")
+        request = ListTasksRequest(
+            status=TaskState.TASK_STATE_AUTH_REQUIRED, page_size=page_size, page_token=page_token
+        )
+        try:
+            page = await client.list_tasks(request, context=_extension_context())
+        except A2AError as error:
+            if isinstance(error, A2AClientError):
+                raise
+            raise ListingRefused(f"ListTasks refused: {type(error).__name__}: {error.message}") from error
+        requests, malformed = [], []
+        for task in page.tasks:
+            if task.status.state != TaskState.TASK_STATE_AUTH_REQUIRED:
+                continue  # an agent that ignores the filter: only parked tasks are requests
+            try:
+                submission = _approval_request(
+                    task.id, task.context_id, MessageToDict(task.status.message.metadata)
+                )
+            except PushError as error:
+                malformed.append((task.id, error))
+                continue
+            if submission is not None:
+                requests.append(submission)
+        return ParkedPage(requests, malformed, page.next_page_token)
+
+    return _call(endpoint, operation, with_card=True)

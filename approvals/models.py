@@ -28,7 +28,12 @@ def hash_token(token: str) -> str:
 
 
 def new_token() -> str:
-    return secrets.token_urlsafe(32)
+    """A secret for an agent (push or API token). Never starting with "-": printed by register_agent, it
+    is pasted into command lines, where a leading "-" reads as an option."""
+    while True:
+        token = secrets.token_urlsafe(32)
+        if not token.startswith("-"):
+            return token
 
 
 class Agent(models.Model):

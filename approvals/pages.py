@@ -257,7 +257,9 @@ def _step_up_text(mode: str) -> str:
 
 def _why_context(proposal: Proposal, user, groups: dict, why_not: tuple[str, str] | None) -> dict:
     return {
-        "pinned": list(proposal.policy_versions.select_related("policy").order_by("policy__slug")),
+        # Every version that shaped the requirements, as the decision's `policies` claim names them.
+        "pinned": list(proposal.policy_versions.select_related("policy").order_by("policy__slug", "version")),
+        "tenant_default": policy.TENANT_DEFAULT_REF if proposal.requirements.get("tenant_default") else None,
         "thresholds": [
             {"group": groups.get(t["group"]), "slug": t["group"], "count": t["count"]}
             for t in proposal.requirements.get("thresholds", [])
@@ -311,10 +313,7 @@ def decision_mode(proposal: Proposal, user, live: dict, why_not: tuple[str, str]
         if why_not:
             return "ineligible", why_not[1]
         if timezone.now() >= proposal.expires_at:
-            return (
-                "ineligible",
-                "it expired by the server's clock; nothing will run, and the agent must ask again",
-            )
+            return "closed", services.closed_reason(proposal)
         return "vote", ""
     decision = live["decision"]
     if (
@@ -327,7 +326,7 @@ def decision_mode(proposal: Proposal, user, live: dict, why_not: tuple[str, str]
     role = services.tenant_role(user, proposal.tenant_id)
     if proposal.state in STARTED and role in DECIDING_ROLES:
         return "started", ""
-    return "closed", ""
+    return "closed", services.closed_reason(proposal)
 
 
 def decision_context(

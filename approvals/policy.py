@@ -25,6 +25,14 @@ from approvals.models import PolicyVersion, Proposal, Tenant
 
 PER_VOTE = "per_vote"
 
+# The tenant default is a policy too: decisions it shaped name it like any version, so a strict agent
+# never sees `"policy": null`. Its rule (one approval by the tenant admins, a code per vote) changes only
+# with this code; bump the version when it does. Its parameters (which group, which TTL) are in the
+# decision's `quorum.required` and the proposal's requirements.
+TENANT_DEFAULT_ID = "tenant-default"
+TENANT_DEFAULT_VERSION = 1
+TENANT_DEFAULT_REF = {"id": TENANT_DEFAULT_ID, "version": TENANT_DEFAULT_VERSION}
+
 
 class PolicyConditionError(ValueError):
     pass
@@ -79,16 +87,21 @@ class Evaluation:
     risk: str = ""
     reason: str = ""
     errors: list[str] = field(default_factory=list)
+    # True when the tenant default shaped the requirements (nothing matched, or no group was named).
+    tenant_default: bool = False
 
     @property
     def requirements(self) -> dict:
-        return {
+        requirements = {
             "thresholds": self.thresholds,
             "step_up": self.step_up,
             "self_approval": self.self_approval,
             "consume": self.consume,
             "ttl_seconds": self.ttl_seconds,
         }
+        if self.tenant_default:
+            requirements["tenant_default"] = True  # only when true: older rows compare equal
+        return requirements
 
 
 def evaluation_context(*, tool: str, args: dict, principal: dict, agent: str, consequences: dict) -> dict:
@@ -162,13 +175,16 @@ def stricter_requirements(*requirements: dict) -> dict:
     step_up = requirements[0].get("step_up", PER_VOTE)
     for each in requirements[1:]:
         step_up = stricter_step_up(step_up, each.get("step_up", PER_VOTE))
-    return {
+    merged = {
         "thresholds": [{"group": group, "count": count} for group, count in sorted(counts.items())],
         "step_up": step_up,
         "self_approval": all(bool(each.get("self_approval")) for each in requirements),
         "consume": any(bool(each.get("consume", True)) for each in requirements),
         "ttl_seconds": min(int(each.get("ttl_seconds") or 10**9) for each in requirements),
     }
+    if any(each.get("tenant_default") for each in requirements):
+        merged["tenant_default"] = True  # the default's approval still stands in what was merged
+    return merged
 
 
 def version_requirements(version: PolicyVersion) -> dict:
@@ -183,7 +199,8 @@ def version_requirements(version: PolicyVersion) -> dict:
 
 def _merge_requirements(tenant: Tenant, versions: list[PolicyVersion], errors: list[str]) -> Evaluation:
     merged = stricter_requirements(*(version_requirements(version) for version in versions))
-    if not merged["thresholds"]:
+    by_default = not merged["thresholds"]
+    if by_default:
         # An approval nobody is named for could never be given; fall back to the tenant admins (fail closed).
         merged["thresholds"] = [{"group": _admin_group_slug(tenant), "count": 1}]
     return Evaluation(
@@ -197,6 +214,7 @@ def _merge_requirements(tenant: Tenant, versions: list[PolicyVersion], errors: l
         risk=max((v.risk for v in versions), key=lambda r: RISK_ORDER.get(r, 0)),
         reason="requires approval by " + ", ".join(str(v) for v in versions),
         errors=errors,
+        tenant_default=by_default,
     )
 
 
@@ -210,7 +228,26 @@ def tenant_default(tenant: Tenant, errors: list[str] | None = None) -> Evaluatio
         reason="no policy matched: the tenant default requires approval by the tenant admins",
         risk="high",
         errors=errors or [],
+        tenant_default=True,
     )
+
+
+def shaping_refs(versions: list[PolicyVersion], requirements: dict) -> tuple[dict, list[dict]]:
+    """The decision's `policy` and `policies` claims (DESIGN "A2A contract", README "Changes to the
+    contract"): `policies` names every version that shaped the requirements (sorted by policy id, then
+    version; the tenant default last when it contributed); `policy` is one of them, kept for agents that
+    read one object: the newest version of the first policy, or the tenant default when no policy
+    matched. Never null."""
+    ordered = sorted(versions, key=lambda v: (v.policy.slug, v.version))
+    policies = [v.ref for v in ordered]
+    if requirements.get("tenant_default") or not policies:
+        policies.append(dict(TENANT_DEFAULT_REF))
+    if ordered:
+        first_policy = ordered[0].policy.slug
+        primary = [v for v in ordered if v.policy.slug == first_policy][-1].ref
+    else:
+        primary = dict(TENANT_DEFAULT_REF)
+    return primary, policies
 
 
 def _admin_group_slug(tenant: Tenant) -> str:

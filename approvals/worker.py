@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from approvals import a2a, services
 from approvals.models import Decision, OutboxMessage, Proposal
+from approvals.parked_tasks import ParkedTaskLister
 from approvals.states import WAITING_FOR_PEOPLE, State
 from audit.jobs import run_pending_exports
 
@@ -56,6 +57,7 @@ class Worker:
         self.stop = stop or threading.Event()
         # proposal id -> when its task was last asked: GetTask at most every RECONCILE_EVERY_SECONDS.
         self._last_checked: dict[str, datetime] = {}
+        self.parked_tasks = ParkedTaskLister()  # finds requests whose push was lost (ListTasks)
 
     # --- the loop -------------------------------------------------------------------------------
 
@@ -78,6 +80,7 @@ class Worker:
             ("expiry", self._expire),
             ("delivery", self.deliver_due),
             ("reconciliation", self.reconcile),
+            ("parked tasks", self.parked_tasks.reconcile),
             ("audit jobs", self._audit_jobs),
         ):
             try:

@@ -217,6 +217,8 @@ OUTBOX_MAX_ATTEMPTS = env_int("OUTBOX_MAX_ATTEMPTS", 8)
 OUTBOX_BACKOFF_CAP_SECONDS = env_int("OUTBOX_BACKOFF_CAP_SECONDS", 300)
 # A proposal that stays executing this long is reconciled with GetTask on the agent.
 EXECUTING_RECONCILE_SECONDS = env_int("EXECUTING_RECONCILE_SECONDS", 300)
+# How often the worker lists each agent's parked tasks (ListTasks AUTH_REQUIRED) to find lost pushes.
+PARKED_TASKS_LIST_SECONDS = env_int("PARKED_TASKS_LIST_SECONDS", 60)
 # Audit checkpoints: sign the chain head every N events (and at least every T minutes via the worker).
 AUDIT_CHECKPOINT_EVERY = env_int("AUDIT_CHECKPOINT_EVERY", 100)
 AUDIT_CHECKPOINT_MINUTES = env_int("AUDIT_CHECKPOINT_MINUTES", 10)

@@ -73,6 +73,7 @@ from approvals.services.intake import (  # noqa: F401
     submit_proposal,
 )
 from approvals.services.lifecycle import (  # noqa: F401
+    closed_reason,
     enqueue_cancel,
     supersession_chain,
     transition,
@@ -104,11 +105,13 @@ from approvals.services.reconcile import (  # noqa: F401
 )
 from approvals.services.tenants import (  # noqa: F401
     ADMIN_GROUP_SLUG,
+    ADMIN_SITE_GROUP,
     TTL_TOO_SHORT,
     add_group_member,
     admin_tenant_ids,
     create_group,
     create_tenant,
+    grant_admin_site,
     group_member_refusal,
     is_config_admin,
     membership_refusal,

@@ -6,6 +6,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from approvals import policy
 from approvals.models import (
     Agent,
     Decision,
@@ -32,7 +33,15 @@ from approvals.services.errors import (
     ServiceError,
 )
 from approvals.services.halts import active_halt
-from approvals.services.lifecycle import _enqueue, _expire, _revoke, supersession_chain, transition
+from approvals.services.lifecycle import (
+    _enqueue,
+    _expire,
+    _revoke,
+    _when,
+    closed_reason,
+    supersession_chain,
+    transition,
+)
 from approvals.services.quorum import Quorum
 from approvals.signing import decision_claims, sign_decision
 from approvals.states import RELEASED, STARTED, State
@@ -46,15 +55,11 @@ def _issue_decision(
     *,
     reason: str,
     approvers: list[dict],
-    policy_ref: dict | None,
     quorum: Quorum | None = None,
 ) -> Decision:
-    """Sign the decision, store it, and queue its delivery to the agent, all in this transaction."""
+    """Sign the decision, store it, and queue its delivery to the agent, all in this transaction.
+    The policy claims name every version pinned on the proposal (policy.shaping_refs)."""
     issued = timezone.now()
-    lifetime = min(
-        int(proposal.requirements.get("ttl_seconds") or settings.DECISION_TOKEN_MAX_SECONDS),
-        settings.DECISION_TOKEN_MAX_SECONDS,
-    )
     consume = kind == Decision.Kind.APPROVED and bool(proposal.requirements.get("consume", True))
     decision = Decision(
         proposal=proposal,
@@ -63,7 +68,10 @@ def _issue_decision(
         rev=proposal.rev,
         consume_required=consume,
         issued_at=issued,
-        expires_at=issued + timedelta(seconds=lifetime),
+        expires_at=_decision_deadline(proposal, kind, issued),
+    )
+    policy_ref, policy_refs = policy.shaping_refs(
+        list(proposal.policy_versions.select_related("policy")), proposal.requirements
     )
     quorum_claim = {
         "required": proposal.requirements.get("thresholds", []),
@@ -82,6 +90,7 @@ def _issue_decision(
     # exact action, so the agent can check the edit and execute only what was approved.
     claims["action"] = proposal.action
     claims["replaces"] = supersession_chain(proposal)
+    claims["policies"] = policy_refs
     decision.token, decision.kid = sign_decision(claims)
     decision.save()
     record(
@@ -99,6 +108,7 @@ def _issue_decision(
             "consume": consume,
             "approvers": approvers,
             "policy": policy_ref,
+            "policies": policy_refs,
             "expires_at": _audit_time(decision.expires_at),
             "task_id": proposal.task_id,
             "request_id": proposal.request_id,
@@ -111,6 +121,21 @@ def _issue_decision(
         payload={"jti": str(decision.jti), "decision": kind, "reason": decision.reason},
     )
     return decision
+
+
+def _decision_deadline(proposal: Proposal, kind: str, issued: datetime) -> datetime:
+    """When the token stops releasing anything: its lifetime (the policy's TTL, capped by
+    DECISION_TOKEN_MAX_SECONDS), and for an approval never later than the proposal's own expiry, which
+    is already the earliest of the policy's TTL and the request's `expires_at` (intake took the minimum).
+    A rejection or a question releases nothing, so it keeps its lifetime for the agent to read it."""
+    lifetime = min(
+        int(proposal.requirements.get("ttl_seconds") or settings.DECISION_TOKEN_MAX_SECONDS),
+        settings.DECISION_TOKEN_MAX_SECONDS,
+    )
+    deadline = issued + timedelta(seconds=lifetime)
+    if kind == Decision.Kind.APPROVED:
+        deadline = min(deadline, proposal.expires_at)
+    return deadline
 
 
 def may_revoke(proposal: Proposal, user) -> bool:
@@ -135,7 +160,7 @@ def revoke_decision(proposal_id, actor, *, reason: str) -> Proposal:
             message = (
                 "the agent has started the work: it can no longer be revoked; record a compensation note"
                 if proposal.state in STARTED
-                else f"there is no released decision to revoke (the proposal is {proposal.state})"
+                else f"there is no released decision to revoke: {closed_reason(proposal)}"
             )
             raise Conflict("not_revocable", message)
         _revoke(proposal, actor=actor_label(actor), reason=reason, revoked_by=actor)
@@ -223,15 +248,21 @@ def _consume_refusal(
 ) -> ConsumeRefused | None:
     if proposal.state == State.SUPERSEDED:
         # Checked first: the decision of a superseded proposal is a needs_info; the answer is the successor.
-        return ConsumeRefused("superseded", "this proposal was superseded by a newer request")
+        return ConsumeRefused("superseded", f"nothing may execute: {closed_reason(proposal, clock)}")
     if decision.kind != Decision.Kind.APPROVED:
         return ConsumeRefused("not_approved", f"this decision is {decision.kind}; nothing may execute")
     if decision.revoked_at or proposal.state == State.REVOKED:
-        return ConsumeRefused("revoked", "this decision was revoked; nothing may execute")
+        return ConsumeRefused("revoked", f"nothing may execute: {closed_reason(proposal, clock)}")
     if decision.consumed_at or proposal.state in STARTED:
-        return ConsumeRefused("consumed", "this decision was already consumed; it releases one execution")
-    if proposal.state == State.EXPIRED or clock >= decision.expires_at:
-        return ConsumeRefused("expired", "this decision expired; nothing may execute")
+        at = _when(decision.consumed_at or proposal.executing_since)
+        return ConsumeRefused(
+            "consumed", f"this decision was already consumed at {at}; it releases one execution"
+        )
+    # The earliest of the token's lifetime and the proposal's expiry (which already is the earliest of
+    # the policy's TTL and the request's own `expires_at`): past it, nothing executes.
+    if proposal.state == State.EXPIRED or clock >= min(decision.expires_at, proposal.expires_at):
+        deadline = min(decision.expires_at, proposal.expires_at)
+        return ConsumeRefused("expired", f"this decision expired at {_when(deadline)}; nothing may execute")
     if proposal.state not in RELEASED:
         return ConsumeRefused("not_released", f"the proposal is {proposal.state}")
     halt_record = active_halt(proposal.tenant_id, proposal.agent_id)

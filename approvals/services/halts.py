@@ -12,8 +12,8 @@ from approvals.models import (
 )
 from approvals.services.common import actor_label, record
 from approvals.services.errors import HaltedError, ServiceError
-from approvals.services.lifecycle import _revoke, enqueue_cancel
-from approvals.states import RELEASED, State
+from approvals.services.lifecycle import _revoke, enqueue_cancel, transition
+from approvals.states import RELEASED, WAITING_FOR_PEOPLE, State
 from audit.models import Verb
 
 
@@ -37,8 +37,12 @@ def _refuse_if_halted(tenant_id, agent_id, error_class=HaltedError):
 
 
 def halt(*, scope: str, actor, reason: str, tenant: Tenant | None = None, agent: Agent | None = None) -> Halt:
-    """Stop intake, votes and consumes in scope; revoke released-but-unconsumed decisions; queue CancelTask
-    for their tasks and for tasks already executing. Tasks still waiting for people are left parked."""
+    """Stop intake, votes and consumes in scope; revoke released-but-unconsumed decisions; cancel what still
+    waits for people; queue CancelTask for all their tasks and for tasks already executing.
+
+    An operator halting a runaway agent expects nothing of it to stay pending (issue 13.8): a request
+    parked for review is cancelled too, not left to be approved after a resume. The agent asks again
+    once it runs again."""
     if not reason.strip():
         raise ServiceError("reason_required", "a halt needs a reason", "reason")
     if (scope == Halt.Scope.TENANT) != (tenant is not None) or (scope == Halt.Scope.AGENT) != (
@@ -60,9 +64,13 @@ def halt(*, scope: str, actor, reason: str, tenant: Tenant | None = None, agent:
         # Lock every affected proposal before the first audit append takes a chain head: consumes and
         # votes lock their proposal first too, so a halt never deadlocks against them.
         released = list(in_scope.filter(state__in=RELEASED))
+        waiting = list(in_scope.filter(state__in=WAITING_FOR_PEOPLE))
         running = list(in_scope.filter(state=State.EXECUTING))
         for proposal in released:
             _revoke(proposal, actor=label, reason=f"halt: {reason}", revoked_by=actor)
+        for proposal in waiting:
+            transition(proposal, State.CANCELLED, actor=label, reason=f"halt: {reason}")
+            enqueue_cancel(proposal, reason=f"halt: {reason}")
         for proposal in running:
             # Consumed already, so nothing to revoke; but a kill switch also stops the task that runs.
             enqueue_cancel(proposal, reason=f"halt: {reason}")
@@ -78,10 +86,12 @@ def halt(*, scope: str, actor, reason: str, tenant: Tenant | None = None, agent:
                 "agent": agent.slug if agent else None,
                 "reason": reason,
                 "revoked": [str(p.id) for p in released],
+                "cancelled_waiting": [str(p.id) for p in waiting],
                 "cancelled_running": [str(p.id) for p in running],
             },
         )
-        record_halt.stopped = released + running  # for the caller's report; CancelTask is queued for each
+        # For the caller's report; CancelTask is queued for each.
+        record_halt.stopped = released + waiting + running
     return record_halt
 
 

@@ -214,7 +214,6 @@ def _evaluate_and_route(proposal: Proposal, *, requested_expiry: datetime | None
             Decision.Kind.REJECTED,
             reason=evaluation.reason,
             approvers=_policy_approvers(evaluation),
-            policy_ref=_first_ref(evaluation),
         )
     elif evaluation.outcome == "allow":
         transition(proposal, State.ALLOWED, actor=SYSTEM, reason=evaluation.reason)
@@ -223,16 +222,11 @@ def _evaluate_and_route(proposal: Proposal, *, requested_expiry: datetime | None
             Decision.Kind.APPROVED,
             reason=evaluation.reason,
             approvers=_policy_approvers(evaluation),
-            policy_ref=_first_ref(evaluation),
         )
     else:
         transition(proposal, State.AWAITING_REVIEW, actor=SYSTEM, reason=evaluation.reason)
         proposal_id = proposal.id
         transaction.on_commit(lambda: _notify_eligible(proposal_id))
-
-
-def _first_ref(evaluation) -> dict | None:
-    return evaluation.versions[0].ref if evaluation.versions else None
 
 
 def _policy_approvers(evaluation) -> list[dict]:

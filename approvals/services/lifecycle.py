@@ -1,6 +1,6 @@
 """The state machine: `transition()`, the outbox enqueue, revocation and expiry of one proposal."""
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db import transaction
 from django.utils import timezone
@@ -10,11 +10,12 @@ from approvals.models import (
     Decision,
     OutboxMessage,
     Proposal,
+    Vote,
 )
 from approvals.services.common import SYSTEM, proposal_subject, record
 from approvals.services.errors import Conflict
-from approvals.states import State, check_transition
-from audit.models import Verb
+from approvals.states import OPEN_FOR_VOTES, WAITING_FOR_PEOPLE, State, check_transition
+from audit.models import AuditEvent, Verb
 
 
 def transition(proposal: Proposal, target: str, *, actor: str, reason: str = "", data: dict | None = None):
@@ -103,3 +104,83 @@ def enqueue_cancel(proposal: Proposal, *, reason: str) -> OutboxMessage:
 def _expire(proposal: Proposal, *, reason: str):
     transition(proposal, State.EXPIRED, actor=SYSTEM, reason=reason)
     enqueue_cancel(proposal, reason=reason)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Why a proposal is closed: the reason every refusal gives (vote, question, edit, revoke, consume), on the
+# form, the socket and the API alike, instead of a bare "no decision is open here".
+
+
+def _when(moment: datetime | None) -> str:
+    return f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" if moment else "an unknown time"
+
+
+def _name(user) -> str:
+    return user.get_full_name() or user.get_username()
+
+
+def _last_transition(proposal: Proposal) -> AuditEvent | None:
+    """The audit event that moved the proposal into its current state (who, when, why)."""
+    return (
+        AuditEvent.objects.filter(
+            subject=proposal_subject(proposal), verb=Verb.PROPOSAL_TRANSITIONED, data__to=proposal.state
+        )
+        .order_by("-at", "-seq")
+        .first()
+    )
+
+
+def _decided_by(proposal: Proposal, decision: Decision | None) -> str:
+    votes = proposal.votes.select_related("voter").order_by("created_at")
+    if proposal.state == State.REJECTED:
+        rejecting = votes.filter(verdict=Vote.Verdict.REJECT).first()
+        who = _name(rejecting.voter) if rejecting else "a reviewer"
+        why = f": {decision.reason}" if decision and decision.reason else ""
+        return f"rejected by {who} at {_when(proposal.decided_at)}{why}"
+    if proposal.state == State.DENIED:
+        return (
+            f"denied by policy at {_when(proposal.decided_at)} ({decision.reason if decision else 'policy'})"
+        )
+    if proposal.state == State.INFO_REQUESTED:
+        event = _last_transition(proposal)
+        who = event.actor.removeprefix("user:") if event else "a reviewer"
+        asked = _when(proposal.decided_at)
+        return f"{who} asked the agent a question at {asked}; the answer comes as a new proposal"
+    approvers = [_name(v.voter) for v in votes.filter(verdict=Vote.Verdict.APPROVE)]
+    who = (
+        ", ".join(approvers)
+        if approvers and decision and decision.kind == Decision.Kind.APPROVED
+        else "policy"
+    )
+    text = f"approved by {who} at {_when(proposal.decided_at)}"
+    if proposal.executing_since:
+        text += f"; the agent started the work at {_when(proposal.executing_since)}"
+    return text
+
+
+def closed_reason(proposal: Proposal, clock: datetime | None = None) -> str:
+    """Why nobody can decide this proposal any more (expired at …, superseded by …, already decided by …).
+    Empty while it is open for votes and not yet expired."""
+    clock = clock or timezone.now()
+    decision = Decision.objects.filter(proposal=proposal).select_related("revoked_by").first()
+    state = proposal.state
+    if state == State.SUPERSEDED:
+        successor = Proposal.objects.filter(supersedes=proposal).select_related("edited_by").first()
+        if successor is None:
+            return "it was superseded by a newer request"
+        edit = f", an edit by {_name(successor.edited_by)}" if successor.edited_by else ""
+        return f"it was superseded by proposal {successor.id} (request {successor.request_id}{edit})"
+    if state == State.EXPIRED or (state in WAITING_FOR_PEOPLE and clock >= proposal.expires_at):
+        deadline = min(decision.expires_at, proposal.expires_at) if decision else proposal.expires_at
+        return f"it expired at {_when(deadline)}; nothing will execute, and the agent must ask again"
+    if state == State.REVOKED and decision:
+        who = _name(decision.revoked_by) if decision.revoked_by else "the system"
+        return f"its decision was revoked at {_when(decision.revoked_at)} by {who}: {decision.revoke_reason}"
+    if state == State.CANCELLED:
+        event = _last_transition(proposal)
+        if event is None:
+            return "it was cancelled"
+        return f"it was cancelled at {_when(event.at)}: {event.data.get('reason') or 'no reason recorded'}"
+    if state in OPEN_FOR_VOTES:
+        return ""
+    return "it was already decided: " + _decided_by(proposal, decision)

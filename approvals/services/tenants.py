@@ -1,5 +1,6 @@
 """Configuration: tenants, memberships and approver groups."""
 
+from django.contrib.auth.models import Group, Permission
 from django.db import transaction
 
 from approvals import events
@@ -305,3 +306,55 @@ def _remove_group_member(group: ApproverGroup, user, *, actor) -> bool:
     ).distinct():
         events.proposal_changed(proposal)
     return True
+
+
+# The Django admin for a tenant admin who is not a superuser: the pages of what they configure (the
+# admin's querysets keep them to their own tenants). Decisions, votes and the outbox are read-only there.
+ADMIN_SITE_GROUP = "Tenant admins"
+ADMIN_SITE_PERMISSIONS = {
+    "tenants": {
+        "tenant": ["view", "change"],
+        "tenantmembership": ["view", "add", "change", "delete"],
+        "approvergroup": ["view", "add", "change", "delete"],
+        "groupmembership": ["view", "add", "change", "delete"],
+    },
+    "approvals": {
+        "agent": ["view", "add", "change"],
+        "policy": ["view", "add", "change"],
+        "policyversion": ["view", "add"],
+        "halt": ["view", "add"],
+        "proposal": ["view"],
+        "vote": ["view"],
+        "decision": ["view"],
+        "outboxmessage": ["view"],
+    },
+}
+
+
+def grant_admin_site(tenant: Tenant, user, *, actor=None) -> None:
+    """Let a tenant admin use /admin/ for their tenant: staff status and the `Tenant admins` permission
+    group (made on first use). Idempotent; audited on the tenant's chain when it changes anything."""
+    _require_config_admin(actor, tenant.id)
+    if tenant_role(user, tenant.id) != TenantMembership.Role.ADMIN:
+        raise ConfigRefused("not_admin", f"{user.get_username()} is not an admin of {tenant.slug}")
+    with transaction.atomic():
+        group, _ = Group.objects.get_or_create(name=ADMIN_SITE_GROUP)
+        wanted = [
+            Permission.objects.get(content_type__app_label=app, codename=f"{verb}_{model}")
+            for app, models in ADMIN_SITE_PERMISSIONS.items()
+            for model, verbs in models.items()
+            for verb in verbs
+        ]
+        group.permissions.add(*wanted)
+        if user.is_staff and user.groups.filter(pk=group.pk).exists():
+            return
+        user.is_staff = True
+        user.save(update_fields=["is_staff"])
+        user.groups.add(group)
+        record(
+            tenant.id,
+            actor=actor_label(actor),
+            verb=Verb.MEMBERSHIP_CHANGED,
+            subject=f"user:{user.get_username()}",
+            data={"user": user.get_username(), "admin_site": True},
+        )

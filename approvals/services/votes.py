@@ -12,15 +12,15 @@ from approvals.models import (
     Proposal,
     Vote,
 )
-from approvals.services.common import _audit_time, actor_label, proposal_subject, record
+from approvals.services.common import SYSTEM, _audit_time, actor_label, proposal_subject, record
 from approvals.services.decisions import _issue_decision
 from approvals.services.eligibility import ineligibility, lock_proposal_for, user_groups_for
 from approvals.services.errors import EditRefused, VoteRefused
 from approvals.services.halts import active_halt
 from approvals.services.intake import _evaluate_and_route
-from approvals.services.lifecycle import _expire, transition
+from approvals.services.lifecycle import _expire, closed_reason, enqueue_cancel, transition
 from approvals.services.quorum import count_quorum
-from approvals.states import OPEN_FOR_VOTES, State
+from approvals.states import OPEN_FOR_VOTES, WAITING_FOR_PEOPLE, State
 from approvals.stepup import StepUp
 from audit.models import Verb
 
@@ -85,6 +85,12 @@ def cast_vote(
         if refusal is not None:
             if refusal.code == "expired":
                 _expire(proposal, reason="a vote arrived after expiry: silence never approves")
+            elif refusal.code == "halted" and proposal.state in WAITING_FOR_PEOPLE:
+                # Submitted while the halt was committing, so the halt did not see it: cancel it as the
+                # halt would have, so a resume never brings it back (issue 13.8).
+                reason = f"halt: {active_halt(proposal.tenant_id, proposal.agent_id).reason}"
+                transition(proposal, State.CANCELLED, actor=SYSTEM, reason=reason)
+                enqueue_cancel(proposal, reason=reason)
             if refusal.code not in {"step_up_failed", "step_up_required"}:
                 record(
                     proposal.tenant_id,
@@ -109,11 +115,9 @@ def _vote_refusal(
     if halt_record:
         return VoteRefused("halted", f"votes are stopped: Reviewer is halted ({halt_record.reason})")
     if proposal.state not in OPEN_FOR_VOTES:
-        return VoteRefused(
-            "not_open", f"this proposal is {proposal.get_state_display()}; it takes no more votes"
-        )
+        return VoteRefused("not_open", f"No decision is open here: {closed_reason(proposal, clock)}.")
     if clock >= proposal.expires_at:
-        return VoteRefused("expired", "this proposal expired; nothing will execute. The agent must ask again")
+        return VoteRefused("expired", f"No decision is open here: {closed_reason(proposal, clock)}.")
     if digest_seen != proposal.action_digest:
         return VoteRefused(
             "wrong_digest", "the action changed since you loaded it; reload and review it again", "digest"
@@ -162,7 +166,6 @@ def _store_vote(proposal, user, verdict, digest_seen, reason, page_hash, step) -
             Decision.Kind.REJECTED,
             reason=reason,
             approvers=[_approver(vote, None)],
-            policy_ref=_pinned_policy_ref(proposal),
         )
         return vote
     quorum = count_quorum(proposal)
@@ -180,7 +183,6 @@ def _store_vote(proposal, user, verdict, digest_seen, reason, page_hash, step) -
             Decision.Kind.APPROVED,
             reason="approved by quorum",
             approvers=approvers,
-            policy_ref=_pinned_policy_ref(proposal),
             quorum=quorum,
         )
     else:
@@ -196,11 +198,6 @@ def _approver(vote: Vote, group_slug: str | None) -> dict:
         "group": group_slug,
         "auth": {"method": vote.auth_method, "at": _audit_time(vote.auth_at)},
     }
-
-
-def _pinned_policy_ref(proposal: Proposal) -> dict | None:
-    version = proposal.policy_versions.select_related("policy").order_by("policy__slug").first()
-    return version.ref if version else None
 
 
 def request_info(proposal_id, actor, *, question: str, digest_seen: str) -> Decision:
@@ -219,7 +216,6 @@ def request_info(proposal_id, actor, *, question: str, digest_seen: str) -> Deci
             Decision.Kind.NEEDS_INFO,
             reason=question,
             approvers=[_person(actor, "none")],
-            policy_ref=_pinned_policy_ref(proposal),
         )
 
 

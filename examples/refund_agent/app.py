@@ -71,7 +71,12 @@ def build_approvals(settings: AgentSettings) -> A2AApprovals:
         # Shared by every agent process using this state dir: only one of them can act on a decision.
         used_store=SQLiteUsedStore(settings.state_dir / "used_decisions.sqlite3"),
     )
-    return A2AApprovals(client, SQLiteRequestStore(settings.state_dir / "agent_state.sqlite3"))
+    return A2AApprovals(
+        client,
+        SQLiteRequestStore(settings.state_dir / "agent_state.sqlite3"),
+        # --no-rest-intake: Reviewer learns of parked tasks only by push or by listing them (ListTasks).
+        announce=settings.rest_intake,
+    )
 
 
 def build_app(settings: AgentSettings) -> Starlette:

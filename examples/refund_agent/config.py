@@ -24,6 +24,7 @@ class AgentSettings:
     approval_ttl_seconds: int
     interrupted_task_timeout: float | None
     log_level: str
+    rest_intake: bool = True  # also POST /api/v1/proposals when parking (the push and ListTasks remain)
 
     @property
     def card_url(self) -> str:
@@ -83,6 +84,12 @@ def parse_settings(argv: list[str] | None = None) -> AgentSettings:
         help="seconds a parked task keeps its in-memory state; 0 keeps it forever",
     )
     parser.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
+    parser.add_argument(
+        "--no-rest-intake",
+        action="store_true",
+        default=_env("NO_REST_INTAKE", "") not in ("", "0", "false"),
+        help="do not POST parked requests to Reviewer: it learns of them by push or by listing tasks",
+    )
     args = parser.parse_args(argv)
 
     public_url = (args.public_url or f"http://{args.host}:{args.port}").rstrip("/")
@@ -103,4 +110,5 @@ def parse_settings(argv: list[str] | None = None) -> AgentSettings:
         approval_ttl_seconds=args.approval_ttl,
         interrupted_task_timeout=args.interrupted_task_timeout or None,
         log_level=args.log_level,
+        rest_intake=not args.no_rest_intake,
     )

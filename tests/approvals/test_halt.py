@@ -105,7 +105,7 @@ def test_halt_refuses_votes(tenant, agent, refund_policy, requester, reviewer_a,
 
     assert refused.value.code == "halted"
     proposal.refresh_from_db()
-    assert proposal.state == State.AWAITING_REVIEW
+    assert proposal.state == State.CANCELLED  # the halt cancelled what waited (issue 13.8)
     assert not proposal.votes.exists()
     assert AuditEvent.objects.filter(verb=Verb.VOTE_REFUSED, data__code="halted").count() == 1
 
@@ -157,14 +157,58 @@ def test_halt_cancels_tasks_already_executing(
     assert [p.id for p in halt.stopped] == [proposal.id]
 
 
-def test_halt_leaves_waiting_proposals_parked(tenant, agent, refund_policy, requester, admin_user):
+def test_halt_cancels_proposals_still_waiting_for_people_and_their_tasks(
+    tenant, agent, refund_policy, requester, reviewer_a, admin_user
+):
+    """Issue 13.8: an operator halting a runaway agent expects nothing of it to stay pending. A request
+    parked for review (or waiting for the answer to a question) is cancelled and its task gets CancelTask;
+    after a resume it cannot be approved, the agent must ask again."""
+    waiting = submit(agent)
+    asked = submit(agent)
+    services.request_info(asked.id, reviewer_a, question="which order?", digest_seen=asked.action_digest)
+
+    halt = services.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="incident", tenant=tenant)
+
+    for proposal in (waiting, asked):
+        proposal.refresh_from_db()
+        assert proposal.state == State.CANCELLED
+        assert len(cancels_for(proposal)) == 1
+        assert cancels_for(proposal)[0].payload == {"reason": "halt: incident"}
+    assert {p.id for p in halt.stopped} == {waiting.id, asked.id}
+    services.resume(actor=admin_user, tenant=tenant)
+    with pytest.raises(services.VoteRefused) as refused:
+        services.cast_vote(
+            waiting.id,
+            reviewer_a,
+            verdict="approve",
+            digest_seen=waiting.action_digest,
+            step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
+        )
+    assert refused.value.code == "not_open" and "cancelled at" in refused.value.message
+    assert "halt: incident" in refused.value.message
+
+
+def test_a_request_that_arrived_while_a_halt_committed_is_cancelled_at_the_next_vote(
+    tenant, agent, refund_policy, requester, reviewer_a, admin_user
+):
+    """An intake that read "no halt" just before the halt committed leaves a waiting proposal the halt did
+    not see: the vote it draws is refused and cancels it, as the halt would have."""
     proposal = submit(agent)
+    Halt.objects.create(scope=Halt.Scope.TENANT, tenant=tenant, reason="raced", operator=admin_user)
 
-    services.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="incident", tenant=tenant)
+    with pytest.raises(services.VoteRefused) as refused:
+        services.cast_vote(
+            proposal.id,
+            reviewer_a,
+            verdict="approve",
+            digest_seen=proposal.action_digest,
+            step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
+        )
 
+    assert refused.value.code == "halted"
     proposal.refresh_from_db()
-    assert proposal.state == State.AWAITING_REVIEW
-    assert cancels_for(proposal) == []
+    assert proposal.state == State.CANCELLED
+    assert len(cancels_for(proposal)) == 1
 
 
 def test_halt_touches_nothing_outside_its_scope(
@@ -199,6 +243,7 @@ def test_halt_is_audited_with_operator_reason_and_what_it_stopped(
         "agent": None,
         "reason": "fraud wave",
         "revoked": [str(proposal.id)],
+        "cancelled_waiting": [],
         "cancelled_running": [],
     }
 

@@ -6,10 +6,12 @@ import io
 import json
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
+from django.test import Client
 
 from approvals import policy, services
-from approvals.models import ApproverGroup, GroupMembership, Tenant, TenantMembership
+from approvals.models import ApproverGroup, GroupMembership, Tenant, TenantMembership, new_token
 from approvals.states import State
 from approvals.stepup import step_up_for
 from audit.models import AuditEvent, Verb
@@ -377,3 +379,39 @@ def test_setup_tenant_refuses_compliance_staff_in_an_approver_group(db):
             "carl:finance",
             "--create-users",
         )
+
+
+def test_setup_tenant_created_users_get_a_usable_password_printed_once(db):
+    """Issue 13.7: --create-users made people who could never sign in."""
+    output = setup_tenant("initech", "--group", "finance", "--member", "alice:finance", "--create-users")
+
+    password = output.split("password (shown once): ")[1].split()[0]
+    assert not password.startswith("-")
+    assert Client().login(username="alice", password=password)
+
+
+def test_setup_tenant_admin_role_joins_the_admin_group_and_can_use_the_admin_site(db):
+    """Issue 13.7: `--role X:admin` put nobody in the group the fail-closed default routes to, and the
+    admin answered 403 on the group pages."""
+    setup_tenant("initech", "--group", "finance", "--role", "dana:admin", "--create-users")
+    dana = get_user_model().objects.get(username="dana")
+    initech = Tenant.objects.get(slug="initech")
+
+    assert initech.admin_group.members.filter(pk=dana.pk).exists()
+    assert dana.is_staff and not dana.is_superuser
+    browser = factories.verified_client(dana)
+    for page in ("/admin/tenants/approvergroup/", "/admin/approvals/agent/", "/admin/approvals/policy/"):
+        assert browser.get(page).status_code == 200, page
+    groups_page = browser.get("/admin/tenants/approvergroup/").content.decode()
+    assert "finance" in groups_page
+
+    events = len(tenant_events(initech))
+    setup_tenant("initech", "--role", "dana:admin")  # idempotent: nothing new to record
+    assert len(tenant_events(initech)) == events
+
+
+def test_agent_tokens_never_start_with_a_dash(monkeypatch):
+    """Issue 13.7: register_agent prints tokens that operators paste as the next argument."""
+    drawn = iter(["-starts-like-an-option", "_fine-token"])
+    monkeypatch.setattr("approvals.models.secrets.token_urlsafe", lambda n: next(drawn))
+    assert new_token() == "_fine-token"

@@ -41,10 +41,12 @@ class Command(OperatorCommand):
             agent=agent,
         )
         revoked = sum(1 for proposal in halt.stopped if proposal.state == State.REVOKED)
+        cancelled = sum(1 for proposal in halt.stopped if proposal.state == State.CANCELLED)
         running = sum(1 for proposal in halt.stopped if proposal.state == State.EXECUTING)
         self.stdout.write(f"halted {describe(tenant, agent)} (halt {halt.id}): {halt.reason}")
         self.stdout.write(
-            f"  {revoked} unconsumed decision(s) revoked, {running} running task(s) stopped; "
+            f"  {revoked} unconsumed decision(s) revoked, {cancelled} waiting request(s) cancelled, "
+            f"{running} running task(s) stopped; "
             "CancelTask queued for each"
         )
         self.stdout.write(f"  lift it with: manage.py resume {scope_flag(tenant, agent)}")

@@ -1,6 +1,7 @@
 """`manage.py rotate_signing_key [--prune | --prune-only] [--operator USERNAME]`.
 
-Adds a new Ed25519 key (a file in REVIEWER_SIGNING_KEY_DIR) and signs with it from then on. The retired
+Adds a new Ed25519 key (a file in REVIEWER_SIGNING_KEY_DIR) and signs with it from then on. On a new
+deployment with DEBUG=false (where no key is generated) its first run makes the first key. The retired
 key's public half stays in /.well-known/jwks.json until every token it signed has expired
 (DECISION_TOKEN_MAX_SECONDS, plus a grace for verifiers' clock skew). `--prune` then deletes the
 private half of retired keys no unexpired token can need (their public half is kept, out of the JWKS,
@@ -32,11 +33,13 @@ class Command(OperatorCommand):
 
     def handle(self, *args, **options):
         if not options["prune_only"]:
+            first = not keys.all_keys()
             try:
                 kid = services.rotate_signing_key(actor=self.operator(options))
             except RuntimeError as error:  # REVIEWER_SIGNING_KEY given in the environment
                 raise CommandError(str(error)) from error
-            self.stdout.write(f"new signing key {kid}: everything is signed with it from now on")
+            what = "first signing key" if first else "new signing key"
+            self.stdout.write(f"{what} {kid}: everything is signed with it from now on")
         if options["prune"] or options["prune_only"]:
             pruned = keys.prune_expired()
             self.stdout.write(f"pruned {len(pruned)} retired private key(s)")

@@ -15,10 +15,14 @@ or the same as JSON (`--from-file acme.json`; flags given as well are applied af
 
 Additive and idempotent: running it twice changes nothing; it never removes anyone (use the admin).
 Every change goes through the services, so it is audited (as `system`). Users must exist unless
-`--create-users` is given (they get an unusable password; set one with `manage.py changepassword`).
+`--create-users` is given: each new user gets a generated password, printed once (they change it with
+`manage.py changepassword USER`, and enroll an authenticator at their first sign-in). An `admin` is also
+put in the tenant's admin group (where the fail-closed tenant default sends proposals no policy matches)
+and given the Django admin (`/admin/`) for the tenant.
 """
 
 import json
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,6 +93,14 @@ def plan_from_file(path: str, slug: str | None) -> TenantPlan:
     return plan
 
 
+def new_password() -> str:
+    """Sixteen URL-safe characters, never starting with "-" (it would read as an option)."""
+    while True:
+        password = secrets.token_urlsafe(12)
+        if not password.startswith("-"):
+            return password
+
+
 class Command(BaseCommand):
     help = "Create or extend a tenant with approver groups, members, roles and principal ids (idempotent)."
 
@@ -133,7 +145,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--create-users",
             action="store_true",
-            help="create users that do not exist yet (with an unusable password)",
+            help="create users that do not exist yet (each gets a generated password, printed once)",
         )
 
     def handle(self, *args, **options):
@@ -208,8 +220,9 @@ class Command(BaseCommand):
             if user is None:
                 if not create_users:
                     raise CommandError(f"no user {username!r} (create it first, or pass --create-users)")
-                user = users.create_user(username=username)  # no password: unusable until one is set
-                self.stdout.write(f"created user {username} (no password yet)")
+                password = new_password()
+                user = users.create_user(username=username, password=password)
+                self.stdout.write(f"created user {username}, password (shown once): {password}")
             current = TenantMembership.objects.filter(tenant=tenant, user=user).first()
             role = wanted.role or (current.role if current else TenantMembership.Role.REVIEWER)
             principal_id = (
@@ -224,6 +237,11 @@ class Command(BaseCommand):
                     if group is None:
                         raise CommandError(f"{username}: no group {slug!r} (add it with --group {slug})")
                     services.add_group_member(group, user)
+                if role == TenantMembership.Role.ADMIN:
+                    # The fail-closed default routes to the admin group: an admin who is not in it
+                    # could not decide what no policy matches. And an admin configures in /admin/.
+                    services.add_group_member(tenant.admin_group, user)
+                    services.grant_admin_site(tenant, user)
             except services.ServiceError as error:
                 raise CommandError(f"{username}: {error.message}") from error
             groups = ", ".join(wanted.groups) or "no groups"

@@ -485,3 +485,55 @@ def test_a_decision_for_another_request_that_does_not_replace_the_asked_one_is_r
 def test_an_unedited_decision_is_not_marked_edited(the_gate, key):
     decision = verify(the_gate, key.sign(claims(action=ACTION, replaces=["request-0"])))
     assert not decision.edited and decision.action == ACTION
+
+
+# --- the policy object (issue 13.1, 13.4) and the request's own deadline (issue 13.2) --------------
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [None, "refunds@3", {"id": "refunds"}, {"id": "", "version": 1}, {"id": "refunds", "version": "3"}],
+)
+def test_a_token_without_a_policy_object_is_refused_and_not_used_up(the_gate, key, policy):
+    signed = claims(policy=policy)
+    assert refused_code(the_gate, key.sign(signed)) == "bad_policy"
+    assert the_gate.used_store.claim(signed["jti"], signed["exp"])  # the refusal did not burn it
+
+
+def test_the_tenant_default_is_a_policy_object_like_any_other(the_gate, key):
+    default = {"id": "tenant-default", "version": 1}
+    decision = verify(the_gate, key.sign(claims(policy=default, policies=[default])))
+    assert decision.policy == default and decision.policies == [default]
+
+
+def test_policies_lists_every_version_that_shaped_the_decision(the_gate, key):
+    shaped = [{"id": "refunds", "version": 1}, {"id": "refunds", "version": 2}]
+    decision = verify(the_gate, key.sign(claims(policy=shaped[1], policies=shaped)))
+    assert decision.policies == shaped
+    # An older token without `policies` still verifies: its one policy is the list.
+    assert verify(the_gate, key.sign(claims())).policies == [{"id": "refunds", "version": 3}]
+
+
+@pytest.mark.parametrize("policies", ["refunds@1", [{"id": "refunds"}], [{"id": "other", "version": 1}]])
+def test_a_policies_claim_that_is_not_a_list_of_objects_naming_policy_is_refused(the_gate, key, policies):
+    assert refused_code(the_gate, key.sign(claims(policies=policies))) == "bad_policy"
+
+
+def test_an_approval_after_the_requests_own_expires_at_is_refused(the_gate, key):
+    now = int(time.time())
+    token = key.sign(claims(now=now - 20, lifetime=600))  # the token itself is still valid
+    assert refused_code(the_gate, token, expires_at=now - 5) == "request_expired"
+    rfc3339 = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now - 5))
+    assert refused_code(the_gate, token, expires_at=rfc3339) == "request_expired"
+
+
+def test_an_approval_whose_exp_outlives_the_requests_deadline_is_refused(the_gate, key):
+    now = int(time.time())
+    assert refused_code(the_gate, key.sign(claims(lifetime=600)), expires_at=now + 60) == "request_expired"
+    assert verify(the_gate, key.sign(claims(now=now, lifetime=60)), expires_at=now + 60).approved
+
+
+def test_a_rejection_after_the_requests_deadline_still_informs_the_agent(the_gate, key):
+    now = int(time.time())
+    token = key.sign(claims(decision="rejected", reason="too late", lifetime=600))
+    assert verify(the_gate, token, expires_at=now - 5).decision == "rejected"

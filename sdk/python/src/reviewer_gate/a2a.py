@@ -283,6 +283,7 @@ class A2AApprovals:
                 request_id=asked.request_id,
                 action_digest=asked.action_digest,
                 context_id=asked.context_id,
+                expires_at=asked.request.get("expires_at"),
             )
         except GateError as error:
             if error.code == "replayed":

@@ -329,6 +329,7 @@ class ReviewerClient:
                 task_id=submission.task_id,
                 request_id=submission.request_id,
                 action_digest=submission.action_digest,
+                expires_at=submission.request.get("expires_at"),
             )
         except GateError as error:
             raise NotApproved(error.code, error.message) from error

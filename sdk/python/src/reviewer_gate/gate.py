@@ -33,6 +33,11 @@ burned:
   unknown kid, then refuses);
 - the Ed25519 signature;
 - `iss`, `aud`, and the time claims `exp`, `nbf`, `iat` with `leeway_seconds` of clock skew;
+- `policy`: an object `{id, version}` (a string and an integer; the tenant default is
+  `{"id": "tenant-default", "version": 1}`), and `policies`, when present, a list of such objects that
+  includes it; a token without a policy object is malformed;
+- for an approval, the request's own deadline when the agent passes `expires_at` (the `expires_at` it
+  put in its request): refused once it has passed, and refused if the token's `exp` outlives it;
 - `sub` (the task id), `request_id`, `action_digest` (and `context_id` when given) equal to what the
   agent asked for; `decision` one of DECISIONS. One exception: when a reviewer edited the request,
   the decision names a new request whose `replaces` claim lists the one the agent asked for, and
@@ -54,7 +59,9 @@ Public API:
     SQLiteUsedStore(path)                          shared by processes and threads on one file
     Gate(*, issuer, audience, keys, used_store, reviewer_url=None, api_token=None,
          leeway_seconds=30, http_timeout=5)
-        .verify(token, *, task_id, request_id, action_digest, context_id=None) -> VerifiedDecision
+        .verify(token, *, task_id, request_id, action_digest, context_id=None, expires_at=None)
+                                                   -> VerifiedDecision; expires_at: the request's own
+                                                   deadline (datetime, RFC 3339 string or epoch seconds)
         .consume(decision) -> None                 raises GateError when the agent must not act
         .report_outcome(decision, status, *, transaction_id=None, detail=None) -> bool
     decision_token_from_metadata(metadata) -> str | None
@@ -63,8 +70,8 @@ Public API:
 
 GateError codes: malformed, bad_algorithm, bad_type, unknown_kid, keys_unavailable, bad_signature,
 expired, not_yet_valid, wrong_issuer, wrong_audience, missing_claim, bad_claim, wrong_task,
-wrong_context, wrong_request, wrong_digest, bad_decision, replayed, not_configured,
-consume_refused:<code> (Reviewer's 409 error code, or http_<status> for another refusal),
+wrong_context, wrong_request, wrong_digest, bad_decision, bad_policy, request_expired, replayed,
+not_configured, consume_refused:<code> (Reviewer's 409 error code, or http_<status> for another refusal),
 reviewer_unreachable.
 """
 
@@ -76,6 +83,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -121,7 +129,8 @@ class VerifiedDecision:
     rev: int | None
     consume: bool
     approvers: list = field(default_factory=list)
-    policy: dict | None = None
+    policy: dict | None = None  # {id, version}: always present in a verified decision
+    policies: list = field(default_factory=list)  # every {id, version} that shaped it
     tenant: str | None = None
     expires_at: int = 0
     claims: dict = field(default_factory=dict)
@@ -355,11 +364,23 @@ class Gate:
     # verify ---------------------------------------------------------------------------------
 
     def verify(
-        self, token: str, *, task_id: str, request_id: str, action_digest: str, context_id: str | None = None
+        self,
+        token: str,
+        *,
+        task_id: str,
+        request_id: str,
+        action_digest: str,
+        context_id: str | None = None,
+        expires_at: datetime | str | float | None = None,
     ) -> VerifiedDecision:
-        """Check everything about the token, then burn its jti. Raises GateError on any doubt."""
+        """Check everything about the token, then burn its jti. Raises GateError on any doubt.
+        `expires_at` is the deadline the agent put in its own request, if it put one."""
         key = self._key_from_header(token)
         claims = self._signed_claims(token, key)
+        _check_policy(claims)
+        if expires_at is not None and claims.get("decision") == "approved":
+            # Only a release is bound by it: a rejection or a question after the deadline still informs.
+            _check_request_deadline(claims, _epoch_seconds(expires_at))
         self._check_binding(
             claims, task_id=task_id, request_id=request_id, action_digest=action_digest, context_id=context_id
         )
@@ -509,6 +530,56 @@ def _error_from_body(response: httpx.Response) -> tuple[str | None, str]:
     return code, str(error.get("message") or f"HTTP {response.status_code}")
 
 
+def _is_policy_ref(value) -> bool:
+    return (
+        isinstance(value, dict)
+        and isinstance(value.get("id"), str)
+        and bool(value["id"])
+        and isinstance(value.get("version"), int)
+        and not isinstance(value.get("version"), bool)
+    )
+
+
+def _check_policy(claims: dict) -> None:
+    """Every decision names the policy that decided it (DESIGN: `policy: {id, version}`); a token
+    without one is malformed, whatever else it says. `policies` (every version that shaped it) is
+    optional for older tokens, but when present it is a list of such objects naming `policy` too."""
+    policy = claims.get("policy")
+    if not _is_policy_ref(policy):
+        raise GateError("bad_policy", f"the decision names no policy object {{id, version}}: {policy!r}")
+    policies = claims.get("policies")
+    if policies is not None and (
+        not isinstance(policies, list)
+        or not all(_is_policy_ref(each) for each in policies)
+        or policy not in policies
+    ):
+        raise GateError("bad_policy", "policies must be a list of {id, version} objects that includes policy")
+
+
+def _epoch_seconds(moment) -> float:
+    if isinstance(moment, datetime):
+        if moment.tzinfo is None:
+            raise GateError("not_configured", "expires_at must be timezone-aware")
+        return moment.timestamp()
+    if isinstance(moment, str):
+        try:
+            return _epoch_seconds(datetime.fromisoformat(moment.replace("Z", "+00:00")))
+        except ValueError as error:
+            raise GateError("not_configured", f"expires_at is not an RFC 3339 time: {moment!r}") from error
+    if isinstance(moment, (int, float)) and not isinstance(moment, bool):
+        return float(moment)
+    raise GateError("not_configured", f"expires_at is not a time: {moment!r}")
+
+
+def _check_request_deadline(claims: dict, deadline: float) -> None:
+    """The agent's own deadline binds whatever Reviewer signed: no clock skew is granted on it (it is
+    the agent's clock), and a token that would outlive it is refused as Reviewer should never sign one."""
+    if time.time() >= deadline:
+        raise GateError("request_expired", "the request's own expires_at has passed; nothing may execute")
+    if _optional_int(claims.get("exp")) is None or claims["exp"] > deadline:
+        raise GateError("request_expired", "the decision's exp is later than the request's expires_at")
+
+
 def _optional_int(value) -> int | None:
     # Struct round trips and JSON producers may turn integers into floats; accept only whole numbers.
     if isinstance(value, bool) or value is None:
@@ -540,6 +611,7 @@ def _decision_from_claims(claims: dict) -> VerifiedDecision:
         consume=consume,
         approvers=list(claims.get("approvers") or []),
         policy=claims.get("policy"),
+        policies=list(claims.get("policies") or [claims["policy"]]),
         tenant=claims.get("tenant"),
         expires_at=int(claims["exp"]),
         claims=dict(claims),
