@@ -184,9 +184,17 @@ class Proposal(models.Model):
             ),
         ]
         indexes = [
-            models.Index(fields=["tenant", "state", "expires_at"], name="queue_by_urgency"),
+            # The queue's filter and sort, read in order (approvals/queries.py keyset_page): one tenant
+            # by (tenant, state, expires_at, id); several tenants by the waiting rows' own index.
+            models.Index(fields=["tenant", "state", "expires_at", "id"], name="queue_by_urgency"),
+            models.Index(
+                fields=["expires_at", "id"],
+                name="waiting_by_urgency",
+                condition=models.Q(state="awaiting_review"),
+            ),
             models.Index(fields=["state", "expires_at"], name="sweep_by_expiry"),
-            models.Index(fields=["created_at"], name="proposal_created"),
+            # The watching list, newest first, read backwards.
+            models.Index(fields=["created_at", "id"], name="watching_by_recency"),
         ]
 
     def __str__(self):
