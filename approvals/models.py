@@ -290,6 +290,31 @@ class OutboxMessage(models.Model):
         return f"{self.kind} {self.message_id} ({self.status})"
 
 
+class ReviewNotice(models.Model):
+    """A reviewer to be told by e-mail that a proposal waits for them (approvals/notifications.py).
+
+    Intake writes one row with no user in its own transaction (the proposal to announce); the worker
+    fans it out to one row per eligible reviewer, then sends each reviewer one digest of their unsent
+    rows at most every NOTIFICATION_DIGEST_SECONDS. No mail is sent inside a request."""
+
+    proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="notices")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.CASCADE, related_name="review_notices"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)  # mailed, or dropped: it no longer waited
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["proposal", "user"], name="one_notice_per_reviewer")]
+        indexes = [
+            models.Index(fields=["user", "sent_at"], name="notices_by_reviewer"),
+            models.Index(fields=["id"], condition=models.Q(user=None), name="notices_to_fan_out"),
+        ]
+
+    def __str__(self):
+        return f"notice of {self.proposal_id} to {self.user_id or 'everyone eligible'}"
+
+
 class Halt(models.Model):
     """The kill switch. Active while lifted_at is null; stored here so every process sees it."""
 
