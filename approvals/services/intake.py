@@ -73,7 +73,7 @@ def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -
                 )
             _refuse_if_halted(agent.tenant_id, agent.id)
             proposal = Proposal.objects.create(
-                tenant_id=agent.tenant_id,
+                tenant=agent.tenant,  # the agent's, already read: policy evaluation needs it again
                 agent=agent,
                 task_id=submission.task_id,
                 context_id=submission.context_id,
@@ -189,7 +189,11 @@ def _evaluate_and_route(proposal: Proposal, *, requested_expiry: datetime | None
     proposal.risk = evaluation.risk
     proposal.expires_at = _expiry_for(requested_expiry, evaluation.ttl_seconds, proposal.created_at)
     proposal.save(update_fields=["requirements", "risk", "expires_at"])
-    proposal.policy_versions.set(evaluation.versions)
+    # A new proposal pins no version yet: one INSERT, not set()'s read-then-write.
+    Proposal.policy_versions.through.objects.bulk_create(
+        Proposal.policy_versions.through(proposal_id=proposal.pk, policyversion_id=version.pk)
+        for version in evaluation.versions
+    )
     record(
         proposal.tenant_id,
         actor=SYSTEM,
