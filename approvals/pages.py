@@ -63,15 +63,16 @@ QUEUE_ORDER = ("expires_at", "pk")  # the most urgent first
 WATCHING_ORDER = ("-created_at", "-pk")  # the newest first
 
 
-def _list_context(scope, params, queryset, *, order, with_states=False) -> dict:
+def _list_context(scope, params, queryset, *, order, with_states=False, counted=None) -> dict:
     """One page of a list, read by keyset (?after=<cursor>): the page, a count capped at
-    queries.COUNT_CAP and the filter form cost the same few queries at 100 or 100,000 proposals."""
+    queries.COUNT_CAP and the filter form cost the same few queries at 100 or 100,000 proposals.
+    `counted(filters)` may give (total, capped) from a query the caller makes anyway."""
     form = _filter_form(scope, params, with_states=with_states)
     filters = form.filters()
     filtered = queries.apply_filters(queryset, filters)
     cursor = str((params or {}).get("after") or "")[:200]
     page = queries.keyset_page(queries.with_row_data(filtered), order, cursor, PAGE_SIZE)
-    total, capped = queries.capped_count(filtered)
+    total, capped = (counted and counted(filters)) or queries.capped_count(filtered)
     after = {"after": cursor} if cursor and page.rows else {}
     return {
         "form": form,
@@ -89,17 +90,25 @@ def _list_context(scope, params, queryset, *, order, with_states=False) -> dict:
 
 def queue_context(user, params) -> dict:
     scope = queries.ReviewerScope.of(user)
-    context = _list_context(scope, params, queries.eligible_proposals(scope), order=QUEUE_ORDER)
-    # The chips count what the first COUNT_CAP proposals (without the risk filter) hold, most urgent
-    # first: exact below the cap, "N+" above it (a lower bound, still true).
-    unrated = {k: v for k, v in context["filters"].items() if k != "risk"}
-    sample = queries.apply_filters(queries.eligible_proposals(scope), unrated).order_by(*QUEUE_ORDER)
-    risks = list(sample.values_list("risk", flat=True)[: queries.COUNT_CAP + 1])
-    capped = len(risks) > queries.COUNT_CAP
-    by_risk = Counter(risks[: queries.COUNT_CAP])
+    chips = {}
+
+    def risks_and_count(filters):
+        # The chips count what at most COUNT_CAP of the proposals (without the risk filter) hold:
+        # exact below the cap, "N+" above it (a lower bound, still true). Without a risk filter the same
+        # read is the list's count too.
+        unrated = {k: v for k, v in filters.items() if k != "risk"}
+        sample = queries.apply_filters(queries.eligible_proposals(scope), unrated).order_by()
+        risks = list(sample.values_list("risk", flat=True)[: queries.COUNT_CAP + 1])
+        chips.update(capped=len(risks) > queries.COUNT_CAP, by_risk=Counter(risks[: queries.COUNT_CAP]))
+        return None if "risk" in filters else (min(len(risks), queries.COUNT_CAP), chips["capped"])
+
+    context = _list_context(
+        scope, params, queries.eligible_proposals(scope), order=QUEUE_ORDER, counted=risks_and_count
+    )
     labels = [(value, label) for value, label in QueueFilterForm.RISKS if value] + [("", "Not rated")]
+    by_risk = chips["by_risk"]
     context["risk_counts"] = [
-        (label, f"{by_risk[value]}+" if capped else by_risk[value])
+        (label, f"{by_risk[value]}+" if chips["capped"] else by_risk[value])
         for value, label in labels
         if by_risk.get(value)
     ]

@@ -10,7 +10,7 @@ from django.urls import reverse
 from django_otp.plugins.otp_static.models import StaticDevice
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
-from approvals import pages, services
+from approvals import pages, queries, services
 from approvals.forms import EditArgumentsForm
 from approvals.models import Decision, Proposal, Vote
 from approvals.states import State
@@ -314,6 +314,17 @@ def test_the_queue_pages_through_many_proposals(agent, refund_policy, requester,
     assert second.count('class="proposal-link"') == 3 and 'rel="first"' in second
     shown = re.findall(r'class="proposal-link" href="/proposals/([0-9a-f-]+)/"', first + second)
     assert len(set(shown)) == pages.PAGE_SIZE + 3  # every proposal once, none skipped or repeated
+
+
+def test_above_the_cap_the_queue_says_how_many_at_least_instead_of_counting_all(
+    monkeypatch, agent, refund_policy, requester, reviewer_a
+):
+    monkeypatch.setattr(queries, "COUNT_CAP", 5)
+    for _ in range(7):
+        submit(agent)
+    html = verified_client(reviewer_a).get(reverse("approvals:queue")).content.decode()
+    assert "5+ proposals waiting for you" in html and "Not rated: 5+" in html
+    assert html.count('class="proposal-link"') == 7  # the page itself is not capped
 
 
 # ---------------------------------------------------------------------------------------------------
