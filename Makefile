@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-from-pyproject
 
-.PHONY: demo test lint venv clean
+.PHONY: demo test lint venv clean bench
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is required")'
@@ -26,6 +26,12 @@ test: $(STAMP)
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports  # the layer contracts of pyproject.toml [tool.importlinter]
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Benchmarks (not tests): bench/run.py runs every bench/r<N>_*.py and prints one table of ratios against
+# bare baselines measured in the same run (JSON in test-output/bench.json). Needs PostgreSQL
+# (BENCH_POSTGRES, default postgres://postgres@127.0.0.1:5432; scratch databases named *bench*).
+bench: $(STAMP)
+	$(PY) bench/run.py $(BENCH)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
