@@ -211,10 +211,10 @@ def _generate(events: int) -> dict:
 
 
 def _selection(up_to: int):
-    from audit import domain
     from audit.exports import Selection
+    from tenants.queries import tenant_by_key
 
-    tenant = domain.tenant_by_key("bench")
+    tenant = tenant_by_key("bench")
     return Selection.for_tenant(tenant, {}, up_to_seq=up_to)
 
 

@@ -41,14 +41,14 @@ def measure(pairs: list[tuple]) -> list[tuple[list[float], int]]:
 
 
 def plan(sql_queryset) -> str:
-    """The first lines of PostgreSQL's plan for a queryset: which index serves the page."""
+    """The scans of PostgreSQL's plan for a queryset: which index serves the page."""
     from django.db import connection
 
     sql, params = sql_queryset.query.sql_with_params()
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN " + sql, params)
         lines = [row[0].strip() for row in cursor.fetchall()]
-    return " / ".join(line for line in lines[:4])
+    return " / ".join(line.split("  (cost")[0] for line in lines if "Limit" in line or "Scan" in line)
 
 
 def main() -> list[dict]:
