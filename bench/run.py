@@ -123,7 +123,12 @@ def main(selected: list[str]) -> int:
             if id_ not in produced
         ]
     order = {id_: number for number, id_ in enumerate(EXPECTED)}
-    rows.sort(key=lambda row: (order.get(row["id"], len(order)), row["id"]))
+
+    def place(row):  # R5pdf and R6w go under R5 and R6
+        known = max((id_ for id_ in EXPECTED if row["id"].startswith(id_)), key=len, default="")
+        return (order.get(known, len(order)), row["id"] != known, row["id"])
+
+    rows.sort(key=place)
     for row in rows:
         row["met"] = met(row)
     print(table(rows))
