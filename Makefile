@@ -11,7 +11,7 @@ SDK_BUILD := build/sdk
 # The extras whose adapters sdk/python/tests exercise.
 SDK_EXTRAS := test,a2a,mcp,langgraph,openai-agents
 
-.PHONY: demo test lint venv clean sdk-test
+.PHONY: demo test lint venv clean sdk-test bench
 
 $(STAMP): pyproject.toml $(SDK)/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is required")'
@@ -43,6 +43,12 @@ sdk-test: $(STAMP)
 	$(PYTHON) -m venv $(SDK_BUILD)/venv
 	$(SDK_BUILD)/venv/bin/python -m pip install --quiet "$$(ls $(SDK_BUILD)/reviewer_gate-*.whl)[$(SDK_EXTRAS)]"
 	cd $(SDK) && ../../$(SDK_BUILD)/venv/bin/python -m pytest -q -p no:cacheprovider tests
+
+# Benchmarks (not tests): bench/run.py runs every bench/r<N>_*.py and prints one table of ratios against
+# bare baselines measured in the same run (JSON in test-output/bench.json). Needs PostgreSQL
+# (BENCH_POSTGRES, default postgres://postgres@127.0.0.1:5432; scratch databases named *bench*).
+bench: $(STAMP)
+	$(PY) bench/run.py $(BENCH)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -170,7 +170,7 @@ class QueueConsumer(ReviewerSocket):
         self.view = "watching" if query.get("view") == "watching" else "queue"
         self.params = {
             key: query.get(key)
-            for key in ("tenant", "agent", "policy", "risk", "state", "page")
+            for key in ("tenant", "agent", "policy", "risk", "state", "after")
             if query.get(key)
         }
         return [events.tenant_group(tenant_id) for tenant_id in tenant_ids]

@@ -189,9 +189,17 @@ class Proposal(models.Model):
             ),
         ]
         indexes = [
-            models.Index(fields=["tenant", "state", "expires_at"], name="queue_by_urgency"),
+            # The queue's filter and sort, read in order (approvals/queries.py keyset_page): one tenant
+            # by (tenant, state, expires_at, id); several tenants by the waiting rows' own index.
+            models.Index(fields=["tenant", "state", "expires_at", "id"], name="queue_by_urgency"),
+            models.Index(
+                fields=["expires_at", "id"],
+                name="waiting_by_urgency",
+                condition=models.Q(state="awaiting_review"),
+            ),
             models.Index(fields=["state", "expires_at"], name="sweep_by_expiry"),
-            models.Index(fields=["created_at"], name="proposal_created"),
+            # The watching list, newest first, read backwards.
+            models.Index(fields=["created_at", "id"], name="watching_by_recency"),
         ]
 
     def __str__(self):
@@ -285,6 +293,31 @@ class OutboxMessage(models.Model):
 
     def __str__(self):
         return f"{self.kind} {self.message_id} ({self.status})"
+
+
+class ReviewNotice(models.Model):
+    """A reviewer to be told by e-mail that a proposal waits for them (approvals/notifications.py).
+
+    Intake writes one row with no user in its own transaction (the proposal to announce); the worker
+    fans it out to one row per eligible reviewer, then sends each reviewer one digest of their unsent
+    rows at most every NOTIFICATION_DIGEST_SECONDS. No mail is sent inside a request."""
+
+    proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="notices")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.CASCADE, related_name="review_notices"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)  # mailed, or dropped: it no longer waited
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["proposal", "user"], name="one_notice_per_reviewer")]
+        indexes = [
+            models.Index(fields=["user", "sent_at"], name="notices_by_reviewer"),
+            models.Index(fields=["id"], condition=models.Q(user=None), name="notices_to_fan_out"),
+        ]
+
+    def __str__(self):
+        return f"notice of {self.proposal_id} to {self.user_id or 'everyone eligible'}"
 
 
 class Halt(models.Model):

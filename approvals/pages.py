@@ -5,12 +5,9 @@ them as whole pages and the WebSocket consumers send the same partials, so both 
 
 import hashlib
 import json
+from collections import Counter
 from urllib.parse import urlencode
 
-from django.core.paginator import Paginator
-from django.db.models import (
-    Count,
-)
 from django.template.loader import render_to_string
 from django.utils import timezone
 
@@ -62,25 +59,30 @@ def _rows(page) -> list[dict]:
     return rows
 
 
-def _list_context(scope, params, queryset, *, order, with_states=False) -> dict:
+QUEUE_ORDER = ("expires_at", "pk")  # the most urgent first
+WATCHING_ORDER = ("-created_at", "-pk")  # the newest first
+
+
+def _list_context(scope, params, queryset, *, order, with_states=False, counted=None) -> dict:
+    """One page of a list, read by keyset (?after=<cursor>): the page, a count capped at
+    queries.COUNT_CAP and the filter form cost the same few queries at 100 or 100,000 proposals.
+    `counted(filters)` may give (total, capped) from a query the caller makes anyway."""
     form = _filter_form(scope, params, with_states=with_states)
     filters = form.filters()
     filtered = queries.apply_filters(queryset, filters)
-    paginator = Paginator(queries.with_row_data(filtered).order_by(*order), PAGE_SIZE)
-    page = paginator.get_page((params or {}).get("page"))
-
-    def page_link(number):
-        return "?" + urlencode({**filters, "page": number})
-
+    cursor = str((params or {}).get("after") or "")[:200]
+    page = queries.keyset_page(queries.with_row_data(filtered), order, cursor, PAGE_SIZE)
+    total, capped = (counted and counted(filters)) or queries.capped_count(filtered)
+    after = {"after": cursor} if cursor and page.rows else {}
     return {
         "form": form,
         "filters": filters,
-        "page": page,
-        "rows": _rows(page),
-        "total": paginator.count,
-        "previous_link": page_link(page.previous_page_number()) if page.has_previous() else "",
-        "next_link": page_link(page.next_page_number()) if page.has_next() else "",
-        "socket_query": urlencode({**filters, **({"page": page.number} if page.number > 1 else {})}),
+        "rows": _rows(page.rows),
+        "total": total,
+        "total_capped": capped,
+        "first_link": "?" + urlencode(filters) if after else "",
+        "next_link": "?" + urlencode({**filters, "after": page.next_cursor}) if page.next_cursor else "",
+        "socket_query": urlencode({**filters, **after}),
         "server_now": timezone.now(),
         "votes": scope.votes,
     }
@@ -88,24 +90,35 @@ def _list_context(scope, params, queryset, *, order, with_states=False) -> dict:
 
 def queue_context(user, params) -> dict:
     scope = queries.ReviewerScope.of(user)
-    context = _list_context(scope, params, queries.eligible_proposals(scope), order=("expires_at", "pk"))
-    by_risk = dict(
-        queries.apply_filters(
-            queries.eligible_proposals(scope), {k: v for k, v in context["filters"].items() if k != "risk"}
-        )
-        .values_list("risk")
-        .annotate(n=Count("pk"))
-        .order_by()
+    chips = {}
+
+    def risks_and_count(filters):
+        # The chips count what at most COUNT_CAP of the proposals (without the risk filter) hold:
+        # exact below the cap, "N+" above it (a lower bound, still true). Without a risk filter the same
+        # read is the list's count too.
+        unrated = {k: v for k, v in filters.items() if k != "risk"}
+        sample = queries.apply_filters(queries.eligible_proposals(scope), unrated).order_by()
+        risks = list(sample.values_list("risk", flat=True)[: queries.COUNT_CAP + 1])
+        chips.update(capped=len(risks) > queries.COUNT_CAP, by_risk=Counter(risks[: queries.COUNT_CAP]))
+        return None if "risk" in filters else (min(len(risks), queries.COUNT_CAP), chips["capped"])
+
+    context = _list_context(
+        scope, params, queries.eligible_proposals(scope), order=QUEUE_ORDER, counted=risks_and_count
     )
     labels = [(value, label) for value, label in QueueFilterForm.RISKS if value] + [("", "Not rated")]
-    context["risk_counts"] = [(label, by_risk[value]) for value, label in labels if by_risk.get(value)]
+    by_risk = chips["by_risk"]
+    context["risk_counts"] = [
+        (label, f"{by_risk[value]}+" if chips["capped"] else by_risk[value])
+        for value, label in labels
+        if by_risk.get(value)
+    ]
     return context
 
 
 def watching_context(user, params) -> dict:
     scope = queries.ReviewerScope.of(user)
     return _list_context(
-        scope, params, queries.watching_proposals(scope), order=("-created_at", "-pk"), with_states=True
+        scope, params, queries.watching_proposals(scope), order=WATCHING_ORDER, with_states=True
     )
 
 

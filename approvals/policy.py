@@ -256,11 +256,16 @@ def _admin_group_slug(tenant: Tenant) -> str:
 
 
 def active_versions_for(tenant: Tenant) -> list[PolicyVersion]:
-    return list(
+    """One query, whatever the number of policies: each version's policy comes with it, and its tenant
+    is the one given (naming a version, str(), reads it)."""
+    versions = list(
         PolicyVersion.objects.filter(policy__tenant=tenant, status=PolicyVersion.Status.ACTIVE)
         .select_related("policy")
         .order_by("policy__slug")
     )
+    for version in versions:
+        version.policy.tenant = tenant
+    return versions
 
 
 def context_for_proposal(proposal) -> dict:

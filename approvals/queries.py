@@ -3,9 +3,13 @@ else in their tenants), their filters and the row data the lists show. Read only
 (approvals/pages.py) and through them by the views and the WebSocket consumers.
 """
 
+import base64
+import json
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime
 
+from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.db import NotSupportedError
 from django.db.models import (
     BooleanField,
@@ -101,21 +105,25 @@ class ReviewerScope:
         return clauses
 
 
-def eligible_proposals(scope: ReviewerScope):
+def _decidable(scope: ReviewerScope) -> Q:
     """What this person can decide now: waiting, not expired by the clock, they are eligible, not the
-    principal, not the edit's author, and they have not voted on it yet."""
+    principal, not the edit's author, and they have not voted on it yet. A condition on the row itself,
+    so the queue filters by it and the watching list by its negation (no NOT IN over the whole queue)."""
     voted = Vote.objects.filter(proposal=OuterRef("pk"), voter=scope.user)
     return (
-        Proposal.objects.filter(scope.eligible(), state=State.AWAITING_REVIEW, expires_at__gt=timezone.now())
-        .exclude(edited_by=scope.user)
-        .exclude(Exists(voted))
+        scope.eligible()
+        & Q(state=State.AWAITING_REVIEW, expires_at__gt=timezone.now())
+        & ~Q(edited_by=scope.user)
+        & ~Q(Exists(voted))
     )
+
+
+def eligible_proposals(scope: ReviewerScope):
+    return Proposal.objects.filter(_decidable(scope))
 
 
 def watching_proposals(scope: ReviewerScope):
-    return Proposal.objects.filter(tenant_id__in=scope.tenant_ids).exclude(
-        pk__in=eligible_proposals(scope).values("pk")
-    )
+    return Proposal.objects.filter(tenant_id__in=scope.tenant_ids).exclude(_decidable(scope))
 
 
 def with_row_data(queryset):
@@ -152,3 +160,72 @@ def apply_filters(queryset, filters: dict):
         )
         queryset = queryset.filter(Exists(pinned))
     return queryset
+
+
+# --------------------------------------------------------------------------------------------------
+# Keyset pagination: a page is "the rows after this one in the list's order", so reading page 400 costs
+# what page 1 costs (no OFFSET to skip over), and the index that serves the order serves the page.
+
+# The lists count at most this many rows: above it they say "1,000+" instead of counting everything.
+COUNT_CAP = 1000
+
+
+def _after(order: tuple[str, ...], values: list) -> Q:
+    """Rows strictly after `values` in `order` (field names, "-" for descending): the lexicographic
+    comparison (a > x) or (a = x and b > y) or ..., which needs no row-value syntax."""
+    after = Q(pk__in=[])
+    equal = Q()
+    for name, value in zip(order, values, strict=True):
+        field = name.lstrip("-")
+        step = Q(**{f"{field}__{'lt' if name.startswith('-') else 'gt'}": value})
+        after |= equal & step
+        equal &= Q(**{field: value})
+    return after
+
+
+def encode_cursor(row, order: tuple[str, ...]) -> str:
+    """The position of `row` in `order` as an opaque URL-safe token."""
+    values = [getattr(row, name.lstrip("-")) for name in order]
+    raw = json.dumps([v.isoformat() if isinstance(v, datetime) else str(v) for v in values])
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _field(name: str):
+    name = name.lstrip("-")
+    return Proposal._meta.pk if name == "pk" else Proposal._meta.get_field(name)
+
+
+def decode_cursor(token: str, order: tuple[str, ...]) -> list | None:
+    """The values of a cursor, or None when it is not one of ours (the list then starts at the top)."""
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        values = json.loads(raw)
+        if not isinstance(values, list) or len(values) != len(order):
+            return None
+        return [_field(name).to_python(value) for name, value in zip(order, values, strict=True)]
+    except (ValueError, TypeError, ValidationError, FieldDoesNotExist):
+        return None
+
+
+@dataclass
+class KeysetPage:
+    rows: list
+    next_cursor: str  # "" on the last page
+
+
+def keyset_page(queryset, order: tuple[str, ...], cursor: str, size: int) -> KeysetPage:
+    """One page of `queryset` in `order` (which must end with a unique field) after `cursor`: one
+    query, size + 1 rows, the extra one only telling whether there is a next page."""
+    values = decode_cursor(cursor, order) if cursor else None
+    if values is not None:
+        queryset = queryset.filter(_after(order, values))
+    rows = list(queryset.order_by(*order)[: size + 1])
+    more = len(rows) > size
+    rows = rows[:size]
+    return KeysetPage(rows=rows, next_cursor=encode_cursor(rows[-1], order) if more else "")
+
+
+def capped_count(queryset, cap: int = COUNT_CAP) -> tuple[int, bool]:
+    """How many rows, counting at most cap + 1 (a COUNT over a LIMIT subquery): (count, capped)."""
+    count = queryset.order_by()[: cap + 1].count()
+    return min(count, cap), count > cap

@@ -9,7 +9,8 @@ Each tick it
    settles once the task completed (see services.apply_task_state); a request still awaiting review is
    closed if its task ended (its push may have been lost: A2A push is best-effort). Nothing here ever
    approves anything;
-4. runs the audit export jobs (audit.jobs.run_pending_exports).
+4. runs the audit export jobs (audit.jobs.run_pending_exports);
+5. sends the reviewers their e-mail digests of new proposals (approvals/notifications.py).
 
 Several workers may run side by side: claims never overlap (SKIP LOCKED on PostgreSQL, a lease written
 with compare-and-set everywhere), and every message is idempotent on the agent's side anyway.
@@ -24,7 +25,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
-from approvals import a2a, services
+from approvals import a2a, notifications, services
 from approvals.models import Decision, OutboxMessage, Proposal
 from approvals.parked_tasks import ParkedTaskLister
 from approvals.states import WAITING_FOR_PEOPLE, State
@@ -82,6 +83,7 @@ class Worker:
             ("reconciliation", self.reconcile),
             ("parked tasks", self.parked_tasks.reconcile),
             ("audit jobs", self._audit_jobs),
+            ("review digests", lambda report, now: notifications.send_digests(now)),
         ):
             try:
                 step(report, now)

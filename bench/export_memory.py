@@ -211,10 +211,10 @@ def _generate(events: int) -> dict:
 
 
 def _selection(up_to: int):
-    from audit import domain
     from audit.exports import Selection
+    from tenants.queries import tenant_by_key
 
-    tenant = domain.tenant_by_key("bench")
+    tenant = tenant_by_key("bench")
     return Selection.for_tenant(tenant, {}, up_to_seq=up_to)
 
 
@@ -309,6 +309,7 @@ def main() -> None:
     )
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--database-url", default="", help="a scratch PostgreSQL database (default: SQLite)")
+    parser.add_argument("--json", action="store_true", help="end with one JSON line of the peaks (bench/r5)")
     parser.add_argument("--child", choices=CHILD_TASKS, help=argparse.SUPPRESS)
     parser.add_argument("--up-to", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--out", default="", help=argparse.SUPPRESS)
@@ -383,6 +384,9 @@ def main() -> None:
     print("\nflatness (peak at all events / peak at a tenth):")
     for label, peaks in by_task.items():
         print(f"  {label:36} {peaks[full] / peaks[small]:.2f}")
+    if args.json:
+        peaks = {label.split()[0]: {"tenth": p[small], "all": p[full]} for label, p in by_task.items()}
+        print(json.dumps({"events": full, "baseline": baseline, "floor": floor, "peaks": peaks}))
 
 
 if __name__ == "__main__":

@@ -247,3 +247,24 @@ def verified_client(user):
     from django.test import Client
 
     return sign_in_verified(Client(), user)
+
+
+def clone_waiting(template, count: int, *, batch: int = 5000) -> None:
+    """`count` copies of a proposal awaiting review, bulk-inserted with their policy pins (no services,
+    no audit events): volume for the queue's flatness test and benchmark, made in seconds. Copies expire
+    one second apart after the template and are one millisecond older each, so both lists' orders are
+    exercised."""
+    from approvals.models import Proposal
+
+    fields = Proposal.objects.filter(pk=template.pk).values().get()
+    pins = list(template.policy_versions.values_list("pk", flat=True))
+    Pin = Proposal.policy_versions.through
+    for start in range(0, count, batch):
+        rows = []
+        for number in range(start, min(start + batch, count)):
+            row = {**fields, "id": uuid.uuid4(), "request_id": f"clone-{template.pk}-{number}"}
+            row["expires_at"] = fields["expires_at"] + timedelta(seconds=number + 1)
+            row["created_at"] = fields["created_at"] - timedelta(milliseconds=number + 1)
+            rows.append(Proposal(**row))
+        Proposal.objects.bulk_create(rows)
+        Pin.objects.bulk_create(Pin(proposal_id=row.id, policyversion_id=pin) for row in rows for pin in pins)

@@ -68,7 +68,6 @@ from approvals.services.halts import (  # noqa: F401
     resume,
 )
 from approvals.services.intake import (  # noqa: F401
-    log,
     record_intake_refusal,
     submit_proposal,
 )

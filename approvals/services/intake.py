@@ -1,6 +1,5 @@
 """Taking in an agent's proposal: validation, supersession, policy evaluation and routing."""
 
-import logging
 from datetime import datetime, timedelta
 
 import rfc8785
@@ -14,6 +13,7 @@ from approvals.models import (
     Agent,
     Decision,
     Proposal,
+    ReviewNotice,
 )
 from approvals.schemas import ProposalSubmission
 from approvals.services.common import SYSTEM, _audit_time, agent_actor, proposal_subject, record
@@ -23,8 +23,6 @@ from approvals.services.halts import _refuse_if_halted
 from approvals.services.lifecycle import _expiry_for, transition
 from approvals.states import ALLOWED, State
 from audit.models import Verb
-
-log = logging.getLogger(__name__)
 
 
 def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -> tuple[Proposal, bool]:
@@ -75,7 +73,7 @@ def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -
                 )
             _refuse_if_halted(agent.tenant_id, agent.id)
             proposal = Proposal.objects.create(
-                tenant_id=agent.tenant_id,
+                tenant=agent.tenant,  # the agent's, already read: policy evaluation needs it again
                 agent=agent,
                 task_id=submission.task_id,
                 context_id=submission.context_id,
@@ -191,7 +189,11 @@ def _evaluate_and_route(proposal: Proposal, *, requested_expiry: datetime | None
     proposal.risk = evaluation.risk
     proposal.expires_at = _expiry_for(requested_expiry, evaluation.ttl_seconds, proposal.created_at)
     proposal.save(update_fields=["requirements", "risk", "expires_at"])
-    proposal.policy_versions.set(evaluation.versions)
+    # A new proposal pins no version yet: one INSERT, not set()'s read-then-write.
+    Proposal.policy_versions.through.objects.bulk_create(
+        Proposal.policy_versions.through(proposal_id=proposal.pk, policyversion_id=version.pk)
+        for version in evaluation.versions
+    )
     record(
         proposal.tenant_id,
         actor=SYSTEM,
@@ -225,8 +227,9 @@ def _evaluate_and_route(proposal: Proposal, *, requested_expiry: datetime | None
         )
     else:
         transition(proposal, State.AWAITING_REVIEW, actor=SYSTEM, reason=evaluation.reason)
-        proposal_id = proposal.id
-        transaction.on_commit(lambda: _notify_eligible(proposal_id))
+        # The reviewers hear of it from the worker, in a digest (approvals/notifications.py): one row
+        # here, committed with the proposal, and no mail inside the request.
+        ReviewNotice.objects.create(proposal=proposal)
 
 
 def _policy_approvers(evaluation) -> list[dict]:
@@ -239,12 +242,3 @@ def _policy_approvers(evaluation) -> list[dict]:
         }
         for v in evaluation.versions
     ]
-
-
-def _notify_eligible(proposal_id) -> None:
-    from approvals import notifications
-
-    try:
-        notifications.notify_eligible_reviewers(proposal_id)
-    except Exception:  # a mail server outage must not undo or block intake
-        log.exception("could not notify reviewers of proposal %s", proposal_id)

@@ -2,6 +2,7 @@
 people without access (anonymous → sign-in, unverified → sign-in, outsider → 404, compliance never votes)."""
 
 import re
+from html import unescape
 
 import pytest
 from django.test import Client
@@ -9,7 +10,7 @@ from django.urls import reverse
 from django_otp.plugins.otp_static.models import StaticDevice
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
-from approvals import pages, services
+from approvals import pages, queries, services
 from approvals.forms import EditArgumentsForm
 from approvals.models import Decision, Proposal, Vote
 from approvals.states import State
@@ -307,9 +308,23 @@ def test_the_queue_pages_through_many_proposals(agent, refund_policy, requester,
         submit(agent)
     client = verified_client(reviewer_a)
     first = client.get(reverse("approvals:queue")).content.decode()
-    assert f"{pages.PAGE_SIZE + 3} proposals waiting for you" in first and "Page 1 of 2" in first
-    second = client.get(reverse("approvals:queue"), {"page": 2}).content.decode()
-    assert second.count('class="proposal-link"') == 3
+    assert f"{pages.PAGE_SIZE + 3} proposals waiting for you" in first
+    next_link = re.search(r'href="\?(after=[^"]+)" rel="next"', first).group(1)
+    second = client.get(reverse("approvals:queue") + "?" + unescape(next_link)).content.decode()
+    assert second.count('class="proposal-link"') == 3 and 'rel="first"' in second
+    shown = re.findall(r'class="proposal-link" href="/proposals/([0-9a-f-]+)/"', first + second)
+    assert len(set(shown)) == pages.PAGE_SIZE + 3  # every proposal once, none skipped or repeated
+
+
+def test_above_the_cap_the_queue_says_how_many_at_least_instead_of_counting_all(
+    monkeypatch, agent, refund_policy, requester, reviewer_a
+):
+    monkeypatch.setattr(queries, "COUNT_CAP", 5)
+    for _ in range(7):
+        submit(agent)
+    html = verified_client(reviewer_a).get(reverse("approvals:queue")).content.decode()
+    assert "5+ proposals waiting for you" in html and "Not rated: 5+" in html
+    assert html.count('class="proposal-link"') == 7  # the page itself is not capped
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -633,6 +648,9 @@ def test_the_queue_lists_exactly_what_the_vote_rules_allow(
         listed = {p.id for p in proposals if str(p.id) in html}
         allowed = {p.id for p in proposals if services.ineligibility(p, person) is None}
         assert listed == allowed, person.username
+        # The watching list is the rest of the tenant: the same rule negated row by row.
+        watching = verified_client(person).get(reverse("approvals:watching")).content.decode()
+        assert {p.id for p in proposals if str(p.id) in watching} == {p.id for p in proposals} - allowed
     assert services.ineligibility(ticket, requester) is None  # self-approval allowed by that policy
 
 

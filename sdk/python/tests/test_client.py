@@ -2,6 +2,7 @@
 Ed25519 keys, real HTTP on loopback). Each test decides from another thread while the client waits."""
 
 import threading
+from datetime import datetime
 
 import pytest
 
@@ -56,6 +57,9 @@ def answer_when_submitted(reviewer, key, *, decision="approved", close=None, **o
             "decision": decision,
         }
         claims = decision_claims(issuer=reviewer.url, audience=AUDIENCE, **{**binding, **overrides})
+        if "expires_at" in body["request"]:  # as Reviewer does: an approval ends by the request's deadline
+            deadline = datetime.fromisoformat(body["request"]["expires_at"].replace("Z", "+00:00"))
+            claims["exp"] = min(claims["exp"], int(deadline.timestamp()))
         reviewer.decide(proposal_id, key.sign(claims))
 
     thread = threading.Thread(target=run, daemon=True)

@@ -1,0 +1,61 @@
+"""What the benchmark modules share: a scratch PostgreSQL database, Django set up on it, percentiles.
+
+Benchmarks run with DEBUG on (a signing key is made on the fly, no host list to configure); the bare
+baselines run under the same settings, in the same process or server, so the ratios compare like
+with like.
+"""
+
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# A server whose databases may be dropped: every scratch database's name contains "bench".
+POSTGRES = os.environ.get("BENCH_POSTGRES", "postgres://postgres@127.0.0.1:5432")
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+def scratch_environment(database: str) -> dict:
+    """Environment variables of a run on a fresh PostgreSQL database named `database` (dropped and
+    created again: its name must contain "bench") and a fresh data folder."""
+    from bench.export_memory import _prepare_postgres
+
+    url = f"{POSTGRES}/{database}"
+    _prepare_postgres(url)
+    folder = Path(tempfile.mkdtemp(prefix=f"reviewer-{database}-"))
+    return {
+        "DATABASE_URL": url,
+        "DEBUG": "true",
+        "REVIEWER_DATA_DIR": str(folder),
+        "REVIEWER_SIGNING_KEY_DIR": str(folder / "keys"),
+        "LOG_LEVEL": "WARNING",
+        "ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",
+        "EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend",
+    }
+
+
+def setup_django(environment: dict, settings: str = "reviewer.settings") -> None:
+    """Django in this process, on the scratch database, migrated."""
+    os.environ.update(environment)
+    os.environ.pop("REDIS_URL", None)
+    os.environ.pop("REVIEWER_SIGNING_KEY", None)
+    os.environ["DJANGO_SETTINGS_MODULE"] = settings
+    sys.path.insert(0, str(ROOT))
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+
+
+def percentile(samples: list[float], share: float) -> float:
+    """The `share` quantile (0.5 = median, 0.95 = p95) of the samples, interpolated."""
+    if len(samples) == 1:
+        return samples[0]
+    return statistics.quantiles(samples, n=100, method="inclusive")[round(share * 100) - 1]
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms"

@@ -1,0 +1,147 @@
+"""`make bench`: run every benchmark module of bench/ and print ONE table of ratios.
+
+Each benchmark is a module named r<number>_<what>.py (r3_intake_http.py, r6_queue_flat.py, ...) with a
+main() returning rows {"id", "what", "baseline", "measured", "ratio", "target"} (and optionally "met",
+"note"): the measurement against a bare baseline measured in the same run. Each module runs in its own
+process (its own settings, databases and servers, and a crash stays its own). The table goes to stdout
+and, as JSON, to test-output/bench.json. Ids the issue names that no module produced are listed as
+missing.
+
+    .venv/bin/python bench/run.py                 # everything
+    .venv/bin/python bench/run.py r3 r6           # some modules (by file name prefix)
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+OUTPUT = ROOT / "test-output" / "bench.json"
+EXPECTED = ("R1", "R1a", "R2", "R3", "R4", "R5", "R6")  # issue 10's table
+MODULE = re.compile(r"^r\d+[a-z]?_\w+\.py$")
+RESULT_MARK = "BENCH-ROWS "  # the child prints its rows on one line after this mark
+
+
+def modules(selected: list[str]) -> list[str]:
+    names = sorted(path.stem for path in BENCH.glob("r*.py") if MODULE.match(path.name))
+    return [name for name in names if not selected or any(name.startswith(s) for s in selected)]
+
+
+def run_module(name: str) -> list[dict]:
+    """Run bench/<name>.py's main() in a child process; its rows, or one error row."""
+    code = f"import json, bench.{name} as m; print({RESULT_MARK!r} + json.dumps(m.main()))"
+    started = time.perf_counter()
+    process = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env={**os.environ}
+    )
+    seconds = time.perf_counter() - started
+    sys.stderr.write(process.stderr[-4000:] if process.returncode else "")
+    for line in reversed(process.stdout.splitlines()):
+        if line.startswith(RESULT_MARK):
+            rows = json.loads(line[len(RESULT_MARK) :])
+            for row in rows:
+                row.setdefault("module", name)
+                row.setdefault("seconds", round(seconds, 1))
+            return rows
+    return [
+        {
+            "id": name,
+            "what": f"bench/{name}.py failed (exit {process.returncode})",
+            "module": name,
+            "baseline": "",
+            "measured": "",
+            "ratio": None,
+            "target": "",
+            "met": False,
+            "note": (process.stderr.strip().splitlines() or ["no output"])[-1][:200],
+        }
+    ]
+
+
+def met(row: dict) -> bool | None:
+    """A row's own verdict, else its ratio against the last bound of its target (≥ 0.5x, ≤ 1.2x)."""
+    if "met" in row:
+        return row["met"]
+    bounds = re.findall(r"(≥|>=|≤|<=)\s*([0-9.]+)x", row.get("target", ""))
+    if row.get("ratio") is None or not bounds:
+        return None
+    sign, bound = bounds[-1]
+    return row["ratio"] >= float(bound) if sign in ("≥", ">=") else row["ratio"] <= float(bound)
+
+
+def table(rows: list[dict]) -> str:
+    header = ("id", "what", "baseline", "measured", "ratio", "target", "")
+    lines = [header]
+    for row in rows:
+        verdict = {True: "ok", False: "MISSED", None: "-"}[met(row)] if row.get("ratio") is not None else ""
+        ratio = f"{row['ratio']:.2f}x" if isinstance(row.get("ratio"), int | float) else "-"
+        lines.append(
+            (
+                row["id"],
+                row["what"],
+                str(row["baseline"]),
+                str(row["measured"]),
+                ratio,
+                row["target"],
+                verdict,
+            )
+        )
+    widths = [min(max(len(line[i]) for line in lines), 60) for i in range(len(header))]
+    out = []
+    for number, line in enumerate(lines):
+        out.append(
+            "  ".join(cell[:60].ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        )
+        if number == 0:
+            out.append("  ".join("-" * width for width in widths))
+    return "\n".join(out)
+
+
+def main(selected: list[str]) -> int:
+    rows = []
+    for name in modules(selected):
+        print(f"running bench/{name}.py ...", file=sys.stderr, flush=True)
+        rows += run_module(name)
+    produced = {row["id"] for row in rows}
+    if not selected:
+        rows += [
+            {
+                "id": id_,
+                "what": "no module produced it",
+                "baseline": "",
+                "measured": "",
+                "ratio": None,
+                "target": "",
+                "missing": True,
+            }
+            for id_ in EXPECTED
+            if id_ not in produced
+        ]
+    order = {id_: number for number, id_ in enumerate(EXPECTED)}
+
+    def place(row):  # R5pdf and R6w go under R5 and R6
+        known = max((id_ for id_ in EXPECTED if row["id"].startswith(id_)), key=len, default="")
+        return (order.get(known, len(order)), row["id"] != known, row["id"])
+
+    rows.sort(key=place)
+    for row in rows:
+        row["met"] = met(row)
+    print(table(rows))
+    for row in rows:
+        if row.get("note"):
+            print(f"  {row['id']}: {row['note']}")
+    OUTPUT.parent.mkdir(exist_ok=True)
+    OUTPUT.write_text(
+        json.dumps({"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}, indent=2) + "\n"
+    )
+    print(f"\nwritten to {OUTPUT.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,65 @@
+"""Intake costs a constant, small number of queries: the same for the first proposal and the fiftieth,
+with one policy or twenty, and CEL programs are compiled once, not per proposal."""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from approvals import policy
+from approvals.models import PolicyVersion
+from tests import factories
+from tests.factories import submit
+
+pytestmark = pytest.mark.django_db
+
+# Upper bounds per path, as measured (SQLite and PostgreSQL alike): each audit event is 3 queries (read
+# the chain head, insert, move the head; 3 or 4 events per intake); the rest is the replay check, the
+# halt check, the proposal, its policy evaluation (one query for all versions), the review notice or,
+# for a release, the decision and its outbox row. No mail, no per-reviewer or per-policy query.
+BUDGET = {"review": 19, "allow": 26, "deny": 26}
+ACTIONS = {
+    "review": {"tool": "payments.refund", "arguments": {"order_id": "1", "amount": "5.00"}},
+    "allow": {"tool": "tickets.close", "arguments": {"id": "7"}},
+    "deny": {"tool": "db.drop", "arguments": {"table": "users"}},
+}
+
+
+def queries_for_intake(agent, action) -> int:
+    with CaptureQueriesContext(connection) as captured:
+        submit(agent, action=action)
+    return len(captured)
+
+
+@pytest.mark.parametrize("path", ["review", "allow", "deny"])
+def test_intake_makes_a_constant_number_of_queries(
+    django_assert_num_queries, tenant, agent, refund_policy, requester, reviewer_a, path
+):
+    factories.make_policy(tenant, "tickets", tool_pattern="tickets.*", outcome=PolicyVersion.Outcome.ALLOW)
+    factories.make_policy(tenant, "no-drops", tool_pattern="db.drop", outcome=PolicyVersion.Outcome.DENY)
+    submit(agent)  # the first intake of a tenant creates its chain head
+    first = queries_for_intake(agent, ACTIONS[path])
+    assert first <= BUDGET[path]
+
+    for number in range(20):  # more policies, some matching with conditions, and more proposals
+        factories.make_policy(
+            tenant,
+            f"extra-{number}",
+            tool_pattern="payments.*" if number % 2 else "crm.*",  # leave the allow and deny paths alone
+            condition=f"size(tool) > {number}",
+            thresholds=[{"group": "finance", "count": 1}],
+        )
+    for _ in range(30):
+        submit(agent)
+    with django_assert_num_queries(first):
+        submit(agent, action=ACTIONS[path])
+
+
+def test_a_condition_is_compiled_once_for_many_proposals(monkeypatch, tenant, agent, requester):
+    factories.make_policy(tenant, "big-refunds", condition="double(args.amount) > 100.0")
+    compiled = []
+    real = policy.cel.compile
+    monkeypatch.setattr(policy.cel, "compile", lambda source: compiled.append(source) or real(source))
+    policy.compile_condition.cache_clear()
+    for amount in ("150.00", "5.00", "500.00"):
+        submit(agent, action={"tool": "payments.refund", "arguments": {"order_id": "9", "amount": amount}})
+    assert compiled == ["double(args.amount) > 100.0"]

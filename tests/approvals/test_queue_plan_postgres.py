@@ -1,0 +1,48 @@
+"""On PostgreSQL, the queue's and the watching list's page queries read an index in the list's order
+and stop after one page: no sequential scan and no sort over every proposal."""
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from approvals import pages, queries
+from tests import factories
+from tests.factories import submit
+
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.skipif(
+        not settings.IS_POSTGRES,
+        reason="EXPLAIN plans are PostgreSQL's (set DATABASE_URL)",
+    ),
+    pytest.mark.django_db,
+]
+
+
+def plan_of(queryset) -> str:
+    sql, params = queryset.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + sql, params)
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
+@pytest.mark.parametrize(
+    "person, build, order, index",
+    [
+        ("reviewer_a", queries.eligible_proposals, pages.QUEUE_ORDER, "_by_urgency"),
+        ("reviewer_c", queries.watching_proposals, pages.WATCHING_ORDER, "watching_by_recency"),
+    ],
+)
+def test_a_list_page_reads_an_index_in_order_not_every_proposal(
+    request, agent, refund_policy, requester, reviewer_a, reviewer_c, person, build, order, index
+):
+    factories.clone_waiting(submit(agent), 20_000)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE approvals_proposal")
+    scope = queries.ReviewerScope.of(request.getfixturevalue(person))
+    page = queries.with_row_data(build(scope)).order_by(*order)[: pages.PAGE_SIZE + 1]
+    plan = plan_of(page)
+    assert plan.lstrip().startswith("Limit"), plan
+    assert index in plan, plan  # waiting_by_urgency or queue_by_urgency for the queue
+    assert "Seq Scan on approvals_proposal" not in plan, plan
+    assert "Sort" not in plan.split("->")[1], plan  # the rows come sorted from the index
