@@ -39,7 +39,7 @@ from a2a.utils import TransportProtocol
 from a2a.utils.errors import A2AError, TaskNotFoundError
 from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 
-from approvals import services
+from approvals import outbound, services
 from approvals.models import Agent, Decision, OutboxMessage, Proposal
 from approvals.schemas import ProposalSubmission
 from approvals.services.reconcile import TERMINAL_TASK_STATES
@@ -231,7 +231,9 @@ def _call(endpoint: AgentEndpoint, operation):
     Transport failures become DeliveryError; A2A protocol errors (A2AError) pass through."""
 
     async def run():
-        async with httpx.AsyncClient(
+        # Through the allow-list (approvals/outbound.py): the card URL is admin input, its interfaces
+        # agent input, and neither may point Reviewer (with the agent's token) at another service.
+        async with outbound.async_client(
             timeout=HTTP_TIMEOUT, headers=endpoint.headers, follow_redirects=False
         ) as http:
             card = await _card(endpoint, http)
@@ -252,8 +254,19 @@ def _call(endpoint: AgentEndpoint, operation):
         # A moved or restarted agent may publish another interface: read its card again next time.
         with _cards_lock:
             _cards.pop((endpoint.agent_id, endpoint.card_url), None)
-        reason = "timed out" if isinstance(error, TimeoutError) else f"{type(error).__name__}: {error}"
-        raise DeliveryError(f"{endpoint.slug} unreachable: {reason}") from error
+        # What a failed connection said (refused, reset, which protocol answered) is a port scanner's
+        # answer: it goes to the log, and the stored error (outbox, evidence) is generic.
+        log.warning("call to agent %s failed: %s: %s", endpoint.slug, type(error).__name__, error)
+        raise DeliveryError(f"{endpoint.slug}: {failure_text(error)}") from error
+
+
+def failure_text(error: BaseException) -> str:
+    """The generic, storable text of a failed call (the detail is logged, never stored)."""
+    if outbound.not_allowed(error):
+        return "agent host not allowed (AGENT_ALLOWED_HOSTS / AGENT_ALLOWED_NETWORKS); see the worker log"
+    if isinstance(error, TimeoutError):
+        return "the agent did not answer in time"
+    return "could not reach the agent or read its answer; see the worker log"
 
 
 def _extension_context() -> ClientCallContext:
