@@ -41,7 +41,7 @@ from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 
 from approvals import outbound, services
 from approvals.models import Agent, Decision, OutboxMessage, Proposal
-from approvals.schemas import ProposalSubmission
+from approvals.schemas import ProposalSubmission, first_problem
 from approvals.services.reconcile import TERMINAL_TASK_STATES
 from approvals.wire import error_body
 
@@ -130,9 +130,8 @@ def _approval_request(task_id: str, context_id: str, metadata: dict) -> Proposal
             {"task_id": task_id, "context_id": context_id, "request": ours["request"]}
         )
     except pydantic.ValidationError as error:
-        first = error.errors()[0]
-        field = ".".join(str(part) for part in first["loc"]) or None
-        raise PushError("invalid", f"{field}: {first['msg']}" if field else first["msg"], field) from error
+        field, message = first_problem(error.errors())
+        raise PushError("invalid", message, field) from error
 
 
 def submit(agent: Agent, submission: ProposalSubmission, *, via: str) -> tuple[Proposal, bool]:
