@@ -388,7 +388,7 @@ def write_evidence(packet: dict, out) -> None:
             ("Consumed", decision.get("consumed_at")),
             ("Revoked", decision.get("revoked_at")),
             ("Token check", decision.get("token_check")),
-            ("Token", decision.get("token")),
+            ("Token SHA-256", decision.get("token_sha256")),
         ]
     )
     pdf.heading("Delivery", 12)
