@@ -23,6 +23,7 @@ from audit.hashing import canonical_digest
 from audit.models import AuditEvent, Checkpoint, Verb
 from audit.records import checkpoint_dict, event_dict
 from audit.verify import event_hash
+from reviewer import agent_text
 
 PACKET_FORMAT = "reviewer-evidence/1"
 CHECK_LABELS = {
@@ -146,6 +147,8 @@ def build_packet(tenant, proposal_id) -> dict | None:
             "agent": record["agent"],
             "audience": record["agent_audience"],
             "envelope": envelope,
+            # Hidden and text-direction characters, mixed-script words: by path, in words (agent_text.py).
+            "agent_text_warnings": agent_text.warnings_in(envelope),
             "requirements": record["requirements"],
         },
         "shown": {
