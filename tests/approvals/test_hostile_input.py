@@ -53,6 +53,11 @@ HOSTILE = [
 ]
 
 
+HOSTILE_IDS = [
+    f"{where}={literal if len(literal) < 24 else f'depth-{DEEP}'}" for where, literal, *_ in HOSTILE
+]
+
+
 def hostile_request(where: str) -> dict:
     """An approval request with MARK at `where` (dotted), its digest computed over the marked action so
     the digest is not what gets it refused."""
@@ -79,7 +84,7 @@ def assert_refused_and_audited(response, code: str, field: str | None, *, via: s
     assert (refusal.data["via"], refusal.data["code"], refusal.data["field"]) == (via, code, error["field"])
 
 
-@pytest.mark.parametrize(("where", "literal", "code", "field"), HOSTILE)
+@pytest.mark.parametrize(("where", "literal", "code", "field"), HOSTILE, ids=HOSTILE_IDS)
 def test_the_api_refuses_hostile_values_with_the_field_and_writes_nothing(
     client, agent, refund_policy, where, literal, code, field
 ):
@@ -92,7 +97,7 @@ def test_the_api_refuses_hostile_values_with_the_field_and_writes_nothing(
     assert_refused_and_audited(response, code, field, via="api")
 
 
-@pytest.mark.parametrize(("where", "literal", "code", "field"), HOSTILE)
+@pytest.mark.parametrize(("where", "literal", "code", "field"), HOSTILE, ids=HOSTILE_IDS)
 def test_a_push_with_hostile_values_is_refused_the_same_way(
     client, agent, refund_policy, where, literal, code, field
 ):
@@ -103,7 +108,11 @@ def test_a_push_with_hostile_values_is_refused_the_same_way(
     assert_refused_and_audited(response, code, field, via="push")
 
 
-@pytest.mark.parametrize("literal", ["NaN", "Infinity", nested(DEEP), nested(40)])
+@pytest.mark.parametrize(
+    "literal",
+    ["NaN", "Infinity", nested(DEEP), nested(40)],
+    ids=["NaN", "Infinity", "depth-1000", "depth-40"],
+)
 def test_hostile_values_in_push_metadata_outside_the_request_are_refused(
     client, agent, refund_policy, literal
 ):
