@@ -5,7 +5,9 @@ test database."""
 
 import pytest
 import schemathesis
+from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
+from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 
@@ -16,7 +18,15 @@ EXAMPLES_PER_OPERATION = 20
 
 @pytest.fixture
 def api_schema(agent, refund_policy, requester):
-    return schemathesis.openapi.from_wsgi("/api/v1/openapi.json", get_wsgi_application())
+    # Django's WSGI handler closes "old" database connections around each request, which would end the
+    # test's transaction on PostgreSQL; its test Client does the same as this.
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    try:
+        yield schemathesis.openapi.from_wsgi("/api/v1/openapi.json", get_wsgi_application())
+    finally:
+        request_started.connect(close_old_connections)
+        request_finished.connect(close_old_connections)
 
 
 schema = schemathesis.pytest.from_fixture("api_schema")
