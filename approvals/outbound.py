@@ -19,13 +19,10 @@ failed connection said is a port scanner's answer, and must not reach the outbox
 
 import asyncio
 import ipaddress
-import logging
 import socket
 
 import httpx
 from django.conf import settings
-
-log = logging.getLogger(__name__)
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 

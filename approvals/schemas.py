@@ -78,25 +78,31 @@ class ApprovalRequest(BaseModel):
         return value
 
 
-def _refuse_numbers(value, path: tuple) -> None:
-    """DESIGN.md "Binding": amounts are strings. A JSON number in the arguments is refused rather than
-    canonicalized (40, 40.0 and 4e1 are one number to RFC 8785, and 2**60 is not exact in JSON): the
-    same rule on the REST and the push path. The error's `path` context names the value (see
-    `first_problem`)."""
+def first_number(value, path: tuple = ()) -> str | None:
+    """The dotted path of the first JSON number (not a boolean) inside `value`, or None."""
     stack = [(value, path)]
     while stack:
         value, path = stack.pop()
         if isinstance(value, int | float) and not isinstance(value, bool):
-            where = ".".join(str(part) for part in path)
-            raise PydanticCustomError(
-                "json_number",
-                "a JSON number; numbers in action.arguments are sent as strings (DESIGN.md)",
-                {"path": where},
-            )
+            return ".".join(str(part) for part in path)
         if isinstance(value, dict):
             stack.extend((item, (*path, key)) for key, item in value.items())
         elif isinstance(value, list):
             stack.extend((item, (*path, index)) for index, item in enumerate(value))
+    return None
+
+
+NUMBERS_ARE_STRINGS = "a JSON number; numbers in action.arguments are sent as strings (DESIGN.md)"
+
+
+def _refuse_numbers(value, path: tuple) -> None:
+    """DESIGN.md "Binding": amounts are strings. A JSON number in the arguments is refused rather than
+    canonicalized (40, 40.0 and 4e1 are one number to RFC 8785, and 2**60 is not exact in JSON): the
+    same rule on the REST and the push path, and for a reviewer's edit. The error's `path` context
+    names the value (see `first_problem`)."""
+    where = first_number(value, path)
+    if where is not None:
+        raise PydanticCustomError("json_number", NUMBERS_ARE_STRINGS, {"path": where})
 
 
 def first_problem(errors: list[dict], skip: int = 0) -> tuple[str | None, str]:

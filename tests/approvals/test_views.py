@@ -548,6 +548,11 @@ def test_edit_keeps_value_types_and_reports_bad_json(agent, refund_policy, reque
     assert bad.status_code == 400 and "write it as JSON" in bad.content.decode()
     same = client.post(action_url("edit", proposal), edit_form(proposal))
     assert same.status_code == 403 and "the edit changes nothing" in same.content.decode()
+    number = client.post(action_url("edit", proposal), edit_form(proposal, items="3"))
+    assert (
+        number.status_code == 403
+        and "numbers in action.arguments are sent as strings" in number.content.decode()
+    )
     client.post(action_url("edit", proposal), edit_form(proposal, items='["a", "b"]'))
     assert Proposal.objects.get(supersedes=proposal).action["arguments"] == {
         "order_id": "1",
