@@ -136,3 +136,14 @@ def test_what_counts_as_hidden_or_mixed(value, flagged):
 def test_markup_in_agent_text_stays_text():
     html = agent_text_html(f'<script>alert(1)</script>{RLO}"')
     assert "<script>" not in html and "&lt;script&gt;" in html and "&quot;" in html
+
+
+def test_the_review_email_shows_hidden_characters_as_codes(hostile):
+    context = {"name": "Alice", "proposal": hostile, "summary": hostile.summary, "link": "http://x/"}
+
+    text = render_to_string("emails/proposal_needs_review.txt", context)
+    subject = render_to_string("emails/proposal_needs_review_subject.txt", context)
+    html = render_to_string("emails/proposal_needs_review.html", context)
+
+    assert RLO not in text + subject and "DE00[U+202E]1234" in text and "DE00[U+202E]1234" in subject
+    assert_shown_safely(html)
