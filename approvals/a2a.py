@@ -40,9 +40,9 @@ from a2a.utils import TransportProtocol
 from a2a.utils.errors import A2AError, TaskNotFoundError
 from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 
-from approvals import services
+from approvals import outbound, services
 from approvals.models import Agent, Decision, OutboxMessage, Proposal
-from approvals.schemas import ProposalSubmission
+from approvals.schemas import ProposalSubmission, first_problem
 from approvals.services.reconcile import TERMINAL_TASK_STATES
 from approvals.wire import error_body
 
@@ -131,9 +131,8 @@ def _approval_request(task_id: str, context_id: str, metadata: dict) -> Proposal
             {"task_id": task_id, "context_id": context_id, "request": ours["request"]}
         )
     except pydantic.ValidationError as error:
-        first = error.errors()[0]
-        field = ".".join(str(part) for part in first["loc"]) or None
-        raise PushError("invalid", f"{field}: {first['msg']}" if field else first["msg"], field) from error
+        field, message = first_problem(error.errors())
+        raise PushError("invalid", message, field) from error
 
 
 def submit(agent: Agent, submission: ProposalSubmission, *, via: str) -> tuple[Proposal, bool]:
@@ -233,7 +232,9 @@ def _call(endpoint: AgentEndpoint, operation, *, with_card: bool = False):
     pass through."""
 
     async def run():
-        async with httpx.AsyncClient(
+        # Through the allow-list (approvals/outbound.py): the card URL is admin input, its interfaces
+        # agent input, and neither may point Reviewer (with the agent's token) at another service.
+        async with outbound.async_client(
             timeout=HTTP_TIMEOUT, headers=endpoint.headers, follow_redirects=False
         ) as http:
             card = await _card(endpoint, http)
@@ -254,8 +255,19 @@ def _call(endpoint: AgentEndpoint, operation, *, with_card: bool = False):
         # A moved or restarted agent may publish another interface: read its card again next time.
         with _cards_lock:
             _cards.pop((endpoint.agent_id, endpoint.card_url), None)
-        reason = "timed out" if isinstance(error, TimeoutError) else f"{type(error).__name__}: {error}"
-        raise DeliveryError(f"{endpoint.slug} unreachable: {reason}") from error
+        # What a failed connection said (refused, reset, which protocol answered) is a port scanner's
+        # answer: it goes to the log, and the stored error (outbox, evidence) is generic.
+        log.warning("call to agent %s failed: %s: %s", endpoint.slug, type(error).__name__, error)
+        raise DeliveryError(f"{endpoint.slug}: {failure_text(error)}") from error
+
+
+def failure_text(error: BaseException) -> str:
+    """The generic, storable text of a failed call (the detail is logged, never stored)."""
+    if outbound.not_allowed(error):
+        return "agent host not allowed (AGENT_ALLOWED_HOSTS / AGENT_ALLOWED_NETWORKS); see the worker log"
+    if isinstance(error, TimeoutError):
+        return "the agent did not answer in time"
+    return "could not reach the agent or read its answer; see the worker log"
 
 
 def _extension_context() -> ClientCallContext:

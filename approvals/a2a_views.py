@@ -7,7 +7,6 @@ anything else is acknowledged and ignored. Nothing is stored for an unauthentica
 """
 
 import hmac
-import json
 import logging
 
 from django.http import JsonResponse
@@ -17,7 +16,7 @@ from django.views.decorators.http import require_POST
 from approvals import a2a, services
 from approvals.api import receipt
 from approvals.models import Agent, hash_token
-from approvals.wire import body_too_large, error_body, too_large_message
+from approvals.wire import HostileInput, body_too_large, error_body, load_json, too_large_message
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +35,15 @@ def _authenticated_agent(slug: str, token: str) -> Agent | None:
     return agent if agent is not None and matches and token else None
 
 
+def _refused(agent: Agent, error: HostileInput | a2a.PushError) -> JsonResponse:
+    """400 for a push body intake refuses; an authenticated agent's refused request is audited."""
+    log.info("push from %s refused: %s %s", agent.slug, error.code, error.message)
+    services.record_intake_refusal(
+        agent, services.IntakeError(error.code, error.message, error.field), via="push"
+    )
+    return JsonResponse(error.as_dict(), status=400)
+
+
 @csrf_exempt
 @require_POST
 def push(request, agent_slug):
@@ -46,13 +54,13 @@ def push(request, agent_slug):
     if body_too_large(request):
         return _error(413, "too_large", too_large_message())
     try:
-        body = json.loads(request.body)
+        # NaN, huge integers, NUL and deep nesting are refused here, anywhere in the body (metadata too).
+        body = load_json(request.body)
+        event = a2a.parse_push(body)
+    except (HostileInput, a2a.PushError) as error:
+        return _refused(agent, error)
     except ValueError:
         return _error(400, "invalid_json", "the body is not valid JSON")
-    try:
-        event = a2a.parse_push(body)
-    except a2a.PushError as error:
-        return JsonResponse(error.as_dict(), status=400)
 
     if event is not None and event.submission is not None:
         try:

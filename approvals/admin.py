@@ -11,6 +11,8 @@ approves and activates it, which retires the version it replaces. "Dry run" repl
 100 proposals against a draft. Staff who are not superusers see only the tenants they administer.
 """
 
+import json
+
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
@@ -40,6 +42,7 @@ from approvals.models import (
     Vote,
     new_token,
 )
+from approvals.templatetags.agent_text import agent_text_html
 
 DRY_RUN_SIZE = 100
 
@@ -724,7 +727,10 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
 
     @admin.display(description="last error")
     def error(self, message):
-        return (message.last_error[:120] + "…") if len(message.last_error) > 120 else message.last_error
+        # May quote an agent's refusal: agent text.
+        return agent_text_html(
+            (message.last_error[:120] + "…") if len(message.last_error) > 120 else message.last_error
+        )
 
 
 class VoteInline(admin.TabularInline):
@@ -741,15 +747,62 @@ class VoteInline(admin.TabularInline):
         return False
 
 
+# The agent's plain-text fields of a proposal, shown through agent_text_html in lists and forms alike.
+AGENT_TEXT_FIELDS = [
+    "summary",
+    "tool",
+    "principal_id",
+    "principal_display",
+    "agent_version",
+    "task_id",
+    "context_id",
+    "request_id",
+    "transaction_id",
+    "outcome_detail",
+    "action",
+    "consequences",
+    "diff",
+    "evidence",
+]
+
+
+def _agent_text_column(name: str):
+    def column(self, proposal):
+        value = getattr(proposal, name)
+        if not isinstance(value, str):  # a JSON field: shown as JSON text, its strings as agent text
+            value = json.dumps(value, ensure_ascii=False, indent=1)
+        return agent_text_html(value)
+
+    column.short_description = name.replace("_", " ")
+    column.__name__ = f"shown_{name}"
+    return column
+
+
 @admin.register(Proposal)
 class ProposalAdmin(ReadOnlyAdmin):
-    list_display = ["created_at", "tool", "summary", "state", "tenant", "agent", "risk", "expires_at"]
+    list_display = [
+        "created_at",
+        "shown_tool",
+        "shown_summary",
+        "state",
+        "tenant",
+        "agent",
+        "risk",
+        "expires_at",
+    ]
     list_filter = ["state", "risk", "tenant"]
     list_select_related = ["tenant", "agent"]
     search_fields = ["summary", "tool", "request_id", "task_id", "principal_id"]
     date_hierarchy = "created_at"
     inlines = [VoteInline]
-    exclude = ["action_canonical"]
+    # Agent text is isolated and its hidden characters badged (issue 9.4): the raw fields are replaced by
+    # their shown_* forms.
+    exclude = ["action_canonical", *AGENT_TEXT_FIELDS]
+    readonly_fields = [f"shown_{name}" for name in AGENT_TEXT_FIELDS]
+
+
+for _name in AGENT_TEXT_FIELDS:
+    setattr(ProposalAdmin, f"shown_{_name}", _agent_text_column(_name))
 
 
 @admin.register(Vote)

@@ -19,8 +19,8 @@ from ninja.security import HttpBearer
 
 from approvals import a2a, services
 from approvals.models import Agent, Proposal, hash_token
-from approvals.schemas import ConsumeBody, OutcomeBody, ProposalSubmission
-from approvals.wire import body_too_large, error_body, too_large_message
+from approvals.schemas import ConsumeBody, OutcomeBody, ProposalSubmission, first_problem
+from approvals.wire import HostileInput, body_too_large, error_body, load_json, too_large_message
 
 
 class BodyTooLarge(Exception):
@@ -33,7 +33,7 @@ class CappedJSONParser(Parser):
     def parse_body(self, request):
         if body_too_large(request):
             raise BodyTooLarge()
-        return super().parse_body(request)
+        return load_json(request.body)  # refuses NaN, huge integers, NUL and deep nesting (wire.py)
 
 
 class AgentToken(HttpBearer):
@@ -127,13 +127,18 @@ def service_error(request, exc: services.ServiceError):
 @api.exception_handler(ValidationError)
 def validation_error(request, exc: ValidationError):
     """ninja answers 422 with pydantic's list; agents get the one shape: 400, the first problem."""
-    first = exc.errors[0] if exc.errors else {"loc": (), "msg": "invalid request"}
-    location = list(first.get("loc", ()))
     # ("body", "<parameter>", ...) for a body, ("path", "<name>") for a path parameter
-    path = location[2:] if location[:1] == ["body"] else location[1:]
-    field = ".".join(str(part) for part in path) or None
-    message = first.get("msg", "invalid")
-    return _error_response(request, 400, "invalid", f"{field}: {message}" if field else message, field)
+    body = bool(exc.errors) and list(exc.errors[0].get("loc", ()))[:1] == ["body"]
+    field, message = first_problem(exc.errors, skip=2 if body else 1)
+    return _refuse(request, "invalid", message, field)
+
+
+def _refuse(request, code: str, message: str, field: str | None):
+    """400; a refused announcement of an authenticated agent is audited as an intake refusal."""
+    match = getattr(request, "resolver_match", None)
+    if isinstance(getattr(request, "auth", None), Agent) and match and match.url_name == "submit_proposal":
+        services.record_intake_refusal(request.auth, services.IntakeError(code, message, field), via="api")
+    return _error_response(request, 400, code, message, field)
 
 
 @api.exception_handler(HttpError)
@@ -144,6 +149,8 @@ def http_error(request, exc: HttpError):
         return _error_response(
             request, 401, "unauthorized", "send this agent's API token as 'Authorization: Bearer <token>'"
         )
+    if isinstance(exc.__cause__, HostileInput):
+        return _refuse(request, exc.__cause__.code, exc.__cause__.message, exc.__cause__.field)
     if exc.status_code == 400:  # ninja's "Cannot parse request body"
         return _error_response(request, 400, "invalid_json", "the body is not valid JSON")
     return _error_response(request, exc.status_code, f"http_{exc.status_code}", str(exc))
@@ -182,6 +189,7 @@ def _uuid_or_404(value: str) -> uuid.UUID:
     "/proposals",
     response={200: ProposalReceipt, 201: ProposalReceipt, 413: ErrorBody, 503: ErrorBody, **ERRORS},
     summary="Announce an approval request (idempotent on task_id and request_id)",
+    url_name="submit_proposal",
 )
 def submit_proposal(request, submission: ProposalSubmission):
     proposal, created = a2a.submit(request.auth, submission, via="api")

@@ -87,7 +87,9 @@ class EditArgumentsForm(forms.Form):
                 strip=is_text,
                 max_length=20000,
                 widget=widget,
-                help_text="" if is_text else "a JSON value, e.g. 12, true or [1, 2]",
+                help_text=""
+                if is_text
+                else 'a JSON value, e.g. true or ["a", "b"] (numbers are written as text)',
             )
             self.argument_fields.append((name, key, is_text))
         self.fields["digest"].initial = proposal.action_digest
@@ -106,7 +108,10 @@ class EditArgumentsForm(forms.Form):
             try:
                 arguments[key] = json.loads(raw)
             except (TypeError, ValueError):
-                self.add_error(name, "This value was not text: write it as JSON, e.g. 12, true or [1, 2].")
+                self.add_error(
+                    name,
+                    'This value was not text: write it as JSON, e.g. true or ["a", "b"] (numbers as text).',
+                )
         cleaned["arguments"] = arguments
         return cleaned
 

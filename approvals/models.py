@@ -18,6 +18,7 @@ from django.db import models
 from django.db.models import Q
 
 from approvals.states import State
+from reviewer.agent_text import visible
 
 # These models moved to tenants/ (issue 11) and are re-exported: callers may import them from either.
 from tenants.models import ApproverGroup, GroupMembership, Tenant, TenantMembership  # noqa: F401
@@ -203,7 +204,7 @@ class Proposal(models.Model):
         ]
 
     def __str__(self):
-        return f"{self.tool} ({self.state})"
+        return f"{visible(self.tool)} ({self.state})"  # agent text: hidden characters as [U+202E]
 
 
 class Vote(models.Model):

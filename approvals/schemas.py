@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic_core import PydanticCustomError
 
 ShortText = Annotated[str, StringConstraints(max_length=200)]
 Text = Annotated[str, StringConstraints(max_length=2000)]
@@ -66,6 +67,7 @@ class ApprovalRequest(BaseModel):
             raise ValueError("action.tool must be a non-empty string of at most 200 characters")
         if not isinstance(action.get("arguments", {}), dict):
             raise ValueError("action.arguments must be an object")
+        _refuse_numbers(action.get("arguments", {}), ("arguments",))
         return action
 
     @field_validator("expires_at")
@@ -74,6 +76,46 @@ class ApprovalRequest(BaseModel):
         if value is not None and value.tzinfo is None:
             raise ValueError("expires_at must be an RFC 3339 time with a zone offset")
         return value
+
+
+def first_number(value, path: tuple = ()) -> str | None:
+    """The dotted path of the first JSON number (not a boolean) inside `value`, or None."""
+    stack = [(value, path)]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return ".".join(str(part) for part in path)
+        if isinstance(value, dict):
+            stack.extend((item, (*path, key)) for key, item in value.items())
+        elif isinstance(value, list):
+            stack.extend((item, (*path, index)) for index, item in enumerate(value))
+    return None
+
+
+NUMBERS_ARE_STRINGS = "a JSON number; numbers in action.arguments are sent as strings (DESIGN.md)"
+
+
+def _refuse_numbers(value, path: tuple) -> None:
+    """DESIGN.md "Binding": amounts are strings. A JSON number in the arguments is refused rather than
+    canonicalized (40, 40.0 and 4e1 are one number to RFC 8785, and 2**60 is not exact in JSON): the
+    same rule on the REST and the push path, and for a reviewer's edit. The error's `path` context
+    names the value (see `first_problem`)."""
+    where = first_number(value, path)
+    if where is not None:
+        raise PydanticCustomError("json_number", NUMBERS_ARE_STRINGS, {"path": where})
+
+
+def first_problem(errors: list[dict], skip: int = 0) -> tuple[str | None, str]:
+    """(field, message) of pydantic's first error, with the field as a dotted path: the location
+    after its first `skip` parts, extended by the `path` context of a nested refusal."""
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+    location = [str(part) for part in list(first.get("loc", ()))[skip:]]
+    nested = (first.get("ctx") or {}).get("path")
+    if nested and location:
+        location = location[:-1] + [f"{location[-1]}.{nested}"]
+    field = ".".join(location) or None
+    message = first.get("msg", "invalid")
+    return field, f"{field}: {message}" if field else message
 
 
 class ProposalSubmission(BaseModel):

@@ -6,6 +6,9 @@ consumers all build their refusals with `error_body`, so an agent or a page sees
 fault (or None). Nothing here imports Django models or the services, so any layer may use it.
 """
 
+import json
+import math
+
 from django.conf import settings
 
 
@@ -28,3 +31,61 @@ def body_too_large(request) -> bool:
 
 def too_large_message() -> str:
     return f"the body is larger than {intake_limit()} bytes"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Values no agent may send (issue 9, point 8). Python's json module reads NaN, Infinity, integers of
+# any size, NUL characters and nesting as deep as its recursion allows; each of those later broke the
+# canonical JSON, PostgreSQL or the recursion limit with a 500. Both intake paths (REST and push) read
+# bodies with `load_json`, which refuses them with the path of the value at fault.
+
+MAX_DEPTH = 32  # far deeper than any approval request needs, far below the recursion limit
+SAFE_INTEGER = 2**53 - 1  # I-JSON (RFC 7493) and RFC 8785: larger integers are not exact in JSON
+
+
+class HostileInput(ValueError):
+    """A JSON value Reviewer refuses: 400 with a stable code and the dotted path of the value."""
+
+    def __init__(self, code: str, message: str, field: str | None = None):
+        super().__init__(message)
+        self.code, self.message, self.field = code, message, field
+
+    def as_dict(self) -> dict:
+        return error_body(self.code, self.message, self.field)
+
+
+def load_json(raw: bytes | str):
+    """Parse a body and refuse the values above; raises HostileInput (ValueError for invalid JSON)."""
+    try:
+        value = json.loads(raw)
+    except RecursionError:
+        raise HostileInput("too_deep", f"the body nests deeper than {MAX_DEPTH} levels") from None
+    refuse_hostile_values(value)
+    return value
+
+
+def refuse_hostile_values(value, path: tuple = ()) -> None:
+    """Walk a parsed JSON value (without recursion) and raise HostileInput at the first bad one."""
+    stack = [(value, path)]
+    while stack:
+        value, path = stack.pop()
+        field = ".".join(str(part) for part in path) or None
+        if len(path) > MAX_DEPTH:
+            raise HostileInput("too_deep", f"{field} nests deeper than {MAX_DEPTH} levels", field)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise HostileInput("bad_number", f"{field}: NaN and Infinity are not JSON numbers", field)
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > SAFE_INTEGER:
+            raise HostileInput(
+                "bad_number",
+                f"{field}: integers beyond ±(2**53 - 1) are not exact in JSON; send a string",
+                field,
+            )
+        if isinstance(value, str) and "\x00" in value:
+            raise HostileInput("nul_character", f"{field}: text may not contain NUL (U+0000)", field)
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if "\x00" in key:
+                    raise HostileInput("nul_character", f"{field}: a key contains NUL (U+0000)", field)
+                stack.append((item, (*path, key)))
+        elif isinstance(value, list):
+            stack.extend((item, (*path, index)) for index, item in enumerate(value))

@@ -2,12 +2,14 @@
 happen, on what information, and what happened then", with the checks that tie it to the audit chain.
 
 Sections: the envelope the agent sent; what reviewers were shown (digest and page hashes); the policy
-evaluation; each vote with reviewer, group, time and authentication; the signed decision token (and
-whether its signature and claims match the audit log); delivery attempts; consumption; the outcome;
-revocation; every state change; and the raw audit events with their hashes and the checkpoint that
-covers them (checkable against a verifiable bundle of the same period).
+evaluation; each vote with reviewer, group, time and authentication; the signed decision token's
+SHA-256, header and claims (never the token itself), and whether its signature and claims match the
+audit log; delivery attempts; consumption; the outcome; revocation; every state change; and the raw
+audit events with their hashes and the checkpoint that covers them (checkable against a verifiable
+bundle of the same period).
 """
 
+import hashlib
 import json
 from datetime import UTC, datetime
 
@@ -21,6 +23,7 @@ from audit.hashing import canonical_digest
 from audit.models import AuditEvent, Checkpoint, Verb
 from audit.records import checkpoint_dict, event_dict
 from audit.verify import event_hash
+from reviewer import agent_text
 
 PACKET_FORMAT = "reviewer-evidence/1"
 CHECK_LABELS = {
@@ -128,6 +131,11 @@ def build_packet(tenant, proposal_id) -> dict | None:
     )
     decision = record["decision"]
     token = _token_checks(decision, signed)
+    if decision and decision.get("token"):
+        # A packet travels (auditors, tickets, e-mail); the token is a bearer credential until it expires
+        # or is consumed. Its hash and its checked header and claims (token_check) are the evidence.
+        decision = {key: value for key, value in decision.items() if key != "token"}
+        decision["token_sha256"] = hashlib.sha256(record["decision"]["token"].encode()).hexdigest()
     return {
         "format": PACKET_FORMAT,
         "generated_at": format_time(datetime.now(UTC)),
@@ -139,6 +147,8 @@ def build_packet(tenant, proposal_id) -> dict | None:
             "agent": record["agent"],
             "audience": record["agent_audience"],
             "envelope": envelope,
+            # Hidden and text-direction characters, mixed-script words: by path, in words (agent_text.py).
+            "agent_text_warnings": agent_text.warnings_in(envelope),
             "requirements": record["requirements"],
         },
         "shown": {

@@ -20,6 +20,7 @@ from audit.metrics import FIRST_OUTCOMES, collect_steps, format_duration, rubber
 from audit.models import Verb
 from audit.records import event_pages
 from audit.verify_db import verify_chain_steps
+from reviewer import agent_text
 
 # fpdf2 subsets embedded fonts with fontTools, which logs every table it touches at INFO.
 logging.getLogger("fontTools").setLevel(logging.WARNING)
@@ -70,6 +71,9 @@ class Document(FPDF):
             value = "–"
         elif not isinstance(value, str):
             value = json.dumps(value, ensure_ascii=False, default=str)
+        # Agent text reaches every cell: a hidden or text-direction character is printed as its code
+        # ([U+202E]), so it cannot reorder or hide what the reader sees (reviewer/agent_text.py).
+        value = agent_text.visible(value)
         return value if self.unicode else value.encode("latin-1", "replace").decode("latin-1")
 
     def footer(self):
@@ -325,6 +329,13 @@ def write_evidence(packet: dict, out) -> None:
         ]
     )
     pdf.heading("Envelope (as the agent sent it)", 12)
+    warnings = packet["proposal"].get("agent_text_warnings") or {}
+    if warnings:
+        pdf.paragraph(
+            "Warning: the agent's text holds hidden characters or words that mix scripts; hidden characters "
+            "are printed as [U+XXXX]. "
+            + " ".join(f"{path}: {'; '.join(notes)}." for path, notes in warnings.items())
+        )
     pdf.pairs(
         [
             ("Summary", envelope["summary"]),
@@ -388,7 +399,7 @@ def write_evidence(packet: dict, out) -> None:
             ("Consumed", decision.get("consumed_at")),
             ("Revoked", decision.get("revoked_at")),
             ("Token check", decision.get("token_check")),
-            ("Token", decision.get("token")),
+            ("Token SHA-256", decision.get("token_sha256")),
         ]
     )
     pdf.heading("Delivery", 12)

@@ -242,6 +242,17 @@ AUDIT_RUBBER_STAMP_MIN_SAMPLE = env_int("AUDIT_RUBBER_STAMP_MIN_SAMPLE", 300)
 # A tenant's Prometheus counters are recomputed at most this often (and only when its chain moved).
 AUDIT_METRICS_CACHE_SECONDS = env_int("AUDIT_METRICS_CACHE_SECONDS", 60)
 
+# ---------------------------------------------------------------------------------------------------
+# Outbound calls to agents (approvals/outbound.py). Reviewer calls an agent's card URL and A2A
+# interface with the agent's credentials, so a card URL must not reach anything else (SSRF). A call
+# goes out only when, after DNS resolution, every address of the host is allowed: the host name is in
+# AGENT_ALLOWED_HOSTS ("agents.example.com", or ".example.com" for its subdomains) and the address is
+# public, or the address is inside AGENT_ALLOWED_NETWORKS (CIDRs; the only way to allow private or
+# loopback addresses, e.g. "127.0.0.0/8,::1/128" for the demo). Link-local and cloud metadata
+# addresses are never allowed. Both empty: no outbound call at all (fail closed).
+AGENT_ALLOWED_HOSTS = env_list("AGENT_ALLOWED_HOSTS", [])
+AGENT_ALLOWED_NETWORKS = env_list("AGENT_ALLOWED_NETWORKS", [])
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

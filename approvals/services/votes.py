@@ -12,6 +12,7 @@ from approvals.models import (
     Proposal,
     Vote,
 )
+from approvals.schemas import NUMBERS_ARE_STRINGS, first_number
 from approvals.services.common import SYSTEM, _audit_time, actor_label, proposal_subject, record
 from approvals.services.decisions import _issue_decision
 from approvals.services.eligibility import ineligibility, lock_proposal_for, user_groups_for
@@ -233,6 +234,8 @@ def edit_proposal(proposal_id, actor, *, arguments: dict, digest_seen: str, note
     the full quorum again (and its author cannot approve it); the old one becomes superseded."""
     if not isinstance(arguments, dict):
         raise EditRefused("bad_arguments", "arguments must be an object", "arguments")
+    if (number := first_number(arguments, ("arguments",))) is not None:  # the intake rule (issue 13.6)
+        raise EditRefused("json_number", f"{number}: {NUMBERS_ARE_STRINGS}", "arguments")
     with transaction.atomic():
         old = lock_proposal_for(proposal_id, actor)
         refusal = _vote_refusal(old, actor, digest_seen, timezone.now(), once_per_person=False)

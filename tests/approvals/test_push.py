@@ -123,8 +123,9 @@ def test_push_and_rest_for_the_same_request_are_one_proposal(client, agent, refu
 
 
 def test_whole_numbers_that_protobuf_turned_into_doubles_keep_their_digest(client, agent, refund_policy):
-    # A Struct stores every number as a double: 3 arrives as 3.0. RFC 8785 writes both as 3.
-    action = {"tool": "inventory.adjust", "arguments": {"sku": "A-1", "quantity": 3}}
+    # A Struct stores every number as a double: 3 arrives as 3.0. RFC 8785 writes both as 3. (Numbers
+    # inside action.arguments are refused on both paths: see test_hostile_input.py.)
+    action = {"tool": "inventory.adjust", "arguments": {"sku": "A-1", "quantity": "3"}, "attempt": 3}
     request = approval_request(action=action)
     assert request["action_digest"] == action_digest(action)
 

@@ -554,14 +554,25 @@ def test_edit_makes_a_successor_that_links_back_and_shows_the_difference(proposa
 
 
 def test_edit_keeps_value_types_and_reports_bad_json(agent, refund_policy, requester, reviewer_a):
-    proposal = submit(agent, action={"tool": "payments.refund", "arguments": {"order_id": "1", "items": 2}})
+    # (A JSON number is refused at intake since issue 13.6: a list keeps its type here.)
+    proposal = submit(
+        agent, action={"tool": "payments.refund", "arguments": {"order_id": "1", "items": ["a"]}}
+    )
     client = verified_client(reviewer_a)
     bad = client.post(action_url("edit", proposal), edit_form(proposal, items="two"))
     assert bad.status_code == 400 and "write it as JSON" in bad.content.decode()
     same = client.post(action_url("edit", proposal), edit_form(proposal))
     assert same.status_code == 403 and "the edit changes nothing" in same.content.decode()
-    client.post(action_url("edit", proposal), edit_form(proposal, items="3"))
-    assert Proposal.objects.get(supersedes=proposal).action["arguments"] == {"order_id": "1", "items": 3}
+    number = client.post(action_url("edit", proposal), edit_form(proposal, items="3"))
+    assert (
+        number.status_code == 403
+        and "numbers in action.arguments are sent as strings" in number.content.decode()
+    )
+    client.post(action_url("edit", proposal), edit_form(proposal, items='["a", "b"]'))
+    assert Proposal.objects.get(supersedes=proposal).action["arguments"] == {
+        "order_id": "1",
+        "items": ["a", "b"],
+    }
 
 
 def test_an_ineligible_person_gets_no_edit_form(proposal, reviewer_c):

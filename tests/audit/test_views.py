@@ -219,7 +219,9 @@ def test_the_evidence_packet_json_holds_envelope_votes_token_delivery_consumptio
     assert vote["reviewer"] == "user:reviewer_a" and vote["name"] == "Alice"
     assert vote["counted_in_group"] == "finance" and vote["authentication"]["method"] == "totp"
     assert vote["page_hash"] == "sha256:" + "ab" * 32
-    assert packet["decision"]["token"] == decided.decision.token
+    # The hash and the checked claims, never the token (a bearer credential until used or expired).
+    assert "token" not in packet["decision"] and decided.decision.token not in response.content.decode()
+    assert packet["decision"]["token_sha256"] == hashlib.sha256(decided.decision.token.encode()).hexdigest()
     assert packet["decision"]["token_check"]["claims"]["jti"] == str(decided.decision.jti)
     assert packet["deliveries"]["outbox"][0]["kind"] == "continue"
     assert packet["consumption"][0]["verb"] == "decision.consumed"
@@ -234,6 +236,7 @@ def test_the_evidence_packet_pdf_and_page_render(decided, compliance):
     assert pdf.status_code == 200 and pdf.content.startswith(b"%PDF")
     page = client.get(url("evidence", proposal_id=decided.id))
     assert page.status_code == 200 and decided.action_digest.encode() in page.content
+    assert decided.decision.token.encode() not in page.content  # the hash only, as in the JSON
 
 
 def test_a_reviewer_cannot_download_an_evidence_packet(decided, reviewer_a):

@@ -148,6 +148,8 @@ class Stack:
             "REVIEWER_DATA_DIR": str(self.tmp_path / "data"),
             "REVIEWER_SIGNING_KEY_DIR": str(django_settings.SIGNING_KEY_DIR),
             "LOG_LEVEL": "INFO",
+            # The refund agent listens on loopback: allowed explicitly, as the demo does.
+            "AGENT_ALLOWED_NETWORKS": "127.0.0.0/8,::1/128",
         }
         for name in ("REVIEWER_SIGNING_KEY", "REVIEWER_SIGNING_KEY_FILE", "SECRET_KEY", "SECRET_KEY_FILE"):
             env.pop(name, None)

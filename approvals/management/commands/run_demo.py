@@ -106,6 +106,8 @@ class Command(BaseCommand):
 
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env.setdefault("REVIEWER_ISSUER", reviewer_url)
+        # The demo agent runs on loopback, which outbound calls refuse unless an operator allows it.
+        env.setdefault("AGENT_ALLOWED_NETWORKS", "127.0.0.0/8,::1/128")
         python = sys.executable
         children = [
             Child(

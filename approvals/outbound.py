@@ -1,0 +1,121 @@
+"""Which hosts Reviewer may call on an agent's behalf (issue 9, point 6: SSRF through the card URL).
+
+Every outbound request to an agent (its card, its A2A interface) goes through `GuardedTransport`, an
+httpx transport that resolves the host itself, checks every address it resolves to, and then connects
+to the checked address (so a second DNS answer cannot swap in another one). Because the check sits in
+the transport, it runs again for every request an httpx client makes, redirects included.
+
+The rule (settings `AGENT_ALLOWED_HOSTS`, `AGENT_ALLOWED_NETWORKS`, documented in reviewer/settings.py):
+
+- link-local (169.254.0.0/16, fe80::/10, which holds the cloud metadata service), unspecified,
+  multicast and the other metadata addresses are never called;
+- an address inside an allowed network is called (the only way to reach private or loopback ones);
+- otherwise the host name must be allowed and the address public (globally routable);
+- a name is allowed only if every address it resolves to is.
+
+Refusals raise `HostNotAllowed`; callers store a generic text and log the detail (what a refused or
+failed connection said is a port scanner's answer, and must not reach the outbox or evidence).
+"""
+
+import asyncio
+import ipaddress
+import socket
+
+import httpx
+from django.conf import settings
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+# Metadata services outside link-local space (Alibaba Cloud; AWS over IPv6).
+NEVER = [ipaddress.ip_network("100.100.100.200/32"), ipaddress.ip_network("fd00:ec2::254/128")]
+
+
+class HostNotAllowed(httpx.ConnectError):
+    """An agent URL whose host the operator did not allow. An httpx transport error, so every caller
+    that handles a failed connection handles this one too (and never retries it into success)."""
+
+
+def _address(text: str) -> IPAddress:
+    address = ipaddress.ip_address(text.split("%", 1)[0])  # drop an IPv6 zone ("fe80::1%eth0")
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+        return address.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
+    return address
+
+
+def _host_allowed(host: str) -> bool:
+    host = host.lower().rstrip(".")
+    for allowed in settings.AGENT_ALLOWED_HOSTS:
+        allowed = allowed.lower().rstrip(".")
+        if host == allowed or (allowed.startswith(".") and host.endswith(allowed)):
+            return True
+    return False
+
+
+def refusal(host: str, address: IPAddress) -> str | None:
+    """Why `address` (one address `host` resolved to) may not be called, or None if it may."""
+    if address.is_link_local or address.is_unspecified or address.is_multicast:
+        return "link-local, unspecified or multicast address"
+    if any(address in network for network in NEVER):
+        return "a cloud metadata address"
+    networks = [ipaddress.ip_network(n, strict=False) for n in settings.AGENT_ALLOWED_NETWORKS]
+    if any(address.version == network.version and address in network for network in networks):
+        return None
+    if not _host_allowed(host):
+        return "neither the host is in AGENT_ALLOWED_HOSTS nor the address in AGENT_ALLOWED_NETWORKS"
+    if not address.is_global:
+        return "a private or loopback address outside AGENT_ALLOWED_NETWORKS"
+    return None
+
+
+async def allowed_addresses(host: str, port: int) -> list[str]:
+    """Resolve `host` and return the addresses to connect to; HostNotAllowed unless every one is allowed."""
+    try:
+        answers = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as error:
+        raise httpx.ConnectError(f"cannot resolve {host}: {error}") from error
+    addresses = list(dict.fromkeys(_address(answer[4][0]) for answer in answers))
+    for address in addresses:
+        why = refusal(host, address)
+        if why:
+            raise HostNotAllowed(f"{host} resolves to {address}: {why}")
+    return [str(address) for address in addresses]
+
+
+class GuardedTransport(httpx.AsyncHTTPTransport):
+    """An httpx transport that connects only to allowed addresses (see the module docstring)."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        host = request.url.host
+        port = request.url.port or {"http": 80, "https": 443}.get(request.url.scheme)
+        if request.url.scheme not in ("http", "https") or port is None:
+            raise HostNotAllowed(f"{request.url.scheme} URLs are not called")
+        original = request.url
+        request.extensions = {**request.extensions, "sni_hostname": host}
+        failure = None
+        # Connect to a checked address (in resolver order, the next one if it refuses, as a client
+        # trying "localhost" on ::1 and then 127.0.0.1 would). The Host header (set when the request was
+        # built) and the TLS server name stay the original host: virtual hosts and certificates work.
+        for address in await allowed_addresses(host, port):
+            request.url = original.copy_with(host=address)
+            try:
+                return await super().handle_async_request(request)
+            except httpx.ConnectError as error:
+                failure = error
+        raise failure
+
+
+def async_client(**options) -> httpx.AsyncClient:
+    """An httpx.AsyncClient whose every request (redirects included) passes the allow-list."""
+    return httpx.AsyncClient(transport=GuardedTransport(), **options)
+
+
+def not_allowed(error: BaseException) -> bool:
+    """True if `error`, or anything that caused it, is a HostNotAllowed refusal (the a2a SDK wraps
+    transport errors in its own)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, HostNotAllowed):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
