@@ -330,7 +330,7 @@ def test_the_proposal_page_puts_the_consequence_first_and_shows_what_a_vote_bind
         )
     ]
     assert order == sorted(order)
-    assert "No, it cannot be undone" in html and "40.00 EUR" in html
+    assert "No, it cannot be undone" in html and "EUR 40.00" in html
     assert '<a href="https://support.example.test/t/1" rel="noopener noreferrer nofollow">' in html
     assert "<details>" in html and proposal.action_digest in html
     assert proposal.action_canonical.replace('"', "&quot;") in html
@@ -642,4 +642,4 @@ def test_the_amount_comes_from_the_bound_arguments_and_a_different_claim_is_flag
     proposal = submit(agent, consequences={"effect": "Refund", "amount": "4.00", "currency": "EUR"})
     html = verified_client(reviewer_a).get(detail_url(proposal)).content.decode()
     facts = html[html.index("How much") :]
-    assert facts.index("40.00 EUR") < facts.index("The agent's description says") < facts.index("4.00 EUR")
+    assert facts.index("EUR 40.00") < facts.index("The agent's description says") < facts.index("EUR 4.00")

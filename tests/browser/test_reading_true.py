@@ -1,0 +1,95 @@
+"""Issue 12: a reviewer never misreads what they approve (real Chromium against Daphne)."""
+
+import pytest
+from playwright.sync_api import expect
+
+from approvals import services
+from tests import factories
+from tests.browser.conftest import beside_the_browser, screenshot
+from tests.browser.test_reviewing import live_section, sign_in, wait_until_live
+from tests.factories import submit, totp_code
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def _edit(proposal, editor, amount):
+    arguments = {**proposal.action["arguments"], "amount": amount}
+    return services.edit_proposal(
+        proposal.id, editor, arguments=arguments, digest_seen=proposal.action_digest, note="partial refund"
+    )
+
+
+def test_an_edited_proposal_reads_as_the_edit(new_page, agent, refund_policy, requester, reviewer_a, reviewer_b):
+    original = beside_the_browser(
+        submit, agent, action=factories.refund_action(amount="75.50", currency="USD")
+    )
+    edited = beside_the_browser(_edit, original, reviewer_b, "50.00")
+    page = new_page()
+    sign_in(page, reviewer_a)
+    page.goto(f"/proposals/{edited.id}/")
+    heading = page.get_by_role("heading", level=1)
+    expect(heading).to_contain_text("USD 50.00")
+    expect(heading).to_contain_text("amount 50.00, was 75.50")
+    expect(heading).not_to_contain_text("Refund USD 75.50")
+    what_happens = page.locator(".facts__row", has_text="What happens").first
+    expect(what_happens).to_contain_text("amount = 50.00")
+    expect(what_happens).not_to_contain_text("75.50")
+    expect(page.locator(".facts__row", has_text="How much").first).to_contain_text("USD 50.00")
+    # The agent's words about the original request are there, struck through and labelled as the agent's.
+    original_words = page.get_by_role("group", name="The agent's description of the original request")
+    expect(original_words.locator("del").first).to_contain_text("Refund USD 75.50")
+    edit_table = page.get_by_role("table", name="What the edit changed in the action")
+    expect(edit_table.locator("ins")).to_contain_text("50.00")
+    expect(edit_table.locator("del")).to_contain_text("75.50")
+    expect(page.locator("table.diff--original del").last).to_contain_text("75.50")
+    screenshot(page, "edited-proposal")
+
+
+def test_the_page_follows_the_state_live_after_an_approval(new_page, agent, refund_policy, requester, reviewer_a):
+    proposal = beside_the_browser(submit, agent)
+    page = new_page()
+    sign_in(page, reviewer_a)
+    page.goto(f"/proposals/{proposal.id}/")
+    wait_until_live(page)
+    page.evaluate("window.notReloaded = true")
+    expect(page.locator("#you")).to_contain_text("you can decide this")
+    page.get_by_label("One-time code").fill(totp_code(reviewer_a))
+    page.get_by_role("button", name="Approve").click()
+    expect(page.locator("#h-consequence")).to_have_text("Approved: the agent may now do this")
+    expect(page.locator("#you")).to_contain_text("nothing here is open for a decision now")
+    expect(live_section(page)).to_contain_text("1 of 1")
+    assert page.evaluate("window.notReloaded")
+
+
+def test_after_a_rejection_the_quorum_no_longer_asks_for_votes(
+    new_page, agent, refund_policy, requester, reviewer_a
+):
+    proposal = beside_the_browser(submit, agent)
+    page = new_page()
+    sign_in(page, reviewer_a)
+    page.goto(f"/proposals/{proposal.id}/")
+    wait_until_live(page)
+    page.get_by_label("Reason").fill("Duplicate of an earlier refund")
+    page.get_by_label("One-time code").fill(totp_code(reviewer_a))
+    page.get_by_role("button", name="Reject").click()
+    expect(page.locator("#h-consequence")).to_have_text("Rejected: this will not happen")
+    expect(live_section(page)).to_contain_text("not reached")
+    expect(live_section(page)).not_to_contain_text("more needed")
+
+
+def test_a_superseded_page_links_to_its_successor_without_a_reload(
+    new_page, agent, refund_policy, requester, reviewer_a, reviewer_b
+):
+    proposal = beside_the_browser(submit, agent)
+    watcher, editor = new_page(), new_page()
+    sign_in(watcher, reviewer_a)
+    watcher.goto(f"/proposals/{proposal.id}/")
+    wait_until_live(watcher)
+    watcher.evaluate("window.notReloaded = true")
+    sign_in(editor, reviewer_b)
+    editor.goto(f"/proposals/{proposal.id}/edit")
+    editor.get_by_label("amount").fill("30.00")
+    editor.get_by_role("button", name="Create the edited proposal").click()
+    expect(watcher.get_by_role("link", name="a newer proposal")).to_be_visible()
+    expect(watcher.locator("#h-consequence")).to_have_text("Replaced: this will not happen as written here")
+    assert watcher.evaluate("window.notReloaded")
