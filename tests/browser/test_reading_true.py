@@ -19,7 +19,9 @@ def _edit(proposal, editor, amount):
     )
 
 
-def test_an_edited_proposal_reads_as_the_edit(new_page, agent, refund_policy, requester, reviewer_a, reviewer_b):
+def test_an_edited_proposal_reads_as_the_edit(
+    new_page, agent, refund_policy, requester, reviewer_a, reviewer_b
+):
     original = beside_the_browser(
         submit, agent, action=factories.refund_action(amount="75.50", currency="USD")
     )
@@ -45,7 +47,9 @@ def test_an_edited_proposal_reads_as_the_edit(new_page, agent, refund_policy, re
     screenshot(page, "edited-proposal")
 
 
-def test_the_page_follows_the_state_live_after_an_approval(new_page, agent, refund_policy, requester, reviewer_a):
+def test_the_page_follows_the_state_live_after_an_approval(
+    new_page, agent, refund_policy, requester, reviewer_a
+):
     proposal = beside_the_browser(submit, agent)
     page = new_page()
     sign_in(page, reviewer_a)
