@@ -220,7 +220,7 @@ class ProposalConsumer(ReviewerSocket):
         # the "You:" line and the link to a successor.
         html = "".join(
             render_to_string(f"approvals/detail.html#{name}", context)
-            for name in ("live", "consequence_heading", "you", "successor")
+            for name in ("live", "consequence_heading", "you", "successor", "decision_bar")
         )
         mode = (context["decision_panel"]["mode"], proposal.state)
         if mode != self.mode:

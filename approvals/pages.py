@@ -89,7 +89,9 @@ def _list_context(scope, params, queryset, *, order, with_states=False) -> dict:
 
 def queue_context(user, params) -> dict:
     scope = queries.ReviewerScope.of(user)
-    context = _list_context(scope, params, queries.eligible_proposals(scope), order=("expires_at", "pk"))
+    context = _list_context(
+        scope, params, queries.eligible_proposals(scope), order=("expires_at", "risk_rank", "pk")
+    )
     by_risk = dict(
         queries.apply_filters(
             queries.eligible_proposals(scope), {k: v for k, v in context["filters"].items() if k != "risk"}
@@ -402,6 +404,15 @@ def decision_mode(proposal: Proposal, user, live: dict, why_not: tuple[str, str]
     return "closed", ""
 
 
+def _consequence_label(proposal: Proposal) -> str:
+    """What the decision buttons name after the verb, from the action: "refund of EUR 1,850.00"."""
+    arguments = proposal.action.get("arguments") or {}
+    what = proposal.tool.rsplit(".", 1)[-1].replace("_", " ")
+    if arguments.get("amount") in (None, ""):
+        return what
+    return f"{what} of {money(arguments.get('amount'), arguments.get('currency'))}"
+
+
 def decision_context(
     proposal: Proposal, user, session, live: dict, why_not, *, form=None, revoke_form=None, notice: str = ""
 ) -> dict:
@@ -414,6 +425,7 @@ def decision_context(
         "why_not": reason,
         "form": form or DecisionForm(initial={"digest": proposal.action_digest}),
         "revoke_form": revoke_form or RevokeForm(),
+        "consequence_label": _consequence_label(proposal),
         "needs_code": not fresh,
         "step_up_text": _step_up_text(step_up),
         "code_hint": f"Six digits from your authenticator app, or a backup code: this vote needs "

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from django.db import NotSupportedError
 from django.db.models import (
     BooleanField,
+    Case,
     Count,
     Exists,
     F,
@@ -18,6 +19,7 @@ from django.db.models import (
     Prefetch,
     Q,
     Subquery,
+    When,
 )
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -118,6 +120,10 @@ def watching_proposals(scope: ReviewerScope):
     )
 
 
+# Ties in expiry sort the riskier proposal first; an unrated one last.
+RISK_RANK = Case(When(risk="high", then=0), When(risk="medium", then=1), When(risk="low", then=2), default=3)
+
+
 def with_row_data(queryset):
     approvals = (
         Vote.objects.filter(proposal=OuterRef("pk"), verdict=Vote.Verdict.APPROVE)
@@ -127,7 +133,9 @@ def with_row_data(queryset):
     )
     return (
         queryset.select_related("agent", "tenant")
-        .annotate(approval_count=Coalesce(Subquery(approvals, output_field=IntegerField()), 0))
+        .annotate(
+            approval_count=Coalesce(Subquery(approvals, output_field=IntegerField()), 0), risk_rank=RISK_RANK
+        )
         .prefetch_related(
             Prefetch(
                 "policy_versions",

@@ -195,6 +195,8 @@ def _approver(vote: Vote, group_slug: str | None) -> dict:
         "name": voter.get_full_name() or voter.get_username(),
         "group": group_slug,
         "auth": {"method": vote.auth_method, "at": _audit_time(vote.auth_at)},
+        # The reason the form promises goes into the signed decision: each approver's own words.
+        "reason": (vote.reason or "")[:2000],
     }
 
 

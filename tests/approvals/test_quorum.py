@@ -184,3 +184,15 @@ def test_a_rejection_needs_a_reason(agent, refund_policy, requester, reviewer_a)
 
     assert refused.value.code == "reason_required"
     assert state_of(proposal) == State.AWAITING_REVIEW
+
+
+def test_each_approvers_reason_is_in_the_signed_decision(
+    agent, tenant, requester, reviewer_a, reviewer_c, reviewer_d
+):
+    factories.make_policy(tenant, "refunds", thresholds=FINANCE_1_OPS_1)
+    proposal = submit(agent)
+    vote(proposal, reviewer_a, reason="Matches ticket 1182")
+    vote(proposal, reviewer_c)
+    claims = jwt.decode(Decision.objects.get(proposal=proposal).token, options={"verify_signature": False})
+    reasons = {a["sub"]: a["reason"] for a in claims["approvers"]}
+    assert reasons == {"user:reviewer_a": "Matches ticket 1182", "user:reviewer_c": ""}

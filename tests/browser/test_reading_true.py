@@ -97,3 +97,67 @@ def test_a_superseded_page_links_to_its_successor_without_a_reload(
     expect(watcher.get_by_role("link", name="a newer proposal")).to_be_visible()
     expect(watcher.locator("#h-consequence")).to_have_text("Replaced: this will not happen as written here")
     assert watcher.evaluate("window.notReloaded")
+
+
+def test_risk_size_and_consequence_are_read_at_a_glance(new_page, tenant, agent, requester, reviewer_a):
+    factories.make_policy(
+        tenant,
+        "refunds",
+        tool_pattern="payments.refund",
+        thresholds=[{"group": "finance", "count": 1}],
+        risk="high",
+    )
+    proposal = beside_the_browser(submit, agent, action=factories.refund_action(amount="1850.00"))
+    page = new_page(width=700)
+    sign_in(page, reviewer_a)
+    page.goto(f"/proposals/{proposal.id}/")
+    expect(page.locator(".proposal__head")).to_contain_text("High risk")
+    amount = page.locator(".facts__row", has_text="How much").locator(".amount").first
+    expect(amount).to_have_text("EUR 1,850.00")
+    assert amount.evaluate("e => getComputedStyle(e).whiteSpace") == "nowrap"
+    expect(page.get_by_role("button", name="Approve refund of EUR 1,850.00")).to_be_visible()
+    expect(page.get_by_role("button", name="Reject refund of EUR 1,850.00")).to_be_visible()
+    # One reason box for the two decisions; the question box only with "ask".
+    expect(page.get_by_label("Question for the agent")).to_be_hidden()
+    page.get_by_text("Ask the agent a question instead").click()
+    expect(page.get_by_label("Question for the agent")).to_be_visible()
+
+
+def test_on_a_phone_the_decision_bar_stays_in_view_and_focus_survives_a_live_update(
+    new_page, tenant, agent, requester, reviewer_a, reviewer_b
+):
+    factories.make_policy(
+        tenant, "refunds", tool_pattern="payments.refund", thresholds=[{"group": "finance", "count": 2}]
+    )
+    proposal = beside_the_browser(submit, agent, action=factories.refund_action(amount="1850.00"))
+    phone, other = new_page(width=390, height=844), new_page()
+    sign_in(phone, reviewer_a)
+    phone.goto(f"/proposals/{proposal.id}/")
+    wait_until_live(phone)
+    # The nav is one row: its three links share a line.
+    tops = phone.locator("nav[aria-label=Main] a").evaluate_all(
+        "links => links.map(a => a.getBoundingClientRect().top)"
+    )
+    assert len(set(tops)) == 1, tops
+    bar = phone.get_by_role("region", name="Status and decision, always in view")
+    expect(bar).to_be_in_viewport()
+    expect(bar).to_contain_text("Waiting for review")
+    expect(bar).to_contain_text("0/2")
+    screenshot(phone, "phone-detail")
+    phone.screenshot(path=str(screenshot(phone, "phone-detail").with_name("phone-viewport.png")))
+
+    bar.get_by_role("button", name="Approve").focus()
+    sign_in(other, reviewer_b)
+    other.goto(f"/proposals/{proposal.id}/")
+    other.get_by_label("One-time code").fill(totp_code(reviewer_b))
+    other.get_by_role("button", name="Approve").click()
+    expect(bar).to_contain_text("1/2")  # a live update replaced the bar under the focus
+    assert phone.evaluate("document.activeElement.closest('#decision-bar') !== null")
+    assert phone.evaluate("document.activeElement.value") == "approve"
+
+    # The bar's Approve submits the decision form: without a code the reply points at the code field.
+    bar.get_by_role("button", name="Approve").click()
+    expect(phone.get_by_label("One-time code")).to_be_focused()
+    phone.get_by_label("One-time code").fill(totp_code(reviewer_a))
+    bar.get_by_role("button", name="Approve").click()
+    expect(bar).to_contain_text("Approved")

@@ -183,6 +183,8 @@ def test_ask_for_information_and_the_agents_answer_replaces_the_proposal(
     sign_in(page, reviewer_a)
     page.goto(f"/proposals/{proposal.id}/")
     wait_until_live(page)
+    expect(page.get_by_label("Question for the agent")).to_be_hidden()  # it comes with the action
+    page.get_by_text("Ask the agent a question instead").click()
     page.get_by_role("button", name="Ask for information").click()
     expect(page.locator("#id_question_error")).to_contain_text("write the question the agent must answer")
     page.get_by_label("Question for the agent").fill("Which order was it, 1182 or 1183?")
