@@ -167,6 +167,9 @@ class Proposal(models.Model):
     # Merged requirements: {"thresholds": [...], "step_up": ..., "self_approval": bool, "consume": bool}
     requirements = models.JSONField(default=dict, blank=True)
     risk = models.CharField(max_length=20, blank=True)
+    # The tool and the thing it acts on ("payments.refund|order:1182"), for the history of the same target
+    # (approvals/history.py); "" when the action names no target.
+    target_key = models.CharField(max_length=255, blank=True, default="")
 
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
@@ -187,6 +190,7 @@ class Proposal(models.Model):
             models.Index(fields=["tenant", "state", "expires_at"], name="queue_by_urgency"),
             models.Index(fields=["state", "expires_at"], name="sweep_by_expiry"),
             models.Index(fields=["created_at"], name="proposal_created"),
+            models.Index(fields=["tenant", "target_key", "created_at"], name="history_by_target"),
         ]
 
     def __str__(self):

@@ -9,19 +9,17 @@ from decimal import Decimal, InvalidOperation
 from urllib.parse import urlencode
 
 from django.core.paginator import Paginator
-from django.db.models import (
-    Count,
-)
+from django.db.models import Count, Prefetch
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from approvals import policy, queries, services, stepup
+from approvals import history, policy, queries, services, stepup
 from approvals.forms import (
     DecisionForm,
     QueueFilterForm,
     RevokeForm,
 )
-from approvals.models import Agent, Decision, Policy, Proposal
+from approvals.models import Agent, Decision, Policy, Proposal, Vote
 from approvals.states import RELEASED, STARTED, State
 from tenants.queries import DECIDING_ROLES
 
@@ -404,13 +402,13 @@ def decision_mode(proposal: Proposal, user, live: dict, why_not: tuple[str, str]
     return "closed", ""
 
 
-def _consequence_label(proposal: Proposal) -> str:
-    """What the decision buttons name after the verb, from the action: "refund of EUR 1,850.00"."""
+def _consequence_label(proposal: Proposal) -> dict:
+    """What the decision buttons name after the verb, from the action: "refund" "of" "EUR 1,850.00"."""
     arguments = proposal.action.get("arguments") or {}
     what = proposal.tool.rsplit(".", 1)[-1].replace("_", " ")
     if arguments.get("amount") in (None, ""):
-        return what
-    return f"{what} of {money(arguments.get('amount'), arguments.get('currency'))}"
+        return {"what": what, "amount": ""}
+    return {"what": what, "amount": money(arguments.get("amount"), arguments.get("currency"))}
 
 
 def decision_context(
@@ -437,6 +435,43 @@ def decision_context(
     }
 
 
+def _history_context(proposal: Proposal) -> dict:
+    """Earlier proposals on the same target (approvals/history.py) as the page lists them, and whether
+    this one is a likely duplicate of one that was done, may be done, or waits for people now."""
+    earlier = list(
+        history.earlier_on_target(proposal)
+        .select_related("agent")
+        .prefetch_related(
+            Prefetch("votes", queryset=Vote.objects.select_related("voter").order_by("created_at"))
+        )[: history.HISTORY_LIMIT]
+    )
+    items = []
+    for other in earlier:
+        arguments = other.action.get("arguments") or {}
+        approvers = [
+            vote.voter.get_full_name() or vote.voter.get_username()
+            for vote in other.votes.all()
+            if vote.verdict == Vote.Verdict.APPROVE
+        ]
+        items.append(
+            {
+                "proposal": other,
+                "amount": money(arguments.get("amount"), arguments.get("currency"))
+                if arguments.get("amount") not in (None, "")
+                else "",
+                "approvers": approvers,
+                "duplicate": other.state in history.DUPLICATE_STATES,
+            }
+        )
+    duplicates = [item for item in items if item["duplicate"]]
+    return {
+        "target": proposal.target_key.split("|", 1)[-1] if proposal.target_key else "",
+        "items": items,
+        "likely_duplicate": duplicates[0] if duplicates else None,
+        "window_days": history.PAGE_WINDOW.days,
+    }
+
+
 def detail_context(proposal: Proposal, user, session, **decision_kwargs) -> dict:
     """Everything the proposal page shows this person (the consumer re-renders its partials from it)."""
     groups = services.threshold_groups(proposal)
@@ -446,6 +481,7 @@ def detail_context(proposal: Proposal, user, session, **decision_kwargs) -> dict
         **reviewed_context(proposal),
         **live,
         "why": _why_context(proposal, user, groups, why_not),
+        "history": _history_context(proposal),
         "successor": Proposal.objects.filter(supersedes=proposal).only("id", "state", "summary").first(),
         "decision_panel": decision_context(proposal, user, session, live, why_not, **decision_kwargs),
     }

@@ -21,9 +21,17 @@ from functools import lru_cache
 
 import cel
 
+from approvals.history import policy_counts
 from approvals.models import PolicyVersion, Proposal, Tenant
 
 PER_VOTE = "per_vote"
+HISTORY_COUNTS = (
+    "count_24h",
+    "count_succeeded_24h",
+    "count_released_24h",
+    "count_rejected_24h",
+    "count_open",
+)
 
 
 class PolicyConditionError(ValueError):
@@ -91,8 +99,18 @@ class Evaluation:
         }
 
 
-def evaluation_context(*, tool: str, args: dict, principal: dict, agent: str, consequences: dict) -> dict:
-    return {"tool": tool, "args": args, "principal": principal, "agent": agent, "consequences": consequences}
+def evaluation_context(
+    *, tool: str, args: dict, principal: dict, agent: str, consequences: dict, history: dict | None = None
+) -> dict:
+    return {
+        "tool": tool,
+        "args": args,
+        "principal": principal,
+        "agent": agent,
+        "consequences": consequences,
+        # Earlier proposals on the same target (approvals/history.py): e.g. history.count_succeeded_24h.
+        "history": history if history is not None else policy_counts(None),
+    }
 
 
 def pattern_matches(version: PolicyVersion, agent_slug: str, tool: str) -> bool:
@@ -234,6 +252,7 @@ def context_for_proposal(proposal) -> dict:
         principal={"id": proposal.principal_id, "display": proposal.principal_display},
         agent=proposal.agent.slug,
         consequences=proposal.consequences,
+        history=policy_counts(proposal),
     )
 
 

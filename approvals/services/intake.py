@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from approvals import policy
 from approvals.canonical import action_digest
+from approvals.history import target_key
 from approvals.models import (
     Agent,
     Decision,
@@ -85,6 +86,7 @@ def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -
                 action_canonical=canonical,
                 action_digest=recomputed,
                 tool=request.action["tool"],
+                target_key=target_key(request.action),
                 principal_id=request.principal.id,
                 principal_display=request.principal.display,
                 agent_version=request.agent_version,

@@ -7,6 +7,7 @@ from django.utils import timezone
 
 from approvals import events, policy, stepup
 from approvals.canonical import action_digest, canonical_bytes
+from approvals.history import target_key
 from approvals.models import (
     Decision,
     Proposal,
@@ -262,6 +263,7 @@ def edit_proposal(proposal_id, actor, *, arguments: dict, digest_seen: str, note
             action_canonical=canonical_bytes(action).decode(),
             action_digest=digest,
             tool=old.tool,
+            target_key=target_key(action),
             principal_id=old.principal_id,
             principal_display=old.principal_display,
             agent_version=old.agent_version,

@@ -115,7 +115,9 @@ def test_risk_size_and_consequence_are_read_at_a_glance(new_page, tenant, agent,
     amount = page.locator(".facts__row", has_text="How much").locator(".amount").first
     expect(amount).to_have_text("EUR 1,850.00")
     assert amount.evaluate("e => getComputedStyle(e).whiteSpace") == "nowrap"
-    expect(page.get_by_role("button", name="Approve refund of EUR 1,850.00")).to_be_visible()
+    approve_button = page.get_by_role("button", name="Approve refund of EUR 1,850.00")
+    expect(approve_button).to_be_visible()
+    assert approve_button.locator(".amount").evaluate("e => getComputedStyle(e).whiteSpace") == "nowrap"
     expect(page.get_by_role("button", name="Reject refund of EUR 1,850.00")).to_be_visible()
     # One reason box for the two decisions; the question box only with "ask".
     expect(page.get_by_label("Question for the agent")).to_be_hidden()
@@ -161,3 +163,20 @@ def test_on_a_phone_the_decision_bar_stays_in_view_and_focus_survives_a_live_upd
     phone.get_by_label("One-time code").fill(totp_code(reviewer_a))
     bar.get_by_role("button", name="Approve").click()
     expect(bar).to_contain_text("Approved")
+
+
+def test_a_likely_duplicate_is_flagged_with_the_history_of_the_same_order(
+    new_page, agent, refund_policy, requester, reviewer_a, reviewer_b
+):
+    beside_the_browser(factories.approve, agent, reviewer_b, summary="Refund EUR 40.00 to order 1182")
+    again = beside_the_browser(submit, agent, summary="Refund EUR 40.00 to order 1182 (resent)")
+    page = new_page()
+    sign_in(page, reviewer_a)
+    page.goto(f"/proposals/{again.id}/")
+    warning = page.get_by_role("alert").filter(has_text="Likely duplicate")
+    expect(warning).to_contain_text("order:1182")
+    expect(warning).to_contain_text("approved by Bob")
+    earlier = page.get_by_role("region", name="Earlier on the same target")
+    expect(earlier.get_by_role("link", name="Refund EUR 40.00 to order 1182")).to_be_visible()
+    expect(earlier).to_contain_text("EUR 40.00")
+    screenshot(page, "duplicate-warning")
