@@ -105,6 +105,18 @@ class PolicyVersion(models.Model):
     risk = models.CharField(
         max_length=20, blank=True, help_text="label shown in the queue: low, medium, high"
     )
+    reversibility = models.CharField(
+        max_length=2,
+        blank=True,
+        choices=[
+            ("R0", "R0 read-only"),
+            ("R1", "R1 reversible"),
+            ("R2", "R2 reversible with cost"),
+            ("R3", "R3 irreversible"),
+        ],
+        help_text="the admins' classification of the tools this version's patterns match (the strictest of "
+        "this and the agent's statement counts; unclassified counts as R2)",
+    )
     author = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+"
     )
@@ -170,6 +182,8 @@ class Proposal(models.Model):
     # The tool and the thing it acts on ("payments.refund|order:1182"), for the history of the same target
     # (approvals/history.py); "" when the action names no target.
     target_key = models.CharField(max_length=255, blank=True, default="")
+    # R0 read-only .. R3 irreversible (approvals/classification.py), fixed when policy is evaluated.
+    reversibility = models.CharField(max_length=2, blank=True, default="")
 
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()

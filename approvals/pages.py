@@ -13,7 +13,7 @@ from django.db.models import Count, Prefetch
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from approvals import history, policy, queries, services, stepup
+from approvals import classification, history, policy, queries, services, stepup
 from approvals.forms import (
     DecisionForm,
     QueueFilterForm,
@@ -313,6 +313,9 @@ def _why_context(proposal: Proposal, user, groups: dict, why_not: tuple[str, str
         ],
         "step_up_text": _step_up_text(proposal.requirements.get("step_up", policy.PER_VOTE)),
         "self_approval": proposal.requirements.get("self_approval", False),
+        "reversibility": proposal.reversibility,
+        "reversibility_text": classification.REVERSIBILITY_CLASSES.get(proposal.reversibility, ""),
+        "risk_hint": classification.risk_hint(proposal.tool),
         "why_not": why_not[1] if why_not else "",
         "my_groups": services.user_groups_for(proposal, user, groups) if why_not is None else [],
     }

@@ -21,6 +21,8 @@ from functools import lru_cache
 
 import cel
 
+from approvals import classification
+from approvals.classification import REVERSIBILITY_CLASSES, UNCLASSIFIED
 from approvals.history import policy_counts
 from approvals.models import PolicyVersion, Proposal, Tenant
 
@@ -100,9 +102,18 @@ class Evaluation:
 
 
 def evaluation_context(
-    *, tool: str, args: dict, principal: dict, agent: str, consequences: dict, history: dict | None = None
+    *,
+    tool: str,
+    args: dict,
+    principal: dict,
+    agent: str,
+    consequences: dict,
+    history: dict | None = None,
+    reversibility: str = UNCLASSIFIED,
 ) -> dict:
     return {
+        # R0 read-only .. R3 irreversible (approvals/classification.py); a condition compares strings.
+        "reversibility": reversibility,
         "tool": tool,
         "args": args,
         "principal": principal,
@@ -123,7 +134,27 @@ RISK_ORDER = {"": 0, "low": 1, "medium": 2, "high": 3}
 
 
 def evaluate(tenant: Tenant, versions: list[PolicyVersion], context: dict) -> Evaluation:
-    """Decide over the given active versions (the caller loads them; see active_versions_for)."""
+    """Decide over the given active versions (the caller loads them; see active_versions_for). For a tool
+    no policy names (only "*"-style patterns matched), a risk hint from the tool's name only makes it
+    stricter: an allow becomes the tenant default's review, and the risk becomes high."""
+    evaluation = _evaluate(tenant, versions, context)
+    hint = classification.risk_hint(context["tool"])
+    if not hint or any(version.tool_pattern not in ("", "*") for version in evaluation.versions):
+        return evaluation
+    if evaluation.outcome == "allow":
+        stricter = tenant_default(
+            tenant, evaluation.errors, reversibility=context.get("reversibility", UNCLASSIFIED)
+        )
+        stricter.reason = (
+            f"the tool's name suggests {hint}, which no policy names: the tenant default decides"
+        )
+        return stricter
+    if evaluation.outcome == "require_approval":
+        evaluation.risk = "high"
+    return evaluation
+
+
+def _evaluate(tenant: Tenant, versions: list[PolicyVersion], context: dict) -> Evaluation:
     matched: list[PolicyVersion] = []
     errors: list[str] = []
     for version in versions:
@@ -167,7 +198,7 @@ def evaluate(tenant: Tenant, versions: list[PolicyVersion], context: dict) -> Ev
             errors=errors,
         )
 
-    return tenant_default(tenant, errors)
+    return tenant_default(tenant, errors, reversibility=context.get("reversibility", UNCLASSIFIED))
 
 
 def stricter_requirements(*requirements: dict) -> dict:
@@ -218,11 +249,14 @@ def _merge_requirements(tenant: Tenant, versions: list[PolicyVersion], errors: l
     )
 
 
-def tenant_default(tenant: Tenant, errors: list[str] | None = None) -> Evaluation:
-    """Fail closed: one approval by the tenant's admin group, a fresh code per vote."""
+def tenant_default(
+    tenant: Tenant, errors: list[str] | None = None, *, reversibility: str = UNCLASSIFIED
+) -> Evaluation:
+    """Fail closed: one approval by the tenant's admin group, a fresh code per vote; two approvals for an
+    irreversible (R3) action."""
     return Evaluation(
         "require_approval",
-        thresholds=[{"group": _admin_group_slug(tenant), "count": 1}],
+        thresholds=[{"group": _admin_group_slug(tenant), "count": 2 if reversibility == "R3" else 1}],
         step_up=PER_VOTE,
         ttl_seconds=tenant.default_ttl_seconds,
         reason="no policy matched: the tenant default requires approval by the tenant admins",
@@ -253,7 +287,21 @@ def context_for_proposal(proposal) -> dict:
         agent=proposal.agent.slug,
         consequences=proposal.consequences,
         history=policy_counts(proposal),
+        reversibility=classified_reversibility(
+            proposal.tenant, proposal.agent.slug, proposal.tool, proposal.consequences
+        ),
     )
+
+
+def classified_reversibility(tenant: Tenant, agent_slug: str, tool: str, consequences: dict) -> str:
+    """The strictest of the agent's statement and the admins' classification of this tool (the
+    reversibility of every active version whose patterns match); R2 when nobody classifies it."""
+    admin_classes = [
+        version.reversibility
+        for version in active_versions_for(tenant)
+        if version.reversibility and pattern_matches(version, agent_slug, tool)
+    ]
+    return classification.reversibility(consequences, admin_classes)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -270,6 +318,7 @@ VERSION_FIELDS = (
     "allow_self_approval",
     "consume_online",
     "risk",
+    "reversibility",
 )
 RISKS = ("", "low", "medium", "high")
 
@@ -329,6 +378,8 @@ def version_field_errors(fields: dict, group_slugs: set[str]) -> dict[str, str]:
         errors["ttl_seconds"] = "the time to live is a whole number of seconds, at least 1"
     if fields.get("risk", "") not in RISKS:
         errors["risk"] = "risk is empty, low, medium or high"
+    if fields.get("reversibility", "") not in ("", *REVERSIBILITY_CLASSES):
+        errors["reversibility"] = "reversibility is empty, R0, R1, R2 or R3"
     return errors
 
 

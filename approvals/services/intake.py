@@ -191,8 +191,9 @@ def _evaluate_and_route(proposal: Proposal, *, requested_expiry: datetime | None
     evaluation = policy.evaluate(proposal.tenant, policy.active_versions_for(proposal.tenant), context)
     proposal.requirements = evaluation.requirements
     proposal.risk = evaluation.risk
+    proposal.reversibility = context["reversibility"]
     proposal.expires_at = _expiry_for(requested_expiry, evaluation.ttl_seconds, proposal.created_at)
-    proposal.save(update_fields=["requirements", "risk", "expires_at"])
+    proposal.save(update_fields=["requirements", "risk", "reversibility", "expires_at"])
     proposal.policy_versions.set(evaluation.versions)
     record(
         proposal.tenant_id,

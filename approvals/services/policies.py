@@ -50,6 +50,7 @@ POLICY_VERSION_DEFAULTS = {
     "allow_self_approval": False,
     "consume_online": True,
     "risk": "",
+    "reversibility": "",
 }
 
 
