@@ -105,6 +105,10 @@ class PolicyVersion(models.Model):
     risk = models.CharField(
         max_length=20, blank=True, help_text="label shown in the queue: low, medium, high"
     )
+    reservation_needs_second = models.BooleanField(
+        default=False,
+        help_text="an approval with a reservation asks for one more approval from the same group",
+    )
     reversibility = models.CharField(
         max_length=2,
         blank=True,
@@ -224,6 +228,8 @@ class Vote(models.Model):
     digest_seen = models.CharField(max_length=80)
     page_hash = models.CharField(max_length=80, blank=True, help_text="sha256 of the page content shown")
     reason = models.TextField(blank=True)
+    # A dissent that does not block (approve with reservation): in the signed decision and the audit trail.
+    reservation = models.TextField(blank=True, default="")
     auth_method = models.CharField(max_length=30)
     auth_at = models.DateTimeField()
     created_at = models.DateTimeField(auto_now_add=True)

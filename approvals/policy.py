@@ -87,6 +87,7 @@ class Evaluation:
     self_approval: bool = False
     consume: bool = True
     risk: str = ""
+    reservation_second: bool = False
     reason: str = ""
     errors: list[str] = field(default_factory=list)
 
@@ -98,6 +99,7 @@ class Evaluation:
             "self_approval": self.self_approval,
             "consume": self.consume,
             "ttl_seconds": self.ttl_seconds,
+            **({"reservation_second": True} if self.reservation_second else {}),
         }
 
 
@@ -217,6 +219,12 @@ def stricter_requirements(*requirements: dict) -> dict:
         "self_approval": all(bool(each.get("self_approval")) for each in requirements),
         "consume": any(bool(each.get("consume", True)) for each in requirements),
         "ttl_seconds": min(int(each.get("ttl_seconds") or 10**9) for each in requirements),
+        # Only present when asked for, so requirements pinned before reservations existed read the same.
+        **(
+            {"reservation_second": True}
+            if any(each.get("reservation_second") for each in requirements)
+            else {}
+        ),
     }
 
 
@@ -227,6 +235,7 @@ def version_requirements(version: PolicyVersion) -> dict:
         "self_approval": version.allow_self_approval,
         "consume": version.consume_online,
         "ttl_seconds": version.ttl_seconds,
+        **({"reservation_second": True} if version.reservation_needs_second else {}),
     }
 
 
@@ -243,6 +252,7 @@ def _merge_requirements(tenant: Tenant, versions: list[PolicyVersion], errors: l
         ttl_seconds=merged["ttl_seconds"],
         self_approval=merged["self_approval"],
         consume=merged["consume"],
+        reservation_second=merged.get("reservation_second", False),
         risk=max((v.risk for v in versions), key=lambda r: RISK_ORDER.get(r, 0)),
         reason="requires approval by " + ", ".join(str(v) for v in versions),
         errors=errors,
@@ -319,6 +329,7 @@ VERSION_FIELDS = (
     "consume_online",
     "risk",
     "reversibility",
+    "reservation_needs_second",
 )
 RISKS = ("", "low", "medium", "high")
 

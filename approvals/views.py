@@ -122,6 +122,7 @@ def decide(request, proposal_id):
                 verdict=data["action"],
                 digest_seen=data["digest"],
                 reason=data["reason"],
+                reservation=data["reservation"] if data["action"] == "approve" else "",
                 step_up=stepup.step_up_for(request.user, data["otp_code"], request.session),
                 page_hash=page_hash(proposal),
             )

@@ -51,6 +51,7 @@ POLICY_VERSION_DEFAULTS = {
     "consume_online": True,
     "risk": "",
     "reversibility": "",
+    "reservation_needs_second": False,
 }
 
 

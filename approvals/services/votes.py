@@ -46,6 +46,7 @@ def cast_vote(
     verdict: str,
     digest_seen: str,
     reason: str = "",
+    reservation: str = "",
     step_up: StepUp | None = None,
     page_hash: str = "",
     now: datetime | None = None,
@@ -58,6 +59,9 @@ def cast_vote(
     reason = (reason or "").strip()
     if verdict == Vote.Verdict.REJECT and not reason:
         raise VoteRefused("reason_required", "a rejection needs a reason", "reason")
+    reservation = (reservation or "").strip()[:2000]
+    if reservation and verdict != Vote.Verdict.APPROVE:
+        raise VoteRefused("reservation_with_reject", "a reservation goes with an approval", "reservation")
     refusal: VoteRefused | None = None
     with transaction.atomic():
         proposal = lock_proposal_for(proposal_id, actor)
@@ -95,7 +99,7 @@ def cast_vote(
                     data={"code": refusal.code, "verdict": verdict},
                 )
         else:
-            vote = _store_vote(proposal, actor, verdict, digest_seen, reason, page_hash, step)
+            vote = _store_vote(proposal, actor, verdict, digest_seen, reason, page_hash, step, reservation)
     if refusal is not None:
         raise refusal
     return vote
@@ -128,7 +132,7 @@ def _vote_refusal(
     return None
 
 
-def _store_vote(proposal, user, verdict, digest_seen, reason, page_hash, step) -> Vote:
+def _store_vote(proposal, user, verdict, digest_seen, reason, page_hash, step, reservation="") -> Vote:
     method, auth_at = step
     groups = user_groups_for(proposal, user)
     vote = Vote.objects.create(
@@ -137,6 +141,7 @@ def _store_vote(proposal, user, verdict, digest_seen, reason, page_hash, step) -
         verdict=verdict,
         digest_seen=digest_seen,
         page_hash=page_hash,
+        reservation=reservation,
         reason=reason,
         auth_method=method,
         auth_at=auth_at,
@@ -152,6 +157,7 @@ def _store_vote(proposal, user, verdict, digest_seen, reason, page_hash, step) -
             "digest_seen": digest_seen,
             "page_hash": page_hash,
             "reason": reason,
+            "reservation": reservation,
             "groups": [g.slug for g in groups],
             "auth": {"method": method, "at": _audit_time(auth_at)},
         },
@@ -198,6 +204,8 @@ def _approver(vote: Vote, group_slug: str | None) -> dict:
         "auth": {"method": vote.auth_method, "at": _audit_time(vote.auth_at)},
         # The reason the form promises goes into the signed decision: each approver's own words.
         "reason": (vote.reason or "")[:2000],
+        # Approve with reservation: a dissent that did not block, signed with the decision.
+        "reservation": vote.reservation or "",
     }
 
 

@@ -180,3 +180,20 @@ def test_a_likely_duplicate_is_flagged_with_the_history_of_the_same_order(
     expect(earlier.get_by_role("link", name="Refund EUR 40.00 to order 1182")).to_be_visible()
     expect(earlier).to_contain_text("EUR 40.00")
     screenshot(page, "duplicate-warning")
+
+
+def test_a_reviewer_approves_with_a_reservation(new_page, agent, refund_policy, requester, reviewer_a):
+    proposal = beside_the_browser(submit, agent)
+    page = new_page()
+    sign_in(page, reviewer_a)
+    page.goto(f"/proposals/{proposal.id}/")
+    page.get_by_text("Approve with a reservation").click()
+    page.get_by_label("Your reservation").fill("The ticket does not show the parcel was lost")
+    page.get_by_label("Reason").fill("Customer is a long-standing account")
+    page.get_by_label("One-time code").fill(totp_code(reviewer_a))
+    page.get_by_role("button", name="Approve").click()
+    expect(live_section(page)).to_contain_text(
+        "with a reservation: “The ticket does not show the parcel was lost”"
+    )
+    expect(live_section(page)).to_contain_text("“Customer is a long-standing account”")
+    screenshot(page, "approved-with-reservation")
