@@ -102,6 +102,10 @@ def _issue_decision(
             "expires_at": _audit_time(decision.expires_at),
             "task_id": proposal.task_id,
             "request_id": proposal.request_id,
+            # What was decided, in words, for reports that list decisions (audit never reads proposals).
+            "tool": proposal.tool,
+            "summary": proposal.summary[:200],
+            "amount": _amount_words(proposal.action.get("arguments") or {}),
         },
     )
     _enqueue(
@@ -111,6 +115,13 @@ def _issue_decision(
         payload={"jti": str(decision.jti), "decision": kind, "reason": decision.reason},
     )
     return decision
+
+
+def _amount_words(arguments: dict) -> str:
+    amount = arguments.get("amount")
+    if amount in (None, "") or isinstance(amount, dict | list):
+        return ""
+    return f"{arguments.get('currency') or ''} {amount}".strip()
 
 
 def may_revoke(proposal: Proposal, user) -> bool:

@@ -124,6 +124,22 @@
     if (again) again.focus({ preventScroll: true });
   });
 
+  // "Copy the codes": the text of the element the button names, one code a line.
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest && event.target.closest("[data-copy]");
+    if (!button) return;
+    var source = document.querySelector(button.dataset.copy);
+    var status = button.parentElement.querySelector("[data-copy-status]");
+    var text = Array.prototype.map.call(source.querySelectorAll("li"), function (li) {
+      return li.textContent.trim();
+    }).join("\n");
+    navigator.clipboard.writeText(text).then(function () {
+      if (status) status.textContent = "Copied.";
+    }, function () {
+      if (status) status.textContent = "Copying is not allowed here: select the codes and copy them.";
+    });
+  });
+
   document.addEventListener("DOMContentLoaded", function () {
     var focus = document.querySelector(FOCUS_AFTER_REPLY);
     if (focus) focus.focus();
