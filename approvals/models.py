@@ -99,11 +99,14 @@ class PolicyVersion(models.Model):
     thresholds = models.JSONField(default=list, blank=True)
     # "per_vote", or a freshness window in seconds written as a number.
     step_up = models.CharField(max_length=20, default="per_vote")
-    ttl_seconds = models.PositiveIntegerField(default=3600)
+    ttl_seconds = models.PositiveIntegerField("TTL (seconds)", default=3600)
     allow_self_approval = models.BooleanField(default=False)
     consume_online = models.BooleanField(default=True, help_text="the agent must consume the decision online")
     risk = models.CharField(
-        max_length=20, blank=True, help_text="label shown in the queue: low, medium, high"
+        max_length=20,
+        blank=True,
+        choices=[("", "not rated"), ("low", "low"), ("medium", "medium"), ("high", "high")],
+        help_text="label shown in the queue and on the proposal page",
     )
     reservation_needs_second = models.BooleanField(
         default=False,

@@ -406,10 +406,14 @@ class DryRunRow:
     outcome_now: str  # with the active versions
     outcome_with_draft: str  # with the draft in place of its policy's active version
     evaluation: Evaluation
+    thresholds_now: list = field(default_factory=list)  # the approvals required with the active versions
 
     @property
     def changes(self) -> bool:
-        return self.outcome_now != self.outcome_with_draft
+        """A different outcome, or the same "require approval" with other required approvals."""
+        return self.outcome_now != self.outcome_with_draft or (
+            self.outcome_now == "require_approval" and self.thresholds_now != self.evaluation.thresholds
+        )
 
 
 def versions_with_draft(active: list[PolicyVersion], draft: PolicyVersion) -> list[PolicyVersion]:
@@ -436,14 +440,16 @@ def dry_run(draft: PolicyVersion, proposals) -> list[DryRunRow]:
         context = context_for_proposal(proposal)
         matches, error = draft_matches(draft, context)
         with_draft = evaluate(tenant, candidate, context)
+        now = evaluate(tenant, active, context)
         rows.append(
             DryRunRow(
                 proposal=proposal,
                 draft_matches=matches,
                 draft_error=error,
-                outcome_now=evaluate(tenant, active, context).outcome,
+                outcome_now=now.outcome,
                 outcome_with_draft=with_draft.outcome,
                 evaluation=with_draft,
+                thresholds_now=now.thresholds,
             )
         )
     return rows
