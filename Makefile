@@ -23,8 +23,12 @@ $(STAMP): pyproject.toml $(SDK)/pyproject.toml
 
 venv: $(STAMP)
 
+# make demo PORT=8100 AGENT_PORT=8101 runs it on other ports.
+PORT ?= 8000
+AGENT_PORT ?= 8001
+
 demo: $(STAMP)
-	$(PY) manage.py run_demo
+	$(PY) manage.py run_demo --port $(PORT) --agent-port $(AGENT_PORT)
 
 # pytest exits 5 when it collected no test: make fails then, as for any failure.
 test: $(STAMP)

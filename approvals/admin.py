@@ -387,6 +387,8 @@ class PolicyVersionInline(admin.TabularInline):
         "outcome",
         "agent_pattern",
         "tool_pattern",
+        "condition",
+        "thresholds",
         "author",
         "activated_by",
         "activated_at",

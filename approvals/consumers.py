@@ -216,8 +216,13 @@ class ProposalConsumer(ReviewerSocket):
             return None  # no longer a member of the tenant
         context = pages.detail_context(proposal, self.user, self.scope["session"])
         context.update(oob=True, csrf_token=self._csrf_token())
-        html = render_to_string("approvals/detail.html#live", context)
-        mode = context["decision_panel"]["mode"]
+        # Every part of the page that follows the state: status and quorum, the heading of "what happens",
+        # the "You:" line and the link to a successor.
+        html = "".join(
+            render_to_string(f"approvals/detail.html#{name}", context)
+            for name in ("live", "consequence_heading", "you", "successor", "decision_bar")
+        )
+        mode = (context["decision_panel"]["mode"], proposal.state)
         if mode != self.mode:
             # On connect (the page may be older than the socket), then only when the controls change: a
             # reviewer typing a reason keeps it while others vote (reviewer.js also keeps a panel whose

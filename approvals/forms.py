@@ -26,6 +26,12 @@ class DecisionForm(forms.Form):
     reason = forms.CharField(
         label="Reason", required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 3})
     )
+    reservation = forms.CharField(
+        label="Your reservation",
+        required=False,
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 2}),
+    )
     question = forms.CharField(
         label="Question for the agent",
         required=False,

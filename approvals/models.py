@@ -105,11 +105,30 @@ class PolicyVersion(models.Model):
     thresholds = models.JSONField(default=list, blank=True)
     # "per_vote", or a freshness window in seconds written as a number.
     step_up = models.CharField(max_length=20, default="per_vote")
-    ttl_seconds = models.PositiveIntegerField(default=3600)
+    ttl_seconds = models.PositiveIntegerField("TTL (seconds)", default=3600)
     allow_self_approval = models.BooleanField(default=False)
     consume_online = models.BooleanField(default=True, help_text="the agent must consume the decision online")
     risk = models.CharField(
-        max_length=20, blank=True, help_text="label shown in the queue: low, medium, high"
+        max_length=20,
+        blank=True,
+        choices=[("", "not rated"), ("low", "low"), ("medium", "medium"), ("high", "high")],
+        help_text="label shown in the queue and on the proposal page",
+    )
+    reservation_needs_second = models.BooleanField(
+        default=False,
+        help_text="an approval with a reservation asks for one more approval from the same group",
+    )
+    reversibility = models.CharField(
+        max_length=2,
+        blank=True,
+        choices=[
+            ("R0", "R0 read-only"),
+            ("R1", "R1 reversible"),
+            ("R2", "R2 reversible with cost"),
+            ("R3", "R3 irreversible"),
+        ],
+        help_text="the admins' classification of the tools this version's patterns match (the strictest of "
+        "this and the agent's statement counts; unclassified counts as R2)",
     )
     author = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+"
@@ -173,6 +192,11 @@ class Proposal(models.Model):
     # Merged requirements: {"thresholds": [...], "step_up": ..., "self_approval": bool, "consume": bool}
     requirements = models.JSONField(default=dict, blank=True)
     risk = models.CharField(max_length=20, blank=True)
+    # The tool and the thing it acts on ("payments.refund|order:1182"), for the history of the same target
+    # (approvals/history.py); "" when the action names no target.
+    target_key = models.CharField(max_length=255, blank=True, default="")
+    # R0 read-only .. R3 irreversible (approvals/classification.py), fixed when policy is evaluated.
+    reversibility = models.CharField(max_length=2, blank=True, default="")
 
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
@@ -201,6 +225,7 @@ class Proposal(models.Model):
             models.Index(fields=["state", "expires_at"], name="sweep_by_expiry"),
             # The watching list, newest first, read backwards.
             models.Index(fields=["created_at", "id"], name="watching_by_recency"),
+            models.Index(fields=["tenant", "target_key", "created_at"], name="history_by_target"),
         ]
 
     def __str__(self):
@@ -220,6 +245,8 @@ class Vote(models.Model):
     digest_seen = models.CharField(max_length=80)
     page_hash = models.CharField(max_length=80, blank=True, help_text="sha256 of the page content shown")
     reason = models.TextField(blank=True)
+    # A dissent that does not block (approve with reservation): in the signed decision and the audit trail.
+    reservation = models.TextField(blank=True, default="")
     auth_method = models.CharField(max_length=30)
     auth_at = models.DateTimeField()
     created_at = models.DateTimeField(auto_now_add=True)

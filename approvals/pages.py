@@ -6,18 +6,20 @@ them as whole pages and the WebSocket consumers send the same partials, so both 
 import hashlib
 import json
 from collections import Counter
+from decimal import Decimal, InvalidOperation
 from urllib.parse import urlencode
 
+from django.db.models import Prefetch
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from approvals import policy, queries, services, stepup
+from approvals import classification, history, policy, queries, services, stepup
 from approvals.forms import (
     DecisionForm,
     QueueFilterForm,
     RevokeForm,
 )
-from approvals.models import Agent, Decision, Policy, Proposal
+from approvals.models import Agent, Decision, Policy, Proposal, Vote
 from approvals.states import RELEASED, STARTED, State
 from tenants.queries import DECIDING_ROLES
 
@@ -143,17 +145,28 @@ def _label(key: str) -> str:
     return str(key).replace("_", " ").replace(".", " › ").strip().capitalize() or "(unnamed)"
 
 
+def money(amount, currency=None) -> str:
+    """An amount as a reviewer reads it: the currency first, then the figure with thousands grouping and
+    the decimals the agent sent ("EUR 1,850.00"). A value that is not a number is shown as it came."""
+    text = _display(amount)
+    try:
+        figure = format(Decimal(text.strip()), ",f")
+    except (InvalidOperation, ValueError):
+        figure = text
+    return f"{_display(currency or '')} {figure}".strip()
+
+
 def _amount(consequences: dict, arguments: dict) -> tuple[str, str]:
     """How much, and the agent's own figure when it differs from the arguments (what the digest binds)."""
     bound, bound_currency = arguments.get("amount"), arguments.get("currency")
     stated, stated_currency = consequences.get("amount"), consequences.get("currency")
     if bound in (None, ""):
         bound, bound_currency = stated, stated_currency
-    shown = f"{_display(bound)} {_display(bound_currency or '')}".strip() if bound not in (None, "") else ""
+    shown = money(bound, bound_currency) if bound not in (None, "") else ""
     differs = (stated not in (None, "") and _display(stated) != _display(bound)) or (
         stated_currency and bound_currency and stated_currency != bound_currency
     )
-    claim = f"{_display(stated)} {_display(stated_currency or '')}".strip() if differs else ""
+    claim = money(stated, stated_currency) if differs else ""
     return shown, claim
 
 
@@ -201,6 +214,36 @@ def _argument_changes(before: dict, after: dict) -> list[dict]:
 
 
 _MISSING = object()
+EDITED_SUFFIX = " (edited)"
+
+
+def _original_summary(proposal: Proposal) -> str:
+    """The agent's summary, without the marker the edit service appends to it."""
+    summary = proposal.summary or ""
+    if proposal.edited_by_id and summary.endswith(EDITED_SUFFIX):
+        return summary[: -len(EDITED_SUFFIX)]
+    return summary
+
+
+def _action_text(proposal: Proposal) -> str:
+    """What the action does, from the action alone: the tool and its arguments."""
+    arguments = proposal.action.get("arguments") or {}
+    described = ", ".join(f"{key} = {_display(value)}" for key, value in sorted(arguments.items()))
+    return f"Runs {proposal.tool}" + (f" with {described}" if described else " with no arguments")
+
+
+def _edited_headline(proposal: Proposal, edit_changes: list[dict]) -> dict:
+    """The heading of an edited proposal, derived from the action: the tool, the amount it moves and
+    each changed argument with its earlier value ("Refund payment: USD 50.00 · amount 50.00, was 75.50")."""
+    arguments = proposal.action.get("arguments") or {}
+    parts = []
+    if arguments.get("amount") not in (None, ""):
+        parts.append(money(arguments.get("amount"), arguments.get("currency")))
+    for change in edit_changes:
+        now = change["after"]["text"] if change["after"] else "removed"
+        was = change["before"]["text"] if change["before"] else "not set"
+        parts.append(f"{change['label']} {now}, was {was}")
+    return _capped(f"{_label(proposal.tool)}: " + " · ".join(parts) + " (edited by a reviewer)", 500)
 
 
 def reviewed_context(proposal: Proposal) -> dict:
@@ -213,8 +256,15 @@ def reviewed_context(proposal: Proposal) -> dict:
     if predecessor is not None:
         edit_changes = _argument_changes(predecessor.action.get("arguments") or {}, arguments)
         changed_keys = {change["label"] for change in edit_changes}
+    edited = proposal.edited_by_id is not None
     return {
         "proposal": proposal,
+        # A reviewer's edit keeps the agent's summary, consequences and diff, which describe the original
+        # request: the page leads with what the edited action does and shows the agent's words as theirs.
+        "edited": edited,
+        "headline": _edited_headline(proposal, edit_changes) if edited else _capped(proposal.summary, 500),
+        "agent_summary": _capped(_original_summary(proposal), 500),
+        "action_text": _capped(_action_text(proposal)) if edited else None,
         "consequence": _consequence(proposal),
         # Sorted, as in the canonical form: PostgreSQL's jsonb does not keep the agent's key order anyway.
         "arguments": [
@@ -279,9 +329,33 @@ def _why_context(proposal: Proposal, user, groups: dict, why_not: tuple[str, str
         ],
         "step_up_text": _step_up_text(proposal.requirements.get("step_up", policy.PER_VOTE)),
         "self_approval": proposal.requirements.get("self_approval", False),
+        "reversibility": proposal.reversibility,
+        "reversibility_text": classification.REVERSIBILITY_CLASSES.get(proposal.reversibility, ""),
+        "risk_hint": classification.risk_hint(proposal.tool),
         "why_not": why_not[1] if why_not else "",
         "my_groups": services.user_groups_for(proposal, user, groups) if why_not is None else [],
     }
+
+
+# The heading of "what happens" follows the state: before a decision it is conditional, after it it says
+# what was decided (the reviewer must not read "if this is approved" on a proposal already approved).
+CONSEQUENCE_HEADINGS = {
+    State.PROPOSED: "If this is approved",
+    State.AWAITING_REVIEW: "If this is approved",
+    State.INFO_REQUESTED: "If this is approved (waiting for the agent's answer)",
+    State.ALLOWED: "Released by policy: the agent may now do this",
+    State.APPROVED: "Approved: the agent may now do this",
+    State.EXECUTING: "Approved: the agent is doing this",
+    State.UNKNOWN: "Approved: the agent tried this; the result is unknown",
+    State.SUCCEEDED: "Done: the agent reports this happened",
+    State.FAILED: "Approved, but the agent reports it failed",
+    State.DENIED: "Denied by policy: this will not happen",
+    State.REJECTED: "Rejected: this will not happen",
+    State.EXPIRED: "Expired: this will not happen",
+    State.REVOKED: "Revoked: this will not happen",
+    State.CANCELLED: "Cancelled: this will not happen",
+    State.SUPERSEDED: "Replaced: this will not happen as written here",
+}
 
 
 def live_context(proposal: Proposal, groups: dict | None = None) -> dict:
@@ -314,6 +388,8 @@ def live_context(proposal: Proposal, groups: dict | None = None) -> dict:
         ],
         "decision": Decision.objects.filter(proposal=proposal).first(),
         "server_now": timezone.now(),
+        "open_for_votes": proposal.state == State.AWAITING_REVIEW,
+        "consequence_heading": CONSEQUENCE_HEADINGS.get(proposal.state, "What was proposed"),
     }
 
 
@@ -342,6 +418,15 @@ def decision_mode(proposal: Proposal, user, live: dict, why_not: tuple[str, str]
     return "closed", services.closed_reason(proposal)
 
 
+def _consequence_label(proposal: Proposal) -> dict:
+    """What the decision buttons name after the verb, from the action: "refund" "of" "EUR 1,850.00"."""
+    arguments = proposal.action.get("arguments") or {}
+    what = proposal.tool.rsplit(".", 1)[-1].replace("_", " ")
+    if arguments.get("amount") in (None, ""):
+        return {"what": what, "amount": ""}
+    return {"what": what, "amount": money(arguments.get("amount"), arguments.get("currency"))}
+
+
 def decision_context(
     proposal: Proposal, user, session, live: dict, why_not, *, form=None, revoke_form=None, notice: str = ""
 ) -> dict:
@@ -354,6 +439,7 @@ def decision_context(
         "why_not": reason,
         "form": form or DecisionForm(initial={"digest": proposal.action_digest}),
         "revoke_form": revoke_form or RevokeForm(),
+        "consequence_label": _consequence_label(proposal),
         "needs_code": not fresh,
         "step_up_text": _step_up_text(step_up),
         "code_hint": f"Six digits from your authenticator app, or a backup code: this vote needs "
@@ -362,6 +448,43 @@ def decision_context(
         "missing_total": live["missing_total"],
         "decision": live["decision"],
         "notice": notice,
+    }
+
+
+def _history_context(proposal: Proposal) -> dict:
+    """Earlier proposals on the same target (approvals/history.py) as the page lists them, and whether
+    this one is a likely duplicate of one that was done, may be done, or waits for people now."""
+    earlier = list(
+        history.earlier_on_target(proposal)
+        .select_related("agent")
+        .prefetch_related(
+            Prefetch("votes", queryset=Vote.objects.select_related("voter").order_by("created_at"))
+        )[: history.HISTORY_LIMIT]
+    )
+    items = []
+    for other in earlier:
+        arguments = other.action.get("arguments") or {}
+        approvers = [
+            vote.voter.get_full_name() or vote.voter.get_username()
+            for vote in other.votes.all()
+            if vote.verdict == Vote.Verdict.APPROVE
+        ]
+        items.append(
+            {
+                "proposal": other,
+                "amount": money(arguments.get("amount"), arguments.get("currency"))
+                if arguments.get("amount") not in (None, "")
+                else "",
+                "approvers": approvers,
+                "duplicate": other.state in history.DUPLICATE_STATES,
+            }
+        )
+    duplicates = [item for item in items if item["duplicate"]]
+    return {
+        "target": proposal.target_key.split("|", 1)[-1] if proposal.target_key else "",
+        "items": items,
+        "likely_duplicate": duplicates[0] if duplicates else None,
+        "window_days": history.PAGE_WINDOW.days,
     }
 
 
@@ -374,6 +497,7 @@ def detail_context(proposal: Proposal, user, session, **decision_kwargs) -> dict
         **reviewed_context(proposal),
         **live,
         "why": _why_context(proposal, user, groups, why_not),
+        "history": _history_context(proposal),
         "successor": Proposal.objects.filter(supersedes=proposal).only("id", "state", "summary").first(),
         "decision_panel": decision_context(proposal, user, session, live, why_not, **decision_kwargs),
     }

@@ -21,9 +21,19 @@ from functools import lru_cache
 
 import cel
 
+from approvals import classification
+from approvals.classification import REVERSIBILITY_CLASSES, UNCLASSIFIED
+from approvals.history import policy_counts
 from approvals.models import PolicyVersion, Proposal, Tenant
 
 PER_VOTE = "per_vote"
+HISTORY_COUNTS = (
+    "count_24h",
+    "count_succeeded_24h",
+    "count_released_24h",
+    "count_rejected_24h",
+    "count_open",
+)
 
 # The tenant default is a policy too: decisions it shaped name it like any version, so a strict agent
 # never sees `"policy": null`. Its rule (one approval by the tenant admins, a code per vote) changes only
@@ -85,6 +95,7 @@ class Evaluation:
     self_approval: bool = False
     consume: bool = True
     risk: str = ""
+    reservation_second: bool = False
     reason: str = ""
     errors: list[str] = field(default_factory=list)
     # True when the tenant default shaped the requirements (nothing matched, or no group was named).
@@ -98,14 +109,34 @@ class Evaluation:
             "self_approval": self.self_approval,
             "consume": self.consume,
             "ttl_seconds": self.ttl_seconds,
+            **({"reservation_second": True} if self.reservation_second else {}),
         }
         if self.tenant_default:
             requirements["tenant_default"] = True  # only when true: older rows compare equal
         return requirements
 
 
-def evaluation_context(*, tool: str, args: dict, principal: dict, agent: str, consequences: dict) -> dict:
-    return {"tool": tool, "args": args, "principal": principal, "agent": agent, "consequences": consequences}
+def evaluation_context(
+    *,
+    tool: str,
+    args: dict,
+    principal: dict,
+    agent: str,
+    consequences: dict,
+    history: dict | None = None,
+    reversibility: str = UNCLASSIFIED,
+) -> dict:
+    return {
+        # R0 read-only .. R3 irreversible (approvals/classification.py); a condition compares strings.
+        "reversibility": reversibility,
+        "tool": tool,
+        "args": args,
+        "principal": principal,
+        "agent": agent,
+        "consequences": consequences,
+        # Earlier proposals on the same target (approvals/history.py): e.g. history.count_succeeded_24h.
+        "history": history if history is not None else policy_counts(None),
+    }
 
 
 def pattern_matches(version: PolicyVersion, agent_slug: str, tool: str) -> bool:
@@ -118,7 +149,27 @@ RISK_ORDER = {"": 0, "low": 1, "medium": 2, "high": 3}
 
 
 def evaluate(tenant: Tenant, versions: list[PolicyVersion], context: dict) -> Evaluation:
-    """Decide over the given active versions (the caller loads them; see active_versions_for)."""
+    """Decide over the given active versions (the caller loads them; see active_versions_for). For a tool
+    no policy names (only "*"-style patterns matched), a risk hint from the tool's name only makes it
+    stricter: an allow becomes the tenant default's review, and the risk becomes high."""
+    evaluation = _evaluate(tenant, versions, context)
+    hint = classification.risk_hint(context["tool"])
+    if not hint or any(version.tool_pattern not in ("", "*") for version in evaluation.versions):
+        return evaluation
+    if evaluation.outcome == "allow":
+        stricter = tenant_default(
+            tenant, evaluation.errors, reversibility=context.get("reversibility", UNCLASSIFIED)
+        )
+        stricter.reason = (
+            f"the tool's name suggests {hint}, which no policy names: the tenant default decides"
+        )
+        return stricter
+    if evaluation.outcome == "require_approval":
+        evaluation.risk = "high"
+    return evaluation
+
+
+def _evaluate(tenant: Tenant, versions: list[PolicyVersion], context: dict) -> Evaluation:
     matched: list[PolicyVersion] = []
     errors: list[str] = []
     for version in versions:
@@ -162,7 +213,7 @@ def evaluate(tenant: Tenant, versions: list[PolicyVersion], context: dict) -> Ev
             errors=errors,
         )
 
-    return tenant_default(tenant, errors)
+    return tenant_default(tenant, errors, reversibility=context.get("reversibility", UNCLASSIFIED))
 
 
 def stricter_requirements(*requirements: dict) -> dict:
@@ -181,6 +232,12 @@ def stricter_requirements(*requirements: dict) -> dict:
         "self_approval": all(bool(each.get("self_approval")) for each in requirements),
         "consume": any(bool(each.get("consume", True)) for each in requirements),
         "ttl_seconds": min(int(each.get("ttl_seconds") or 10**9) for each in requirements),
+        # Only present when asked for, so requirements pinned before reservations existed read the same.
+        **(
+            {"reservation_second": True}
+            if any(each.get("reservation_second") for each in requirements)
+            else {}
+        ),
     }
     if any(each.get("tenant_default") for each in requirements):
         merged["tenant_default"] = True  # the default's approval still stands in what was merged
@@ -194,6 +251,7 @@ def version_requirements(version: PolicyVersion) -> dict:
         "self_approval": version.allow_self_approval,
         "consume": version.consume_online,
         "ttl_seconds": version.ttl_seconds,
+        **({"reservation_second": True} if version.reservation_needs_second else {}),
     }
 
 
@@ -211,6 +269,7 @@ def _merge_requirements(tenant: Tenant, versions: list[PolicyVersion], errors: l
         ttl_seconds=merged["ttl_seconds"],
         self_approval=merged["self_approval"],
         consume=merged["consume"],
+        reservation_second=merged.get("reservation_second", False),
         risk=max((v.risk for v in versions), key=lambda r: RISK_ORDER.get(r, 0)),
         reason="requires approval by " + ", ".join(str(v) for v in versions),
         errors=errors,
@@ -218,11 +277,14 @@ def _merge_requirements(tenant: Tenant, versions: list[PolicyVersion], errors: l
     )
 
 
-def tenant_default(tenant: Tenant, errors: list[str] | None = None) -> Evaluation:
-    """Fail closed: one approval by the tenant's admin group, a fresh code per vote."""
+def tenant_default(
+    tenant: Tenant, errors: list[str] | None = None, *, reversibility: str = UNCLASSIFIED
+) -> Evaluation:
+    """Fail closed: one approval by the tenant's admin group, a fresh code per vote; two approvals for an
+    irreversible (R3) action."""
     return Evaluation(
         "require_approval",
-        thresholds=[{"group": _admin_group_slug(tenant), "count": 1}],
+        thresholds=[{"group": _admin_group_slug(tenant), "count": 2 if reversibility == "R3" else 1}],
         step_up=PER_VOTE,
         ttl_seconds=tenant.default_ttl_seconds,
         reason="no policy matched: the tenant default requires approval by the tenant admins",
@@ -276,7 +338,22 @@ def context_for_proposal(proposal) -> dict:
         principal={"id": proposal.principal_id, "display": proposal.principal_display},
         agent=proposal.agent.slug,
         consequences=proposal.consequences,
+        history=policy_counts(proposal),
+        reversibility=classified_reversibility(
+            proposal.tenant, proposal.agent.slug, proposal.tool, proposal.consequences
+        ),
     )
+
+
+def classified_reversibility(tenant: Tenant, agent_slug: str, tool: str, consequences: dict) -> str:
+    """The strictest of the agent's statement and the admins' classification of this tool (the
+    reversibility of every active version whose patterns match); R2 when nobody classifies it."""
+    admin_classes = [
+        version.reversibility
+        for version in active_versions_for(tenant)
+        if version.reversibility and pattern_matches(version, agent_slug, tool)
+    ]
+    return classification.reversibility(consequences, admin_classes)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -293,6 +370,8 @@ VERSION_FIELDS = (
     "allow_self_approval",
     "consume_online",
     "risk",
+    "reversibility",
+    "reservation_needs_second",
 )
 RISKS = ("", "low", "medium", "high")
 
@@ -352,6 +431,8 @@ def version_field_errors(fields: dict, group_slugs: set[str]) -> dict[str, str]:
         errors["ttl_seconds"] = "the time to live is a whole number of seconds, at least 1"
     if fields.get("risk", "") not in RISKS:
         errors["risk"] = "risk is empty, low, medium or high"
+    if fields.get("reversibility", "") not in ("", *REVERSIBILITY_CLASSES):
+        errors["reversibility"] = "reversibility is empty, R0, R1, R2 or R3"
     return errors
 
 
@@ -367,10 +448,14 @@ class DryRunRow:
     outcome_now: str  # with the active versions
     outcome_with_draft: str  # with the draft in place of its policy's active version
     evaluation: Evaluation
+    thresholds_now: list = field(default_factory=list)  # the approvals required with the active versions
 
     @property
     def changes(self) -> bool:
-        return self.outcome_now != self.outcome_with_draft
+        """A different outcome, or the same "require approval" with other required approvals."""
+        return self.outcome_now != self.outcome_with_draft or (
+            self.outcome_now == "require_approval" and self.thresholds_now != self.evaluation.thresholds
+        )
 
 
 def versions_with_draft(active: list[PolicyVersion], draft: PolicyVersion) -> list[PolicyVersion]:
@@ -397,14 +482,16 @@ def dry_run(draft: PolicyVersion, proposals) -> list[DryRunRow]:
         context = context_for_proposal(proposal)
         matches, error = draft_matches(draft, context)
         with_draft = evaluate(tenant, candidate, context)
+        now = evaluate(tenant, active, context)
         rows.append(
             DryRunRow(
                 proposal=proposal,
                 draft_matches=matches,
                 draft_error=error,
-                outcome_now=evaluate(tenant, active, context).outcome,
+                outcome_now=now.outcome,
                 outcome_with_draft=with_draft.outcome,
                 evaluation=with_draft,
+                thresholds_now=now.thresholds,
             )
         )
     return rows

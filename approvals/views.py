@@ -27,6 +27,8 @@ from approvals.lists import QUEUE, WATCHING
 from approvals.models import Proposal
 from approvals.pages import detail_context, page_hash, queue_context, reviewed_context, watching_context
 from approvals.states import State
+from tenants import queries as tenant_queries
+from tenants.queries import DECIDING_ROLES
 
 
 @require_GET
@@ -54,6 +56,11 @@ def _proposal_for_reviewer(request, proposal_id) -> Proposal:
 @require_GET
 @verified_required
 def queue(request):
+    # Compliance staff decide nothing: their landing page is the audit trail.
+    if not tenant_queries.tenants_for(request.user, DECIDING_ROLES) and tenant_queries.tenants_for(
+        request.user
+    ):
+        return redirect("audit:index")
     context = {**queue_context(request.user, request.GET), "list_page": QUEUE, "nav": "queue"}
     return render(request, "approvals/proposal_list.html", context)
 
@@ -122,6 +129,7 @@ def decide(request, proposal_id):
                 verdict=data["action"],
                 digest_seen=data["digest"],
                 reason=data["reason"],
+                reservation=data["reservation"] if data["action"] == "approve" else "",
                 step_up=stepup.step_up_for(request.user, data["otp_code"], request.session),
                 page_hash=page_hash(proposal),
             )

@@ -397,7 +397,9 @@ def write_bundle(selection: Selection, path: Path, *, created_by: str) -> Iterat
             bundle.write(events_path, "events.jsonl")
             bundle.writestr("checkpoints.jsonl", checkpoints_bytes)
             bundle.writestr("keys.json", keys_bytes)
-            bundle.writestr("README.txt", BUNDLE_README.format(format=BUNDLE_FORMAT, name=path.name))
+            bundle.writestr(
+                "README.txt", BUNDLE_README.format(format=BUNDLE_FORMAT, name=path.name.removesuffix(".part"))
+            )
         os.replace(partial, path)
 
 

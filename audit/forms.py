@@ -52,7 +52,9 @@ class PeriodForm(forms.Form):
 
     DAYS = [(7, "7 days"), (30, "30 days"), (90, "90 days"), (365, "365 days")]
 
-    days = forms.TypedChoiceField(required=False, coerce=int, choices=DAYS, empty_value=30, label="Last")
+    days = forms.TypedChoiceField(
+        required=False, coerce=int, choices=DAYS, empty_value=30, initial=30, label="Last"
+    )
     since = forms.DateField(required=False, label="or from", widget=forms.DateInput(attrs={"type": "date"}))
     until = forms.DateField(
         required=False, label="to (inclusive)", widget=forms.DateInput(attrs={"type": "date"})

@@ -55,6 +55,8 @@ class ProposalFacts:
     decided_at: datetime | None = None
     state: str = "proposed"
     was_unknown: bool = False
+    approvals_cast: int = 0
+    reservations: int = 0  # approvals given with a reservation (a dissent that did not block)
 
 
 def percentile(values: list[float], fraction: float) -> float | None:
@@ -73,6 +75,13 @@ class Group:
     submitted: int = 0
     outcomes: Counter = field(default_factory=Counter)
     durations: list[float] = field(default_factory=list)
+    approvals_cast: int = 0
+    reservations: int = 0
+
+    @property
+    def reservation_rate(self) -> float | None:
+        """Of the approvals people gave, how many came with a reservation."""
+        return self.reservations / self.approvals_cast if self.approvals_cast else None
 
     @property
     def closed(self) -> int:
@@ -165,6 +174,7 @@ def collect_steps(
             Verb.POLICY_EVALUATED,
             Verb.PROPOSAL_TRANSITIONED,
             Verb.DECISION_REVOKED,
+            Verb.VOTE_CAST,
         ],
     )
     if since:
@@ -227,6 +237,9 @@ def _observe(proposals, metrics, subject, verb, at, data, until) -> None:
             facts.was_unknown = True
     elif verb == Verb.DECISION_REVOKED:
         metrics.revocations += 1
+    elif verb == Verb.VOTE_CAST and data.get("verdict") == "approve":
+        facts.approvals_cast += 1
+        facts.reservations += bool(data.get("reservation"))
 
 
 def _summarize(proposals: dict[str, ProposalFacts], metrics: Metrics) -> None:
@@ -241,6 +254,8 @@ def _summarize(proposals: dict[str, ProposalFacts], metrics: Metrics) -> None:
         duration = (facts.decided_at - facts.submitted_at).total_seconds() if facts.decided_at else None
         for group in groups:
             group.submitted += 1
+            group.approvals_cast += facts.approvals_cast
+            group.reservations += facts.reservations
             if facts.first_outcome:
                 group.outcomes[facts.first_outcome] += 1
             if duration is not None:

@@ -234,6 +234,15 @@ def write_report(selection, path: Path, *, created_by: str) -> Iterator[int]:
                 [
                     event["at"][:19].replace("T", " "),
                     event["subject"].split(":", 1)[1][:8],
+                    "\n".join(
+                        part
+                        for part in (
+                            data.get("tool", ""),
+                            (data.get("summary") or "")[:120],
+                            data.get("amount", ""),
+                        )
+                        if part
+                    ),
                     data.get("decision", ""),
                     approvers,
                     f"{policy.get('id', '')}@{policy.get('version', '')}" if policy else "",
@@ -305,9 +314,17 @@ def write_report(selection, path: Path, *, created_by: str) -> Iterator[int]:
         12,
     )
     pdf.grid(
-        ["signed at (UTC)", "proposal", "decision", "approvers", "policy", "reason"],
+        [
+            "signed at (UTC)",
+            "proposal",
+            "what (tool, summary, amount)",
+            "decision",
+            "approvers",
+            "policy",
+            "reason",
+        ],
         decisions,
-        (30, 18, 18, 48, 24, 42),
+        (24, 14, 46, 16, 34, 20, 26),
     )
     pdf.output(str(path))
 
@@ -325,7 +342,7 @@ def write_evidence(packet: dict, out) -> None:
             ("Generated", packet["generated_at"]),
             ("State", proposal["state"]),
             ("Agent", proposal["agent"]),
-            ("Checks", ", ".join(f"{k}: {v}" for k, v in packet["checks"].items())),
+            ("Checks", ", ".join(f"{k}: {json.dumps(v)}" for k, v in packet["checks"].items())),
         ]
     )
     pdf.heading("Envelope (as the agent sent it)", 12)

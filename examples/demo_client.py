@@ -12,6 +12,7 @@ import asyncio
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import httpx
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
@@ -51,6 +52,37 @@ SAMPLE_REQUESTS = [
         {"id": "cust-ops-3", "display": "Sam Lee (customer operations)"},
     ),
 ]
+# After the samples, every further request is a new order: amounts and customers cycle, order numbers
+# only grow. The client remembers how many it sent (--state-file), so a second run asks for new refunds
+# instead of repeating the first ones.
+GENERATED_ORDER_BASE = 1300
+GENERATED_AMOUNTS = ("EUR 24.90", "EUR 310.00", "USD 58.25", "EUR 4,200.00", "GBP 17.50")
+GENERATED_REASONS = (
+    "the parcel was returned unopened",
+    "the size was wrong and the customer sent it back",
+    "a double charge shows on the card statement",
+    "the item arrived damaged, photos in the ticket",
+)
+
+
+def request_number(index: int) -> tuple[str, dict]:
+    """The index-th demo request of all runs: the samples first, then a new order each time."""
+    if index < len(SAMPLE_REQUESTS):
+        return SAMPLE_REQUESTS[index]
+    extra = index - len(SAMPLE_REQUESTS)
+    amount = GENERATED_AMOUNTS[extra % len(GENERATED_AMOUNTS)]
+    reason = GENERATED_REASONS[extra % len(GENERATED_REASONS)]
+    principal = SAMPLE_REQUESTS[extra % len(SAMPLE_REQUESTS)][1]
+    return f"Please refund {amount} for order {GENERATED_ORDER_BASE + extra} ({reason})", principal
+
+
+def _sent_so_far(state_file: Path) -> int:
+    try:
+        return int(state_file.read_text().strip() or 0)
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
 PARKED_OR_DONE = {
     TaskState.TASK_STATE_AUTH_REQUIRED,
     TaskState.TASK_STATE_COMPLETED,
@@ -104,14 +136,19 @@ async def run(args) -> int:
         )
         client = ClientFactory(config).create(card)
         parked = 0
-        for text, principal in SAMPLE_REQUESTS[: args.count]:
+        state_file = Path(args.state_file)
+        first = _sent_so_far(state_file)
+        for index in range(first, first + args.count):
+            text, principal = request_number(index)
             submitted = await send_refund_request(client, text, principal, args.webhook, args.push_token)
             task = await wait_until_parked(client, submitted.id, args.timeout)
             state = TaskState.Name(task.status.state).removeprefix("TASK_STATE_")
             parked += task.status.state == TaskState.TASK_STATE_AUTH_REQUIRED
             print(f"{task.id}  {state:<13}  {summary_of(task)}")
+            state_file.parent.mkdir(parents=True, exist_ok=True)
+            state_file.write_text(str(index + 1))
         await client.close()
-    return 0 if parked == min(args.count, len(SAMPLE_REQUESTS)) else 1
+    return 0 if parked == args.count else 1
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -123,8 +160,11 @@ def main(argv: list[str] | None = None) -> None:
         "--webhook", required=True, help="Reviewer's push URL for this agent, /a2a/push/<slug>/"
     )
     parser.add_argument("--push-token", required=True, help="the agent's push token registered in Reviewer")
+    parser.add_argument("--count", type=int, default=3, help="how many new requests to send")
     parser.add_argument(
-        "--count", type=int, default=3, help=f"how many requests (at most {len(SAMPLE_REQUESTS)})"
+        "--state-file",
+        default="data/demo/demo-client.sent",
+        help="where the client counts the requests it sent, so the next run sends new orders",
     )
     parser.add_argument("--timeout", type=float, default=15, help="seconds to wait for each task to park")
     sys.exit(asyncio.run(run(parser.parse_args(argv))))

@@ -20,7 +20,7 @@ class Tenant(models.Model):
     admin_group = models.ForeignKey(
         "ApproverGroup", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
-    default_ttl_seconds = models.PositiveIntegerField(default=3600)
+    default_ttl_seconds = models.PositiveIntegerField("default TTL (seconds)", default=3600)
 
     class Meta:
         db_table = "approvals_tenant"

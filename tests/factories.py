@@ -121,6 +121,7 @@ def make_policy(
     allow_self_approval=False,
     consume_online=True,
     risk="",
+    reversibility="",
 ) -> PolicyVersion:
     """An active policy version, written by one admin and activated by another through the services.
     Groups the thresholds name are created if missing (a test names them before adding people)."""
@@ -144,6 +145,7 @@ def make_policy(
             "allow_self_approval": allow_self_approval,
             "consume_online": consume_online,
             "risk": risk,
+            "reversibility": reversibility,
         },
         actor=author,
     )

@@ -112,6 +112,10 @@ def _issue_decision(
             "expires_at": _audit_time(decision.expires_at),
             "task_id": proposal.task_id,
             "request_id": proposal.request_id,
+            # What was decided, in words, for reports that list decisions (audit never reads proposals).
+            "tool": proposal.tool,
+            "summary": proposal.summary[:200],
+            "amount": _amount_words(proposal.action.get("arguments") or {}),
         },
     )
     _enqueue(
@@ -136,6 +140,13 @@ def _decision_deadline(proposal: Proposal, kind: str, issued: datetime) -> datet
     if kind == Decision.Kind.APPROVED:
         deadline = min(deadline, proposal.expires_at)
     return deadline
+
+
+def _amount_words(arguments: dict) -> str:
+    amount = arguments.get("amount")
+    if amount in (None, "") or isinstance(amount, dict | list):
+        return ""
+    return f"{arguments.get('currency') or ''} {amount}".strip()
 
 
 def may_revoke(proposal: Proposal, user) -> bool:

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from approvals import policy
 from approvals.canonical import action_digest
+from approvals.history import target_key
 from approvals.models import (
     Agent,
     Decision,
@@ -83,6 +84,7 @@ def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -
                 action_canonical=canonical,
                 action_digest=recomputed,
                 tool=request.action["tool"],
+                target_key=target_key(request.action),
                 principal_id=request.principal.id,
                 principal_display=request.principal.display,
                 agent_version=request.agent_version,
@@ -187,8 +189,9 @@ def _evaluate_and_route(proposal: Proposal, *, requested_expiry: datetime | None
     evaluation = policy.evaluate(proposal.tenant, policy.active_versions_for(proposal.tenant), context)
     proposal.requirements = evaluation.requirements
     proposal.risk = evaluation.risk
+    proposal.reversibility = context["reversibility"]
     proposal.expires_at = _expiry_for(requested_expiry, evaluation.ttl_seconds, proposal.created_at)
-    proposal.save(update_fields=["requirements", "risk", "expires_at"])
+    proposal.save(update_fields=["requirements", "risk", "reversibility", "expires_at"])
     # A new proposal pins no version yet: one INSERT, not set()'s read-then-write.
     Proposal.policy_versions.through.objects.bulk_create(
         Proposal.policy_versions.through(proposal_id=proposal.pk, policyversion_id=version.pk)

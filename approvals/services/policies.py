@@ -50,6 +50,8 @@ POLICY_VERSION_DEFAULTS = {
     "allow_self_approval": False,
     "consume_online": True,
     "risk": "",
+    "reversibility": "",
+    "reservation_needs_second": False,
 }
 
 

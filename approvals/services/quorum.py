@@ -25,6 +25,20 @@ class Quorum:
         ]
 
 
+def _raise_for_reservation(required: list[dict], requirements: dict, approvals, memberships) -> None:
+    """A policy may ask for a second approver when someone approves with a reservation: the first
+    threshold the reserving person can fill needs one approval more."""
+    if not requirements.get("reservation_second"):
+        return
+    for vote in approvals:
+        if not vote.reservation:
+            continue
+        for threshold in required:
+            if threshold["group"] in memberships.get(vote.voter_id, set()):
+                threshold["count"] = int(threshold["count"]) + 1
+                return
+
+
 def count_quorum(proposal: Proposal, requirements: dict | None = None) -> Quorum:
     """Place each counting approval in at most one slot, using current group membership.
 
@@ -49,6 +63,7 @@ def count_quorum(proposal: Proposal, requirements: dict | None = None) -> Quorum
             tenant_id=proposal.tenant_id, principal_id=proposal.principal_id
         ).values_list("user_id", flat=True)
     )
+    _raise_for_reservation(required, requirements, approvals, memberships)
     capacity = {t["group"]: int(t["count"]) for t in required}
     assignment: dict[int, str] = {}  # vote index -> group slug
 

@@ -7,6 +7,7 @@ from django.utils import timezone
 
 from approvals import events, policy, stepup
 from approvals.canonical import action_digest, canonical_bytes
+from approvals.history import target_key
 from approvals.models import (
     Decision,
     Proposal,
@@ -46,6 +47,7 @@ def cast_vote(
     verdict: str,
     digest_seen: str,
     reason: str = "",
+    reservation: str = "",
     step_up: StepUp | None = None,
     page_hash: str = "",
     now: datetime | None = None,
@@ -58,6 +60,9 @@ def cast_vote(
     reason = (reason or "").strip()
     if verdict == Vote.Verdict.REJECT and not reason:
         raise VoteRefused("reason_required", "a rejection needs a reason", "reason")
+    reservation = (reservation or "").strip()[:2000]
+    if reservation and verdict != Vote.Verdict.APPROVE:
+        raise VoteRefused("reservation_with_reject", "a reservation goes with an approval", "reservation")
     refusal: VoteRefused | None = None
     with transaction.atomic():
         proposal = lock_proposal_for(proposal_id, actor)
@@ -101,7 +106,7 @@ def cast_vote(
                     data={"code": refusal.code, "verdict": verdict},
                 )
         else:
-            vote = _store_vote(proposal, actor, verdict, digest_seen, reason, page_hash, step)
+            vote = _store_vote(proposal, actor, verdict, digest_seen, reason, page_hash, step, reservation)
     if refusal is not None:
         raise refusal
     return vote
@@ -132,7 +137,7 @@ def _vote_refusal(
     return None
 
 
-def _store_vote(proposal, user, verdict, digest_seen, reason, page_hash, step) -> Vote:
+def _store_vote(proposal, user, verdict, digest_seen, reason, page_hash, step, reservation="") -> Vote:
     method, auth_at = step
     groups = user_groups_for(proposal, user)
     vote = Vote.objects.create(
@@ -141,6 +146,7 @@ def _store_vote(proposal, user, verdict, digest_seen, reason, page_hash, step) -
         verdict=verdict,
         digest_seen=digest_seen,
         page_hash=page_hash,
+        reservation=reservation,
         reason=reason,
         auth_method=method,
         auth_at=auth_at,
@@ -156,6 +162,7 @@ def _store_vote(proposal, user, verdict, digest_seen, reason, page_hash, step) -
             "digest_seen": digest_seen,
             "page_hash": page_hash,
             "reason": reason,
+            "reservation": reservation,
             "groups": [g.slug for g in groups],
             "auth": {"method": method, "at": _audit_time(auth_at)},
         },
@@ -198,6 +205,10 @@ def _approver(vote: Vote, group_slug: str | None) -> dict:
         "name": voter.get_full_name() or voter.get_username(),
         "group": group_slug,
         "auth": {"method": vote.auth_method, "at": _audit_time(vote.auth_at)},
+        # The reason the form promises goes into the signed decision: each approver's own words.
+        "reason": (vote.reason or "")[:2000],
+        # Approve with reservation: a dissent that did not block, signed with the decision.
+        "reservation": vote.reservation or "",
     }
 
 
@@ -259,6 +270,7 @@ def edit_proposal(proposal_id, actor, *, arguments: dict, digest_seen: str, note
             action_canonical=canonical_bytes(action).decode(),
             action_digest=digest,
             tool=old.tool,
+            target_key=target_key(action),
             principal_id=old.principal_id,
             principal_display=old.principal_display,
             agent_version=old.agent_version,

@@ -1,8 +1,16 @@
+import json
+
 from django import template
 
 from audit.metrics import format_duration
 
 register = template.Library()
+
+
+@register.filter
+def as_json(value) -> str:
+    """Structured data as JSON (what the agent sent and the exports hold), never a Python repr."""
+    return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True, default=str)
 
 
 @register.filter

@@ -88,17 +88,56 @@
     tick();
   });
 
-  // A live list replaced under the keyboard focus gives the focus back to the same link.
-  var focusedHref = null;
+  // A live part replaced under the keyboard focus gives the focus back to the same control: the element
+  // with the same id, the link with the same href, or the button with the same name and value; else the
+  // replaced part itself (made focusable for that), never BODY.
+  var focusedSelector = null;
+  var focusedPart = null;
+  function selectorFor(element) {
+    if (element.id) return "#" + CSS.escape(element.id);
+    if (element.getAttribute("href")) return 'a[href="' + CSS.escape(element.getAttribute("href")) + '"]';
+    if (element.name) {
+      return element.tagName.toLowerCase() + '[name="' + CSS.escape(element.name) + '"][value="' +
+        CSS.escape(element.value || "") + '"]';
+    }
+    return null;
+  }
   document.addEventListener("htmx:oobBeforeSwap", function (event) {
     var active = document.activeElement;
-    focusedHref = active && event.detail.target.contains(active) ? active.getAttribute("href") : null;
+    if (!event.detail.shouldSwap && event.detail.shouldSwap !== undefined) return;
+    if (active && active !== document.body && event.detail.target.contains(active)) {
+      focusedSelector = selectorFor(active);
+      focusedPart = event.detail.target.id || null;
+    }
   });
   document.addEventListener("htmx:oobAfterSwap", function () {
-    if (!focusedHref) return;
-    var again = document.querySelector('a[href="' + CSS.escape(focusedHref) + '"]');
-    focusedHref = null;
-    if (again) again.focus();
+    if (!focusedSelector && !focusedPart) return;
+    var part = focusedPart ? document.getElementById(focusedPart) : null;
+    var again = focusedSelector ? (part || document).querySelector(focusedSelector) : null;
+    if (!again && focusedSelector) again = document.querySelector(focusedSelector);
+    if (!again && part) {
+      part.setAttribute("tabindex", "-1");
+      again = part;
+    }
+    focusedSelector = null;
+    focusedPart = null;
+    if (again) again.focus({ preventScroll: true });
+  });
+
+  // "Copy the codes": the text of the element the button names, one code a line.
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest && event.target.closest("[data-copy]");
+    if (!button) return;
+    var source = document.querySelector(button.dataset.copy);
+    var status = button.parentElement.querySelector("[data-copy-status]");
+    var text = Array.prototype.map.call(source.querySelectorAll("li"), function (li) {
+      return li.textContent.trim();
+    }).join("\n");
+    navigator.clipboard.writeText(text).then(function () {
+      if (status) status.textContent = "Copied.";
+    }, function () {
+      if (status) status.textContent = "Copying is not allowed here: select the codes and copy them.";
+    });
   });
 
   document.addEventListener("DOMContentLoaded", function () {

@@ -534,9 +534,10 @@ def test_requirements_of_all_matching_policies_merge_at_intake(agent):
 @pytest.mark.django_db
 def test_no_match_at_intake_needs_a_tenant_admin_and_nobody_else(agent, reviewer_a, admin_user):
     factories.make_policy(agent.tenant, "deploys", tool_pattern="deploy.*", outcome=ALLOW, thresholds=[])
-    proposal = submit(agent)
+    proposal = submit(agent, consequences={"effect": "Money back to the customer", "reversible": True})
 
     assert proposal.state == State.AWAITING_REVIEW
+    assert proposal.reversibility == "R1"
     assert proposal.requirements["thresholds"] == [{"group": "admins", "count": 1}]
     assert proposal.policy_versions.count() == 0
     with pytest.raises(services.VoteRefused) as refused:

@@ -384,7 +384,10 @@ def test_dry_run_shows_which_proposals_a_draft_matches_and_the_outcome(history, 
     }
     assert (rows["5000.00"].outcome_now, rows["5000.00"].outcome_with_draft) == ("require_approval", "deny")
     assert rows["5000.00"].changes
-    assert not rows["40.00"].changes
+    # The draft replaces refunds@1 and does not match 40.00: the tenant admins would decide it instead of
+    # finance. The outcome is still require_approval, but the required approvals change.
+    assert rows["40.00"].outcome_with_draft == rows["40.00"].outcome_now == "require_approval"
+    assert rows["40.00"].changes
 
 
 def test_dry_run_of_a_new_policy_adds_to_the_active_ones(history, tenant, admin_user):
@@ -509,4 +512,4 @@ def test_the_policy_command_dry_runs_a_draft(history, refunds, admin_user):
     out = policy_command("dry-run", "--tenant", "acme", "--policy", "refunds", "--version", "2")
 
     assert "require_approval -> deny" in out
-    assert "4 proposals; the draft matches 1; outcome changes: 1" in out
+    assert "4 proposals; the draft matches 1; changes (outcome or required approvals): 3" in out

@@ -6,7 +6,7 @@ import pytest
 from django.db import IntegrityError, transaction
 
 from approvals import services
-from approvals.models import Decision, Vote
+from approvals.models import Decision, Proposal, Vote
 from approvals.states import State
 from approvals.stepup import step_up_for
 from tests import factories
@@ -184,3 +184,49 @@ def test_a_rejection_needs_a_reason(agent, refund_policy, requester, reviewer_a)
 
     assert refused.value.code == "reason_required"
     assert state_of(proposal) == State.AWAITING_REVIEW
+
+
+def test_each_approvers_reason_is_in_the_signed_decision(
+    agent, tenant, requester, reviewer_a, reviewer_c, reviewer_d
+):
+    factories.make_policy(tenant, "refunds", thresholds=FINANCE_1_OPS_1)
+    proposal = submit(agent)
+    vote(proposal, reviewer_a, reason="Matches ticket 1182")
+    vote(proposal, reviewer_c)
+    claims = jwt.decode(Decision.objects.get(proposal=proposal).token, options={"verify_signature": False})
+    reasons = {a["sub"]: a["reason"] for a in claims["approvers"]}
+    assert reasons == {"user:reviewer_a": "Matches ticket 1182", "user:reviewer_c": ""}
+
+
+def test_an_approval_with_a_reservation_is_signed_and_can_ask_for_a_second_approver(
+    agent, tenant, requester, reviewer_a, reviewer_b
+):
+    from approvals.models import PolicyVersion
+    from audit.metrics import collect
+    from audit.models import AuditEvent, Verb
+
+    factories.make_policy(tenant, "refunds", thresholds=[{"group": "finance", "count": 1}])
+    PolicyVersion.objects.filter(policy__slug="refunds").update(reservation_needs_second=True)
+    proposal = submit(agent)
+    services.cast_vote(
+        proposal.id,
+        reviewer_a,
+        verdict="approve",
+        digest_seen=proposal.action_digest,
+        step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
+        reservation="Amount looks high for this customer",
+    )
+    assert state_of(proposal) == State.AWAITING_REVIEW  # the reservation asks for one more finance approval
+    assert services.count_quorum(Proposal.objects.get(pk=proposal.pk)).required == [
+        {"group": "finance", "count": 2}
+    ]
+    vote(proposal, reviewer_b)
+    assert state_of(proposal) == State.APPROVED
+    claims = jwt.decode(Decision.objects.get(proposal=proposal).token, options={"verify_signature": False})
+    reservations = {a["sub"]: a["reservation"] for a in claims["approvers"]}
+    assert reservations == {"user:reviewer_a": "Amount looks high for this customer", "user:reviewer_b": ""}
+    cast = AuditEvent.objects.filter(verb=Verb.VOTE_CAST, data__reservation__startswith="Amount")
+    assert cast.count() == 1
+    by_policy = collect(cast.first().chain).by_policy
+    group = next(g for label, g in by_policy.items() if label.startswith("refunds") or "@" in label)
+    assert (group.reservations, group.approvals_cast, group.reservation_rate) == (1, 2, 0.5)

@@ -295,8 +295,8 @@ def test_a_proposal_you_voted_on_moves_from_your_queue_to_watching(tenant, agent
 
 def test_compliance_sees_everything_under_watching_and_has_nothing_to_decide(proposal, compliance):
     client = verified_client(compliance)
-    queue = client.get(reverse("approvals:queue")).content.decode()
-    assert str(proposal.id) not in queue and "you do not vote" in queue
+    landing = client.get(reverse("approvals:queue"))
+    assert landing.status_code == 302 and landing["Location"] == reverse("audit:index")
     assert (
         str(proposal.id)
         in client.get(reverse("approvals:watching"), {"state": "awaiting_review"}).content.decode()
@@ -345,7 +345,7 @@ def test_the_proposal_page_puts_the_consequence_first_and_shows_what_a_vote_bind
         )
     ]
     assert order == sorted(order)
-    assert "No, it cannot be undone" in html and "40.00 EUR" in html
+    assert "No, it cannot be undone" in html and "EUR 40.00" in html
     assert '<a href="https://support.example.test/t/1" rel="noopener noreferrer nofollow">' in html
     assert "<details>" in html and proposal.action_digest in html
     assert proposal.action_canonical.replace('"', "&quot;") in html
@@ -671,4 +671,43 @@ def test_the_amount_comes_from_the_bound_arguments_and_a_different_claim_is_flag
     proposal = submit(agent, consequences={"effect": "Refund", "amount": "4.00", "currency": "EUR"})
     html = verified_client(reviewer_a).get(detail_url(proposal)).content.decode()
     facts = html[html.index("How much") :]
-    assert facts.index("40.00 EUR") < facts.index("The agent's description says") < facts.index("4.00 EUR")
+    assert facts.index("EUR 40.00") < facts.index("The agent's description says") < facts.index("EUR 4.00")
+
+
+def test_ties_in_expiry_sort_the_riskier_proposal_first(agent, refund_policy, requester, reviewer_a):
+    low, unrated, high = (submit(agent, summary=f"Refund {n}") for n in ("low", "unrated", "high"))
+    same_expiry = low.expires_at
+    for proposal, risk in ((low, "low"), (unrated, ""), (high, "high")):
+        Proposal.objects.filter(pk=proposal.pk).update(risk=risk, expires_at=same_expiry)
+    rows = pages.queue_context(reviewer_a, {})["rows"]
+    assert [row["proposal"].pk for row in rows] == [high.pk, low.pk, unrated.pk]
+
+
+def test_compliance_lands_on_the_audit_trail_and_an_admin_sees_the_admin_link(tenant, agent, reviewer_a):
+    auditor = factories.make_user("auditor_x", tenant=tenant, role="compliance")
+    response = verified_client(auditor).get(reverse("approvals:queue"))
+    assert response.status_code == 302 and response["Location"] == reverse("audit:index")
+    staff = factories.make_user("staffer", tenant=tenant, groups=["finance"])
+    staff.is_staff = True
+    staff.save(update_fields=["is_staff"])
+    assert b"open the admin" in verified_client(staff).get(reverse("approvals:queue")).content
+    assert b"open the admin" not in verified_client(reviewer_a).get(reverse("approvals:queue")).content
+
+
+def test_the_dry_run_counts_a_change_of_required_approvals_as_a_change(
+    tenant, agent, refund_policy, requester
+):
+    from approvals import policy as policy_module
+    from approvals.models import PolicyVersion
+
+    proposal = submit(agent)
+    draft = PolicyVersion(
+        policy=refund_policy.policy,
+        version=99,
+        tool_pattern="payments.refund",
+        outcome=PolicyVersion.Outcome.REQUIRE_APPROVAL,
+        thresholds=[{"group": "finance", "count": 2}],
+    )
+    (row,) = policy_module.dry_run(draft, [proposal])
+    assert row.outcome_now == row.outcome_with_draft == "require_approval"
+    assert row.changes

@@ -301,3 +301,11 @@ def test_the_offline_verifier_accepts_pinned_keys_and_exits_2_on_an_unreadable_f
     junk = tmp_path / "junk.zip"
     junk.write_bytes(b"not a zip")
     assert verify_offline(junk).returncode == 2
+
+
+def test_the_bundle_readme_names_the_bundle_not_its_temporary_file(mixed, tenant, tmp_path):
+    partial = tmp_path / "acme.zip.part"  # what the export job writes before renaming it
+    export_bundle(tenant, partial)
+    with zipfile.ZipFile(partial) as archive:
+        readme = archive.read("README.txt").decode()
+    assert "python -m audit.verify acme.zip" in readme and ".part" not in readme

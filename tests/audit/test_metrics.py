@@ -116,3 +116,8 @@ def test_the_metrics_page_without_proposals_says_so(tenant, compliance):
     response = verified_client(compliance).get(f"/audit/{tenant.slug}/metrics/")
     assert response.status_code == 200
     assert b"No proposals in this period." in response.content
+
+
+def test_the_period_select_shows_the_30_days_the_page_counts(tenant, compliance):
+    html = verified_client(compliance).get(f"/audit/{tenant.slug}/metrics/").content.decode()
+    assert '<option value="30" selected>30 days</option>' in html

@@ -292,3 +292,18 @@ def test_a_finished_bundle_page_names_the_file_the_download_saves(decided, tenan
     filename = download["Content-Disposition"].split('filename="')[1].rstrip('"')
     assert filename.startswith("audit-acme-") and filename.endswith(".zip")
     assert f"python -m audit.verify {filename}" in page
+
+
+def test_the_evidence_page_shows_structured_data_as_json_not_python(decided, compliance):
+    html = verified_client(compliance).get(url("evidence", proposal_id=decided.id)).content.decode()
+    assert "&quot;reversible&quot;: false" in html  # JSON, escaped by the template
+    assert "&#x27;reversible&#x27;" not in html and "False" not in html
+
+
+def test_a_signed_decision_event_names_what_was_decided_for_the_report(decided):
+    from audit.models import AuditEvent, Verb
+
+    signed = AuditEvent.objects.get(subject=f"proposal:{decided.id}", verb=Verb.DECISION_SIGNED)
+    assert signed.data["tool"] == "payments.refund"
+    assert signed.data["summary"] == decided.summary
+    assert signed.data["amount"] == "EUR 40.00"

@@ -1,6 +1,7 @@
 """Reviewers in a real browser: sign in with a one-time code, decide, see each other's votes live."""
 
 import re
+import urllib.parse
 
 import pytest
 from django_otp.oath import TOTP
@@ -183,6 +184,8 @@ def test_ask_for_information_and_the_agents_answer_replaces_the_proposal(
     sign_in(page, reviewer_a)
     page.goto(f"/proposals/{proposal.id}/")
     wait_until_live(page)
+    expect(page.get_by_label("Question for the agent")).to_be_hidden()  # it comes with the action
+    page.get_by_text("Ask the agent a question instead").click()
     page.get_by_role("button", name="Ask for information").click()
     expect(page.locator("#id_question_error")).to_contain_text("write the question the agent must answer")
     page.get_by_label("Question for the agent").fill("Which order was it, 1182 or 1183?")
@@ -230,6 +233,14 @@ def test_a_newcomer_enrolls_an_authenticator_and_sees_backup_codes_once(new_page
     page.get_by_role("button", name="Confirm and continue").click()
     expect(page.get_by_role("heading", name="Keep your backup codes")).to_be_visible()
     expect(page.get_by_role("list", name="Backup codes").get_by_role("listitem")).to_have_count(10)
+    download = page.get_by_role("link", name="Download as a text file")
+    expect(download).to_have_attribute("download", "reviewer-backup-codes.txt")
+    first_code = page.get_by_role("list", name="Backup codes").get_by_role("listitem").first.inner_text()
+    assert first_code.strip() in urllib.parse.unquote(download.get_attribute("href"))
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    page.get_by_role("button", name="Copy the codes").click()
+    expect(page.locator("[data-copy-status]")).to_have_text("Copied.")
+    assert first_code.strip() in page.evaluate("navigator.clipboard.readText()")
     screenshot(page, "enroll-backup-codes")
     page.get_by_role("link", name="I stored them").click()
     expect(page.get_by_role("heading", name="To decide", level=1)).to_be_visible()

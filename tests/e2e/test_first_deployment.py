@@ -91,6 +91,7 @@ class Deployment:
                 "REVIEWER_DATA_DIR": str(tmp_path / "srv"),
                 "DATABASE_URL": database_url,
                 "REVIEWER_SIGNING_KEY_DIR": str(keys),
+                "AGENT_ALLOWED_NETWORKS": "127.0.0.0/8",
                 "SESSION_COOKIE_SECURE": "false",
                 "CSRF_COOKIE_SECURE": "false",
             }

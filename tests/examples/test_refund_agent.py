@@ -122,9 +122,8 @@ async def test_a_refund_request_parks_the_task_with_a_request_bound_to_its_actio
     assert reviewer.proposals[-1]["authorization"] == "Bearer agent-api-token"
 
 
-def test_the_demo_client_parks_its_requests_and_registers_reviewers_webhook(agent, reviewer):
-    webhook = f"{reviewer.url}/a2a/push/refund-demo/"
-    result = subprocess.run(
+def run_demo_client(agent, webhook, state_file):
+    return subprocess.run(
         [
             sys.executable,
             "-m",
@@ -137,6 +136,8 @@ def test_the_demo_client_parks_its_requests_and_registers_reviewers_webhook(agen
             "push-secret",
             "--count",
             "3",
+            "--state-file",
+            str(state_file),
         ],
         cwd=REPO,
         capture_output=True,
@@ -144,6 +145,11 @@ def test_the_demo_client_parks_its_requests_and_registers_reviewers_webhook(agen
         timeout=60,
         check=False,
     )
+
+
+def test_the_demo_client_parks_its_requests_and_registers_reviewers_webhook(agent, reviewer, tmp_path):
+    webhook = f"{reviewer.url}/a2a/push/refund-demo/"
+    result = run_demo_client(agent, webhook, tmp_path / "sent")
 
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.strip().splitlines()
@@ -165,6 +171,12 @@ def test_the_demo_client_parks_its_requests_and_registers_reviewers_webhook(agen
     for push in parked_pushes():
         assert push["token"] == "push-secret"
         assert gate.EXTENSION_URI in push["body"]["statusUpdate"]["status"]["message"]["metadata"]
+
+    # A second run asks for new orders instead of repeating the first ones.
+    again = run_demo_client(agent, webhook, tmp_path / "sent")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "order 1182" not in again.stdout and "order 1204" not in again.stdout
+    assert "order 1211" in again.stdout and "order 1219" in again.stdout and "order 1300" in again.stdout
 
 
 # --- deciding ---------------------------------------------------------------------------------------

@@ -130,7 +130,10 @@ class Command(BaseCommand):
             self.stdout.write(f"{mark}  {when}  {row.proposal.tool:<30} {change}")
         matched = sum(1 for row in rows if row.draft_matches)
         changed = sum(1 for row in rows if row.changes)
-        self.stdout.write(f"{len(rows)} proposals; the draft matches {matched}; outcome changes: {changed}")
+        self.stdout.write(
+            f"{len(rows)} proposals; the draft matches {matched}; "
+            f"changes (outcome or required approvals): {changed}"
+        )
 
     def show(self, tenant: Tenant) -> None:
         for item in Policy.objects.filter(tenant=tenant).order_by("slug"):

@@ -158,6 +158,7 @@ class Command(BaseCommand):
             if requests and not stop.is_set():
                 self._send_demo_requests(agent_url, reviewer_url, push_token, requests, log_dir, env)
             self._print_welcome(reviewer_url, log_dir)
+            self._print_send_more(agent_url, reviewer_url, push_token)
             while not stop.wait(1):
                 crashed = [child for child in children if child.exited()]
                 if crashed:
@@ -215,6 +216,15 @@ class Command(BaseCommand):
             self.stderr.write(
                 f"the demo client exited with {client.returncode}; see {log_dir / 'demo-client.log'}"
             )
+
+    def _print_send_more(self, agent_url, reviewer_url, push_token) -> None:
+        """How to send more requests while the demo runs (new orders each time; the push token is this
+        run's, on loopback only)."""
+        self.stdout.write(
+            "More refund requests (new orders each time), from another terminal:\n"
+            f"  {sys.executable} -m examples.demo_client --agent-url {agent_url} "
+            f"--webhook {reviewer_url}/a2a/push/{seed_demo.AGENT_SLUG}/ --push-token {push_token} --count 3"
+        )
 
     def _print_welcome(self, reviewer_url, log_dir) -> None:
         self.stdout.write(

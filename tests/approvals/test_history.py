@@ -1,0 +1,63 @@
+"""Issue 12 point 4: earlier proposals on the same target are visible, and policies can count them."""
+
+import pytest
+
+from approvals import history, pages
+from approvals.models import PolicyVersion
+from approvals.states import State
+from tests import factories
+from tests.factories import approve, submit
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_target_is_the_tool_and_what_it_acts_on():
+    assert history.target_key(factories.refund_action("1182")) == "payments.refund|order:1182"
+    assert history.target_key({"tool": "mail.send", "arguments": {"to": "a@example.test"}}) == (
+        "mail.send|to=a@example.test"
+    )
+    assert history.target_key({"tool": "status.read", "arguments": {}}) == ""
+
+
+def test_an_earlier_approval_on_the_same_order_makes_a_likely_duplicate(
+    agent, refund_policy, requester, reviewer_a, reviewer_b
+):
+    first, _ = approve(agent, reviewer_b)
+    other_order = submit(agent, action=factories.refund_action("9999"))
+    again = submit(agent)  # the same order, another task: the demo client's re-sent refund
+    context = pages.detail_context(again, reviewer_a, {})
+    assert context["history"]["likely_duplicate"]["proposal"] == first
+    assert context["history"]["likely_duplicate"]["approvers"] == ["Bob"]
+    assert [item["proposal"] for item in context["history"]["items"]] == [first]
+    assert pages.detail_context(other_order, reviewer_a, {})["history"]["items"] == []
+
+
+def test_an_edit_in_the_same_task_is_not_its_own_history(
+    agent, refund_policy, requester, reviewer_a, reviewer_b
+):
+    from approvals import services
+
+    original = submit(agent)
+    edited = services.edit_proposal(
+        original.id,
+        reviewer_b,
+        arguments={**original.action["arguments"], "amount": "30.00"},
+        digest_seen=original.action_digest,
+    )
+    assert pages.detail_context(edited, reviewer_a, {})["history"]["items"] == []
+
+
+def test_a_policy_can_deny_a_refund_the_same_order_already_had(
+    tenant, agent, refund_policy, requester, reviewer_a
+):
+    factories.make_policy(
+        tenant,
+        "no-second-refund",
+        outcome=PolicyVersion.Outcome.DENY,
+        tool_pattern="payments.refund",
+        condition="history.count_released_24h > 0",
+    )
+    first, _ = approve(agent, reviewer_a)
+    assert first.state == State.APPROVED
+    assert submit(agent).state == State.DENIED
+    assert submit(agent, action=factories.refund_action("1183")).state == State.AWAITING_REVIEW
