@@ -119,9 +119,10 @@ class Stack:
 
     push_token = "e2e-push-token"
 
-    def __init__(self, tmp_path: Path, *, downstream_url: str | None = None):
+    def __init__(self, tmp_path: Path, *, downstream_url: str | None = None, worker_interval: str = "0.2"):
         self.tmp_path = tmp_path
         self.downstream_url = downstream_url
+        self.worker_interval = worker_interval  # the safety-net poll; commits wake the worker anyway
         self.log_dir = tmp_path / "logs"
         self.log_dir.mkdir()
         self.listener = socket.socket()
@@ -178,7 +179,10 @@ class Stack:
             lambda: _answers(f"{self.url}/.well-known/jwks.json"), "an answer to /.well-known/jwks.json"
         )
         worker = ServerProcess(
-            "worker", [python, "manage.py", "run_worker", "--interval", "0.2"], env=env, log_dir=self.log_dir
+            "worker",
+            [python, "manage.py", "run_worker", "--interval", self.worker_interval],
+            env=env,
+            log_dir=self.log_dir,
         ).start()
         self.processes.append(worker)
         worker.wait_until(lambda: "worker started" in worker.log(), "'worker started'")
