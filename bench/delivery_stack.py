@@ -174,8 +174,13 @@ def delivery_stages(proposal_id, *, ledger_at: float) -> dict:
     Reviewer), the ledger line was seen."""
     from approvals.models import Decision, OutboxMessage
 
-    decision = Decision.objects.get(proposal_id=proposal_id)
-    message = OutboxMessage.objects.get(proposal_id=proposal_id, kind=OutboxMessage.Kind.CONTINUE)
+    end = time.perf_counter() + 10
+    while True:  # the agent may refund before the worker has recorded its SendMessage as delivered
+        decision = Decision.objects.get(proposal_id=proposal_id)
+        message = OutboxMessage.objects.get(proposal_id=proposal_id, kind=OutboxMessage.Kind.CONTINUE)
+        if (message.delivered_at and decision.consumed_at) or time.perf_counter() > end:
+            break
+        time.sleep(0.01)
     start = decision.issued_at.timestamp()
     return {
         "decision → continuation delivered": (message.delivered_at.timestamp() - start) * 1000,
