@@ -159,6 +159,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 20}
     DATABASES["default"]["TEST"] = {"NAME": env_str("SQLITE_TEST_NAME", "") or None}
 IS_POSTGRES = DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+# HTTP requests one Daphne process runs at once; the next gets 503 + Retry-After (reviewer/overload.py).
+# Each holds at most one database connection (CONN_MAX_AGE 0: closed when the request ends), so a
+# process holds at most this + 1 connections. 0 turns the limit off.
+MAX_CONCURRENT_REQUESTS = env_int("MAX_CONCURRENT_REQUESTS", 16)
 
 REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:

@@ -3,14 +3,32 @@
 Best effort on purpose: the task's AUTH_REQUIRED status (pushed, or found by Reviewer's
 reconciliation loop) is the source of truth, so a failed POST is logged and the agent carries on.
 It runs in the background so the executor never waits on Reviewer.
+
+An overloaded Reviewer answers 503 with Retry-After (or the connection fails): the POST is sent again
+after that pause, or a capped exponential backoff with jitter, up to ATTEMPTS times. Sending it again is
+safe: Reviewer's intake is idempotent on the request id.
 """
 
 import asyncio
 import logging
+import random
 
 import httpx
 
 logger = logging.getLogger(__name__)
+
+ATTEMPTS = 6
+BACKOFF_SECONDS = 0.5  # the first pause; doubles per attempt, at most BACKOFF_CAP_SECONDS
+BACKOFF_CAP_SECONDS = 8.0
+RETRY_STATUSES = {429, 502, 503, 504}
+
+
+def retry_pause(attempt: int, response: httpx.Response | None) -> float:
+    """Seconds before attempt `attempt + 1`: the server's Retry-After if it named one, else backoff."""
+    retry_after = response.headers.get("Retry-After", "") if response is not None else ""
+    if retry_after.isdigit():
+        return min(float(retry_after), BACKOFF_CAP_SECONDS) + random.uniform(0, BACKOFF_SECONDS)  # noqa: S311
+    return random.uniform(0, min(BACKOFF_CAP_SECONDS, BACKOFF_SECONDS * 2**attempt))  # noqa: S311 (jitter)
 
 
 class ProposalPublisher:
@@ -28,20 +46,28 @@ class ProposalPublisher:
         background.add_done_callback(self._pending.discard)
 
     async def _post(self, body: dict) -> None:
-        try:
-            response = await self.http.post(self.url, json=body)
-        except httpx.HTTPError as error:
-            logger.warning("Reviewer not told about request %s: %r", body["request"]["request_id"], error)
-            return
-        if response.status_code in (200, 201):
-            logger.info("Reviewer knows request %s: %s", body["request"]["request_id"], response.text[:200])
-        else:
-            logger.warning(
-                "Reviewer refused request %s: HTTP %s %s",
-                body["request"]["request_id"],
-                response.status_code,
-                response.text[:300],
-            )
+        request_id = body["request"]["request_id"]
+        for attempt in range(ATTEMPTS):
+            response = None
+            try:
+                response = await self.http.post(self.url, json=body)
+            except httpx.HTTPError as error:
+                failure = repr(error)
+            else:
+                if response.status_code in (200, 201):
+                    logger.info("Reviewer knows request %s: %s", request_id, response.text[:200])
+                    return
+                failure = f"HTTP {response.status_code} {response.text[:300]}"
+                if response.status_code not in RETRY_STATUSES:
+                    logger.warning("Reviewer refused request %s: %s", request_id, failure)
+                    return
+            if attempt + 1 < ATTEMPTS:
+                pause = retry_pause(attempt, response)
+                logger.info("Reviewer busy for request %s (%s): again in %.1f s", request_id, failure, pause)
+                await asyncio.sleep(pause)
+        logger.warning(
+            "Reviewer not told about request %s after %d attempts: %s", request_id, ATTEMPTS, failure
+        )
 
     async def aclose(self) -> None:
         if self._pending:
