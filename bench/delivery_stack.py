@@ -69,12 +69,20 @@ class DeliveryStack:
         from django.conf import settings
 
         from approvals.worker import POLL_SECONDS
-        from tests import factories
         from tests.e2e.conftest import Stack
 
         folder.mkdir(parents=True, exist_ok=True)
         self.stack = Stack(folder, worker_interval=str(POLL_SECONDS))  # the default: woken by commits
         self.stack.start()
+        try:
+            self._register(settings, outcome)
+        except BaseException:
+            self.stack.stop()  # never leave the servers running behind a failed setup
+            raise
+
+    def _register(self, settings, outcome: str) -> None:
+        from tests import factories
+
         settings.REVIEWER_ISSUER = self.stack.url  # votes cast here sign as the Daphne the agent trusts
         self.tenant = factories.make_tenant()
         factories.make_user("requester", tenant=self.tenant, principal_id="requester", groups=["finance"])
