@@ -7,14 +7,16 @@ settles what a task's terminal state decides, for the push webhook and for recon
 
 Calls: `send_continuation()`, `cancel_task()` and `get_task_state()` use the a2a-sdk client over an
 httpx client that carries the agent's outbound credentials. They are blocking (the worker is a plain
-loop): everything they need is read from the database first, then one event loop runs the network
-part, under a total deadline. A refusal that can be retried raises `DeliveryError`. The state of a
+loop): everything they need is read from the database first, then the network part runs on one
+long-lived event loop (`_CallLoop`: one HTTP client and connection pool per agent, one TLS context),
+under a total deadline. A refusal that can be retried raises `DeliveryError`. The state of a
 task is only ever taken from GetTask or a push, never from the reply to SendMessage (the SDK can return
 a stale snapshot there; see the a2a-sdk reference, pitfall 1).
 """
 
 import asyncio
 import logging
+import ssl
 import threading
 import time
 from dataclasses import dataclass
@@ -186,8 +188,74 @@ _cards_lock = threading.Lock()
 
 
 def forget_cards() -> None:
+    """Forget what is cached about agents: their cards and their HTTP clients."""
     with _cards_lock:
         _cards.clear()
+    _calls.forget_clients()
+
+
+class _CallLoop:
+    """One event loop per process, in a daemon thread, that every call to an agent runs on, so HTTP
+    clients live across calls: one connection pool per agent (keep-alive, no new TCP or TLS handshake
+    per delivery) and one TLS context for all of them (building one costs ~20 ms). The callers stay
+    blocking: they submit a coroutine and wait for its result."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._clients: dict[int, tuple[tuple, httpx.AsyncClient]] = {}  # agent id -> (key, client)
+        self._tls: ssl.SSLContext | None = None
+
+    def run(self, coroutine_function, timeout: float):
+        """Run `coroutine_function()` on the loop under `timeout` seconds; its result or its exception."""
+        with self._lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(target=self._loop.run_forever, name="a2a-calls", daemon=True).start()
+            loop = self._loop
+        future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(coroutine_function(), timeout), loop)
+        return future.result()
+
+    def client_for(self, endpoint: "AgentEndpoint") -> httpx.AsyncClient:
+        """The agent's HTTP client (runs on the loop). A changed card URL or credential gets a new one."""
+        # Through the allow-list (approvals/outbound.py): the card URL is admin input, its interfaces
+        # agent input, and neither may point Reviewer (with the agent's token) at another service; the
+        # check runs in the client's transport on every request, redirects included.
+        key = (endpoint.card_url, tuple(sorted(endpoint.headers.items())))
+        current = self._clients.get(endpoint.agent_id)
+        if current and current[0] == key:
+            return current[1]
+        if current:
+            asyncio.get_running_loop().create_task(current[1].aclose())
+        if self._tls is None:
+            self._tls = ssl.create_default_context()
+        client = outbound.async_client(
+            timeout=HTTP_TIMEOUT, headers=endpoint.headers, follow_redirects=False, verify=self._tls
+        )
+        self._clients[endpoint.agent_id] = (key, client)
+        return client
+
+    def drop_client(self, agent_id: int) -> None:
+        """After a failure: the next call starts with fresh connections (thread-safe)."""
+        with self._lock:
+            loop = self._loop
+        if loop is not None:
+            loop.call_soon_threadsafe(self._drop, agent_id)
+
+    def _drop(self, agent_id: int) -> None:
+        current = self._clients.pop(agent_id, None)
+        if current:
+            asyncio.get_running_loop().create_task(current[1].aclose())
+
+    def forget_clients(self) -> None:
+        with self._lock:
+            loop = self._loop
+        if loop is not None:
+            for agent_id in list(self._clients):
+                loop.call_soon_threadsafe(self._drop, agent_id)
+
+
+_calls = _CallLoop()
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:
@@ -227,34 +295,32 @@ async def _card(endpoint: AgentEndpoint, http: httpx.AsyncClient) -> AgentCard:
 
 
 def _call(endpoint: AgentEndpoint, operation, *, with_card: bool = False):
-    """Run `operation(client)` (or `operation(client, card)`) against the agent in a fresh event loop,
+    """Run `operation(client)` (or `operation(client, card)`) against the agent on the shared call loop,
     under the total deadline. Transport failures become DeliveryError; A2A protocol errors (A2AError)
     pass through."""
 
     async def run():
-        # Through the allow-list (approvals/outbound.py): the card URL is admin input, its interfaces
-        # agent input, and neither may point Reviewer (with the agent's token) at another service.
-        async with outbound.async_client(
-            timeout=HTTP_TIMEOUT, headers=endpoint.headers, follow_redirects=False
-        ) as http:
-            card = await _card(endpoint, http)
-            config = ClientConfig(
-                streaming=False,
-                httpx_client=http,
-                supported_protocol_bindings=[TransportProtocol.JSONRPC, TransportProtocol.HTTP_JSON],
-            )
-            try:
-                client = ClientFactory(config).create(card)
-            except ValueError as error:  # no transport both sides speak
-                raise DeliveryError(f"cannot talk to {endpoint.slug}: {error}") from error
-            return await (operation(client, card) if with_card else operation(client))
+        http = _calls.client_for(endpoint)
+        card = await _card(endpoint, http)
+        config = ClientConfig(
+            streaming=False,
+            httpx_client=http,
+            supported_protocol_bindings=[TransportProtocol.JSONRPC, TransportProtocol.HTTP_JSON],
+        )
+        try:
+            client = ClientFactory(config).create(card)
+        except ValueError as error:  # no transport both sides speak
+            raise DeliveryError(f"cannot talk to {endpoint.slug}: {error}") from error
+        return await (operation(client, card) if with_card else operation(client))
 
     try:
-        return asyncio.run(asyncio.wait_for(run(), CALL_DEADLINE_SECONDS))
+        return _calls.run(run, CALL_DEADLINE_SECONDS)
     except (A2AClientError, httpx.HTTPError, TimeoutError) as error:
-        # A moved or restarted agent may publish another interface: read its card again next time.
+        # A moved or restarted agent may publish another interface: read its card again next time, and
+        # open fresh connections.
         with _cards_lock:
             _cards.pop((endpoint.agent_id, endpoint.card_url), None)
+        _calls.drop_client(endpoint.agent_id)
         # What a failed connection said (refused, reset, which protocol answered) is a port scanner's
         # answer: it goes to the log, and the stored error (outbox, evidence) is generic.
         log.warning("call to agent %s failed: %s: %s", endpoint.slug, type(error).__name__, error)

@@ -1,6 +1,10 @@
 """Real-time fan-out. Services call these only through transaction.on_commit, so nobody is told about a
 change that was rolled back. Groups are named from ids; receivers re-read state from the database
 (channels-redis may drop messages to a full channel, so a message is a hint to re-read, not the state).
+
+A broadcast that fails (Redis restarting) is logged and dropped, never raised: the change is committed,
+and the caller (an agent's intake, a reviewer's vote) must get its answer, not a 500 for a hint nobody
+needs. Sockets are closed by the same outage and re-read the state when they reconnect.
 """
 
 from asgiref.sync import async_to_sync
@@ -31,4 +35,4 @@ def proposal_changed(proposal) -> None:
         _send(proposal_group(proposal_id), message)
         _send(tenant_group(tenant_id), message)
 
-    transaction.on_commit(send)
+    transaction.on_commit(send, robust=True)  # robust: a failed hint is logged, not raised

@@ -104,9 +104,10 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
         raise failure
 
 
-def async_client(**options) -> httpx.AsyncClient:
-    """An httpx.AsyncClient whose every request (redirects included) passes the allow-list."""
-    return httpx.AsyncClient(transport=GuardedTransport(), **options)
+def async_client(*, verify=True, **options) -> httpx.AsyncClient:
+    """An httpx.AsyncClient whose every request (redirects included) passes the allow-list. `verify`
+    (True, or a shared ssl.SSLContext) goes to the transport, which is what makes the TLS connections."""
+    return httpx.AsyncClient(transport=GuardedTransport(verify=verify), **options)
 
 
 def not_allowed(error: BaseException) -> bool:

@@ -1,6 +1,8 @@
 """The delivery worker: one loop that keeps Reviewer's promises to agents.
 
-Each tick it
+It is woken the moment an outbox message is committed (approvals/wakeup.py: LISTEN/NOTIFY on
+PostgreSQL, a doorbell socket on SQLite) and then delivers at once; every POLL_SECONDS it also runs a
+full tick, the safety net. Each tick it
 1. expires what waited too long (services.expire_due);
 2. delivers due outbox messages: claim (a short transaction), call the agent (no transaction open),
    then record delivered, a retry with backoff, or a dead letter (services.mark_outbox_*);
@@ -25,7 +27,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
-from approvals import a2a, notifications, services
+from approvals import a2a, notifications, services, wakeup
 from approvals.models import Decision, OutboxMessage, Proposal
 from approvals.parked_tasks import ParkedTaskLister
 from approvals.states import WAITING_FOR_PEOPLE, State
@@ -40,6 +42,9 @@ LEASE_SECONDS = int(a2a.CALL_DEADLINE_SECONDS * 2 + 30)
 RECONCILE_EVERY_SECONDS = 30
 # GetTask calls per tick at most, so reconciliation never starves delivery.
 RECONCILE_BATCH = 20
+# The safety-net tick when nothing wakes the worker: expiry, retries whose backoff ended, reconciliation,
+# and any wake-up that was lost. New messages do not wait for it (approvals/wakeup.py).
+POLL_SECONDS = 2.0
 
 
 @dataclass
@@ -59,18 +64,61 @@ class Worker:
         # proposal id -> when its task was last asked: GetTask at most every RECONCILE_EVERY_SECONDS.
         self._last_checked: dict[str, datetime] = {}
         self.parked_tasks = ParkedTaskLister()  # finds requests whose push was lost (ListTasks)
+        # Set once run() listens for wake-ups and finished its first tick (tests and benchmarks wait
+        # for it before they commit what they expect to be woken for).
+        self.listening = threading.Event()
 
     # --- the loop -------------------------------------------------------------------------------
 
-    def run(self, *, interval: float = 1.0, once: bool = False) -> None:
-        log.info("worker started (interval %.1fs, batch %d)", interval, self.batch)
-        while not self.stop.is_set():
+    def run(self, *, interval: float = POLL_SECONDS, once: bool = False) -> None:
+        """Tick, then wait for a wake-up (a committed outbox message) or `interval` seconds, whichever
+        comes first: delivery is woken, the full tick (expiry, reconciliation, retries) also polls."""
+        if once:
+            self.tick()
+            return
+        bell = wakeup.doorbell(self.stop)
+        try:
             report = self.tick()
-            if once:
-                break
-            if report.delivered + report.failed + report.dead < self.batch:
-                self.stop.wait(interval)  # a full batch means more may be due: go again at once
+            self.listening.set()
+            log.info(
+                "worker started (interval %.1fs, batch %d, woken by %s)",
+                interval,
+                self.batch,
+                type(bell).__name__,
+            )
+            while not self.stop.is_set():
+                if report.delivered + report.failed + report.dead >= self.batch:
+                    report = self.tick()  # a full batch means more may be due: go again at once
+                    continue
+                woken, bell = self._wait(bell, interval)
+                if self.stop.is_set():
+                    break
+                if woken:  # a message was committed: deliver it now, the rest waits for its turn
+                    report = TickReport()
+                    self._step("delivery", self.deliver_due, report, None)
+                else:
+                    report = self.tick()
+        finally:
+            bell.close()
         log.info("worker stopped")
+
+    def _wait(self, bell, interval: float):
+        """Wait up to `interval` for the doorbell, in slices of at most a second so a stop request is
+        seen soon. Returns (woken, bell): a broken doorbell (the listening connection dropped) is
+        replaced by a new one."""
+        remaining = interval
+        while remaining > 0 and not self.stop.is_set():
+            slice_seconds = min(remaining, 1.0)
+            try:
+                if bell.wait(slice_seconds):
+                    return True, bell
+            except Exception:
+                log.exception("worker wake-up failed; listening again")
+                bell.close()
+                bell = wakeup.doorbell(self.stop)
+                self.stop.wait(slice_seconds)  # not a hot loop while the database is away
+            remaining -= slice_seconds
+        return False, bell
 
     def tick(self, now: datetime | None = None) -> TickReport:
         """One pass over everything the worker does. Each step runs even if an earlier one failed."""
@@ -85,12 +133,16 @@ class Worker:
             ("audit jobs", self._audit_jobs),
             ("review digests", lambda report, now: notifications.send_digests(now)),
         ):
-            try:
-                step(report, now)
-            except Exception as error:  # one failing step must not stop the others or the loop
-                log.exception("worker %s step failed", name)
-                report.errors.append(f"{name}: {error!r}")
+            self._step(name, step, report, now)
         return report
+
+    @staticmethod
+    def _step(name: str, step, report: TickReport, now: datetime | None) -> None:
+        try:
+            step(report, now)
+        except Exception as error:  # one failing step must not stop the others or the loop
+            log.exception("worker %s step failed", name)
+            report.errors.append(f"{name}: {error!r}")
 
     def _expire(self, report: TickReport, now: datetime | None) -> None:
         report.expired = services.expire_due(now)

@@ -20,10 +20,11 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from approvals.routing import websocket_urlpatterns  # noqa: E402
+from reviewer.overload import ConcurrencyLimit  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": ConcurrencyLimit(django_asgi_app),  # 503 + Retry-After past MAX_CONCURRENT_REQUESTS
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -159,13 +159,33 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 20}
     DATABASES["default"]["TEST"] = {"NAME": env_str("SQLITE_TEST_NAME", "") or None}
 IS_POSTGRES = DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+# HTTP requests one Daphne process runs at once; the next gets 503 + Retry-After (reviewer/overload.py).
+# Each holds at most one database connection (CONN_MAX_AGE 0: closed when the request ends), so a
+# process holds at most this + 1 connections. 0 turns the limit off.
+MAX_CONCURRENT_REQUESTS = env_int("MAX_CONCURRENT_REQUESTS", 16)
 
 REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:
+    # Every open WebSocket waits on a blocking pop (BZPOPMIN) that Redis answers after at most 5 s
+    # (channels-redis's brpop_timeout). redis-py 8 made socket_timeout default to 5 s, so the read raced
+    # the pop and idle sockets died with 1011 (channels_redis issue 422, redis-py issue 4091). The read
+    # timeout must exceed the pop: 30 s never fires against a live Redis, yet a half-open connection
+    # (a Redis that vanished without closing it) is still noticed. Connecting keeps a short timeout, so
+    # a Redis that is restarting is retried (sockets reconnect) instead of hanging them.
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("CHANNELS_PREFIX", "reviewer")},
+            "CONFIG": {
+                "hosts": [
+                    {
+                        "address": REDIS_URL,
+                        "socket_timeout": env_int("REDIS_SOCKET_TIMEOUT", 30),
+                        "socket_connect_timeout": 5,
+                        "socket_keepalive": True,
+                    }
+                ],
+                "prefix": env_str("CHANNELS_PREFIX", "reviewer"),
+            },
         }
     }
 else:

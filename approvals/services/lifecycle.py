@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from approvals import events
+from approvals import events, wakeup
 from approvals.models import (
     Decision,
     OutboxMessage,
@@ -64,7 +64,8 @@ def supersession_chain(proposal: Proposal) -> list[str]:
 
 
 def _enqueue(proposal: Proposal, kind: str, *, message_id: str, payload: dict) -> OutboxMessage:
-    message, _ = OutboxMessage.objects.get_or_create(
+    """Queue a message for the worker (idempotent on message_id) and wake it when this commits."""
+    message, created = OutboxMessage.objects.get_or_create(
         kind=kind,
         message_id=message_id,
         defaults={
@@ -74,6 +75,8 @@ def _enqueue(proposal: Proposal, kind: str, *, message_id: str, payload: dict) -
             "next_attempt_at": timezone.now(),
         },
     )
+    if created:
+        wakeup.outbox_message_queued()
     return message
 
 

@@ -85,14 +85,18 @@ class RecordingExecutor(AgentExecutor):
 
 
 class FailingFront:
-    """ASGI middleware: the next `failures` JSON-RPC POSTs get a 503 (the card stays readable)."""
+    """ASGI middleware: the next `failures` JSON-RPC POSTs get a 503 (the card stays readable). It also
+    records the client address of every request: one address per TCP connection Reviewer opened."""
 
     def __init__(self, app):
         self.app = app
         self.failures = 0
         self.refused = 0
+        self.client_addresses: list[tuple] = []
 
     async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            self.client_addresses.append(tuple(scope.get("client") or ()))
         if scope["type"] == "http" and scope["method"] == "POST" and self.failures:
             self.failures -= 1
             self.refused += 1

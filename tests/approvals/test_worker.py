@@ -92,6 +92,21 @@ def test_an_approval_reaches_the_agent_once_with_the_signed_decision(
     assert verify_chain(f"tenant:{proposal.tenant_id}").ok
 
 
+def test_deliveries_to_one_agent_reuse_one_connection(
+    fake_agent, agent, refund_policy, requester, reviewer_a
+):
+    """One HTTP client per agent lives across calls: no new TCP (or TLS) handshake per delivery."""
+    for _ in range(3):
+        approve(agent, reviewer_a, fake_agent.open_task())
+    fake_agent.front.client_addresses.clear()  # (open_task's own requests)
+
+    report = Worker().tick()
+
+    assert report.delivered == 3
+    assert len(fake_agent.front.client_addresses) >= 3
+    assert len(set(fake_agent.front.client_addresses)) == 1
+
+
 def test_an_agent_card_naming_an_interface_on_another_origin_is_never_called(
     fake_agent, tenant, refund_policy, requester, reviewer_a, task
 ):

@@ -17,6 +17,7 @@ import sys
 import tempfile
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,13 @@ def _first_answer(url: str, process: subprocess.Popen, log: Path) -> None:
 @pytest.fixture(scope="module")  # stopped after the module, before other tests' servers start
 def live_server_url(django_db_setup, django_db_blocker, tmp_path_factory):
     """Daphne serving tests/browser/asgi.py (reviewer.asgi + static files) on the test database."""
+    with daphne_server(tmp_path_factory) as url:
+        yield url
+
+
+@contextmanager
+def daphne_server(tmp_path_factory, **extra_env: str):
+    """Start Daphne (with `extra_env`, e.g. another REDIS_URL), yield its URL, stop it by its PID."""
     if not CHROMIUM:
         pytest.skip("browser tests need Debian's chromium: apt-get install -y chromium")
     OUTPUT.mkdir(exist_ok=True)
@@ -100,6 +108,7 @@ def live_server_url(django_db_setup, django_db_blocker, tmp_path_factory):
         "EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend",
         "CHANNELS_PREFIX": CHANNELS_PREFIX,
         "PYTHONPATH": str(ROOT),
+        **extra_env,
     }
     log = OUTPUT / "daphne.log"
     with open(log, "w") as log_file:

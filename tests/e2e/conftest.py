@@ -119,10 +119,18 @@ class Stack:
 
     push_token = "e2e-push-token"
 
-    def __init__(self, tmp_path: Path, *, downstream_url: str | None = None, with_agent: bool = True):
+    def __init__(
+        self,
+        tmp_path: Path,
+        *,
+        downstream_url: str | None = None,
+        with_agent: bool = True,
+        worker_interval: str = "0.2",
+    ):
         self.tmp_path = tmp_path
         self.downstream_url = downstream_url
         self.with_agent = with_agent  # False: Reviewer and its worker only (pull-path agents)
+        self.worker_interval = worker_interval  # the safety-net poll; commits wake the worker anyway
         self.log_dir = tmp_path / "logs"
         self.log_dir.mkdir()
         self.listener = socket.socket()
@@ -181,7 +189,10 @@ class Stack:
             lambda: _answers(f"{self.url}/.well-known/jwks.json"), "an answer to /.well-known/jwks.json"
         )
         worker = ServerProcess(
-            "worker", [python, "manage.py", "run_worker", "--interval", "0.2"], env=env, log_dir=self.log_dir
+            "worker",
+            [python, "manage.py", "run_worker", "--interval", self.worker_interval],
+            env=env,
+            log_dir=self.log_dir,
         ).start()
         self.processes.append(worker)
         worker.wait_until(lambda: "worker started" in worker.log(), "'worker started'")

@@ -72,25 +72,29 @@ def signed_in(url: str, user) -> httpx.Client:
     return client
 
 
-def test_a_vote_on_one_process_reaches_a_viewer_on_the_other(two_reviewer_processes, tenant, agent):
-    first, second = two_reviewer_processes
-    watcher = factories.make_user("watcher", tenant=tenant, groups=["finance"], first_name="Wanda")
-    voter = factories.make_user("voter", tenant=tenant, groups=["finance"], first_name="Victor")
-    factories.make_policy(
-        tenant, "refunds", tool_pattern="payments.refund", thresholds=[{"group": "finance", "count": 2}]
-    )
-    proposal = factories.submit(agent)
+# redis-py 8 reads with a 5 s socket timeout by default, and channels-redis's blocking pop waits 5 s:
+# without the layer's own socket_timeout (settings.py) an idle socket died with 1011 after ~5 s.
+IDLE_SECONDS = 16
+
+
+def watch_then_vote(first, second, proposal, watcher, voter, *, idle_seconds: float = 0) -> str:
+    """The watcher opens the proposal's socket on `first`, stays idle for `idle_seconds` (the socket must
+    stay open and quiet), then the voter approves on `second`; returns the update the watcher receives."""
     watching = signed_in(first.url, watcher)
     voting = signed_in(second.url, voter)
     code = factories.totp_code(voter)  # read here: the coroutine below must not touch the database
     cookie = "; ".join(f"{name}={value}" for name, value in watching.cookies.items())
 
-    async def watch_then_vote() -> str:
+    async def run() -> str:
         socket_url = first.url.replace("http://", "ws://") + f"/ws/proposals/{proposal.id}/"
         async with websockets.connect(
             socket_url, additional_headers={"Cookie": cookie}, origin=first.url
         ) as socket:
             await asyncio.wait_for(socket.recv(), timeout=10)  # the page's state as of the connect
+            if idle_seconds:
+                # Nothing happens for idle_seconds: recv() must time out, not fail with a closed socket.
+                with pytest.raises(TimeoutError):
+                    await asyncio.wait_for(socket.recv(), timeout=idle_seconds)
             decided = await asyncio.to_thread(
                 voting.post,
                 f"/proposals/{proposal.id}/decide",
@@ -104,8 +108,35 @@ def test_a_vote_on_one_process_reaches_a_viewer_on_the_other(two_reviewer_proces
             assert decided.status_code == 302, decided.text[:500]
             return await asyncio.wait_for(socket.recv(), timeout=10)
 
-    update = asyncio.run(watch_then_vote())
-    watching.close()
-    voting.close()
+    try:
+        return asyncio.run(run())
+    finally:
+        watching.close()
+        voting.close()
+
+
+def _two_finance_reviewers(tenant, agent):
+    watcher = factories.make_user("watcher", tenant=tenant, groups=["finance"], first_name="Wanda")
+    voter = factories.make_user("voter", tenant=tenant, groups=["finance"], first_name="Victor")
+    factories.make_policy(
+        tenant, "refunds", tool_pattern="payments.refund", thresholds=[{"group": "finance", "count": 2}]
+    )
+    return watcher, voter, factories.submit(agent)
+
+
+def test_a_vote_on_one_process_reaches_a_viewer_on_the_other(two_reviewer_processes, tenant, agent):
+    first, second = two_reviewer_processes
+    watcher, voter, proposal = _two_finance_reviewers(tenant, agent)
+
+    update = watch_then_vote(first, second, proposal, watcher, voter)
 
     assert "Victor" in update  # the watcher's page shows the other process's vote
+
+
+def test_an_idle_socket_stays_open_and_still_receives_updates(two_reviewer_processes, tenant, agent):
+    first, second = two_reviewer_processes
+    watcher, voter, proposal = _two_finance_reviewers(tenant, agent)
+
+    update = watch_then_vote(first, second, proposal, watcher, voter, idle_seconds=IDLE_SECONDS)
+
+    assert "Victor" in update  # live after 16 s of silence, over Redis, across processes

@@ -5,7 +5,7 @@ import threading
 
 from django.core.management.base import BaseCommand
 
-from approvals.worker import Worker
+from approvals.worker import POLL_SECONDS, Worker
 
 
 class Command(BaseCommand):
@@ -13,7 +13,13 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--once", action="store_true", help="run one tick and exit")
-        parser.add_argument("--interval", type=float, default=1.0, help="seconds between ticks (default 1)")
+        parser.add_argument(
+            "--interval",
+            type=float,
+            default=POLL_SECONDS,
+            help=f"seconds between safety-net ticks (default {POLL_SECONDS:g}); "
+            "a committed message wakes the worker at once",
+        )
         parser.add_argument("--batch", type=int, default=20, help="outbox messages claimed per tick")
 
     def handle(self, *args, once, interval, batch, **options):

@@ -52,6 +52,16 @@ logger = logging.getLogger(__name__)
 # Proposal states after which no decision token will ever appear (DESIGN.md "The proposal lifecycle").
 CLOSED_WITHOUT_DECISION = frozenset({"expired", "cancelled", "revoked", "superseded"})
 RETRIED_STATUSES = frozenset({502, 503, 504})
+
+
+def _retry_after(response: httpx.Response) -> float:
+    """Seconds from a Retry-After header in seconds (capped at 10), or 0."""
+    try:
+        return min(max(float(response.headers.get("Retry-After", "0")), 0.0), 10.0)
+    except ValueError:
+        return 0.0
+
+
 MAX_WAIT_SECONDS = 60  # the server's bound on one long poll
 
 
@@ -250,6 +260,7 @@ class ReviewerClient:
                     return response
                 if last:
                     raise ReviewerUnavailable(f"{method} {url}: HTTP {response.status_code}")
+                delay = max(delay, _retry_after(response))  # an overloaded Reviewer says when to come back
                 logger.info("%s %s answered %s; retrying in %.1fs", method, url, response.status_code, delay)
             time.sleep(delay)  # backoff between retries of a failed call
             delay = min(delay * 2, 10)

@@ -1,0 +1,205 @@
+"""What R1 and R1a share: the production path on loopback, timed from outside.
+
+A scratch database (PostgreSQL by default: BENCH_DATABASE_URL, whose name must contain "bench"; it is
+dropped and created again), Reviewer under Daphne, one `run_worker` at its default interval (woken by
+commits), and the demo refund agent (a2a-sdk, its own process, a ledger file). The processes are the
+e2e tests' (tests/e2e/conftest.py `Stack`), so the bench runs exactly what the tests check.
+
+The baseline is a bare A2A GetTask round trip to the same agent, over one kept-alive client, measured in
+the same run.
+"""
+
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/bench_delivery"
+
+
+def setup_django(data_dir: Path) -> str:
+    """Point this process at a fresh scratch database and set Django up; returns the database URL."""
+    url = os.environ.get("BENCH_DATABASE_URL", DEFAULT_DATABASE_URL)
+    if url.startswith("postgres"):
+        import psycopg
+
+        name = url.rsplit("/", 1)[1]
+        if "bench" not in name:
+            raise SystemExit(f"refusing to drop {name!r}: a bench database's name contains 'bench'")
+        admin = url.rsplit("/", 1)[0] + "/postgres"
+        with psycopg.connect(admin, autocommit=True) as connection:
+            connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            connection.execute(f'CREATE DATABASE "{name}"')
+    os.environ["DATABASE_URL"] = url
+    os.environ["REVIEWER_DATA_DIR"] = str(data_dir / "data")
+    os.environ["REVIEWER_SIGNING_KEY_DIR"] = str(data_dir / "keys")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reviewer.settings")
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    return url
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def summary(values: list[float]) -> dict:
+    return {
+        "p50_ms": round(statistics.median(values) * 1000, 2),
+        "p95_ms": round(percentile(values, 95) * 1000, 2),
+        "n": len(values),
+    }
+
+
+class DeliveryStack:
+    """Reviewer + worker + refund agent running on the scratch database, with one tenant and people."""
+
+    def __init__(self, folder: Path, *, outcome: str):
+        from django.conf import settings
+
+        from approvals.worker import POLL_SECONDS
+        from tests.e2e.conftest import Stack
+
+        folder.mkdir(parents=True, exist_ok=True)
+        self.stack = Stack(folder, worker_interval=str(POLL_SECONDS))  # the default: woken by commits
+        self.stack.start()
+        try:
+            self._register(settings, outcome)
+        except BaseException:
+            self.stack.stop()  # never leave the servers running behind a failed setup
+            raise
+
+    def _register(self, settings, outcome: str) -> None:
+        from tests import factories
+
+        settings.REVIEWER_ISSUER = self.stack.url  # votes cast here sign as the Daphne the agent trusts
+        self.tenant = factories.make_tenant()
+        factories.make_user("requester", tenant=self.tenant, principal_id="requester", groups=["finance"])
+        self.reviewer = factories.make_user("reviewer_a", tenant=self.tenant, groups=["finance"])
+        factories.make_policy(
+            self.tenant,
+            "refunds",
+            tool_pattern="payments.refund",
+            outcome=outcome,
+            thresholds=[{"group": "finance", "count": 1}],
+            step_up="3600",  # a fresh session step-up counts: votes need no new code each
+        )
+        factories.make_agent(
+            self.tenant,
+            push_token=self.stack.push_token,
+            api_token="agent-api-token",  # noqa: S106 (the demo agent's test token)
+            card_url=self.stack.agent.audience,
+        )
+        self.ledger = self.stack.agent.state_dir / "ledger.jsonl"
+
+    def ledger_lines(self) -> int:
+        try:
+            return self.ledger.read_bytes().count(b"\n")
+        except FileNotFoundError:
+            return 0
+
+    def wait_ledger(self, count: int, deadline: float = 30) -> float:
+        """Poll the ledger (1 ms) until it has `count` lines; returns the perf_counter when it did."""
+        end = time.perf_counter() + deadline
+        while time.perf_counter() < end:
+            if self.ledger_lines() >= count:
+                return time.perf_counter()
+            time.sleep(0.001)  # measurement resolution, not synchronization
+        raise RuntimeError(f"ledger line {count} not within {deadline}s\n{self.stack.logs()[-4000:]}")
+
+    def stop(self) -> None:
+        self.stack.stop()
+
+
+async def agent_client(stack: DeliveryStack):
+    from tests.examples.harness import AgentClient
+
+    return await AgentClient.connect(stack.stack.agent.url)
+
+
+def refund_message(n: int, webhook: str, push_token: str):
+    from a2a.types import Message, Part, Role, SendMessageConfiguration, TaskPushNotificationConfig
+
+    message = Message(
+        message_id=str(uuid.uuid4()),
+        role=Role.ROLE_USER,
+        parts=[Part(text=f"Please refund EUR {10 + n}.00 for order {5000 + n}")],
+        metadata={"principal": {"id": "requester", "display": "Rita Requester"}},
+    )
+    configuration = SendMessageConfiguration(
+        return_immediately=True,
+        task_push_notification_config=TaskPushNotificationConfig(url=webhook, token=push_token),
+    )
+    return message, configuration
+
+
+async def bare_round_trips(client, task_id: str, count: int) -> list[float]:
+    """The baseline: GetTask of one task, `count` times, over one kept-alive client."""
+    from a2a.types import GetTaskRequest
+
+    times = []
+    for _ in range(count):
+        start = time.perf_counter()
+        await client.client.get_task(GetTaskRequest(id=task_id))
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def scratch_folder() -> Path:
+    return Path(tempfile.mkdtemp(prefix="reviewer-bench-"))
+
+
+def row(bench_id: str, what: str, baseline: list[float], measured: list[float], target: str) -> dict:
+    """One row of the bench table (the shape bench/ agrees on): ratios of p50 and p95."""
+    base, meas = summary(baseline), summary(measured)
+    return {
+        "id": bench_id,
+        "what": what,
+        "baseline": base,
+        "measured": meas,
+        "ratio": {
+            "p50": round(meas["p50_ms"] / base["p50_ms"], 2),
+            "p95": round(meas["p95_ms"] / base["p95_ms"], 2),
+        },
+        "target": target,
+    }
+
+
+def delivery_stages(proposal_id, *, ledger_at: float) -> dict:
+    """Where one decision's time went (wall clock, ms after the decision): the worker delivered the
+    continuation (claim + SendMessage + record), the agent consumed the decision (its call back to
+    Reviewer), the ledger line was seen."""
+    from approvals.models import Decision, OutboxMessage
+
+    end = time.perf_counter() + 10
+    while True:  # the agent may refund before the worker has recorded its SendMessage as delivered
+        decision = Decision.objects.get(proposal_id=proposal_id)
+        message = OutboxMessage.objects.get(proposal_id=proposal_id, kind=OutboxMessage.Kind.CONTINUE)
+        if (message.delivered_at and decision.consumed_at) or time.perf_counter() > end:
+            break
+        time.sleep(0.01)
+    start = decision.issued_at.timestamp()
+    return {
+        "decision → continuation delivered": (message.delivered_at.timestamp() - start) * 1000,
+        "decision → consumed by the agent": (decision.consumed_at.timestamp() - start) * 1000,
+        "decision → ledger line seen": (ledger_at - start) * 1000,
+    }
+
+
+def stage_medians(stages: list[dict]) -> dict:
+    return {name: round(statistics.median(s[name] for s in stages), 1) for name in stages[0]}
+
+
+def run(coroutine):
+    return asyncio.run(coroutine)

@@ -1,0 +1,111 @@
+"""R1: the final vote committed → the agent's verified, consumed side effect (its ledger line), against a
+bare A2A GetTask round trip to the same agent (target: p50 ≤ 3x, p95 ≤ 5x).
+
+    BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench_delivery REDIS_URL=redis://127.0.0.1:6379/9 \\
+        .venv/bin/python bench/r1.py [N]
+
+The path has two round trips by design (the continuation to the agent, the agent's consume back to
+Reviewer), plus the worker's claim and record. See bench/delivery_stack.py for the stack.
+"""
+
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.delivery_stack import (  # noqa: E402 (after the path)
+    DeliveryStack,
+    agent_client,
+    bare_round_trips,
+    delivery_stages,
+    refund_message,
+    row,
+    run,
+    scratch_folder,
+    setup_django,
+    stage_medians,
+)
+
+TARGET = "p50 ≤ 3x, p95 ≤ 5x"
+
+
+def main(iterations: int = 30) -> list[dict]:
+    folder = scratch_folder()
+    setup_django(folder)
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # one thread: the ORM between awaits, nothing concurrent
+    stack = DeliveryStack(folder / "stack", outcome="require_approval")
+    try:
+        return [run(_measure(stack, iterations))]
+    finally:
+        stack.stop()
+
+
+async def _measure(stack: DeliveryStack, iterations: int) -> dict:
+    from django.utils import timezone
+
+    from approvals import services
+    from approvals.models import Proposal
+    from approvals.states import State
+    from approvals.stepup import SESSION, StepUp
+
+    client = await agent_client(stack)
+    measured, baseline, stages, last_task = [], [], [], ""
+    try:
+        for n in range(iterations):
+            message, configuration = refund_message(n, stack.stack.webhook, stack.stack.push_token)
+            from a2a.types import SendMessageRequest
+
+            replies = [
+                r
+                async for r in client.client.send_message(
+                    SendMessageRequest(message=message, configuration=configuration)
+                )
+            ]
+            last_task = replies[-1].task.id
+            proposal = _wait(
+                lambda task_id=last_task: Proposal.objects.filter(
+                    task_id=task_id, state=State.AWAITING_REVIEW
+                ).first()
+            )
+            # In a thread, like a request's: the vote's on-commit broadcast must not run in this event loop.
+            await asyncio.to_thread(
+                services.cast_vote,
+                proposal.id,
+                stack.reviewer,
+                verdict="approve",
+                digest_seen=proposal.action_digest,
+                step_up=StepUp(SESSION, timezone.now()),
+            )
+            committed = time.perf_counter()
+            measured.append(stack.wait_ledger(n + 1) - committed)
+            stages.append(delivery_stages(proposal.id, ledger_at=time.time()))
+            baseline += await bare_round_trips(client, last_task, 3)
+    finally:
+        await client.close()
+    result = row(
+        "R1",
+        "final vote committed → agent's verified, consumed refund (ledger line) vs bare A2A GetTask",
+        baseline,
+        measured,
+        TARGET,
+    )
+    result["profile"] = stage_medians(stages)
+    return result
+
+
+def _wait(find, deadline: float = 30):
+    end = time.perf_counter() + deadline
+    while time.perf_counter() < end:
+        found = find()
+        if found:
+            return found
+        time.sleep(0.005)
+    raise RuntimeError("the proposal did not arrive")
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(*(int(a) for a in sys.argv[1:2])), indent=2))
