@@ -84,6 +84,10 @@ from approvals.services.outbox import (  # noqa: F401
     outbox_backoff_seconds,
     withdraw_outbox,
 )
+from approvals.services.people import (  # noqa: F401
+    person_values,
+    record_person_changed,
+)
 from approvals.services.policies import (  # noqa: F401
     POLICY_VERSION_DEFAULTS,
     activate_policy_version,

@@ -10,7 +10,7 @@ from audit.models import Verb
 BACKUP_CODE_COUNT = 10
 
 
-def _person_chains(user) -> list[int | None]:
+def person_chains(user) -> list[int | None]:
     """A device belongs to a person, not a tenant: every tenant they work in records the change."""
     return list(TenantMembership.objects.filter(user=user).values_list("tenant_id", flat=True)) or [None]
 
@@ -20,7 +20,7 @@ def record_sign_in_code_refused(user, *, throttled: bool) -> None:
     someone else, which the person's tenants should see. Nothing typed is recorded. (A wrong password
     is not recorded: anyone could flood the trail with those.)"""
     with transaction.atomic():
-        for tenant_id in _person_chains(user):
+        for tenant_id in person_chains(user):
             record(
                 tenant_id,
                 actor=actor_label(user),
@@ -69,7 +69,7 @@ def confirm_totp_enrollment(user, *, code: str) -> tuple[object, list[str]]:
             backup = StaticDevice.objects.create(user=user, name="backup codes", confirmed=True)
             codes = [StaticToken.random_token() for _ in range(BACKUP_CODE_COUNT)]
             StaticToken.objects.bulk_create([StaticToken(device=backup, token=c) for c in codes])
-            for tenant_id in _person_chains(user):
+            for tenant_id in person_chains(user):
                 record(
                     tenant_id,
                     actor=actor_label(user),
@@ -100,7 +100,7 @@ def reset_devices(user, *, actor, reason: str = "") -> int:
         devices = list(devices_for_user(user, confirmed=None))
         for device in devices:
             device.delete()
-        for tenant_id in _person_chains(user):
+        for tenant_id in person_chains(user):
             record(
                 tenant_id,
                 actor=actor_label(actor),
