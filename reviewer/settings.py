@@ -7,6 +7,7 @@ channel layer, a generated SECRET_KEY and signing key. With DEBUG off every secr
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -112,6 +113,7 @@ INSTALLED_APPS = [
     "django_otp",
     "django_otp.plugins.otp_totp",
     "django_otp.plugins.otp_static",
+    "axes",
     "tenants",
     "accounts",
     "audit",
@@ -128,6 +130,15 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: it turns a throttled sign-in into AXES_LOCKOUT_CALLABLE's page.
+    "axes.middleware.AxesMiddleware",
+]
+
+# django-axes checks every sign-in first (throttled accounts and addresses are refused before the
+# password is checked), then Django's own backend. accounts/throttle.py says how it is used.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 
 ROOT_URLCONF = "reviewer.urls"
@@ -184,6 +195,20 @@ LOGOUT_REDIRECT_URL = "login"
 OTP_TOTP_THROTTLE_FACTOR = env_int("OTP_TOTP_THROTTLE_FACTOR", 1)
 OTP_STATIC_THROTTLE_FACTOR = env_int("OTP_STATIC_THROTTLE_FACTOR", 1)
 OTP_TOTP_ISSUER = env_str("OTP_TOTP_ISSUER", "Reviewer")
+
+# Sign-in throttling (django-axes, accounts/throttle.py): after SIGN_IN_FAILURE_LIMIT failures (a wrong
+# password, or a right one with a wrong code) an account, and separately a client address, is refused
+# for SIGN_IN_COOL_OFF_SECONDS. Short on purpose: an attacker's failures keep the person out only briefly.
+SIGN_IN_COOL_OFF_SECONDS = env_int("SIGN_IN_COOL_OFF_SECONDS", 120)
+AXES_FAILURE_LIMIT = env_int("SIGN_IN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(seconds=SIGN_IN_COOL_OFF_SECONDS)
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each on its own: per account and per address
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "accounts.throttle.client_address"
+AXES_LOCKOUT_CALLABLE = "accounts.throttle.refused_page"
+AXES_USERNAME_FORM_FIELD = "username"
+AXES_SENSITIVE_PARAMETERS = ["password", "otp_token"]
+AXES_VERBOSE = False
 
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
@@ -245,5 +270,10 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     # The a2a SDK logs whole agent cards at INFO on every fetch.
-    "loggers": {"httpx": {"level": "WARNING"}, "daphne": {"level": "WARNING"}, "a2a": {"level": "WARNING"}},
+    "loggers": {
+        "httpx": {"level": "WARNING"},
+        "daphne": {"level": "WARNING"},
+        "a2a": {"level": "WARNING"},
+        "axes": {"level": "WARNING"},  # every sign-in attempt at INFO
+    },
 }

@@ -35,6 +35,7 @@ from approvals.services.devices import (  # noqa: F401
     BACKUP_CODE_COUNT,
     confirm_totp_enrollment,
     record_sign_in_code_refused,
+    record_sign_in_throttled,
     reset_devices,
     start_totp_enrollment,
 )
