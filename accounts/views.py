@@ -49,6 +49,13 @@ def login_view(request):
     return _sign_in_page(request, form, status=400 if form.is_bound else 200)
 
 
+def admin_sign_in(request):
+    """/admin/login/ is not a second sign-in form (django-otp's admin form answers a wrong code differently
+    from a wrong password): it sends people to this one, which is throttled and answers alike."""
+    target = request.GET.get("next") or reverse("admin:index")
+    return redirect_to_login(target if target.startswith("/admin/") else reverse("admin:index"))
+
+
 def render_sign_in_refused(request):
     """The page every refused sign-in gets, also while axes throttles the account or address."""
     form = LoginForm(request, data=request.POST, throttled=True)

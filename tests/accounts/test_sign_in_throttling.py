@@ -123,3 +123,17 @@ def test_a_success_clears_the_count(reviewer_a):
     for _ in range(LIMIT - 1):
         sign_in("reviewer_a", "wrong", address="192.0.2.4")
     assert signed_in(sign_in("reviewer_a", PASSWORD, totp_code(reviewer_a), address="192.0.2.4"))
+
+
+def test_the_admin_has_no_second_sign_in_form_that_answers_differently(reviewer_a):
+    """django-otp's admin form says "Invalid token" to a right password with a wrong code; the admin's
+    login URL sends everyone to the one throttled form instead, for GET and POST alike."""
+    for response in (
+        Client().get("/admin/login/", {"next": "/admin/approvals/proposal/"}),
+        Client().post("/admin/login/", {"username": "reviewer_a", "password": PASSWORD, "otp_token": "1"}),
+    ):
+        assert response.status_code == 302
+        assert response["Location"].startswith(reverse("login") + "?next=/admin/")
+    assert Client().get("/admin/login/", {"next": "https://evil.example/"})["Location"] == (
+        reverse("login") + "?next=/admin/"
+    )
