@@ -3,7 +3,9 @@ authenticator. The one-time code widget and its normalization are shared with th
 
 from django import forms
 from django.contrib.auth.forms import AuthenticationForm
-from django_otp import devices_for_user, match_token
+from django_otp import devices_for_user
+
+from accounts.codes import verify_sign_in_code
 
 ONE_TIME_CODE = {
     "autocomplete": "one-time-code",
@@ -11,6 +13,12 @@ ONE_TIME_CODE = {
     "spellcheck": "false",
     "autocapitalize": "off",
 }
+
+
+SIGN_IN_REFUSED = (
+    "That username, password and one-time code do not match, or there were too many attempts. "
+    "Check them and try again in a minute."
+)
 
 
 def normalized_code(value: str) -> str:
@@ -27,32 +35,34 @@ class LoginForm(AuthenticationForm):
 
     error_messages = {
         **AuthenticationForm.error_messages,
-        # One message for every wrong part, so a guesser cannot tell a right password from a wrong one.
-        "invalid_login": "That username, password and one-time code do not match. Check them and try again.",
-        "throttled": "Too many wrong codes in a row: wait a few seconds, then type the code your "
-        "authenticator shows now.",
+        # One message for every refusal (a wrong password, a wrong code, a throttled account or address),
+        # so a guesser cannot tell a right password from a wrong one.
+        "invalid_login": SIGN_IN_REFUSED,
     }
 
-    def __init__(self, request=None, *args, **kwargs):
+    def __init__(self, request=None, *args, throttled=False, **kwargs):
         super().__init__(request, *args, **kwargs)
         self.device = None
+        self.throttled = throttled  # axes refuses this account or address for now: check nothing
         self.fields["username"].widget.attrs["autocomplete"] = "username"
         self.fields["password"].widget.attrs["autocomplete"] = "current-password"
 
     def clean(self):
-        cleaned = super().clean()  # authenticates; raises invalid_login on a wrong password
+        if self.throttled:
+            raise forms.ValidationError(self.error_messages["invalid_login"], code="invalid_login")
+        cleaned = super().clean()  # authenticates (axes first); raises invalid_login on a wrong password
         if self.user_cache is None:  # a required field was left empty; its own error says so
             return cleaned
-        devices = list(devices_for_user(self.user_cache, confirmed=True))
-        if not devices:
+        if not any(True for _ in devices_for_user(self.user_cache, confirmed=True)):
             return cleaned
-        throttled = not any(device.verify_is_allowed()[0] for device in devices)
         token = normalized_code(cleaned.get("otp_token"))
-        self.device = match_token(self.user_cache, token) if token and not throttled else None
+        self.device = verify_sign_in_code(self.user_cache, token) if token else None
         if self.device is None:
-            code = "throttled" if throttled else "invalid_login"
-            raise forms.ValidationError(self.error_messages[code], code=code)
+            self.code_refused = True
+            raise forms.ValidationError(self.error_messages["invalid_login"], code="invalid_login")
         return cleaned
+
+    code_refused = False  # the password was right and the code was not
 
 
 class EnrollForm(forms.Form):

@@ -16,6 +16,7 @@ from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_http_methods
 from django_otp import login as otp_login
 
+from accounts import throttle
 from accounts.forms import EnrollForm, LoginForm
 from accounts.qr import qr_svg
 from approvals import services, stepup
@@ -41,11 +42,28 @@ def login_view(request):
             return redirect("approvals:enroll")
         otp_login(request, form.device)
         return redirect(_next_url(request))
-    throttled = form.has_error("__all__", "throttled")
-    if form.user_cache is not None and (throttled or form.has_error("__all__", "invalid_login")):
-        # The password was right, the code was not.
-        services.record_sign_in_code_refused(form.user_cache, throttled=throttled)
-    status = 400 if form.is_bound else 200
+    if form.code_refused:
+        # The password was right, the code was not: counted by axes like a wrong password, and recorded.
+        throttle.count_code_failure(request, form.user_cache.get_username())
+        services.record_sign_in_code_refused(form.user_cache)
+    return _sign_in_page(request, form, status=400 if form.is_bound else 200)
+
+
+def admin_sign_in(request):
+    """/admin/login/ is not a second sign-in form (django-otp's admin form answers a wrong code differently
+    from a wrong password): it sends people to this one, which is throttled and answers alike."""
+    target = request.GET.get("next") or reverse("admin:index")
+    return redirect_to_login(target if target.startswith("/admin/") else reverse("admin:index"))
+
+
+def render_sign_in_refused(request):
+    """The page every refused sign-in gets, also while axes throttles the account or address."""
+    form = LoginForm(request, data=request.POST, throttled=True)
+    form.is_valid()
+    return _sign_in_page(request, form, status=400)
+
+
+def _sign_in_page(request, form, *, status):
     return render(
         request, "registration/login.html", {"form": form, "next": _next_url(request)}, status=status
     )

@@ -138,7 +138,17 @@ class TenantMembershipFormSet(ServiceInlineFormSet):
                     form.add_error(refusal.field, refusal.message)
 
 
-class TenantMembershipInline(admin.TabularInline):
+class PeopleScopedInline(admin.TabularInline):
+    """A tenant admin picks members only among the people she may see (typing another tenant's user id
+    into the raw-id box is refused like an unknown id)."""
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "user":
+            kwargs["queryset"] = people_visible_to(request.user, get_user_model().objects.all())
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+
+class TenantMembershipInline(PeopleScopedInline):
     model = TenantMembership
     formset = TenantMembershipFormSet
     fields = ["user", "role", "principal_id"]
@@ -240,7 +250,7 @@ class GroupMembershipFormSet(ServiceInlineFormSet):
                 form.add_error(refusal.field, refusal.message)
 
 
-class GroupMembershipInline(admin.TabularInline):
+class GroupMembershipInline(PeopleScopedInline):
     model = GroupMembership
     formset = GroupMembershipFormSet
     fields = ["user", "added_at"]
@@ -826,7 +836,20 @@ class DecisionAdmin(ReadOnlyAdmin):
 
 
 # ---------------------------------------------------------------------------------------------------
-# People: an admin resets a lost authenticator through the service, so the reset is audited.
+# People. A superuser manages every account. A tenant admin (staff, not superuser) sees only the people
+# who share a tenant she administers, never a superuser, and may change only their names and e-mail and
+# reset their authenticator: flags, permissions, groups and passwords are the superuser's alone, so a
+# tenant admin cannot raise herself or anyone else. Every change is recorded in the person's tenants'
+# chains (services.record_person_changed; the device reset by services.reset_devices).
+
+
+def people_visible_to(user, queryset):
+    """The accounts this admin may see: all for a superuser; else those sharing a tenant she
+    administers, superusers excepted."""
+    tenant_ids = services.admin_tenant_ids(user)
+    if tenant_ids is None:
+        return queryset
+    return queryset.filter(tenant_memberships__tenant_id__in=tenant_ids, is_superuser=False).distinct()
 
 
 @admin.action(description="Reset one-time-code devices (they enroll again at next sign-in)")
@@ -840,8 +863,51 @@ def reset_otp_devices(modeladmin, request, queryset):
             modeladmin.message_user(request, f"{user}: {removed} device(s) removed")
 
 
+# What a tenant admin may change on a person's page.
+TENANT_ADMIN_PERSON_FIELDS = ("first_name", "last_name", "email")
+
+
 class ReviewerUserAdmin(UserAdmin):
     actions = [reset_otp_devices]
+
+    def get_queryset(self, request):
+        return people_visible_to(request.user, super().get_queryset(request))
+
+    def has_add_permission(self, request):
+        # A new account starts with a password: the superuser's act (or manage.py / the setup command).
+        return request.user.is_superuser and super().has_add_permission(request)
+
+    def has_delete_permission(self, request, obj=None):
+        return request.user.is_superuser and super().has_delete_permission(request, obj)
+
+    def get_fieldsets(self, request, obj=None):
+        if request.user.is_superuser or obj is None:
+            return super().get_fieldsets(request, obj)
+        return (
+            (None, {"fields": ("username",)}),
+            ("Personal info", {"fields": TENANT_ADMIN_PERSON_FIELDS}),
+            ("Status", {"fields": ("is_active", "is_staff", "is_superuser", "last_login", "date_joined")}),
+        )
+
+    def get_readonly_fields(self, request, obj=None):
+        if request.user.is_superuser:
+            return super().get_readonly_fields(request, obj)
+        return ("username", "is_active", "is_staff", "is_superuser", "last_login", "date_joined")
+
+    def user_change_password(self, request, id, form_url=""):
+        if not request.user.is_superuser:
+            raise PermissionDenied("only a superuser sets another person's password")
+        response = super().user_change_password(request, id, form_url)
+        if request.method == "POST" and response.status_code == 302:
+            person = self.get_object(request, id)
+            services.record_person_changed(person, actor=request.user, changed=["password"])
+        return response
+
+    def save_model(self, request, obj, form, change):
+        before = services.person_values(self.model.objects.get(pk=obj.pk)) if change else {}
+        super().save_model(request, obj, form, change)
+        changed = list(form.changed_data) if change else ["created"]
+        services.record_person_changed(obj, actor=request.user, changed=changed, before=before)
 
 
 admin.site.unregister(get_user_model())

@@ -9,6 +9,16 @@ from accounts.forms import ONE_TIME_CODE, normalized_code
 from approvals.models import Proposal
 
 
+def one_time_code_field() -> forms.CharField:
+    """The step-up code of the decision and edit forms (the services say when it is required)."""
+    return forms.CharField(
+        label="One-time code",
+        required=False,
+        max_length=20,
+        widget=forms.TextInput(attrs={**ONE_TIME_CODE, "size": 8}),
+    )
+
+
 class DecisionForm(forms.Form):
     """Approve, Reject and Ask are named submit buttons of this one form. Which text is required depends on
     the button (a reason to reject, a question to ask); the services say so, and the view shows it here."""
@@ -38,12 +48,7 @@ class DecisionForm(forms.Form):
         max_length=2000,
         widget=forms.Textarea(attrs={"rows": 3}),
     )
-    otp_code = forms.CharField(
-        label="One-time code",
-        required=False,
-        max_length=20,
-        widget=forms.TextInput(attrs={**ONE_TIME_CODE, "size": 8}),
-    )
+    otp_code = one_time_code_field()
 
     def clean_otp_code(self):
         return normalized_code(self.cleaned_data.get("otp_code"))
@@ -76,6 +81,10 @@ class EditArgumentsForm(forms.Form):
         max_length=500,
         widget=forms.Textarea(attrs={"rows": 2}),
     )
+    otp_code = one_time_code_field()
+
+    def clean_otp_code(self):
+        return normalized_code(self.cleaned_data.get("otp_code"))
 
     def __init__(self, proposal: Proposal, *args, **kwargs):
         super().__init__(*args, **kwargs)

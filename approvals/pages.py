@@ -318,6 +318,12 @@ def _step_up_text(mode: str) -> str:
     return f"a one-time code entered within the last {minutes} min" + (f" {seconds} s" if seconds else "")
 
 
+def code_hint(proposal: Proposal) -> str:
+    """The hint under the one-time code field of the decision and edit forms."""
+    mode = proposal.requirements.get("step_up", policy.PER_VOTE)
+    return f"Six digits from your authenticator app, or a backup code: this needs {_step_up_text(mode)}."
+
+
 def _why_context(proposal: Proposal, user, groups: dict, why_not: tuple[str, str] | None) -> dict:
     return {
         # Every version that shaped the requirements, as the decision's `policies` claim names them.
@@ -442,8 +448,7 @@ def decision_context(
         "consequence_label": _consequence_label(proposal),
         "needs_code": not fresh,
         "step_up_text": _step_up_text(step_up),
-        "code_hint": f"Six digits from your authenticator app, or a backup code: this vote needs "
-        f"{_step_up_text(step_up)}.",
+        "code_hint": code_hint(proposal),
         "my_vote": next((item["vote"] for item in live["votes"] if item["vote"].voter_id == user.pk), None),
         "missing_total": live["missing_total"],
         "decision": live["decision"],

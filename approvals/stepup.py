@@ -1,7 +1,9 @@
 """Step-up authentication for votes. django-otp's is_verified() lasts the whole session, so it is not
 step-up: a vote needs either a fresh one-time code (per_vote) or a signed step-up time in the session
-younger than the policy's window. Codes go through the devices' own verify_token, which throttles
-failures and refuses a TOTP code already used (last_t), so a code is usable once.
+younger than the policy's window. Codes go through django-otp's match_token, which locks the person's
+device rows (select_for_update) while a device's verify_token checks the code, throttles failures and
+saves the step it used (last_t): two requests carrying one code are serialized on the device row, and the
+second sees the step already used, so a code is usable once even when sent to several proposals at once.
 
 The view or consumer checks the code (`step_up_for`, which touches the session) and hands the services a
 `StepUp`; the services decide whether it satisfies the proposal's policy and never see the session.
@@ -12,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.core import signing
 from django.utils import timezone
-from django_otp import devices_for_user
+from django_otp import devices_for_user, match_token
 
 SESSION_KEY = "reviewer_step_up"
 _SALT = "reviewer.step_up"
@@ -56,10 +58,11 @@ def verify_code(user, code: str) -> str | None:
     code = (code or "").strip().replace(" ", "")
     if not code:
         return None
-    for device in devices_for_user(user, confirmed=True):
-        if device.verify_token(code):
-            return "totp" if device.__class__.__name__ == "TOTPDevice" else "backup_code"
-    return None
+    # match_token: in one transaction, devices_for_user(for_verify=True) then verify_token on each.
+    device = match_token(user, code)
+    if device is None:
+        return None
+    return "totp" if device.__class__.__name__ == "TOTPDevice" else "backup_code"
 
 
 def mark_fresh(session) -> None:

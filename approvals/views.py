@@ -25,7 +25,14 @@ from approvals.forms import (
 )
 from approvals.lists import QUEUE, WATCHING
 from approvals.models import Proposal
-from approvals.pages import detail_context, page_hash, queue_context, reviewed_context, watching_context
+from approvals.pages import (
+    code_hint,
+    detail_context,
+    page_hash,
+    queue_context,
+    reviewed_context,
+    watching_context,
+)
 from approvals.states import State
 from tenants import queries as tenant_queries
 from tenants.queries import DECIDING_ROLES
@@ -118,9 +125,15 @@ def decide(request, proposal_id):
         return _decision_response(request, proposal, 400, form=form)
     data = form.cleaned_data
     try:
+        # Approve, reject and ask all need the same step-up: each signs a decision for the agent.
+        step_up = stepup.step_up_for(request.user, data["otp_code"], request.session)
         if data["action"] == "ask":
             services.request_info(
-                proposal.id, request.user, question=data["question"], digest_seen=data["digest"]
+                proposal.id,
+                request.user,
+                question=data["question"],
+                digest_seen=data["digest"],
+                step_up=step_up,
             )
         else:
             services.cast_vote(
@@ -130,7 +143,7 @@ def decide(request, proposal_id):
                 digest_seen=data["digest"],
                 reason=data["reason"],
                 reservation=data["reservation"] if data["action"] == "approve" else "",
-                step_up=stepup.step_up_for(request.user, data["otp_code"], request.session),
+                step_up=step_up,
                 page_hash=page_hash(proposal),
             )
     except services.ServiceError as error:
@@ -184,6 +197,7 @@ def edit(request, proposal_id):
                     arguments=form.cleaned_data["arguments"],
                     digest_seen=form.cleaned_data["digest"],
                     note=form.cleaned_data["note"],
+                    step_up=stepup.step_up_for(request.user, form.cleaned_data["otp_code"], request.session),
                 )
             except services.ServiceError as error:
                 form.add_error(_field_for(error, form), error.message)
@@ -201,5 +215,6 @@ def edit(request, proposal_id):
         "form": form,
         "why_not": why_not[1] if why_not else "",
         "open": proposal.state == State.AWAITING_REVIEW,
+        "code_hint": code_hint(proposal),
     }
     return render(request, "approvals/edit.html", context, status=status)

@@ -71,6 +71,8 @@ class Verb(models.TextChoices):
     DEVICE_ENROLLED = "device.enrolled"
     DEVICE_RESET = "device.reset"
     SIGN_IN_CODE_REFUSED = "sign_in.code_refused"
+    SIGN_IN_THROTTLED = "sign_in.throttled"
+    PERSON_CHANGED = "person.changed"
     INTAKE_REFUSED = "intake.refused"
     SIGNING_KEY_ROTATED = "signing_key.rotated"
     EXPORT_CREATED = "export.created"

@@ -7,6 +7,7 @@ channel layer, a generated SECRET_KEY and signing key. With DEBUG off every secr
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -112,6 +113,8 @@ INSTALLED_APPS = [
     "django_otp",
     "django_otp.plugins.otp_totp",
     "django_otp.plugins.otp_static",
+    "axes",
+    "csp",
     "tenants",
     "accounts",
     "audit",
@@ -120,6 +123,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -128,6 +132,15 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: it turns a throttled sign-in into AXES_LOCKOUT_CALLABLE's page.
+    "axes.middleware.AxesMiddleware",
+]
+
+# django-axes checks every sign-in first (throttled accounts and addresses are refused before the
+# password is checked), then Django's own backend. accounts/throttle.py says how it is used.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 
 ROOT_URLCONF = "reviewer.urls"
@@ -205,6 +218,20 @@ OTP_TOTP_THROTTLE_FACTOR = env_int("OTP_TOTP_THROTTLE_FACTOR", 1)
 OTP_STATIC_THROTTLE_FACTOR = env_int("OTP_STATIC_THROTTLE_FACTOR", 1)
 OTP_TOTP_ISSUER = env_str("OTP_TOTP_ISSUER", "Reviewer")
 
+# Sign-in throttling (django-axes, accounts/throttle.py): after SIGN_IN_FAILURE_LIMIT failures (a wrong
+# password, or a right one with a wrong code) an account, and separately a client address, is refused
+# for SIGN_IN_COOL_OFF_SECONDS. Short on purpose: an attacker's failures keep the person out only briefly.
+SIGN_IN_COOL_OFF_SECONDS = env_int("SIGN_IN_COOL_OFF_SECONDS", 120)
+AXES_FAILURE_LIMIT = env_int("SIGN_IN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(seconds=SIGN_IN_COOL_OFF_SECONDS)
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each on its own: per account and per address
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "accounts.throttle.client_address"
+AXES_LOCKOUT_CALLABLE = "accounts.throttle.refused_page"
+AXES_USERNAME_FORM_FIELD = "username"
+AXES_SENSITIVE_PARAMETERS = ["password", "otp_token"]
+AXES_VERBOSE = False
+
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
@@ -212,6 +239,38 @@ CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
 SESSION_COOKIE_AGE = env_int("SESSION_COOKIE_AGE", 8 * 3600)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
+
+# Behind a TLS-terminating proxy (the production set-up), the proxy says the request came over https with
+# X-Forwarded-Proto. Only trust this header when the proxy always sets it (it overwrites what a client
+# sends); set SECURE_PROXY_SSL_HEADER to an empty value when Daphne terminates TLS itself.
+_proxy_ssl_header = env_str("SECURE_PROXY_SSL_HEADER", "" if DEBUG else "HTTP_X_FORWARDED_PROTO")
+SECURE_PROXY_SSL_HEADER = (_proxy_ssl_header, "https") if _proxy_ssl_header else None
+# With DEBUG off, http is redirected to https and browsers are told to use https only (HSTS). The
+# defaults make `manage.py check --deploy` clean; HSTS preload is a promise to browsers: keep it only for a
+# domain that will always serve https (SECURE_HSTS_PRELOAD=false to opt out).
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEBUG)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 365 * 24 * 3600)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", not DEBUG)
+
+# Content-Security-Policy (django-csp): scripts and styles only from this origin, no inline script at
+# all (the pages have none; htmx's own indicator styles are off in base.html), no plugins, no framing,
+# forms post only here. Style attributes stay allowed (the audit charts' SVG and the admin use a few);
+# they cannot run code. connect-src 'self' covers the page's own WebSocket.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "style-src-attr": ["'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -280,5 +339,10 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     # The a2a SDK logs whole agent cards at INFO on every fetch.
-    "loggers": {"httpx": {"level": "WARNING"}, "daphne": {"level": "WARNING"}, "a2a": {"level": "WARNING"}},
+    "loggers": {
+        "httpx": {"level": "WARNING"},
+        "daphne": {"level": "WARNING"},
+        "a2a": {"level": "WARNING"},
+        "axes": {"level": "WARNING"},  # every sign-in attempt at INFO
+    },
 }

@@ -10,6 +10,7 @@ from audit import views as audit_views
 admin.site.__class__ = OTPAdminSite
 
 urlpatterns = [
+    path("admin/login/", account_views.admin_sign_in),  # one sign-in form for everyone (accounts/views.py)
     path("admin/", admin.site.urls),
     path("accounts/login/", account_views.login_view, name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

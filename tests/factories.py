@@ -213,6 +213,11 @@ def in_seconds(seconds: int) -> datetime:
     return datetime.now(UTC) + timedelta(seconds=seconds)
 
 
+def fresh_step_up(user):
+    """A step-up with the code the person's authenticator shows now (votes, questions and edits need one)."""
+    return step_up_for(user, totp_code(user))
+
+
 def approve(agent, reviewer, **submit_kwargs):
     """Submit a proposal and approve it with one vote (the policy must need just that one).
     Returns (proposal, decision)."""

@@ -35,6 +35,7 @@ from approvals.services.devices import (  # noqa: F401
     BACKUP_CODE_COUNT,
     confirm_totp_enrollment,
     record_sign_in_code_refused,
+    record_sign_in_throttled,
     reset_devices,
     start_totp_enrollment,
 )
@@ -83,6 +84,10 @@ from approvals.services.outbox import (  # noqa: F401
     mark_outbox_failed,
     outbox_backoff_seconds,
     withdraw_outbox,
+)
+from approvals.services.people import (  # noqa: F401
+    person_values,
+    record_person_changed,
 )
 from approvals.services.policies import (  # noqa: F401
     POLICY_VERSION_DEFAULTS,

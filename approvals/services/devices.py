@@ -3,31 +3,65 @@
 from django.db import transaction
 
 from approvals.models import TenantMembership
-from approvals.services.common import actor_label, record
+from approvals.services.common import SYSTEM, actor_label, record
 from approvals.services.errors import Conflict, DeviceResetRefused, ServiceError
 from audit.models import Verb
 
 BACKUP_CODE_COUNT = 10
 
 
-def _person_chains(user) -> list[int | None]:
+def person_chains(user) -> list[int | None]:
     """A device belongs to a person, not a tenant: every tenant they work in records the change."""
     return list(TenantMembership.objects.filter(user=user).values_list("tenant_id", flat=True)) or [None]
 
 
-def record_sign_in_code_refused(user, *, throttled: bool) -> None:
-    """The right password with a wrong (or throttled) one-time code: the password may be known to
-    someone else, which the person's tenants should see. Nothing typed is recorded. (A wrong password
-    is not recorded: anyone could flood the trail with those.)"""
+def record_sign_in_code_refused(user) -> None:
+    """The right password with a wrong one-time code: the password may be known to someone else, which
+    the person's tenants should see. Nothing typed is recorded. (A wrong password is not recorded: anyone
+    could flood the trail with those; sign-in throttling is recorded by record_sign_in_throttled.) At most
+    AXES_FAILURE_LIMIT of these per cool-down, since axes counts them."""
     with transaction.atomic():
-        for tenant_id in _person_chains(user):
+        for tenant_id in person_chains(user):
             record(
                 tenant_id,
                 actor=actor_label(user),
                 verb=Verb.SIGN_IN_CODE_REFUSED,
                 subject=f"user:{user.get_username()}",
-                data={"throttled": throttled},
+                data={},
             )
+
+
+def record_sign_in_throttled(
+    *, username: str, address: str, since, failure_limit: int, cool_off_seconds: int
+) -> bool:
+    """One event when an account or a client address reaches the sign-in failure limit, in the chains of
+    the person's tenants (the system chain for an unknown name). Further refused attempts in the same
+    cool-down (since `since`) are not recorded again: the trail must not be floodable. Returns whether it
+    recorded."""
+    from django.contrib.auth import get_user_model
+
+    from audit.models import AuditEvent
+
+    subject = f"sign_in:{username}"
+    with transaction.atomic():
+        if AuditEvent.objects.filter(
+            subject=subject, verb=Verb.SIGN_IN_THROTTLED, at__gte=since, data__address=address
+        ).exists():
+            return False
+        person = get_user_model().objects.filter(username=username).first()
+        for tenant_id in person_chains(person) if person is not None else [None]:
+            record(
+                tenant_id,
+                actor=SYSTEM,
+                verb=Verb.SIGN_IN_THROTTLED,
+                subject=subject,
+                data={
+                    "address": address,
+                    "failure_limit": failure_limit,
+                    "cool_off_seconds": cool_off_seconds,
+                },
+            )
+    return True
 
 
 def _enrolling_device(device_model, user):
@@ -69,7 +103,7 @@ def confirm_totp_enrollment(user, *, code: str) -> tuple[object, list[str]]:
             backup = StaticDevice.objects.create(user=user, name="backup codes", confirmed=True)
             codes = [StaticToken.random_token() for _ in range(BACKUP_CODE_COUNT)]
             StaticToken.objects.bulk_create([StaticToken(device=backup, token=c) for c in codes])
-            for tenant_id in _person_chains(user):
+            for tenant_id in person_chains(user):
                 record(
                     tenant_id,
                     actor=actor_label(user),
@@ -100,7 +134,7 @@ def reset_devices(user, *, actor, reason: str = "") -> int:
         devices = list(devices_for_user(user, confirmed=None))
         for device in devices:
             device.delete()
-        for tenant_id in _person_chains(user):
+        for tenant_id in person_chains(user):
             record(
                 tenant_id,
                 actor=actor_label(actor),

@@ -40,6 +40,34 @@ def _check_step_up(proposal: Proposal, step_up: StepUp | None) -> tuple[str, dat
     return None
 
 
+def _stepped_up(
+    proposal: Proposal, actor, step_up: StepUp | None, act: str = "vote"
+) -> tuple[tuple[str, datetime] | None, VoteRefused | None]:
+    """(method, time) when the step-up satisfies the proposal's policy, else a refusal whose audit event
+    is already recorded. Approve, reject, ask and edit all change what the agent receives, so all four
+    need it. The caller lets the transaction commit (the refusal is evidence) and raises afterwards."""
+    step = _check_step_up(proposal, step_up)
+    if step is not None:
+        return step, None
+    refusal = (
+        VoteRefused(
+            "step_up_failed",
+            "that code is not valid (or was already used); try the current code",
+            "otp_code",
+        )
+        if step_up is not None and step_up.refused
+        else VoteRefused("step_up_required", f"this {act} needs a fresh one-time code", "otp_code")
+    )
+    record(
+        proposal.tenant_id,
+        actor=actor_label(actor),
+        verb=Verb.STEP_UP_FAILED,
+        subject=proposal_subject(proposal),
+        data={"code": refusal.code},
+    )
+    return None, refusal
+
+
 def cast_vote(
     proposal_id,
     actor,
@@ -70,24 +98,7 @@ def cast_vote(
         refusal = _vote_refusal(proposal, actor, digest_seen, clock)
         step = None
         if refusal is None:
-            step = _check_step_up(proposal, step_up)
-            if step is None:
-                refusal = (
-                    VoteRefused(
-                        "step_up_failed",
-                        "that code is not valid (or was already used); try the current code",
-                        "otp_code",
-                    )
-                    if step_up is not None and step_up.refused
-                    else VoteRefused("step_up_required", "this vote needs a fresh one-time code", "otp_code")
-                )
-                record(
-                    proposal.tenant_id,
-                    actor=actor_label(actor),
-                    verb=Verb.STEP_UP_FAILED,
-                    subject=proposal_subject(proposal),
-                    data={"code": refusal.code},
-                )
+            step, refusal = _stepped_up(proposal, actor, step_up)
         if refusal is not None:
             if refusal.code == "expired":
                 _expire(proposal, reason="a vote arrived after expiry: silence never approves")
@@ -212,8 +223,11 @@ def _approver(vote: Vote, group_slug: str | None) -> dict:
     }
 
 
-def request_info(proposal_id, actor, *, question: str, digest_seen: str) -> Decision:
-    """Ask the agent a question: a needs_info decision; the agent answers with a new proposal."""
+def request_info(
+    proposal_id, actor, *, question: str, digest_seen: str, step_up: StepUp | None = None
+) -> Decision:
+    """Ask the agent a question: a needs_info decision; the agent answers with a new proposal. It needs
+    the same step-up as a vote (`step_up`, checked by the caller), since it signs a decision."""
     question = (question or "").strip()
     if not question:
         raise VoteRefused("question_required", "write the question the agent must answer", "question")
@@ -222,27 +236,42 @@ def request_info(proposal_id, actor, *, question: str, digest_seen: str) -> Deci
         refusal = _vote_refusal(proposal, actor, digest_seen, timezone.now(), once_per_person=False)
         if refusal:
             raise refusal
-        transition(proposal, State.INFO_REQUESTED, actor=actor_label(actor), reason=question)
-        return _issue_decision(
-            proposal,
-            Decision.Kind.NEEDS_INFO,
-            reason=question,
-            approvers=[_person(actor, "none")],
-        )
+        step, refusal = _stepped_up(proposal, actor, step_up, "question")
+        if refusal is None:
+            transition(proposal, State.INFO_REQUESTED, actor=actor_label(actor), reason=question)
+            decision = _issue_decision(
+                proposal,
+                Decision.Kind.NEEDS_INFO,
+                reason=question,
+                approvers=[_person(actor, step)],
+            )
+    if refusal is not None:
+        raise refusal  # after the commit: the step-up failure stays recorded
+    return decision
 
 
-def _person(user, method: str) -> dict:
+def _person(user, step: tuple[str, datetime]) -> dict:
+    method, auth_at = step
     return {
         "sub": f"user:{user.get_username()}",
         "name": user.get_full_name() or user.get_username(),
         "group": None,
-        "auth": {"method": method, "at": _audit_time(timezone.now())},
+        "auth": {"method": method, "at": _audit_time(auth_at)},
     }
 
 
-def edit_proposal(proposal_id, actor, *, arguments: dict, digest_seen: str, note: str = "") -> Proposal:
+def edit_proposal(
+    proposal_id,
+    actor,
+    *,
+    arguments: dict,
+    digest_seen: str,
+    note: str = "",
+    step_up: StepUp | None = None,
+) -> Proposal:
     """A reviewer's edit never mutates a proposal: it creates a successor with a new digest that needs
-    the full quorum again (and its author cannot approve it); the old one becomes superseded."""
+    the full quorum again (and its author cannot approve it); the old one becomes superseded. It needs
+    the same step-up as a vote (`step_up`), since it changes what reviewers are asked to release."""
     if not isinstance(arguments, dict):
         raise EditRefused("bad_arguments", "arguments must be an object", "arguments")
     if (number := first_number(arguments, ("arguments",))) is not None:  # the intake rule (issue 13.6)
@@ -255,58 +284,68 @@ def edit_proposal(proposal_id, actor, *, arguments: dict, digest_seen: str, note
         action = {**old.action, "arguments": arguments}
         if action == old.action:
             raise EditRefused("no_change", "the edit changes nothing", "arguments")
-        digest = action_digest(action)
-        edits = Proposal.objects.filter(
-            agent=old.agent, task_id=old.task_id, request_id__startswith=f"{old.request_id}.edit"
-        ).count()
-        new = Proposal.objects.create(
-            tenant_id=old.tenant_id,
-            agent=old.agent,
-            task_id=old.task_id,
-            context_id=old.context_id,
-            request_id=f"{old.request_id}.edit{edits + 1}",
-            summary=old.summary[:480] + " (edited)",
-            action=action,
-            action_canonical=canonical_bytes(action).decode(),
-            action_digest=digest,
-            tool=old.tool,
-            target_key=target_key(action),
-            principal_id=old.principal_id,
-            principal_display=old.principal_display,
-            agent_version=old.agent_version,
-            consequences=old.consequences,
-            diff=old.diff,
-            evidence=old.evidence,
-            edited_by=actor,
-            expires_at=old.expires_at,
-        )
-        record(
-            old.tenant_id,
-            actor=actor_label(actor),
-            verb=Verb.PROPOSAL_SUBMITTED,
-            subject=proposal_subject(new),
-            data={
-                "via": "edit",
-                "edited_from": str(old.id),
-                "task_id": new.task_id,
-                "request_id": new.request_id,
-                "tool": new.tool,
-                "action_digest": digest,
-                "previous_digest": old.action_digest,
-                "note": note,
-            },
-        )
-        transition(
-            old,
-            State.SUPERSEDED,
-            actor=actor_label(actor),
-            reason=note or "edited by a reviewer",
-            data={"successor": str(new.id)},
-        )
-        new.supersedes = old
-        new.save(update_fields=["supersedes"])
-        remaining = max(int((old.expires_at - timezone.now()).total_seconds()), 1)
-        _evaluate_and_route(
-            new, requested_expiry=timezone.now() + timedelta(seconds=remaining), actor=actor_label(actor)
-        )
+        _, refusal = _stepped_up(old, actor, step_up, "edit")
+        if refusal is None:
+            new = _create_edited(old, actor, action, note)
+    if refusal is not None:
+        raise EditRefused(refusal.code, refusal.message, refusal.field)
+    return new
+
+
+def _create_edited(old: Proposal, actor, action: dict, note: str) -> Proposal:
+    """The successor proposal of an edit, routed like a new one (inside the caller's transaction)."""
+    digest = action_digest(action)
+    edits = Proposal.objects.filter(
+        agent=old.agent, task_id=old.task_id, request_id__startswith=f"{old.request_id}.edit"
+    ).count()
+    new = Proposal.objects.create(
+        tenant_id=old.tenant_id,
+        agent=old.agent,
+        task_id=old.task_id,
+        context_id=old.context_id,
+        request_id=f"{old.request_id}.edit{edits + 1}",
+        summary=old.summary[:480] + " (edited)",
+        action=action,
+        action_canonical=canonical_bytes(action).decode(),
+        action_digest=digest,
+        tool=old.tool,
+        target_key=target_key(action),
+        principal_id=old.principal_id,
+        principal_display=old.principal_display,
+        agent_version=old.agent_version,
+        consequences=old.consequences,
+        diff=old.diff,
+        evidence=old.evidence,
+        edited_by=actor,
+        expires_at=old.expires_at,
+    )
+    record(
+        old.tenant_id,
+        actor=actor_label(actor),
+        verb=Verb.PROPOSAL_SUBMITTED,
+        subject=proposal_subject(new),
+        data={
+            "via": "edit",
+            "edited_from": str(old.id),
+            "task_id": new.task_id,
+            "request_id": new.request_id,
+            "tool": new.tool,
+            "action_digest": digest,
+            "previous_digest": old.action_digest,
+            "note": note,
+        },
+    )
+    transition(
+        old,
+        State.SUPERSEDED,
+        actor=actor_label(actor),
+        reason=note or "edited by a reviewer",
+        data={"successor": str(new.id)},
+    )
+    new.supersedes = old
+    new.save(update_fields=["supersedes"])
+    remaining = max(int((old.expires_at - timezone.now()).total_seconds()), 1)
+    _evaluate_and_route(
+        new, requested_expiry=timezone.now() + timedelta(seconds=remaining), actor=actor_label(actor)
+    )
     return new

@@ -442,14 +442,14 @@ def test_a_group_member_must_belong_to_the_tenant(as_author, tenant, reviewer_a,
     assert not finance.members.filter(pk=outsider.pk).exists()
 
 
-def test_tenant_members_are_set_through_the_audited_service(as_author, tenant, admin_user):
-    dana = factories.make_user("dana")
+def tenant_form_adding(tenant, user, *, principal_id="") -> dict:
+    """The tenant's change form as posted: its members as they are, and `user` added as a reviewer."""
     prefix = "memberships"
     existing = list(tenant.memberships.all())
     data = {
         "name": tenant.name,
         "default_ttl_seconds": tenant.default_ttl_seconds,
-        "admin_group": tenant.admin_group_id,
+        "admin_group": tenant.admin_group_id or "",
         "_save": "Save",
         f"{prefix}-TOTAL_FORMS": len(existing) + 1,
         f"{prefix}-INITIAL_FORMS": len(existing),
@@ -470,11 +470,17 @@ def test_tenant_members_are_set_through_the_audited_service(as_author, tenant, a
     data.update(
         {
             f"{prefix}-{new}-tenant": tenant.pk,
-            f"{prefix}-{new}-user": dana.pk,
+            f"{prefix}-{new}-user": user.pk,
             f"{prefix}-{new}-role": "reviewer",
-            f"{prefix}-{new}-principal_id": "dana-ext",
+            f"{prefix}-{new}-principal_id": principal_id,
         }
     )
+    return data
+
+
+def test_tenant_members_are_set_through_the_audited_service(as_author, tenant, admin_user):
+    dana = factories.make_user("dana")
+    data = tenant_form_adding(tenant, dana, principal_id="dana-ext")
 
     response = as_author.post(url("tenant", "change", tenant.pk), data)
 
@@ -591,3 +597,103 @@ def test_the_admin_refuses_a_session_not_verified_with_a_one_time_code(client, a
     response = client.get("/admin/")
 
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# People (issue 9.1): a tenant admin cannot raise herself, and people of other tenants are invisible
+
+
+@pytest.fixture
+def people_admin(client, admin_user):
+    """A tenant admin of acme with what the README's device reset needs: staff, the domain's permissions
+    and view/change on users."""
+    admin_user.is_staff = True
+    admin_user.save(update_fields=["is_staff"])
+    admin_user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label__in=["approvals", "tenants"])
+        | Permission.objects.filter(content_type__app_label="auth", codename__in=["view_user", "change_user"])
+    )
+    factories.sign_in_verified(client, admin_user)
+    return client
+
+
+def person_url(view: str, *args) -> str:
+    return reverse(f"admin:auth_user_{view}", args=args)
+
+
+def test_a_tenant_admin_cannot_make_herself_superuser_or_change_flags(people_admin, admin_user):
+    form = {
+        "username": "admin",
+        "first_name": "Dana",
+        "last_name": "",
+        "email": "admin@example.test",
+        "is_active": "on",
+        "is_staff": "on",
+        "is_superuser": "on",
+        "user_permissions": [p.pk for p in Permission.objects.all()],
+        "date_joined_0": "2026-01-01",
+        "date_joined_1": "00:00:00",
+    }
+    response = people_admin.post(person_url("change", admin_user.pk), form)
+
+    assert response.status_code == 302
+    admin_user.refresh_from_db()
+    assert not admin_user.is_superuser
+    assert admin_user.user_permissions.count() < Permission.objects.count()
+    assert admin_user.first_name == "Dana"  # the part she may change
+    changed = AuditEvent.objects.get(verb=Verb.PERSON_CHANGED, subject="user:admin")
+    assert changed.actor == "user:admin" and changed.data["fields"] == ["first_name"]
+    assert people_admin.get(person_url("password_change", admin_user.pk)).status_code == 403
+    assert people_admin.get(person_url("add")).status_code == 403
+
+
+def test_people_of_another_tenant_are_invisible_to_a_tenant_admin(
+    people_admin, admin_user, reviewer_a, outsider, tenant
+):
+    root = factories.policy_admins()[0]  # a superuser is never listed to a tenant admin either
+    listed = people_admin.get(person_url("changelist")).context["cl"].result_list
+    assert {person.username for person in listed} == {"admin", "reviewer_a"}
+    popup = people_admin.get(person_url("changelist"), {"_popup": "1", "_to_field": "id", "q": "o"})
+    assert {person.username for person in popup.context["cl"].result_list} <= {"admin", "reviewer_a"}
+    for person in (outsider, root):
+        assert people_admin.get(person_url("change", person.pk)).status_code == 302  # "does not exist"
+        assert people_admin.get(person_url("history", person.pk)).status_code in {302, 404}
+        assert people_admin.get(person_url("password_change", person.pk)).status_code in {403, 404}
+    autocomplete = people_admin.get(
+        "/admin/autocomplete/",
+        {"app_label": "tenants", "model_name": "tenantmembership", "field_name": "user", "term": "out"},
+    )
+    assert "outsider" not in autocomplete.content.decode()
+
+    # Typing the outsider's id into the members' raw-id box does not add them to acme.
+    response = people_admin.post(url("tenant", "change", tenant.pk), tenant_form_adding(tenant, outsider))
+    assert response.status_code == 200
+    assert not TenantMembership.objects.filter(tenant=tenant, user=outsider).exists()
+
+    # The device reset action only reaches people she may see.
+    people_admin.post(
+        person_url("changelist"), {"action": "reset_otp_devices", "_selected_action": [outsider.pk]}
+    )
+    assert not AuditEvent.objects.filter(verb=Verb.DEVICE_RESET).exists()
+
+
+def test_a_superusers_change_of_staff_flags_is_recorded_in_the_persons_tenants(as_author, reviewer_a):
+    form = {
+        "username": "reviewer_a",
+        "first_name": reviewer_a.first_name,
+        "last_name": "",
+        "email": reviewer_a.email,
+        "is_active": "on",
+        "is_staff": "on",
+        "date_joined_0": "2026-01-01",
+        "date_joined_1": "00:00:00",
+    }
+    response = as_author.post(person_url("change", reviewer_a.pk), form)
+
+    assert response.status_code == 302
+    event = AuditEvent.objects.get(verb=Verb.PERSON_CHANGED, subject="user:reviewer_a")
+    assert (
+        event.actor == "user:policy-author"
+        and event.chain == f"tenant:{reviewer_a.tenant_memberships.get().tenant_id}"
+    )
+    assert event.data["values"]["is_staff"] == {"from": False, "to": True}

@@ -12,7 +12,7 @@ from approvals.stepup import step_up_for
 from audit.models import AuditEvent, Verb
 from tests import factories
 from tests.concurrency import requires_postgres, run_together
-from tests.factories import approve, submit, totp_code
+from tests.factories import approve, fresh_step_up, submit, totp_code
 
 pytestmark = pytest.mark.django_db
 
@@ -121,7 +121,11 @@ def test_expired_decision_is_refused_by_the_clock(agent, refund_policy, requeste
 def test_superseded_proposal_refuses_its_decision(agent, refund_policy, requester, reviewer_a):
     first = submit(agent, task_id="task-1")
     question = services.request_info(
-        first.id, reviewer_a, question="Which card?", digest_seen=first.action_digest
+        first.id,
+        reviewer_a,
+        question="Which card?",
+        digest_seen=first.action_digest,
+        step_up=fresh_step_up(reviewer_a),
     )
     submit(agent, task_id="task-1", supersedes=first.request_id)
 

@@ -9,7 +9,6 @@ import pytest
 import time_machine
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
-from django.conf import settings as django_settings
 from django.contrib.sessions.backends.db import SessionStore
 from django.test import Client
 from django.urls import reverse
@@ -54,10 +53,18 @@ def password_only_session(user) -> str:
     return client.cookies["sessionid"].value
 
 
-def socket(path: str, session_id: str | None = None) -> WebsocketCommunicator:
+# Where the reviewer's page was served from: the socket's Host, and the Origin its page sends.
+HOST = "127.0.0.1:8000"
+
+
+def socket(
+    path: str, session_id: str | None = None, origin: str | None = f"http://{HOST}"
+) -> WebsocketCommunicator:
     from reviewer.asgi import application
 
-    headers = [(b"origin", f"http://{django_settings.ALLOWED_HOSTS[0]}".encode())]
+    headers = [(b"host", HOST.encode())]
+    if origin is not None:
+        headers.append((b"origin", origin.encode()))
     if session_id:
         headers.append((b"cookie", f"sessionid={session_id}; csrftoken=test-csrf".encode()))
     return WebsocketCommunicator(application, path, headers=headers)
@@ -80,8 +87,8 @@ async def connected_with_state(path: str, session_id: str | None) -> tuple[Webso
     return communicator, await communicator.receive_from(timeout=TIMEOUT)
 
 
-async def refused(path: str, session_id: str | None) -> bool:
-    communicator = socket(path, session_id)
+async def refused(path: str, session_id: str | None, **socket_kwargs) -> bool:
+    communicator = socket(path, session_id, **socket_kwargs)
     ok, _ = await communicator.connect(timeout=TIMEOUT)
     await communicator.disconnect()  # end the application instance either way, with its database work
     return not ok
@@ -111,6 +118,32 @@ async def test_anonymous_and_password_only_sockets_are_refused(proposal, reviewe
     for path in ("/ws/queue/", proposal_path(proposal)):
         assert await refused(path, None)
         assert await refused(path, half)
+
+
+@pytest.mark.parametrize(
+    "origin",
+    [
+        "http://127.0.0.1:9999",  # another port: another site
+        "https://127.0.0.1",  # another scheme and port
+        "http://localhost:8300",
+        "http://127.0.0.1:8000.evil.example",
+        "http://evil.example",
+        "null",
+        None,  # no Origin at all
+    ],
+)
+async def test_a_page_of_another_origin_cannot_open_a_reviewers_socket(proposal, reviewer_a, origin):
+    """Issue 9.8: scheme, host and port of the Origin are compared, not the host alone."""
+    session = await database_sync_to_async(sign_in)(reviewer_a)
+    assert await refused(proposal_path(proposal), session, origin=origin)
+    assert await refused("/ws/queue/", session, origin=origin)
+
+
+async def test_the_own_origin_and_the_public_base_url_may_open_a_socket(proposal, reviewer_a, settings):
+    settings.REVIEWER_ISSUER = "https://reviewer.example"
+    session = await database_sync_to_async(sign_in)(reviewer_a)
+    for origin in (f"http://{HOST}", "https://reviewer.example", "https://reviewer.example:443"):
+        assert not await refused(proposal_path(proposal), session, origin=origin), origin
 
 
 async def test_an_outsider_cannot_open_another_tenants_proposal(proposal, outsider):

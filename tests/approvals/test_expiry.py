@@ -12,7 +12,7 @@ from approvals.states import State
 from approvals.stepup import step_up_for
 from audit.models import AuditEvent, Verb
 from tests import factories
-from tests.factories import approve, submit, totp_code
+from tests.factories import approve, fresh_step_up, submit, totp_code
 
 pytestmark = pytest.mark.django_db
 
@@ -53,7 +53,11 @@ def test_a_waiting_proposal_expires_at_its_time_and_its_task_is_cancelled(agent,
 def test_a_proposal_waiting_for_an_answer_expires_too(agent, refund_policy, requester, reviewer_a):
     proposal = submit(agent)
     services.request_info(
-        proposal.id, reviewer_a, question="Which order?", digest_seen=proposal.action_digest
+        proposal.id,
+        reviewer_a,
+        question="Which order?",
+        digest_seen=proposal.action_digest,
+        step_up=fresh_step_up(reviewer_a),
     )
 
     assert services.expire_due(now=proposal.expires_at + SECOND) == 1

@@ -18,6 +18,7 @@ from approvals.states import State
 from approvals.stepup import step_up_for
 from audit.models import AuditEvent
 from tests import factories
+from tests.factories import fresh_step_up
 
 pytestmark = pytest.mark.django_db
 
@@ -212,7 +213,13 @@ def test_supersedes_a_request_that_can_no_longer_be_replaced_is_refused(
 
 def test_supersedes_replaces_a_request_waiting_for_an_answer(agent, refund_policy, requester, reviewer_a):
     old, _ = submit_body(agent, body(request_id="r-1"))
-    services.request_info(old.id, reviewer_a, question="Which card?", digest_seen=old.action_digest)
+    services.request_info(
+        old.id,
+        reviewer_a,
+        question="Which card?",
+        digest_seen=old.action_digest,
+        step_up=fresh_step_up(reviewer_a),
+    )
 
     new, created = submit_body(agent, body(request_id="r-2", supersedes="r-1"))
 

@@ -133,3 +133,51 @@ def test_twenty_simultaneous_votes_end_in_the_one_state_their_commit_order_impli
     assert OutboxMessage.objects.filter(proposal=proposal).count() == 1
     assert events.filter(verb=Verb.DECISION_SIGNED).count() == 1
     assert verify_chain(f"tenant:{tenant.id}").ok
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_code_sent_with_twenty_simultaneous_votes_approves_exactly_one_proposal():
+    """Issue 9.2: the same one-time code on twenty votes at once (twenty proposals, one reviewer). The
+    device row is locked while the code is checked and its last used step saved, so exactly one vote
+    gets the code; the others are refused as a used code and nothing else is recorded for them."""
+    tenant = factories.make_tenant()
+    agent = factories.make_agent(tenant)
+    factories.make_policy(tenant, "refunds", thresholds=[{"group": "finance", "count": NEEDED}])
+    (reviewer,) = finance_members(tenant, 1)
+    proposals = [submit(agent) for _ in range(THREADS)]
+    code = totp_code(reviewer)
+    barrier = threading.Barrier(THREADS)
+    outcomes: list[str | None] = [None] * THREADS
+
+    def vote(index: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            services.cast_vote(
+                proposals[index].id,
+                reviewer,
+                verdict="approve",
+                step_up=step_up_for(reviewer, code),
+                digest_seen=proposals[index].action_digest,
+            )
+            outcomes[index] = "voted"
+        except services.VoteRefused as refused:
+            outcomes[index] = refused.code
+        except Exception as error:  # anything else fails the test below
+            outcomes[index] = repr(error)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=vote, args=(index,)) for index in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads)
+
+    assert outcomes.count("voted") == 1, outcomes
+    assert outcomes.count("step_up_failed") == THREADS - 1, outcomes
+    assert Vote.objects.filter(voter=reviewer).count() == 1
+    assert Vote.objects.get(voter=reviewer).auth_method == "totp"
+    refused = AuditEvent.objects.filter(verb=Verb.STEP_UP_FAILED, data__code="step_up_failed")
+    assert refused.count() == THREADS - 1
+    assert verify_chain(f"tenant:{tenant.id}").ok

@@ -17,7 +17,7 @@ from approvals.states import State
 from approvals.stepup import step_up_for
 from audit.models import AuditEvent, Verb
 from tests import factories
-from tests.factories import submit, totp_code
+from tests.factories import fresh_step_up, submit, totp_code
 
 pytestmark = pytest.mark.django_db
 
@@ -177,6 +177,7 @@ def test_the_author_of_an_edit_cannot_approve_the_edited_proposal(
         arguments={**original.action["arguments"], "amount": "30.00"},
         digest_seen=original.action_digest,
         note="partial refund",
+        step_up=fresh_step_up(reviewer_a),
     )
 
     assert refusal(edited, reviewer_a) == "edit_author"

@@ -4,6 +4,7 @@ people without access (anonymous → sign-in, unverified → sign-in, outsider �
 import re
 from html import unescape
 
+import jwt
 import pytest
 from django.test import Client
 from django.urls import reverse
@@ -17,7 +18,7 @@ from approvals.states import State
 from approvals.stepup import step_up_for
 from audit.models import AuditEvent, Verb
 from tests import factories
-from tests.factories import PASSWORD, submit, totp_code, verified_client
+from tests.factories import PASSWORD, fresh_step_up, submit, totp_code, verified_client
 
 pytestmark = pytest.mark.django_db
 
@@ -492,11 +493,33 @@ def test_ask_needs_a_question_and_then_closes_the_proposal_for_an_answer(proposa
     assert "typed reason" in missing.content.decode()
     asked = client.post(
         action_url("decide", proposal),
-        {"action": "ask", "digest": proposal.action_digest, "question": "Which order number?"},
+        vote_form(proposal, reviewer_a, action="ask", question="Which order number?"),
     )
     assert asked.status_code == 302
     assert Proposal.objects.get(pk=proposal.pk).state == State.INFO_REQUESTED
     assert Decision.objects.get(proposal=proposal).kind == "needs_info"
+
+
+def test_ask_without_a_one_time_code_is_refused_and_signs_nothing(proposal, reviewer_a):
+    """Issue 9.3: asking signs a needs_info decision for the agent, so it needs the vote's step-up."""
+    client = verified_client(reviewer_a)
+    response = client.post(
+        action_url("decide", proposal),
+        {"action": "ask", "digest": proposal.action_digest, "question": "Which order number?"},
+    )
+    assert response.status_code == 403 and "needs a fresh one-time code" in response.content.decode()
+    assert Proposal.objects.get(pk=proposal.pk).state == State.AWAITING_REVIEW
+    assert not Decision.objects.filter(proposal=proposal).exists()
+    failures = AuditEvent.objects.filter(subject=f"proposal:{proposal.id}", verb=Verb.STEP_UP_FAILED)
+    assert [event.data["code"] for event in failures] == ["step_up_required"]
+
+    client.post(
+        action_url("decide", proposal),
+        vote_form(proposal, reviewer_a, action="ask", question="Which order number?"),
+    )
+    asked = Decision.objects.get(proposal=proposal)
+    claims = jwt.decode(asked.token, options={"verify_signature": False})
+    assert asked.kind == "needs_info" and claims["approvers"][0]["auth"]["method"] == "totp"
 
 
 def test_an_unknown_button_is_a_bad_request(proposal, reviewer_a):
@@ -520,10 +543,11 @@ def test_two_finance_approvals_reach_a_two_of_two_quorum(tenant, agent, requeste
 # Edit
 
 
-def edit_form(proposal, note="", **changes) -> dict:
-    """The edit form as a person would post it: every argument's shown value, some of them changed."""
+def edit_form(proposal, note="", user=None, **changes) -> dict:
+    """The edit form as a person would post it: every argument's shown value, some of them changed, and
+    the current one-time code of `user` (an edit needs the same step-up as a vote)."""
     form = EditArgumentsForm(proposal)
-    data = {"digest": proposal.action_digest, "note": note}
+    data = {"digest": proposal.action_digest, "note": note, "otp_code": totp_code(user) if user else ""}
     for name, key, _ in form.argument_fields:
         data[name] = changes.get(key, form.fields[name].initial)
     return data
@@ -534,7 +558,8 @@ def test_edit_makes_a_successor_that_links_back_and_shows_the_difference(proposa
     form = client.get(action_url("edit", proposal)).content.decode()
     assert 'value="40.00"' in form and "<legend>" in form
     response = client.post(
-        action_url("edit", proposal), edit_form(proposal, amount="30.00", note="customer asked for 30")
+        action_url("edit", proposal),
+        edit_form(proposal, amount="30.00", note="customer asked for 30", user=reviewer_a),
     )
     successor = Proposal.objects.get(supersedes=proposal)
     assert response.status_code == 302 and response["Location"] == detail_url(successor)
@@ -563,16 +588,32 @@ def test_edit_keeps_value_types_and_reports_bad_json(agent, refund_policy, reque
     assert bad.status_code == 400 and "write it as JSON" in bad.content.decode()
     same = client.post(action_url("edit", proposal), edit_form(proposal))
     assert same.status_code == 403 and "the edit changes nothing" in same.content.decode()
-    number = client.post(action_url("edit", proposal), edit_form(proposal, items="3"))
+    number = client.post(action_url("edit", proposal), edit_form(proposal, items="3", user=reviewer_a))
     assert (
         number.status_code == 403
         and "numbers in action.arguments are sent as strings" in number.content.decode()
     )
-    client.post(action_url("edit", proposal), edit_form(proposal, items='["a", "b"]'))
+    client.post(action_url("edit", proposal), edit_form(proposal, items='["a", "b"]', user=reviewer_a))
     assert Proposal.objects.get(supersedes=proposal).action["arguments"] == {
         "order_id": "1",
         "items": ["a", "b"],
     }
+
+
+def test_an_edit_without_a_one_time_code_is_refused_and_recorded(proposal, reviewer_a):
+    """Issue 9.3: an edit changes what reviewers are asked to release, so it needs the vote's step-up."""
+    client = verified_client(reviewer_a)
+    response = client.post(action_url("edit", proposal), edit_form(proposal, amount="4000.00"))
+    assert response.status_code == 403 and "needs a fresh one-time code" in response.content.decode()
+    assert not Proposal.objects.filter(supersedes=proposal).exists()
+    assert Proposal.objects.get(pk=proposal.pk).state == State.AWAITING_REVIEW
+    failures = AuditEvent.objects.filter(subject=f"proposal:{proposal.id}", verb=Verb.STEP_UP_FAILED)
+    assert [event.data["code"] for event in failures] == ["step_up_required"]
+
+    wrong = client.post(
+        action_url("edit", proposal), {**edit_form(proposal, amount="4000.00"), "otp_code": "000000"}
+    )
+    assert wrong.status_code == 403 and not Proposal.objects.filter(supersedes=proposal).exists()
 
 
 def test_an_ineligible_person_gets_no_edit_form(proposal, reviewer_c):
@@ -652,6 +693,7 @@ def test_the_queue_lists_exactly_what_the_vote_rules_allow(
         reviewer_b,
         arguments={"order_id": "1182", "amount": "1.00", "currency": "EUR"},
         digest_seen=refund.action_digest,
+        step_up=fresh_step_up(reviewer_b),
     )
     proposals = [ticket, fallback, edited]
     for person in (requester, reviewer_a, reviewer_b, reviewer_c, admin_user, compliance):

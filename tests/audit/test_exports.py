@@ -15,7 +15,7 @@ from audit.exports import Selection, bundle_segment, chunks
 from audit.models import AuditEvent, ExportJob, Verb
 from audit.verify import verify_bundle
 from tests.audit.util import export_bundle, lifecycle, raw, rewrite_from, tenant_ref, verify_offline
-from tests.factories import make_agent, make_policy, refund_action
+from tests.factories import fresh_step_up, make_agent, make_policy, refund_action
 
 pytestmark = pytest.mark.django_db
 
@@ -114,6 +114,7 @@ def test_export_narrowed_by_agent_includes_a_reviewers_edit_of_its_proposal(
         reviewer_a,
         arguments={**refund_action()["arguments"], "amount": "30.00"},
         digest_seen=original.action_digest,
+        step_up=fresh_step_up(reviewer_a),
     )
     assert subjects(exported(tenant, agent=agent.slug)) == {
         f"proposal:{original.id}",

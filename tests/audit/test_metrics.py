@@ -10,7 +10,7 @@ from approvals import services
 from approvals.models import PolicyVersion
 from audit.metrics import Group, collect, percentile
 from tests.audit.util import lifecycle, verified_client
-from tests.factories import make_policy, submit
+from tests.factories import fresh_step_up, make_policy, submit
 
 pytestmark = pytest.mark.django_db
 
@@ -29,7 +29,13 @@ def queue(tenant, agent, refund_policy, requester, reviewer_a, reviewer_b, any_c
     expiring = submit(agent, request_id="expiring")
     services.expire_due(now=expiring.expires_at + timedelta(seconds=1))
     asked = submit(agent, task_id="task-asked", request_id="first")
-    services.request_info(asked.id, reviewer_a, question="Which order?", digest_seen=asked.action_digest)
+    services.request_info(
+        asked.id,
+        reviewer_a,
+        question="Which order?",
+        digest_seen=asked.action_digest,
+        step_up=fresh_step_up(reviewer_a),
+    )
     submit(agent, task_id="task-asked", request_id="second", supersedes="first")  # still open
     revoked = lifecycle(agent, reviewer_a, outcome=None)
     services.revoke_decision(revoked.id, reviewer_a, reason="wrong customer")

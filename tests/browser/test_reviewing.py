@@ -157,6 +157,7 @@ def test_edit_makes_a_successor_that_someone_else_decides(
     page.get_by_role("link", name="Edit the arguments").click()
     page.get_by_label("amount").fill("30.00")
     page.get_by_label("What you changed and why").fill("Customer asked for a partial refund")
+    page.get_by_label("One-time code").fill(totp_code(reviewer_a))  # an edit needs the vote's step-up
     screenshot(page, "edit")
     page.get_by_role("button", name="Create the edited proposal").click()
 
@@ -189,6 +190,7 @@ def test_ask_for_information_and_the_agents_answer_replaces_the_proposal(
     page.get_by_role("button", name="Ask for information").click()
     expect(page.locator("#id_question_error")).to_contain_text("write the question the agent must answer")
     page.get_by_label("Question for the agent").fill("Which order was it, 1182 or 1183?")
+    page.get_by_label("One-time code").fill(totp_code(reviewer_a))  # asking needs the vote's step-up
     page.get_by_role("button", name="Ask for information").click()
     expect(page.get_by_text("Your question was sent to the agent")).to_be_visible()
     expect(live_section(page)).to_contain_text("Information requested")

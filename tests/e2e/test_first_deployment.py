@@ -94,6 +94,8 @@ class Deployment:
                 "AGENT_ALLOWED_NETWORKS": "127.0.0.0/8",
                 "SESSION_COOKIE_SECURE": "false",
                 "CSRF_COOKIE_SECURE": "false",
+                "SECURE_SSL_REDIRECT": "false",
+                "SECURE_HSTS_SECONDS": "0",
             }
         )
         self.processes: list[ServerProcess] = []
