@@ -9,7 +9,8 @@ Each tick it
    settles once the task completed (see services.apply_task_state); a request still awaiting review is
    closed if its task ended (its push may have been lost: A2A push is best-effort). Nothing here ever
    approves anything;
-4. runs the audit export jobs (audit.jobs.run_pending_exports).
+4. chains audit events left unsequenced by a process that died after its commit
+   (audit.chain.sequence_pending), and runs the audit export jobs (audit.jobs.run_pending_exports).
 
 Several workers may run side by side: claims never overlap (SKIP LOCKED on PostgreSQL, a lease written
 with compare-and-set everywhere), and every message is idempotent on the agent's side anyway.
@@ -27,6 +28,7 @@ from django.utils import timezone
 from approvals import a2a, services
 from approvals.models import Decision, OutboxMessage, Proposal
 from approvals.states import WAITING_FOR_PEOPLE, State
+from audit.chain import sequence_pending
 from audit.jobs import run_pending_exports
 
 log = logging.getLogger(__name__)
@@ -78,6 +80,7 @@ class Worker:
             ("expiry", self._expire),
             ("delivery", self.deliver_due),
             ("reconciliation", self.reconcile),
+            ("audit sequencer", lambda report, now: sequence_pending()),
             ("audit jobs", self._audit_jobs),
         ):
             try:

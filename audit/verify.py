@@ -103,7 +103,8 @@ class ChainVerifier:
     """Verify one chain (or one contiguous segment of it) fed event by event in seq order.
 
     Only the signed checkpoints are held in memory, so a chain of any length verifies in constant memory.
-    `expected` holds {seq: hash} that must be found (from an earlier bundle)."""
+    `expected` holds {seq: hash} that must be found, vouched for by `expected_source` (an earlier bundle,
+    or the checkpoint files kept outside the database)."""
 
     def __init__(
         self,
@@ -115,8 +116,10 @@ class ChainVerifier:
         start_seq: int = 1,
         start_prev_hash: str = GENESIS_HASH,
         expected: dict[int, str] | None = None,
+        expected_source: str = "the earlier bundle",
     ):
         self.chain, self.result = chain, result
+        self.expected_source = expected_source
         self.start_seq, self.start_prev_hash = start_seq, start_prev_hash
         self.expected = dict(expected or {})
         self.expected_seqs = sorted(self.expected)
@@ -183,8 +186,10 @@ class ChainVerifier:
                 f"{seq}..{event['seq']} were rewritten (hashes recomputed) or rolled back"
             )
         elif seq in self.expected and self.expected[seq] != event["hash"]:
+            seq = self.last_signed_seen + 1
             problem = (
-                "differs from the earlier bundle, which held another event at this seq (history rewritten)"
+                f"differs from {self.expected_source}, which holds another hash at seq {event['seq']}: "
+                f"events {seq}..{event['seq']} were rewritten (hashes recomputed) or rolled back"
             )
         else:
             problem = None
@@ -192,7 +197,7 @@ class ChainVerifier:
             self._fail(seq, problem)
             self.broken = True
             return False
-        if seq in self.signed:
+        if seq in self.signed or seq in self.expected:
             self.last_signed_seen = seq
         self.prev_hash = event["hash"]
         self.next_seq += 1
@@ -242,8 +247,8 @@ class ChainVerifier:
         if beyond:
             self._fail(
                 max(last_seq, limit_seq) + 1,
-                f"the earlier bundle held this chain up to seq {beyond[-1]}, "
-                "now it is shorter (events were removed)",
+                f"{self.expected_source} holds this chain up to seq {beyond[-1]}, "
+                f"now it ends at {max(last_seq, limit_seq)} (events were removed)",
             )
         return self.result
 
