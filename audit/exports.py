@@ -334,9 +334,9 @@ BUNDLE_README = """Reviewer audit bundle ({format})
 
 Verify it offline, with no database and no Django settings, from a checkout of Reviewer:
 
-    python -m audit.verify {name}
-    python -m audit.verify {name} --jwks keys-you-trust.json      # pin the signing keys
-    python -m audit.verify {name} --previous an-earlier-bundle.zip  # history was not rewritten since
+    python -m audit.verify {name} --jwks https://REVIEWER/.well-known/jwks.json  # pin the keys (or a file)
+    python -m audit.verify {name} --jwks keys.json --previous an-earlier-bundle.zip  # not rewritten since
+    python -m audit.verify {name} --trust-bundle-keys   # the keys inside: proves integrity, not authorship
 
 events.jsonl       one event per line, in chain and seq order: chain, seq, at, actor, verb, subject, data,
                    prev_hash, hash. hash = "sha256:" + hex sha256 of the RFC 8785 (JCS) form of the event

@@ -133,7 +133,7 @@ def test_export_of_a_period_holds_only_that_periods_events(mixed, tenant):
 
 def test_bundle_verifies_offline_without_django_or_a_database(mixed, tenant, tmp_path):
     bundle = export_bundle(tenant, tmp_path / "acme.zip")
-    result = verify_offline(bundle)
+    result = verify_offline(bundle, "--trust-bundle-keys")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "OK:" in result.stdout
     with zipfile.ZipFile(bundle) as archive:
@@ -302,4 +302,4 @@ def test_the_offline_verifier_accepts_pinned_keys_and_exits_2_on_an_unreadable_f
     assert result.returncode == 0 and "keys: pinned by --jwks" in result.stdout
     junk = tmp_path / "junk.zip"
     junk.write_bytes(b"not a zip")
-    assert verify_offline(junk).returncode == 2
+    assert verify_offline(junk, "--trust-bundle-keys").returncode == 2
