@@ -10,6 +10,7 @@ an event whose process died between its commit and its sequencing.
 """
 
 import logging
+import threading
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
@@ -108,11 +109,31 @@ def append(chain: str, *, actor: str, verb: str, subject: str, data: dict | None
     return event
 
 
+# One sequencer per chain and process at a time: a writer whose commit finds this process already
+# sequencing its chain leaves its event to that sequencer instead of queueing on the head's row lock.
+_sequencers: dict[str, threading.Lock] = {}
+_sequencers_guard = threading.Lock()
+# Rounds one after-commit hook runs at most under continuous load before it leaves the chain to the next
+# writer's hook (or the worker's tick): the caller's request should not carry everybody's sequencing.
+AFTER_COMMIT_ROUNDS = 10
+
+
 def sequence_after_commit(chain: str) -> None:
     """The on-commit hook. The change is committed already, so a failure here must not surface to the
     caller as if the change had failed: it is logged, and the worker's next tick chains the event."""
+    with _sequencers_guard:
+        running = _sequencers.setdefault(chain, threading.Lock())
     try:
-        sequence_chain(chain)
+        for _ in range(AFTER_COMMIT_ROUNDS):
+            if not running.acquire(blocking=False):
+                return  # this process's sequencer of the chain runs now; it looks again once done
+            try:
+                sequence_chain(chain)
+            finally:
+                running.release()
+            # A writer that committed while we held the lock saw it taken and left its event to us.
+            if not _unsequenced(chain).exists():
+                return
     except Exception:
         log.exception("sequencing %s after commit failed; the worker's next tick will chain it", chain)
 
@@ -141,13 +162,16 @@ def _seal(events: list[AuditEvent]) -> None:
 
 
 def sequence_chain(chain: str) -> int:
-    """Chain every committed unsequenced event of `chain`, in id order; returns how many."""
+    """Chain every committed unsequenced event of `chain`, in id order; returns how many. Everything
+    committed before the call is chained when it returns."""
     chained = 0
     while _unsequenced(chain).exists():  # unlocked and indexed: most calls end here
         with transaction.atomic():
             head = _locked_head(chain)
             # Read after the lock: whatever an earlier holder chained is no longer unsequenced.
             batch = list(_unsequenced(chain).order_by("id")[:SEQUENCE_BATCH])
+            if not batch:
+                return chained
             seq, prev_hash = head.seq, head.hash
             due = []
             for event in batch:
@@ -156,8 +180,6 @@ def sequence_chain(chain: str) -> int:
                 event.hash = prev_hash = hash_body(event.hashed_fields())
                 if seq % settings.AUDIT_CHECKPOINT_EVERY == 0:
                     due.append((seq, event.hash))
-            if not batch:
-                return chained
             _seal(batch)
             ChainHead.objects.filter(chain=chain).update(seq=seq, hash=prev_hash)
             for checkpoint_seq, checkpoint_hash in due:
