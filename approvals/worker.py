@@ -77,10 +77,10 @@ class Worker:
             close_old_connections()  # a long-lived process must not keep a connection the database dropped
         report = TickReport()
         for name, step in (
+            ("audit sequencer", lambda report, now: sequence_pending()),
             ("expiry", self._expire),
             ("delivery", self.deliver_due),
             ("reconciliation", self.reconcile),
-            ("audit sequencer", lambda report, now: sequence_pending()),
             ("audit jobs", self._audit_jobs),
         ):
             try:
