@@ -14,7 +14,7 @@ import threading
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, models, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Max
 
 from audit import checkpoint_files
@@ -156,9 +156,18 @@ def _unsequenced(chain: str):
 
 
 def _seal(events: list[AuditEvent]) -> None:
-    """The one update audit events ever get: seq, prev_hash and hash, once. AppendOnlyQuerySet refuses
-    updates, so this goes through a plain QuerySet; the PostgreSQL trigger allows exactly this."""
-    models.QuerySet(model=AuditEvent).bulk_update(events, ["seq", "prev_hash", "hash"])
+    """The one update audit events ever get: seq, prev_hash and hash, once, in one statement. It goes
+    around the models (AppendOnlyQuerySet refuses updates); the PostgreSQL trigger allows exactly this.
+    (Raw SQL rather than bulk_update: its CASE expressions cost more than the sequencing itself.)"""
+    rows = ", ".join(["(%s, %s, %s, %s)"] * len(events))
+    params = [value for e in events for value in (e.id, e.seq, e.prev_hash, e.hash)]
+    table = connection.ops.quote_name(AuditEvent._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET seq = v.column2, prev_hash = v.column3, hash = v.column4 "  # noqa: S608
+            f"FROM (VALUES {rows}) AS v WHERE {table}.id = v.column1",
+            params,
+        )
 
 
 def sequence_chain(chain: str) -> int:
