@@ -11,7 +11,8 @@ full tick, the safety net. Each tick it
    settles once the task completed (see services.apply_task_state); a request still awaiting review is
    closed if its task ended (its push may have been lost: A2A push is best-effort). Nothing here ever
    approves anything;
-4. runs the audit export jobs (audit.jobs.run_pending_exports);
+4. chains audit events left unsequenced by a process that died after its commit
+   (audit.chain.sequence_pending), and runs the audit export jobs (audit.jobs.run_pending_exports);
 5. sends the reviewers their e-mail digests of new proposals (approvals/notifications.py).
 
 Several workers may run side by side: claims never overlap (SKIP LOCKED on PostgreSQL, a lease written
@@ -31,6 +32,7 @@ from approvals import a2a, notifications, services, wakeup
 from approvals.models import Decision, OutboxMessage, Proposal
 from approvals.parked_tasks import ParkedTaskLister
 from approvals.states import WAITING_FOR_PEOPLE, State
+from audit.chain import sequence_pending
 from audit.jobs import run_pending_exports
 
 log = logging.getLogger(__name__)
@@ -126,6 +128,7 @@ class Worker:
             close_old_connections()  # a long-lived process must not keep a connection the database dropped
         report = TickReport()
         for name, step in (
+            ("audit sequencer", lambda report, now: sequence_pending()),
             ("expiry", self._expire),
             ("delivery", self.deliver_due),
             ("reconciliation", self.reconcile),

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.serializers.json import DjangoJSONEncoder
 
-from audit.chain import format_time, verification_jwks
+from audit.chain import format_time, sequence_chain, verification_jwks
 from audit.hashing import canonical_digest
 from audit.models import AuditEvent, Checkpoint, Verb
 from audit.records import checkpoint_dict, event_dict
@@ -96,6 +96,7 @@ def build_packet(tenant, proposal_id) -> dict | None:
     if record is None:
         return None
     subject = f"proposal:{record['id']}"
+    sequence_chain(tenant.chain)  # the packet shows committed events with their place in the chain
     events = [
         event_dict(e) for e in AuditEvent.objects.filter(chain=tenant.chain, subject=subject).order_by("seq")
     ]

@@ -29,7 +29,14 @@ from django.db.models import Q
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Substr
 
-from audit.chain import GENESIS_HASH, archive_public_key, format_time, verification_jwks
+from audit.chain import (
+    GENESIS_HASH,
+    archive_public_key,
+    format_time,
+    sequence_chain,
+    verification_jwks,
+    write_checkpoint,
+)
 from audit.models import AuditEvent, ChainHead, Checkpoint, Verb
 from audit.records import checkpoint_dict, event_pages
 from audit.verify import BUNDLE_FORMAT, manifest_payload
@@ -110,8 +117,9 @@ class Selection:
         return ", ".join(parts)
 
     def period_events(self):
-        """The chain's events in the period, up to the snapshot; not narrowed."""
-        events = AuditEvent.objects.filter(chain=self.chain)
+        """The chain's chained events in the period, up to the snapshot; not narrowed. (An event not
+        chained yet has no place in the trail: the sequencer gives it one within moments.)"""
+        events = AuditEvent.objects.filter(chain=self.chain, seq__isnull=False)
         if self.since:
             events = events.filter(at__gte=self.since)
         if self.until:
@@ -326,9 +334,9 @@ BUNDLE_README = """Reviewer audit bundle ({format})
 
 Verify it offline, with no database and no Django settings, from a checkout of Reviewer:
 
-    python -m audit.verify {name}
-    python -m audit.verify {name} --jwks keys-you-trust.json      # pin the signing keys
-    python -m audit.verify {name} --previous an-earlier-bundle.zip  # history was not rewritten since
+    python -m audit.verify {name} --jwks https://REVIEWER/.well-known/jwks.json  # pin the keys (or a file)
+    python -m audit.verify {name} --jwks keys.json --previous an-earlier-bundle.zip  # not rewritten since
+    python -m audit.verify {name} --trust-bundle-keys   # the keys inside: proves integrity, not authorship
 
 events.jsonl       one event per line, in chain and seq order: chain, seq, at, actor, verb, subject, data,
                    prev_hash, hash. hash = "sha256:" + hex sha256 of the RFC 8785 (JCS) form of the event
@@ -344,7 +352,15 @@ def write_bundle(selection: Selection, path: Path, *, created_by: str) -> Iterat
     """Write the verifiable zip to `path`; yields how many events are written after each page."""
     import signing_keys as keys
 
+    sequence_chain(selection.chain)  # an open-ended bundle reaches everything committed
     segment = bundle_segment(selection)
+    if (
+        segment.head["seq"]
+        and not Checkpoint.objects.filter(chain=segment.chain, seq=segment.head["seq"]).exists()
+    ):
+        # Every bundle carries a signed checkpoint of the head it was cut at (and so does the checkpoint
+        # file outside the database): a later rewrite of anything up to here contradicts both.
+        write_checkpoint(segment.chain, segment.head["seq"], segment.head["hash"])
     signing_key = keys.active_key()
     archive_public_key(signing_key.kid)
     path = Path(path)

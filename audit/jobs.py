@@ -1,5 +1,5 @@
 """Background exports and time-based checkpoints. The delivery worker calls `run_pending_exports()`
-every tick.
+every tick (after `audit.chain.sequence_pending()`).
 
 Cooperative, so a long export never holds up the deliveries: each call works for at most
 AUDIT_EXPORT_TICK_SECONDS, one page of events at a time, then hands the worker back; the export's
@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from audit.chain import append, write_due_checkpoints
+from audit.chain import append, sequence_chain, write_due_checkpoints
 from audit.exports import Selection, bundle_segment, count, write_bundle, write_lines
 from audit.models import ChainHead, ExportJob, Verb
 from tenants import queries as tenant_queries
@@ -41,8 +41,8 @@ _active: dict[uuid.UUID, Iterator[None]] = {}
 
 
 def record_export(tenant, *, actor: str, kind: str, filters: dict, subject: str, delivery: str) -> int:
-    """Write the export.created event (in its own transaction); returns the chain head seq after it,
-    which bounds the export: it is a snapshot of the chain including its own request."""
+    """Write the export.created event in its own transaction and chain what has committed; returns the
+    event's seq, which bounds the export: it is a snapshot of the chain including its own request."""
     with transaction.atomic():
         event = append(
             tenant.chain,
@@ -51,6 +51,8 @@ def record_export(tenant, *, actor: str, kind: str, filters: dict, subject: str,
             subject=subject,
             data={"kind": kind, "filters": filters, "delivery": delivery},
         )
+    sequence_chain(tenant.chain)  # (inside a test's transaction the on-commit hook never runs)
+    event.refresh_from_db()
     return event.seq
 
 
@@ -60,20 +62,19 @@ def create_export(tenant, *, user, kind: str, filters: dict) -> ExportJob:
         raise ValueError(f"unknown export kind {kind!r}")
     job_id = uuid.uuid4()
     actor = f"user:{user.get_username()}" if user is not None else "system"
-    with transaction.atomic():
-        up_to_seq = record_export(
-            tenant, actor=actor, kind=kind, filters=filters, subject=f"export:{job_id}", delivery="background"
-        )
-        return ExportJob.objects.create(
-            id=job_id,
-            tenant_id=tenant.id,
-            chain=tenant.chain,
-            requested_by=user,
-            kind=kind,
-            filters=filters,
-            up_to_seq=up_to_seq,
-            updated_at=timezone.now(),
-        )
+    up_to_seq = record_export(
+        tenant, actor=actor, kind=kind, filters=filters, subject=f"export:{job_id}", delivery="background"
+    )
+    return ExportJob.objects.create(
+        id=job_id,
+        tenant_id=tenant.id,
+        chain=tenant.chain,
+        requested_by=user,
+        kind=kind,
+        filters=filters,
+        up_to_seq=up_to_seq,
+        updated_at=timezone.now(),
+    )
 
 
 def export_path(job: ExportJob):

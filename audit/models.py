@@ -2,14 +2,18 @@
 
 Each event's hash covers its predecessor's hash, so changing, removing or reordering any event breaks
 every hash after it; signed checkpoints of the chain head make truncation of the tail visible too.
-The models and their querysets refuse update and delete; on PostgreSQL a trigger (migration 0002)
-refuses UPDATE, DELETE and TRUNCATE on events, checkpoints and archived public keys.
+An event is accepted with `seq`, `prev_hash` and `hash` empty and chained once, right after its
+transaction commits, by the sequencer (audit/chain.py). The models and their querysets refuse update
+and delete (the sequencer's one update goes around them); on PostgreSQL triggers (migration 0004) refuse
+every UPDATE but that one, DELETE and TRUNCATE on events, checkpoints and archived public keys, and any
+chain head that does not name the hash of the event at its seq.
 """
 
 import uuid
 
 from django.conf import settings
 from django.db import models
+from django.db.models import F, Q
 
 
 class AppendOnlyError(Exception):
@@ -85,8 +89,11 @@ class Verb(models.TextChoices):
 
 
 class AuditEvent(AppendOnlyModel):
+    """One event. `seq`, `prev_hash` and `hash` are empty (NULL) from its insert until the sequencer
+    chains it, shortly after the transaction that wrote it commits."""
+
     chain = models.CharField(max_length=50)
-    seq = models.PositiveBigIntegerField()
+    seq = models.PositiveBigIntegerField(null=True, blank=True)
     at = models.DateTimeField(db_index=True)
     actor = models.CharField(
         max_length=200, help_text="user:<username> | agent:<slug> | policy:<id>@<v> | system"
@@ -94,13 +101,19 @@ class AuditEvent(AppendOnlyModel):
     verb = models.CharField(max_length=50, choices=Verb.choices)
     subject = models.CharField(max_length=200, help_text="e.g. proposal:<uuid>")
     data = models.JSONField(default=dict)
-    prev_hash = models.CharField(max_length=71)
-    hash = models.CharField(max_length=71)
+    # NULL, not "", until chained: the trigger and the sequencer tell "not chained yet" by it.
+    prev_hash = models.CharField(max_length=71, null=True, blank=True)  # noqa: DJ001
+    hash = models.CharField(max_length=71, null=True, blank=True)  # noqa: DJ001
 
     class Meta:
-        ordering = ["chain", "seq"]
+        # Chain order; events not chained yet last, in the order the sequencer will take them.
+        ordering = ["chain", F("seq").asc(nulls_last=True), "id"]
         constraints = [models.UniqueConstraint(fields=["chain", "seq"], name="one_event_per_chain_seq")]
-        indexes = [models.Index(fields=["subject"], name="audit_by_subject")]
+        indexes = [
+            models.Index(fields=["subject"], name="audit_by_subject"),
+            # What the sequencer reads on every commit: a small index of the events not chained yet.
+            models.Index(fields=["chain", "id"], condition=Q(seq__isnull=True), name="audit_unsequenced"),
+        ]
 
     def __str__(self):
         return f"{self.chain}#{self.seq} {self.verb} {self.subject}"
@@ -114,7 +127,7 @@ class AuditEvent(AppendOnlyModel):
 
 
 class ChainHead(models.Model):
-    """The last seq and hash of one chain; locked with SELECT ... FOR UPDATE while appending."""
+    """The last seq and hash of one chain; the sequencer locks it (SELECT ... FOR UPDATE) while chaining."""
 
     chain = models.CharField(max_length=50, primary_key=True)
     seq = models.PositiveBigIntegerField(default=0)

@@ -1,4 +1,10 @@
-"""Verify hash chains without Django: `python -m audit.verify bundle.zip [--jwks FILE] [--previous OLD.zip]`.
+"""Verify hash chains without Django:
+`python -m audit.verify bundle.zip (--jwks FILE_OR_URL | --trust-bundle-keys) [--previous OLD.zip]`.
+
+The keys must be pinned: a bundle checked only against the keys it carries proves nothing about who
+wrote it (whoever rewrote the events could sign with a key of their own and ship that key along), so the
+command refuses to run without `--jwks` (the JWKS you trust, a file or an https URL such as Reviewer's
+/.well-known/jwks.json) or an explicit `--trust-bundle-keys`.
 
 This module must stay importable with no Django settings and no database (compliance runs it offline
 on an exported bundle). The hashing rule comes from audit/hashing.py, which audit/chain.py uses too.
@@ -103,7 +109,8 @@ class ChainVerifier:
     """Verify one chain (or one contiguous segment of it) fed event by event in seq order.
 
     Only the signed checkpoints are held in memory, so a chain of any length verifies in constant memory.
-    `expected` holds {seq: hash} that must be found (from an earlier bundle)."""
+    `expected` holds {seq: hash} that must be found, vouched for by `expected_source` (an earlier bundle,
+    or the checkpoint files kept outside the database)."""
 
     def __init__(
         self,
@@ -115,8 +122,10 @@ class ChainVerifier:
         start_seq: int = 1,
         start_prev_hash: str = GENESIS_HASH,
         expected: dict[int, str] | None = None,
+        expected_source: str = "the earlier bundle",
     ):
         self.chain, self.result = chain, result
+        self.expected_source = expected_source
         self.start_seq, self.start_prev_hash = start_seq, start_prev_hash
         self.expected = dict(expected or {})
         self.expected_seqs = sorted(self.expected)
@@ -183,8 +192,10 @@ class ChainVerifier:
                 f"{seq}..{event['seq']} were rewritten (hashes recomputed) or rolled back"
             )
         elif seq in self.expected and self.expected[seq] != event["hash"]:
+            seq = self.last_signed_seen + 1
             problem = (
-                "differs from the earlier bundle, which held another event at this seq (history rewritten)"
+                f"differs from {self.expected_source}, which holds another hash at seq {event['seq']}: "
+                f"events {seq}..{event['seq']} were rewritten (hashes recomputed) or rolled back"
             )
         else:
             problem = None
@@ -192,7 +203,7 @@ class ChainVerifier:
             self._fail(seq, problem)
             self.broken = True
             return False
-        if seq in self.signed:
+        if seq in self.signed or seq in self.expected:
             self.last_signed_seen = seq
         self.prev_hash = event["hash"]
         self.next_seq += 1
@@ -242,8 +253,8 @@ class ChainVerifier:
         if beyond:
             self._fail(
                 max(last_seq, limit_seq) + 1,
-                f"the earlier bundle held this chain up to seq {beyond[-1]}, "
-                "now it is shorter (events were removed)",
+                f"{self.expected_source} holds this chain up to seq {beyond[-1]}, "
+                f"now it ends at {max(last_seq, limit_seq)} (events were removed)",
             )
         return self.result
 
@@ -347,8 +358,8 @@ def verify_bundle(path, *, jwks: dict | None = None, previous: str | None = None
         if jwks is None:
             jwks = json.loads(bundle.read("keys.json"))
             result.notes.append(
-                "keys: taken from the bundle; pass --jwks with keys you obtained independently "
-                "to also prove who signed it"
+                "keys: taken from the bundle (--trust-bundle-keys); pass --jwks with keys you obtained "
+                "independently to also prove who signed it"
             )
         else:
             result.notes.append("keys: pinned by --jwks")
@@ -442,27 +453,48 @@ def _describe(manifest: dict) -> list[str]:
     return lines
 
 
+def load_jwks(source: str) -> dict:
+    """A JWKS document from a file or an http(s) URL."""
+    if source.startswith(("https://", "http://")):
+        from urllib.request import urlopen
+
+        with urlopen(source, timeout=30) as response:  # noqa: S310 (the scheme is checked just above)
+            return json.load(response)
+    with open(source, "rb") as file:
+        return json.load(file)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m audit.verify",
         description="Verify a Reviewer audit bundle offline (no database, no Django).",
     )
     parser.add_argument("bundle", help="the bundle zip exported by Reviewer")
-    parser.add_argument(
+    keys = parser.add_mutually_exclusive_group()
+    keys.add_argument(
         "--jwks",
-        help="a JWKS file with the public keys you trust (e.g. saved from "
-        "/.well-known/jwks.json); default: the keys inside the bundle",
+        metavar="FILE_OR_URL",
+        help="the public keys you trust: a JWKS file (e.g. saved from Reviewer's /.well-known/jwks.json) "
+        "or its https URL",
+    )
+    keys.add_argument(
+        "--trust-bundle-keys",
+        action="store_true",
+        help="use the keys inside the bundle: proves the bundle is intact, not who wrote it",
     )
     parser.add_argument(
         "--previous", help="an earlier bundle of the same tenant: the chain must still hold it"
     )
     args = parser.parse_args(argv)
+    if not args.jwks and not args.trust_bundle_keys:
+        parser.error(
+            "the signing keys are not pinned: pass --jwks FILE_OR_URL with the keys you trust "
+            "(e.g. https://reviewer.example/.well-known/jwks.json), or --trust-bundle-keys to accept the "
+            "keys inside the bundle (which proves integrity, not authorship)"
+        )
     out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", errors="replace", line_buffering=True)
     try:
-        jwks = None
-        if args.jwks:
-            with open(args.jwks, "rb") as file:
-                jwks = json.load(file)
+        jwks = load_jwks(args.jwks) if args.jwks else None
         with zipfile.ZipFile(args.bundle) as bundle:
             description = _describe(_read_manifest(bundle))
         result = verify_bundle(args.bundle, jwks=jwks, previous=args.previous)

@@ -1,25 +1,59 @@
 """Verify the chains stored in the database (used by `manage.py audit_verify` and the PDF report), with
-the same streaming checks as the offline verifier."""
+the same streaming checks as the offline verifier, against the checkpoints kept in the database and the
+ones written outside it (audit/checkpoint_files.py).
+
+Verification first chains what has committed (`sequence_chain`): it checks the whole committed trail,
+not a prefix that happens to be chained already."""
 
 from collections.abc import Generator
+from pathlib import Path
 
-from audit.chain import verification_jwks
+from audit import checkpoint_files
+from audit.chain import sequence_chain, verification_jwks
+from audit.hashing import checkpoint_payload
 from audit.models import AuditEvent, ChainHead, Checkpoint
 from audit.records import checkpoint_dict, event_pages
-from audit.verify import ChainVerifier, Result, public_keys
+from audit.verify import ChainVerifier, Result, public_keys, signature_problem
+
+EXTERNAL = "the checkpoint file kept outside the database"
+
+
+def external_checkpoints(
+    chain: str, keys: dict, result: Result, source: Path | None = None
+) -> dict[int, str]:
+    """{seq: hash} of the chain's checkpoints in the files outside the database whose signature verifies.
+    A line whose signature does not verify is reported (someone wrote it who holds no signing key)."""
+    expected = {}
+    for line in checkpoint_files.read(chain, source):
+        payload = checkpoint_payload(chain, line["seq"], line["hash"], line["at"])
+        problem = signature_problem(keys, line.get("kid", ""), line.get("signature", ""), payload)
+        if problem:
+            result.fail(line["seq"], f"{chain} {EXTERNAL}, checkpoint at seq {line['seq']}: {problem}", chain)
+        else:
+            expected[line["seq"]] = line["hash"]
+    return expected
 
 
 def verify_chain_steps(
-    chain: str, jwks: dict | None = None, *, result: Result | None = None
+    chain: str,
+    jwks: dict | None = None,
+    *,
+    result: Result | None = None,
+    checkpoint_source: Path | None = None,
 ) -> Generator[int, None, Result]:
-    """Check every hash, link and checkpoint of one chain, and that it ends at its recorded head.
-    Yields how many events were checked after each page; returns the Result."""
+    """Check every hash, link and checkpoint of one chain, that it ends at its recorded head, and that it
+    holds every checkpoint written outside the database (from `checkpoint_source`, a directory or file;
+    default AUDIT_CHECKPOINT_DIR). Yields how many events were checked after each page; returns the Result."""
     result = result if result is not None else Result()
+    sequence_chain(chain)
     keys = public_keys(jwks if jwks is not None else verification_jwks())
     # Checkpoints before the head: a checkpoint written meanwhile can then never look like a truncation.
     checkpoints = [checkpoint_dict(c) for c in Checkpoint.objects.filter(chain=chain).order_by("seq")]
+    expected = external_checkpoints(chain, keys, result, checkpoint_source)
     head = ChainHead.objects.filter(chain=chain).first()
-    verifier = ChainVerifier(chain, keys=keys, checkpoints=checkpoints, result=result)
+    verifier = ChainVerifier(
+        chain, keys=keys, checkpoints=checkpoints, result=result, expected=expected, expected_source=EXTERNAL
+    )
     events = AuditEvent.objects.filter(chain=chain)
     if head is not None:
         events = events.filter(seq__lte=head.seq)
@@ -30,8 +64,14 @@ def verify_chain_steps(
     return verifier.finish(expected_last=(head.seq, head.hash) if head else None)
 
 
-def verify_chain(chain: str, jwks: dict | None = None, *, result: Result | None = None) -> Result:
-    steps = verify_chain_steps(chain, jwks, result=result)
+def verify_chain(
+    chain: str,
+    jwks: dict | None = None,
+    *,
+    result: Result | None = None,
+    checkpoint_source: Path | None = None,
+) -> Result:
+    steps = verify_chain_steps(chain, jwks, result=result, checkpoint_source=checkpoint_source)
     while True:
         try:
             next(steps)
@@ -39,8 +79,9 @@ def verify_chain(chain: str, jwks: dict | None = None, *, result: Result | None 
             return done.value
 
 
-def all_chains() -> list[str]:
-    chains = set(AuditEvent.objects.values_list("chain", flat=True).distinct())
+def all_chains(checkpoint_source: Path | None = None) -> list[str]:
+    chains = set(checkpoint_files.chains(checkpoint_source))
+    chains |= set(AuditEvent.objects.values_list("chain", flat=True).distinct())
     chains |= set(ChainHead.objects.values_list("chain", flat=True))
     chains |= set(Checkpoint.objects.values_list("chain", flat=True).distinct())
     return sorted(chains)

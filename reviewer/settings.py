@@ -300,9 +300,13 @@ OUTBOX_BACKOFF_CAP_SECONDS = env_int("OUTBOX_BACKOFF_CAP_SECONDS", 300)
 EXECUTING_RECONCILE_SECONDS = env_int("EXECUTING_RECONCILE_SECONDS", 300)
 # How often the worker lists each agent's parked tasks (ListTasks AUTH_REQUIRED) to find lost pushes.
 PARKED_TASKS_LIST_SECONDS = env_int("PARKED_TASKS_LIST_SECONDS", 60)
-# Audit checkpoints: sign the chain head every N events (and at least every T minutes via the worker).
+# Audit checkpoints: the sequencer signs the chain head every N events, and the worker signs any head
+# that moved once its last checkpoint is T seconds old. Events after the last checkpoint (at most N, or
+# T seconds of them) are what a database owner could rewrite or remove unnoticed: keep both small.
 AUDIT_CHECKPOINT_EVERY = env_int("AUDIT_CHECKPOINT_EVERY", 100)
-AUDIT_CHECKPOINT_MINUTES = env_int("AUDIT_CHECKPOINT_MINUTES", 10)
+AUDIT_CHECKPOINT_SECONDS = env_int("AUDIT_CHECKPOINT_SECONDS", 60)
+# Every checkpoint is also appended here (one JSON Lines file per chain): ship it off the machine.
+AUDIT_CHECKPOINT_DIR = Path(env_str("AUDIT_CHECKPOINT_DIR") or DATA_DIR / "checkpoints")
 
 # Audit exports and metrics: the only place for their defaults (audit/ reads settings.* directly).
 METRICS_TOKEN = env_str("METRICS_TOKEN")  # bearer token for /metrics (Prometheus); empty: endpoint off

@@ -28,6 +28,13 @@ def _signing_keys(request, tmp_path_factory, settings):
     return key_dir
 
 
+@pytest.fixture(autouse=True)
+def _audit_checkpoint_dir(settings, tmp_path):
+    """Each test writes the audit checkpoint files (kept outside the database) in its own folder: a
+    file left by another test's database would contradict this one's chains."""
+    settings.AUDIT_CHECKPOINT_DIR = tmp_path / "audit-checkpoints"
+
+
 @pytest.fixture
 def tenant(db):
     return factories.make_tenant()

@@ -20,6 +20,7 @@ from approvals.models import (
 )
 from approvals.states import State
 from approvals.stepup import step_up_for
+from audit.chain import sequence_pending
 from audit.models import AuditEvent, Verb
 from tests import factories
 from tests.factories import submit, totp_code
@@ -417,6 +418,7 @@ def test_group_members_are_added_and_removed_through_the_audited_services(
 
     assert response.status_code == 302
     assert set(finance.members.values_list("username", flat=True)) == {"reviewer_c"}
+    sequence_pending()  # what the on-commit hook does outside the test's transaction
     trail = [
         (e.verb, e.data["user"], e.actor)
         for e in AuditEvent.objects.filter(subject="group:finance", chain=f"tenant:{tenant.id}").order_by(

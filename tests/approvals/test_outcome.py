@@ -9,6 +9,7 @@ from approvals import services
 from approvals.models import Decision, OutboxMessage, PolicyVersion, Proposal
 from approvals.states import IllegalTransition, State
 from approvals.stepup import step_up_for
+from audit.chain import sequence_pending
 from audit.models import AuditEvent, Verb
 from tests import factories
 from tests.factories import approve, submit, totp_code
@@ -25,6 +26,7 @@ def executing(agent, refund_policy, requester, reviewer_a) -> tuple[Proposal, De
 
 
 def transitions_of(proposal) -> list[tuple[str, str]]:
+    sequence_pending()  # what the on-commit hook does outside the test's transaction
     events = AuditEvent.objects.filter(verb=Verb.PROPOSAL_TRANSITIONED, subject=f"proposal:{proposal.id}")
     return [(e.data["from"], e.data["to"]) for e in events.order_by("seq")]
 

@@ -15,6 +15,7 @@ from approvals import services
 from approvals.models import OutboxMessage, Vote
 from approvals.states import State
 from approvals.stepup import step_up_for
+from audit.chain import sequence_pending
 from audit.models import AuditEvent, Verb
 from tests import factories
 from tests.factories import fresh_step_up, submit, totp_code
@@ -46,6 +47,7 @@ def state_of(proposal) -> str:
 
 
 def refusals_recorded(proposal) -> list[str]:
+    sequence_pending()  # what the on-commit hook does outside the test's transaction
     events = AuditEvent.objects.filter(subject=f"proposal:{proposal.id}", verb=Verb.VOTE_REFUSED)
     return [event.data["code"] for event in events.order_by("seq")]
 

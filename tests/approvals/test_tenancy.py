@@ -14,6 +14,7 @@ from approvals import policy, services
 from approvals.models import ApproverGroup, GroupMembership, Tenant, TenantMembership, new_token
 from approvals.states import State
 from approvals.stepup import step_up_for
+from audit.chain import sequence_pending
 from audit.models import AuditEvent, Verb
 from tests import factories
 from tests.factories import submit, totp_code
@@ -27,6 +28,7 @@ def globex_admin(other_tenant):
 
 
 def tenant_events(tenant) -> list[AuditEvent]:
+    sequence_pending()  # what the on-commit hook does outside the test's transaction
     return list(AuditEvent.objects.filter(chain=f"tenant:{tenant.id}").order_by("seq"))
 
 

@@ -14,6 +14,7 @@ from approvals.models import Decision, OutboxMessage, Proposal
 from approvals.states import State
 from approvals.stepup import step_up_for
 from approvals.worker import RECONCILE_EVERY_SECONDS, Worker
+from audit.chain import sequence_pending
 from audit.models import AuditEvent, Verb
 from audit.verify_db import verify_chain
 from tests import factories
@@ -62,6 +63,7 @@ def continuation(proposal) -> OutboxMessage:
 
 
 def outbox_verbs(proposal) -> list[str]:
+    sequence_pending()  # what the on-commit hook does outside the test's transaction
     return list(
         AuditEvent.objects.filter(subject=f"proposal:{proposal.id}", verb__startswith="outbox.")
         .order_by("seq")

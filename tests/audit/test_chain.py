@@ -11,7 +11,7 @@ from django.db import transaction
 import signing_keys as keys
 from approvals import services
 from approvals.stepup import step_up_for
-from audit.chain import append, checkpoint_head, write_due_checkpoints
+from audit.chain import append, checkpoint_head, sequence_pending, write_due_checkpoints
 from audit.models import AuditEvent, ChainHead, Checkpoint, PublicKey, Verb
 from audit.verify_db import verify_chain
 from tests.audit.util import lifecycle
@@ -111,18 +111,20 @@ def test_time_based_checkpoints_sign_only_moved_heads_whose_last_checkpoint_is_o
     agent, refund_policy, settings
 ):
     settings.AUDIT_CHECKPOINT_EVERY = 1000
+    sequence_pending()
     chain = f"tenant:{agent.tenant_id}"
     now = datetime.now(UTC)
-    assert write_due_checkpoints(minutes=10) == []  # never signed, but its first event is seconds old
+    assert write_due_checkpoints(seconds=600) == []  # never signed, but its first event is seconds old
     later = now + timedelta(minutes=11)
-    assert [c.seq for c in write_due_checkpoints(now=later, minutes=10)] == [
+    assert [c.seq for c in write_due_checkpoints(now=later, seconds=600)] == [
         ChainHead.objects.get(chain=chain).seq
     ]
-    assert write_due_checkpoints(now=later, minutes=10) == []  # the head did not move
+    assert write_due_checkpoints(now=later, seconds=600) == []  # the head did not move
 
     submit(agent)
-    assert write_due_checkpoints(minutes=10) == []  # moved, but the last checkpoint is recent
-    due = write_due_checkpoints(now=later + timedelta(minutes=11), minutes=10)
+    sequence_pending()
+    assert write_due_checkpoints(seconds=600) == []  # moved, but the last checkpoint is recent
+    due = write_due_checkpoints(now=later + timedelta(minutes=11), seconds=600)
     assert [c.seq for c in due] == [ChainHead.objects.get(chain=chain).seq]
     assert verify_chain(chain).ok
 
@@ -130,9 +132,11 @@ def test_time_based_checkpoints_sign_only_moved_heads_whose_last_checkpoint_is_o
 def test_an_idle_worker_tick_writes_nothing(agent, refund_policy, django_assert_num_queries):
     from audit.jobs import run_pending_exports
 
+    sequence_pending()
     with django_assert_num_queries(
-        5
-    ) as captured:  # heads, checkpoints, first event, stale jobs, pending jobs
+        6
+    ) as captured:  # unsequenced chains, heads, checkpoints, first event, stale jobs, pending jobs
+        sequence_pending()
         run_pending_exports()
     assert not [q for q in captured.captured_queries if not q["sql"].lstrip().upper().startswith("SELECT")]
 
@@ -141,6 +145,7 @@ def test_checkpoints_stay_verifiable_after_the_signing_key_is_rotated_and_its_fi
     agent, refund_policy, requester, reviewer_a, settings, tmp_path
 ):
     chain = f"tenant:{agent.tenant_id}"
+    sequence_pending()
     old_kid = checkpoint_head(chain).kid
     assert PublicKey.objects.filter(kid=old_kid).exists()
     settings.SIGNING_KEY_DIR = tmp_path / "new-keys"  # the old key's files are lost; a new key signs from now
@@ -153,6 +158,7 @@ def test_checkpoints_stay_verifiable_after_the_signing_key_is_rotated_and_its_fi
 
 
 def test_audit_checkpoint_command_signs_every_moved_head(agent, refund_policy):
+    sequence_pending()
     out = StringIO()
     call_command("audit_checkpoint", stdout=out)
     chain = f"tenant:{agent.tenant_id}"

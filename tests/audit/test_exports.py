@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from audit import jobs, records
-from audit.chain import checkpoint_head
+from audit.chain import checkpoint_head, sequence_pending
 from audit.exports import Selection, bundle_segment, chunks
 from audit.models import AuditEvent, ExportJob, Verb
 from audit.verify import verify_bundle
@@ -116,6 +116,7 @@ def test_export_narrowed_by_agent_includes_a_reviewers_edit_of_its_proposal(
         digest_seen=original.action_digest,
         step_up=fresh_step_up(reviewer_a),
     )
+    sequence_pending()  # what the on-commit hook does outside a test's transaction
     assert subjects(exported(tenant, agent=agent.slug)) == {
         f"proposal:{original.id}",
         f"proposal:{edited.id}",
@@ -133,7 +134,7 @@ def test_export_of_a_period_holds_only_that_periods_events(mixed, tenant):
 
 def test_bundle_verifies_offline_without_django_or_a_database(mixed, tenant, tmp_path):
     bundle = export_bundle(tenant, tmp_path / "acme.zip")
-    result = verify_offline(bundle)
+    result = verify_offline(bundle, "--trust-bundle-keys")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "OK:" in result.stdout
     with zipfile.ZipFile(bundle) as archive:
@@ -209,7 +210,8 @@ def test_a_later_bundle_must_still_hold_what_an_earlier_bundle_held(
     assert verify_bundle(rewritten).ok
     against = verify_bundle(rewritten, previous=str(earlier))
     assert not against.ok
-    assert "history rewritten" in against.problems[0]
+    assert "differs from the earlier bundle" in against.problems[0]
+    assert "were rewritten" in against.problems[0]
 
 
 def test_a_background_export_job_runs_to_done_with_progress_and_a_checksum(
@@ -301,7 +303,7 @@ def test_the_offline_verifier_accepts_pinned_keys_and_exits_2_on_an_unreadable_f
     assert result.returncode == 0 and "keys: pinned by --jwks" in result.stdout
     junk = tmp_path / "junk.zip"
     junk.write_bytes(b"not a zip")
-    assert verify_offline(junk).returncode == 2
+    assert verify_offline(junk, "--trust-bundle-keys").returncode == 2
 
 
 def test_the_bundle_readme_names_the_bundle_not_its_temporary_file(mixed, tenant, tmp_path):

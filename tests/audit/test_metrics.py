@@ -8,6 +8,7 @@ import pytest
 
 from approvals import services
 from approvals.models import PolicyVersion
+from audit.chain import sequence_pending
 from audit.metrics import Group, collect, percentile
 from tests.audit.util import lifecycle, verified_client
 from tests.factories import fresh_step_up, make_policy, submit
@@ -42,6 +43,7 @@ def queue(tenant, agent, refund_policy, requester, reviewer_a, reviewer_b, any_c
     lost = lifecycle(agent, reviewer_b, outcome=None)
     services.consume_decision(agent, lost.decision.jti, rev=lost.decision.rev)
     services.mark_unknown(lost.id, reason="connection reset")
+    sequence_pending()  # what the on-commit hook does outside a test's transaction
     return tenant
 
 

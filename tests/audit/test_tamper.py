@@ -46,7 +46,7 @@ def audit_verify(tenant_slug="acme") -> tuple[int, str]:
 def test_an_untouched_trail_verifies_in_the_database_and_offline(trail, tenant, tmp_path):
     code, output = audit_verify()
     assert code == 0 and "OK" in output
-    result = verify_offline(export_bundle(tenant, tmp_path / "bundle.zip"))
+    result = verify_offline(export_bundle(tenant, tmp_path / "bundle.zip"), "--trust-bundle-keys")
     assert result.returncode == 0, result.stdout
     assert "OK: 34 events" in result.stdout
 
@@ -62,7 +62,7 @@ def test_one_changed_byte_in_event_data_is_named_by_audit_verify_and_the_offline
     assert f"first bad event: seq {seq}" in output
     assert "content does not match its hash" in output
 
-    result = verify_offline(export_bundle(tenant, tmp_path / "bundle.zip"))
+    result = verify_offline(export_bundle(tenant, tmp_path / "bundle.zip"), "--trust-bundle-keys")
     assert result.returncode == 1
     assert f"event {seq}: content does not match its hash" in result.stdout
     assert f"first bad event: {trail} seq {seq}" in result.stdout
@@ -76,7 +76,7 @@ def test_deleted_last_events_are_named_by_audit_verify_and_the_offline_verifier(
     assert "first bad event: seq 32" in output
     assert "events 32..34 were removed" in output
 
-    result = verify_offline(export_bundle(tenant, tmp_path / "bundle.zip"))
+    result = verify_offline(export_bundle(tenant, tmp_path / "bundle.zip"), "--trust-bundle-keys")
     assert result.returncode == 1
     assert f"first bad event: {trail} seq 32" in result.stdout
 
@@ -92,7 +92,7 @@ def test_truncation_that_also_rewinds_the_head_is_caught_by_the_later_checkpoint
     assert "first bad event: seq 26" in output
     assert "checkpoint signed the chain at seq 30" in output
 
-    result = verify_offline(export_bundle(tenant, tmp_path / "bundle.zip"))
+    result = verify_offline(export_bundle(tenant, tmp_path / "bundle.zip"), "--trust-bundle-keys")
     assert result.returncode == 1
     assert "checkpoint signed the chain at seq 30" in result.stdout
 
@@ -105,7 +105,7 @@ def test_two_reordered_events_are_named_by_audit_verify_and_the_offline_verifier
     assert "first bad event: seq 14" in output
     assert "prev_hash does not match" in output
 
-    result = verify_offline(export_bundle(tenant, tmp_path / "bundle.zip"))
+    result = verify_offline(export_bundle(tenant, tmp_path / "bundle.zip"), "--trust-bundle-keys")
     assert result.returncode == 1
     assert f"first bad event: {trail} seq 14" in result.stdout
 

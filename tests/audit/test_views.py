@@ -209,7 +209,7 @@ def test_the_events_page_lists_the_trail_newest_first_with_a_fixed_number_of_que
 def test_the_evidence_packet_json_holds_envelope_votes_token_delivery_consumption_and_outcome(
     decided, compliance
 ):
-    checkpoint_head(f"tenant:{decided.tenant_id}")  # what the worker does within AUDIT_CHECKPOINT_MINUTES
+    checkpoint_head(f"tenant:{decided.tenant_id}")  # what the worker does within AUDIT_CHECKPOINT_SECONDS
     response = verified_client(compliance).get(url("evidence_json", proposal_id=decided.id))
     assert response.status_code == 200
     packet = json.loads(response.content)

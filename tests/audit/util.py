@@ -10,6 +10,7 @@ from django.db import connection
 
 from approvals import services
 from approvals.stepup import step_up_for
+from audit.chain import sequence_pending
 from audit.exports import Selection, write_bundle
 from tenants import queries as tenant_queries
 from tests.factories import submit, totp_code, verified_client  # noqa: F401 (audit tests import it from here)
@@ -22,7 +23,10 @@ def tenant_ref(tenant) -> tenant_queries.TenantRef:
 
 
 def lifecycle(agent, voter, *, outcome="succeeded", verdict="approve", **submit_kwargs):
-    """Submit, vote, and (when approved) consume and report the outcome: about ten events."""
+    """Submit, vote, and (when approved) consume and report the outcome: about ten events, chained.
+
+    Each service's transaction is a savepoint of the test's transaction here, so the sequencer's
+    on-commit hook never fires: the lifecycle ends with what the worker's tick does."""
     proposal = submit(agent, **submit_kwargs)
     services.cast_vote(
         proposal.id,
@@ -38,6 +42,7 @@ def lifecycle(agent, voter, *, outcome="succeeded", verdict="approve", **submit_
         services.consume_decision(agent, proposal.decision.jti, rev=proposal.decision.rev)
         services.record_outcome(agent, proposal.decision.jti, status=outcome, transaction_id="tx-1")
         proposal.refresh_from_db()
+    sequence_pending()
     return proposal
 
 

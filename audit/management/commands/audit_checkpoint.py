@@ -1,5 +1,5 @@
 """`manage.py audit_checkpoint [--tenant SLUG | --chain NAME] [--due]`: sign chain heads now. The worker
-does this on its own every AUDIT_CHECKPOINT_MINUTES; this is for an operator (e.g. before a backup)."""
+does this on its own every AUDIT_CHECKPOINT_SECONDS; this is for an operator (e.g. before a backup)."""
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -18,7 +18,7 @@ class Command(BaseCommand):
         scope.add_argument(
             "--due",
             action="store_true",
-            help="only heads that moved and whose last checkpoint is older than AUDIT_CHECKPOINT_MINUTES",
+            help="only heads that moved and whose last checkpoint is older than AUDIT_CHECKPOINT_SECONDS",
         )
 
     def handle(self, *args, **options):

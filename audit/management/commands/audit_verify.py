@@ -1,7 +1,9 @@
-"""`manage.py audit_verify [--tenant SLUG] [--chain NAME] [--jwks FILE]`: check every hash, link and
-checkpoint; print the first bad event of each broken chain; exit status 1 if any chain is broken."""
+"""`manage.py audit_verify [--tenant SLUG] [--chain NAME] [--jwks FILE] [--checkpoints PATH]`: chain what
+has committed, then check every hash, link and checkpoint, in the database and in the checkpoint files
+kept outside it; print the first bad event of each broken chain; exit status 1 if any chain is broken."""
 
 import json
+from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -22,6 +24,13 @@ class Command(BaseCommand):
             help="check checkpoint signatures against these public keys "
             "only (default: every key the audit tables archived)",
         )
+        parser.add_argument(
+            "--checkpoints",
+            metavar="PATH",
+            type=Path,
+            help="the checkpoint files shipped elsewhere (a directory of <chain>.jsonl, or one file) "
+            "to check the database against (default: AUDIT_CHECKPOINT_DIR)",
+        )
 
     def handle(self, *args, **options):
         if options["tenant"]:
@@ -32,14 +41,14 @@ class Command(BaseCommand):
         elif options["chain"]:
             chains = [options["chain"]]
         else:
-            chains = all_chains()
+            chains = all_chains(options["checkpoints"])
         jwks = None
         if options["jwks"]:
             with open(options["jwks"], "rb") as file:
                 jwks = json.load(file)
         broken = []
         for chain in chains:
-            result = verify_chain(chain, jwks)
+            result = verify_chain(chain, jwks, checkpoint_source=options["checkpoints"])
             if result.ok:
                 self.stdout.write(f"{chain}: OK, {result.events} events, {result.checkpoints} checkpoints")
                 continue

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('audit', '0003_sign_in_code_refused_verb'),
+        ('audit', '0004_accept_then_sequence'),
     ]
 
     operations = [

@@ -1,0 +1,188 @@
+"""R4: chained audit append with 8 concurrent writers on one tenant, against a plain insert of the same
+row, on PostgreSQL (issue 10 point 6).
+
+    .venv/bin/python bench/audit_append.py                 # scratch database bench_audit_append
+    BENCH_POSTGRES=postgres://postgres@127.0.0.1:5432 .venv/bin/python bench/audit_append.py --events 4000
+
+Not a test: it prints numbers. Each writer is a thread with its own connection; each event is its own
+transaction, as a service's change is.
+- **plain**: `AuditEvent.objects.create(...)` of the same row in a transaction, nothing else;
+- **chained**: `audit.chain.append(...)` in a transaction; after the commit the writer's on-commit hook
+  runs the sequencer (lock the chain head, chain every committed event, move the head, a checkpoint
+  every AUDIT_CHECKPOINT_EVERY). The clock stops when every event is chained, not when it is accepted.
+Each configuration runs three rounds; the median rate counts. The chain is verified at the end.
+The scratch database is dropped and created again: its name must contain "bench".
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+POSTGRES = os.environ.get("BENCH_POSTGRES", "postgres://postgres@127.0.0.1:5432")
+ROUNDS = 3
+
+
+def _setup(database: str) -> None:
+    sys.path.insert(0, str(ROOT))
+    from bench.export_memory import _prepare_postgres
+
+    url = f"{POSTGRES}/{database}"
+    _prepare_postgres(url)
+    folder = Path(tempfile.mkdtemp(prefix="reviewer-bench-audit-append-"))
+    os.environ.update(
+        {
+            "DATABASE_URL": url,
+            "DEBUG": "true",
+            "REVIEWER_DATA_DIR": str(folder),
+            "REVIEWER_SIGNING_KEY_DIR": str(folder / "keys"),
+            "LOG_LEVEL": "WARNING",
+            "DJANGO_SETTINGS_MODULE": "reviewer.settings",
+        }
+    )
+    for name in ("REDIS_URL", "REVIEWER_SIGNING_KEY"):
+        os.environ.pop(name, None)
+    import django
+    from django.conf import settings
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+    settings.DEBUG = False  # no query log: it would cost the side with more queries more
+
+
+def _row(writer: int, index: int) -> dict:
+    return {
+        "actor": f"agent:writer-{writer}",
+        "verb": "proposal.submitted",
+        "subject": f"proposal:{writer}-{index}",
+        "data": {"tool": "payments.refund", "amount": "12.00", "writer": writer, "index": index},
+    }
+
+
+def _run(writers: int, each: int, write_one) -> float:
+    """Seconds for `writers` threads to write `each` events apiece with `write_one(writer, index)`."""
+    from django.db import connections
+
+    start = threading.Barrier(writers + 1)
+    errors: list[BaseException] = []
+
+    def writer(number: int) -> None:
+        try:
+            start.wait()
+            for index in range(each):
+                write_one(number, index)
+        except BaseException as error:  # reported below
+            errors.append(error)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(writers)]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    began = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return time.perf_counter() - began
+
+
+def _plain(chain: str):
+    from datetime import UTC, datetime
+
+    from django.db import transaction
+
+    from audit.models import AuditEvent
+
+    def write_one(writer: int, index: int) -> None:
+        with transaction.atomic():
+            AuditEvent.objects.create(chain=chain, at=datetime.now(UTC), **_row(writer, index))
+
+    return write_one
+
+
+def _chained(chain: str):
+    from django.db import transaction
+
+    from audit.chain import append
+
+    def write_one(writer: int, index: int) -> None:
+        with transaction.atomic():
+            append(chain, **_row(writer, index))
+
+    return write_one
+
+
+def _measure(label: str, writers: int, events: int, make, *, chained: bool) -> float:
+    """Median events per second over ROUNDS rounds, each on a fresh chain."""
+    from audit.chain import sequence_chain
+    from audit.models import AuditEvent
+
+    each = max(events // writers, 1)
+    rates = []
+    for round_number in range(ROUNDS):
+        chain = f"bench:{label}:{writers}:{round_number}"
+        seconds = _run(writers, each, make(chain))
+        if chained:
+            began = time.perf_counter()
+            sequence_chain(chain)  # normally nothing is left: each writer's hook chained it
+            seconds += time.perf_counter() - began
+            assert not AuditEvent.objects.filter(chain=chain, seq__isnull=True).exists()
+        rates.append(writers * each / seconds)
+        print(
+            f"  {label} x{writers} round {round_number}: {rates[-1]:,.0f} events/s",
+            file=sys.stderr,
+            flush=True,
+        )
+    return statistics.median(rates)
+
+
+def main(events: int = 2000) -> dict:
+    _setup("bench_audit_append")
+    from audit.models import AuditEvent
+    from audit.verify_db import verify_chain
+
+    _measure("warm-up", 2, 200, _chained, chained=True)
+    plain_1 = _measure("plain", 1, events, _plain, chained=False)
+    plain_8 = _measure("plain", 8, events, _plain, chained=False)
+    chained_1 = _measure("chained", 1, events, _chained, chained=True)
+    chained_8 = _measure("chained", 8, events, _chained, chained=True)
+    checked = verify_chain(f"bench:chained:8:{ROUNDS - 1}")
+    gaps = AuditEvent.objects.filter(chain__startswith="bench:chained", seq__isnull=True).count()
+
+    print(f"R4 audit append, {events:,} events per round, median of {ROUNDS} rounds, PostgreSQL")
+    print(f"{'what':44} {'events/s':>10}")
+    for what, rate in (
+        ("plain insert, 1 writer", plain_1),
+        ("plain insert, 8 writers (baseline)", plain_8),
+        ("chained append, 1 writer", chained_1),
+        ("chained append, 8 writers", chained_8),
+    ):
+        print(f"{what:44} {rate:>10,.0f}")
+    ratio = chained_8 / plain_8
+    print(f"ratio chained/plain at 8 writers: {ratio:.2f}x (target >= 0.5x)")
+    print(f"8 writers / 1 writer, chained: {chained_8 / chained_1:.2f}x (target > 1)")
+    print(f"last chain verifies: {checked.summary()}; events left unchained: {gaps}")
+    return {
+        "id": "R4",
+        "what": "chained audit append, 8 writers on one tenant vs plain insert of the same row",
+        "baseline": f"{plain_8:,.0f} events/s",
+        "measured": f"{chained_8:,.0f} events/s (1 writer: {chained_1:,.0f}/s)",
+        "ratio": round(ratio, 2),
+        "target": ">= 0.5x, and 8 writers > 1 writer",
+    }
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--events", type=int, default=2000)
+    main(parser.parse_args().events)

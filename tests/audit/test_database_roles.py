@@ -1,0 +1,100 @@
+"""The two PostgreSQL roles (issue 9 point 7a): connected as the application role, the audit trail
+cannot be changed, removed or unprotected, and the application still works (services write, the
+sequencer chains, verification passes)."""
+
+import uuid
+from contextlib import contextmanager
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.db import DatabaseError, connection, transaction
+
+from audit.models import AuditEvent, ChainHead
+from audit.verify_db import verify_chain
+from tests.audit.util import lifecycle
+
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.skipif(connection.vendor != "postgresql", reason="database roles are PostgreSQL's"),
+    pytest.mark.django_db(transaction=True),
+]
+
+
+@contextmanager
+def connected_as(role: str):
+    """Django's connection as another role, for the length of the block."""
+    connection.close()
+    saved = connection.settings_dict["USER"], connection.settings_dict["PASSWORD"]
+    connection.settings_dict["USER"], connection.settings_dict["PASSWORD"] = role, ""
+    try:
+        yield
+    finally:
+        connection.close()
+        connection.settings_dict["USER"], connection.settings_dict["PASSWORD"] = saved
+
+
+@pytest.fixture
+def roles():
+    """An owner and an application role made by the command, dropped afterwards (roles are
+    cluster-wide: the names are unique to this run)."""
+    suffix = uuid.uuid4().hex[:8]
+    owner, app = f"reviewer_owner_{suffix}", f"reviewer_app_{suffix}"
+    out = StringIO()
+    call_command("setup_database_roles", "--owner", owner, "--app", app, stdout=out)
+    call_command("setup_database_roles", "--owner", owner, "--app", app, stdout=StringIO())  # idempotent
+    yield owner, app, out.getvalue()
+    connection.close()
+    with connection.cursor() as cursor:
+        for role in (app, owner):
+            cursor.execute(f'REASSIGN OWNED BY "{role}" TO CURRENT_USER')
+            cursor.execute(f'DROP OWNED BY "{role}"')
+            cursor.execute(f'DROP ROLE "{role}"')
+
+
+ATTACKS = [
+    (
+        "UPDATE audit_auditevent SET data = '{}'::jsonb WHERE chain = %(chain)s AND seq = 3",
+        "permission denied",
+    ),
+    (
+        "UPDATE audit_auditevent SET hash = 'sha256:' || repeat('1', 64) WHERE chain = %(chain)s AND seq = 3",
+        "append-only",
+    ),
+    ("UPDATE audit_auditevent SET seq = NULL WHERE chain = %(chain)s AND seq = 3", "append-only"),
+    ("DELETE FROM audit_auditevent WHERE chain = %(chain)s", "permission denied"),
+    ("TRUNCATE audit_auditevent", "permission denied"),
+    ("DELETE FROM audit_checkpoint", "permission denied"),
+    ("TRUNCATE audit_checkpoint", "permission denied"),
+    ("DELETE FROM audit_chainhead", "permission denied"),
+    ("UPDATE audit_chainhead SET seq = 1 WHERE chain = %(chain)s", "only moves forward"),
+    ("ALTER TABLE audit_auditevent DISABLE TRIGGER audit_auditevent_seal_once", "must be owner"),
+    ("ALTER TABLE audit_auditevent DISABLE TRIGGER ALL", "must be owner"),
+    ("DROP TRIGGER audit_auditevent_seal_once ON audit_auditevent", "must be owner"),
+    ("DROP TRIGGER audit_chainhead_moves_forward ON audit_chainhead", "must be owner"),
+    ("ALTER TABLE audit_auditevent ADD COLUMN note text", "must be owner"),
+    ("DROP TABLE audit_auditevent", "must be owner"),
+    ("SET session_replication_role = replica", "permission denied"),
+]
+
+
+def test_the_app_role_works_but_cannot_change_remove_or_unprotect_the_audit_trail(
+    roles, agent, refund_policy, requester, reviewer_a
+):
+    owner, app, printed = roles
+    assert f'CREATE ROLE "{app}" LOGIN' in printed and 'GRANT UPDATE ("seq", "prev_hash", "hash")' in printed
+    chain = f"tenant:{agent.tenant_id}"
+    with connected_as(app):
+        lifecycle(agent, reviewer_a)  # services write, commit, and the on-commit sequencer chains, as app
+        assert not AuditEvent.objects.filter(chain=chain, seq__isnull=True).exists()
+        head = ChainHead.objects.get(chain=chain)
+        assert head.seq == AuditEvent.objects.filter(chain=chain).count() > 5
+        assert verify_chain(chain).ok
+        refused = []
+        for statement, reason in ATTACKS:
+            with pytest.raises(DatabaseError) as error, transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(statement, {"chain": chain})
+            assert reason in str(error.value), (statement, str(error.value))
+            refused.append(statement)
+        assert len(refused) == len(ATTACKS)
+        assert verify_chain(chain).ok
