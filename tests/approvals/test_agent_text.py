@@ -139,11 +139,16 @@ def test_markup_in_agent_text_stays_text():
 
 
 def test_the_review_email_shows_hidden_characters_as_codes(hostile):
-    context = {"name": "Alice", "proposal": hostile, "summary": hostile.summary, "link": "http://x/"}
+    context = {
+        "name": "Alice",
+        "items": [{"proposal": hostile, "link": "http://x/"}],
+        "summary": hostile.summary,
+        "queue_link": "http://x/",
+    }
 
-    text = render_to_string("emails/proposal_needs_review.txt", context)
-    subject = render_to_string("emails/proposal_needs_review_subject.txt", context)
-    html = render_to_string("emails/proposal_needs_review.html", context)
+    text = render_to_string("emails/review_digest.txt", context)
+    subject = render_to_string("emails/review_digest_subject.txt", context)
+    html = render_to_string("emails/review_digest.html", context)
 
     assert RLO not in text + subject and "DE00[U+202E]1234" in text and "DE00[U+202E]1234" in subject
     assert_shown_safely(html)

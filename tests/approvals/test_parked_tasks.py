@@ -18,7 +18,8 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def _fresh_cards():
+def _fresh_cards(settings):
+    settings.AGENT_ALLOWED_NETWORKS = ["127.0.0.0/8", "::1/128"]  # the fake agents are on loopback
     a2a.forget_cards()
     yield
     a2a.forget_cards()
