@@ -135,9 +135,7 @@ def with_row_data(queryset):
     )
     return (
         queryset.select_related("agent", "tenant")
-        .annotate(
-            approval_count=Coalesce(Subquery(approvals, output_field=IntegerField()), 0)
-        )
+        .annotate(approval_count=Coalesce(Subquery(approvals, output_field=IntegerField()), 0))
         .prefetch_related(
             Prefetch(
                 "policy_versions",

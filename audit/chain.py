@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Max
+from django.utils import timezone
 
 from audit import checkpoint_files
 from audit.hashing import GENESIS_HASH, checkpoint_payload, hash_body
@@ -102,7 +103,7 @@ def append(chain: str, *, actor: str, verb: str, subject: str, data: dict | None
     refuse_secrets(data)
     # Microsecond precision survives every database round trip, so the hash can be recomputed.
     event = AuditEvent.objects.create(
-        chain=chain, at=datetime.now(UTC), actor=actor, verb=verb, subject=subject, data=data
+        chain=chain, at=timezone.now(), actor=actor, verb=verb, subject=subject, data=data
     )
     # Once per event: the second call finds nothing to chain (one indexed query) and returns.
     transaction.on_commit(lambda: sequence_after_commit(chain))
@@ -225,7 +226,7 @@ def archive_public_key(kid: str) -> None:
 def write_checkpoint(chain: str, seq: int, head_hash: str) -> Checkpoint:
     from signing_keys import sign_bytes
 
-    at = format_time(datetime.now(UTC))
+    at = format_time(timezone.now())
     kid, signature = sign_bytes(checkpoint_payload(chain, seq, head_hash, at))
     archive_public_key(kid)
     try:
@@ -257,7 +258,7 @@ def write_due_checkpoints(now: datetime | None = None, seconds: int | None = Non
     checkpoint is older than `seconds` (settings.AUDIT_CHECKPOINT_SECONDS); a chain never signed counts
     from its first event. Bounds the unsigned tail of a quiet chain (what a database owner could rewrite
     or remove unnoticed). Writes nothing when nothing is due (the worker calls this every tick)."""
-    now = now or datetime.now(UTC)
+    now = now or timezone.now()
     seconds = settings.AUDIT_CHECKPOINT_SECONDS if seconds is None else seconds
     cutoff = now - timedelta(seconds=seconds)
     latest = {

@@ -11,12 +11,12 @@ bundle of the same period).
 
 import hashlib
 import json
-from datetime import UTC, datetime
 
 import jwt
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.serializers.json import DjangoJSONEncoder
+from django.utils import timezone
 
 from audit.chain import format_time, sequence_chain, verification_jwks
 from audit.hashing import canonical_digest
@@ -139,7 +139,7 @@ def build_packet(tenant, proposal_id) -> dict | None:
         decision["token_sha256"] = hashlib.sha256(record["decision"]["token"].encode()).hexdigest()
     return {
         "format": PACKET_FORMAT,
-        "generated_at": format_time(datetime.now(UTC)),
+        "generated_at": format_time(timezone.now()),
         "issuer": settings.REVIEWER_ISSUER,
         "tenant": {"slug": tenant.slug, "name": tenant.name},
         "proposal": {

@@ -28,6 +28,7 @@ from django.db import connection
 from django.db.models import Q
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Substr
+from django.utils import timezone
 
 from audit.chain import (
     GENESIS_HASH,
@@ -382,7 +383,7 @@ def write_bundle(selection: Selection, path: Path, *, created_by: str) -> Iterat
         keys_bytes = json.dumps(verification_jwks(), indent=2).encode()
         manifest = {
             "format": BUNDLE_FORMAT,
-            "created_at": format_time(datetime.now(UTC)),
+            "created_at": format_time(timezone.now()),
             "created_by": created_by,
             "issuer": settings.REVIEWER_ISSUER,
             "tenant": {

@@ -1,8 +1,9 @@
 """Forms of the compliance pages: which part of the trail to read or export."""
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from django import forms
+from django.utils import timezone
 
 from audit.exports import OUTCOMES, day_bounds
 from audit.models import ExportJob
@@ -68,5 +69,5 @@ class PeriodForm(forms.Form):
                 datetime.fromisoformat(bounds["since"].replace("Z", "+00:00")),
                 datetime.fromisoformat(bounds["until"].replace("Z", "+00:00")) if bounds["until"] else None,
             )
-        today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        today = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
         return today - timedelta(days=(data.get("days") or 30) - 1), None

@@ -7,10 +7,11 @@ the document in memory; CSV, JSON Lines and the bundle carry every row.
 import json
 import logging
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 from django.conf import settings
+from django.utils import timezone
 from fpdf import FPDF
 from fpdf.fonts import FontFace
 
@@ -262,7 +263,7 @@ def write_report(selection, path: Path, *, created_by: str) -> Iterator[int]:
         [
             ("Period", selection.describe()),
             ("Chain", selection.chain),
-            ("Generated", f"{format_time(datetime.now(UTC))} by {created_by}"),
+            ("Generated", f"{format_time(timezone.now())} by {created_by}"),
             ("Issuer", settings.REVIEWER_ISSUER),
             (
                 "Chain check",

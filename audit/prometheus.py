@@ -10,11 +10,12 @@ are recomputed from its audit log at most every AUDIT_METRICS_CACHE_SECONDS, and
 head moved (the log is append-only, so an unchanged head means unchanged counters).
 """
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 from django.conf import settings
 from django.core.cache import cache
 from django.db.models import Count, Max
+from django.utils import timezone
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -45,7 +46,7 @@ class ReviewerCollector:
     def collect(self):
         heads = {head.chain: head for head in ChainHead.objects.all()}
         yield from self._tenant_families(heads)
-        yield from self._chain_families(heads, self.now or datetime.now(UTC))
+        yield from self._chain_families(heads, self.now or timezone.now())
         jobs = GaugeMetricFamily("reviewer_export_jobs", "Export jobs by status.", labels=["status"])
         for row in ExportJob.objects.values("status").annotate(n=Count("pk")).order_by("status"):
             jobs.add_metric([row["status"]], row["n"])

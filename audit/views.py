@@ -9,13 +9,13 @@ the only writes are export jobs and the audit events that record who exported wh
 import hmac
 import uuid
 from dataclasses import replace
-from datetime import UTC, datetime
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
 from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from accounts.decorators import verified_required
@@ -45,7 +45,7 @@ def _actor(request) -> str:
 
 
 def _stamp() -> str:
-    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return timezone.now().strftime("%Y%m%dT%H%M%SZ")
 
 
 def _streaming(request, sync_chunks, content_type: str, filename: str, length: int | None = None):

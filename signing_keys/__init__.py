@@ -12,12 +12,13 @@ import base64
 import hashlib
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from django.conf import settings
+from django.utils import timezone
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ def active_key() -> SigningKey:
 
 def published_keys(now: datetime | None = None) -> list[SigningKey]:
     """Keys whose public half belongs in the JWKS: active ones, and retired ones still in use."""
-    now = now or datetime.now(UTC)
+    now = now or timezone.now()
     return [key for key in all_keys() if _still_published(key, now)]
 
 
@@ -131,7 +132,7 @@ def generate_key() -> SigningKey:
     directory.chmod(0o700)
     private = Ed25519PrivateKey.generate()
     kid = _kid_for(private.public_key())
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
+    stamp = timezone.now().strftime("%Y%m%dT%H%M%S%f")
     path = directory / f"{stamp}_{kid}.pem"
     pem = private.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
@@ -149,7 +150,7 @@ def rotate() -> tuple[SigningKey, list[str]]:
         )
     previous = [key for key in _file_keys() if key.retired_at is None and key.private_key is not None]
     new_key = generate_key()
-    now = datetime.now(UTC).isoformat()
+    now = timezone.now().isoformat()
     for path in _key_dir().glob("*.pem"):
         kid = path.stem.split("_", 1)[1]
         if kid in {key.kid for key in previous}:
@@ -161,7 +162,7 @@ def prune_expired(now: datetime | None = None) -> list[str]:
     """Delete the private half of retired keys that no unexpired token can need any more. Only retired
     key files are considered (never the active key, whatever REVIEWER_SIGNING_KEY says); the public
     half stays as `<stamp>_<kid>.pub` so the audit checkpoints the key signed still verify."""
-    now = now or datetime.now(UTC)
+    now = now or timezone.now()
     removed = []
     for path, key in _key_files():
         if key.private_key is None or key.retired_at is None or _still_published(key, now):

@@ -8,10 +8,11 @@ private half of retired keys no unexpired token can need (their public half is k
 so old audit checkpoints still verify). Prints key ids only, never key material.
 """
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from django.conf import settings
 from django.core.management.base import CommandError
+from django.utils import timezone
 
 import signing_keys as keys
 from approvals import services
@@ -50,7 +51,7 @@ class Command(OperatorCommand):
     def write_published(self):
         keep = timedelta(seconds=settings.DECISION_TOKEN_MAX_SECONDS) + keys.RETIREMENT_GRACE
         self.stdout.write("published in the JWKS:")
-        for key in keys.published_keys(datetime.now(UTC)):
+        for key in keys.published_keys(timezone.now()):
             if key.retired_at is None:
                 self.stdout.write(f"  {key.kid}  active")
             else:
