@@ -52,7 +52,8 @@ def vote(proposal, reviewer):
 def test_a_tenant_default_decision_names_the_default_as_its_policy_and_the_gate_accepts_it(
     client, agent, requester, admin_user
 ):
-    proposal = submit(agent)  # no policy matches: the tenant admins decide (fail closed)
+    # No policy matches: the tenant admins decide (fail closed); reversible, so one admin suffices.
+    proposal = submit(agent, consequences={"effect": "Money back", "reversible": True})
     vote(proposal, admin_user)
 
     decision = Decision.objects.get(proposal=proposal)
@@ -91,7 +92,7 @@ def test_a_stricter_version_activated_while_waiting_is_named_in_the_token_and_on
 def test_a_policy_activated_while_the_tenant_default_waits_is_named_with_the_default(
     tenant, agent, requester, admin_user, reviewer_a
 ):
-    proposal = submit(agent)  # tenant default: one admin
+    proposal = submit(agent, consequences={"effect": "Money back", "reversible": True})  # default: one admin
     factories.make_policy(
         tenant, "refunds", tool_pattern="payments.refund", thresholds=[{"group": "finance", "count": 1}]
     )

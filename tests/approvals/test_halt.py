@@ -165,7 +165,13 @@ def test_halt_cancels_proposals_still_waiting_for_people_and_their_tasks(
     after a resume it cannot be approved, the agent must ask again."""
     waiting = submit(agent)
     asked = submit(agent)
-    services.request_info(asked.id, reviewer_a, question="which order?", digest_seen=asked.action_digest)
+    services.request_info(
+        asked.id,
+        reviewer_a,
+        question="which order?",
+        digest_seen=asked.action_digest,
+        step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
+    )
 
     halt = services.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="incident", tenant=tenant)
 

@@ -6,7 +6,7 @@ from approvals import history, pages
 from approvals.models import PolicyVersion
 from approvals.states import State
 from tests import factories
-from tests.factories import approve, submit
+from tests.factories import approve, step_up_for, submit, totp_code
 
 pytestmark = pytest.mark.django_db
 
@@ -43,6 +43,7 @@ def test_an_edit_in_the_same_task_is_not_its_own_history(
         reviewer_b,
         arguments={**original.action["arguments"], "amount": "30.00"},
         digest_seen=original.action_digest,
+        step_up=step_up_for(reviewer_b, totp_code(reviewer_b)),
     )
     assert pages.detail_context(edited, reviewer_a, {})["history"]["items"] == []
 

@@ -107,6 +107,7 @@ def test_a_reviewers_edit_is_followed_to_the_new_proposals_decision(
         reviewer_a,
         arguments={**proposal.action["arguments"], "amount": "25.00"},
         digest_seen=proposal.action_digest,
+        step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
     )
     assert pull_decision(client, proposal).json() == {
         "token": None,

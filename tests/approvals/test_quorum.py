@@ -202,6 +202,7 @@ def test_an_approval_with_a_reservation_is_signed_and_can_ask_for_a_second_appro
     agent, tenant, requester, reviewer_a, reviewer_b
 ):
     from approvals.models import PolicyVersion
+    from audit.chain import sequence_pending
     from audit.metrics import collect
     from audit.models import AuditEvent, Verb
 
@@ -227,6 +228,7 @@ def test_an_approval_with_a_reservation_is_signed_and_can_ask_for_a_second_appro
     assert reservations == {"user:reviewer_a": "Amount looks high for this customer", "user:reviewer_b": ""}
     cast = AuditEvent.objects.filter(verb=Verb.VOTE_CAST, data__reservation__startswith="Amount")
     assert cast.count() == 1
+    sequence_pending()  # metrics read the chained trail (the sequencer runs after commit)
     by_policy = collect(cast.first().chain).by_policy
     group = next(g for label, g in by_policy.items() if label.startswith("refunds") or "@" in label)
     assert (group.reservations, group.approvals_cast, group.reservation_rate) == (1, 2, 0.5)

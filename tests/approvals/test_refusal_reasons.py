@@ -63,6 +63,7 @@ def test_a_vote_on_an_edited_proposal_names_its_successor(
         reviewer_a,
         arguments={**proposal.action["arguments"], "amount": "30.00"},
         digest_seen=proposal.action_digest,
+        step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
     )
     with pytest.raises(services.VoteRefused) as refused:
         services.cast_vote(

@@ -716,15 +716,6 @@ def test_the_amount_comes_from_the_bound_arguments_and_a_different_claim_is_flag
     assert facts.index("EUR 40.00") < facts.index("The agent's description says") < facts.index("EUR 4.00")
 
 
-def test_ties_in_expiry_sort_the_riskier_proposal_first(agent, refund_policy, requester, reviewer_a):
-    low, unrated, high = (submit(agent, summary=f"Refund {n}") for n in ("low", "unrated", "high"))
-    same_expiry = low.expires_at
-    for proposal, risk in ((low, "low"), (unrated, ""), (high, "high")):
-        Proposal.objects.filter(pk=proposal.pk).update(risk=risk, expires_at=same_expiry)
-    rows = pages.queue_context(reviewer_a, {})["rows"]
-    assert [row["proposal"].pk for row in rows] == [high.pk, low.pk, unrated.pk]
-
-
 def test_compliance_lands_on_the_audit_trail_and_an_admin_sees_the_admin_link(tenant, agent, reviewer_a):
     auditor = factories.make_user("auditor_x", tenant=tenant, role="compliance")
     response = verified_client(auditor).get(reverse("approvals:queue"))
