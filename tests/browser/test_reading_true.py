@@ -7,7 +7,7 @@ from approvals import services
 from tests import factories
 from tests.browser.conftest import beside_the_browser, screenshot
 from tests.browser.test_reviewing import live_section, sign_in, wait_until_live
-from tests.factories import submit, totp_code
+from tests.factories import step_up_for, submit, totp_code
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -15,7 +15,12 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 def _edit(proposal, editor, amount):
     arguments = {**proposal.action["arguments"], "amount": amount}
     return services.edit_proposal(
-        proposal.id, editor, arguments=arguments, digest_seen=proposal.action_digest, note="partial refund"
+        proposal.id,
+        editor,
+        arguments=arguments,
+        digest_seen=proposal.action_digest,
+        note="partial refund",
+        step_up=step_up_for(editor, totp_code(editor)),
     )
 
 
@@ -93,6 +98,7 @@ def test_a_superseded_page_links_to_its_successor_without_a_reload(
     sign_in(editor, reviewer_b)
     editor.goto(f"/proposals/{proposal.id}/edit")
     editor.get_by_label("amount").fill("30.00")
+    editor.get_by_label("One-time code").fill(totp_code(reviewer_b))  # an edit needs the vote's step-up
     editor.get_by_role("button", name="Create the edited proposal").click()
     expect(watcher.get_by_role("link", name="a newer proposal")).to_be_visible()
     expect(watcher.locator("#h-consequence")).to_have_text("Replaced: this will not happen as written here")

@@ -207,48 +207,13 @@ def test_the_first_deployment_section_reaches_a_first_approved_decision(tmp_path
         # --- an agent asks; nothing matches a policy, so the tenant admins decide ---
         task_id = ask_refund(agent.url, f"{deployment.url}/a2a/push/refunds/", push_token)
 
-        # --- dana signs in with the printed password and enrolls an authenticator ---
-        password = printed(people, "created user dana, password (shown once):")
-        browser.get("/accounts/login/")
-        signed_in = browser.post(
-            "/accounts/login/",
-            data={
-                "csrfmiddlewaretoken": browser.cookies["csrftoken"],
-                "username": "dana",
-                "password": password,
-            },
-        )
-        assert signed_in.status_code == 302 and signed_in.headers["location"].endswith("/accounts/enroll/")
-        enroll_page = browser.get("/accounts/enroll/").text
-        secret = re.search(r'<code class="secret">([A-Z2-7 ]+)</code>', enroll_page).group(1)
-        enrolled = browser.post(
-            "/accounts/enroll/",
-            data={"csrfmiddlewaretoken": browser.cookies["csrftoken"], "otp_token": code_for(secret)},
-        )
-        assert enrolled.status_code == 200 and "backup" in enrolled.text.lower(), enrolled.text[:2000]
-        assert browser.get("/admin/tenants/approvergroup/").status_code == 200  # /admin/ for her tenant
-
-        # --- she finds the request in her queue and approves it with a fresh code ---
-        proposal_path = wait_until(
-            lambda: re.search(r'href="(/proposals/[0-9a-f-]{36}/)"', browser.get("/").text),
-            "the request in dana's queue",
-            timeout=30,
-            detail=deployment.logs,
-        ).group(1)
-        page = browser.get(proposal_path).text
+        # --- dana signs in with the printed password, enrolls an authenticator and approves; a refund
+        # cannot be undone (R3), so the tenant default asks a second admin: erin does the same ---
+        page = sign_in_enroll_and_approve(deployment, browser, people, "dana")
         assert "tenant-default@1" in page
-        digest = re.search(r'name="digest" value="([^"]+)"', page).group(1)
-        decided = browser.post(
-            proposal_path + "decide",
-            data={
-                "csrfmiddlewaretoken": browser.cookies["csrftoken"],
-                "action": "approve",
-                "digest": digest,
-                "reason": "",
-                "otp_code": code_for(secret, steps_ahead=1),  # the enrollment used this step's code
-            },
-        )
-        assert decided.status_code == 302, decided.text[:2000]
+        assert browser.get("/admin/tenants/approvergroup/").status_code == 200  # /admin/ for her tenant
+        with httpx.Client(base_url=deployment.url, timeout=15) as second:
+            sign_in_enroll_and_approve(deployment, second, people, "erin")
 
         # --- the agent verified, consumed and refunded once ---
         assert task_state(agent.url, task_id) == "TASK_STATE_COMPLETED"
@@ -271,3 +236,42 @@ def _answers(url: str) -> bool:
         return httpx.get(url, timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def sign_in_enroll_and_approve(deployment, browser, people: str, name: str) -> str:
+    """As the README says: sign in with the printed password, enroll an authenticator from the page's
+    key, find the request in the queue and approve it with a fresh code. Returns the proposal page."""
+    password = printed(people, f"created user {name}, password (shown once):")
+    browser.get("/accounts/login/")
+    signed_in = browser.post(
+        "/accounts/login/",
+        data={"csrfmiddlewaretoken": browser.cookies["csrftoken"], "username": name, "password": password},
+    )
+    assert signed_in.status_code == 302 and signed_in.headers["location"].endswith("/accounts/enroll/")
+    enroll_page = browser.get("/accounts/enroll/").text
+    secret = re.search(r'<code class="secret">([A-Z2-7 ]+)</code>', enroll_page).group(1)
+    enrolled = browser.post(
+        "/accounts/enroll/",
+        data={"csrfmiddlewaretoken": browser.cookies["csrftoken"], "otp_token": code_for(secret)},
+    )
+    assert enrolled.status_code == 200 and "backup" in enrolled.text.lower(), enrolled.text[:2000]
+    proposal_path = wait_until(
+        lambda: re.search(r'href="(/proposals/[0-9a-f-]{36}/)"', browser.get("/").text),
+        f"the request in {name}'s queue",
+        timeout=30,
+        detail=deployment.logs,
+    ).group(1)
+    page = browser.get(proposal_path).text
+    digest = re.search(r'name="digest" value="([^"]+)"', page).group(1)
+    decided = browser.post(
+        proposal_path + "decide",
+        data={
+            "csrfmiddlewaretoken": browser.cookies["csrftoken"],
+            "action": "approve",
+            "digest": digest,
+            "reason": "",
+            "otp_code": code_for(secret, steps_ahead=1),  # the enrollment used this step's code
+        },
+    )
+    assert decided.status_code == 302, decided.text[:2000]
+    return page
