@@ -36,7 +36,7 @@ from starlette.applications import Starlette  # noqa: E402
 
 from reviewer_gate import EXTENSION_URI, ReviewerClient, build_request  # noqa: E402
 from reviewer_gate.a2a import A2AApprovals, SQLiteRequestStore  # noqa: E402
-from reviewer_gate.testing import FakeReviewer, ReviewerKey, decision_claims  # noqa: E402
+from reviewer_gate.testing import decision_claims  # noqa: E402
 
 ACTION = {"tool": "files.delete", "arguments": {"path": "reports/q3.xlsx"}}
 
@@ -64,18 +64,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-@pytest.fixture
-def key():
-    return ReviewerKey()
-
-
-@pytest.fixture
-def reviewer(key):
-    server = FakeReviewer([key]).start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

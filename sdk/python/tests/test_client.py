@@ -7,23 +7,11 @@ from datetime import datetime
 import pytest
 
 from reviewer_gate import NotApproved, ReviewerClient, ReviewerUnavailable, gate
-from reviewer_gate.testing import FakeReviewer, ReviewerKey, decision_claims
+from reviewer_gate.testing import decision_claims
 
 AUDIENCE = "https://agent.example"
 ACTION = {"tool": "payments.refund", "arguments": {"order_id": "1182", "amount": "40.00", "currency": "EUR"}}
 PRINCIPAL = {"id": "u-7", "display": "Casey"}
-
-
-@pytest.fixture
-def key():
-    return ReviewerKey()
-
-
-@pytest.fixture
-def reviewer(key):
-    server = FakeReviewer([key]).start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import jwt
 import pytest
 
 from reviewer_gate import gate
-from reviewer_gate.testing import FakeReviewer, ReviewerKey, b64url, decision_claims
+from reviewer_gate.testing import ReviewerKey, b64url, decision_claims
 
 ISSUER = "https://reviewer.example"
 AUDIENCE = "http://127.0.0.1:8001/.well-known/agent-card.json"
@@ -30,11 +30,6 @@ ACTION = {
 }
 DIGEST = gate.action_digest(ACTION)
 GATE_FILE = Path(gate.__file__)  # the installed module (the wheel's, in `make test`)
-
-
-@pytest.fixture
-def key():
-    return ReviewerKey()
 
 
 @pytest.fixture
@@ -201,13 +196,6 @@ def test_a_refused_token_does_not_use_up_its_decision(the_gate, key):
 
 
 # --- JWKS -----------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def reviewer(key):
-    server = FakeReviewer([key]).start()
-    yield server
-    server.stop()
 
 
 def jwks_gate(reviewer, **source_options):

@@ -16,21 +16,9 @@ from langgraph.types import Command  # noqa: E402
 
 from reviewer_gate import ReviewerClient, gate  # noqa: E402
 from reviewer_gate.langgraph import ReviewedToolNode, pending_approvals, resume_with_decisions  # noqa: E402
-from reviewer_gate.testing import FakeReviewer, ReviewerKey, decision_claims  # noqa: E402
+from reviewer_gate.testing import ReviewerKey, decision_claims  # noqa: E402
 
 AUDIENCE = "urn:agent:langgraph"
-
-
-@pytest.fixture
-def key():
-    return ReviewerKey()
-
-
-@pytest.fixture
-def reviewer(key):
-    server = FakeReviewer([key]).start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

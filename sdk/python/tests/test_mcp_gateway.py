@@ -14,7 +14,7 @@ from mcp.server.mcpserver import MCPServer  # noqa: E402
 from reviewer_gate import ReviewerClient  # noqa: E402
 from reviewer_gate.mcp_gateway import MCPGateway  # noqa: E402
 from reviewer_gate.risk import GatingRules, risk_hint  # noqa: E402
-from reviewer_gate.testing import FakeReviewer, ReviewerKey, decision_claims  # noqa: E402
+from reviewer_gate.testing import ReviewerKey, decision_claims  # noqa: E402
 
 AUDIENCE = "urn:agent:mcp-gateway"
 
@@ -34,18 +34,6 @@ def upstream_server(calls: list):
         return f"contents of {path}"
 
     return server
-
-
-@pytest.fixture
-def key():
-    return ReviewerKey()
-
-
-@pytest.fixture
-def reviewer(key):
-    server = FakeReviewer([key]).start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

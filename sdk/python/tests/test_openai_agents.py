@@ -17,7 +17,7 @@ from openai.types.responses import (  # noqa: E402
 
 from reviewer_gate import ReviewerClient, gate  # noqa: E402
 from reviewer_gate.openai_agents import ReviewerApprovals  # noqa: E402
-from reviewer_gate.testing import FakeReviewer, ReviewerKey, decision_claims  # noqa: E402
+from reviewer_gate.testing import decision_claims  # noqa: E402
 
 AUDIENCE = "urn:agent:openai-agents"
 set_tracing_disabled(True)  # no trace export: these tests never touch the network
@@ -48,18 +48,6 @@ class ScriptedModel(Model):
 
     def stream_response(self, *args, **kwargs):
         raise NotImplementedError("not used")
-
-
-@pytest.fixture
-def key():
-    return ReviewerKey()
-
-
-@pytest.fixture
-def reviewer(key):
-    server = FakeReviewer([key]).start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -5,10 +5,8 @@ import re
 import threading
 from pathlib import Path
 
-import pytest
-
 import reviewer_gate
-from reviewer_gate.testing import FakeReviewer, ReviewerKey, decision_claims
+from reviewer_gate.testing import decision_claims
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -20,18 +18,6 @@ def quick_start() -> str:
 
 def test_the_quick_start_is_at_most_a_dozen_lines():
     assert len(quick_start().strip().splitlines()) <= 12
-
-
-@pytest.fixture
-def key():
-    return ReviewerKey()
-
-
-@pytest.fixture
-def reviewer(key):
-    server = FakeReviewer([key]).start()
-    yield server
-    server.stop()
 
 
 def test_the_quick_start_runs_and_refunds_once(reviewer, key, monkeypatch, capsys):
