@@ -2,12 +2,11 @@
 Ed25519 keys, real HTTP on loopback). Each test decides from another thread while the client waits."""
 
 import threading
-from datetime import datetime
 
 import pytest
 
 from reviewer_gate import NotApproved, ReviewerClient, ReviewerUnavailable, gate
-from reviewer_gate.testing import decision_claims
+from reviewer_gate.testing import decide_next_proposal
 
 AUDIENCE = "https://agent.example"
 ACTION = {"tool": "payments.refund", "arguments": {"order_id": "1182", "amount": "40.00", "currency": "EUR"}}
@@ -25,34 +24,8 @@ def client(reviewer):
 DEADLINE = {"timeout": 20}
 
 
-def answer_when_submitted(reviewer, key, *, decision="approved", close=None, **overrides):
-    """A reviewer in another thread: waits for the proposal, then decides it (or closes it)."""
-    submitted = threading.Event()
-
-    def run():
-        while not reviewer.proposals:
-            submitted.wait(0.01)  # bounded poll of the fake's record, not a timing assumption
-        body = reviewer.proposals[-1]["body"]
-        proposal_id = reviewer.proposal_id_of(body["task_id"])
-        if close:
-            reviewer.close(proposal_id, close)
-            return
-        binding = {
-            "task_id": body["task_id"],
-            "request_id": body["request"]["request_id"],
-            "action_digest": body["request"]["action_digest"],
-            "context_id": body["context_id"],
-            "decision": decision,
-        }
-        claims = decision_claims(issuer=reviewer.url, audience=AUDIENCE, **{**binding, **overrides})
-        if "expires_at" in body["request"]:  # as Reviewer does: an approval ends by the request's deadline
-            deadline = datetime.fromisoformat(body["request"]["expires_at"].replace("Z", "+00:00"))
-            claims["exp"] = min(claims["exp"], int(deadline.timestamp()))
-        reviewer.decide(proposal_id, key.sign(claims))
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
+def answer_when_submitted(reviewer, key, **options):
+    return decide_next_proposal(reviewer, key, audience=AUDIENCE, **{"seen": 0, **options})  # the first
 
 
 def test_an_approval_is_submitted_verified_consumed_and_reported(client, reviewer, key):

@@ -11,10 +11,13 @@ pytest.importorskip("mcp")
 from mcp import Client  # noqa: E402
 from mcp.server.mcpserver import MCPServer  # noqa: E402
 
-from reviewer_gate import ReviewerClient  # noqa: E402
+from reviewer_gate import (
+    ReviewerClient,  # noqa: E402
+    testing,
+)
 from reviewer_gate.mcp_gateway import MCPGateway  # noqa: E402
 from reviewer_gate.risk import GatingRules, risk_hint  # noqa: E402
-from reviewer_gate.testing import ReviewerKey, decision_claims  # noqa: E402
+from reviewer_gate.testing import ReviewerKey  # noqa: E402
 
 AUDIENCE = "urn:agent:mcp-gateway"
 
@@ -49,33 +52,8 @@ def gateway(reviewer, calls):
     return MCPGateway(upstream_server(calls), client, decision_timeout=20)
 
 
-def decide_next_proposal(reviewer, key, *, decision="approved", close=None, seen=None, **overrides):
-    """A reviewer in another thread: waits for the next proposal (after `seen` of them), then decides
-    it or closes it."""
-    seen = len(reviewer.proposals) if seen is None else seen
-    ready = threading.Event()
-
-    def run():
-        while len(reviewer.proposals) <= seen:
-            ready.wait(0.01)  # bounded poll of the fake's record
-        body = reviewer.proposals[-1]["body"]
-        proposal_id = reviewer.proposal_id_of(body["task_id"])
-        if close:
-            reviewer.close(proposal_id, close)
-            return
-        binding = {
-            "task_id": body["task_id"],
-            "request_id": body["request"]["request_id"],
-            "action_digest": body["request"]["action_digest"],
-            "context_id": body["context_id"],
-            "decision": decision,
-        }
-        reviewer.decide(
-            proposal_id,
-            key.sign(decision_claims(issuer=reviewer.url, audience=AUDIENCE, **{**binding, **overrides})),
-        )
-
-    threading.Thread(target=run, daemon=True).start()
+def decide_next_proposal(reviewer, key, **options):
+    return testing.decide_next_proposal(reviewer, key, audience=AUDIENCE, **options)
 
 
 def text(result) -> str:

@@ -17,7 +17,10 @@ from openai.types.responses import (  # noqa: E402
 
 from reviewer_gate import ReviewerClient, gate  # noqa: E402
 from reviewer_gate.openai_agents import ReviewerApprovals  # noqa: E402
-from reviewer_gate.testing import decision_claims  # noqa: E402
+from reviewer_gate.testing import (
+    decide_next_proposal,
+    decision_claims,  # noqa: E402
+)
 
 AUDIENCE = "urn:agent:openai-agents"
 set_tracing_disabled(True)  # no trace export: these tests never touch the network
@@ -76,28 +79,8 @@ def agent(approvals, refunds):
     )
 
 
-def decide_when_submitted(reviewer, key, *, decision="approved", close=None, **overrides):
-    ready = threading.Event()
-
-    def run():
-        while not reviewer.proposals:
-            ready.wait(0.01)  # bounded poll of the fake's record
-        body = reviewer.proposals[-1]["body"]
-        proposal_id = reviewer.proposal_id_of(body["task_id"])
-        if close:
-            reviewer.close(proposal_id, close)
-            return
-        claims = {
-            "task_id": body["task_id"],
-            "request_id": body["request"]["request_id"],
-            "action_digest": body["request"]["action_digest"],
-            "context_id": body["context_id"],
-            "decision": decision,
-        }
-        token = key.sign(decision_claims(issuer=reviewer.url, audience=AUDIENCE, **{**claims, **overrides}))
-        reviewer.decide(proposal_id, token)
-
-    threading.Thread(target=run, daemon=True).start()
+def decide_when_submitted(reviewer, key, **options):
+    return decide_next_proposal(reviewer, key, audience=AUDIENCE, **{"seen": 0, **options})  # the first
 
 
 async def test_an_approved_call_runs_once_through_the_sdks_approval_hook(

@@ -11,6 +11,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -277,3 +278,45 @@ class FakeReviewer:
                 self._send(status, answer)
 
         return Handler
+
+
+def decide_next_proposal(
+    reviewer: "FakeReviewer",
+    key: "ReviewerKey",
+    *,
+    audience: str,
+    decision: str = "approved",
+    close: str | None = None,
+    seen: int | None = None,
+    **overrides,
+) -> threading.Thread:
+    """A reviewer in another thread: waits for the next proposal (after `seen` of them; default: those
+    recorded now), then signs a decision bound to it, or closes it (`close="expired"`, ...). As Reviewer
+    does, an approval ends no later than the request's own `expires_at`. `overrides` replace claims."""
+    seen = len(reviewer.proposals) if seen is None else seen
+    ready = threading.Event()
+
+    def run():
+        while len(reviewer.proposals) <= seen:
+            ready.wait(0.01)  # bounded poll of the fake's record
+        body = reviewer.proposals[-1]["body"]
+        proposal_id = reviewer.proposal_id_of(body["task_id"])
+        if close:
+            reviewer.close(proposal_id, close)
+            return
+        binding = {
+            "task_id": body["task_id"],
+            "request_id": body["request"]["request_id"],
+            "action_digest": body["request"]["action_digest"],
+            "context_id": body["context_id"],
+            "decision": decision,
+        }
+        claims = decision_claims(issuer=reviewer.url, audience=audience, **{**binding, **overrides})
+        if "expires_at" in body["request"]:
+            deadline = datetime.fromisoformat(body["request"]["expires_at"].replace("Z", "+00:00"))
+            claims["exp"] = min(claims["exp"], int(deadline.timestamp()))
+        reviewer.decide(proposal_id, key.sign(claims))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
