@@ -2,7 +2,7 @@
 bare A2A GetTask round trip to the same agent (target: p50 ≤ 3x, p95 ≤ 5x).
 
     BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench_delivery REDIS_URL=redis://127.0.0.1:6379/9 \\
-        .venv/bin/python bench/r1.py [N]
+        .venv/bin/python bench/r1_vote_to_side_effect.py [N]
 
 The path has two round trips by design (the continuation to the agent, the agent's consume back to
 Reviewer), plus the worker's claim and record. See bench/delivery_stack.py for the stack.

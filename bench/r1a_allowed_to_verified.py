@@ -3,7 +3,7 @@ verified and consumed by the agent (its ledger line), against a bare A2A GetTask
 agent (target: p50 ≤ 3x).
 
     BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench_delivery REDIS_URL=redis://127.0.0.1:6379/9 \\
-        .venv/bin/python bench/r1a.py [N]
+        .venv/bin/python bench/r1a_allowed_to_verified.py [N]
 
 The path: the agent parks and pushes (Reviewer's intake evaluates the policy: allowed, decision signed,
 continuation queued, worker woken), the worker continues the task, the agent verifies the decision,
