@@ -5,6 +5,7 @@ from django import forms
 from django.contrib.auth.forms import AuthenticationForm
 from django_otp import devices_for_user
 
+from accounts import passkeys
 from accounts.codes import verify_sign_in_code
 
 ONE_TIME_CODE = {
@@ -21,17 +22,31 @@ SIGN_IN_REFUSED = (
 )
 
 
+class PasskeyAnswerInput(forms.HiddenInput):
+    """The hidden field a passkey's answer travels in. A page shown again (a refusal) leaves it empty:
+    an answer is usable once, and a stale one would only be refused."""
+
+    def format_value(self, value):
+        return None
+
+
+def passkey_answer_field() -> forms.CharField:
+    return forms.CharField(required=False, max_length=passkeys.MAX_ANSWER_CHARS, widget=PasskeyAnswerInput)
+
+
 def normalized_code(value: str) -> str:
     return (value or "").strip().replace(" ", "")
 
 
 class LoginForm(AuthenticationForm):
-    """Username, password and a one-time code in one form. A person who has no authenticator yet signs in
-    with the password alone and is sent to enroll one (`device` stays None)."""
+    """Username, password and a one-time code (or a passkey's answer) in one form. A person who has no
+    authenticator yet signs in with the password alone and is sent to enroll one (`device` stays None)."""
 
     otp_token = forms.CharField(
         label="One-time code", required=False, max_length=16, widget=forms.TextInput(attrs=ONE_TIME_CODE)
     )
+    # The browser's answer to a sign-in passkey challenge (static/js/passkeys.js), instead of a code.
+    passkey = passkey_answer_field()
 
     error_messages = {
         **AuthenticationForm.error_messages,
@@ -56,7 +71,10 @@ class LoginForm(AuthenticationForm):
         if not any(True for _ in devices_for_user(self.user_cache, confirmed=True)):
             return cleaned
         token = normalized_code(cleaned.get("otp_token"))
-        self.device = verify_sign_in_code(self.user_cache, token) if token else None
+        if cleaned.get("passkey"):
+            self.device = passkeys.verify_sign_in(self.user_cache, cleaned["passkey"])
+        else:
+            self.device = verify_sign_in_code(self.user_cache, token) if token else None
         if self.device is None:
             self.code_refused = True
             raise forms.ValidationError(self.error_messages["invalid_login"], code="invalid_login")
@@ -69,3 +87,19 @@ class EnrollForm(forms.Form):
     otp_token = forms.CharField(
         label="Code from your authenticator app", max_length=16, widget=forms.TextInput(attrs=ONE_TIME_CODE)
     )
+
+
+class PasskeyNameForm(forms.Form):
+    """Add a passkey: its name, and the browser's answer to the registration challenge (hidden)."""
+
+    name = forms.CharField(
+        label="Name of the new passkey",
+        max_length=64,
+        help_text="So you can tell your passkeys apart, e.g. “work laptop” or “blue security key”.",
+    )
+    passkey = passkey_answer_field()
+
+    def clean_passkey(self):
+        if not self.cleaned_data.get("passkey"):
+            raise forms.ValidationError("your browser did not create a passkey; press Add a passkey again")
+        return self.cleaned_data["passkey"]

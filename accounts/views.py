@@ -1,23 +1,30 @@
-"""Sign-in (password and one-time code in one form) and enrollment of an authenticator.
+"""Sign-in (password and a one-time code or a passkey in one form), enrollment of an authenticator, and
+Your devices (passkeys added, renamed and removed).
 
 The URLs are unchanged: /accounts/login/ (named "login", reviewer/urls.py) and /accounts/enroll/ (named
 "approvals:enroll", approvals/urls.py, because pages and redirects name it so). What is recorded (a
 refused code, a confirmed device) goes through approvals' services like every other state change.
 """
 
+from django.contrib import messages
 from django.contrib.auth import login as auth_login
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login
+from django.http import Http404, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.debug import sensitive_post_parameters
-from django.views.decorators.http import require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_otp import login as otp_login
+from django_otp.plugins.otp_static.models import StaticToken
+from django_otp.plugins.otp_totp.models import TOTPDevice
+from django_otp_webauthn.models import WebAuthnCredential
 
-from accounts import throttle
-from accounts.forms import EnrollForm, LoginForm
+from accounts import passkeys, throttle
+from accounts.decorators import verified_required
+from accounts.forms import EnrollForm, LoginForm, PasskeyNameForm
 from accounts.qr import qr_svg
 from approvals import services, stepup
 
@@ -31,7 +38,7 @@ def _next_url(request) -> str:
     return reverse("approvals:queue")
 
 
-@sensitive_post_parameters("password", "otp_token")
+@sensitive_post_parameters("password", "otp_token", "passkey")
 @never_cache
 @require_http_methods(["GET", "POST"])
 def login_view(request):
@@ -109,3 +116,96 @@ def _key_for_typing(device) -> str:
 
     text = b32encode(device.bin_key).decode().rstrip("=")
     return " ".join(text[i : i + 4] for i in range(0, len(text), 4))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Your devices: the authenticator app, backup codes and passkeys (several, named). Passkey ceremonies
+# start with a JSON request for options (static/js/passkeys.js) and end with a form post carrying the
+# browser's answer; accounts/passkeys.py checks it.
+
+
+@never_cache
+@verified_required
+@require_GET
+def devices(request):
+    return _devices_page(request, PasskeyNameForm(), status=200)
+
+
+def _devices_page(request, add_form, *, status, rename_errors=None):
+    user = request.user
+    context = {
+        "apps": list(TOTPDevice.objects.filter(user=user, confirmed=True).order_by("id")),
+        "backup_codes_left": StaticToken.objects.filter(device__user=user, device__confirmed=True).count(),
+        "passkeys": list(WebAuthnCredential.objects.filter(user=user, confirmed=True).order_by("created_at")),
+        "add_form": add_form,
+        "rename_errors": rename_errors or {},
+        "webauthn_origin_ok": request.build_absolute_uri("/").rstrip("/") in passkeys.origins(),
+        "webauthn_origins": passkeys.origins(),
+        "nav": "devices",
+    }
+    return render(request, "accounts/devices.html", context, status=status)
+
+
+@never_cache
+@verified_required
+@require_POST
+def passkey_registration_options(request):
+    return JsonResponse(passkeys.registration_options(request.user))
+
+
+@sensitive_post_parameters("passkey")
+@never_cache
+@verified_required
+@require_POST
+def passkey_register(request):
+    form = PasskeyNameForm(request.POST)
+    if form.is_valid():
+        try:
+            services.register_passkey(
+                request.user, answer=form.cleaned_data["passkey"], name=form.cleaned_data["name"]
+            )
+        except services.ServiceError as error:
+            form.add_error("name" if error.field == "name" else None, error.message)
+        else:
+            messages.success(request, f"Your passkey “{form.cleaned_data['name']}” is registered.")
+            return redirect("accounts:devices")
+    return _devices_page(request, form, status=400)
+
+
+@never_cache
+@verified_required
+@require_POST
+def passkey_rename(request, passkey_id):
+    try:
+        services.rename_passkey(request.user, passkey_id, name=request.POST.get("name", ""))
+    except services.NotFound:
+        raise Http404("no such passkey") from None
+    except services.ServiceError as error:
+        return _devices_page(
+            request, PasskeyNameForm(), status=400, rename_errors={passkey_id: error.message}
+        )
+    messages.success(request, "The passkey is renamed.")
+    return redirect("accounts:devices")
+
+
+@never_cache
+@verified_required
+@require_POST
+def passkey_remove(request, passkey_id):
+    try:
+        services.remove_passkey(request.user, passkey_id)
+    except services.NotFound:
+        raise Http404("no such passkey") from None
+    except services.ServiceError as error:
+        return _devices_page(
+            request, PasskeyNameForm(), status=400, rename_errors={passkey_id: error.message}
+        )
+    messages.success(request, "The passkey is removed; it no longer signs in or confirms votes.")
+    return redirect("accounts:devices")
+
+
+@never_cache
+@require_POST
+def passkey_sign_in_options(request):
+    """Options for the sign-in form's "Use a passkey": any passkey of this site (nothing about accounts)."""
+    return JsonResponse(passkeys.sign_in_options())

@@ -134,7 +134,14 @@ class ReviewerSocket(AsyncJsonWebsocketConsumer):
                 verdict=message.verdict,
                 digest_seen=message.digest,
                 reason=message.reason,
-                step_up=stepup.step_up_for(user, message.otp_code, session),
+                step_up=stepup.step_up_for(
+                    user,
+                    message.otp_code,
+                    session,
+                    passkey=message.passkey,
+                    proposal_id=proposal.id,
+                    digest=message.digest,
+                ),
                 page_hash=pages.page_hash(proposal),
             )
         except services.ServiceError as error:

@@ -5,7 +5,7 @@ import json
 
 from django import forms
 
-from accounts.forms import ONE_TIME_CODE, normalized_code
+from accounts.forms import ONE_TIME_CODE, normalized_code, passkey_answer_field
 from approvals.models import Proposal
 
 
@@ -49,6 +49,7 @@ class DecisionForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 3}),
     )
     otp_code = one_time_code_field()
+    passkey = passkey_answer_field()
 
     def clean_otp_code(self):
         return normalized_code(self.cleaned_data.get("otp_code"))
@@ -82,6 +83,7 @@ class EditArgumentsForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 2}),
     )
     otp_code = one_time_code_field()
+    passkey = passkey_answer_field()
 
     def clean_otp_code(self):
         return normalized_code(self.cleaned_data.get("otp_code"))

@@ -13,6 +13,7 @@ from django.db.models import Prefetch
 from django.template.loader import render_to_string
 from django.utils import timezone
 
+from accounts import passkeys
 from approvals import classification, history, policy, queries, services, stepup
 from approvals.forms import (
     DecisionForm,
@@ -312,6 +313,8 @@ def page_hash(proposal: Proposal) -> str:
 
 
 def _step_up_text(mode: str) -> str:
+    if mode == policy.PASSKEY:
+        return "your passkey with every vote (a one-time code is not accepted)"
     if mode == policy.PER_VOTE:
         return "a fresh one-time code with every vote"
     minutes, seconds = divmod(int(mode), 60)
@@ -438,7 +441,8 @@ def decision_context(
 ) -> dict:
     mode, reason = decision_mode(proposal, user, live, why_not)
     step_up = proposal.requirements.get("step_up", policy.PER_VOTE)
-    fresh = step_up != policy.PER_VOTE and stepup.fresh_within(session, int(step_up))
+    window = policy.step_up_window(step_up)
+    fresh = window is not None and stepup.fresh_within(session, window)
     return {
         "proposal": proposal,
         "mode": mode,
@@ -447,6 +451,10 @@ def decision_context(
         "revoke_form": revoke_form or RevokeForm(),
         "consequence_label": _consequence_label(proposal),
         "needs_code": not fresh,
+        # Passkeys: the page says before the person tries whether the policy needs one, and whether
+        # they have one (static/js/passkeys.js asks for it on Approve, Reject or Ask).
+        "needs_passkey": step_up == policy.PASSKEY,
+        "has_passkey": passkeys.has_passkey(user),
         "step_up_text": _step_up_text(step_up),
         "code_hint": code_hint(proposal),
         "my_vote": next((item["vote"] for item in live["votes"] if item["vote"].voter_id == user.pk), None),

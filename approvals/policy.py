@@ -27,6 +27,8 @@ from approvals.history import policy_counts
 from approvals.models import PolicyVersion, Proposal, Tenant
 
 PER_VOTE = "per_vote"
+# A passkey (WebAuthn) answering this vote's own challenge: phishing-resistant, and stricter than per_vote.
+PASSKEY = "passkey"
 HISTORY_COUNTS = (
     "count_24h",
     "count_succeeded_24h",
@@ -71,18 +73,26 @@ _WINDOW = re.compile(r"[0-9]{1,6}")  # ASCII digits only: "١٢" passes str.isdi
 
 def validate_step_up(value: str) -> str:
     value = str(value).strip()
-    if value == PER_VOTE:
+    if value in (PER_VOTE, PASSKEY):
         return value
     if _WINDOW.fullmatch(value) and int(value) > 0:
         return str(int(value))
-    raise ValueError("step-up must be 'per_vote' or a freshness window in seconds (a positive number)")
+    raise ValueError(
+        "step-up must be 'per_vote', 'passkey' or a freshness window in seconds (a positive number)"
+    )
 
 
 def stricter_step_up(a: str, b: str) -> str:
-    """per_vote is the strictest; between two windows, the shorter one."""
-    if PER_VOTE in (a, b):
-        return PER_VOTE
+    """passkey is the strictest, then per_vote; between two windows, the shorter one."""
+    for mode in (PASSKEY, PER_VOTE):
+        if mode in (a, b):
+            return mode
     return str(min(int(a), int(b)))
+
+
+def step_up_window(mode: str) -> int | None:
+    """The seconds an earlier step-up in the session counts for, or None when each vote needs its own."""
+    return None if mode in (PER_VOTE, PASSKEY) else int(mode)
 
 
 @dataclass

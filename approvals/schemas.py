@@ -149,3 +149,6 @@ class VoteMessage(BaseModel):
     digest: Annotated[str, StringConstraints(max_length=80)]
     reason: Text = ""
     otp_code: Annotated[str, StringConstraints(max_length=20)] = ""
+    # The browser's answer to this vote's passkey challenge (POST /proposals/<id>/passkey-challenge),
+    # as PublicKeyCredential.toJSON() gives it; checked once, for this proposal and digest.
+    passkey: dict | None = None

@@ -5,8 +5,13 @@ device rows (select_for_update) while a device's verify_token checks the code, t
 saves the step it used (last_t): two requests carrying one code are serialized on the device row, and the
 second sees the step already used, so a code is usable once even when sent to several proposals at once.
 
-The view or consumer checks the code (`step_up_for`, which touches the session) and hands the services a
-`StepUp`; the services decide whether it satisfies the proposal's policy and never see the session.
+A passkey (accounts/passkeys.py) answers a challenge made for one proposal and one action digest; its
+challenge is usable once and its signature counter must advance. Its StepUp carries what it was bound to,
+and the services accept it only for that proposal and digest.
+
+The view or consumer checks the code or the passkey (`step_up_for`, which touches the session) and hands
+the services a `StepUp`; the services decide whether it satisfies the proposal's policy and never see the
+session.
 """
 
 from dataclasses import dataclass
@@ -16,32 +21,46 @@ from django.core import signing
 from django.utils import timezone
 from django_otp import devices_for_user, match_token
 
+from accounts import passkeys
+
 SESSION_KEY = "reviewer_step_up"
 _SALT = "reviewer.step_up"
 
 
 # StepUp.method when no code came with this request but the session stepped up earlier.
 SESSION = "session"
+# StepUp.method when a passkey answered this vote's challenge.
+PASSKEY = "passkey"
 
 
 @dataclass(frozen=True)
 class StepUp:
-    """What a person proved for one request: a one-time code checked now ("totp" or "backup_code"), or an
-    earlier step-up in this session ("session", at `verified_at`). An empty method means a code was
-    given and refused."""
+    """What a person proved for one request: a one-time code checked now ("totp" or "backup_code"), a
+    passkey now ("passkey", for the (proposal id, action digest) in `bound_to`), or an earlier step-up in
+    this session ("session", at `verified_at`). An empty method means something was given and refused."""
 
     method: str
     verified_at: datetime | None
+    bound_to: tuple[str, str] | None = None
 
     @property
     def refused(self) -> bool:
         return not self.method
 
 
-def step_up_for(user, otp_code: str, session=None) -> StepUp | None:
-    """Check the code that came with a request. A good code marks the session fresh (the caller saves
-    the session if it is not a request's); without a code, the session's signed step-up time counts.
-    None when the person offered nothing."""
+def step_up_for(
+    user, otp_code: str, session=None, *, passkey=None, proposal_id=None, digest: str = ""
+) -> StepUp | None:
+    """Check the passkey answer or the code that came with a request. A good one marks the session fresh
+    (the caller saves the session if it is not a request's); without either, the session's signed
+    step-up time counts. None when the person offered nothing. A passkey answer is checked against the
+    proposal and digest the request is for (`proposal_id`, `digest`)."""
+    if passkey:
+        if proposal_id is None or passkeys.verify_vote(user, passkey, proposal_id, digest) is None:
+            return StepUp("", None)
+        if session is not None:
+            mark_fresh(session)
+        return StepUp(PASSKEY, timezone.now(), bound_to=(str(proposal_id), digest))
     if (otp_code or "").strip():
         method = verify_code(user, otp_code)
         if method is None:

@@ -14,6 +14,7 @@ urlpatterns = [
     path("watching/", views.watching, name="watching"),
     path("proposals/<uuid:proposal_id>/", views.detail, name="detail"),
     path("proposals/<uuid:proposal_id>/decide", views.decide, name="decide"),
+    path("proposals/<uuid:proposal_id>/passkey-challenge", views.passkey_challenge, name="passkey_challenge"),
     path("proposals/<uuid:proposal_id>/edit", views.edit, name="edit"),
     path("proposals/<uuid:proposal_id>/revoke", views.revoke, name="revoke"),
     # Enrollment is accounts' view; its name stays "approvals:enroll" (pages and redirects use it).

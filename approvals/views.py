@@ -16,8 +16,9 @@ from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 import signing_keys as keys
+from accounts import passkeys
 from accounts.decorators import verified_required
-from approvals import services, stepup
+from approvals import policy, services, stepup
 from approvals.forms import (
     DecisionForm,
     EditArgumentsForm,
@@ -126,7 +127,14 @@ def decide(request, proposal_id):
     data = form.cleaned_data
     try:
         # Approve, reject and ask all need the same step-up: each signs a decision for the agent.
-        step_up = stepup.step_up_for(request.user, data["otp_code"], request.session)
+        step_up = stepup.step_up_for(
+            request.user,
+            data["otp_code"],
+            request.session,
+            passkey=data["passkey"],
+            proposal_id=proposal.id,
+            digest=data["digest"],
+        )
         if data["action"] == "ask":
             services.request_info(
                 proposal.id,
@@ -153,6 +161,20 @@ def decide(request, proposal_id):
         return _decision_response(request, proposal, 200, notice=DONE_MESSAGES[data["action"]])
     messages.success(request, DONE_MESSAGES[data["action"]])
     return redirect("approvals:detail", proposal_id=proposal.id)
+
+
+@require_POST
+@verified_required
+def passkey_challenge(request, proposal_id):
+    """WebAuthn options for one vote on this proposal as the person sees it (the digest on their page):
+    the challenge is bound to both and usable once (accounts/passkeys.py)."""
+    proposal = _proposal_for_reviewer(request, proposal_id)
+    digest = request.POST.get("digest", "")[:80]
+    if not passkeys.has_passkey(request.user):
+        return JsonResponse(
+            {"error": {"code": "no_passkey", "message": "you have no passkey yet"}}, status=409
+        )
+    return JsonResponse(passkeys.vote_options(request.user, proposal.id, digest))
 
 
 @require_POST
@@ -197,7 +219,14 @@ def edit(request, proposal_id):
                     arguments=form.cleaned_data["arguments"],
                     digest_seen=form.cleaned_data["digest"],
                     note=form.cleaned_data["note"],
-                    step_up=stepup.step_up_for(request.user, form.cleaned_data["otp_code"], request.session),
+                    step_up=stepup.step_up_for(
+                        request.user,
+                        form.cleaned_data["otp_code"],
+                        request.session,
+                        passkey=form.cleaned_data["passkey"],
+                        proposal_id=proposal.id,
+                        digest=form.cleaned_data["digest"],
+                    ),
                 )
             except services.ServiceError as error:
                 form.add_error(_field_for(error, form), error.message)
@@ -216,5 +245,7 @@ def edit(request, proposal_id):
         "why_not": why_not[1] if why_not else "",
         "open": proposal.state == State.AWAITING_REVIEW,
         "code_hint": code_hint(proposal),
+        "needs_passkey": proposal.requirements.get("step_up") == policy.PASSKEY,
+        "has_passkey": passkeys.has_passkey(request.user),
     }
     return render(request, "approvals/edit.html", context, status=status)

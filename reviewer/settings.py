@@ -9,6 +9,7 @@ import os
 import secrets
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -113,6 +114,7 @@ INSTALLED_APPS = [
     "django_otp",
     "django_otp.plugins.otp_totp",
     "django_otp.plugins.otp_static",
+    "django_otp_webauthn",
     "axes",
     "csp",
     "tenants",
@@ -217,6 +219,33 @@ LOGOUT_REDIRECT_URL = "login"
 OTP_TOTP_THROTTLE_FACTOR = env_int("OTP_TOTP_THROTTLE_FACTOR", 1)
 OTP_STATIC_THROTTLE_FACTOR = env_int("OTP_STATIC_THROTTLE_FACTOR", 1)
 OTP_TOTP_ISSUER = env_str("OTP_TOTP_ISSUER", "Reviewer")
+
+# Passkeys (WebAuthn, accounts/passkeys.py). WEBAUTHN_RP_ID is the host name passkeys are bound to (a
+# domain, never an IP address); a passkey made for it works only on pages whose origin is one of
+# WEBAUTHN_ORIGINS (scheme, host and port exactly). Both default to REVIEWER_ISSUER's host and origin, plus
+# the CSRF_TRUSTED_ORIGINS on that host; in development (an IP in REVIEWER_ISSUER) to localhost, since
+# browsers allow WebAuthn only in a secure context: https, or http://localhost. Changing the id later
+# makes every registered passkey useless (people register new ones).
+_issuer = urlsplit(REVIEWER_ISSUER)
+_issuer_is_ip = (
+    _issuer.hostname is None or _issuer.hostname.replace(".", "").isdigit() or ":" in _issuer.hostname
+)
+WEBAUTHN_RP_ID = env_str("WEBAUTHN_RP_ID", "localhost" if _issuer_is_ip else _issuer.hostname)
+WEBAUTHN_ORIGINS = env_list(
+    "WEBAUTHN_ORIGINS",
+    list(
+        dict.fromkeys(
+            ([] if _issuer_is_ip else [f"{_issuer.scheme}://{_issuer.netloc}"])
+            + [o for o in CSRF_TRUSTED_ORIGINS if urlsplit(o).hostname == WEBAUTHN_RP_ID]
+        )
+    )
+    or [f"http://localhost:{_issuer.port or 8000}"],
+)
+# django-otp-webauthn reads its own names; Reviewer mounts none of its views (no passwordless sign-in).
+OTP_WEBAUTHN_RP_ID = WEBAUTHN_RP_ID
+OTP_WEBAUTHN_RP_NAME = env_str("WEBAUTHN_RP_NAME", "Reviewer")
+OTP_WEBAUTHN_ALLOWED_ORIGINS = WEBAUTHN_ORIGINS
+OTP_WEBAUTHN_ALLOW_PASSWORDLESS_LOGIN = False
 
 # Sign-in throttling (django-axes, accounts/throttle.py): after SIGN_IN_FAILURE_LIMIT failures (a wrong
 # password, or a right one with a wrong code) an account, and separately a client address, is refused

@@ -14,6 +14,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/login/", account_views.login_view, name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/", include("accounts.urls")),
     path("", include("approvals.urls")),
     path("audit/", include("audit.urls")),
     path("metrics", audit_views.prometheus, name="metrics"),  # where Prometheus looks by default

@@ -36,6 +36,9 @@ from approvals.services.devices import (  # noqa: F401
     confirm_totp_enrollment,
     record_sign_in_code_refused,
     record_sign_in_throttled,
+    register_passkey,
+    remove_passkey,
+    rename_passkey,
     reset_devices,
     start_totp_enrollment,
 )

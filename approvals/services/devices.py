@@ -4,7 +4,7 @@ from django.db import transaction
 
 from approvals.models import TenantMembership
 from approvals.services.common import SYSTEM, actor_label, record
-from approvals.services.errors import Conflict, DeviceResetRefused, ServiceError
+from approvals.services.errors import Conflict, DeviceResetRefused, NotFound, ServiceError
 from audit.models import Verb
 
 BACKUP_CODE_COUNT = 10
@@ -143,3 +143,94 @@ def reset_devices(user, *, actor, reason: str = "") -> int:
                 data={"devices_removed": len(devices), "reason": reason},
             )
     return len(devices)
+
+
+# Passkeys (accounts/passkeys.py checks the WebAuthn ceremonies). A person may have several, named;
+# they add, rename and remove their own after signing in with their current factor.
+
+PASSKEY_NAME_MAX = 64
+
+
+def _passkey_name(name: str) -> str:
+    name = " ".join((name or "").split())[:PASSKEY_NAME_MAX]
+    if not name:
+        raise ServiceError(
+            "name_required", "give the passkey a name you will recognise, e.g. “work laptop”", "name"
+        )
+    return name
+
+
+def register_passkey(user, *, answer, name: str):
+    """Store the passkey the browser just created (its answer to this person's registration challenge)."""
+    from accounts.passkeys import PasskeyRefused, register
+
+    name = _passkey_name(name)
+    with transaction.atomic():
+        try:
+            device = register(user, answer, name)
+        except PasskeyRefused as error:
+            raise ServiceError("passkey_refused", str(error), "passkey") from error
+        for tenant_id in person_chains(user):
+            record(
+                tenant_id,
+                actor=actor_label(user),
+                verb=Verb.DEVICE_ENROLLED,
+                subject=f"user:{user.get_username()}",
+                data={"device": "passkey", "passkey": device.pk, "name": name},
+            )
+    return device
+
+
+def _own_passkey(user, passkey_id):
+    from django_otp_webauthn.models import WebAuthnCredential
+
+    device = WebAuthnCredential.objects.select_for_update().filter(user=user, pk=passkey_id).first()
+    if device is None:
+        raise NotFound("not_found", "no such passkey")
+    return device
+
+
+def rename_passkey(user, passkey_id, *, name: str):
+    name = _passkey_name(name)
+    with transaction.atomic():
+        device = _own_passkey(user, passkey_id)
+        before, device.name = device.name, name
+        device.save(update_fields=["name"])
+        for tenant_id in person_chains(user):
+            record(
+                tenant_id,
+                actor=actor_label(user),
+                verb=Verb.PERSON_CHANGED,
+                subject=f"user:{user.get_username()}",
+                data={"changed": ["passkey_name"], "passkey": device.pk, "before": before, "name": name},
+            )
+    return device
+
+
+def remove_passkey(user, passkey_id) -> None:
+    """A person removes one of their passkeys; not their last second factor (they could not sign in)."""
+    from django_otp import devices_for_user
+    from django_otp.plugins.otp_static.models import StaticDevice
+
+    with transaction.atomic():
+        device = _own_passkey(user, passkey_id)
+        others = [
+            d
+            for d in devices_for_user(user, confirmed=True, for_verify=True)
+            if not isinstance(d, StaticDevice) and (d.__class__, d.pk) != (device.__class__, device.pk)
+        ]
+        if not others:
+            raise Conflict(
+                "last_device",
+                "this is your only second factor: add another passkey or an authenticator app first",
+            )
+        name = device.name
+        device.delete()
+        for tenant_id in person_chains(user):
+            record(
+                tenant_id,
+                actor=actor_label(user),
+                verb=Verb.DEVICE_RESET,
+                subject=f"user:{user.get_username()}",
+                data={"device": "passkey", "passkey": passkey_id, "name": name, "devices_removed": 1},
+            )

@@ -26,16 +26,26 @@ from approvals.states import OPEN_FOR_VOTES, WAITING_FOR_PEOPLE, State
 from approvals.stepup import StepUp
 from audit.models import Verb
 
+STEP_UP_REFUSALS = {"step_up_failed", "step_up_required", "passkey_required"}
+
 
 def _check_step_up(proposal: Proposal, step_up: StepUp | None) -> tuple[str, datetime] | None:
     """Returns (method, time) when the step-up satisfies the proposal's policy, None when it does not:
-    per_vote needs a code checked for this vote; a window also accepts the session's earlier step-up."""
+    per_vote needs a code or passkey checked for this vote; a window also accepts the session's earlier
+    step-up; passkey needs a passkey that answered this proposal's and digest's own challenge."""
     mode = proposal.requirements.get("step_up", policy.PER_VOTE)
     if step_up is None or step_up.refused:
         return None
+    if step_up.method == stepup.PASSKEY:
+        if step_up.bound_to != (str(proposal.id), proposal.action_digest):
+            return None
+        return step_up.method, timezone.now()
+    if mode == policy.PASSKEY:
+        return None
     if step_up.method != stepup.SESSION:
         return step_up.method, timezone.now()
-    if mode != policy.PER_VOTE and timezone.now() - step_up.verified_at <= timedelta(seconds=int(mode)):
+    window = policy.step_up_window(mode)
+    if window is not None and timezone.now() - step_up.verified_at <= timedelta(seconds=window):
         return f"session_step_up_{mode}s", timezone.now()
     return None
 
@@ -49,15 +59,7 @@ def _stepped_up(
     step = _check_step_up(proposal, step_up)
     if step is not None:
         return step, None
-    refusal = (
-        VoteRefused(
-            "step_up_failed",
-            "that code is not valid (or was already used); try the current code",
-            "otp_code",
-        )
-        if step_up is not None and step_up.refused
-        else VoteRefused("step_up_required", f"this {act} needs a fresh one-time code", "otp_code")
-    )
+    refusal = _step_up_refusal(proposal, step_up, act)
     record(
         proposal.tenant_id,
         actor=actor_label(actor),
@@ -66,6 +68,30 @@ def _stepped_up(
         data={"code": refusal.code},
     )
     return None, refusal
+
+
+def _step_up_refusal(proposal: Proposal, step_up: StepUp | None, act: str) -> VoteRefused:
+    needs_passkey = proposal.requirements.get("step_up") == policy.PASSKEY
+    if step_up is not None and step_up.refused:
+        return VoteRefused(
+            "step_up_failed",
+            "that passkey confirmation was not accepted; try again"
+            if needs_passkey
+            else "that code is not valid (or was already used); try the current code",
+            "otp_code",
+        )
+    if step_up is not None and step_up.method == stepup.PASSKEY:
+        return VoteRefused(
+            "step_up_failed", "that passkey confirmation was for another proposal or version; try again"
+        )
+    if needs_passkey:
+        return VoteRefused(
+            "passkey_required",
+            f"this {act} needs your passkey: its policy accepts no one-time code and no earlier "
+            "step-up. Confirm with your passkey when the browser asks (register one under Your devices)",
+            "otp_code",
+        )
+    return VoteRefused("step_up_required", f"this {act} needs a fresh one-time code", "otp_code")
 
 
 def cast_vote(
@@ -108,7 +134,7 @@ def cast_vote(
                 reason = f"halt: {active_halt(proposal.tenant_id, proposal.agent_id).reason}"
                 transition(proposal, State.CANCELLED, actor=SYSTEM, reason=reason)
                 enqueue_cancel(proposal, reason=reason)
-            if refusal.code not in {"step_up_failed", "step_up_required"}:
+            if refusal.code not in STEP_UP_REFUSALS:
                 record(
                     proposal.tenant_id,
                     actor=actor_label(actor),
