@@ -19,6 +19,7 @@ from approvals.models import Decision, Vote
 from approvals.stepup import StepUp, step_up_for
 from audit.models import AuditEvent, Verb
 from tests import factories
+from tests.approvals.test_consumers import _own_channel_prefix  # noqa: F401 (fixture)
 from tests.factories import PASSWORD, submit, totp_code
 from tests.soft_authenticator import SoftAuthenticator, register_passkey
 
@@ -435,3 +436,30 @@ def test_the_admin_names_second_factors_in_words(client):
 
     assert "Authenticator apps" in index and "Passkeys" in index and "Backup codes" in index
     assert "TOTP devices" not in index
+
+
+# ---------------------------------------------------------------------------------------------------
+# The WebSocket vote carries the passkey answer too
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_vote_over_the_socket_with_a_passkey_is_recorded(
+    agent, passkey_policy, requester, reviewer_a
+):
+    from channels.db import database_sync_to_async
+
+    from tests.approvals.test_consumers import connected, proposal_path, reply_to, sign_in, vote
+
+    authenticator = await database_sync_to_async(register_passkey)(reviewer_a)
+    proposal = await database_sync_to_async(submit)(agent)
+    communicator = await connected(proposal_path(proposal), await database_sync_to_async(sign_in)(reviewer_a))
+    answer = await database_sync_to_async(answer_for)(authenticator, reviewer_a, proposal)
+
+    code = await database_sync_to_async(totp_code)(reviewer_a)
+    refused = await reply_to(communicator, vote(proposal, otp_code=code))
+    recorded = await reply_to(communicator, vote(proposal, passkey=answer))
+    await communicator.disconnect()
+
+    assert refused["error"]["code"] == "passkey_required"
+    assert recorded["type"] == "vote.recorded"
+    assert await database_sync_to_async(lambda: approvers_of(proposal)[0]["auth"]["method"])() == "passkey"
