@@ -2,7 +2,7 @@
 // every answer; this file only passes options to navigator.credentials and puts the answer, as JSON, in
 // the form's hidden "passkey" field.
 // 1. Your devices: "Add a passkey" (form[data-passkey-register]) creates one.
-// 2. Sign-in: "Sign in with a passkey" (button[data-passkey-sign-in]) answers instead of a code.
+// 2. Sign-in: "Use a passkey instead of a code" (button[data-passkey-sign-in]) answers instead of a code.
 // 3. A vote or an edit (form[data-passkey-challenge]): on Approve, Reject, Ask or Create, a challenge
 //    bound to this proposal and the digest on the page is answered, when the policy needs a passkey or
 //    the code field is left empty.
