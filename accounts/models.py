@@ -31,15 +31,16 @@ class Passkey(WebAuthnCredential):
 
 class PasskeyChallenge(models.Model):
     """One WebAuthn challenge, usable once (used_at is set by compare-and-set) and for a few minutes.
-    A vote's challenge is bound to the proposal and the action digest the person was shown; a sign-in's
-    to no one (the person is not known yet); a registration's to the person registering."""
+    A vote's challenge is bound to the proposal and the action digest the person was shown; a
+    registration's to the person registering. A sign-in's (signed, not stored when it is handed out:
+    anyone may ask for one) is recorded here when it is used, so it cannot be used again."""
 
     class Purpose(models.TextChoices):
         REGISTER = "register"
         SIGN_IN = "sign_in"
         VOTE = "vote"
 
-    challenge = models.CharField(max_length=128, unique=True)  # base64url, as clientDataJSON carries it
+    challenge = models.CharField(max_length=255, unique=True)  # base64url, as clientDataJSON carries it
     purpose = models.CharField(max_length=16, choices=Purpose.choices)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE)
     proposal_id = models.UUIDField(null=True, blank=True)

@@ -5,9 +5,10 @@ sign-in session, the admin's device reset and `devices_for_user` treat it like a
 builds the registration options and checks a registration. Reviewer mounts none of that package's views:
 the ceremonies below are ours, because a vote's challenge is bound to one proposal and one action digest.
 
-Every ceremony starts with a challenge the server makes and stores (PasskeyChallenge) and ends with the
-browser's answer as JSON (static/js/passkeys.js), checked here once: the challenge row is taken by
-compare-and-set before the signature is checked, so a replayed answer finds it used; the credential row
+Every ceremony starts with a challenge the server makes and stores (PasskeyChallenge; a sign-in's,
+which anyone may ask for, is signed instead and stored only when used) and ends with the browser's
+answer as JSON (static/js/passkeys.js), checked here once: the challenge row is taken by compare-and-set
+(a sign-in's inserted) before the signature is checked, so a replayed answer finds it used; the credential row
 is locked while its signature counter is checked and advanced. A vote's challenge is 16 random bytes
 followed by sha256("reviewer.vote", proposal id, action digest), so what the authenticator signed names
 the proposal and digest itself, and the row must match the vote it comes with.
@@ -24,7 +25,8 @@ import secrets
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.core import signing
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django_otp_webauthn.helpers import WebAuthnHelper
 from django_otp_webauthn.models import WebAuthnCredential
@@ -42,6 +44,7 @@ from accounts.models import PasskeyChallenge
 CHALLENGE_SECONDS = 300
 MAX_ANSWER_CHARS = 16_000  # a browser's answer is a few KB; anything longer is refused unread
 _VOTE_CONTEXT = b"reviewer.vote\x00"
+_SIGN_IN_SALT = "reviewer.passkey.sign_in"
 
 Purpose = PasskeyChallenge.Purpose
 
@@ -118,9 +121,11 @@ def registration_options(user) -> dict:
 
 
 def sign_in_options() -> dict:
-    """Any passkey of this site (discoverable): the server does not say whether an account has one."""
-    challenge = secrets.token_bytes(32)
-    _store(challenge, Purpose.SIGN_IN)
+    """Any passkey of this site (discoverable): the server does not say whether an account has one.
+    Anyone may ask, so nothing is stored: the challenge is a random nonce signed with its time, and it
+    is recorded as used only when an answer comes with the right password (`verify_sign_in`)."""
+    nonce = _b64url(secrets.token_bytes(16))
+    challenge = signing.TimestampSigner(salt=_SIGN_IN_SALT).sign(nonce).encode()
     return _request_options(challenge, [])
 
 
@@ -215,12 +220,26 @@ def _verify_assertion(user, answer: dict, challenge: PasskeyChallenge) -> WebAut
 
 
 def verify_sign_in(user, answer) -> WebAuthnCredential | None:
-    """The passkey of `user` that answered a sign-in challenge, or None."""
+    """The passkey of `user` that answered a sign-in challenge, or None. Called only once the password
+    was right; the challenge must carry our signature, be younger than CHALLENGE_SECONDS and not have
+    been used (recording it is what uses it up: the unique challenge refuses a second row)."""
     answer = _parse(answer)
-    if answer is None:
+    text = _client_challenge(answer) if answer is not None else None
+    if text is None:
         return None
-    challenge = _take(answer, Purpose.SIGN_IN, user__isnull=True)
-    return _verify_assertion(user, answer, challenge) if challenge is not None else None
+    try:
+        signed = _b64url_decode(text).decode()
+        signing.TimestampSigner(salt=_SIGN_IN_SALT).unsign(signed, max_age=CHALLENGE_SECONDS)
+    except (signing.BadSignature, UnicodeDecodeError, ValueError):
+        return None
+    try:
+        with transaction.atomic():
+            challenge = PasskeyChallenge.objects.create(
+                challenge=text, purpose=Purpose.SIGN_IN, used_at=timezone.now()
+            )
+    except IntegrityError:  # answered before: a replay
+        return None
+    return _verify_assertion(user, answer, challenge)
 
 
 def verify_vote(user, answer, proposal_id, digest: str) -> WebAuthnCredential | None:

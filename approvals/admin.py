@@ -465,7 +465,8 @@ class PolicyVersionForm(forms.ModelForm):
         }
         help_texts = {
             "thresholds": 'All must be met: [{"group": "finance", "count": 1}, {"group": "ops", "count": 2}]',
-            "step_up": '"per_vote" (a fresh code on every vote) or a freshness window in seconds, e.g. 300',
+            "step_up": '"per_vote" (a fresh code or passkey on every vote), "passkey" (a passkey on every '
+            "vote, no code) or a freshness window in seconds, e.g. 300",
         }
 
     def clean(self):

@@ -9,7 +9,8 @@ one may slip between the page load and the connect.
 
 The pages vote with their HTTP form. The socket also accepts a vote as a JSON message (for a client
 without forms): validated by schemas.VoteMessage, authorized again per message, and written through
-services.cast_vote, the same service as the form; a refusal comes back as
+services.cast_vote, the same service as the form (its step-up is `otp_code` or `passkey`, the
+browser's answer to this vote's challenge); a refusal comes back as
 {"type": "error", "error": {code, message, field}}.
 """
 

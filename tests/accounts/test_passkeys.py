@@ -463,3 +463,43 @@ async def test_a_vote_over_the_socket_with_a_passkey_is_recorded(
     assert refused["error"]["code"] == "passkey_required"
     assert recorded["type"] == "vote.recorded"
     assert await database_sync_to_async(lambda: approvers_of(proposal)[0]["auth"]["method"])() == "passkey"
+
+
+def test_an_edit_under_a_passkey_policy_takes_the_passkey_and_refuses_a_code(
+    client, agent, passkey_policy, requester, reviewer_a
+):
+    import json
+
+    from approvals.models import Proposal
+    from tests.approvals.test_views import edit_form
+
+    authenticator = register_passkey(reviewer_a)
+    factories.sign_in_verified(client, reviewer_a)
+    proposal = submit(agent)
+    url = reverse("approvals:edit", args=[proposal.id])
+    assert "data-passkey-required" in client.get(url).content.decode()
+
+    with_code = client.post(url, edit_form(proposal, amount="30.00", user=reviewer_a))
+    assert with_code.status_code == 403 and "needs your passkey" in with_code.content.decode()
+
+    options = client.post(
+        reverse("approvals:passkey_challenge", args=[proposal.id]), {"digest": proposal.action_digest}
+    ).json()
+    form = {**edit_form(proposal, amount="30.00"), "passkey": json.dumps(authenticator.get(options))}
+    response = client.post(url, form)
+
+    assert response.status_code == 302
+    assert Proposal.objects.get(supersedes=proposal).action["arguments"]["amount"] == "30.00"
+
+
+def test_asking_for_a_sign_in_challenge_stores_nothing_and_its_answer_works_once(reviewer_a):
+    authenticator = register_passkey(reviewer_a)
+    before = PasskeyChallenge.objects.count()
+    options = Client().post(reverse("accounts:passkey_sign_in_options")).json()
+    assert PasskeyChallenge.objects.count() == before
+    answer = authenticator.get(options)
+
+    assert passkeys.verify_sign_in(reviewer_a, answer) is not None
+    assert passkeys.verify_sign_in(reviewer_a, answer) is None  # replayed
+    forged = authenticator.get({**options, "challenge": options["challenge"][:-4] + "AAAA"})
+    assert passkeys.verify_sign_in(reviewer_a, forged) is None  # not a challenge we signed
