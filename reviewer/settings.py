@@ -222,21 +222,26 @@ OTP_TOTP_ISSUER = env_str("OTP_TOTP_ISSUER", "Reviewer")
 
 # Passkeys (WebAuthn, accounts/passkeys.py). WEBAUTHN_RP_ID is the host name passkeys are bound to (a
 # domain, never an IP address); a passkey made for it works only on pages whose origin is one of
-# WEBAUTHN_ORIGINS (scheme, host and port exactly). Both default to REVIEWER_ISSUER's host and origin, plus
-# the CSRF_TRUSTED_ORIGINS on that host; in development (an IP in REVIEWER_ISSUER) to localhost, since
-# browsers allow WebAuthn only in a secure context: https, or http://localhost. Changing the id later
-# makes every registered passkey useless (people register new ones).
+# WEBAUTHN_ORIGINS (scheme, host and port exactly). Browsers allow WebAuthn only in a secure context
+# (https, or http://localhost), so both default to REVIEWER_ISSUER's host and origin when it is https
+# (plus the https CSRF_TRUSTED_ORIGINS on that host), and otherwise (development, an IP address) to
+# localhost on REVIEWER_ISSUER's port. Changing the id later makes every registered passkey useless.
 _issuer = urlsplit(REVIEWER_ISSUER)
-_issuer_is_ip = (
-    _issuer.hostname is None or _issuer.hostname.replace(".", "").isdigit() or ":" in _issuer.hostname
+_issuer_host = _issuer.hostname or ""
+_issuer_named = (
+    _issuer.scheme == "https" and not _issuer_host.replace(".", "").isdigit() and ":" not in _issuer_host
 )
-WEBAUTHN_RP_ID = env_str("WEBAUTHN_RP_ID", "localhost" if _issuer_is_ip else _issuer.hostname)
+WEBAUTHN_RP_ID = env_str("WEBAUTHN_RP_ID", _issuer_host if _issuer_named else "localhost")
 WEBAUTHN_ORIGINS = env_list(
     "WEBAUTHN_ORIGINS",
     list(
         dict.fromkeys(
-            ([] if _issuer_is_ip else [f"{_issuer.scheme}://{_issuer.netloc}"])
-            + [o for o in CSRF_TRUSTED_ORIGINS if urlsplit(o).hostname == WEBAUTHN_RP_ID]
+            ([f"https://{_issuer.netloc}"] if _issuer_named else [])
+            + [
+                o
+                for o in CSRF_TRUSTED_ORIGINS
+                if o.startswith("https://") and urlsplit(o).hostname == WEBAUTHN_RP_ID
+            ]
         )
     )
     or [f"http://localhost:{_issuer.port or 8000}"],
