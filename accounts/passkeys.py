@@ -152,7 +152,9 @@ def _parse(answer) -> dict | None:
             answer = json.loads(answer)
         except ValueError:
             return None
-    return answer if isinstance(answer, dict) else None
+    if not isinstance(answer, dict) or len(json.dumps(answer)) > MAX_ANSWER_CHARS:
+        return None
+    return answer
 
 
 def _client_challenge(answer: dict) -> str | None:
@@ -167,7 +169,8 @@ def _client_challenge(answer: dict) -> str | None:
 
 def _take(answer: dict, purpose: str, **binding) -> PasskeyChallenge | None:
     """The challenge row this answer is for, marked used now; None if unknown, expired, already used or
-    bound to something else. Committed at once: a refused answer still uses its challenge up."""
+    bound to something else. A vote's step-up runs outside any transaction, so this commits at once and a
+    refused answer still uses its challenge up."""
     text = _client_challenge(answer)
     if text is None:
         return None

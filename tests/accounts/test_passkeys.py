@@ -20,6 +20,7 @@ from approvals.stepup import StepUp, step_up_for
 from audit.models import AuditEvent, Verb
 from tests import factories
 from tests.approvals.test_consumers import _own_channel_prefix  # noqa: F401 (fixture)
+from tests.concurrency import requires_postgres, run_together
 from tests.factories import PASSWORD, submit, totp_code
 from tests.soft_authenticator import SoftAuthenticator, register_passkey
 
@@ -503,3 +504,15 @@ def test_asking_for_a_sign_in_challenge_stores_nothing_and_its_answer_works_once
     assert passkeys.verify_sign_in(reviewer_a, answer) is None  # replayed
     forged = authenticator.get({**options, "challenge": options["challenge"][:-4] + "AAAA"})
     assert passkeys.verify_sign_in(reviewer_a, forged) is None  # not a challenge we signed
+
+
+@requires_postgres
+@pytest.mark.django_db(transaction=True)
+def test_one_passkey_answer_sent_ten_times_at_once_counts_once(agent, refund_policy, requester, reviewer_a):
+    authenticator = register_passkey(reviewer_a)
+    proposal = submit(agent)
+    answer = answer_for(authenticator, reviewer_a, proposal)
+
+    results = run_together(*[lambda: passkey_step_up(reviewer_a, answer, proposal)] * 10)
+
+    assert sorted(result.method for result in results) == [""] * 9 + ["passkey"]
