@@ -103,6 +103,7 @@ from approvals.services.people import (  # noqa: F401
 from approvals.services.policies import (  # noqa: F401
     POLICY_VERSION_DEFAULTS,
     activate_policy_version,
+    break_glass_people,
     create_policy,
     create_policy_version,
 )
