@@ -2,11 +2,14 @@
 its budget; the release; the post-hoc reviews in the reviewers' queue and on the page; the admins'
 oversight page with overdue reviews and used-up budgets; the metrics counts; flat queue queries."""
 
+import json
 from datetime import timedelta
 from html import unescape
+from io import StringIO
 
 import pytest
 from django.contrib.auth.models import Permission
+from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -223,3 +226,38 @@ def test_the_post_hoc_section_of_the_queue_costs_the_same_queries_for_1_or_12_re
         response = client.get(reverse("approvals:queue"))
     assert unescape(response.content.decode()).count("Released by ") == 12
     assert len(many) == len(few)
+
+
+def test_the_admin_form_validates_and_stores_the_rule(client, glass_policy):
+    from tests.approvals.test_admin import DRAFT_FORM
+
+    author = factories.policy_admins()[0]
+    factories.sign_in_verified(client, author)
+    add = reverse("admin:approvals_policyversion_add")
+    form = {**DRAFT_FORM, "policy": glass_policy.policy_id}
+    response = client.post(add, {**form, "break_glass": json.dumps({**RULE, "people": ["mallory"]})})
+    assert response.status_code == 200
+    assert "mallory" in response.context["adminform"].form.errors["break_glass"][0]
+    response = client.post(add, {**form, "break_glass": json.dumps({**RULE, "per_week": 1})})
+    assert response.status_code == 302
+    assert glass_policy.policy.versions.get(version=2).break_glass == {**RULE, "per_week": 1}
+
+
+def test_the_policy_command_imports_and_shows_the_rule(tmp_path, tenant, glass_policy):
+    author = factories.policy_admins()[0]
+    draft = tmp_path / "refunds.json"
+    draft.write_text(
+        json.dumps(
+            {
+                "policy": "refunds",
+                "outcome": "require_approval",
+                "thresholds": [{"group": "finance", "count": 2}],
+                "break_glass": {**RULE, "amount_cap": "250.00"},
+            }
+        )
+    )
+    call_command("policy", "draft", "--tenant", "acme", "--file", str(draft), "--author", author.username)
+    assert glass_policy.policy.versions.get(version=2).break_glass["amount_cap"] == "250.00"
+    shown = StringIO()
+    call_command("policy", "show", "--tenant", "acme", stdout=shown)
+    assert '"amount_cap": "250.00"' in shown.getvalue()
