@@ -83,3 +83,13 @@ def test_a_named_person_breaks_glass_and_another_reviews_it_afterwards(
     expect(reviewer.get_by_text("Post-hoc reviews:")).to_have_count(0)
     review = beside_the_browser(lambda: PostHocReview.objects.get(reviewer=admin_user))
     assert (review.verdict, review.done_at is not None) == ("disagree", True)
+
+    # The tenant admin's oversight page: budgets used, the release and where its reviews stand.
+    reviewer.get_by_role("link", name="Break-glass oversight").click()
+    expect(reviewer.get_by_role("heading", name="Overdue post-hoc reviews: 0")).to_be_visible()
+    budgets = reviewer.get_by_role("table", name="Each named person's break-glass releases")
+    expect(budgets).to_contain_text("1 of 3")
+    recent = reviewer.get_by_role("region", name="Recent releases")
+    expect(recent).to_contain_text("disagreed")
+    expect(recent).to_contain_text("pending")
+    screenshot(reviewer, "break-glass-oversight")
