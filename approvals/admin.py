@@ -26,16 +26,18 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from approvals import policy, services
+from approvals import break_glass, policy, services
 from approvals.models import (
     Agent,
     ApproverGroup,
+    BreakGlassRelease,
     Decision,
     GroupMembership,
     Halt,
     OutboxMessage,
     Policy,
     PolicyVersion,
+    PostHocReview,
     Proposal,
     Tenant,
     TenantMembership,
@@ -399,6 +401,7 @@ class PolicyVersionInline(admin.TabularInline):
         "tool_pattern",
         "condition",
         "thresholds",
+        "break_glass",
         "author",
         "activated_by",
         "activated_at",
@@ -467,6 +470,8 @@ class PolicyVersionForm(forms.ModelForm):
             "thresholds": 'All must be met: [{"group": "finance", "count": 1}, {"group": "ops", "count": 2}]',
             "step_up": '"per_vote" (a fresh code or passkey on every vote), "passkey" (a passkey on every '
             "vote, no code) or a freshness window in seconds, e.g. 300",
+            "break_glass": "{} for none, or named people who may release alone in an emergency: "
+            + break_glass.EXAMPLE,
         }
 
     def clean(self):
@@ -482,7 +487,10 @@ class PolicyVersionForm(forms.ModelForm):
         if values.get("thresholds") is None:
             values["thresholds"] = []
         groups = _group_slugs(chosen.tenant_id) if chosen is not None else set()
-        errors = policy.version_field_errors({**services.POLICY_VERSION_DEFAULTS, **values}, groups)
+        if values.get("break_glass") is None:
+            values["break_glass"] = {}
+        people = services.break_glass_people(chosen.tenant_id) if chosen is not None else None
+        errors = policy.version_field_errors({**services.POLICY_VERSION_DEFAULTS, **values}, groups, people)
         if chosen is None:
             errors.pop("thresholds", None)  # cannot tell which groups exist before the policy is known
         for name, message in errors.items():
@@ -493,6 +501,7 @@ class PolicyVersionForm(forms.ModelForm):
     def version_fields(self) -> dict:
         values = {name: self.cleaned_data[name] for name in policy.VERSION_FIELDS}
         values["thresholds"] = values["thresholds"] or []
+        values["break_glass"] = values["break_glass"] or {}
         return values
 
 
@@ -824,6 +833,21 @@ class VoteAdmin(ReadOnlyAdmin):
     list_display = ["proposal", "voter", "verdict", "group", "auth_method", "created_at"]
     list_filter = ["verdict"]
     list_select_related = ["proposal", "voter", "group"]
+
+
+@admin.register(BreakGlassRelease)
+class BreakGlassReleaseAdmin(ReadOnlyAdmin):
+    list_display = ["proposal", "releaser", "amount", "currency", "created_at", "reviews_due_at"]
+    list_select_related = ["proposal", "releaser"]
+
+
+@admin.register(PostHocReview)
+class PostHocReviewAdmin(ReadOnlyAdmin):
+    """Post-hoc reviews of break-glass releases; the overdue ones are also on /break-glass/."""
+
+    list_display = ["release", "reviewer", "due_at", "verdict", "done_at", "overdue_noted_at"]
+    list_filter = ["verdict", ("done_at", admin.EmptyFieldListFilter)]
+    list_select_related = ["release", "reviewer"]
 
 
 @admin.register(Decision)

@@ -157,3 +157,54 @@ class QueueFilterForm(forms.Form):
             return {}
         self.is_valid()
         return {name: value for name, value in self.cleaned_data.items() if value}
+
+
+class BreakGlassForm(forms.Form):
+    """An emergency release on one's own authority (approvals/services/break_glass.py decides)."""
+
+    digest = forms.CharField(max_length=80, widget=forms.HiddenInput)
+    reason = forms.CharField(
+        label="Why this cannot wait for the quorum",
+        required=False,
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 3}),
+    )
+    otp_code = one_time_code_field()
+    confirm = forms.BooleanField(
+        label="I release this on my own authority; two other people will review it afterwards",
+        error_messages={"required": "Tick the box to confirm the break-glass release."},
+    )
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("auto_id", "glass_%s")  # shares the page with the decision form
+        super().__init__(*args, **kwargs)
+
+    def clean_otp_code(self):
+        return normalized_code(self.cleaned_data.get("otp_code"))
+
+
+class PostHocReviewForm(forms.Form):
+    """A reviewer's verdict on a break-glass release after the fact."""
+
+    VERDICTS = (
+        ("agree", "Agree: the release was justified"),
+        ("disagree", "Disagree: it should have waited for the quorum"),
+    )
+
+    review = forms.IntegerField(widget=forms.HiddenInput)
+    verdict = forms.ChoiceField(
+        label="Your verdict",
+        choices=VERDICTS,
+        widget=forms.RadioSelect,
+        error_messages={"required": "Choose agree or disagree."},
+    )
+    note = forms.CharField(
+        label="Note",
+        required=False,
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 3}),
+    )
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("auto_id", "posthoc_%s")
+        super().__init__(*args, **kwargs)

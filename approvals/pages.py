@@ -14,7 +14,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 
 from accounts import passkeys
-from approvals import classification, history, policy, queries, services, stepup
+from approvals import break_glass_pages, classification, history, policy, queries, services, stepup
 from approvals.forms import (
     DecisionForm,
     QueueFilterForm,
@@ -115,6 +115,8 @@ def queue_context(user, params) -> dict:
         for value, label in labels
         if by_risk.get(value)
     ]
+    context["post_hoc_reviews"] = break_glass_pages.queue_reviews(user)  # break-glass reviews owed
+    context["is_tenant_admin"] = any(m.role == "admin" for m in scope.memberships)
     return context
 
 
@@ -399,6 +401,7 @@ def live_context(proposal: Proposal, groups: dict | None = None) -> dict:
         "server_now": timezone.now(),
         "open_for_votes": proposal.state == State.AWAITING_REVIEW,
         "consequence_heading": CONSEQUENCE_HEADINGS.get(proposal.state, "What was proposed"),
+        "break_glass_record": break_glass_pages.release_record(proposal),
     }
 
 
@@ -437,7 +440,16 @@ def _consequence_label(proposal: Proposal) -> dict:
 
 
 def decision_context(
-    proposal: Proposal, user, session, live: dict, why_not, *, form=None, revoke_form=None, notice: str = ""
+    proposal: Proposal,
+    user,
+    session,
+    live: dict,
+    why_not,
+    *,
+    form=None,
+    revoke_form=None,
+    notice: str = "",
+    break_glass_form=None,
 ) -> dict:
     mode, reason = decision_mode(proposal, user, live, why_not)
     step_up = proposal.requirements.get("step_up", policy.PER_VOTE)
@@ -461,6 +473,7 @@ def decision_context(
         "missing_total": live["missing_total"],
         "decision": live["decision"],
         "notice": notice,
+        "break_glass": break_glass_pages.panel(proposal, user, mode, break_glass_form),
     }
 
 
@@ -501,7 +514,7 @@ def _history_context(proposal: Proposal) -> dict:
     }
 
 
-def detail_context(proposal: Proposal, user, session, **decision_kwargs) -> dict:
+def detail_context(proposal: Proposal, user, session, post_hoc_form=None, **decision_kwargs) -> dict:
     """Everything the proposal page shows this person (the consumer re-renders its partials from it)."""
     groups = services.threshold_groups(proposal)
     live = live_context(proposal, groups)
@@ -513,4 +526,5 @@ def detail_context(proposal: Proposal, user, session, **decision_kwargs) -> dict
         "history": _history_context(proposal),
         "successor": Proposal.objects.filter(supersedes=proposal).only("id", "state", "summary").first(),
         "decision_panel": decision_context(proposal, user, session, live, why_not, **decision_kwargs),
+        "post_hoc": break_glass_pages.my_review(proposal, user, post_hoc_form),
     }

@@ -21,7 +21,7 @@ from functools import lru_cache
 
 import cel
 
-from approvals import classification
+from approvals import break_glass, classification
 from approvals.classification import REVERSIBILITY_CLASSES, UNCLASSIFIED
 from approvals.history import policy_counts
 from approvals.models import PolicyVersion, Proposal, Tenant
@@ -382,6 +382,7 @@ VERSION_FIELDS = (
     "risk",
     "reversibility",
     "reservation_needs_second",
+    "break_glass",
 )
 RISKS = ("", "low", "medium", "high")
 
@@ -405,8 +406,11 @@ def thresholds_error(thresholds, group_slugs: set[str]) -> str | None:
     return None
 
 
-def version_field_errors(fields: dict, group_slugs: set[str]) -> dict[str, str]:
-    """What is wrong with a draft's fields, by field name (empty when it may be stored)."""
+def version_field_errors(
+    fields: dict, group_slugs: set[str], people: set[str] | None = None
+) -> dict[str, str]:
+    """What is wrong with a draft's fields, by field name (empty when it may be stored). `people`: the
+    usernames of the tenant's reviewers and admins, which a break-glass rule may name (None: unchecked)."""
     errors: dict[str, str] = {}
     unknown = set(fields) - set(VERSION_FIELDS)
     if unknown:
@@ -443,6 +447,9 @@ def version_field_errors(fields: dict, group_slugs: set[str]) -> dict[str, str]:
         errors["risk"] = "risk is empty, low, medium or high"
     if fields.get("reversibility", "") not in ("", *REVERSIBILITY_CLASSES):
         errors["reversibility"] = "reversibility is empty, R0, R1, R2 or R3"
+    problem = break_glass.rule_error(fields.get("break_glass", {}), people)
+    if problem:
+        errors["break_glass"] = problem
     return errors
 
 

@@ -17,6 +17,9 @@ urlpatterns = [
     path("proposals/<uuid:proposal_id>/passkey-challenge", views.passkey_challenge, name="passkey_challenge"),
     path("proposals/<uuid:proposal_id>/edit", views.edit, name="edit"),
     path("proposals/<uuid:proposal_id>/revoke", views.revoke, name="revoke"),
+    path("proposals/<uuid:proposal_id>/break-glass", views.break_glass, name="break_glass"),
+    path("proposals/<uuid:proposal_id>/post-hoc-review", views.post_hoc_review, name="post_hoc_review"),
+    path("break-glass/", views.break_glass_oversight, name="break_glass_oversight"),
     # Enrollment is accounts' view; its name stays "approvals:enroll" (pages and redirects use it).
     path("accounts/enroll/", account_views.enroll, name="enroll"),
     path("a2a/push/<slug:agent_slug>/", a2a_views.push, name="push"),

@@ -18,10 +18,12 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 import signing_keys as keys
 from accounts import passkeys
 from accounts.decorators import verified_required
-from approvals import policy, services, stepup
+from approvals import break_glass_pages, policy, services, stepup
 from approvals.forms import (
+    BreakGlassForm,
     DecisionForm,
     EditArgumentsForm,
+    PostHocReviewForm,
     RevokeForm,
 )
 from approvals.lists import QUEUE, WATCHING
@@ -249,3 +251,70 @@ def edit(request, proposal_id):
         "has_passkey": passkeys.has_passkey(request.user),
     }
     return render(request, "approvals/edit.html", context, status=status)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Break-glass: the emergency release, its post-hoc reviews, and the admins' oversight page
+
+
+@require_POST
+@verified_required
+def break_glass(request, proposal_id):
+    """Release on one named person's authority (approvals/services/break_glass.py decides)."""
+    proposal = _proposal_for_reviewer(request, proposal_id)
+    form = BreakGlassForm(request.POST)
+    if not form.is_valid():
+        return _decision_response(request, proposal, 400, break_glass_form=form)
+    data = form.cleaned_data
+    try:
+        services.break_glass_release(
+            proposal.id,
+            request.user,
+            reason=data["reason"],
+            digest_seen=data["digest"],
+            step_up=stepup.step_up_for(request.user, data["otp_code"], request.session),
+            page_hash=page_hash(proposal),
+        )
+    except services.ServiceError as error:
+        form.add_error(_field_for(error, form), error.message)
+        return _decision_response(request, proposal, error.http_status, break_glass_form=form)
+    done = "Released by break glass. Two other people will review it; you can still revoke it."
+    if request.htmx:
+        return _decision_response(request, proposal, 200, notice=done)
+    messages.success(request, done)
+    return redirect("approvals:detail", proposal_id=proposal.id)
+
+
+@require_POST
+@verified_required
+def post_hoc_review(request, proposal_id):
+    """Record the person's post-hoc review of a break-glass release (agree or disagree, with a note)."""
+    proposal = _proposal_for_reviewer(request, proposal_id)
+    form = PostHocReviewForm(request.POST)
+    status = 400
+    if form.is_valid():
+        try:
+            services.complete_post_hoc_review(
+                form.cleaned_data["review"],
+                request.user,
+                verdict=form.cleaned_data["verdict"],
+                note=form.cleaned_data["note"],
+            )
+        except services.ServiceError as error:
+            form.add_error(_field_for(error, form), error.message)
+            status = error.http_status
+        else:
+            messages.success(request, "Your post-hoc review is recorded.")
+            return redirect("approvals:detail", proposal_id=proposal.id)
+    context = detail_context(proposal, request.user, request.session, post_hoc_form=form)
+    return render(request, "approvals/detail.html", context, status=status)
+
+
+@require_GET
+@verified_required
+def break_glass_oversight(request):
+    """For tenant admins: overdue post-hoc reviews, exhausted budgets and recent break-glass releases."""
+    if not break_glass_pages.admin_tenants(request.user):
+        raise Http404("only tenant admins see break-glass oversight")
+    context = {**break_glass_pages.oversight_context(request.user), "nav": "break_glass"}
+    return render(request, "approvals/break_glass.html", context)

@@ -13,7 +13,9 @@ full tick, the safety net. Each tick it
    approves anything;
 4. chains audit events left unsequenced by a process that died after its commit
    (audit.chain.sequence_pending), and runs the audit export jobs (audit.jobs.run_pending_exports);
-5. sends the reviewers their e-mail digests of new proposals (approvals/notifications.py).
+5. sends the reviewers their e-mail digests of new proposals (approvals/notifications.py);
+6. records each post-hoc review of a break-glass release that passed its deadline undone, once
+   (services.note_overdue_reviews).
 
 Several workers may run side by side: claims never overlap (SKIP LOCKED on PostgreSQL, a lease written
 with compare-and-set everywhere), and every message is idempotent on the agent's side anyway.
@@ -135,6 +137,7 @@ class Worker:
             ("parked tasks", self.parked_tasks.reconcile),
             ("audit jobs", self._audit_jobs),
             ("review digests", lambda report, now: notifications.send_digests(now)),
+            ("overdue post-hoc reviews", lambda report, now: services.note_overdue_reviews(now)),
         ):
             self._step(name, step, report, now)
         return report

@@ -134,6 +134,13 @@ class Metrics:
     still_unknown: int = 0
     revocations: int = 0
     open: int = 0
+    # Break-glass (issue 12.8), counted by the events in the period: releases, refusals over budget,
+    # post-hoc reviews done (and how many disagreed) and reviews that went past their deadline undone.
+    break_glass_releases: int = 0
+    break_glass_budget_refusals: int = 0
+    post_hoc_done: int = 0
+    post_hoc_disagreed: int = 0
+    post_hoc_overdue: int = 0
 
     @property
     def rubber_stamps(self) -> list[Group]:
@@ -175,6 +182,7 @@ def collect_steps(
             Verb.PROPOSAL_TRANSITIONED,
             Verb.DECISION_REVOKED,
             Verb.VOTE_CAST,
+            *BREAK_GLASS_VERBS,
         ],
     )
     if since:
@@ -210,7 +218,32 @@ def collect(chain: str, **bounds) -> Metrics:
             return done.value
 
 
+BREAK_GLASS_VERBS = (
+    Verb.BREAK_GLASS_RELEASED,
+    Verb.BREAK_GLASS_REFUSED,
+    Verb.POST_HOC_REVIEW_DONE,
+    Verb.POST_HOC_REVIEW_OVERDUE,
+)
+
+
+def _observe_break_glass(metrics, verb, at, data, until) -> None:
+    if until is not None and at >= until:
+        return
+    if verb == Verb.BREAK_GLASS_RELEASED:
+        metrics.break_glass_releases += 1
+    elif verb == Verb.BREAK_GLASS_REFUSED:
+        metrics.break_glass_budget_refusals += data.get("code") == "budget_exhausted"
+    elif verb == Verb.POST_HOC_REVIEW_DONE:
+        metrics.post_hoc_done += 1
+        metrics.post_hoc_disagreed += data.get("verdict") == "disagree"
+    elif verb == Verb.POST_HOC_REVIEW_OVERDUE:
+        metrics.post_hoc_overdue += 1
+
+
 def _observe(proposals, metrics, subject, verb, at, data, until) -> None:
+    if verb in BREAK_GLASS_VERBS:
+        _observe_break_glass(metrics, verb, at, data, until)
+        return
     if verb == Verb.PROPOSAL_SUBMITTED:
         if until is None or at < until:
             proposals[subject] = ProposalFacts(submitted_at=at, tool=str(data.get("tool", "")))

@@ -86,6 +86,11 @@ class Verb(models.TextChoices):
     POLICY_CREATED = "policy.created"
     AGENT_CHANGED = "agent.changed"
     AGENT_TOKENS_ROTATED = "agent.tokens_rotated"
+    BREAK_GLASS_RELEASED = "break_glass.released"
+    BREAK_GLASS_REFUSED = "break_glass.refused"
+    POST_HOC_REVIEW_ASSIGNED = "post_hoc_review.assigned"
+    POST_HOC_REVIEW_DONE = "post_hoc_review.done"
+    POST_HOC_REVIEW_OVERDUE = "post_hoc_review.overdue"
 
 
 class AuditEvent(AppendOnlyModel):

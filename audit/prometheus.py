@@ -70,6 +70,13 @@ class ReviewerCollector:
         info_requests = counter("reviewer_info_requests_total", "Requests for more information.")
         unknown = counter("reviewer_unknown_outcomes_total", "Executions whose result was lost (unknown).")
         revocations = counter("reviewer_revocations_total", "Released decisions taken back.")
+        break_glass = counter("reviewer_break_glass_releases_total", "Emergency single-approver releases.")
+        glass_refused = counter(
+            "reviewer_break_glass_budget_refusals_total", "Break-glass releases refused: budget used up."
+        )
+        post_hoc_overdue = counter(
+            "reviewer_post_hoc_reviews_overdue_total", "Post-hoc reviews that passed their deadline undone."
+        )
         open_now = GaugeMetricFamily(
             "reviewer_open_proposals", "Proposals without an outcome yet.", labels=["tenant"]
         )
@@ -98,6 +105,9 @@ class ReviewerCollector:
             info_requests.add_metric([t], metrics.info_requests)
             unknown.add_metric([t], metrics.unknown_outcomes)
             revocations.add_metric([t], metrics.revocations)
+            break_glass.add_metric([t], metrics.break_glass_releases)
+            glass_refused.add_metric([t], metrics.break_glass_budget_refusals)
+            post_hoc_overdue.add_metric([t], metrics.post_hoc_overdue)
             open_now.add_metric([t], metrics.open)
             durations = sorted(metrics.overall.durations)
             for quantile in QUANTILES:
@@ -110,7 +120,7 @@ class ReviewerCollector:
             time_to_decision.add_sample(TIME_TO_DECISION + "_sum", {"tenant": t}, sum(durations))
             time_to_decision.add_sample(TIME_TO_DECISION + "_count", {"tenant": t}, len(durations))
         yield from (proposals, by_policy, by_tool, supersedes, info_requests, unknown, revocations, open_now)
-        yield from (time_to_decision, rubber_stamp)
+        yield from (time_to_decision, rubber_stamp, break_glass, glass_refused, post_hoc_overdue)
 
     def _chain_families(self, heads, now: datetime):
         head_seq = GaugeMetricFamily(

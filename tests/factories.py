@@ -122,6 +122,7 @@ def make_policy(
     consume_online=True,
     risk="",
     reversibility="",
+    break_glass=None,
 ) -> PolicyVersion:
     """An active policy version, written by one admin and activated by another through the services.
     Groups the thresholds name are created if missing (a test names them before adding people)."""
@@ -146,6 +147,7 @@ def make_policy(
             "consume_online": consume_online,
             "risk": risk,
             "reversibility": reversibility,
+            **({"break_glass": break_glass} if break_glass else {}),
         },
         actor=author,
     )

@@ -17,6 +17,15 @@ from approvals.services.agents import (  # noqa: F401
     rotate_signing_key,
     update_agent,
 )
+from approvals.services.break_glass import (  # noqa: F401
+    break_glass_release,
+    choose_reviewers,
+    complete_post_hoc_review,
+    note_overdue_reviews,
+    open_reviews_for,
+    releases_this_week,
+    rule_for_proposal,
+)
 from approvals.services.common import (  # noqa: F401
     SYSTEM,
     actor_label,
@@ -52,6 +61,7 @@ from approvals.services.eligibility import (  # noqa: F401
 )
 from approvals.services.errors import (  # noqa: F401
     ActionRefused,
+    BreakGlassRefused,
     CompensationRefused,
     ConfigRefused,
     Conflict,
@@ -62,6 +72,7 @@ from approvals.services.errors import (  # noqa: F401
     IntakeError,
     NotFound,
     PolicyInvalid,
+    PostHocReviewRefused,
     RevokeRefused,
     ServiceError,
     VoteRefused,
@@ -95,6 +106,7 @@ from approvals.services.people import (  # noqa: F401
 from approvals.services.policies import (  # noqa: F401
     POLICY_VERSION_DEFAULTS,
     activate_policy_version,
+    break_glass_people,
     create_policy,
     create_policy_version,
 )

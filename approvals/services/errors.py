@@ -74,3 +74,11 @@ class PolicyInvalid(ServiceError):
         message = "; ".join(f"{name}: {text}" for name, text in errors.items())
         super().__init__("invalid_policy", message, field)
         self.errors = errors
+
+
+class BreakGlassRefused(ActionRefused):
+    """A break-glass release this person may not make now (not named, over budget or cap, ...)."""
+
+
+class PostHocReviewRefused(ActionRefused):
+    pass

@@ -5,13 +5,15 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from approvals import events, policy
+from approvals import break_glass, events, policy
 from approvals.models import (
     ApproverGroup,
+    BreakGlassRelease,
     Policy,
     PolicyVersion,
     Proposal,
     Tenant,
+    TenantMembership,
 )
 from approvals.services.common import actor_label, proposal_subject, record
 from approvals.services.errors import ConfigRefused, Conflict, PolicyInvalid
@@ -20,6 +22,7 @@ from approvals.services.quorum import count_quorum
 from approvals.services.tenants import _require_config_admin, _require_slug
 from approvals.states import ALLOWED, RELEASED, WAITING_FOR_PEOPLE, State
 from audit.models import Verb
+from tenants.queries import DECIDING_ROLES
 
 
 def create_policy(tenant: Tenant, *, slug: str, name: str = "", actor=None) -> Policy:
@@ -52,18 +55,29 @@ POLICY_VERSION_DEFAULTS = {
     "risk": "",
     "reversibility": "",
     "reservation_needs_second": False,
+    "break_glass": {},
 }
 
 
 def _checked_version_fields(tenant: Tenant, fields: dict) -> dict:
     values = {**POLICY_VERSION_DEFAULTS, **fields}
     group_slugs = set(ApproverGroup.objects.filter(tenant=tenant).values_list("slug", flat=True))
-    errors = policy.version_field_errors(values, group_slugs)
+    errors = policy.version_field_errors(values, group_slugs, break_glass_people(tenant.id))
     if errors:
         raise PolicyInvalid(errors)
+    values["break_glass"] = break_glass.normalized(values["break_glass"])
     values["step_up"] = policy.validate_step_up(values["step_up"])
     values["thresholds"] = [{"group": t["group"], "count": t["count"]} for t in values["thresholds"]]
     return values
+
+
+def break_glass_people(tenant_id) -> set[str]:
+    """Who a break-glass rule may name: the tenant's reviewers and admins (compliance staff do not vote)."""
+    return set(
+        TenantMembership.objects.filter(tenant_id=tenant_id, role__in=DECIDING_ROLES).values_list(
+            "user__username", flat=True
+        )
+    )
 
 
 def create_policy_version(policy: Policy, fields: dict, *, actor) -> PolicyVersion:
@@ -182,7 +196,10 @@ def _reevaluate_open_proposals(tenant: Tenant, *, actor: str, because: str) -> N
             continue
         merged = policy.stricter_requirements(proposal.requirements, evaluation.requirements)
         if proposal.state == State.ALLOWED or (
-            proposal.state == State.APPROVED and not count_quorum(proposal, merged).met
+            proposal.state == State.APPROVED
+            and not count_quorum(proposal, merged).met
+            # A break-glass release stands on its own rule, not the quorum (a deny above still revokes it).
+            and not BreakGlassRelease.objects.filter(proposal=proposal).exists()
         ):
             _revoke(proposal, actor=actor, reason=f"{because}: the release no longer meets the policy")
             continue

@@ -10,7 +10,9 @@ The file holds one version (fields as in the admin; only "outcome" is required):
     {"policy": "refunds", "name": "Refunds", "tool_pattern": "payments.refund", "agent_pattern": "*",
      "condition": "double(args.amount) > 500.0", "outcome": "require_approval",
      "thresholds": [{"group": "finance", "count": 1}, {"group": "ops", "count": 2}],
-     "step_up": "per_vote", "ttl_seconds": 3600, "allow_self_approval": false, "risk": "high"}
+     "step_up": "per_vote", "ttl_seconds": 3600, "allow_self_approval": false, "risk": "high",
+     "break_glass": {"people": ["riley"], "per_week": 3, "amount_cap": "500.00", "currency": "EUR",
+                     "review_hours": 24}}
 
 Four eyes hold here as in the admin: the approver must be another admin of the tenant than the author.
 """
@@ -143,4 +145,5 @@ class Command(BaseCommand):
                     f"  v{version.version}  {version.status:<8} {version.outcome:<17} "
                     f"agent={version.agent_pattern} tool={version.tool_pattern} "
                     f"condition={version.condition or '-'} thresholds={version.thresholds}"
+                    + (f" break_glass={json.dumps(version.break_glass)}" if version.break_glass else "")
                 )

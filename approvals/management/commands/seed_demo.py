@@ -30,6 +30,14 @@ PEOPLE = [
     ("demo-admin2", "Jamie Second-Admin", TenantMembership.Role.ADMIN, ["admins"], ""),
     ("auditor", "Pat Compliance", TenantMembership.Role.COMPLIANCE, [], ""),
 ]
+# Riley may release a refund alone in an emergency (issue 12.8): up to EUR 2,000.00, three times a week.
+DEMO_BREAK_GLASS = {
+    "people": ["reviewer1"],
+    "per_week": 3,
+    "amount_cap": "2000.00",
+    "currency": "EUR",
+    "review_hours": 24,
+}
 POLICIES = [
     (
         "refunds",
@@ -41,6 +49,7 @@ POLICIES = [
             "step_up": "per_vote",
             "ttl_seconds": 24 * 3600,
             "risk": "medium",
+            "break_glass": DEMO_BREAK_GLASS,
         },
     ),
     (
@@ -54,6 +63,7 @@ POLICIES = [
             "step_up": "per_vote",
             "ttl_seconds": 24 * 3600,
             "risk": "high",
+            "break_glass": DEMO_BREAK_GLASS,
         },
     ),
 ]

@@ -1,0 +1,94 @@
+"""Concurrency of the break-glass budget (issue 12.8): twenty releases by one person at once, on twenty
+proposals, release exactly as many as the weekly budget allows; the rest are refused as over budget.
+The budget is counted under a lock on the person's membership row (SELECT ... FOR UPDATE on PostgreSQL).
+
+Staged with real threads, each on its own database connection, lined up on a barrier. A one-time code
+is usable once, so each thread hands the service a step-up already checked (what the view would pass).
+"""
+
+import threading
+
+import pytest
+from django.conf import settings
+from django.db import connections
+from django.utils import timezone
+
+from approvals import services
+from approvals.models import BreakGlassRelease, Decision, PostHocReview
+from approvals.states import State
+from approvals.stepup import StepUp
+from audit.models import AuditEvent, Verb
+from tests import factories
+from tests.audit.pg_flush import audit_triggers_allow_test_flush  # noqa: F401 (flush through the audit trigger)
+from tests.factories import submit
+
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.skipif(
+        not settings.IS_POSTGRES,
+        reason="row locks and real concurrent connections need PostgreSQL (set DATABASE_URL)",
+    ),
+]
+
+THREADS = 20
+BUDGET = 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_twenty_simultaneous_releases_by_one_person_never_exceed_the_budget():
+    tenant = factories.make_tenant()
+    agent = factories.make_agent(tenant)
+    riley = factories.make_user("riley", tenant=tenant, groups=["finance"], totp=False)
+    factories.make_user("sam", tenant=tenant, groups=["finance"], totp=False)
+    factories.make_user("dana", tenant=tenant, role="admin", groups=["admins"], totp=False)
+    factories.make_policy(
+        tenant,
+        "refunds",
+        thresholds=[{"group": "finance", "count": 2}],
+        break_glass={"people": ["riley"], "per_week": BUDGET, "amount_cap": "500.00", "currency": "EUR"},
+    )
+    proposals = [submit(agent) for _ in range(THREADS)]
+    barrier = threading.Barrier(THREADS)
+    outcomes: list[str | None] = [None] * THREADS
+
+    def release(index: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            services.break_glass_release(
+                proposals[index].id,
+                riley,
+                reason=f"emergency {index}",
+                digest_seen=proposals[index].action_digest,
+                step_up=StepUp("totp", timezone.now()),
+            )
+            outcomes[index] = "released"
+        except services.BreakGlassRefused as refused:
+            outcomes[index] = refused.code
+        except Exception as error:  # anything else (a deadlock, a conflict) fails the test below
+            outcomes[index] = repr(error)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=release, args=(index,)) for index in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads)
+
+    assert sorted(outcomes) == ["budget_exhausted"] * (THREADS - BUDGET) + ["released"] * BUDGET, outcomes
+    assert BreakGlassRelease.objects.filter(releaser=riley).count() == BUDGET
+    assert PostHocReview.objects.count() == 2 * BUDGET
+    released = [p for p, outcome in zip(proposals, outcomes, strict=True) if outcome == "released"]
+    for proposal in proposals:
+        proposal.refresh_from_db()
+    assert sorted(p.state for p in proposals) == sorted(
+        [State.APPROVED] * BUDGET + [State.AWAITING_REVIEW] * (THREADS - BUDGET)
+    )
+    assert Decision.objects.filter(proposal__in=released).count() == BUDGET
+    # Each refusal is on record with the count it saw: the budget was full every time.
+    refused = AuditEvent.objects.filter(verb=Verb.BREAK_GLASS_REFUSED)
+    assert refused.count() == THREADS - BUDGET
+    assert {(e.data["code"], e.data["used"]) for e in refused} == {("budget_exhausted", BUDGET)}
+    used = sorted(e.data["budget"]["used"] for e in AuditEvent.objects.filter(verb=Verb.BREAK_GLASS_RELEASED))
+    assert used == list(range(1, BUDGET + 1))
