@@ -61,7 +61,7 @@ def _rows(page) -> list[dict]:
     return rows
 
 
-QUEUE_ORDER = ("expires_at", "pk")  # the most urgent first
+QUEUE_ORDER = ("expires_at", "-risk_rank", "pk")  # the most urgent first; ties in expiry: the riskier
 WATCHING_ORDER = ("-created_at", "-pk")  # the newest first
 
 
