@@ -5,7 +5,8 @@ tenant) and accepts last; anyone else is closed without a handshake. Right after
 `proposal.changed` event (a hint to re-read), the consumer reads the database and sends the page's own
 partials with hx-swap-oob, rendered from the same templates and page builders as the views. The send on
 connect is what keeps a page true after a reconnect: events sent while the socket was down are lost, and
-one may slip between the page load and the connect.
+one may slip between the page load and the connect. A proposal page's update is made once per event for
+all the page sockets of the process (approvals/fanout.py), which checks each socket's person again.
 
 The pages vote with their HTTP form. The socket also accepts a vote as a JSON message (for a client
 without forms): validated by schemas.VoteMessage, authorized again per message, and written through
