@@ -154,3 +154,37 @@ async def test_one_vote_renders_one_update_for_all_open_pages(
     assert "Revoke the decision" in updates[2] and "Revoke the decision" not in updates[0]
     for s in sockets:
         await s.disconnect()
+
+
+def test_a_socket_whose_session_ended_or_device_was_reset_gets_nothing(
+    tenant, agent, refund_policy, reviewer_a
+):
+    proposal = submit(agent)
+    people = reviewers(tenant, 3)
+    staying, signed_out, reset = (viewer_of(user) for user in people)
+    signed_out.scope["session"].delete()
+    services.reset_devices(people[2], actor=factories.make_user("helpdesk", tenant=tenant, role="admin"))
+    updates = fanout.render_updates(proposal.id, [staying, signed_out, reset])
+    assert updates[signed_out.channel] is None and updates[reset.channel] is None
+    assert updates[staying.channel] is not None
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_in_one_update_a_signed_out_socket_is_closed_and_the_others_are_served(
+    agent, refund_policy, requester, reviewer_a, reviewer_b, reviewer_c
+):
+    proposal = await database_sync_to_async(submit)(agent)
+    leaving_session = await database_sync_to_async(sign_in)(reviewer_b)
+    leaving = await connected(proposal_path(proposal), leaving_session)
+    staying = await connected(proposal_path(proposal), await database_sync_to_async(sign_in)(reviewer_c))
+    await database_sync_to_async(SessionStore(session_key=leaving_session).delete)()
+    step_up = await database_sync_to_async(step_up_for)(
+        reviewer_a, await database_sync_to_async(totp_code)(reviewer_a)
+    )
+    await database_sync_to_async(services.cast_vote)(
+        proposal.id, reviewer_a, verdict="approve", digest_seen=proposal.action_digest, step_up=step_up
+    )
+    assert (await leaving.receive_output(timeout=TIMEOUT))["type"] == "websocket.close"
+    assert "Alice approved" in await staying.receive_from(timeout=TIMEOUT)
+    for s in (leaving, staying):
+        await s.disconnect()
