@@ -5,7 +5,8 @@ tenant) and accepts last; anyone else is closed without a handshake. Right after
 `proposal.changed` event (a hint to re-read), the consumer reads the database and sends the page's own
 partials with hx-swap-oob, rendered from the same templates and page builders as the views. The send on
 connect is what keeps a page true after a reconnect: events sent while the socket was down are lost, and
-one may slip between the page load and the connect.
+one may slip between the page load and the connect. A proposal page's update is made once per event for
+all the page sockets of the process (approvals/fanout.py), which checks each socket's person again.
 
 The pages vote with their HTTP form. The socket also accepts a vote as a JSON message (for a client
 without forms): validated by schemas.VoteMessage, authorized again per message, and written through
@@ -22,31 +23,14 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.http import QueryDict
 from django.template.loader import render_to_string
-from django_otp import DEVICE_ID_SESSION_KEY
-from django_otp.models import Device
 from pydantic import ValidationError
 
 from approvals import events, pages, services, stepup
+from approvals.fanout import Viewer, live_updates, verified_user
 from approvals.lists import LIST_PAGES
 from approvals.models import TenantMembership
 from approvals.schemas import VoteMessage
 from approvals.wire import error_body
-
-
-def verified_user(scope):
-    """The session's user if they signed in with a one-time code (what OTPMiddleware checks for HTTP),
-    checked again on every event and message: a session signed out, or a device an admin reset, since
-    the socket opened stops counting."""
-    user, session = scope.get("user"), scope.get("session")
-    if user is None or not user.is_authenticated or session is None:
-        return None
-    if not session.session_key or not session.exists(session.session_key):
-        return None
-    persistent_id = session.get(DEVICE_ID_SESSION_KEY)
-    device = Device.from_persistent_id(persistent_id) if persistent_id else None
-    if device is None or device.user_id != user.pk or not device.confirmed:
-        return None
-    return user
 
 
 def _error(code: str, message: str, field: str | None = None, **extra) -> dict:
@@ -196,7 +180,8 @@ class QueueConsumer(ReviewerSocket):
 
 
 class ProposalConsumer(ReviewerSocket):
-    """One proposal page: state, quorum and votes live; the decision panel when its controls change."""
+    """One proposal page: state, quorum and votes live; the decision panel when its controls change.
+    An event's update is rendered once per process and audience, not per socket (approvals/fanout.py)."""
 
     def authorize(self) -> list[str]:
         user = verified_user(self.scope)
@@ -210,31 +195,31 @@ class ProposalConsumer(ReviewerSocket):
         self.mode = None  # the decision panel's controls, as last sent (the first send includes it)
         return [events.proposal_group(proposal.id)]
 
+    async def connect(self):
+        await super().connect()
+        if getattr(self, "proposal_id", None) is not None:
+            live_updates.join(self)
+
+    async def disconnect(self, code):
+        if getattr(self, "proposal_id", None) is not None:
+            live_updates.leave(self)
+
     async def proposal_changed(self, event):
         if event.get("proposal_id") != str(self.proposal_id):
             return
-        await self.send_current()
+        await self.send_update(event.get("event"))
 
-    def render_current(self) -> str | None:
-        if verified_user(self.scope) is None:
-            return None  # signed out since connecting
-        try:
-            proposal = services.proposal_for_user(self.proposal_id, self.user)
-        except services.NotFound:
-            return None  # no longer a member of the tenant
-        context = pages.detail_context(proposal, self.user, self.scope["session"])
-        context.update(oob=True, csrf_token=self._csrf_token())
-        # Every part of the page that follows the state: status and quorum, the heading of "what happens",
-        # the "You:" line and the link to a successor.
-        html = "".join(
-            render_to_string(f"approvals/detail.html#{name}", context)
-            for name in ("live", "consequence_heading", "you", "successor", "decision_bar")
-        )
-        mode = (context["decision_panel"]["mode"], proposal.state)
-        if mode != self.mode:
-            # On connect (the page may be older than the socket), then only when the controls change: a
-            # reviewer typing a reason keeps it while others vote (reviewer.js also keeps a panel whose
-            # controls are the same).
-            self.mode = mode
-            html += render_to_string("approvals/detail.html#decision", context)
-        return html
+    async def send_current(self) -> None:
+        await self.send_update(None)
+
+    async def send_update(self, event_id: str | None) -> None:
+        """This socket's part of the event's update, or close it if the person lost access."""
+        update = await live_updates.update_for(self, event_id)
+        if update is None:
+            await self.close()
+            return
+        self.mode = update.mode
+        await self.send(text_data=update.html)
+
+    def viewer(self) -> Viewer:
+        return Viewer(self.channel_name, self.scope, self._csrf_token(), self.mode)

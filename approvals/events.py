@@ -7,6 +7,8 @@ and the caller (an agent's intake, a reviewer's vote) must get its answer, not a
 needs. Sockets are closed by the same outage and re-read the state when they reconnect.
 """
 
+import uuid
+
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
@@ -31,8 +33,15 @@ def proposal_changed(proposal) -> None:
     tenant_id, proposal_id = proposal.tenant_id, str(proposal.id)
 
     def send():
-        message = {"type": "proposal.changed", "proposal_id": proposal_id}
+        message = changed_message(proposal_id)
         _send(proposal_group(proposal_id), message)
         _send(tenant_group(tenant_id), message)
 
     transaction.on_commit(send, robust=True)  # robust: a failed hint is logged, not raised
+
+
+def changed_message(proposal_id) -> dict:
+    """The hint that a proposal changed: its id, and an id of this event so that the sockets of one process
+    share one update of the page for it (approvals/fanout.py). Nothing else: every socket reads what its
+    person may see."""
+    return {"type": "proposal.changed", "proposal_id": str(proposal_id), "event": uuid.uuid4().hex}

@@ -164,6 +164,16 @@ class PolicyVersion(models.Model):
         return {"id": self.policy.slug, "version": self.version}
 
 
+# Risk as a number the queue sorts by (ties in expiry: the riskier first). "Not rated" counts as medium
+# (nobody said it is low) and a label this list does not know as high: unknown risk sorts up, not down.
+RISK_RANKS = {"high": 3, "medium": 2, "": 2, "low": 1}
+UNKNOWN_RISK_RANK = 3
+
+
+def risk_rank(risk: str) -> int:
+    return RISK_RANKS.get((risk or "").strip().lower(), UNKNOWN_RISK_RANK)
+
+
 class Proposal(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="proposals")
@@ -200,6 +210,8 @@ class Proposal(models.Model):
     # Merged requirements: {"thresholds": [...], "step_up": ..., "self_approval": bool, "consume": bool}
     requirements = models.JSONField(default=dict, blank=True)
     risk = models.CharField(max_length=20, blank=True)
+    # risk_rank(risk), kept by save() (the queue's order: expires_at, then -risk_rank, then id).
+    risk_rank = models.PositiveSmallIntegerField(default=RISK_RANKS[""], editable=False)
     # The tool and the thing it acts on ("payments.refund|order:1182"), for the history of the same target
     # (approvals/history.py); "" when the action names no target.
     target_key = models.CharField(max_length=255, blank=True, default="")
@@ -223,11 +235,14 @@ class Proposal(models.Model):
         ]
         indexes = [
             # The queue's filter and sort, read in order (approvals/queries.py keyset_page): one tenant
-            # by (tenant, state, expires_at, id); several tenants by the waiting rows' own index.
-            models.Index(fields=["tenant", "state", "expires_at", "id"], name="queue_by_urgency"),
+            # by (tenant, state, expires_at, -risk_rank, id); several tenants by the waiting rows' own
+            # index. Ties in expiry: the riskier first.
             models.Index(
-                fields=["expires_at", "id"],
-                name="waiting_by_urgency",
+                fields=["tenant", "state", "expires_at", "-risk_rank", "id"], name="queue_by_urgency_risk"
+            ),
+            models.Index(
+                fields=["expires_at", "-risk_rank", "id"],
+                name="waiting_by_urgency_risk",
                 condition=models.Q(state="awaiting_review"),
             ),
             models.Index(fields=["state", "expires_at"], name="sweep_by_expiry"),
@@ -238,6 +253,14 @@ class Proposal(models.Model):
 
     def __str__(self):
         return f"{visible(self.tool)} ({self.state})"  # agent text: hidden characters as [U+202E]
+
+    def save(self, *args, **kwargs):
+        """Keeps risk_rank with risk, also when only "risk" is among update_fields (intake)."""
+        self.risk_rank = risk_rank(self.risk)
+        update_fields = kwargs.get("update_fields")
+        if update_fields is not None and "risk" in update_fields and "risk_rank" not in update_fields:
+            kwargs["update_fields"] = [*update_fields, "risk_rank"]
+        super().save(*args, **kwargs)
 
 
 class Vote(models.Model):

@@ -62,7 +62,7 @@ def _rows(page) -> list[dict]:
     return rows
 
 
-QUEUE_ORDER = ("expires_at", "pk")  # the most urgent first
+QUEUE_ORDER = ("expires_at", "-risk_rank", "pk")  # the most urgent first; ties in expiry: the riskier
 WATCHING_ORDER = ("-created_at", "-pk")  # the newest first
 
 
@@ -408,26 +408,36 @@ def live_context(proposal: Proposal, groups: dict | None = None) -> dict:
 def decision_mode(proposal: Proposal, user, live: dict, why_not: tuple[str, str] | None) -> tuple[str, str]:
     """Which controls the decision panel shows this person now, and why none when they cannot decide.
     Only what to show: the services decide again when the person acts."""
+    return decision_mode_from(
+        proposal,
+        user.pk,
+        live,
+        why_not,
+        may_revoke=lambda: services.may_revoke(proposal, user),
+        role=lambda: services.tenant_role(user, proposal.tenant_id),
+        closed_reason=lambda: services.closed_reason(proposal),
+    )
+
+
+def decision_mode_from(
+    proposal: Proposal, user_id, live: dict, why_not, *, may_revoke, role, closed_reason
+) -> tuple[str, str]:
+    """decision_mode() over facts read elsewhere (the socket fan-out reads them once for every open page):
+    `may_revoke`, `role` and `closed_reason` are callables, asked only when the rule gets there."""
     if proposal.state == State.AWAITING_REVIEW:
-        if any(item["vote"].voter_id == user.pk for item in live["votes"]):
+        if any(item["vote"].voter_id == user_id for item in live["votes"]):
             return "voted", ""
         if why_not:
             return "ineligible", why_not[1]
         if timezone.now() >= proposal.expires_at:
-            return "closed", services.closed_reason(proposal)
+            return "closed", closed_reason()
         return "vote", ""
     decision = live["decision"]
-    if (
-        proposal.state in RELEASED
-        and decision
-        and not decision.consumed_at
-        and services.may_revoke(proposal, user)
-    ):
+    if proposal.state in RELEASED and decision and not decision.consumed_at and may_revoke():
         return "revocable", ""
-    role = services.tenant_role(user, proposal.tenant_id)
-    if proposal.state in STARTED and role in DECIDING_ROLES:
+    if proposal.state in STARTED and role() in DECIDING_ROLES:
         return "started", ""
-    return "closed", services.closed_reason(proposal)
+    return "closed", closed_reason()
 
 
 def _consequence_label(proposal: Proposal) -> dict:
@@ -437,6 +447,11 @@ def _consequence_label(proposal: Proposal) -> dict:
     if arguments.get("amount") in (None, ""):
         return {"what": what, "amount": ""}
     return {"what": what, "amount": money(arguments.get("amount"), arguments.get("currency"))}
+
+
+def my_vote(live: dict, user_id):
+    """This person's vote among the page's votes, or None."""
+    return next((item["vote"] for item in live["votes"] if item["vote"].voter_id == user_id), None)
 
 
 def decision_context(
@@ -450,8 +465,10 @@ def decision_context(
     revoke_form=None,
     notice: str = "",
     break_glass_form=None,
+    mode: tuple[str, str] | None = None,
 ) -> dict:
-    mode, reason = decision_mode(proposal, user, live, why_not)
+    """The decision panel of this person; `mode` when the caller worked it out already (the fan-out)."""
+    mode, reason = mode or decision_mode(proposal, user, live, why_not)
     step_up = proposal.requirements.get("step_up", policy.PER_VOTE)
     window = policy.step_up_window(step_up)
     fresh = window is not None and stepup.fresh_within(session, window)
@@ -469,7 +486,7 @@ def decision_context(
         "has_passkey": passkeys.has_passkey(user),
         "step_up_text": _step_up_text(step_up),
         "code_hint": code_hint(proposal),
-        "my_vote": next((item["vote"] for item in live["votes"] if item["vote"].voter_id == user.pk), None),
+        "my_vote": my_vote(live, user.pk),
         "missing_total": live["missing_total"],
         "decision": live["decision"],
         "notice": notice,

@@ -170,7 +170,7 @@ def apply_filters(queryset, filters: dict):
 COUNT_CAP = 1000
 
 
-def _after(order: tuple[str, ...], values: list) -> Q:
+def rows_after(order: tuple[str, ...], values: list) -> Q:
     """Rows strictly after `values` in `order` (field names, "-" for descending): the lexicographic
     comparison (a > x) or (a = x and b > y) or ..., which needs no row-value syntax."""
     after = Q(pk__in=[])
@@ -218,7 +218,7 @@ def keyset_page(queryset, order: tuple[str, ...], cursor: str, size: int) -> Key
     query, size + 1 rows, the extra one only telling whether there is a next page."""
     values = decode_cursor(cursor, order) if cursor else None
     if values is not None:
-        queryset = queryset.filter(_after(order, values))
+        queryset = queryset.filter(rows_after(order, values))
     rows = list(queryset.order_by(*order)[: size + 1])
     more = len(rows) > size
     rows = rows[:size]

@@ -63,15 +63,31 @@ def run_module(name: str) -> list[dict]:
     ]
 
 
+def _holds(value: float, sign: str, bound: str) -> bool:
+    return value >= float(bound) if sign in ("≥", ">=") else value <= float(bound)
+
+
 def met(row: dict) -> bool | None:
-    """A row's own verdict, else its ratio against the last bound of its target (≥ 0.5x, ≤ 1.2x)."""
+    """A row's own verdict, else its ratio against the last bound of its target (≥ 0.5x, ≤ 1.2x); a row
+    with ratios per percentile ({"p50": .., "p95": ..}) against each bound its target names (p95 ≤ 1.5x)."""
     if "met" in row:
         return row["met"]
-    bounds = re.findall(r"(≥|>=|≤|<=)\s*([0-9.]+)x", row.get("target", ""))
-    if row.get("ratio") is None or not bounds:
+    ratio, target = row.get("ratio"), row.get("target", "")
+    if isinstance(ratio, dict):
+        bounds = [
+            (p, s, b) for p, s, b in re.findall(r"(p\d+)\s*(≥|>=|≤|<=)\s*([0-9.]+)x", target) if p in ratio
+        ]
+        return all(_holds(ratio[p], s, b) for p, s, b in bounds) if bounds else None
+    bounds = re.findall(r"(≥|>=|≤|<=)\s*([0-9.]+)x", target)
+    if ratio is None or not bounds:
         return None
-    sign, bound = bounds[-1]
-    return row["ratio"] >= float(bound) if sign in ("≥", ">=") else row["ratio"] <= float(bound)
+    return _holds(ratio, *bounds[-1])
+
+
+def _ratio_text(ratio) -> str:
+    if isinstance(ratio, dict):
+        return " ".join(f"{name} {value:.2f}x" for name, value in ratio.items())
+    return f"{ratio:.2f}x" if isinstance(ratio, int | float) else "-"
 
 
 def table(rows: list[dict]) -> str:
@@ -79,7 +95,7 @@ def table(rows: list[dict]) -> str:
     lines = [header]
     for row in rows:
         verdict = {True: "ok", False: "MISSED", None: "-"}[met(row)] if row.get("ratio") is not None else ""
-        ratio = f"{row['ratio']:.2f}x" if isinstance(row.get("ratio"), int | float) else "-"
+        ratio = _ratio_text(row.get("ratio"))
         lines.append(
             (
                 row["id"],

@@ -53,6 +53,7 @@ from approvals.services.devices import (  # noqa: F401
 )
 from approvals.services.eligibility import (  # noqa: F401
     ineligibility,
+    ineligibility_from,
     is_principal,
     proposal_for_user,
     tenant_role,

@@ -68,15 +68,29 @@ def is_principal(proposal: Proposal, user) -> bool:
 
 def ineligibility(proposal: Proposal, user) -> tuple[str, str] | None:
     """Why this user may not decide this proposal now, as (code, message); None if they may."""
-    role = tenant_role(user, proposal.tenant_id)
+    return ineligibility_from(
+        proposal,
+        user.id,
+        tenant_role(user, proposal.tenant_id),
+        is_principal=lambda: is_principal(proposal, user),
+        in_a_group=lambda: bool(user_groups_for(proposal, user)),
+    )
+
+
+def ineligibility_from(
+    proposal: Proposal, user_id, role: str | None, *, is_principal, in_a_group
+) -> tuple[str, str] | None:
+    """The rule of ineligibility() over facts read elsewhere (the socket fan-out reads them for every open
+    page at once): the person's role in the tenant, and callables answering whether they are the
+    proposal's principal and whether they are in a group it needs (asked only when the rule gets there)."""
     if role is None:
         return "not_found", "no such proposal"
     if role == TenantMembership.Role.COMPLIANCE:
         return "not_eligible", "compliance staff read and export; they do not vote"
-    if is_principal(proposal, user) and not proposal.requirements.get("self_approval"):
+    if is_principal() and not proposal.requirements.get("self_approval"):
         return "self_approval", "you are the person this action is for; someone else must decide it"
-    if proposal.edited_by_id == user.id:
+    if proposal.edited_by_id == user_id:
         return "edit_author", "you edited this proposal; someone else must decide it"
-    if not user_groups_for(proposal, user):
+    if not in_a_group():
         return "not_eligible", "you are not a member of a group this proposal needs"
     return None

@@ -46,3 +46,19 @@ def test_a_list_page_reads_an_index_in_order_not_every_proposal(
     assert index in plan, plan  # waiting_by_urgency or queue_by_urgency for the queue
     assert "Seq Scan on approvals_proposal" not in plan, plan
     assert "Sort" not in plan.split("->")[1], plan  # the rows come sorted from the index
+
+
+def test_the_queues_next_page_reads_the_index_from_the_cursor_on(agent, refund_policy, requester, reviewer_a):
+    """The page after a cursor (expires_at, -risk_rank, id) is read from the same index, not sorted."""
+    factories.clone_waiting(submit(agent), 20_000)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE approvals_proposal")
+    listed = queries.with_row_data(queries.eligible_proposals(queries.ReviewerScope.of(reviewer_a)))
+    first = queries.keyset_page(listed, pages.QUEUE_ORDER, "", pages.PAGE_SIZE)
+    values = queries.decode_cursor(first.next_cursor, pages.QUEUE_ORDER)
+    page = listed.filter(queries.rows_after(pages.QUEUE_ORDER, values)).order_by(*pages.QUEUE_ORDER)
+    plan = plan_of(page[: pages.PAGE_SIZE + 1])
+    assert plan.lstrip().startswith("Limit"), plan
+    assert "_by_urgency" in plan, plan
+    assert "Seq Scan on approvals_proposal" not in plan, plan
+    assert "Sort" not in plan.split("->")[1], plan
