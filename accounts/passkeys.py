@@ -141,6 +141,15 @@ def has_passkey(user) -> bool:
     return WebAuthnCredential.objects.filter(user=user, confirmed=True).exists()
 
 
+def owners_among(user_ids) -> set:
+    """Which of these people have a passkey (one query, for the socket fan-out)."""
+    return set(
+        WebAuthnCredential.objects.filter(user_id__in=user_ids, confirmed=True).values_list(
+            "user_id", flat=True
+        )
+    )
+
+
 # --- Finishing a ceremony: the browser's answer, checked once ------------------------------------------
 
 

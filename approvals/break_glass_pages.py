@@ -15,11 +15,19 @@ from approvals.states import State
 
 OVERSIGHT_RECENT = 50
 
+# panel()'s `rule` when the caller has not read the proposal's break-glass rule yet.
+READ_RULE = object()
 
-def panel(proposal: Proposal, user, mode: str, form: BreakGlassForm | None = None) -> dict | None:
+
+def panel(
+    proposal: Proposal, user, mode: str, form: BreakGlassForm | None = None, rule=READ_RULE
+) -> dict | None:
     """The "Break glass" control for a named person who could vote now; None for everyone else (but a
     refused attempt still shows why: {"refused": [messages]})."""
-    rule = services.rule_for_proposal(proposal) if mode == "vote" else None
+    if mode != "vote":
+        rule = None
+    elif rule is READ_RULE:
+        rule = services.rule_for_proposal(proposal)
     if rule is None or not rule.names(user) or proposal.state != State.AWAITING_REVIEW:
         if form is not None and form.errors:
             return {"refused": [message for messages in form.errors.values() for message in messages]}

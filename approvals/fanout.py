@@ -33,6 +33,7 @@ from django.template.loader import render_to_string
 from django_otp import DEVICE_ID_SESSION_KEY
 from django_otp.models import Device
 
+from accounts import passkeys
 from approvals import pages, services
 from approvals.models import GroupMembership, Proposal, TenantMembership, Vote
 
@@ -159,6 +160,9 @@ def render_updates(proposal_id, viewers: list[Viewer]) -> dict[str, Update | Non
         render_to_string(f"approvals/detail.html#{name}", shared) for name in SHARED_PARTIALS
     )
     closed_reason = functools.cache(lambda: services.closed_reason(proposal))
+    # What the decision panels need beyond the page's reads, read once for every socket.
+    break_glass_rule = functools.cache(lambda: services.rule_for_proposal(proposal))
+    passkey_owners = functools.cache(lambda: passkeys.owners_among({user.pk for _, user in readers}))
     audiences: dict[tuple, str] = {}
     for viewer, user in readers:
         membership = memberships[user.pk]
@@ -199,7 +203,16 @@ def render_updates(proposal_id, viewers: list[Viewer]) -> dict[str, Update | Non
             # On connect (the page may be older than the socket), then only when the controls change: a
             # reviewer typing a reason keeps it while others vote (reviewer.js also keeps a panel whose
             # controls are the same).
-            panel = pages.decision_context(proposal, user, viewer.scope["session"], live, why_not, mode=mode)
+            panel = pages.decision_context(
+                proposal,
+                user,
+                viewer.scope["session"],
+                live,
+                why_not,
+                mode=mode,
+                has_passkey=user.pk in passkey_owners(),
+                break_glass_rule=break_glass_rule() if mode[0] == "vote" else None,
+            )
             context = {
                 "proposal": proposal,
                 "decision_panel": panel,

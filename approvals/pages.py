@@ -466,8 +466,11 @@ def decision_context(
     notice: str = "",
     break_glass_form=None,
     mode: tuple[str, str] | None = None,
+    has_passkey: bool | None = None,
+    break_glass_rule=break_glass_pages.READ_RULE,
 ) -> dict:
-    """The decision panel of this person; `mode` when the caller worked it out already (the fan-out)."""
+    """The decision panel of this person; `mode`, `has_passkey` and `break_glass_rule` when the caller
+    worked them out already (the fan-out reads them once for all its sockets)."""
     mode, reason = mode or decision_mode(proposal, user, live, why_not)
     step_up = proposal.requirements.get("step_up", policy.PER_VOTE)
     window = policy.step_up_window(step_up)
@@ -483,14 +486,14 @@ def decision_context(
         # Passkeys: the page says before the person tries whether the policy needs one, and whether
         # they have one (static/js/passkeys.js asks for it on Approve, Reject or Ask).
         "needs_passkey": step_up == policy.PASSKEY,
-        "has_passkey": passkeys.has_passkey(user),
+        "has_passkey": passkeys.has_passkey(user) if has_passkey is None else has_passkey,
         "step_up_text": _step_up_text(step_up),
         "code_hint": code_hint(proposal),
         "my_vote": my_vote(live, user.pk),
         "missing_total": live["missing_total"],
         "decision": live["decision"],
         "notice": notice,
-        "break_glass": break_glass_pages.panel(proposal, user, mode, break_glass_form),
+        "break_glass": break_glass_pages.panel(proposal, user, mode, break_glass_form, break_glass_rule),
     }
 
 
