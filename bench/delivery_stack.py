@@ -148,9 +148,19 @@ def refund_message(n: int, webhook: str, push_token: str):
 
 
 async def bare_round_trips(client, task_id: str, count: int) -> list[float]:
-    """The baseline: GetTask of one task, `count` times, over one kept-alive client."""
+    """The baseline: GetTask of one task, `count` times, over one kept-alive client, once the agent has
+    finished with the task (its outcome reported to Reviewer): the agent is as idle as it was when the
+    measured path started, not still completing the last refund (its report, its pushes)."""
     from a2a.types import GetTaskRequest
 
+    from approvals.models import Proposal
+    from approvals.states import TERMINAL
+
+    end = time.perf_counter() + 10
+    while time.perf_counter() < end:
+        if Proposal.objects.filter(task_id=task_id, state__in=TERMINAL).exists():
+            break
+        await asyncio.sleep(0.005)
     times = []
     for _ in range(count):
         start = time.perf_counter()
