@@ -81,6 +81,7 @@ def main(events: int = 20, sockets: int = 50) -> list[dict]:
         TARGET,
     )
     result["lost"] = f"{lost} of {events * sockets}"
+    result["met"] = result["met"] and lost == 0
     return [result]
 
 
