@@ -12,3 +12,9 @@ class ApprovalsConfig(AppConfig):
         from audit.evidence import provide_proposal_records
 
         provide_proposal_records(proposal_record)
+
+        # A committed decision is sent by the process that committed it (approvals/delivery.py).
+        from approvals import wakeup
+        from approvals.delivery import send_after_commit
+
+        wakeup.register_direct_sender(send_after_commit)

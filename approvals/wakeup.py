@@ -49,6 +49,50 @@ def outbox_message_queued() -> None:
         transaction.on_commit(ring_doorbells, robust=True)
 
 
+# Set by approvals.delivery (AppConfig.ready): sends a committed continuation from this process. The
+# domain (services) may not import the A2A transport, so the transport registers itself here.
+_direct_sender = None
+
+
+def register_direct_sender(sender) -> None:
+    """`sender(outbox_message_id)` is called after the commit that queued a continuation (never raises)."""
+    global _direct_sender
+    _direct_sender = sender
+
+
+def continuation_queued(outbox_message_id: int) -> None:
+    """A decision's continuation was queued in the current transaction: once it commits, send it from
+    this process (approvals/delivery.py), or, where that is off, wake the workers as for any message.
+    Sent directly, the workers are not woken for it: they are its retry path (a failed send is marked
+    for retry; a process that dies between commit and send leaves the row due for the next tick)."""
+    sender = _direct_sender
+    if sender is None or not settings.OUTBOX_DIRECT_SEND:
+        outbox_message_queued()
+        return
+    _on_commit_first(lambda: sender(outbox_message_id))
+
+
+def _on_commit_first(hook) -> None:
+    """transaction.on_commit, but run before the hooks registered earlier in the transaction (the audit
+    sequencer's and the broadcasts' of the same change): the hand-off to a sending thread takes
+    microseconds, those take round trips. Django keeps a transaction's hooks in a list, in order; a
+    savepoint rolled back still drops this one with it (its savepoint ids are recorded as for any)."""
+    connection = transaction.get_connection()
+    transaction.on_commit(hook, robust=True)
+    hooks = getattr(connection, "run_on_commit", None)
+    if connection.in_atomic_block and isinstance(hooks, list) and len(hooks) > 1:
+        hooks.insert(0, hooks.pop())
+
+
+def ring_now() -> None:
+    """Wake the workers now, outside any transaction (a committed message this process will not send)."""
+    if django_connection.vendor == "postgresql":
+        with django_connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, '')", [CHANNEL])
+    else:
+        ring_doorbells()
+
+
 def _doorbell_folder() -> Path:
     return Path(settings.DATA_DIR) / "worker-doorbells"
 

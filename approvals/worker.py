@@ -1,8 +1,9 @@
 """The delivery worker: one loop that keeps Reviewer's promises to agents.
 
-It is woken the moment an outbox message is committed (approvals/wakeup.py: LISTEN/NOTIFY on
-PostgreSQL, a doorbell socket on SQLite) and then delivers at once; every POLL_SECONDS it also runs a
-full tick, the safety net. Each tick it
+A decision's continuation is sent by the process that committed it, right after the commit
+(approvals/delivery.py); the worker is its retry path. Every other message wakes the worker the moment
+it is committed (approvals/wakeup.py: LISTEN/NOTIFY on PostgreSQL, a doorbell socket on SQLite), and it
+then delivers at once; every POLL_SECONDS it also runs a full tick, the safety net. Each tick it
 1. expires what waited too long (services.expire_due);
 2. delivers due outbox messages: claim (a short transaction), call the agent (no transaction open),
    then record delivered, a retry with backoff, or a dead letter (services.mark_outbox_*);
@@ -17,8 +18,9 @@ full tick, the safety net. Each tick it
 6. records each post-hoc review of a break-glass release that passed its deadline undone, once
    (services.note_overdue_reviews).
 
-Several workers may run side by side: claims never overlap (SKIP LOCKED on PostgreSQL, a lease written
-with compare-and-set everywhere), and every message is idempotent on the agent's side anyway.
+Several workers (and the direct send) may run side by side: claims never overlap (SKIP LOCKED on
+PostgreSQL, a lease written with compare-and-set everywhere), and every message is idempotent on the
+agent's side anyway.
 """
 
 import logging
@@ -30,8 +32,8 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
-from approvals import a2a, notifications, services, wakeup
-from approvals.models import Decision, OutboxMessage, Proposal
+from approvals import a2a, delivery, notifications, services, wakeup
+from approvals.models import OutboxMessage, Proposal
 from approvals.parked_tasks import ParkedTaskLister
 from approvals.states import WAITING_FOR_PEOPLE, State
 from audit.chain import sequence_pending
@@ -39,8 +41,8 @@ from audit.jobs import run_pending_exports
 
 log = logging.getLogger(__name__)
 
-# A claimed message is not offered to another worker for this long: longer than one call can take.
-LEASE_SECONDS = int(a2a.CALL_DEADLINE_SECONDS * 2 + 30)
+# A claimed message is not offered to another claimant for this long: longer than one call can take.
+LEASE_SECONDS = delivery.LEASE_SECONDS
 # How often one execution's task is asked for its state once it is overdue or unknown. Requests still
 # awaiting review are asked every EXECUTING_RECONCILE_SECONDS: a lost push is rare, a queue is long.
 RECONCILE_EVERY_SECONDS = 30
@@ -163,55 +165,8 @@ class Worker:
             setattr(report, outcome, getattr(report, outcome) + 1)
 
     def deliver(self, message: OutboxMessage, *, now: datetime | None = None) -> str:
-        """Deliver one claimed message; returns "delivered", "failed" or "dead"."""
-        label = f"outbox {message.id} {message.kind} {message.message_id} (attempt {message.attempts})"
-        withdrawn = self._withdrawal_reason(message)
-        if withdrawn:
-            services.withdraw_outbox(message.id, reason=withdrawn)
-            log.info("%s: withdrawn, %s", label, withdrawn)
-            return "dead"
-        try:
-            note = self._send(message)
-        except Exception as error:  # anything at all: the row must get its retry or its dead letter
-            text = str(error) if isinstance(error, a2a.DeliveryError) else f"{type(error).__name__}: {error}"
-            failed = services.mark_outbox_failed(message.id, error=text, now=now)
-            if failed is not None and failed.status == OutboxMessage.Status.DEAD:
-                log.warning("%s: dead after %d attempts: %s", label, failed.attempts, text)
-                return "dead"
-            retry = f"retry at {failed.next_attempt_at:%H:%M:%S}" if failed else "settled elsewhere"
-            log.info("%s: failed, %s: %s", label, retry, text)
-            return "failed"
-        services.mark_outbox_delivered(message.id, note=note, now=now)
-        log.info("%s: delivered (%s)", label, note)
-        return "delivered"
-
-    @staticmethod
-    def _withdrawal_reason(message: OutboxMessage) -> str:
-        """An approval must not leave once its decision was revoked or expired: the agent might act on
-        it before the CancelTask that follows (always, when it need not consume the decision online)."""
-        if (
-            message.kind != OutboxMessage.Kind.CONTINUE
-            or message.payload.get("decision") != Decision.Kind.APPROVED
-        ):
-            return ""
-        state = Proposal.objects.values_list("state", flat=True).get(pk=message.proposal_id)
-        if state in {State.REVOKED, State.EXPIRED}:
-            return f"the approval was {state} before it was delivered"
-        return ""
-
-    def _send(self, message: OutboxMessage) -> str:
-        if message.kind == OutboxMessage.Kind.CONTINUE:
-            return a2a.send_continuation(message)
-        if message.kind == OutboxMessage.Kind.CANCEL:
-            return a2a.cancel_task(message)
-        if message.kind == OutboxMessage.Kind.GET_TASK:
-            proposal = Proposal.objects.select_related("agent").get(pk=message.proposal_id)
-            snapshot = a2a.get_task_state(proposal.agent, proposal.task_id)
-            services.apply_task_state(
-                proposal.agent, proposal.task_id, snapshot.state, detail=snapshot.detail
-            )
-            return f"task is {snapshot.state}"
-        raise ValueError(f"unknown outbox kind {message.kind!r}")
+        """Deliver one claimed message; returns "delivered", "failed" or "dead" (approvals/delivery.py)."""
+        return delivery.deliver_claimed(message, now=now)
 
     # --- reconciliation -------------------------------------------------------------------------
 

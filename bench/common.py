@@ -15,6 +15,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # A server whose databases may be dropped: every scratch database's name contains "bench".
 POSTGRES = os.environ.get("BENCH_POSTGRES", "postgres://postgres@127.0.0.1:5432")
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/15")
+# Put in front of every scratch database's name, so benchmarks run side by side (several checkouts on
+# one PostgreSQL server) do not drop each other's databases (BENCH_DB_PREFIX=alice_).
+DB_PREFIX = os.environ.get("BENCH_DB_PREFIX", "")
 
 
 def scratch_environment(database: str) -> dict:
@@ -22,6 +25,7 @@ def scratch_environment(database: str) -> dict:
     created again: its name must contain "bench") and a fresh data folder."""
     from bench.export_memory import _prepare_postgres
 
+    database = f"{DB_PREFIX}{database}"
     url = f"{POSTGRES}/{database}"
     _prepare_postgres(url)
     folder = Path(tempfile.mkdtemp(prefix=f"reviewer-{database}-"))

@@ -330,6 +330,11 @@ PROPOSAL_MAX_BYTES = env_int("PROPOSAL_MAX_BYTES", 64 * 1024)
 # Outbox delivery: attempts before a message is dead-lettered, and the backoff cap in seconds.
 OUTBOX_MAX_ATTEMPTS = env_int("OUTBOX_MAX_ATTEMPTS", 8)
 OUTBOX_BACKOFF_CAP_SECONDS = env_int("OUTBOX_BACKOFF_CAP_SECONDS", 300)
+# A decision's continuation is sent by the process that committed it, right after the commit, in a
+# background thread (at most OUTBOX_DIRECT_SEND_THREADS at once; beyond that the worker is woken
+# instead); the worker stays the retry path (approvals/delivery.py). Off: the worker sends everything.
+OUTBOX_DIRECT_SEND = env_bool("OUTBOX_DIRECT_SEND", True)
+OUTBOX_DIRECT_SEND_THREADS = env_int("OUTBOX_DIRECT_SEND_THREADS", 4)
 # A proposal that stays executing this long is reconciled with GetTask on the agent.
 EXECUTING_RECONCILE_SECONDS = env_int("EXECUTING_RECONCILE_SECONDS", 300)
 # How often the worker lists each agent's parked tasks (ListTasks AUTH_REQUIRED) to find lost pushes.

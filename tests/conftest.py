@@ -35,6 +35,14 @@ def _audit_checkpoint_dir(settings, tmp_path):
     settings.AUDIT_CHECKPOINT_DIR = tmp_path / "audit-checkpoints"
 
 
+@pytest.fixture(autouse=True)
+def _worker_delivers(settings):
+    """In this process, committed continuations wake the worker instead of being sent from here
+    (approvals/delivery.py), so a test that runs the worker sees what it delivers. Tests of the direct
+    send turn it on; servers started as processes (tests/e2e) send directly, as deployed."""
+    settings.OUTBOX_DIRECT_SEND = False
+
+
 @pytest.fixture
 def tenant(db):
     return factories.make_tenant()

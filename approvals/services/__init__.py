@@ -95,6 +95,7 @@ from approvals.services.lifecycle import (  # noqa: F401
 )
 from approvals.services.outbox import (  # noqa: F401
     claim_due_outbox,
+    claim_outbox_message,
     mark_outbox_delivered,
     mark_outbox_failed,
     outbox_backoff_seconds,

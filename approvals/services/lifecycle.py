@@ -75,7 +75,9 @@ def _enqueue(proposal: Proposal, kind: str, *, message_id: str, payload: dict) -
             "next_attempt_at": timezone.now(),
         },
     )
-    if created:
+    if created and kind == OutboxMessage.Kind.CONTINUE:
+        wakeup.continuation_queued(message.id)  # sent right after commit (approvals/delivery.py)
+    elif created:
         wakeup.outbox_message_queued()
     return message
 

@@ -4,6 +4,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from approvals.models import (
@@ -43,6 +44,22 @@ def claim_due_outbox(
                 message.next_attempt_at, message.attempts = lease_until, message.attempts + 1
                 claimed.append(message)
     return claimed
+
+
+def claim_outbox_message(
+    message_id: int, *, lease_seconds: int = 120, now: datetime | None = None
+) -> OutboxMessage | None:
+    """Claim one message by id (the direct send right after its commit), with the same lease a worker's
+    claim takes: one conditional UPDATE (pending and due), so exactly one of the direct sender and any
+    number of workers wins it. None if it is not pending and due (a worker has it, or it is settled)."""
+    clock = now or timezone.now()
+    lease_until = clock + timedelta(seconds=lease_seconds)
+    won = OutboxMessage.objects.filter(
+        pk=message_id, status=OutboxMessage.Status.PENDING, next_attempt_at__lte=clock
+    ).update(next_attempt_at=lease_until, attempts=F("attempts") + 1)
+    if won != 1:
+        return None
+    return OutboxMessage.objects.get(pk=message_id)
 
 
 def _outbox_audit(message: OutboxMessage, verb: str, data: dict):

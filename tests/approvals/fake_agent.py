@@ -92,11 +92,23 @@ class FailingFront:
         self.app = app
         self.failures = 0
         self.refused = 0
+        self.dropped_responses = 0  # the next JSON-RPC POSTs are processed, but their answer is a 502
         self.client_addresses: list[tuple] = []
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
             self.client_addresses.append(tuple(scope.get("client") or ()))
+        if scope["type"] == "http" and scope["method"] == "POST" and self.dropped_responses:
+            # A lost response (the one fault here that is staged, not real): the agent got and handled the
+            # message, the caller sees a 502 and must assume it did not.
+            self.dropped_responses -= 1
+
+            async def discard(message):
+                return None
+
+            await self.app(scope, receive, discard)
+            await PlainTextResponse("response lost", status_code=502)(scope, receive, send)
+            return
         if scope["type"] == "http" and scope["method"] == "POST" and self.failures:
             self.failures -= 1
             self.refused += 1
@@ -168,6 +180,9 @@ class FakeAgent:
 
     def fail_next(self, count: int) -> None:
         self.front.failures = count
+
+    def drop_next_responses(self, count: int) -> None:
+        self.front.dropped_responses = count
 
     # --- acting as the agent's user (a client of the agent) ------------------------------------------
 

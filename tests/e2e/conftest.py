@@ -148,7 +148,7 @@ class Stack:
     def env(self) -> dict:
         env = {
             **os.environ,
-            "PYTHONPATH": str(REPO),
+            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "sdk" / "python" / "src")]),
             "PYTHONUNBUFFERED": "1",
             "DEBUG": "true",
             "DATABASE_URL": database_url(),

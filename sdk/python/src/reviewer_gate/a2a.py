@@ -254,9 +254,12 @@ class A2AApprovals:
         background.add_done_callback(self._announcing.discard)
 
     async def aclose(self) -> None:
-        """Let announcements in flight finish (at most 5 s)."""
+        """Let announcements in flight finish (at most 5 s), then close the kept-alive connections."""
         if self._announcing:
             await asyncio.wait(self._announcing, timeout=5)
+        close = getattr(self.client, "close", None)
+        if close is not None:
+            await asyncio.to_thread(close)
 
     async def _receive(self, context, updater, answer_question, still_wanted, can_perform) -> Released | None:
         asked = await asyncio.to_thread(self.store.current_request, updater.task_id)

@@ -23,7 +23,8 @@ The flow inside an a2a-sdk `AgentExecutor` (see examples/README.md for a complet
    `gate.report_outcome(decision, "succeeded" | "failed" | "unknown", transaction_id=...)`.
 
 `verify`, `consume` and `report_outcome` are blocking (network and SQLite I/O): from asyncio code call
-them through `asyncio.to_thread`.
+them through `asyncio.to_thread`. A Gate keeps one HTTP client (a connection pool, one TLS context) for
+its calls to Reviewer, shared by threads: a consume does not pay for a new TLS context and connection.
 
 What `verify` checks, in this order, so that a forged or altered token is refused before its `jti` is
 burned:
@@ -64,6 +65,7 @@ Public API:
                                                    deadline (datetime, RFC 3339 string or epoch seconds)
         .consume(decision) -> None                 raises GateError when the agent must not act
         .report_outcome(decision, status, *, transaction_id=None, detail=None) -> bool
+        .close() -> None                           closes its kept-alive HTTP connections
     decision_token_from_metadata(metadata) -> str | None
     action_digest(action) -> str
     approval_request_metadata(request) -> dict
@@ -360,6 +362,22 @@ class Gate:
         self.api_token = api_token
         self.leeway_seconds = leeway_seconds
         self.http_timeout = http_timeout
+        self._http: httpx.Client | None = None
+        self._http_lock = threading.Lock()
+
+    def _client(self) -> httpx.Client:
+        """The kept-alive client for consume and outcome calls (made on first use; thread-safe)."""
+        with self._http_lock:
+            if self._http is None:
+                self._http = httpx.Client(timeout=self.http_timeout)
+            return self._http
+
+    def close(self) -> None:
+        """Close the kept-alive HTTP connections (a later call opens new ones)."""
+        with self._http_lock:
+            http, self._http = self._http, None
+        if http is not None:
+            http.close()
 
     # verify ---------------------------------------------------------------------------------
 
@@ -472,9 +490,7 @@ class Gate:
             raise GateError("consume_refused:not_approved", f"decision is {decision.decision!r}")
         url = self._decision_url(decision, "consume")
         try:
-            response = httpx.post(
-                url, json={"rev": decision.rev}, headers=self._headers(), timeout=self.http_timeout
-            )
+            response = self._client().post(url, json={"rev": decision.rev}, headers=self._headers())
         except httpx.HTTPError as error:
             raise GateError("reviewer_unreachable", f"POST {url}: {error!r}") from error
         if response.status_code == 200:
@@ -502,7 +518,7 @@ class Gate:
             body["detail"] = detail
         try:
             url = self._decision_url(decision, "outcome")
-            response = httpx.post(url, json=body, headers=self._headers(), timeout=self.http_timeout)
+            response = self._client().post(url, json=body, headers=self._headers())
         except (GateError, httpx.HTTPError) as error:
             logger.warning("outcome %s for decision %s not reported: %s", status, decision.jti, error)
             return False

@@ -1,0 +1,198 @@
+"""A decision's continuation is sent by the process that committed it, right after the commit
+(approvals/delivery.py), and the worker is its retry path: no worker is needed for the hot path;
+the direct send racing two woken workers still delivers each message once; a process killed between
+its commit and the send loses nothing (a worker's tick sends it); a lost response to the direct send
+is retried by the worker with the same message id.
+
+Real processes, a real agent server (tests/approvals/fake_agent.py) and real HTTP; the one staged fault
+is the lost response (the fake agent's front handles the message and answers 502)."""
+
+import subprocess
+import sys
+import threading
+
+import pytest
+from django.db import connection
+
+from approvals import a2a, delivery
+from approvals.models import OutboxMessage, Proposal
+from tests import factories
+from tests.approvals.fake_agent import FakeAgent
+from tests.approvals.test_worker import approve, continuation
+from tests.e2e.conftest import REPO, ServerProcess, Stack
+from tests.waiting import wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+DELIVERY_DEADLINE = 20
+
+
+@pytest.fixture
+def fake_agent(settings):
+    settings.AGENT_ALLOWED_NETWORKS = ["127.0.0.0/8", "::1/128"]  # the agent is on loopback
+    agent = FakeAgent().start()
+    a2a.forget_cards()
+    yield agent
+    agent.stop()
+    a2a.forget_cards()
+
+
+@pytest.fixture
+def agent(tenant, fake_agent):
+    return factories.make_agent(tenant, card_url=fake_agent.card_url)
+
+
+@pytest.fixture
+def workers(transactional_db, tmp_path, settings):
+    """Start n `manage.py run_worker` processes on the test database (each has finished its first tick
+    and listens for wake-ups when this returns), polling every `interval` seconds."""
+    stack = Stack(tmp_path)
+    settings.DATA_DIR = stack.tmp_path / "data"
+    processes = []
+
+    def start(n: int = 1, *, interval: str = "600") -> list[ServerProcess]:
+        for number in range(n):
+            process = ServerProcess(
+                f"worker-{number}",
+                [sys.executable, "manage.py", "run_worker", "--interval", interval],
+                env=stack.env(),
+                log_dir=stack.log_dir,
+            ).start()
+            processes.append(process)
+        for process in processes:
+            process.wait_until(lambda p=process: "worker started" in p.log(), "'worker started'")
+        return processes
+
+    try:
+        yield start
+    finally:
+        for process in processes:
+            process.stop()
+        stack.listener.close()
+        sys.stdout.write("\n".join(f"--- {p.name}\n{p.log()}" for p in processes))  # shown on failure
+
+
+def delivered(proposal) -> bool:
+    return OutboxMessage.objects.filter(
+        proposal=proposal, kind=OutboxMessage.Kind.CONTINUE, status=OutboxMessage.Status.DELIVERED
+    ).exists()
+
+
+def test_a_committed_approval_is_sent_by_the_committing_process_with_no_worker(
+    settings, fake_agent, agent, refund_policy, reviewer_a
+):
+    settings.OUTBOX_DIRECT_SEND = True
+    task = fake_agent.open_task()
+
+    proposal, decision = approve(agent, reviewer_a, task)  # no worker runs anywhere
+
+    wait_until(lambda: delivered(proposal), "the approval sent after its commit", timeout=DELIVERY_DEADLINE)
+    (received,) = fake_agent.decisions_received()
+    assert received.message_id == f"decision-{decision.jti}"
+    assert continuation(proposal).attempts == 1
+
+
+def test_a_policy_allowed_decision_is_sent_right_after_intake_commits(settings, fake_agent, agent, tenant):
+    settings.OUTBOX_DIRECT_SEND = True
+    factories.make_policy(tenant, "allowed", tool_pattern="payments.refund", outcome="allow")
+    task_id, context_id = fake_agent.open_task()
+
+    proposal = factories.submit(agent, task_id=task_id, context_id=context_id)
+
+    wait_until(lambda: delivered(proposal), "the allowed decision sent", timeout=DELIVERY_DEADLINE)
+    assert len(fake_agent.decisions_received()) == 1
+
+
+def test_the_direct_send_racing_two_woken_workers_delivers_each_message_once(
+    workers, fake_agent, agent, refund_policy, reviewer_a
+):
+    """Each commit wakes both workers (direct send off for the commit itself), and the moment it is
+    committed two threads of this process send it directly too: four claimants per message."""
+    workers(2)
+    tasks = [fake_agent.open_task() for _ in range(4)]
+    proposals = []
+    for task in tasks:
+        proposal, _ = approve(agent, reviewer_a, task)  # committed: the workers are woken now
+        message_id = continuation(proposal).id
+        outcomes = []
+
+        def send(message_id=message_id, outcomes=outcomes):
+            try:
+                outcomes.append(delivery.send_now(message_id))
+            finally:
+                connection.close()
+
+        threads = [threading.Thread(target=send) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=DELIVERY_DEADLINE)
+        proposals.append(proposal)
+
+    for proposal in proposals:
+        wait_until(lambda p=proposal: delivered(p), "every approval delivered", timeout=DELIVERY_DEADLINE)
+    received = [message.message_id for message in fake_agent.decisions_received()]
+    assert len(received) == len(set(received)) == 4
+    assert all(continuation(p).attempts == 1 for p in proposals)  # claimed once, sent once
+
+
+def test_a_process_killed_between_its_commit_and_the_send_loses_nothing(
+    workers, fake_agent, agent, tenant, tmp_path
+):
+    """A real process commits a policy-allowed decision (direct send on) and dies right after COMMIT,
+    before any after-commit hook runs (os._exit from the first hook): no send, no wake-up. The row
+    is pending and due, and a worker's safety-net tick delivers it once."""
+    factories.make_policy(tenant, "allowed", tool_pattern="payments.refund", outcome="allow")
+    task_id, context_id = fake_agent.open_task()
+    script = f"""
+import os
+from django.db import transaction
+from approvals import wakeup
+from approvals.models import Agent
+from tests import factories
+
+agent = Agent.objects.get(pk={agent.pk})
+with transaction.atomic():
+    factories.submit(agent, task_id={task_id!r}, context_id={context_id!r})
+    wakeup._on_commit_first(lambda: os._exit(3))  # dies after COMMIT, before the direct send's hook
+"""
+    (tmp_path / "dying").mkdir()
+    stack = Stack(tmp_path / "dying")
+    env = {**stack.env(), "OUTBOX_DIRECT_SEND": "true"}
+    stack.listener.close()
+    finished = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", script],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert finished.returncode == 3, finished.stderr[-3000:]
+    proposal = Proposal.objects.get(agent=agent, task_id=task_id)
+    message = continuation(proposal)
+    assert (message.status, message.attempts) == (OutboxMessage.Status.PENDING, 0)  # committed, unsent
+    assert fake_agent.decisions_received() == []
+
+    workers(1, interval="0.5")
+
+    wait_until(lambda: delivered(proposal), "the worker's tick delivers it", timeout=DELIVERY_DEADLINE)
+    assert len(fake_agent.decisions_received()) == 1
+    assert continuation(proposal).attempts == 1
+
+
+def test_a_lost_response_to_the_direct_send_is_retried_by_the_worker(
+    settings, workers, fake_agent, agent, refund_policy, reviewer_a
+):
+    settings.OUTBOX_DIRECT_SEND = True
+    workers(1, interval="0.5")
+    task = fake_agent.open_task()
+    fake_agent.drop_next_responses(1)  # the agent handles the direct send; its answer is lost
+
+    proposal, decision = approve(agent, reviewer_a, task)
+
+    wait_until(lambda: delivered(proposal), "the worker's retry delivered", timeout=DELIVERY_DEADLINE)
+    message = continuation(proposal)
+    assert message.attempts == 2  # the direct send (failed: no answer), then the worker's retry
+    received = {r.message_id for r in fake_agent.decisions_received()}
+    assert received == {f"decision-{decision.jti}"}  # the same message both times: the agent can tell
