@@ -9,6 +9,7 @@ action with neither has no target and so no history.
 
 from datetime import timedelta
 
+from django.db.models import IntegerField, Subquery
 from django.utils import timezone
 
 from approvals.models import Proposal
@@ -71,6 +72,16 @@ def earlier_on_target(proposal: Proposal, window: timedelta = PAGE_WINDOW):
     )
 
 
+# What CEL sees as `history`: each count's states (None: every state), over the last 24 hours.
+POLICY_COUNTS = {
+    "count_24h": None,
+    "count_succeeded_24h": frozenset({State.SUCCEEDED}),
+    "count_released_24h": RELEASED | STARTED,
+    "count_rejected_24h": frozenset({State.REJECTED, State.DENIED}),
+    "count_open": WAITING_FOR_PEOPLE,
+}
+
+
 def policy_counts(proposal: Proposal | None) -> dict:
     """What CEL sees as `history`: counts over the last 24 hours on the same target (all zero without a
     stored proposal, e.g. a policy tested against a sample)."""
@@ -78,9 +89,26 @@ def policy_counts(proposal: Proposal | None) -> dict:
         list(earlier_on_target(proposal, POLICY_WINDOW).values_list("state", flat=True)) if proposal else []
     )
     return {
-        "count_24h": len(states),
-        "count_succeeded_24h": sum(state == State.SUCCEEDED for state in states),
-        "count_released_24h": sum(state in RELEASED | STARTED for state in states),
-        "count_rejected_24h": sum(state in {State.REJECTED, State.DENIED} for state in states),
-        "count_open": sum(state in WAITING_FOR_PEOPLE for state in states),
+        name: sum(1 for state in states if among is None or state in among)
+        for name, among in POLICY_COUNTS.items()
+    }
+
+
+class _Count(Subquery):
+    """The number of rows of a query, as a scalar subquery (0 when none)."""
+
+    template = "(SELECT COUNT(*) FROM (%(subquery)s) _rows)"
+    output_field = IntegerField()
+
+
+def policy_count_expressions(proposal: Proposal) -> dict:
+    """policy_counts() as scalar subqueries, for a caller that reads them in a query it makes anyway
+    (intake: before the proposal is stored, so `proposal` need not be saved). Empty without a target:
+    its counts are all zero, no query needed."""
+    if not proposal.target_key:
+        return {}
+    earlier = earlier_on_target(proposal, POLICY_WINDOW).order_by()
+    return {
+        name: _Count((earlier if among is None else earlier.filter(state__in=sorted(among))).values("pk"))
+        for name, among in POLICY_COUNTS.items()
     }

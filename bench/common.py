@@ -19,9 +19,11 @@ REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/15")
 
 def scratch_environment(database: str) -> dict:
     """Environment variables of a run on a fresh PostgreSQL database named `database` (dropped and
-    created again: its name must contain "bench") and a fresh data folder."""
+    created again: its name must contain "bench") and a fresh data folder. BENCH_DB_PREFIX, when set, is
+    put before the name, so runs that share one PostgreSQL server do not drop each other's databases."""
     from bench.export_memory import _prepare_postgres
 
+    database = os.environ.get("BENCH_DB_PREFIX", "") + database
     url = f"{POSTGRES}/{database}"
     _prepare_postgres(url)
     folder = Path(tempfile.mkdtemp(prefix=f"reviewer-{database}-"))

@@ -17,23 +17,33 @@ from approvals.states import RELEASED, WAITING_FOR_PEOPLE, State
 from audit.models import Verb
 
 
-def active_halt(tenant_id: int | None = None, agent_id: int | None = None) -> Halt | None:
+def active_halts(tenant_id: int | None = None, agent_id: int | None = None):
+    """The halts in force on everything, the tenant or the agent, oldest first (a query, unevaluated:
+    intake reads it as a subquery of the one query it makes before writing)."""
     scope = Q(scope=Halt.Scope.GLOBAL)
     if tenant_id is not None:
         scope |= Q(scope=Halt.Scope.TENANT, tenant_id=tenant_id)
     if agent_id is not None:
         scope |= Q(scope=Halt.Scope.AGENT, agent_id=agent_id)
-    return Halt.objects.filter(scope, lifted_at__isnull=True).order_by("created_at").first()
+    return Halt.objects.filter(scope, lifted_at__isnull=True).order_by("created_at")
+
+
+def active_halt(tenant_id: int | None = None, agent_id: int | None = None) -> Halt | None:
+    return active_halts(tenant_id, agent_id).first()
 
 
 def _refuse_if_halted(tenant_id, agent_id, error_class=HaltedError):
     halt = active_halt(tenant_id, agent_id)
     if halt:
-        raise error_class(
-            "halted",
-            f"Reviewer is halted for {halt.scope} ({halt.reason}); nothing is accepted "
-            "until an operator resumes it",
-        )
+        _refuse_halted(halt, error_class)
+
+
+def _refuse_halted(halt: Halt, error_class=HaltedError):
+    raise error_class(
+        "halted",
+        f"Reviewer is halted for {halt.scope} ({halt.reason}); nothing is accepted "
+        "until an operator resumes it",
+    )
 
 
 def halt(*, scope: str, actor, reason: str, tenant: Tenant | None = None, agent: Agent | None = None) -> Halt:
