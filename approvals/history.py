@@ -9,7 +9,8 @@ action with neither has no target and so no history.
 
 from datetime import timedelta
 
-from django.db.models import IntegerField, Subquery
+from django.db.models import CharField, Count, Q, Subquery, Value
+from django.db.models.functions import Concat
 from django.utils import timezone
 
 from approvals.models import Proposal
@@ -94,21 +95,23 @@ def policy_counts(proposal: Proposal | None) -> dict:
     }
 
 
-class _Count(Subquery):
-    """The number of rows of a query, as a scalar subquery (0 when none)."""
-
-    template = "(SELECT COUNT(*) FROM (%(subquery)s) _rows)"
-    output_field = IntegerField()
-
-
-def policy_count_expressions(proposal: Proposal) -> dict:
-    """policy_counts() as scalar subqueries, for a caller that reads them in a query it makes anyway
-    (intake: before the proposal is stored, so `proposal` need not be saved). Empty without a target:
-    its counts are all zero, no query needed."""
+def policy_counts_expression(proposal: Proposal) -> Subquery | None:
+    """policy_counts() as one scalar subquery (one scan of the target's rows, all counts at once, as
+    "n,n,n,n,n" in POLICY_COUNTS order: read it with read_policy_counts), for a caller that reads it in
+    a query it makes anyway (intake, before the proposal is stored: `proposal` need not be saved).
+    None without a target: its counts are all zero, no query needed."""
     if not proposal.target_key:
-        return {}
+        return None
+    parts = []
+    for among in POLICY_COUNTS.values():
+        count = Count("pk") if among is None else Count("pk", filter=Q(state__in=sorted(among)))
+        parts += [count, Value(",")]
+    counts = Concat(*parts[:-1], output_field=CharField())
     earlier = earlier_on_target(proposal, POLICY_WINDOW).order_by()
-    return {
-        name: _Count((earlier if among is None else earlier.filter(state__in=sorted(among))).values("pk"))
-        for name, among in POLICY_COUNTS.items()
-    }
+    # Grouped by the one tenant every row has: one row of counts, or none (all zero).
+    return Subquery(earlier.values("tenant_id").annotate(counts=counts).values("counts")[:1])
+
+
+def read_policy_counts(text: str | None) -> dict:
+    values = [int(value) for value in text.split(",")] if text else [0] * len(POLICY_COUNTS)
+    return dict(zip(POLICY_COUNTS, values, strict=True))

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from approvals import policy
 from approvals.canonical import action_digest
-from approvals.history import POLICY_COUNTS, policy_count_expressions, policy_counts, target_key
+from approvals.history import policy_counts, policy_counts_expression, read_policy_counts, target_key
 from approvals.models import (
     Agent,
     Decision,
@@ -129,7 +129,7 @@ class _Found:
 
 _EXISTING = "intake_existing_id"
 _HALT = "intake_halt_id"
-_HISTORY = "intake_history_"
+_HISTORY = "intake_history"
 
 
 def _read_for_intake(agent: Agent, proposal: Proposal) -> _Found:
@@ -145,20 +145,21 @@ def _read_for_intake(agent: Agent, proposal: Proposal) -> _Found:
             ).values("pk")[:1]
         ),
         _HALT: Subquery(active_halts(agent.tenant_id, agent.id).values("pk")[:1]),
-        **{_HISTORY + name: count for name, count in policy_count_expressions(proposal).items()},
     }
+    history = policy_counts_expression(proposal)
+    if history is not None:
+        annotations[_HISTORY] = history
     versions = policy.active_versions_for(
         agent.tenant, policy.active_versions_query(agent.tenant).annotate(**annotations)
     )
     row = versions[0] if versions else Agent.objects.filter(pk=agent.id).annotate(**annotations).first()
     if row is None:  # the agent was deleted since it authenticated
         raise NotFound("unknown_agent", "this agent is no longer registered")
-    history = {name: 0 for name in POLICY_COUNTS}
-    history.update(
-        {name: getattr(row, _HISTORY + name) or 0 for name in POLICY_COUNTS if hasattr(row, _HISTORY + name)}
-    )
     return _Found(
-        existing_id=getattr(row, _EXISTING), halt_id=getattr(row, _HALT), history=history, versions=versions
+        existing_id=getattr(row, _EXISTING),
+        halt_id=getattr(row, _HALT),
+        history=read_policy_counts(getattr(row, _HISTORY, None)),
+        versions=versions,
     )
 
 
