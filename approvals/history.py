@@ -8,9 +8,11 @@ action with neither has no target and so no history.
 """
 
 from datetime import timedelta
+from functools import lru_cache
 
-from django.db.models import CharField, Count, Q, Subquery, Value
-from django.db.models.functions import Concat
+from django.db import connection
+from django.db.models import CharField
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from approvals.models import Proposal
@@ -95,21 +97,42 @@ def policy_counts(proposal: Proposal | None) -> dict:
     }
 
 
-def policy_counts_expression(proposal: Proposal) -> Subquery | None:
-    """policy_counts() as one scalar subquery (one scan of the target's rows, all counts at once, as
-    "n,n,n,n,n" in POLICY_COUNTS order: read it with read_policy_counts), for a caller that reads it in
-    a query it makes anyway (intake, before the proposal is stored: `proposal` need not be saved).
-    None without a target: its counts are all zero, no query needed."""
+def policy_counts_expression(proposal: Proposal) -> RawSQL | None:
+    """policy_counts() as one scalar subquery, for a caller that reads it in a query it makes anyway
+    (intake, before the proposal is stored): one scan of the target's rows, every count at once, as
+    "n,n,n,n,n" in POLICY_COUNTS order (read it with read_policy_counts; NULL when there is no row).
+    Plain SQL built once per process: the ORM would rebuild this expression tree on every intake, at a
+    cost several times the query's. The same rows as earlier_on_target (test_history.py checks both
+    agree); a proposal not stored yet cannot be among them, so its own id needs no exclusion. None
+    without a target: its counts are all zero, no query needed."""
     if not proposal.target_key:
         return None
-    parts = []
-    for among in POLICY_COUNTS.values():
-        count = Count("pk") if among is None else Count("pk", filter=Q(state__in=sorted(among)))
-        parts += [count, Value(",")]
-    counts = Concat(*parts[:-1], output_field=CharField())
-    earlier = earlier_on_target(proposal, POLICY_WINDOW).order_by()
-    # Grouped by the one tenant every row has: one row of counts, or none (all zero).
-    return Subquery(earlier.values("tenant_id").annotate(counts=counts).values("counts")[:1])
+    since = connection.ops.adapt_datetimefield_value(timezone.now() - POLICY_WINDOW)
+    states = [state for among in POLICY_COUNTS.values() if among is not None for state in sorted(among)]
+    params = (*states, proposal.tenant_id, proposal.target_key, since, proposal.agent_id, proposal.task_id)
+    # Only names from the models and placeholders go into the SQL; every value is a parameter.
+    return RawSQL(_policy_counts_sql(connection.vendor), params, output_field=CharField())  # noqa: S611
+
+
+@lru_cache
+def _policy_counts_sql(vendor: str) -> str:
+    quote = connection.ops.quote_name
+    table = quote(Proposal._meta.db_table)
+
+    def column(name: str) -> str:
+        return quote(Proposal._meta.get_field(name).column)
+
+    def count(among) -> str:
+        if among is None:
+            return "COUNT(*)"
+        placeholders = ", ".join(["%s"] * len(among))  # the states, in sorted order: see the params
+        return f"SUM(CASE WHEN {column('state')} IN ({placeholders}) THEN 1 ELSE 0 END)"
+
+    counts = " || ',' || ".join(count(among) for among in POLICY_COUNTS.values())
+    return (
+        f"SELECT {counts} FROM {table} WHERE {column('tenant')} = %s AND {column('target_key')} = %s"  # noqa: S608
+        f" AND {column('created_at')} >= %s AND NOT ({column('agent')} = %s AND {column('task_id')} = %s)"
+    )
 
 
 def read_policy_counts(text: str | None) -> dict:
