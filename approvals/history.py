@@ -8,7 +8,11 @@ action with neither has no target and so no history.
 """
 
 from datetime import timedelta
+from functools import lru_cache
 
+from django.db import connection
+from django.db.models import CharField
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from approvals.models import Proposal
@@ -71,6 +75,16 @@ def earlier_on_target(proposal: Proposal, window: timedelta = PAGE_WINDOW):
     )
 
 
+# What CEL sees as `history`: each count's states (None: every state), over the last 24 hours.
+POLICY_COUNTS = {
+    "count_24h": None,
+    "count_succeeded_24h": frozenset({State.SUCCEEDED}),
+    "count_released_24h": RELEASED | STARTED,
+    "count_rejected_24h": frozenset({State.REJECTED, State.DENIED}),
+    "count_open": WAITING_FOR_PEOPLE,
+}
+
+
 def policy_counts(proposal: Proposal | None) -> dict:
     """What CEL sees as `history`: counts over the last 24 hours on the same target (all zero without a
     stored proposal, e.g. a policy tested against a sample)."""
@@ -78,9 +92,49 @@ def policy_counts(proposal: Proposal | None) -> dict:
         list(earlier_on_target(proposal, POLICY_WINDOW).values_list("state", flat=True)) if proposal else []
     )
     return {
-        "count_24h": len(states),
-        "count_succeeded_24h": sum(state == State.SUCCEEDED for state in states),
-        "count_released_24h": sum(state in RELEASED | STARTED for state in states),
-        "count_rejected_24h": sum(state in {State.REJECTED, State.DENIED} for state in states),
-        "count_open": sum(state in WAITING_FOR_PEOPLE for state in states),
+        name: sum(1 for state in states if among is None or state in among)
+        for name, among in POLICY_COUNTS.items()
     }
+
+
+def policy_counts_expression(proposal: Proposal) -> RawSQL | None:
+    """policy_counts() as one scalar subquery, for a caller that reads it in a query it makes anyway
+    (intake, before the proposal is stored): one scan of the target's rows, every count at once, as
+    "n,n,n,n,n" in POLICY_COUNTS order (read it with read_policy_counts; NULL when there is no row).
+    Plain SQL built once per process: the ORM would rebuild this expression tree on every intake, at a
+    cost several times the query's. The same rows as earlier_on_target (test_history.py checks both
+    agree); a proposal not stored yet cannot be among them, so its own id needs no exclusion. None
+    without a target: its counts are all zero, no query needed."""
+    if not proposal.target_key:
+        return None
+    since = connection.ops.adapt_datetimefield_value(timezone.now() - POLICY_WINDOW)
+    states = [state for among in POLICY_COUNTS.values() if among is not None for state in sorted(among)]
+    params = (*states, proposal.tenant_id, proposal.target_key, since, proposal.agent_id, proposal.task_id)
+    # Only names from the models and placeholders go into the SQL; every value is a parameter.
+    return RawSQL(_policy_counts_sql(connection.vendor), params, output_field=CharField())  # noqa: S611
+
+
+@lru_cache
+def _policy_counts_sql(vendor: str) -> str:
+    quote = connection.ops.quote_name
+    table = quote(Proposal._meta.db_table)
+
+    def column(name: str) -> str:
+        return quote(Proposal._meta.get_field(name).column)
+
+    def count(among) -> str:
+        if among is None:
+            return "COUNT(*)"
+        placeholders = ", ".join(["%s"] * len(among))  # the states, in sorted order: see the params
+        return f"SUM(CASE WHEN {column('state')} IN ({placeholders}) THEN 1 ELSE 0 END)"
+
+    counts = " || ',' || ".join(count(among) for among in POLICY_COUNTS.values())
+    return (
+        f"SELECT {counts} FROM {table} WHERE {column('tenant')} = %s AND {column('target_key')} = %s"  # noqa: S608
+        f" AND {column('created_at')} >= %s AND NOT ({column('agent')} = %s AND {column('task_id')} = %s)"
+    )
+
+
+def read_policy_counts(text: str | None) -> dict:
+    values = [int(value) for value in text.split(",")] if text else [0] * len(POLICY_COUNTS)
+    return dict(zip(POLICY_COUNTS, values, strict=True))

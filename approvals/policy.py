@@ -327,40 +327,58 @@ def _admin_group_slug(tenant: Tenant) -> str:
     return tenant.admin_group.slug if tenant.admin_group_id else "admins"
 
 
-def active_versions_for(tenant: Tenant) -> list[PolicyVersion]:
-    """One query, whatever the number of policies: each version's policy comes with it, and its tenant
-    is the one given (naming a version, str(), reads it)."""
-    versions = list(
+def active_versions_query(tenant: Tenant):
+    """The tenant's active versions, each with its policy, in policy order: one query, whatever their
+    number. Intake reads it annotated with what else it needs to know (approvals/services/intake.py)."""
+    return (
         PolicyVersion.objects.filter(policy__tenant=tenant, status=PolicyVersion.Status.ACTIVE)
         .select_related("policy")
         .order_by("policy__slug")
     )
+
+
+def active_versions_for(tenant: Tenant, query=None) -> list[PolicyVersion]:
+    """One query, whatever the number of policies: each version's policy comes with it, and its tenant
+    is the one given (naming a version, str(), reads it). `query`: active_versions_query(tenant),
+    annotated by the caller."""
+    versions = list(active_versions_query(tenant) if query is None else query)
     for version in versions:
         version.policy.tenant = tenant
     return versions
 
 
-def context_for_proposal(proposal) -> dict:
-    """The CEL context of a stored proposal: what intake evaluated, and what a dry run replays."""
+def context_for_proposal(
+    proposal, *, history: dict | None = None, versions: list[PolicyVersion] | None = None
+) -> dict:
+    """The CEL context of a proposal: what intake evaluated, and what a dry run replays. Intake passes
+    the history counts and the active versions it read already (in one query); otherwise both are
+    read here."""
     return evaluation_context(
         tool=proposal.tool,
         args=proposal.action.get("arguments", {}),
         principal={"id": proposal.principal_id, "display": proposal.principal_display},
         agent=proposal.agent.slug,
         consequences=proposal.consequences,
-        history=policy_counts(proposal),
+        history=policy_counts(proposal) if history is None else history,
         reversibility=classified_reversibility(
-            proposal.tenant, proposal.agent.slug, proposal.tool, proposal.consequences
+            proposal.tenant, proposal.agent.slug, proposal.tool, proposal.consequences, versions
         ),
     )
 
 
-def classified_reversibility(tenant: Tenant, agent_slug: str, tool: str, consequences: dict) -> str:
+def classified_reversibility(
+    tenant: Tenant,
+    agent_slug: str,
+    tool: str,
+    consequences: dict,
+    versions: list[PolicyVersion] | None = None,
+) -> str:
     """The strictest of the agent's statement and the admins' classification of this tool (the
-    reversibility of every active version whose patterns match); R2 when nobody classifies it."""
+    reversibility of every active version whose patterns match); R2 when nobody classifies it.
+    `versions`: the tenant's active versions, when the caller has them."""
     admin_classes = [
         version.reversibility
-        for version in active_versions_for(tenant)
+        for version in (active_versions_for(tenant) if versions is None else versions)
         if version.reversibility and pattern_matches(version, agent_slug, tool)
     ]
     return classification.reversibility(consequences, admin_classes)

@@ -22,7 +22,8 @@ DB_PREFIX = os.environ.get("BENCH_DB_PREFIX", "")
 
 def scratch_environment(database: str) -> dict:
     """Environment variables of a run on a fresh PostgreSQL database named `database` (dropped and
-    created again: its name must contain "bench") and a fresh data folder."""
+    created again: its name must contain "bench") and a fresh data folder. BENCH_DB_PREFIX, when set, is
+    put before the name, so runs that share one PostgreSQL server do not drop each other's databases."""
     from bench.export_memory import _prepare_postgres
 
     database = f"{DB_PREFIX}{database}"

@@ -105,7 +105,7 @@ def main() -> list[dict]:
             "request": factories.approval_request(),
         }
 
-    port = free_port()
+    port = int(os.environ.get("BENCH_PORT") or 0) or free_port()  # BENCH_PORT: a port of your range
     server = start_daphne(environment, port)
     base = f"http://127.0.0.1:{port}"
     headers = {"Authorization": f"Bearer {API_TOKEN}"}

@@ -56,9 +56,11 @@ def _issue_decision(
     reason: str,
     approvers: list[dict],
     quorum: Quorum | None = None,
+    versions: list | None = None,
 ) -> Decision:
     """Sign the decision, store it, and queue its delivery to the agent, all in this transaction.
-    The policy claims name every version pinned on the proposal (policy.shaping_refs)."""
+    The policy claims name every version pinned on the proposal (policy.shaping_refs); `versions`:
+    those versions with their policies, when the caller has them (intake pinned them just now)."""
     issued = timezone.now()
     consume = kind == Decision.Kind.APPROVED and bool(proposal.requirements.get("consume", True))
     decision = Decision(
@@ -70,9 +72,9 @@ def _issue_decision(
         issued_at=issued,
         expires_at=_decision_deadline(proposal, kind, issued),
     )
-    policy_ref, policy_refs = policy.shaping_refs(
-        list(proposal.policy_versions.select_related("policy")), proposal.requirements
-    )
+    if versions is None:
+        versions = list(proposal.policy_versions.select_related("policy"))
+    policy_ref, policy_refs = policy.shaping_refs(versions, proposal.requirements)
     quorum_claim = {
         "required": proposal.requirements.get("thresholds", []),
         "approved_by": [a["sub"] for a in approvers if not a["sub"].startswith("policy:")] if quorum else [],
@@ -123,6 +125,7 @@ def _issue_decision(
         OutboxMessage.Kind.CONTINUE,
         message_id=f"decision-{decision.jti}",
         payload={"jti": str(decision.jti), "decision": kind, "reason": decision.reason},
+        new=True,  # the jti was made above
     )
     return decision
 

@@ -1,27 +1,32 @@
 """Taking in an agent's proposal: validation, supersession, policy evaluation and routing."""
 
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
 
 import rfc8785
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
+from django.db.models import UUIDField
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from approvals import policy
 from approvals.canonical import action_digest
-from approvals.history import target_key
+from approvals.history import policy_counts, policy_counts_expression, read_policy_counts, target_key
 from approvals.models import (
     Agent,
     Decision,
+    Halt,
     Proposal,
     ReviewNotice,
 )
 from approvals.schemas import ProposalSubmission
 from approvals.services.common import SYSTEM, _audit_time, agent_actor, proposal_subject, record
 from approvals.services.decisions import _issue_decision
-from approvals.services.errors import IntakeError, ServiceError
-from approvals.services.halts import _refuse_if_halted
-from approvals.services.lifecycle import _expiry_for, transition
+from approvals.services.errors import IntakeError, NotFound, ServiceError
+from approvals.services.halts import _refuse_halted, active_halt_expression
+from approvals.services.lifecycle import _expiry_for, first_transition, record_transition, transition
 from approvals.states import ALLOWED, State
 from audit.models import Verb
 
@@ -44,36 +49,33 @@ def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -
             f"action_digest does not match the action: Reviewer computed {recomputed} (RFC 8785 + SHA-256)",
             "request.action_digest",
         )
-    existing = Proposal.objects.filter(
-        agent=agent, task_id=submission.task_id, request_id=request.request_id
-    ).first()
-    if existing:
-        return _same_request_or_error(existing, request), False
-
+    # Refusals that a replay does not meet: a replay returns what was stored, so they are raised only
+    # once the read below has found no earlier request.
     canonical = rfc8785.dumps(request.action).decode()
     material = len(canonical) + len(rfc8785.dumps(request.consequences))
+    created_at = timezone.now()
+    refusal = None
     if material > settings.PROPOSAL_MAX_BYTES:
-        raise IntakeError(
+        refusal = IntakeError(
             "too_large",
             f"action and consequences take {material} bytes; the limit is {settings.PROPOSAL_MAX_BYTES}",
             "request.action",
         )
-    created_at = timezone.now()
-    if request.expires_at and request.expires_at <= created_at:
-        raise IntakeError("already_expired", "expires_at is in the past", "request.expires_at")
+    elif request.expires_at and request.expires_at <= created_at:
+        refusal = IntakeError("already_expired", "expires_at is in the past", "request.expires_at")
 
     try:
         with transaction.atomic():
+            old = None
             if request.supersedes:
-                # Lock the request this one replaces before the audit chain head, the order a vote on it
-                # takes them in; the other order deadlocks against that vote on PostgreSQL.
-                list(
+                # Lock the request this one replaces before anything else, the order a vote on it takes
+                # its locks in.
+                old = (
                     Proposal.objects.select_for_update()
                     .filter(agent=agent, task_id=submission.task_id, request_id=request.supersedes)
-                    .values_list("pk")
+                    .first()
                 )
-            _refuse_if_halted(agent.tenant_id, agent.id)
-            proposal = Proposal.objects.create(
+            proposal = Proposal(
                 tenant=agent.tenant,  # the agent's, already read: policy evaluation needs it again
                 agent=agent,
                 task_id=submission.task_id,
@@ -91,29 +93,21 @@ def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -
                 consequences=request.consequences,
                 diff=[d.model_dump() for d in request.diff],
                 evidence=[e.model_dump() for e in request.evidence],
-                expires_at=request.expires_at
-                or created_at + timedelta(seconds=agent.tenant.default_ttl_seconds),
             )
-            record(
-                agent.tenant_id,
-                actor=agent_actor(agent),
-                verb=Verb.PROPOSAL_SUBMITTED,
-                subject=proposal_subject(proposal),
-                data={
-                    "via": via,
-                    "task_id": proposal.task_id,
-                    "context_id": proposal.context_id,
-                    "request_id": proposal.request_id,
-                    "tool": proposal.tool,
-                    "action_digest": proposal.action_digest,
-                    "principal": proposal.principal_id,
-                    "agent_version": proposal.agent_version,
-                    "supersedes": request.supersedes,
-                },
-            )
+            found = _read_for_intake(agent, proposal)
+            if found.existing_id is not None:
+                return _same_request_or_error(Proposal.objects.get(pk=found.existing_id), request), False
+            if refusal:
+                raise refusal
+            if found.halt_id is not None:
+                _refuse_halted(Halt.objects.get(pk=found.halt_id))
             if request.supersedes:
-                _supersede(agent, submission.task_id, request.supersedes, proposal, actor=agent_actor(agent))
-            _evaluate_and_route(proposal, requested_expiry=request.expires_at, actor=agent_actor(agent))
+                _check_supersedable(old, request.supersedes)
+                proposal.supersedes = old
+            evaluation = _evaluate(
+                proposal, found, requested_expiry=request.expires_at, created_at=created_at
+            )
+            _store_and_route(proposal, evaluation, old, via=via, supersedes=request.supersedes)
     except IntegrityError:
         # The same request arrived twice at once (push and REST): the other one created it.
         existing = Proposal.objects.filter(
@@ -123,6 +117,81 @@ def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -
             raise
         return _same_request_or_error(existing, request), False
     return proposal, True
+
+
+@dataclass
+class _Found:
+    """What intake reads before it writes, in one query (see _read_for_intake)."""
+
+    existing_id: object  # an earlier proposal with this agent, task and request id, or None
+    halt_id: int | None  # the oldest halt in force on the agent, its tenant or everything, or None
+    history: dict  # policy.evaluation_context's `history` counts
+    versions: list  # the tenant's active policy versions, with their policies
+
+
+_EXISTING = "intake_existing_id"
+_HALT = "intake_halt_id"
+_HISTORY = "intake_history"
+
+
+def _read_for_intake(agent: Agent, proposal: Proposal) -> _Found:
+    """One round trip for everything intake decides on: the tenant's active policy versions, each row
+    annotated with the replay check, the halt check and the target's history counts (uncorrelated
+    scalar subqueries: PostgreSQL and SQLite compute each once). Nothing is cached across requests, so a
+    halt or a policy change committed before this read counts at once, in every process. A tenant with
+    no active version gets no row: then the same annotations are read on the agent's row instead."""
+    annotations = {
+        _EXISTING: _replay_expression(agent.id, proposal.task_id, proposal.request_id),
+        _HALT: active_halt_expression(agent.tenant_id, agent.id),
+    }
+    history = policy_counts_expression(proposal)
+    if history is not None:
+        annotations[_HISTORY] = history
+    versions = policy.active_versions_for(
+        agent.tenant, policy.active_versions_query(agent.tenant).annotate(**annotations)
+    )
+    row = versions[0] if versions else Agent.objects.filter(pk=agent.id).annotate(**annotations).first()
+    if row is None:  # the agent was deleted since it authenticated
+        raise NotFound("unknown_agent", "this agent is no longer registered")
+    return _Found(
+        existing_id=getattr(row, _EXISTING),
+        halt_id=getattr(row, _HALT),
+        history=read_policy_counts(getattr(row, _HISTORY, None)),
+        versions=versions,
+    )
+
+
+def _replay_expression(agent_id: int, task_id: str, request_id: str) -> RawSQL:
+    """The id of this agent's earlier proposal with this task and request id, as a scalar subquery (plain
+    SQL built once per process, like the others of _read_for_intake)."""
+    # Only names from the model and placeholders go into the SQL; every value is a parameter.
+    return RawSQL(_replay_sql(connection.vendor), (agent_id, task_id, request_id), output_field=UUIDField())  # noqa: S611
+
+
+@lru_cache
+def _replay_sql(vendor: str) -> str:
+    quote = connection.ops.quote_name
+
+    def column(name: str) -> str:
+        return quote(Proposal._meta.get_field(name).column)
+
+    return (
+        f"SELECT {column('id')} FROM {quote(Proposal._meta.db_table)}"  # noqa: S608
+        f" WHERE {column('agent')} = %s AND {column('task_id')} = %s AND {column('request_id')} = %s"
+        " LIMIT 1"
+    )
+
+
+def _evaluate(proposal: Proposal, found: _Found, *, requested_expiry, created_at) -> policy.Evaluation:
+    """Policy decides before the proposal is stored, so its row is written once, complete."""
+    # The same context a policy dry run replays, so a dry run shows what intake would have done.
+    context = policy.context_for_proposal(proposal, history=found.history, versions=found.versions)
+    evaluation = policy.evaluate(proposal.tenant, found.versions, context)
+    proposal.requirements = evaluation.requirements
+    proposal.risk = evaluation.risk
+    proposal.reversibility = context["reversibility"]
+    proposal.expires_at = _expiry_for(requested_expiry, evaluation.ttl_seconds, created_at)
+    return evaluation
 
 
 def record_intake_refusal(
@@ -156,12 +225,7 @@ def _same_request_or_error(existing: Proposal, request) -> Proposal:
     return existing
 
 
-def _supersede(agent: Agent, task_id: str, old_request_id: str, new: Proposal, *, actor: str):
-    old = (
-        Proposal.objects.select_for_update()
-        .filter(agent=agent, task_id=task_id, request_id=old_request_id)
-        .first()
-    )
+def _check_supersedable(old: Proposal | None, old_request_id: str) -> None:
     if old is None:
         raise IntakeError(
             "unknown_supersedes",
@@ -172,26 +236,74 @@ def _supersede(agent: Agent, task_id: str, old_request_id: str, new: Proposal, *
         raise IntakeError(
             "cannot_supersede", f"the request it supersedes is {old.state}", "request.supersedes"
         )
-    transition(
-        old,
-        State.SUPERSEDED,
+
+
+def _store_and_route(
+    proposal: Proposal, evaluation: policy.Evaluation, old: Proposal | None, *, via: str, supersedes
+) -> None:
+    """Store the evaluated proposal in its first state (one INSERT) and write what goes with it: the
+    audit events (submitted, the superseded request's transition, policy evaluated, the proposal's
+    transition), the pinned versions, and the review notice or the decision."""
+    target = _target_state(evaluation)
+    previous = first_transition(proposal, target)
+    proposal.save(force_insert=True)
+    actor = agent_actor(proposal.agent)
+    record(
+        proposal.tenant_id,
         actor=actor,
-        reason=f"superseded by proposal {new.id}",
-        data={"successor": str(new.id)},
+        verb=Verb.PROPOSAL_SUBMITTED,
+        subject=proposal_subject(proposal),
+        data={
+            "via": via,
+            "task_id": proposal.task_id,
+            "context_id": proposal.context_id,
+            "request_id": proposal.request_id,
+            "tool": proposal.tool,
+            "action_digest": proposal.action_digest,
+            "principal": proposal.principal_id,
+            "agent_version": proposal.agent_version,
+            "supersedes": supersedes,
+        },
     )
-    Proposal.objects.filter(pk=new.pk).update(supersedes=old)
-    new.supersedes = old
+    if old is not None:
+        transition(
+            old,
+            State.SUPERSEDED,
+            actor=actor,
+            reason=f"superseded by proposal {proposal.id}",
+            data={"successor": str(proposal.id)},
+        )
+    _pin_and_route(proposal, evaluation, target, first=previous)
 
 
 def _evaluate_and_route(proposal: Proposal, *, requested_expiry: datetime | None, actor: str):
-    # The same context a policy dry run replays, so a dry run shows what intake would have done.
-    context = policy.context_for_proposal(proposal)
-    evaluation = policy.evaluate(proposal.tenant, policy.active_versions_for(proposal.tenant), context)
-    proposal.requirements = evaluation.requirements
-    proposal.risk = evaluation.risk
-    proposal.reversibility = context["reversibility"]
-    proposal.expires_at = _expiry_for(requested_expiry, evaluation.ttl_seconds, proposal.created_at)
+    """Evaluate and route a proposal already stored in `proposed` (a reviewer's edit,
+    approvals/services/votes.py: not the agents' hot path)."""
+    found = _Found(
+        existing_id=None,
+        halt_id=None,
+        history=policy_counts(proposal),
+        versions=policy.active_versions_for(proposal.tenant),
+    )
+    evaluation = _evaluate(proposal, found, requested_expiry=requested_expiry, created_at=proposal.created_at)
     proposal.save(update_fields=["requirements", "risk", "reversibility", "expires_at"])
+    _pin_and_route(proposal, evaluation, _target_state(evaluation), first=None)
+
+
+def _target_state(evaluation: policy.Evaluation) -> str:
+    if evaluation.outcome == "deny":
+        return State.DENIED
+    if evaluation.outcome == "allow":
+        return State.ALLOWED
+    return State.AWAITING_REVIEW
+
+
+def _pin_and_route(
+    proposal: Proposal, evaluation: policy.Evaluation, target: str, *, first: str | None
+) -> None:
+    """Pin the versions that decided, record the evaluation, move the proposal to `target` (`first`: the
+    state it left already, before its insert; None: a stored proposal, moved here) and write the review
+    notice or the decision."""
     # A new proposal pins no version yet: one INSERT, not set()'s read-then-write.
     Proposal.policy_versions.through.objects.bulk_create(
         Proposal.policy_versions.through(proposal_id=proposal.pk, policyversion_id=version.pk)
@@ -211,28 +323,22 @@ def _evaluate_and_route(proposal: Proposal, *, requested_expiry: datetime | None
             "expires_at": _audit_time(proposal.expires_at),
         },
     )
-
-    if evaluation.outcome == "deny":
-        transition(proposal, State.DENIED, actor=SYSTEM, reason=evaluation.reason)
-        _issue_decision(
-            proposal,
-            Decision.Kind.REJECTED,
-            reason=evaluation.reason,
-            approvers=_policy_approvers(evaluation),
-        )
-    elif evaluation.outcome == "allow":
-        transition(proposal, State.ALLOWED, actor=SYSTEM, reason=evaluation.reason)
-        _issue_decision(
-            proposal,
-            Decision.Kind.APPROVED,
-            reason=evaluation.reason,
-            approvers=_policy_approvers(evaluation),
-        )
+    if first is None:
+        transition(proposal, target, actor=SYSTEM, reason=evaluation.reason)
     else:
-        transition(proposal, State.AWAITING_REVIEW, actor=SYSTEM, reason=evaluation.reason)
+        record_transition(proposal, first, actor=SYSTEM, reason=evaluation.reason)
+    if target == State.AWAITING_REVIEW:
         # The reviewers hear of it from the worker, in a digest (approvals/notifications.py): one row
         # here, committed with the proposal, and no mail inside the request.
         ReviewNotice.objects.create(proposal=proposal)
+    else:
+        _issue_decision(
+            proposal,
+            Decision.Kind.REJECTED if target == State.DENIED else Decision.Kind.APPROVED,
+            reason=evaluation.reason,
+            approvers=_policy_approvers(evaluation),
+            versions=evaluation.versions,
+        )
 
 
 def _policy_approvers(evaluation) -> list[dict]:

@@ -24,7 +24,18 @@ def transition(proposal: Proposal, target: str, *, actor: str, reason: str = "",
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("transition() must run inside a transaction")
     current = proposal.state
-    check_transition(current, target)
+    fields = _transition_fields(proposal, target)
+    updated = Proposal.objects.filter(pk=proposal.pk, state=current, rev=proposal.rev).update(**fields)
+    if updated != 1:
+        raise Conflict("concurrent_change", "the proposal changed meanwhile; reload and try again")
+    for name, value in fields.items():
+        setattr(proposal, name, value)
+    record_transition(proposal, current, actor=actor, reason=reason, data=data)
+    return proposal
+
+
+def _transition_fields(proposal: Proposal, target: str) -> dict:
+    check_transition(proposal.state, target)
     stamp = timezone.now()
     fields = {"state": target, "rev": proposal.rev + 1}
     if target in {State.APPROVED, State.REJECTED, State.DENIED, State.ALLOWED, State.INFO_REQUESTED}:
@@ -33,20 +44,34 @@ def transition(proposal: Proposal, target: str, *, actor: str, reason: str = "",
         fields["executing_since"] = stamp
     if target in {State.SUCCEEDED, State.FAILED}:
         fields["settled_at"] = stamp
-    updated = Proposal.objects.filter(pk=proposal.pk, state=current, rev=proposal.rev).update(**fields)
-    if updated != 1:
-        raise Conflict("concurrent_change", "the proposal changed meanwhile; reload and try again")
+    return fields
+
+
+def first_transition(proposal: Proposal, target: str) -> str:
+    """Intake's transition out of `proposed`, on a proposal not stored yet, so that its row is written
+    once: the same check and fields as transition(). The caller stores the proposal, then calls
+    record_transition(proposal, <the returned state>, ...) in the same transaction. Returns the state
+    it left."""
+    if proposal.state != State.PROPOSED or not proposal._state.adding:
+        raise RuntimeError("first_transition() is for a new proposal, before it is stored")
+    fields = _transition_fields(proposal, target)
     for name, value in fields.items():
         setattr(proposal, name, value)
+    return State.PROPOSED
+
+
+def record_transition(
+    proposal: Proposal, current: str, *, actor: str, reason: str = "", data: dict | None = None
+) -> None:
+    """The audit event and the live hint of a transition from `current` to the proposal's state."""
     record(
         proposal.tenant_id,
         actor=actor,
         verb=Verb.PROPOSAL_TRANSITIONED,
         subject=proposal_subject(proposal),
-        data={"from": current, "to": target, "reason": reason, "rev": proposal.rev, **(data or {})},
+        data={"from": current, "to": proposal.state, "reason": reason, "rev": proposal.rev, **(data or {})},
     )
     events.proposal_changed(proposal)
-    return proposal
 
 
 def _expiry_for(requested: datetime | None, ttl_seconds: int, created: datetime) -> datetime:
@@ -63,18 +88,24 @@ def supersession_chain(proposal: Proposal) -> list[str]:
     return chain
 
 
-def _enqueue(proposal: Proposal, kind: str, *, message_id: str, payload: dict) -> OutboxMessage:
-    """Queue a message for the worker (idempotent on message_id) and wake it when this commits."""
-    message, created = OutboxMessage.objects.get_or_create(
-        kind=kind,
-        message_id=message_id,
-        defaults={
-            "agent_id": proposal.agent_id,
-            "proposal": proposal,
-            "payload": payload,
-            "next_attempt_at": timezone.now(),
-        },
-    )
+def _enqueue(
+    proposal: Proposal, kind: str, *, message_id: str, payload: dict, new: bool = False
+) -> OutboxMessage:
+    """Queue a message for the worker (idempotent on message_id) and wake it when this commits.
+    `new`: the message id was made just now (a fresh decision's jti), so there is nothing to look up:
+    one INSERT instead of get_or_create's read, savepoint, insert and release."""
+    fields = {
+        "agent_id": proposal.agent_id,
+        "proposal": proposal,
+        "payload": payload,
+        "next_attempt_at": timezone.now(),
+    }
+    if new:
+        message, created = OutboxMessage.objects.create(kind=kind, message_id=message_id, **fields), True
+    else:
+        message, created = OutboxMessage.objects.get_or_create(
+            kind=kind, message_id=message_id, defaults=fields
+        )
     if created and kind == OutboxMessage.Kind.CONTINUE:
         wakeup.continuation_queued(message.id)  # sent right after commit (approvals/delivery.py)
     elif created:

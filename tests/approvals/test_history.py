@@ -62,3 +62,46 @@ def test_a_policy_can_deny_a_refund_the_same_order_already_had(
     assert first.state == State.APPROVED
     assert submit(agent).state == State.DENIED
     assert submit(agent, action=factories.refund_action("1183")).state == State.AWAITING_REVIEW
+
+
+def test_intake_reads_the_same_counts_in_its_one_query_as_policy_counts(agent, refund_policy, requester):
+    """Intake reads `history` as one subquery of the query it makes anyway (history.py
+    policy_counts_expression); it must count exactly what policy_counts counts, state by state."""
+    from approvals.models import Agent, Proposal
+
+    states = [State.SUCCEEDED, State.SUCCEEDED, State.EXECUTING, State.ALLOWED, State.DENIED]
+    states += [State.REJECTED, State.AWAITING_REVIEW, State.FAILED, State.EXPIRED]
+    for state in states:
+        earlier = submit(agent)
+        Proposal.objects.filter(pk=earlier.pk).update(state=state)  # setup: a history of every kind
+    same_task = submit(agent, task_id="task-now")  # the request's own task is not its history
+    Proposal.objects.filter(pk=same_task.pk).update(state=State.SUCCEEDED)
+    submit(agent, action=factories.refund_action("other-order"))  # another target
+
+    def in_one_query(proposal):
+        expression = history.policy_counts_expression(proposal)
+        if expression is None:
+            return history.read_policy_counts(None)
+        row = Agent.objects.filter(pk=agent.pk).annotate(counts=expression).values_list("counts", flat=True)
+        return history.read_policy_counts(row.get())
+
+    def new_request(action):
+        return Proposal(
+            tenant=agent.tenant, agent=agent, task_id="task-now", tool=action["tool"],
+            target_key=history.target_key(action),
+        )  # fmt: skip
+
+    now = new_request(factories.refund_action())
+    expected = history.policy_counts(now)
+    assert expected == {
+        "count_24h": 9,
+        "count_succeeded_24h": 2,
+        "count_released_24h": 5,  # allowed, executing, succeeded twice, failed
+        "count_rejected_24h": 2,
+        "count_open": 1,
+    }
+    assert in_one_query(now) == expected
+    fresh = new_request(factories.refund_action("never-seen"))
+    assert in_one_query(fresh) == history.policy_counts(fresh) == dict.fromkeys(history.POLICY_COUNTS, 0)
+    untargeted = new_request({"tool": "status.read", "arguments": {}})
+    assert in_one_query(untargeted) == history.policy_counts(untargeted)
