@@ -81,7 +81,11 @@ def build_approvals(settings: AgentSettings) -> A2AApprovals:
 
 def build_app(settings: AgentSettings) -> Starlette:
     settings.state_dir.mkdir(parents=True, exist_ok=True)
-    engine = create_async_engine(f"sqlite+aiosqlite:///{settings.state_dir / 'a2a_tasks.sqlite3'}")
+    # A write waits for the file lock up to 30 s (sqlite3's default 5 s failed SendMessage with "database
+    # is locked" under the load test, after the request had already reached Reviewer).
+    engine = create_async_engine(
+        f"sqlite+aiosqlite:///{settings.state_dir / 'a2a_tasks.sqlite3'}", connect_args={"timeout": 30}
+    )
     task_store = DatabaseTaskStore(engine)
     push_store = DatabasePushNotificationConfigStore(engine)
     push_http = httpx.AsyncClient(timeout=5)
