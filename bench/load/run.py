@@ -98,7 +98,8 @@ class Stack:
     def env(self) -> dict:
         env = {
             **os.environ,
-            "PYTHONPATH": str(ROOT),
+            # This tree's reviewer-gate first (the venv may hold another checkout's, editable).
+            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "sdk" / "python" / "src")]),
             "PYTHONUNBUFFERED": "1",
             "DEBUG": "false",
             "SECRET_KEY": self.secret,

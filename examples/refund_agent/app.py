@@ -20,7 +20,7 @@ from examples.refund_agent.executor import RefundExecutor
 from examples.refund_agent.payments import DownstreamPayments, LedgerPayments
 from examples.refund_agent.state import AgentState
 from reviewer_gate import EXTENSION_URI, ReviewerClient, SQLiteUsedStore
-from reviewer_gate.a2a import A2AApprovals, SQLiteRequestStore
+from reviewer_gate.a2a import A2AApprovals, RetryOverloaded, SQLiteRequestStore
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +88,8 @@ def build_app(settings: AgentSettings) -> Starlette:
     )
     task_store = DatabaseTaskStore(engine)
     push_store = DatabasePushNotificationConfigStore(engine)
-    push_http = httpx.AsyncClient(timeout=5)
+    # Pushes to Reviewer wait out its overload answers (503 + Retry-After) instead of being dropped.
+    push_http = httpx.AsyncClient(timeout=15, transport=RetryOverloaded())
     # No push_url_validator: the demo's webhook is on loopback, which the SDK's validator refuses.
     push_sender = BasePushNotificationSender(push_http, push_store)
     payments = (

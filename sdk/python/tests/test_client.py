@@ -148,3 +148,19 @@ async def test_the_async_form_calls_on_wait_between_polls(reviewer, key):
     )
     assert approval.decision.approved
     assert waits[:2] == ["awaiting_review", "awaiting_review"]
+
+
+async def test_calls_through_retry_overloaded_wait_out_the_limit(reviewer):
+    """The transport the demo agent gives a2a-sdk's push sender (its pushes to Reviewer)."""
+    import httpx
+
+    from reviewer_gate.a2a import RetryOverloaded
+
+    reviewer.overloaded_answers = 2
+    async with httpx.AsyncClient(timeout=5, transport=RetryOverloaded()) as http:
+        response = await http.post(
+            f"{reviewer.url}/api/v1/decisions/jti-1/outcome", json={"status": "failed"}
+        )
+
+    assert response.status_code != 503
+    assert reviewer.overloaded_answers == 0  # both refusals were answered, then the push went through
