@@ -64,6 +64,9 @@ class Agent(FastHttpUser):
     wait_time = constant_throughput(RATE / AGENT_USERS)
 
     def on_start(self):
+        # Start somewhere in one period, not all at once: a steady stream of requests, not a burst of
+        # AGENT_USERS at the first second (which the overload limit would answer with 503s).
+        time.sleep(random.uniform(0, AGENT_USERS / RATE))
         self.number = next(_agents)
         self.webhook = SEED["webhooks"][self.number % len(SEED["webhooks"])]
         self.sent = open(SENT_FILE, "a", buffering=1)  # noqa: SIM115, PTH123 (one line per task)
