@@ -99,7 +99,8 @@ class AgentProcess:
         return f"{self.url}/.well-known/agent-card.json"
 
     def start(self, timeout: float = 30) -> "AgentProcess":
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        # This tree's reviewer-gate before the venv's (an editable install may point at another checkout).
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "sdk" / "python" / "src")])}
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 self.args, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
