@@ -11,7 +11,7 @@ SDK_BUILD := build/sdk
 # The extras whose adapters sdk/python/tests exercise.
 SDK_EXTRAS := test,a2a,mcp,langgraph,openai-agents
 
-.PHONY: demo test lint venv clean sdk-test bench
+.PHONY: demo test lint venv clean sdk-test bench load
 
 $(STAMP): pyproject.toml $(SDK)/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is required")'
@@ -53,6 +53,13 @@ sdk-test: $(STAMP)
 # (BENCH_POSTGRES, default postgres://postgres@127.0.0.1:5432; scratch databases named *bench*).
 bench: $(STAMP)
 	$(PY) bench/run.py $(BENCH)
+
+# The load test (not part of `make test`): two Daphnes, two workers, the demo agent and locust on
+# PostgreSQL + Redis (bench/load/run.py; LOAD_DATABASE_URL, LOAD_REDIS_URL, LOAD_BASE_PORT). Needs the
+# `bench` extra (locust). Report in bench/load/results/<name>/.
+LOAD_ARGS ?= --rates 1 --minutes 3 --agent-users 40
+load: $(STAMP)
+	$(PY) bench/load/run.py $(LOAD_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -5,9 +5,9 @@ database.
 Why here, in front of Django: every request Django runs holds a database connection until it ends, and
 Daphne starts a request for every connection it accepts. Without a limit a burst opens connections until
 PostgreSQL refuses them and requests fail with 500 (issue 10). With it, HTTP requests hold at most
-MAX_CONCURRENT_REQUESTS connections per process (CONN_MAX_AGE 0: a request's connection closes when it
-ends), so size PostgreSQL's max_connections for N processes × (limit + a few for sockets) + workers × 2
-(a worker also LISTENs), and callers retry after the pause they were told. WebSockets are not counted:
+MAX_CONCURRENT_REQUESTS connections per process, drawn from its pool of DB_POOL_MAX_SIZE (the limit + 3:
+settings.py, README "Running several processes" for PostgreSQL's max_connections), and callers retry
+after the pause they were told. WebSockets are not counted:
 an open page holds no connection while idle, only while it re-reads.
 
 A refused request did nothing: it is safe to send again as is (intake is idempotent on request_id

@@ -175,9 +175,32 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["TEST"] = {"NAME": env_str("SQLITE_TEST_NAME", "") or None}
 IS_POSTGRES = DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
 # HTTP requests one Daphne process runs at once; the next gets 503 + Retry-After (reviewer/overload.py).
-# Each holds at most one database connection (CONN_MAX_AGE 0: closed when the request ends), so a
-# process holds at most this + 1 connections. 0 turns the limit off.
+# Each holds at most one database connection while it runs. 0 turns the limit off.
 MAX_CONCURRENT_REQUESTS = env_int("MAX_CONCURRENT_REQUESTS", 16)
+# A decision's continuation is sent by the process that committed it, right after the commit, in a
+# background thread (at most OUTBOX_DIRECT_SEND_THREADS at once; beyond that the worker is woken
+# instead); the worker stays the retry path (approvals/delivery.py). Off: the worker sends everything.
+OUTBOX_DIRECT_SEND = env_bool("OUTBOX_DIRECT_SEND", True)
+OUTBOX_DIRECT_SEND_THREADS = env_int("OUTBOX_DIRECT_SEND_THREADS", 4)
+# On PostgreSQL every process draws its connections from a bounded psycopg pool (Django's "pool" option;
+# it needs CONN_MAX_AGE 0, which returns a request's connection to the pool when the request ends).
+# A Daphne needs MAX_CONCURRENT_REQUESTS for requests, OUTBOX_DIRECT_SEND_THREADS for the continuations
+# it sends after commit, plus what its WebSockets use: their database work (channels'
+# database_sync_to_async) runs on one shared thread per process, so one connection, and two more are
+# slack. The overload limit answers 503 before the pool is empty, so nothing waits on it in
+# practice; should it be empty, a request waits DB_POOL_TIMEOUT seconds for a connection (then 500).
+# PostgreSQL's max_connections must hold N Daphnes x DB_POOL_MAX_SIZE + M workers x (DB_POOL_MIN_SIZE
+# + 1 for LISTEN) + the admin's few (README "Running several processes"). DB_POOL_MAX_SIZE=0: no pool.
+_DIRECT_SENDERS = OUTBOX_DIRECT_SEND_THREADS if OUTBOX_DIRECT_SEND else 0
+DB_POOL_MAX_SIZE = env_int(
+    "DB_POOL_MAX_SIZE", MAX_CONCURRENT_REQUESTS + _DIRECT_SENDERS + 3 if MAX_CONCURRENT_REQUESTS else 0
+)
+if IS_POSTGRES and DB_POOL_MAX_SIZE > 0:
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": min(env_int("DB_POOL_MIN_SIZE", 2), DB_POOL_MAX_SIZE),
+        "max_size": DB_POOL_MAX_SIZE,
+        "timeout": env_int("DB_POOL_TIMEOUT", 10),
+    }
 
 REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:
@@ -330,11 +353,6 @@ PROPOSAL_MAX_BYTES = env_int("PROPOSAL_MAX_BYTES", 64 * 1024)
 # Outbox delivery: attempts before a message is dead-lettered, and the backoff cap in seconds.
 OUTBOX_MAX_ATTEMPTS = env_int("OUTBOX_MAX_ATTEMPTS", 8)
 OUTBOX_BACKOFF_CAP_SECONDS = env_int("OUTBOX_BACKOFF_CAP_SECONDS", 300)
-# A decision's continuation is sent by the process that committed it, right after the commit, in a
-# background thread (at most OUTBOX_DIRECT_SEND_THREADS at once; beyond that the worker is woken
-# instead); the worker stays the retry path (approvals/delivery.py). Off: the worker sends everything.
-OUTBOX_DIRECT_SEND = env_bool("OUTBOX_DIRECT_SEND", True)
-OUTBOX_DIRECT_SEND_THREADS = env_int("OUTBOX_DIRECT_SEND_THREADS", 4)
 # A proposal that stays executing this long is reconciled with GetTask on the agent.
 EXECUTING_RECONCILE_SECONDS = env_int("EXECUTING_RECONCILE_SECONDS", 300)
 # How often the worker lists each agent's parked tasks (ListTasks AUTH_REQUIRED) to find lost pushes.

@@ -20,7 +20,7 @@ from examples.refund_agent.executor import RefundExecutor
 from examples.refund_agent.payments import DownstreamPayments, LedgerPayments
 from examples.refund_agent.state import AgentState
 from reviewer_gate import EXTENSION_URI, ReviewerClient, SQLiteUsedStore
-from reviewer_gate.a2a import A2AApprovals, SQLiteRequestStore
+from reviewer_gate.a2a import A2AApprovals, RetryOverloaded, SQLiteRequestStore
 
 logger = logging.getLogger(__name__)
 
@@ -81,10 +81,15 @@ def build_approvals(settings: AgentSettings) -> A2AApprovals:
 
 def build_app(settings: AgentSettings) -> Starlette:
     settings.state_dir.mkdir(parents=True, exist_ok=True)
-    engine = create_async_engine(f"sqlite+aiosqlite:///{settings.state_dir / 'a2a_tasks.sqlite3'}")
+    # A write waits for the file lock up to 30 s (sqlite3's default 5 s failed SendMessage with "database
+    # is locked" under the load test, after the request had already reached Reviewer).
+    engine = create_async_engine(
+        f"sqlite+aiosqlite:///{settings.state_dir / 'a2a_tasks.sqlite3'}", connect_args={"timeout": 30}
+    )
     task_store = DatabaseTaskStore(engine)
     push_store = DatabasePushNotificationConfigStore(engine)
-    push_http = httpx.AsyncClient(timeout=5)
+    # Pushes to Reviewer wait out its overload answers (503 + Retry-After) instead of being dropped.
+    push_http = httpx.AsyncClient(timeout=15, transport=RetryOverloaded())
     # No push_url_validator: the demo's webhook is on loopback, which the SDK's validator refuses.
     push_sender = BasePushNotificationSender(push_http, push_store)
     payments = (

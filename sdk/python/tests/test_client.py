@@ -92,6 +92,38 @@ def test_submit_and_pull_are_retried_on_503(client, reviewer, key):
     assert len(reviewer.proposals) == 1  # the two 503s were answered before recording
 
 
+def test_consume_and_outcome_wait_out_an_overloaded_reviewer(client, reviewer, key):
+    answer_when_submitted(reviewer, key)
+    submission = client.submit(gate_request(), task_id="task-overloaded")
+    token = client.wait_for_token(submission, timeout=10)
+
+    reviewer.overloaded_answers = 2  # the consume is refused twice before it runs, then goes through
+    approval = client.release(submission, token)
+    reviewer.overloaded_answers = 1
+    reported = approval.report("succeeded", transaction_id="tx-1")
+
+    assert [call["body"] for call in reviewer.consumes_for(approval.idempotency_key)] == [{"rev": 2}]
+    assert reported and reviewer.outcomes_for(approval.idempotency_key) == ["succeeded"]
+
+
+def test_a_503_that_is_not_overload_is_not_retried_by_consume(client, reviewer, key):
+    answer_when_submitted(reviewer, key)
+    submission = client.submit(gate_request(), task_id="task-unavailable")
+    token = client.wait_for_token(submission, timeout=10)
+
+    reviewer.unavailable_answers = 1  # a 503 from Reviewer itself (halted, ...): the consume may have run
+    with pytest.raises(NotApproved) as refused:
+        client.release(submission, token)
+
+    assert refused.value.code == "reviewer_unreachable"
+
+
+def gate_request() -> dict:
+    from reviewer_gate import build_request
+
+    return build_request(ACTION, summary="Refund", principal=PRINCIPAL)
+
+
 def test_reviewer_down_raises_unavailable(key):
     client = ReviewerClient(
         reviewer_url="http://127.0.0.1:9", api_token="t", audience=AUDIENCE, retries=1, backoff_seconds=0.01
@@ -116,3 +148,19 @@ async def test_the_async_form_calls_on_wait_between_polls(reviewer, key):
     )
     assert approval.decision.approved
     assert waits[:2] == ["awaiting_review", "awaiting_review"]
+
+
+async def test_calls_through_retry_overloaded_wait_out_the_limit(reviewer):
+    """The transport the demo agent gives a2a-sdk's push sender (its pushes to Reviewer)."""
+    import httpx
+
+    from reviewer_gate.a2a import RetryOverloaded
+
+    reviewer.overloaded_answers = 2
+    async with httpx.AsyncClient(timeout=5, transport=RetryOverloaded()) as http:
+        response = await http.post(
+            f"{reviewer.url}/api/v1/decisions/jti-1/outcome", json={"status": "failed"}
+        )
+
+    assert response.status_code != 503
+    assert reviewer.overloaded_answers == 0  # both refusals were answered, then the push went through

@@ -52,7 +52,7 @@ logger = logging.getLogger(__name__)
 
 # Proposal states after which no decision token will ever appear (DESIGN.md "The proposal lifecycle").
 CLOSED_WITHOUT_DECISION = frozenset({"expired", "cancelled", "revoked", "superseded"})
-RETRIED_STATUSES = frozenset({502, 503, 504})
+RETRIED_STATUSES = frozenset({429, 502, 503, 504})  # with Retry-After honoured (503: overloaded)
 
 
 def _retry_after(response: httpx.Response) -> float:
@@ -259,7 +259,7 @@ class ReviewerClient:
         return headers
 
     def _call(self, method: str, path: str, *, json: dict | None = None, timeout: float | None = None):
-        """One request, retried with exponential backoff on connection errors and 502/503/504.
+        """One request, retried with exponential backoff on connection errors and 429/502/503/504.
 
         Only idempotent calls go through here (submit is idempotent on task and request id; the pull
         is a read). Consume and outcome are the gate's, which never retries a consume.

@@ -479,6 +479,22 @@ class Gate:
             headers["Authorization"] = f"Bearer {self.api_token}"
         return headers
 
+    def _post(self, url: str, body: dict) -> httpx.Response:
+        """POST, sent again while Reviewer answers 503 `overloaded`: its concurrency limit refused the
+        request before it ran (nothing happened), so sending it again is safe even for a consume. Waits
+        what Retry-After says (at most 10 s each), for at most OVERLOAD_RETRY_SECONDS in all; any other
+        answer (a 503 while halted included) is returned to the caller as it came."""
+        deadline = time.monotonic() + OVERLOAD_RETRY_SECONDS
+        while True:
+            response = self._client().post(url, json=body, headers=self._headers())
+            if response.status_code != 503 or _error_from_body(response)[0] != "overloaded":
+                return response
+            pause = _retry_after_seconds(response)
+            if time.monotonic() + pause > deadline:
+                return response
+            logger.info("POST %s: Reviewer is overloaded; again in %.1fs", url, pause)
+            time.sleep(pause)  # backoff the server asked for
+
     def consume(self, decision: VerifiedDecision) -> None:
         """Ask Reviewer to move the decision approved → executing. Returns only if the agent may act.
 
@@ -490,7 +506,7 @@ class Gate:
             raise GateError("consume_refused:not_approved", f"decision is {decision.decision!r}")
         url = self._decision_url(decision, "consume")
         try:
-            response = self._client().post(url, json={"rev": decision.rev}, headers=self._headers())
+            response = self._post(url, {"rev": decision.rev})
         except httpx.HTTPError as error:
             raise GateError("reviewer_unreachable", f"POST {url}: {error!r}") from error
         if response.status_code == 200:
@@ -518,7 +534,7 @@ class Gate:
             body["detail"] = detail
         try:
             url = self._decision_url(decision, "outcome")
-            response = self._client().post(url, json=body, headers=self._headers())
+            response = self._post(url, body)
         except (GateError, httpx.HTTPError) as error:
             logger.warning("outcome %s for decision %s not reported: %s", status, decision.jti, error)
             return False
@@ -532,6 +548,17 @@ class Gate:
             )
             return False
         return True
+
+
+OVERLOAD_RETRY_SECONDS = 30  # how long consume and outcome keep retrying an overloaded Reviewer
+
+
+def _retry_after_seconds(response: httpx.Response) -> float:
+    """Retry-After in seconds, between 0.1 and 10 (1 when absent or not a number)."""
+    try:
+        return min(max(float(response.headers.get("Retry-After", "1")), 0.1), 10.0)
+    except ValueError:
+        return 1.0
 
 
 def _error_from_body(response: httpx.Response) -> tuple[str | None, str]:

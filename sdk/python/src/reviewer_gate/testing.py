@@ -129,6 +129,8 @@ class FakeReviewer:
         self.consume_answers: dict[str, tuple[int, dict]] = {}
         self.pulls: list[str] = []
         self.unavailable_answers = 0  # answer this many next API calls with 503 (retry tests)
+        # ... with 503 "overloaded" and Retry-After, as Reviewer's concurrency limit refuses a request
+        self.overloaded_answers = 0
         self._outcome_of: dict[str, dict] = {}  # proposal_id -> {"token", "state"}
         self._proposal_ids: dict[tuple[str, str], str] = {}  # (task_id, request_id) -> proposal_id
         self._changed = threading.Condition(self.lock)
@@ -202,20 +204,30 @@ class FakeReviewer:
             def log_message(self, format, *args):  # noqa: A002 - quiet test server
                 return
 
-            def _send(self, status: int, body: dict) -> None:
+            def _send(self, status: int, body: dict, headers: dict | None = None) -> None:
                 payload = json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
 
             def _unavailable(self) -> bool:
                 with reviewer.lock:
-                    if reviewer.unavailable_answers <= 0:
+                    overloaded = reviewer.overloaded_answers > 0
+                    if overloaded:
+                        reviewer.overloaded_answers -= 1
+                    elif reviewer.unavailable_answers > 0:
+                        reviewer.unavailable_answers -= 1
+                    else:
                         return False
-                    reviewer.unavailable_answers -= 1
-                self._send(503, {"error": {"code": "unavailable", "message": "try again"}})
+                if overloaded:
+                    body = {"error": {"code": "overloaded", "message": "at capacity", "field": None}}
+                    self._send(503, body, {"Retry-After": "0"})
+                else:
+                    self._send(503, {"error": {"code": "unavailable", "message": "try again"}})
                 return True
 
             def do_GET(self):  # noqa: N802 - http.server's naming
