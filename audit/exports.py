@@ -120,7 +120,7 @@ class Selection:
     def period_events(self):
         """The chain's chained events in the period, up to the snapshot; not narrowed. (An event not
         chained yet has no place in the trail: the sequencer gives it one within moments.)"""
-        events = AuditEvent.objects.filter(chain=self.chain, seq__isnull=False)
+        events = AuditEvent.objects.chained(self.chain)
         if self.since:
             events = events.filter(at__gte=self.since)
         if self.until:
@@ -290,7 +290,7 @@ def bundle_segment(selection: Selection) -> Segment:
     chain = selection.chain
     head_row = ChainHead.objects.filter(chain=chain).first()
     head_seq = selection.up_to_seq if selection.up_to_seq is not None else (head_row.seq if head_row else 0)
-    head_event = AuditEvent.objects.filter(chain=chain, seq=head_seq).values_list("hash", flat=True).first()
+    head_event = AuditEvent.objects.chained(chain).filter(seq=head_seq).values_list("hash", flat=True).first()
     head_hash = head_event or (head_row.hash if head_row and head_row.seq == head_seq else GENESIS_HASH)
     period = selection.period_events()
     if selection.until:
@@ -368,8 +368,8 @@ def write_bundle(selection: Selection, path: Path, *, created_by: str) -> Iterat
     with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
         events_path = Path(scratch) / "events.jsonl"
         digest, size, written = hashlib.sha256(), 0, 0
-        events = AuditEvent.objects.filter(
-            chain=segment.chain, seq__gte=segment.first_seq, seq__lte=segment.last_seq
+        events = AuditEvent.objects.chained(segment.chain).filter(
+            seq__gte=segment.first_seq, seq__lte=segment.last_seq
         )
         with events_path.open("wb") as out:
             for page in event_pages(events, after_seq=segment.first_seq - 1):

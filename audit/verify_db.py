@@ -11,7 +11,7 @@ from pathlib import Path
 from audit import checkpoint_files
 from audit.chain import sequence_chain, verification_jwks
 from audit.hashing import checkpoint_payload
-from audit.models import AuditEvent, ChainHead, Checkpoint
+from audit.models import AuditEvent, AuditPending, ChainHead, Checkpoint
 from audit.records import checkpoint_dict, event_pages
 from audit.verify import ChainVerifier, Result, public_keys, signature_problem
 
@@ -54,14 +54,34 @@ def verify_chain_steps(
     verifier = ChainVerifier(
         chain, keys=keys, checkpoints=checkpoints, result=result, expected=expected, expected_source=EXTERNAL
     )
-    events = AuditEvent.objects.filter(chain=chain)
+    events = AuditEvent.objects.chained(chain)
     if head is not None:
         events = events.filter(seq__lte=head.seq)
     for page in event_pages(events):
         if not all(verifier.feed(event) for event in page):
             break
         yield result.events
+    _unchained(chain, result)
     return verifier.finish(expected_last=(head.seq, head.hash) if head else None)
+
+
+def _unchained(chain: str, result: Result) -> None:
+    """An accepted event must end up in the chain: one that has neither a seal nor a pending row (the
+    sequencer's queue) was taken out of that queue, so it would never be chained."""
+    waiting = AuditPending.objects.filter(chain=chain).values("event_id")
+    lost = (
+        AuditEvent._base_manager.filter(chain=chain, seal__isnull=True)
+        .exclude(id__in=waiting)
+        .order_by("id")
+        .values_list("id", "verb", "subject")
+    )
+    for event_id, verb, subject in lost[:10]:
+        result.fail(
+            None,
+            f"{chain} event id {event_id} ({verb} {subject}) was accepted but is not chained and no longer "
+            "waits to be (its row in the sequencer's queue was deleted)",
+            chain,
+        )
 
 
 def verify_chain(

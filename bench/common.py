@@ -18,11 +18,12 @@ REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/15")
 
 
 def scratch_environment(database: str) -> dict:
-    """Environment variables of a run on a fresh PostgreSQL database named `database` (dropped and
-    created again: its name must contain "bench") and a fresh data folder."""
-    from bench.export_memory import _prepare_postgres
+    """Environment variables of a run on a fresh PostgreSQL database named `database` (with
+    BENCH_DB_PREFIX in front; dropped and created again: its name must contain "bench") and a fresh data
+    folder."""
+    from bench.export_memory import _prepare_postgres, scratch_database
 
-    url = f"{POSTGRES}/{database}"
+    url = f"{POSTGRES}/{scratch_database(database)}"
     _prepare_postgres(url)
     folder = Path(tempfile.mkdtemp(prefix=f"reviewer-{database}-"))
     return {

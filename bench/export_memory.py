@@ -281,6 +281,12 @@ def _run(args: list[str], env: dict) -> tuple[dict, float, float]:
     return result, usage.ru_maxrss / 1024, seconds
 
 
+def scratch_database(name: str) -> str:
+    """A scratch database's name with BENCH_DB_PREFIX in front (e.g. `h_audit_`), so that benchmarks run
+    by several people on one PostgreSQL server do not drop one another's databases."""
+    return os.environ.get("BENCH_DB_PREFIX", "") + name
+
+
 def _prepare_postgres(url: str) -> None:
     import dj_database_url
     import psycopg

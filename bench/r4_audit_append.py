@@ -30,9 +30,9 @@ ROUNDS = 3
 
 def _setup(database: str) -> None:
     sys.path.insert(0, str(ROOT))
-    from bench.export_memory import _prepare_postgres
+    from bench.export_memory import _prepare_postgres, scratch_database
 
-    url = f"{POSTGRES}/{database}"
+    url = f"{POSTGRES}/{scratch_database(database)}"
     _prepare_postgres(url)
     folder = Path(tempfile.mkdtemp(prefix="reviewer-bench-audit-append-"))
     os.environ.update(

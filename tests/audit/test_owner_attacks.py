@@ -12,7 +12,7 @@ from django.db import DatabaseError, connection, transaction
 from audit import checkpoint_files
 from audit.models import AuditEvent, ChainHead, Checkpoint
 from audit.verify_db import verify_chain
-from tests.audit.util import export_bundle, lifecycle, raw, rewrite_from, verify_offline
+from tests.audit.util import delete_events, export_bundle, lifecycle, raw, rewrite_from, verify_offline
 
 pytestmark = pytest.mark.django_db
 
@@ -42,7 +42,7 @@ def in_database_only(chain, tmp_path):
 def test_deleting_the_tail_with_its_checkpoints_is_named_by_the_checkpoint_file(shipped_trail, tmp_path):
     chain = shipped_trail
     last_kept = AuditEvent.objects.get(chain=chain, seq=25)
-    raw("DELETE FROM audit_auditevent WHERE chain = %s AND seq > 25", [chain])
+    delete_events(chain, 25)
     raw("DELETE FROM audit_checkpoint WHERE chain = %s AND seq > 25", [chain])
     raw("UPDATE audit_chainhead SET seq = 25, hash = %s WHERE chain = %s", [last_kept.hash, chain])
     assert in_database_only(chain, tmp_path).ok  # consistent inside the database: it passed before
@@ -80,7 +80,7 @@ def test_audit_verify_checks_a_shipped_copy_of_the_checkpoint_files_and_a_chain_
     for path in settings.AUDIT_CHECKPOINT_DIR.iterdir():
         (shipped / path.name).write_bytes(path.read_bytes())
     raw("DELETE FROM audit_checkpoint WHERE chain = %s", [chain])
-    raw("DELETE FROM audit_auditevent WHERE chain = %s", [chain])
+    delete_events(chain)
     raw("DELETE FROM audit_chainhead WHERE chain = %s", [chain])
     out = StringIO()
     with pytest.raises(CommandError) as failed:
