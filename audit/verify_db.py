@@ -13,7 +13,7 @@ from audit.chain import sequence_chain, verification_jwks
 from audit.hashing import checkpoint_payload
 from audit.models import AuditEvent, AuditPending, ChainHead, Checkpoint
 from audit.records import checkpoint_dict, event_pages
-from audit.verify import ChainVerifier, Result, public_keys, signature_problem
+from audit.verify import ChainVerifier, Result, earlier_hashes, public_keys, signature_problem
 
 EXTERNAL = "the checkpoint file kept outside the database"
 
@@ -40,6 +40,7 @@ def verify_chain_steps(
     *,
     result: Result | None = None,
     checkpoint_source: Path | None = None,
+    previous: Path | None = None,
 ) -> Generator[int, None, Result]:
     """Check every hash, link and checkpoint of one chain, that it ends at its recorded head, and that it
     holds every checkpoint written outside the database (from `checkpoint_source`, a directory or file;
@@ -50,9 +51,22 @@ def verify_chain_steps(
     # Checkpoints before the head: a checkpoint written meanwhile can then never look like a truncation.
     checkpoints = [checkpoint_dict(c) for c in Checkpoint.objects.filter(chain=chain).order_by("seq")]
     expected = external_checkpoints(chain, keys, result, checkpoint_source)
+    vouched = None
+    if previous is not None:
+        # An earlier bundle: its checkpoints count as external ones, and its every event hash names a
+        # rewritten event exactly (not only the range between two checkpoints).
+        earlier, every = earlier_hashes(previous, keys, result)
+        expected = {**earlier.get(chain, {}), **expected}
+        vouched = every.get(chain)
     head = ChainHead.objects.filter(chain=chain).first()
     verifier = ChainVerifier(
-        chain, keys=keys, checkpoints=checkpoints, result=result, expected=expected, expected_source=EXTERNAL
+        chain,
+        keys=keys,
+        checkpoints=checkpoints,
+        result=result,
+        expected=expected,
+        expected_source=EXTERNAL,
+        vouched=vouched,
     )
     events = AuditEvent.objects.chained(chain)
     if head is not None:
@@ -90,8 +104,11 @@ def verify_chain(
     *,
     result: Result | None = None,
     checkpoint_source: Path | None = None,
+    previous: Path | None = None,
 ) -> Result:
-    steps = verify_chain_steps(chain, jwks, result=result, checkpoint_source=checkpoint_source)
+    steps = verify_chain_steps(
+        chain, jwks, result=result, checkpoint_source=checkpoint_source, previous=previous
+    )
     while True:
         try:
             next(steps)

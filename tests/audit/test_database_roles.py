@@ -60,6 +60,12 @@ NEW_EVENT = (
     "VALUES (%(chain)s, now(), 'system', 'halt.started', 'x', '{}'::jsonb) RETURNING id"
 )
 ATTACKS = [
+    # An event arrives unchained: it has no seq or hash of its own to forge (its seal is the sequencer's).
+    (
+        "INSERT INTO audit_auditevent (chain, at, actor, verb, subject, data, seq, prev_hash, hash) "
+        "VALUES (%(chain)s, now(), 'system', 'halt.started', 'x', '{}'::jsonb, 1, 'a', 'b')",
+        'column "seq" of relation "audit_auditevent" does not exist',
+    ),
     (f"UPDATE audit_auditevent SET data = '{{}}'::jsonb WHERE id = {THIRD}", "permission denied"),
     (
         f"UPDATE audit_auditseal SET hash = 'sha256:' || repeat('1', 64) WHERE event_id = {THIRD}",
