@@ -182,7 +182,8 @@ def sequence_after_commit(chain: str) -> None:
             if not running.acquire(blocking=False):
                 return  # this process's sequencer of the chain runs now; it looks again once done
             try:
-                sequence_chain(chain)
+                # Straight to the head lock, no look first: this writer has just committed an event.
+                _sequence_batch(chain)
             finally:
                 running.release()
             # A writer that committed while we held the lock saw it taken and left its event to us.
@@ -246,25 +247,34 @@ def sequence_chain(chain: str) -> int:
     committed before the call is chained when it returns."""
     chained = 0
     while _unsequenced(chain).exists():  # unlocked, on the small pending table: most calls end here
-        with transaction.atomic():
-            head = _locked_head(chain)
-            # Read after the lock: whatever an earlier holder chained is no longer pending.
-            batch = _pending_batch(chain)
-            if not batch:
-                return chained
-            seq, prev_hash = head.seq, head.hash
-            due = []
-            for event in batch:
-                seq += 1
-                event.seq, event.prev_hash = seq, prev_hash
-                event.hash = prev_hash = hash_body(event.hashed_fields())
-                if seq % settings.AUDIT_CHECKPOINT_EVERY == 0:
-                    due.append((seq, event.hash))
-            _seal(chain, batch, seq, prev_hash)
-            for checkpoint_seq, checkpoint_hash in due:
-                write_checkpoint(chain, checkpoint_seq, checkpoint_hash)
-        chained += len(batch)
+        sealed = _sequence_batch(chain)
+        if not sealed:
+            return chained
+        chained += sealed
     return chained
+
+
+def _sequence_batch(chain: str) -> int:
+    """One sequencer transaction: lock the head, seal up to SEQUENCE_BATCH pending events (four round
+    trips with the commit, however many); returns how many."""
+    with transaction.atomic():
+        head = _locked_head(chain)
+        # Read after the lock: whatever an earlier holder chained is no longer pending.
+        batch = _pending_batch(chain)
+        if not batch:
+            return 0
+        seq, prev_hash = head.seq, head.hash
+        due = []
+        for event in batch:
+            seq += 1
+            event.seq, event.prev_hash = seq, prev_hash
+            event.hash = prev_hash = hash_body(event.hashed_fields())
+            if seq % settings.AUDIT_CHECKPOINT_EVERY == 0:
+                due.append((seq, event.hash))
+        _seal(chain, batch, seq, prev_hash)
+        for checkpoint_seq, checkpoint_hash in due:
+            write_checkpoint(chain, checkpoint_seq, checkpoint_hash)
+    return len(batch)
 
 
 def sequence_pending() -> int:
