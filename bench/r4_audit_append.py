@@ -9,7 +9,8 @@ transaction, as a service's change is.
 - **plain**: `AuditEvent.objects.create(...)` of the same row in a transaction, nothing else;
 - **chained**: `audit.chain.append(...)` in a transaction; after the commit the writer's on-commit hook
   runs the sequencer (lock the chain head, insert the seals of every committed pending event in one
-  statement, move the head, a checkpoint every AUDIT_CHECKPOINT_EVERY). The clock stops when every event is chained, not when it is accepted.
+  statement, move the head, a checkpoint every AUDIT_CHECKPOINT_EVERY). The clock stops when every
+  event is chained, not when it is accepted.
 Each configuration runs three rounds; the median rate counts. The chain is verified at the end.
 The scratch database is dropped and created again: its name must contain "bench".
 """
