@@ -1,12 +1,13 @@
 """Accept, then sequence (as Certificate Transparency logs do).
 
-`append()` runs inside the transaction of the change it records and only inserts the event, with `seq`,
-`prev_hash` and `hash` empty: no lock, so a tenant's writes never queue behind one another.
+`append()` runs inside the transaction of the change it records and only inserts the event and its
+pending row (one statement on PostgreSQL): no lock, so a tenant's writes never queue behind one another.
 `sequence_chain()` chains what has committed: in one short transaction it locks the chain head, takes
-the chain's unsequenced events in id order, gives each its seq, prev_hash and hash, moves the head and
-signs a checkpoint every AUDIT_CHECKPOINT_EVERY events. It runs right after each appending transaction
-commits (`transaction.on_commit`, in that process) and on every worker tick (`sequence_pending()`), for
-an event whose process died between its commit and its sequencing.
+the chain's pending events in id order, inserts each one's seal (seq, prev_hash, hash) in one multi-row
+INSERT, drops their pending rows, moves the head and signs a checkpoint every AUDIT_CHECKPOINT_EVERY
+events. No row is ever updated but the head: an event and its seal are each written once. It runs right
+after each appending transaction commits (`transaction.on_commit`, in that process) and on every worker
+tick (`sequence_pending()`), for an event whose process died between its commit and its sequencing.
 """
 
 import logging
@@ -20,7 +21,7 @@ from django.utils import timezone
 
 from audit import checkpoint_files
 from audit.hashing import GENESIS_HASH, checkpoint_payload, hash_body
-from audit.models import AuditEvent, ChainHead, Checkpoint, PublicKey
+from audit.models import AuditEvent, AuditPending, AuditSeal, ChainHead, Checkpoint, PublicKey
 
 log = logging.getLogger(__name__)
 
@@ -95,19 +96,71 @@ def refuse_secrets(data, path: str = "data") -> None:
 
 
 def append(chain: str, *, actor: str, verb: str, subject: str, data: dict | None = None) -> AuditEvent:
-    """Accept one event in the current transaction (a plain insert, no lock); it is chained right after
-    the transaction commits. Its seq and hash are None until then."""
+    """Accept one event in the current transaction (an insert, no lock); it is chained right after the
+    transaction commits. Its seq and hash are None until then."""
+    return append_many(chain, [{"actor": actor, "verb": verb, "subject": subject, "data": data}])[0]
+
+
+def append_many(chain: str, events: list[dict]) -> list[AuditEvent]:
+    """Accept several events of one chain in the current transaction, in this order, with one statement
+    on PostgreSQL (one round trip, however many): each dict has actor, verb, subject and optionally data.
+    They are chained, in this order and next to each other unless another writer's events commit in
+    between, right after the transaction commits."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("audit.append must run inside the transaction of the change it records")
-    data = data or {}
-    refuse_secrets(data)
-    # Microsecond precision survives every database round trip, so the hash can be recomputed.
-    event = AuditEvent.objects.create(
-        chain=chain, at=timezone.now(), actor=actor, verb=verb, subject=subject, data=data
-    )
-    # Once per event: the second call finds nothing to chain (one indexed query) and returns.
+    if not events:
+        return []
+    now = timezone.now()  # microsecond precision survives every round trip: the hash can be recomputed
+    accepted = []
+    for event in events:
+        data = event.get("data") or {}
+        refuse_secrets(data)
+        accepted.append(
+            AuditEvent(
+                chain=chain,
+                at=now,
+                actor=event["actor"],
+                verb=event["verb"],
+                subject=event["subject"],
+                data=data,
+            )
+        )
+    if connection.vendor == "postgresql":
+        _insert_with_pending(accepted)
+    else:
+        AuditEvent.objects.bulk_create(accepted)
+        AuditPending.objects.bulk_create([AuditPending(event=e, chain=chain) for e in accepted])
+    # Once per transaction and chain would do: a second call finds nothing to chain (one small query).
     transaction.on_commit(lambda: sequence_after_commit(chain))
-    return event
+    return accepted
+
+
+_EVENT_COLUMNS = ("chain", "at", "actor", "verb", "subject", "data")
+
+
+def _insert_with_pending(events: list[AuditEvent]) -> None:
+    """The events and their pending rows in one statement (PostgreSQL): a data-modifying CTE."""
+    fields = [AuditEvent._meta.get_field(name) for name in _EVENT_COLUMNS]
+    rows = ", ".join(["(" + ", ".join(["%s"] * len(fields)) + ")"] * len(events))
+    params = [
+        field.get_db_prep_save(getattr(event, field.attname), connection)
+        for event in events
+        for field in fields
+    ]
+    event_table = connection.ops.quote_name(AuditEvent._meta.db_table)
+    pending_table = connection.ops.quote_name(AuditPending._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH accepted AS (INSERT INTO {event_table} ({', '.join(_EVENT_COLUMNS)}) "  # noqa: S608
+            f"VALUES {rows} RETURNING id, chain) "
+            f"INSERT INTO {pending_table} (event_id, chain) SELECT id, chain FROM accepted "
+            "ORDER BY id RETURNING event_id",
+            params,
+        )
+        ids = sorted(row[0] for row in cursor.fetchall())
+    for event, id_ in zip(events, ids, strict=True):  # ids come from one sequence, in VALUES order
+        event.id = event.pk = id_
+        event._state.adding, event._state.db = False, connection.alias
 
 
 # One sequencer per chain and process at a time: a writer whose commit finds this process already
@@ -129,7 +182,8 @@ def sequence_after_commit(chain: str) -> None:
             if not running.acquire(blocking=False):
                 return  # this process's sequencer of the chain runs now; it looks again once done
             try:
-                sequence_chain(chain)
+                # Straight to the head lock, no look first: this writer has just committed an event.
+                _sequence_batch(chain)
             finally:
                 running.release()
             # A writer that committed while we held the lock saw it taken and left its event to us.
@@ -153,49 +207,74 @@ def _locked_head(chain: str) -> ChainHead:
 
 
 def _unsequenced(chain: str):
-    return AuditEvent.objects.filter(chain=chain, seq__isnull=True)
+    return AuditPending.objects.filter(chain=chain)
 
 
-def _seal(events: list[AuditEvent]) -> None:
-    """The one update audit events ever get: seq, prev_hash and hash, once, in one statement. It goes
-    around the models (AppendOnlyQuerySet refuses updates); the PostgreSQL trigger allows exactly this.
-    (Raw SQL rather than bulk_update: its CASE expressions cost more than the sequencing itself.)"""
-    rows = ", ".join(["(%s, %s, %s, %s)"] * len(events))
-    params = [value for e in events for value in (e.id, e.seq, e.prev_hash, e.hash)]
-    table = connection.ops.quote_name(AuditEvent._meta.db_table)
+def _pending_batch(chain: str) -> list[AuditEvent]:
+    """The chain's next pending events in id order, with what their hashes cover."""
+    ids = _unsequenced(chain).order_by("event_id").values_list("event_id", flat=True)[:SEQUENCE_BATCH]
+    # The base manager: no seal join (these have none yet); one statement, the ids as a subquery.
+    return list(AuditEvent._base_manager.filter(id__in=ids).order_by("id"))
+
+
+def _seal(chain: str, events: list[AuditEvent], head_seq: int, head_hash: str) -> None:
+    """The seals of `events` (one multi-row INSERT, which the PostgreSQL trigger checks continues the
+    chain), their pending rows dropped and the head moved: the events themselves are not written again."""
+    seal_table = connection.ops.quote_name(AuditSeal._meta.db_table)
+    pending_table = connection.ops.quote_name(AuditPending._meta.db_table)
+    rows = ", ".join(["(%s, %s, %s, %s, %s)"] * len(events))
+    params = [value for e in events for value in (e.id, chain, e.seq, e.prev_hash, e.hash)]
+    ids = [e.id for e in events]
+    marks = ", ".join(["%s"] * len(ids))
+    head_table = connection.ops.quote_name(ChainHead._meta.db_table)
+    # Table names from the models, values as parameters.
+    insert = f"INSERT INTO {seal_table} (event_id, chain, seq, prev_hash, hash) VALUES {rows}"  # noqa: S608
+    delete = f"DELETE FROM {pending_table} WHERE event_id IN ({marks})"  # noqa: S608
+    move = f"UPDATE {head_table} SET seq = %s, hash = %s WHERE chain = %s"  # noqa: S608
+    statements = [(insert, params), (delete, ids), (move, [head_seq, head_hash, chain])]
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {table} SET seq = v.column2, prev_hash = v.column3, hash = v.column4 "  # noqa: S608
-            f"FROM (VALUES {rows}) AS v WHERE {table}.id = v.column1",
-            params,
-        )
+        if connection.vendor == "postgresql":
+            # One round trip: psycopg binds client-side here (Django's default), so several statements
+            # go in one execute, still in order and in this transaction.
+            cursor.execute(";\n".join(sql for sql, _ in statements), [p for _, ps in statements for p in ps])
+        else:
+            for sql, statement_params in statements:
+                cursor.execute(sql, statement_params)
 
 
 def sequence_chain(chain: str) -> int:
-    """Chain every committed unsequenced event of `chain`, in id order; returns how many. Everything
+    """Chain every committed pending event of `chain`, in id order; returns how many. Everything
     committed before the call is chained when it returns."""
     chained = 0
-    while _unsequenced(chain).exists():  # unlocked and indexed: most calls end here
-        with transaction.atomic():
-            head = _locked_head(chain)
-            # Read after the lock: whatever an earlier holder chained is no longer unsequenced.
-            batch = list(_unsequenced(chain).order_by("id")[:SEQUENCE_BATCH])
-            if not batch:
-                return chained
-            seq, prev_hash = head.seq, head.hash
-            due = []
-            for event in batch:
-                seq += 1
-                event.seq, event.prev_hash = seq, prev_hash
-                event.hash = prev_hash = hash_body(event.hashed_fields())
-                if seq % settings.AUDIT_CHECKPOINT_EVERY == 0:
-                    due.append((seq, event.hash))
-            _seal(batch)
-            ChainHead.objects.filter(chain=chain).update(seq=seq, hash=prev_hash)
-            for checkpoint_seq, checkpoint_hash in due:
-                write_checkpoint(chain, checkpoint_seq, checkpoint_hash)
-        chained += len(batch)
+    while _unsequenced(chain).exists():  # unlocked, on the small pending table: most calls end here
+        sealed = _sequence_batch(chain)
+        if not sealed:
+            return chained
+        chained += sealed
     return chained
+
+
+def _sequence_batch(chain: str) -> int:
+    """One sequencer transaction: lock the head, seal up to SEQUENCE_BATCH pending events (four round
+    trips with the commit, however many); returns how many."""
+    with transaction.atomic():
+        head = _locked_head(chain)
+        # Read after the lock: whatever an earlier holder chained is no longer pending.
+        batch = _pending_batch(chain)
+        if not batch:
+            return 0
+        seq, prev_hash = head.seq, head.hash
+        due = []
+        for event in batch:
+            seq += 1
+            event.seq, event.prev_hash = seq, prev_hash
+            event.hash = prev_hash = hash_body(event.hashed_fields())
+            if seq % settings.AUDIT_CHECKPOINT_EVERY == 0:
+                due.append((seq, event.hash))
+        _seal(chain, batch, seq, prev_hash)
+        for checkpoint_seq, checkpoint_hash in due:
+            write_checkpoint(chain, checkpoint_seq, checkpoint_hash)
+    return len(batch)
 
 
 def sequence_pending() -> int:
@@ -205,7 +284,7 @@ def sequence_pending() -> int:
 
 
 def _unsequenced_chains() -> list[str]:
-    return sorted(set(AuditEvent.objects.filter(seq__isnull=True).values_list("chain", flat=True)))
+    return sorted(set(AuditPending.objects.values_list("chain", flat=True).distinct()))
 
 
 def archive_public_key(kid: str) -> None:
@@ -271,7 +350,9 @@ def write_due_checkpoints(now: datetime | None = None, seconds: int | None = Non
         if last is not None:
             due = last["last_seq"] < head.seq and last["last_at"] <= cutoff
         else:
-            started = AuditEvent.objects.filter(chain=head.chain, seq=1).values_list("at", flat=True).first()
+            started = (
+                AuditEvent.objects.chained(head.chain).filter(seq=1).values_list("at", flat=True).first()
+            )
             due = started is None or started <= cutoff
         if due:
             checkpoint = checkpoint_head(head.chain)

@@ -98,7 +98,8 @@ def build_packet(tenant, proposal_id) -> dict | None:
     subject = f"proposal:{record['id']}"
     sequence_chain(tenant.chain)  # the packet shows committed events with their place in the chain
     events = [
-        event_dict(e) for e in AuditEvent.objects.filter(chain=tenant.chain, subject=subject).order_by("seq")
+        event_dict(e)
+        for e in AuditEvent.objects.chained(tenant.chain).filter(subject=subject).order_by("seq")
     ]
     names = _display_names({e["actor"] for e in events})
 

@@ -19,7 +19,7 @@ import os
 import tempfile
 import zipfile
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 
@@ -40,7 +40,13 @@ from audit.chain import (
 )
 from audit.models import AuditEvent, ChainHead, Checkpoint, Verb
 from audit.records import checkpoint_dict, event_pages
-from audit.verify import BUNDLE_FORMAT, manifest_payload
+from audit.verify import (
+    BUNDLE_FORMAT,
+    EXPORT_HEAD_FORMAT,
+    EXPORT_HEAD_MARK,
+    export_head_payload,
+    manifest_payload,
+)
 
 CSV_COLUMNS = ("seq", "at", "chain", "actor", "verb", "subject", "data", "prev_hash", "hash")
 OUTCOMES = (
@@ -120,7 +126,7 @@ class Selection:
     def period_events(self):
         """The chain's chained events in the period, up to the snapshot; not narrowed. (An event not
         chained yet has no place in the trail: the sequencer gives it one within moments.)"""
-        events = AuditEvent.objects.filter(chain=self.chain, seq__isnull=False)
+        events = AuditEvent.objects.chained(self.chain)
         if self.since:
             events = events.filter(at__gte=self.since)
         if self.until:
@@ -245,23 +251,78 @@ def jsonl_page(page: list[dict]) -> bytes:
     return "".join(json.dumps(event, ensure_ascii=False) + "\n" for event in page).encode()
 
 
-def chunks(selection: Selection, fmt: str, page_size: int | None = None) -> Iterator[bytes]:
-    """The export as byte chunks, one page of events each (a sync iterator)."""
+def export_head(selection: Selection) -> tuple[int, str]:
+    """(seq, hash) of the chain head the export is cut at: its snapshot (`up_to_seq`), else the head now
+    once everything committed is chained."""
+    if selection.up_to_seq is None:
+        sequence_chain(selection.chain)
+        head = ChainHead.objects.filter(chain=selection.chain).first()
+        seq = head.seq if head else 0
+    else:
+        seq = selection.up_to_seq
+    found = AuditEvent.objects.chained(selection.chain).filter(seq=seq).values_list("hash", flat=True).first()
+    return seq, found or GENESIS_HASH
+
+
+def head_record(selection: Selection, head: tuple[int, str], digest: str, events: int) -> dict:
+    """The signed head that ends a CSV or JSON Lines export (verify.EXPORT_HEAD_FORMAT): the chain head
+    it was cut at, and the sha256 and number of the event lines before it, signed with Ed25519 over RFC
+    8785 of everything but the signature. `python -m audit.verify export.jsonl --jwks ...` checks it."""
+    from signing_keys import sign_bytes
+
+    record = {
+        "format": EXPORT_HEAD_FORMAT,
+        "chain": selection.chain,
+        "seq": head[0],
+        "hash": head[1],
+        "at": format_time(timezone.now()),
+        "events": events,
+        "sha256": digest,
+        "filters": selection.filters(),
+    }
+    kid, signature = sign_bytes(export_head_payload(record))
+    archive_public_key(kid)
+    return {**record, "kid": kid, "signature": signature}
+
+
+def head_line(fmt: str, record: dict) -> bytes:
     if fmt == "csv":
-        yield csv_header()
+        buffer = io.StringIO()
+        csv.writer(buffer).writerow([EXPORT_HEAD_MARK, json.dumps(record, sort_keys=True)])
+        return buffer.getvalue().encode()
+    return (json.dumps({EXPORT_HEAD_MARK: record}, sort_keys=True) + "\n").encode()
+
+
+def _blocks(selection: Selection, fmt: str, page_size: int | None = None) -> Iterator[tuple[bytes, int]]:
+    """(bytes, events written so far) page by page, then the signed head line."""
+    head = export_head(selection)
+    selection = replace(selection, up_to_seq=head[0])
+    digest, done = hashlib.sha256(), 0
+    if fmt == "csv":
+        header = csv_header()
+        digest.update(header)
+        yield header, done
     render = csv_page if fmt == "csv" else jsonl_page
     for page in event_pages(selection.events(), page_size=page_size):
-        yield render(page)
+        block = render(page)
+        digest.update(block)
+        done += len(page)
+        yield block, done
+    yield head_line(fmt, head_record(selection, head, digest.hexdigest(), done)), done
+
+
+def chunks(selection: Selection, fmt: str, page_size: int | None = None) -> Iterator[bytes]:
+    """The export as byte chunks, one page of events each (a sync iterator), ending with its signed
+    head line."""
+    for block, _ in _blocks(selection, fmt, page_size):
+        yield block
 
 
 def write_lines(selection: Selection, fmt: str, out) -> Iterator[int]:
-    """Write CSV or JSON Lines to a binary file; yields how many events are written after each page."""
-    if fmt == "csv":
-        out.write(csv_header())
-    render, done = (csv_page if fmt == "csv" else jsonl_page), 0
-    for page in event_pages(selection.events()):
-        out.write(render(page))
-        done += len(page)
+    """Write CSV or JSON Lines to a binary file, ending with its signed head line; yields how many
+    events are written after each page."""
+    for block, done in _blocks(selection, fmt):
+        out.write(block)
         yield done
 
 
@@ -290,7 +351,7 @@ def bundle_segment(selection: Selection) -> Segment:
     chain = selection.chain
     head_row = ChainHead.objects.filter(chain=chain).first()
     head_seq = selection.up_to_seq if selection.up_to_seq is not None else (head_row.seq if head_row else 0)
-    head_event = AuditEvent.objects.filter(chain=chain, seq=head_seq).values_list("hash", flat=True).first()
+    head_event = AuditEvent.objects.chained(chain).filter(seq=head_seq).values_list("hash", flat=True).first()
     head_hash = head_event or (head_row.hash if head_row and head_row.seq == head_seq else GENESIS_HASH)
     period = selection.period_events()
     if selection.until:
@@ -368,8 +429,8 @@ def write_bundle(selection: Selection, path: Path, *, created_by: str) -> Iterat
     with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
         events_path = Path(scratch) / "events.jsonl"
         digest, size, written = hashlib.sha256(), 0, 0
-        events = AuditEvent.objects.filter(
-            chain=segment.chain, seq__gte=segment.first_seq, seq__lte=segment.last_seq
+        events = AuditEvent.objects.chained(segment.chain).filter(
+            seq__gte=segment.first_seq, seq__lte=segment.last_seq
         )
         with events_path.open("wb") as out:
             for page in event_pages(events, after_seq=segment.first_seq - 1):

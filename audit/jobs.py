@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from audit.chain import append, sequence_chain, write_due_checkpoints
 from audit.exports import Selection, bundle_segment, count, write_bundle, write_lines
-from audit.models import ChainHead, ExportJob, Verb
+from audit.models import AuditSeal, ChainHead, ExportJob, Verb
 from tenants import queries as tenant_queries
 
 log = logging.getLogger(__name__)
@@ -52,8 +52,7 @@ def record_export(tenant, *, actor: str, kind: str, filters: dict, subject: str,
             data={"kind": kind, "filters": filters, "delivery": delivery},
         )
     sequence_chain(tenant.chain)  # (inside a test's transaction the on-commit hook never runs)
-    event.refresh_from_db()
-    return event.seq
+    return AuditSeal.objects.get(event_id=event.id).seq
 
 
 def create_export(tenant, *, user, kind: str, filters: dict) -> ExportJob:

@@ -174,8 +174,7 @@ def collect_steps(
     chain: str, *, since: datetime | None = None, until: datetime | None = None, up_to_seq: int | None = None
 ) -> Generator[int, None, Metrics]:
     """Metrics for the proposals submitted in [since, until); yields the events read after each page."""
-    events = AuditEvent.objects.filter(
-        chain=chain,
+    events = AuditEvent.objects.chained(chain).filter(
         verb__in=[
             Verb.PROPOSAL_SUBMITTED,
             Verb.POLICY_EVALUATED,

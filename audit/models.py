@@ -2,18 +2,19 @@
 
 Each event's hash covers its predecessor's hash, so changing, removing or reordering any event breaks
 every hash after it; signed checkpoints of the chain head make truncation of the tail visible too.
-An event is accepted with `seq`, `prev_hash` and `hash` empty and chained once, right after its
-transaction commits, by the sequencer (audit/chain.py). The models and their querysets refuse update
-and delete (the sequencer's one update goes around them); on PostgreSQL triggers (migration 0004) refuse
-every UPDATE but that one, DELETE and TRUNCATE on events, checkpoints and archived public keys, and any
-chain head that does not name the hash of the event at its seq.
+An event is accepted with one insert (the event and its pending row) and chained once, right after its
+transaction commits, by the sequencer (audit/chain.py), which inserts its seal (seq, prev_hash, hash):
+each row is written once. The models and their querysets refuse update and delete; on PostgreSQL
+triggers (migrations 0002, 0004, 0006) refuse UPDATE, DELETE and TRUNCATE on events, seals, checkpoints
+and archived public keys, a seal that does not continue its chain, and any chain head that does not name
+the hash sealed at its seq.
 """
 
 import uuid
 
 from django.conf import settings
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import F
 
 
 class AppendOnlyError(Exception):
@@ -93,12 +94,32 @@ class Verb(models.TextChoices):
     POST_HOC_REVIEW_OVERDUE = "post_hoc_review.overdue"
 
 
+class AuditEventQuerySet(AppendOnlyQuerySet):
+    def chained(self, chain: str):
+        """The chain's sealed events, filtered on the seal's own chain column (its (chain, seq) index
+        serves every seq range and order)."""
+        return self.filter(seal__chain=chain)
+
+
+class AuditEventManager(models.Manager.from_queryset(AuditEventQuerySet)):
+    """Every queryset carries the event's place in its chain from its seal (NULL until sealed), under
+    the names the events had as columns before the seal table: `seq`, `prev_hash`, `hash`. So
+    `.filter(seq__lte=...)`, `.order_by("seq")` and `.values("seq", "hash")` read as they always did."""
+
+    def get_queryset(self):
+        return (
+            super()
+            .get_queryset()
+            .annotate(seq=F("seal__seq"), prev_hash=F("seal__prev_hash"), hash=F("seal__hash"))
+        )
+
+
 class AuditEvent(AppendOnlyModel):
-    """One event. `seq`, `prev_hash` and `hash` are empty (NULL) from its insert until the sequencer
-    chains it, shortly after the transaction that wrote it commits."""
+    """One event: what happened, written once by the change's transaction and never changed. Its place
+    in the chain (seq, prev_hash, hash) is its AuditSeal, written once by the sequencer shortly after that
+    transaction commits; querysets carry it as `seq`, `prev_hash` and `hash` (None until sealed)."""
 
     chain = models.CharField(max_length=50)
-    seq = models.PositiveBigIntegerField(null=True, blank=True)
     at = models.DateTimeField(db_index=True)
     actor = models.CharField(
         max_length=200, help_text="user:<username> | agent:<slug> | policy:<id>@<v> | system"
@@ -106,19 +127,18 @@ class AuditEvent(AppendOnlyModel):
     verb = models.CharField(max_length=50, choices=Verb.choices)
     subject = models.CharField(max_length=200, help_text="e.g. proposal:<uuid>")
     data = models.JSONField(default=dict)
-    # NULL, not "", until chained: the trigger and the sequencer tell "not chained yet" by it.
-    prev_hash = models.CharField(max_length=71, null=True, blank=True)  # noqa: DJ001
-    hash = models.CharField(max_length=71, null=True, blank=True)  # noqa: DJ001
+
+    objects = AuditEventManager()
+
+    # Until sealed (and on an instance read without the manager's annotations).
+    seq = None
+    prev_hash = None
+    hash = None
 
     class Meta:
-        # Chain order; events not chained yet last, in the order the sequencer will take them.
-        ordering = ["chain", F("seq").asc(nulls_last=True), "id"]
-        constraints = [models.UniqueConstraint(fields=["chain", "seq"], name="one_event_per_chain_seq")]
-        indexes = [
-            models.Index(fields=["subject"], name="audit_by_subject"),
-            # What the sequencer reads on every commit: a small index of the events not chained yet.
-            models.Index(fields=["chain", "id"], condition=Q(seq__isnull=True), name="audit_unsequenced"),
-        ]
+        # Chain order; events not sealed yet last, in the order the sequencer will take them.
+        ordering = ["chain", F("seal__seq").asc(nulls_last=True), "id"]
+        indexes = [models.Index(fields=["subject"], name="audit_by_subject")]
 
     def __str__(self):
         return f"{self.chain}#{self.seq} {self.verb} {self.subject}"
@@ -129,6 +149,46 @@ class AuditEvent(AppendOnlyModel):
         return event_body(
             self.chain, self.seq, self.at, self.actor, self.verb, self.subject, self.data, self.prev_hash
         )
+
+
+class AuditSeal(AppendOnlyModel):
+    """An event's place in its chain: seq, prev_hash and hash, inserted once by the sequencer (never
+    updated: the event row itself is written once too). On PostgreSQL a trigger refuses a seal that
+    does not continue its chain (seq n+1 naming the hash sealed at n) or names an event of another chain;
+    UPDATE, DELETE and TRUNCATE are refused."""
+
+    event = models.OneToOneField(
+        AuditEvent, primary_key=True, on_delete=models.PROTECT, related_name="seal", db_column="event_id"
+    )
+    chain = models.CharField(max_length=50)
+    seq = models.PositiveBigIntegerField()
+    prev_hash = models.CharField(max_length=71)
+    hash = models.CharField(max_length=71)
+
+    class Meta:
+        ordering = ["chain", "seq"]
+        constraints = [models.UniqueConstraint(fields=["chain", "seq"], name="one_seal_per_chain_seq")]
+
+    def __str__(self):
+        return f"{self.chain}#{self.seq}"
+
+
+class AuditPending(models.Model):
+    """The sequencer's queue: one row per accepted event not sealed yet, inserted with the event (same
+    statement on PostgreSQL), deleted when it is sealed. A small table, so finding what to chain never
+    scans the trail. Deleting a row here hides nothing: `audit_verify` reports an event that has neither
+    a seal nor a pending row."""
+
+    event = models.OneToOneField(
+        AuditEvent, primary_key=True, on_delete=models.PROTECT, related_name="+", db_column="event_id"
+    )
+    chain = models.CharField(max_length=50)
+
+    class Meta:
+        indexes = [models.Index(fields=["chain", "event"], name="audit_pending_by_chain")]
+
+    def __str__(self):
+        return f"{self.chain} event {self.event_id} pending"
 
 
 class ChainHead(models.Model):

@@ -1,5 +1,7 @@
 """Verify hash chains without Django:
-`python -m audit.verify bundle.zip (--jwks FILE_OR_URL | --trust-bundle-keys) [--previous OLD.zip]`.
+`python -m audit.verify bundle.zip (--jwks FILE_OR_URL | --trust-bundle-keys) [--previous OLD.zip]`, or
+`python -m audit.verify export.csv|export.jsonl --jwks FILE_OR_URL` (a CSV or JSON Lines export ends
+with a signed head line: the chain head it was cut at and the sha256 of the lines before it).
 
 The keys must be pinned: a bundle checked only against the keys it carries proves nothing about who
 wrote it (whoever rewrote the events could sign with a key of their own and ship that key along), so the
@@ -38,6 +40,10 @@ import rfc8785
 from audit.hashing import GENESIS_HASH, HASHED_FIELDS, checkpoint_payload, hash_body
 
 BUNDLE_FORMAT = "reviewer-audit-bundle/1"
+# The last line of a CSV or JSON Lines export: its signed head (audit/exports.py head_record).
+EXPORT_HEAD_FORMAT = "reviewer-audit-export/1"
+EXPORT_HEAD_MARK = "export_head"
+CSV_COLUMNS = ("seq", "at", "chain", "actor", "verb", "subject", "data", "prev_hash", "hash")
 
 
 @dataclass
@@ -77,6 +83,11 @@ def manifest_payload(manifest: dict) -> bytes:
     return rfc8785.dumps({key: value for key, value in manifest.items() if key != "signature"})
 
 
+def export_head_payload(record: dict) -> bytes:
+    """What an export's head signature covers: the head record without its kid and signature."""
+    return rfc8785.dumps({key: value for key, value in record.items() if key not in ("kid", "signature")})
+
+
 def b64url_decode(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
@@ -105,6 +116,35 @@ def signature_problem(keys: dict, kid: str, signature: str, payload: bytes) -> s
     return None
 
 
+class VouchedHashes:
+    """Every event hash of one chain that an earlier bundle held, 8 bytes each (the first 8 bytes of the
+    sha256: a rewrite that matched them by chance would need 2**64 tries), so a chain of a million events
+    costs 8 MB. With it a rewritten event is named exactly, even when every hash after it was recomputed
+    and no checkpoint lies between: the first seq whose hash differs."""
+
+    def __init__(self):
+        from array import array
+
+        self.first_seq = None
+        self.prefixes = array("Q")
+
+    @staticmethod
+    def _prefix(hash_: str) -> int:
+        return int(hash_.removeprefix("sha256:")[:16], 16)
+
+    def add(self, seq: int, hash_: str) -> None:
+        if self.first_seq is None:
+            self.first_seq = seq
+        if seq != self.first_seq + len(self.prefixes):
+            return  # not contiguous: only the contiguous run from the first seq is kept
+        self.prefixes.append(self._prefix(hash_))
+
+    def differs(self, seq: int, hash_: str) -> bool:
+        if self.first_seq is None or not self.first_seq <= seq < self.first_seq + len(self.prefixes):
+            return False
+        return self.prefixes[seq - self.first_seq] != self._prefix(hash_)
+
+
 class ChainVerifier:
     """Verify one chain (or one contiguous segment of it) fed event by event in seq order.
 
@@ -123,8 +163,10 @@ class ChainVerifier:
         start_prev_hash: str = GENESIS_HASH,
         expected: dict[int, str] | None = None,
         expected_source: str = "the earlier bundle",
+        vouched: VouchedHashes | None = None,
     ):
         self.chain, self.result = chain, result
+        self.vouched = vouched
         self.expected_source = expected_source
         self.start_seq, self.start_prev_hash = start_seq, start_prev_hash
         self.expected = dict(expected or {})
@@ -185,6 +227,11 @@ class ChainVerifier:
             )
         elif event_hash(event) != event["hash"]:
             problem = "content does not match its hash (the event was changed)"
+        elif self.vouched is not None and self.vouched.differs(seq, event["hash"]):
+            problem = (
+                "differs from the earlier bundle, which holds another hash for this event: it was "
+                "rewritten here (and every hash after it recomputed)"
+            )
         elif seq in self.signed and self.signed[seq] != event["hash"]:
             seq = self.last_signed_seen + 1
             problem = (
@@ -318,7 +365,31 @@ def _checkpoints_by_chain(bundle: zipfile.ZipFile) -> dict[str, list[dict]]:
     return by_chain
 
 
-def _earlier_hashes(path: str, keys: dict, result: Result) -> dict[str, dict[int, str]]:
+def earlier_hashes(
+    path, keys: dict, result: Result
+) -> tuple[dict[str, dict[int, str]], dict[str, VouchedHashes]]:
+    """What an earlier bundle vouches for: {chain: {seq: hash}} of its checkpoints and its segments' ends,
+    and {chain: VouchedHashes} of every event it holds (when its events.jsonl is the one its signed
+    manifest names)."""
+    expected = _earlier_checkpoints(path, keys, result)
+    vouched: dict[str, VouchedHashes] = {}
+    if not result.ok:
+        return expected, vouched
+    with zipfile.ZipFile(path) as bundle:
+        manifest = _read_manifest(bundle)
+        with bundle.open("events.jsonl") as raw:
+            lines = _HashingLines(raw)
+            for event in _jsonl(lines):
+                vouched.setdefault(event["chain"], VouchedHashes()).add(event["seq"], event["hash"])
+        if manifest.get("files", {}).get("events.jsonl", {}).get("sha256") != lines.digest.hexdigest():
+            result.notes.append(
+                "the earlier bundle's events.jsonl is not the one its manifest signed: ignored"
+            )
+            vouched = {}
+    return expected, vouched
+
+
+def _earlier_checkpoints(path: str, keys: dict, result: Result) -> dict[str, dict[int, str]]:
     """{chain: {seq: hash}} that an earlier bundle vouches for: its checkpoints and its segments' ends."""
     with zipfile.ZipFile(path) as bundle:
         manifest = _read_manifest(bundle)
@@ -377,7 +448,7 @@ def verify_bundle(path, *, jwks: dict | None = None, previous: str | None = None
             if files.get(name, {}).get("sha256") != digest:
                 result.fail(None, f"{name}: its sha256 differs from the manifest (the file was changed)")
 
-        expected = _earlier_hashes(previous, keys, result) if previous else {}
+        expected, vouched = earlier_hashes(previous, keys, result) if previous else ({}, {})
         checkpoints = _checkpoints_by_chain(bundle)
         segments = {segment["chain"]: segment for segment in manifest.get("chains", [])}
         seen_chains: set[str] = set()
@@ -415,6 +486,7 @@ def verify_bundle(path, *, jwks: dict | None = None, previous: str | None = None
                         start_seq=segment["first_seq"],
                         start_prev_hash=segment["prev_hash"],
                         expected=expected.get(chain),
+                        vouched=vouched.get(chain),
                     )
                 verifier.feed(event)
         if verifier is not None:
@@ -433,6 +505,145 @@ def verify_bundle(path, *, jwks: dict | None = None, previous: str | None = None
                     "holds none",
                     chain,
                 )
+    return result
+
+
+# --------------------------------------------------------------------------------------------------
+# CSV and JSON Lines exports: events, then one signed head line
+
+
+def _csv_value(cell: str) -> str:
+    """Undo the export's formula guard (a leading ' before = + - @ tab or CR)."""
+    return cell[1:] if cell[:1] == "'" and cell[1:2] in ("=", "+", "-", "@", "\t", "\r") else cell
+
+
+def _csv_events(lines: Iterable[bytes]) -> Iterator[dict]:
+    import csv
+
+    rows = csv.reader(line.decode("utf-8") for line in lines)
+    if next(rows, None) != list(CSV_COLUMNS):
+        raise BundleError("not a Reviewer CSV export: its header differs")
+    for row in rows:
+        event = dict(zip(CSV_COLUMNS, row, strict=True))
+        event["seq"] = int(event["seq"])
+        for name in ("actor", "subject"):
+            event[name] = _csv_value(event[name])
+        event["data"] = json.loads(_csv_value(event["data"]))
+        yield event
+
+
+def _head_record(line: bytes | None, csv_format: bool) -> dict:
+    if not line:
+        raise BundleError("the export has no signed head line (it was cut short, or is not an export)")
+    text = line.decode("utf-8")
+    if csv_format:
+        import csv
+
+        row = next(csv.reader([text]), [])
+        if len(row) != 2 or row[0] != EXPORT_HEAD_MARK:
+            raise BundleError(
+                "the export's last line is not its signed head (it was cut short or appended to)"
+            )
+        return json.loads(row[1])
+    record = json.loads(text)
+    if not isinstance(record, dict) or EXPORT_HEAD_MARK not in record:
+        raise BundleError("the export's last line is not its signed head (it was cut short or appended to)")
+    return record[EXPORT_HEAD_MARK]
+
+
+def verify_export(path, *, jwks: dict) -> Result:
+    """Verify a CSV or JSON Lines export against pinned keys, streaming: its head line's signature, that
+    the lines before it are exactly the ones signed (sha256 and count), every event's hash, the links
+    between consecutive seqs, that nothing lies past the head and that the head's event has the head's
+    hash; an export not narrowed to proposals must also have no gaps (from seq 1 without a `since`, up
+    to the head without an `until`)."""
+    result = Result()
+    keys = public_keys(jwks)
+    csv_format = str(path).lower().endswith(".csv")
+    digest, held = hashlib.sha256(), {"last": None}
+
+    def body(raw) -> Iterator[bytes]:
+        for line in raw:  # one line behind: the last line is the head and is not part of the digest
+            if held["last"] is not None:
+                digest.update(held["last"])
+                yield held["last"]
+            held["last"] = line
+
+    with open(path, "rb") as raw:
+        lines = body(raw)
+        events = _csv_events(lines) if csv_format else _jsonl(lines)
+        checked = []  # (seq, hash) of the previous event only; constant memory
+        first_seq = last_seq = None
+        gaps = False
+        head_chain = None
+        for event in events:
+            result.events += 1
+            seq = event["seq"]
+            head_chain = head_chain or event["chain"]
+            if event["chain"] != head_chain:
+                result.fail(
+                    seq, f"event {seq}: belongs to chain {event['chain']}, not {head_chain}", head_chain
+                )
+            if event_hash(event) != event["hash"]:
+                result.fail(
+                    seq, f"{event['chain']} event {seq}: content does not match its hash", event["chain"]
+                )
+            if checked:
+                previous_seq, previous_hash = checked[-1]
+                if seq <= previous_seq:
+                    result.fail(
+                        seq, f"{event['chain']} event {seq}: out of order or repeated", event["chain"]
+                    )
+                elif seq == previous_seq + 1 and event["prev_hash"] != previous_hash:
+                    result.fail(
+                        seq,
+                        f"{event['chain']} event {seq}: prev_hash does not match the previous event's hash",
+                        event["chain"],
+                    )
+                elif seq > previous_seq + 1:
+                    gaps = True
+            first_seq = seq if first_seq is None else first_seq
+            last_seq = seq
+            checked[:] = [(seq, event["hash"])]
+        head = _head_record(held["last"], csv_format)
+    chain = head.get("chain")
+    if head.get("format") != EXPORT_HEAD_FORMAT:
+        raise BundleError(f"unknown export head format {head.get('format')!r}")
+    problem = signature_problem(
+        keys, head.get("kid", ""), head.get("signature", ""), export_head_payload(head)
+    )
+    if problem:
+        result.fail(None, f"the export's signed head: {problem}", chain)
+        return result
+    result.checkpoints += 1
+    if head["sha256"] != digest.hexdigest() or head["events"] != result.events:
+        result.fail(
+            None,
+            f"{chain}: the event lines differ from the ones the head signed "
+            f"({result.events} lines, the head signed {head['events']}): lines changed, added or removed",
+            chain,
+        )
+    if head_chain is not None and head_chain != chain:
+        result.fail(None, f"the events are of chain {head_chain}, the head of {chain}", chain)
+    if last_seq is not None and last_seq > head["seq"]:
+        result.fail(head["seq"] + 1, f"{chain}: events past the signed head at seq {head['seq']}", chain)
+    if checked and checked[-1][0] == head["seq"] and checked[-1][1] != head["hash"]:
+        result.fail(head["seq"], f"{chain} event {head['seq']}: its hash is not the signed head's", chain)
+    filters = head.get("filters") or {}
+    narrowed = any(filters.get(name) for name in ("policy", "agent", "reviewer", "outcome"))
+    if not narrowed:
+        if gaps:
+            result.fail(None, f"{chain}: events are missing between seqs of this unfiltered export", chain)
+        if not filters.get("since") and first_seq not in (None, 1):
+            result.fail(1, f"{chain}: the export should start at seq 1, it starts at {first_seq}", chain)
+        if not filters.get("until") and (last_seq or 0) != head["seq"]:
+            result.fail(
+                (last_seq or 0) + 1, f"{chain}: the export should reach the head at seq {head['seq']}", chain
+            )
+    result.notes.append(
+        f"export of {chain} cut at seq {head['seq']} ({head['at']}), filters "
+        f"{ {k: v for k, v in filters.items() if v} or 'none' }"
+    )
     return result
 
 
@@ -469,7 +680,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m audit.verify",
         description="Verify a Reviewer audit bundle offline (no database, no Django).",
     )
-    parser.add_argument("bundle", help="the bundle zip exported by Reviewer")
+    parser.add_argument(
+        "bundle", help="the bundle zip exported by Reviewer, or a CSV / JSON Lines export (needs --jwks)"
+    )
     keys = parser.add_mutually_exclusive_group()
     keys.add_argument(
         "--jwks",
@@ -493,6 +706,8 @@ def main(argv: list[str] | None = None) -> int:
             "keys inside the bundle (which proves integrity, not authorship)"
         )
     out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", errors="replace", line_buffering=True)
+    if not zipfile.is_zipfile(args.bundle):
+        return _main_export(args, out)
     try:
         jwks = load_jwks(args.jwks) if args.jwks else None
         with zipfile.ZipFile(args.bundle) as bundle:
@@ -502,6 +717,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cannot read the bundle: {error}", file=out)
         return 2
     for line in description + result.notes:
+        print(line, file=out)
+    for problem in result.problems:
+        print(f"problem: {problem}", file=out)
+    print(result.summary(), file=out)
+    return 0 if result.ok else 1
+
+
+def _main_export(args, out) -> int:
+    """A CSV or JSON Lines export: it carries no keys, so only --jwks can pin them."""
+    if not args.jwks:
+        print(
+            "an export carries no keys: pass --jwks FILE_OR_URL with the keys you trust "
+            "(e.g. https://reviewer.example/.well-known/jwks.json)",
+            file=out,
+        )
+        return 2
+    try:
+        result = verify_export(args.bundle, jwks=load_jwks(args.jwks))
+    except (BundleError, OSError, ValueError, KeyError, TypeError) as error:
+        print(f"cannot read the export: {error}", file=out)
+        return 2
+    for line in result.notes:
         print(line, file=out)
     for problem in result.problems:
         print(f"problem: {problem}", file=out)

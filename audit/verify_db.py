@@ -11,9 +11,9 @@ from pathlib import Path
 from audit import checkpoint_files
 from audit.chain import sequence_chain, verification_jwks
 from audit.hashing import checkpoint_payload
-from audit.models import AuditEvent, ChainHead, Checkpoint
+from audit.models import AuditEvent, AuditPending, ChainHead, Checkpoint
 from audit.records import checkpoint_dict, event_pages
-from audit.verify import ChainVerifier, Result, public_keys, signature_problem
+from audit.verify import ChainVerifier, Result, earlier_hashes, public_keys, signature_problem
 
 EXTERNAL = "the checkpoint file kept outside the database"
 
@@ -40,6 +40,7 @@ def verify_chain_steps(
     *,
     result: Result | None = None,
     checkpoint_source: Path | None = None,
+    previous: Path | None = None,
 ) -> Generator[int, None, Result]:
     """Check every hash, link and checkpoint of one chain, that it ends at its recorded head, and that it
     holds every checkpoint written outside the database (from `checkpoint_source`, a directory or file;
@@ -50,18 +51,51 @@ def verify_chain_steps(
     # Checkpoints before the head: a checkpoint written meanwhile can then never look like a truncation.
     checkpoints = [checkpoint_dict(c) for c in Checkpoint.objects.filter(chain=chain).order_by("seq")]
     expected = external_checkpoints(chain, keys, result, checkpoint_source)
+    vouched = None
+    if previous is not None:
+        # An earlier bundle: its checkpoints count as external ones, and its every event hash names a
+        # rewritten event exactly (not only the range between two checkpoints).
+        earlier, every = earlier_hashes(previous, keys, result)
+        expected = {**earlier.get(chain, {}), **expected}
+        vouched = every.get(chain)
     head = ChainHead.objects.filter(chain=chain).first()
     verifier = ChainVerifier(
-        chain, keys=keys, checkpoints=checkpoints, result=result, expected=expected, expected_source=EXTERNAL
+        chain,
+        keys=keys,
+        checkpoints=checkpoints,
+        result=result,
+        expected=expected,
+        expected_source=EXTERNAL,
+        vouched=vouched,
     )
-    events = AuditEvent.objects.filter(chain=chain)
+    events = AuditEvent.objects.chained(chain)
     if head is not None:
         events = events.filter(seq__lte=head.seq)
     for page in event_pages(events):
         if not all(verifier.feed(event) for event in page):
             break
         yield result.events
+    _unchained(chain, result)
     return verifier.finish(expected_last=(head.seq, head.hash) if head else None)
+
+
+def _unchained(chain: str, result: Result) -> None:
+    """An accepted event must end up in the chain: one that has neither a seal nor a pending row (the
+    sequencer's queue) was taken out of that queue, so it would never be chained."""
+    waiting = AuditPending.objects.filter(chain=chain).values("event_id")
+    lost = (
+        AuditEvent._base_manager.filter(chain=chain, seal__isnull=True)
+        .exclude(id__in=waiting)
+        .order_by("id")
+        .values_list("id", "verb", "subject")
+    )
+    for event_id, verb, subject in lost[:10]:
+        result.fail(
+            None,
+            f"{chain} event id {event_id} ({verb} {subject}) was accepted but is not chained and no longer "
+            "waits to be (its row in the sequencer's queue was deleted)",
+            chain,
+        )
 
 
 def verify_chain(
@@ -70,8 +104,11 @@ def verify_chain(
     *,
     result: Result | None = None,
     checkpoint_source: Path | None = None,
+    previous: Path | None = None,
 ) -> Result:
-    steps = verify_chain_steps(chain, jwks, result=result, checkpoint_source=checkpoint_source)
+    steps = verify_chain_steps(
+        chain, jwks, result=result, checkpoint_source=checkpoint_source, previous=previous
+    )
     while True:
         try:
             next(steps)

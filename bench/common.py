@@ -15,19 +15,15 @@ ROOT = Path(__file__).resolve().parent.parent
 # A server whose databases may be dropped: every scratch database's name contains "bench".
 POSTGRES = os.environ.get("BENCH_POSTGRES", "postgres://postgres@127.0.0.1:5432")
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/15")
-# Put in front of every scratch database's name, so benchmarks run side by side (several checkouts on
-# one PostgreSQL server) do not drop each other's databases (BENCH_DB_PREFIX=alice_).
-DB_PREFIX = os.environ.get("BENCH_DB_PREFIX", "")
 
 
 def scratch_environment(database: str) -> dict:
-    """Environment variables of a run on a fresh PostgreSQL database named `database` (dropped and
-    created again: its name must contain "bench") and a fresh data folder. BENCH_DB_PREFIX, when set, is
-    put before the name, so runs that share one PostgreSQL server do not drop each other's databases."""
-    from bench.export_memory import _prepare_postgres
+    """Environment variables of a run on a fresh PostgreSQL database named `database` (with
+    BENCH_DB_PREFIX in front; dropped and created again: its name must contain "bench") and a fresh data
+    folder."""
+    from bench.export_memory import _prepare_postgres, scratch_database
 
-    database = f"{DB_PREFIX}{database}"
-    url = f"{POSTGRES}/{database}"
+    url = f"{POSTGRES}/{scratch_database(database)}"
     _prepare_postgres(url)
     folder = Path(tempfile.mkdtemp(prefix=f"reviewer-{database}-"))
     return {

@@ -43,7 +43,9 @@ def _setup_django():
 
 def _generate(events: int) -> dict:
     """A realistic trail, fast: ten events per proposal lifecycle, hashed with the real rule and
-    bulk-inserted; a signed checkpoint every AUDIT_CHECKPOINT_EVERY events, as append() would write."""
+    bulk-inserted with their seals in seq order, as the sequencer writes them (the seal trigger checks
+    each continues the chain); a signed checkpoint every AUDIT_CHECKPOINT_EVERY events, as the
+    sequencer signs them."""
     import hashlib
     import uuid
     from datetime import UTC, datetime, timedelta
@@ -55,7 +57,7 @@ def _generate(events: int) -> dict:
     call_command("migrate", verbosity=0)
     from approvals.models import Tenant
     from audit.chain import GENESIS_HASH, event_body, hash_body, write_checkpoint
-    from audit.models import AuditEvent, ChainHead
+    from audit.models import AuditEvent, AuditSeal, ChainHead
 
     tenant = Tenant.objects.create(slug="bench", name="Bench Corp")
     chain = f"tenant:{tenant.id}"
@@ -174,10 +176,16 @@ def _generate(events: int) -> dict:
 
     def flush():
         with transaction.atomic():
-            AuditEvent.objects.bulk_create(batch)
-            for event in batch:
-                if event.seq % every == 0:
-                    write_checkpoint(chain, event.seq, event.hash)
+            events = AuditEvent.objects.bulk_create([event for event, _ in batch])
+            AuditSeal.objects.bulk_create(
+                [
+                    AuditSeal(event=event, chain=chain, **seal)
+                    for event, (_, seal) in zip(events, batch, strict=True)
+                ]
+            )
+            for _, seal in batch:
+                if seal["seq"] % every == 0:
+                    write_checkpoint(chain, seal["seq"], seal["hash"])
         batch.clear()
 
     number = 0
@@ -190,16 +198,9 @@ def _generate(events: int) -> dict:
             body = event_body(chain, seq, at, actor, verb, subject, data, prev)
             prev = hash_body(body)
             batch.append(
-                AuditEvent(
-                    chain=chain,
-                    seq=seq,
-                    at=at,
-                    actor=actor,
-                    verb=verb,
-                    subject=subject,
-                    data=data,
-                    prev_hash=body["prev_hash"],
-                    hash=prev,
+                (
+                    AuditEvent(chain=chain, at=at, actor=actor, verb=verb, subject=subject, data=data),
+                    {"seq": seq, "prev_hash": body["prev_hash"], "hash": prev},
                 )
             )
         number += 1
@@ -250,7 +251,12 @@ def _child(task: str, up_to: int, out: Path, events: int) -> dict:
     elif task == "naive":  # what not to do: every event in memory at once
         from audit.records import event_dict
 
-        rows = [event_dict(row) for row in AuditEvent.objects.filter(seq__lte=up_to).values()]
+        rows = [
+            event_dict(row)
+            for row in AuditEvent.objects.filter(seq__lte=up_to).values(
+                "chain", "seq", "at", "actor", "verb", "subject", "data", "prev_hash", "hash"
+            )
+        ]
         out.write_text("".join(json.dumps(row) + "\n" for row in rows))
         written = len(rows)
     return {"events": written, "bytes": out.stat().st_size if out.exists() else 0}
@@ -279,6 +285,12 @@ def _run(args: list[str], env: dict) -> tuple[dict, float, float]:
     except ValueError:
         result = {"output": last, "exit": process.returncode}
     return result, usage.ru_maxrss / 1024, seconds
+
+
+def scratch_database(name: str) -> str:
+    """A scratch database's name with BENCH_DB_PREFIX in front (e.g. `h_audit_`), so that benchmarks run
+    by several people on one PostgreSQL server do not drop one another's databases."""
+    return os.environ.get("BENCH_DB_PREFIX", "") + name
 
 
 def _prepare_postgres(url: str) -> None:

@@ -1,15 +1,16 @@
 """R4: chained audit append with 8 concurrent writers on one tenant, against a plain insert of the same
 row, on PostgreSQL (issue 10 point 6).
 
-    .venv/bin/python bench/audit_append.py                 # scratch database bench_audit_append
-    BENCH_POSTGRES=postgres://postgres@127.0.0.1:5432 .venv/bin/python bench/audit_append.py --events 4000
+    .venv/bin/python bench/r4_audit_append.py      # scratch database $BENCH_DB_PREFIX + bench_audit_append
+    BENCH_POSTGRES=postgres://postgres@127.0.0.1:5432 .venv/bin/python bench/r4_audit_append.py --events 4000
 
 Not a test: it prints numbers. Each writer is a thread with its own connection; each event is its own
 transaction, as a service's change is.
 - **plain**: `AuditEvent.objects.create(...)` of the same row in a transaction, nothing else;
 - **chained**: `audit.chain.append(...)` in a transaction; after the commit the writer's on-commit hook
-  runs the sequencer (lock the chain head, chain every committed event, move the head, a checkpoint
-  every AUDIT_CHECKPOINT_EVERY). The clock stops when every event is chained, not when it is accepted.
+  runs the sequencer (lock the chain head, insert the seals of every committed pending event in one
+  statement, move the head, a checkpoint every AUDIT_CHECKPOINT_EVERY). The clock stops when every
+  event is chained, not when it is accepted.
 Each configuration runs three rounds; the median rate counts. The chain is verified at the end.
 The scratch database is dropped and created again: its name must contain "bench".
 """
@@ -30,9 +31,9 @@ ROUNDS = 3
 
 def _setup(database: str) -> None:
     sys.path.insert(0, str(ROOT))
-    from bench.export_memory import _prepare_postgres
+    from bench.export_memory import _prepare_postgres, scratch_database
 
-    url = f"{POSTGRES}/{database}"
+    url = f"{POSTGRES}/{scratch_database(database)}"
     _prepare_postgres(url)
     folder = Path(tempfile.mkdtemp(prefix="reviewer-bench-audit-append-"))
     os.environ.update(

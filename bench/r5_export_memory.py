@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 from bench.common import POSTGRES, ROOT
+from bench.export_memory import scratch_database
 
 EVENTS = int(os.environ.get("BENCH_EXPORT_EVENTS", "50000"))
 STREAMING = ("csv", "jsonl", "stream", "bundle")
@@ -26,7 +27,7 @@ def main() -> list[dict]:
             "--events",
             str(EVENTS),
             "--database-url",
-            f"{POSTGRES}/reviewer_bench_r5",
+            f"{POSTGRES}/{scratch_database('reviewer_bench_r5')}",
             "--json",
         ],
         cwd=ROOT,

@@ -52,25 +52,52 @@ def roles():
             cursor.execute(f'DROP ROLE "{role}"')
 
 
+THIRD = "(SELECT event_id FROM audit_auditseal WHERE chain = %(chain)s AND seq = 3)"
+LAST = "(SELECT max(seq) FROM audit_auditseal WHERE chain = %(chain)s)"
+LAST_HASH = f"(SELECT hash FROM audit_auditseal WHERE chain = %(chain)s AND seq = {LAST})"
+NEW_EVENT = (
+    "INSERT INTO audit_auditevent (chain, at, actor, verb, subject, data) "
+    "VALUES (%(chain)s, now(), 'system', 'halt.started', 'x', '{}'::jsonb) RETURNING id"
+)
 ATTACKS = [
+    # An event arrives unchained: it has no seq or hash of its own to forge (its seal is the sequencer's).
     (
-        "UPDATE audit_auditevent SET data = '{}'::jsonb WHERE chain = %(chain)s AND seq = 3",
+        "INSERT INTO audit_auditevent (chain, at, actor, verb, subject, data, seq, prev_hash, hash) "
+        "VALUES (%(chain)s, now(), 'system', 'halt.started', 'x', '{}'::jsonb, 1, 'a', 'b')",
+        'column "seq" of relation "audit_auditevent" does not exist',
+    ),
+    (f"UPDATE audit_auditevent SET data = '{{}}'::jsonb WHERE id = {THIRD}", "permission denied"),
+    (
+        f"UPDATE audit_auditseal SET hash = 'sha256:' || repeat('1', 64) WHERE event_id = {THIRD}",
         "permission denied",
     ),
-    (
-        "UPDATE audit_auditevent SET hash = 'sha256:' || repeat('1', 64) WHERE chain = %(chain)s AND seq = 3",
-        "append-only",
-    ),
-    ("UPDATE audit_auditevent SET seq = NULL WHERE chain = %(chain)s AND seq = 3", "append-only"),
     ("DELETE FROM audit_auditevent WHERE chain = %(chain)s", "permission denied"),
     ("TRUNCATE audit_auditevent", "permission denied"),
+    ("DELETE FROM audit_auditseal WHERE chain = %(chain)s", "permission denied"),
+    ("TRUNCATE audit_auditseal", "permission denied"),
+    # A seal must continue its chain: not a second seq 3, not a gap, not a fork off an older hash.
+    (
+        f"WITH e AS ({NEW_EVENT}) INSERT INTO audit_auditseal (event_id, chain, seq, prev_hash, hash) "
+        f"SELECT id, %(chain)s, {LAST} + 2, {LAST_HASH}, 'sha256:' || repeat('2', 64) FROM e",
+        "does not continue the chain",
+    ),
+    (
+        f"WITH e AS ({NEW_EVENT}) INSERT INTO audit_auditseal (event_id, chain, seq, prev_hash, hash) "
+        f"SELECT id, %(chain)s, {LAST} + 1, 'sha256:' || repeat('3', 64), {LAST_HASH} FROM e",
+        "does not continue the chain",
+    ),
+    (
+        f"WITH e AS ({NEW_EVENT}) INSERT INTO audit_auditseal (event_id, chain, seq, prev_hash, hash) "
+        f"SELECT id, 'tenant:0', 1, 'sha256:' || repeat('0', 64), 'sha256:' || repeat('2', 64) FROM e",
+        "is not on chain",
+    ),
     ("DELETE FROM audit_checkpoint", "permission denied"),
     ("TRUNCATE audit_checkpoint", "permission denied"),
     ("DELETE FROM audit_chainhead", "permission denied"),
     ("UPDATE audit_chainhead SET seq = 1 WHERE chain = %(chain)s", "only moves forward"),
-    ("ALTER TABLE audit_auditevent DISABLE TRIGGER audit_auditevent_seal_once", "must be owner"),
+    ("ALTER TABLE audit_auditseal DISABLE TRIGGER audit_auditseal_continues_chain", "must be owner"),
     ("ALTER TABLE audit_auditevent DISABLE TRIGGER ALL", "must be owner"),
-    ("DROP TRIGGER audit_auditevent_seal_once ON audit_auditevent", "must be owner"),
+    ("DROP TRIGGER audit_auditseal_append_only ON audit_auditseal", "must be owner"),
     ("DROP TRIGGER audit_chainhead_moves_forward ON audit_chainhead", "must be owner"),
     ("ALTER TABLE audit_auditevent ADD COLUMN note text", "must be owner"),
     ("DROP TABLE audit_auditevent", "must be owner"),
@@ -82,7 +109,9 @@ def test_the_app_role_works_but_cannot_change_remove_or_unprotect_the_audit_trai
     roles, agent, refund_policy, requester, reviewer_a
 ):
     owner, app, printed = roles
-    assert f'CREATE ROLE "{app}" LOGIN' in printed and 'GRANT UPDATE ("seq", "prev_hash", "hash")' in printed
+    assert f'CREATE ROLE "{app}" LOGIN' in printed
+    assert f'GRANT SELECT, INSERT ON TABLE "public"."audit_auditseal" TO "{app}"' in printed
+    assert f'GRANT UPDATE ("seq", "hash") ON TABLE "public"."audit_chainhead" TO "{app}"' in printed
     chain = f"tenant:{agent.tenant_id}"
     with connected_as(app):
         lifecycle(agent, reviewer_a)  # services write, commit, and the on-commit sequencer chains, as app

@@ -21,10 +21,15 @@ pytestmark = pytest.mark.django_db
 
 
 def exported(tenant, fmt="jsonl", **filters) -> list:
+    """The exported events, without the signed head line every export ends with."""
     body = b"".join(chunks(Selection.for_tenant(tenant_ref(tenant), filters), fmt)).decode()
     if fmt == "csv":
-        return list(csv.DictReader(io.StringIO(body)))
-    return [json.loads(line) for line in body.splitlines()]
+        rows = list(csv.DictReader(io.StringIO(body)))
+        assert rows[-1]["seq"] == "export_head"
+        return rows[:-1]
+    lines = [json.loads(line) for line in body.splitlines()]
+    assert set(lines[-1]) == {"export_head"}
+    return lines[:-1]
 
 
 def subjects(rows) -> set[str]:
@@ -210,8 +215,8 @@ def test_a_later_bundle_must_still_hold_what_an_earlier_bundle_held(
     assert verify_bundle(rewritten).ok
     against = verify_bundle(rewritten, previous=str(earlier))
     assert not against.ok
-    assert "differs from the earlier bundle" in against.problems[0]
-    assert "were rewritten" in against.problems[0]
+    assert "event 31: differs from the earlier bundle" in against.problems[0]
+    assert "it was rewritten" in against.problems[0] and against.first_bad_seq == 31
 
 
 def test_a_background_export_job_runs_to_done_with_progress_and_a_checksum(
@@ -237,7 +242,7 @@ def test_a_background_export_job_runs_to_done_with_progress_and_a_checksum(
     import hashlib
 
     assert hashlib.sha256(content).hexdigest() == job.sha256 and job.size == len(content)
-    assert len(content.splitlines()) == job.up_to_seq
+    assert len(content.splitlines()) == job.up_to_seq + 1  # every event, then the signed head
 
 
 def test_run_pending_exports_works_in_slices_and_finishes_every_kind(mixed, tenant, compliance, monkeypatch):
@@ -312,3 +317,62 @@ def test_the_bundle_readme_names_the_bundle_not_its_temporary_file(mixed, tenant
     with zipfile.ZipFile(partial) as archive:
         readme = archive.read("README.txt").decode()
     assert "python -m audit.verify acme.zip" in readme and ".part" not in readme
+
+
+def _pinned_jwks(tmp_path):
+    from audit.chain import verification_jwks
+
+    pinned = tmp_path / "jwks.json"
+    pinned.write_text(json.dumps(verification_jwks()))
+    return pinned
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_csv_and_jsonl_exports_end_with_a_signed_head_the_offline_verifier_checks(
+    mixed, tenant, tmp_path, fmt
+):
+    """Issue 9 point 7c: every export carries the signed head it was cut at. Before, a CSV or JSON Lines
+    export ended with its last event and nothing vouched for it: lines could be dropped or changed."""
+    path = tmp_path / f"export.{fmt}"
+    path.write_bytes(b"".join(chunks(Selection.for_tenant(tenant_ref(tenant), {}), fmt)))
+    pinned = _pinned_jwks(tmp_path)
+    good = verify_offline(path, "--jwks", pinned)
+    assert good.returncode == 0 and "OK:" in good.stdout, good.stdout
+    assert f"export of tenant:{tenant.id} cut at seq" in good.stdout
+
+    lines = path.read_bytes().splitlines(keepends=True)
+    dropped = tmp_path / f"dropped.{fmt}"
+    dropped.write_bytes(b"".join(lines[:3] + lines[4:]))  # one event line removed
+    result = verify_offline(dropped, "--jwks", pinned)
+    assert result.returncode == 1 and "differ from the ones the head signed" in result.stdout
+
+    changed = tmp_path / f"changed.{fmt}"
+    changed.write_bytes(b"".join(lines[:-2] + [lines[-2].replace(b"tenant:", b"tenant:9")] + lines[-1:]))
+    result = verify_offline(changed, "--jwks", pinned)
+    assert result.returncode == 1 and "FAILED" in result.stdout
+
+    cut = tmp_path / f"cut.{fmt}"
+    cut.write_bytes(b"".join(lines[:-1]))  # the signed head removed: the tail can no longer be checked
+    result = verify_offline(cut, "--jwks", pinned)
+    assert result.returncode == 2 and "signed head" in result.stdout
+
+    assert verify_offline(path, "--trust-bundle-keys").returncode == 2  # an export carries no keys
+
+
+def test_a_narrowed_export_verifies_and_a_stranger_cannot_sign_its_head(mixed, tenant, tmp_path):
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from audit.verify import verify_export
+    from signing_keys import SigningKey
+
+    path = tmp_path / "refunds.jsonl"
+    path.write_bytes(
+        b"".join(chunks(Selection.for_tenant(tenant_ref(tenant), {"agent": "refund-demo"}), "jsonl"))
+    )
+    from audit.chain import verification_jwks
+
+    assert verify_export(path, jwks=verification_jwks()).ok
+    stranger = Ed25519PrivateKey.generate()
+    jwks = {"keys": [SigningKey("stranger", stranger, stranger.public_key()).public_jwk()]}
+    result = verify_export(path, jwks=jwks)
+    assert not result.ok and "signed by unknown key" in result.problems[0]

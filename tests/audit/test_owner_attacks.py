@@ -12,7 +12,7 @@ from django.db import DatabaseError, connection, transaction
 from audit import checkpoint_files
 from audit.models import AuditEvent, ChainHead, Checkpoint
 from audit.verify_db import verify_chain
-from tests.audit.util import export_bundle, lifecycle, raw, rewrite_from, verify_offline
+from tests.audit.util import delete_events, export_bundle, lifecycle, raw, rewrite_from, verify_offline
 
 pytestmark = pytest.mark.django_db
 
@@ -42,7 +42,7 @@ def in_database_only(chain, tmp_path):
 def test_deleting_the_tail_with_its_checkpoints_is_named_by_the_checkpoint_file(shipped_trail, tmp_path):
     chain = shipped_trail
     last_kept = AuditEvent.objects.get(chain=chain, seq=25)
-    raw("DELETE FROM audit_auditevent WHERE chain = %s AND seq > 25", [chain])
+    delete_events(chain, 25)
     raw("DELETE FROM audit_checkpoint WHERE chain = %s AND seq > 25", [chain])
     raw("UPDATE audit_chainhead SET seq = 25, hash = %s WHERE chain = %s", [last_kept.hash, chain])
     assert in_database_only(chain, tmp_path).ok  # consistent inside the database: it passed before
@@ -67,6 +67,39 @@ def test_rewriting_a_covered_event_and_rehashing_everything_after_it_is_named(sh
     assert "events 11..20 were rewritten" in result.problems[0]
 
 
+def test_a_rewritten_event_between_two_checkpoints_is_named_exactly_by_an_earlier_bundle(
+    shipped_trail, agent, tmp_path
+):
+    """With only checkpoints to go by, a rewrite between two of them is the range between them (above);
+    an earlier bundle holds every event's hash, so the exact event is named, by `audit_verify --previous`
+    and by `python -m audit.verify --previous` alike (both reported seq 11, the range's start, before)."""
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    from audit.chain import verification_jwks
+
+    chain = shipped_trail
+    earlier = export_bundle(agent.tenant, tmp_path / "earlier.zip")
+    rewrite_from(chain, 14, lambda data: {**data, "amount": "9999.00"})
+    raw("DELETE FROM audit_checkpoint WHERE chain = %s AND seq >= 14", [chain])
+
+    result = verify_chain(chain, previous=earlier)
+    assert not result.ok and result.first_bad_seq == 14
+    assert "event 14: differs from the earlier bundle" in result.problems[0]
+    out = StringIO()
+    with pytest.raises(CommandError):
+        call_command("audit_verify", "--chain", chain, "--previous", str(earlier), stdout=out)
+    assert "first bad event: seq 14" in out.getvalue()
+
+    pinned = tmp_path / "jwks.json"
+    pinned.write_text(json.dumps(verification_jwks()))
+    later = export_bundle(agent.tenant, tmp_path / "later.zip")
+    offline = verify_offline(later, "--jwks", pinned, "--previous", earlier)
+    assert offline.returncode == 1
+    assert f"first bad event: {chain} seq 14" in offline.stdout
+
+
 def test_audit_verify_checks_a_shipped_copy_of_the_checkpoint_files_and_a_chain_deleted_whole(
     shipped_trail, tmp_path, settings
 ):
@@ -80,7 +113,7 @@ def test_audit_verify_checks_a_shipped_copy_of_the_checkpoint_files_and_a_chain_
     for path in settings.AUDIT_CHECKPOINT_DIR.iterdir():
         (shipped / path.name).write_bytes(path.read_bytes())
     raw("DELETE FROM audit_checkpoint WHERE chain = %s", [chain])
-    raw("DELETE FROM audit_auditevent WHERE chain = %s", [chain])
+    delete_events(chain)
     raw("DELETE FROM audit_chainhead WHERE chain = %s", [chain])
     out = StringIO()
     with pytest.raises(CommandError) as failed:

@@ -119,7 +119,9 @@ def test_compliance_can_export_over_http(decided, compliance):
     assert body.startswith("seq,at,chain,actor,verb,subject,data,prev_hash,hash")
     event = AuditEvent.objects.get(verb=Verb.EXPORT_CREATED)
     assert event.actor == "user:compliance" and event.data["delivery"] == "stream"
-    assert len(body.strip().splitlines()) == 1 + event.seq  # the header, then everything up to the request
+    # the header, everything up to the request, then the signed head
+    assert len(body.strip().splitlines()) == 1 + event.seq + 1
+    assert body.strip().splitlines()[-1].startswith("export_head,")
 
 
 # --- exports over HTTP ----------------------------------------------------------------------------
@@ -150,7 +152,9 @@ def test_a_large_export_runs_in_the_background_with_a_progress_bar_then_a_downlo
     job.refresh_from_db()
     assert hashlib.sha256(content).hexdigest() == job.sha256
     assert download["X-Content-SHA256"] == job.sha256
-    assert [json.loads(line)["seq"] for line in content.splitlines()] == list(range(1, job.up_to_seq + 1))
+    lines = [json.loads(line) for line in content.splitlines()]
+    assert [line["seq"] for line in lines[:-1]] == list(range(1, job.up_to_seq + 1))
+    assert lines[-1]["export_head"]["seq"] == job.up_to_seq
 
 
 def test_under_asgi_an_export_streams_from_an_async_iterator_instead_of_a_buffered_list(decided, tenant):
@@ -171,7 +175,8 @@ def test_under_asgi_an_export_streams_from_an_async_iterator_instead_of_a_buffer
 
     parts = async_to_sync(consume)()
     assert len(parts) > 3  # one part per page, as they are read
-    assert b"".join(parts).count(b"\n") == AuditEvent.objects.filter(chain=f"tenant:{tenant.id}").count()
+    events = AuditEvent.objects.filter(chain=f"tenant:{tenant.id}").count()
+    assert b"".join(parts).count(b"\n") == events + 1  # and the signed head
 
 
 def test_another_tenants_export_job_is_404(decided, tenant, compliance, other_tenant):

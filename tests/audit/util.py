@@ -61,9 +61,12 @@ def raw(sql: str, params=()) -> list:
                 cursor.execute("SET session_replication_role = origin")
 
 
+EVENT_AT = "SELECT event_id FROM audit_auditseal WHERE chain = %s AND seq = %s"
+
+
 def stored_data(chain: str, seq: int) -> str:
     cast = "::text" if connection.vendor == "postgresql" else ""
-    return raw(f"SELECT data{cast} FROM audit_auditevent WHERE chain = %s AND seq = %s", [chain, seq])[0][0]
+    return raw(f"SELECT data{cast} FROM audit_auditevent WHERE id = ({EVENT_AT})", [chain, seq])[0][0]  # noqa: S608
 
 
 def change_one_byte(chain: str, seq: int, old: str, new: str) -> None:
@@ -72,14 +75,24 @@ def change_one_byte(chain: str, seq: int, old: str, new: str) -> None:
     changed = text.replace(old, new, 1)
     json.loads(changed)
     cast = "::jsonb" if connection.vendor == "postgresql" else ""
-    raw(f"UPDATE audit_auditevent SET data = %s{cast} WHERE chain = %s AND seq = %s", [changed, chain, seq])
+    raw(f"UPDATE audit_auditevent SET data = %s{cast} WHERE id = ({EVENT_AT})", [changed, chain, seq])  # noqa: S608
 
 
 def swap(chain: str, seq_a: int, seq_b: int) -> None:
     parking = 10**12
-    raw("UPDATE audit_auditevent SET seq = %s WHERE chain = %s AND seq = %s", [parking, chain, seq_a])
-    raw("UPDATE audit_auditevent SET seq = %s WHERE chain = %s AND seq = %s", [seq_a, chain, seq_b])
-    raw("UPDATE audit_auditevent SET seq = %s WHERE chain = %s AND seq = %s", [seq_b, chain, parking])
+    raw("UPDATE audit_auditseal SET seq = %s WHERE chain = %s AND seq = %s", [parking, chain, seq_a])
+    raw("UPDATE audit_auditseal SET seq = %s WHERE chain = %s AND seq = %s", [seq_a, chain, seq_b])
+    raw("UPDATE audit_auditseal SET seq = %s WHERE chain = %s AND seq = %s", [seq_b, chain, parking])
+
+
+def delete_events(chain: str, after_seq: int = 0) -> None:
+    """Remove the chain's events after `after_seq` (all of them by default), seals and all."""
+    doomed = "SELECT event_id FROM audit_auditseal WHERE chain = %s AND seq > %s"
+    raw(f"DELETE FROM audit_auditpending WHERE event_id IN ({doomed})", [chain, after_seq])  # noqa: S608
+    ids = [row[0] for row in raw(doomed, [chain, after_seq])]
+    raw("DELETE FROM audit_auditseal WHERE chain = %s AND seq > %s", [chain, after_seq])
+    for event_id in ids:
+        raw("DELETE FROM audit_auditevent WHERE id = %s", [event_id])
 
 
 def export_bundle(tenant, path: Path, **filters) -> Path:
@@ -119,10 +132,10 @@ def rewrite_from(chain: str, first_seq: int, change, *, every: bool = False) -> 
         new_hash = hash_body(
             event_body(chain, event.seq, event.at, event.actor, event.verb, event.subject, data, prev_hash)
         )
+        raw(f"UPDATE audit_auditevent SET data = %s{cast} WHERE id = %s", [json.dumps(data), event.id])  # noqa: S608
         raw(
-            f"UPDATE audit_auditevent SET data = %s{cast}, prev_hash = %s, hash = %s "  # noqa: S608
-            "WHERE chain = %s AND seq = %s",
-            [json.dumps(data), prev_hash, new_hash, chain, event.seq],
+            "UPDATE audit_auditseal SET prev_hash = %s, hash = %s WHERE chain = %s AND seq = %s",
+            [prev_hash, new_hash, chain, event.seq],
         )
         prev_hash = new_hash
     raw("UPDATE audit_chainhead SET hash = %s WHERE chain = %s", [prev_hash, chain])

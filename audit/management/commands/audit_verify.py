@@ -1,4 +1,5 @@
-"""`manage.py audit_verify [--tenant SLUG] [--chain NAME] [--jwks FILE] [--checkpoints PATH]`: chain what
+"""`manage.py audit_verify [--tenant SLUG] [--chain NAME] [--jwks FILE] [--checkpoints PATH]
+[--previous BUNDLE]`: chain what
 has committed, then check every hash, link and checkpoint, in the database and in the checkpoint files
 kept outside it; print the first bad event of each broken chain; exit status 1 if any chain is broken."""
 
@@ -25,6 +26,13 @@ class Command(BaseCommand):
             "only (default: every key the audit tables archived)",
         )
         parser.add_argument(
+            "--previous",
+            metavar="BUNDLE",
+            type=Path,
+            help="an earlier bundle of the chain: the database must still hold what it held; a rewritten "
+            "event is named exactly by its seq",
+        )
+        parser.add_argument(
             "--checkpoints",
             metavar="PATH",
             type=Path,
@@ -48,7 +56,9 @@ class Command(BaseCommand):
                 jwks = json.load(file)
         broken = []
         for chain in chains:
-            result = verify_chain(chain, jwks, checkpoint_source=options["checkpoints"])
+            result = verify_chain(
+                chain, jwks, checkpoint_source=options["checkpoints"], previous=options["previous"]
+            )
             if result.ok:
                 self.stdout.write(f"{chain}: OK, {result.events} events, {result.checkpoints} checkpoints")
                 continue

@@ -5,9 +5,10 @@ checkpoints").
 - The owner owns the schema's tables, sequences and the audit triggers' functions, and runs `migrate`.
 - The application role owns nothing, so it cannot ALTER a table, or DISABLE or DROP a trigger. It may
   read and write the application's tables, but on the audit tables only what the app needs: INSERT and
-  SELECT everywhere; on events the UPDATE of seq, prev_hash and hash (the sequencer's one update, which
-  the trigger allows once, on an event not chained yet); on chain heads the UPDATE of seq and hash (the
-  trigger checks the hash is the event's at that seq); no DELETE, no TRUNCATE.
+  SELECT on events, seals (a trigger checks each seal continues its chain), checkpoints and public keys,
+  never UPDATE, DELETE or TRUNCATE; on chain heads the UPDATE of seq and hash (the trigger checks the
+  hash is the one sealed at that seq); on the sequencer's queue (pending events) INSERT, SELECT and
+  DELETE (a deleted pending row hides nothing: audit_verify reports the event it named).
 
 Run it connected as a superuser (or a role with CREATEROLE that owns the tables now). Idempotent: run it
 again after each `migrate` (new tables get the owner's default privileges; this re-applies the audit
@@ -20,12 +21,19 @@ from psycopg import sql
 
 # What the application role may do on each audit table; every other table gets full read and write.
 AUDIT_GRANTS = {
-    "audit_auditevent": ("SELECT, INSERT", ("seq", "prev_hash", "hash")),
+    "audit_auditevent": ("SELECT, INSERT", ()),
+    "audit_auditseal": ("SELECT, INSERT", ()),
+    "audit_auditpending": ("SELECT, INSERT, DELETE", ()),
     "audit_chainhead": ("SELECT, INSERT", ("seq", "hash")),
     "audit_checkpoint": ("SELECT, INSERT", ()),
     "audit_publickey": ("SELECT, INSERT", ()),
 }
-AUDIT_FUNCTIONS = ("audit_refuse_change()", "audit_seal_once()", "audit_head_check()")
+AUDIT_FUNCTIONS = (
+    "audit_refuse_change()",
+    "audit_seal_once()",  # before migration 0006
+    "audit_seal_check()",
+    "audit_head_check()",
+)
 
 
 class Command(BaseCommand):
