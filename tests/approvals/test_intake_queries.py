@@ -15,12 +15,13 @@ pytestmark = pytest.mark.django_db
 # Exactly, per path: one query reads the replay check, the halt check, the target's history and the
 # active policy versions (approvals/services/intake.py _read_for_intake); the proposal is inserted once,
 # already evaluated; then its pinned versions (one INSERT) and one INSERT per audit event (3 to review,
-# 4 to allow or deny: audit/chain.py sequences them after commit). To review: the review notice. To
-# allow or deny: the decision and its outbox row, and on PostgreSQL the worker's NOTIFY. Plus the
-# transaction's savepoint and release (a test runs inside a transaction). No mail, no per-reviewer or
-# per-policy query.
+# 4 to allow or deny: audit/chain.py sequences them after commit; on PostgreSQL the event and its place
+# in the sequencer's queue are one statement, on SQLite two). To review: the review notice. To allow or
+# deny: the decision and its outbox row, and on PostgreSQL the worker's NOTIFY. Plus the transaction's
+# savepoint and release (a test runs inside a transaction). No mail, no per-reviewer or per-policy query.
 QUERIES = {"review": 9, "allow": 11, "deny": 11}
 NOTIFY = {"review": 0, "allow": 1, "deny": 1}  # SELECT pg_notify(...), PostgreSQL only (approvals/wakeup.py)
+AUDIT_EVENTS = {"review": 3, "allow": 4, "deny": 4}  # SQLite: one more INSERT each (audit_auditpending)
 ACTIONS = {
     "review": {"tool": "payments.refund", "arguments": {"order_id": "1", "amount": "5.00"}},
     "allow": {"tool": "tickets.close", "arguments": {"id": "7"}},
@@ -42,7 +43,8 @@ def test_intake_makes_a_constant_number_of_queries(
     factories.make_policy(tenant, "no-drops", tool_pattern="db.drop", outcome=PolicyVersion.Outcome.DENY)
     submit(agent)  # the first intake of a tenant creates its chain head
     first = queries_for_intake(agent, ACTIONS[path])
-    assert first == QUERIES[path] + (NOTIFY[path] if connection.vendor == "postgresql" else 0)
+    extra = NOTIFY[path] if connection.vendor == "postgresql" else AUDIT_EVENTS[path]
+    assert first == QUERIES[path] + extra
 
     for number in range(20):  # more policies, some matching with conditions, and more proposals
         factories.make_policy(
