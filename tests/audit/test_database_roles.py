@@ -23,15 +23,22 @@ pytestmark = [
 
 @contextmanager
 def connected_as(role: str):
-    """Django's connection as another role, for the length of the block."""
-    connection.close()
+    """Django's connection as another role, for the length of the block. With the connection pool
+    (reviewer/settings.py) a closed connection goes back to a pool opened as the first role, so the pool
+    is closed too, and opened again with the role's credentials."""
+    _close_connection_and_pool()
     saved = connection.settings_dict["USER"], connection.settings_dict["PASSWORD"]
     connection.settings_dict["USER"], connection.settings_dict["PASSWORD"] = role, ""
     try:
         yield
     finally:
-        connection.close()
+        _close_connection_and_pool()
         connection.settings_dict["USER"], connection.settings_dict["PASSWORD"] = saved
+
+
+def _close_connection_and_pool():
+    connection.close()
+    connection.close_pool()
 
 
 @pytest.fixture
