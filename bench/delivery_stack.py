@@ -226,5 +226,24 @@ def stage_medians(stages: list[dict]) -> dict:
     return {name: round(statistics.median(s[name] for s in stages), 1) for name in stages[0]}
 
 
-def run(coroutine):
-    return asyncio.run(coroutine)
+def measure_on_stack(outcome: str, measure, iterations: int) -> list[dict]:
+    """Django on a scratch folder, a DeliveryStack whose refund policy answers `outcome`, then the async
+    `measure(stack, iterations)` (one row) in one event loop; the stack is stopped whatever happens."""
+    folder = scratch_folder()
+    setup_django(folder)
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # one thread: the ORM between awaits, nothing concurrent
+    stack = DeliveryStack(folder / "stack", outcome=outcome)
+    try:
+        return [asyncio.run(measure(stack, iterations))]
+    finally:
+        stack.stop()
+
+
+async def send_refund(client, stack: "DeliveryStack", n: int) -> str:
+    """The agent is asked for refund number `n` (SendMessage, as the demo client asks); its task id."""
+    from a2a.types import SendMessageRequest
+
+    message, configuration = refund_message(n, stack.stack.webhook, stack.stack.push_token)
+    request = SendMessageRequest(message=message, configuration=configuration)
+    replies = [reply async for reply in client.client.send_message(request)]
+    return replies[-1].task.id

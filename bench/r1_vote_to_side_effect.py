@@ -10,7 +10,6 @@ Reviewer), plus the worker's claim and record. See bench/delivery_stack.py for t
 
 import asyncio
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -22,11 +21,9 @@ from bench.delivery_stack import (  # noqa: E402 (after the path)
     agent_client,
     bare_round_trips,
     delivery_stages,
-    refund_message,
+    measure_on_stack,
     row,
-    run,
-    scratch_folder,
-    setup_django,
+    send_refund,
     stage_medians,
 )
 
@@ -34,14 +31,7 @@ TARGET = "p50 ≤ 3x, p95 ≤ 5x"
 
 
 def main(iterations: int = 30) -> list[dict]:
-    folder = scratch_folder()
-    setup_django(folder)
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # one thread: the ORM between awaits, nothing concurrent
-    stack = DeliveryStack(folder / "stack", outcome="require_approval")
-    try:
-        return [run(_measure(stack, iterations))]
-    finally:
-        stack.stop()
+    return measure_on_stack("require_approval", _measure, iterations)
 
 
 async def _measure(stack: DeliveryStack, iterations: int) -> dict:
@@ -56,16 +46,7 @@ async def _measure(stack: DeliveryStack, iterations: int) -> dict:
     measured, baseline, stages, last_task = [], [], [], ""
     try:
         for n in range(iterations):
-            message, configuration = refund_message(n, stack.stack.webhook, stack.stack.push_token)
-            from a2a.types import SendMessageRequest
-
-            replies = [
-                r
-                async for r in client.client.send_message(
-                    SendMessageRequest(message=message, configuration=configuration)
-                )
-            ]
-            last_task = replies[-1].task.id
+            last_task = await send_refund(client, stack, n)
             proposal = _wait(
                 lambda task_id=last_task: Proposal.objects.filter(
                     task_id=task_id, state=State.AWAITING_REVIEW

@@ -11,7 +11,6 @@ consumes it (a call back to Reviewer) and refunds. See bench/delivery_stack.py f
 """
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -23,11 +22,9 @@ from bench.delivery_stack import (  # noqa: E402 (after the path)
     agent_client,
     bare_round_trips,
     delivery_stages,
-    refund_message,
+    measure_on_stack,
     row,
-    run,
-    scratch_folder,
-    setup_django,
+    send_refund,
     stage_medians,
 )
 
@@ -35,35 +32,19 @@ TARGET = "p50 ≤ 3x"
 
 
 def main(iterations: int = 30) -> list[dict]:
-    folder = scratch_folder()
-    setup_django(folder)
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # one thread: the ORM between awaits, nothing concurrent
-    stack = DeliveryStack(folder / "stack", outcome="allow")
-    try:
-        return [run(_measure(stack, iterations))]
-    finally:
-        stack.stop()
+    return measure_on_stack("allow", _measure, iterations)
 
 
 async def _measure(stack: DeliveryStack, iterations: int) -> dict:
-    from a2a.types import SendMessageRequest
-
     from approvals.models import Proposal
 
     client = await agent_client(stack)
     measured, baseline, stages = [], [], []
     try:
         for n in range(iterations):
-            message, configuration = refund_message(n, stack.stack.webhook, stack.stack.push_token)
             sent = time.perf_counter()
-            replies = [
-                r
-                async for r in client.client.send_message(
-                    SendMessageRequest(message=message, configuration=configuration)
-                )
-            ]
+            task_id = await send_refund(client, stack, n)
             measured.append(stack.wait_ledger(n + 1) - sent)
-            task_id = replies[-1].task.id
             stages.append(delivery_stages(Proposal.objects.get(task_id=task_id).id, ledger_at=time.time()))
             baseline += await bare_round_trips(client, task_id, 3)
     finally:
