@@ -15,20 +15,20 @@ def person_chains(user) -> list[int | None]:
     return list(TenantMembership.objects.filter(user=user).values_list("tenant_id", flat=True)) or [None]
 
 
+def record_for_person(person, *, actor: str, verb: str, data: dict) -> None:
+    """One event about `person` (subject user:<username>) in the chain of every tenant they work in, or
+    the system chain for someone in none; inside the caller's transaction."""
+    for tenant_id in person_chains(person):
+        record(tenant_id, actor=actor, verb=verb, subject=f"user:{person.get_username()}", data=data)
+
+
 def record_sign_in_code_refused(user) -> None:
     """The right password with a wrong one-time code: the password may be known to someone else, which
     the person's tenants should see. Nothing typed is recorded. (A wrong password is not recorded: anyone
     could flood the trail with those; sign-in throttling is recorded by record_sign_in_throttled.) At most
     AXES_FAILURE_LIMIT of these per cool-down, since axes counts them."""
     with transaction.atomic():
-        for tenant_id in person_chains(user):
-            record(
-                tenant_id,
-                actor=actor_label(user),
-                verb=Verb.SIGN_IN_CODE_REFUSED,
-                subject=f"user:{user.get_username()}",
-                data={},
-            )
+        record_for_person(user, actor=actor_label(user), verb=Verb.SIGN_IN_CODE_REFUSED, data={})
 
 
 def record_sign_in_throttled(
@@ -103,14 +103,12 @@ def confirm_totp_enrollment(user, *, code: str) -> tuple[object, list[str]]:
             backup = StaticDevice.objects.create(user=user, name="backup codes", confirmed=True)
             codes = [StaticToken.random_token() for _ in range(BACKUP_CODE_COUNT)]
             StaticToken.objects.bulk_create([StaticToken(device=backup, token=c) for c in codes])
-            for tenant_id in person_chains(user):
-                record(
-                    tenant_id,
-                    actor=actor_label(user),
-                    verb=Verb.DEVICE_ENROLLED,
-                    subject=f"user:{user.get_username()}",
-                    data={"device": "totp", "backup_codes": BACKUP_CODE_COUNT},
-                )
+            record_for_person(
+                user,
+                actor=actor_label(user),
+                verb=Verb.DEVICE_ENROLLED,
+                data={"device": "totp", "backup_codes": BACKUP_CODE_COUNT},
+            )
     if refusal is not None:
         raise refusal
     return device, codes
@@ -134,14 +132,12 @@ def reset_devices(user, *, actor, reason: str = "") -> int:
         devices = list(devices_for_user(user, confirmed=None))
         for device in devices:
             device.delete()
-        for tenant_id in person_chains(user):
-            record(
-                tenant_id,
-                actor=actor_label(actor),
-                verb=Verb.DEVICE_RESET,
-                subject=f"user:{user.get_username()}",
-                data={"devices_removed": len(devices), "reason": reason},
-            )
+        record_for_person(
+            user,
+            actor=actor_label(actor),
+            verb=Verb.DEVICE_RESET,
+            data={"devices_removed": len(devices), "reason": reason},
+        )
     return len(devices)
 
 
@@ -170,14 +166,12 @@ def register_passkey(user, *, answer, name: str):
             device = register(user, answer, name)
         except PasskeyRefused as error:
             raise ServiceError("passkey_refused", str(error), "passkey") from error
-        for tenant_id in person_chains(user):
-            record(
-                tenant_id,
-                actor=actor_label(user),
-                verb=Verb.DEVICE_ENROLLED,
-                subject=f"user:{user.get_username()}",
-                data={"device": "passkey", "passkey": device.pk, "name": name},
-            )
+        record_for_person(
+            user,
+            actor=actor_label(user),
+            verb=Verb.DEVICE_ENROLLED,
+            data={"device": "passkey", "passkey": device.pk, "name": name},
+        )
     return device
 
 
@@ -196,14 +190,12 @@ def rename_passkey(user, passkey_id, *, name: str):
         device = _own_passkey(user, passkey_id)
         before, device.name = device.name, name
         device.save(update_fields=["name"])
-        for tenant_id in person_chains(user):
-            record(
-                tenant_id,
-                actor=actor_label(user),
-                verb=Verb.PERSON_CHANGED,
-                subject=f"user:{user.get_username()}",
-                data={"changed": ["passkey_name"], "passkey": device.pk, "before": before, "name": name},
-            )
+        record_for_person(
+            user,
+            actor=actor_label(user),
+            verb=Verb.PERSON_CHANGED,
+            data={"changed": ["passkey_name"], "passkey": device.pk, "before": before, "name": name},
+        )
     return device
 
 
@@ -226,11 +218,9 @@ def remove_passkey(user, passkey_id) -> None:
             )
         name = device.name
         device.delete()
-        for tenant_id in person_chains(user):
-            record(
-                tenant_id,
-                actor=actor_label(user),
-                verb=Verb.DEVICE_RESET,
-                subject=f"user:{user.get_username()}",
-                data={"device": "passkey", "passkey": passkey_id, "name": name, "devices_removed": 1},
-            )
+        record_for_person(
+            user,
+            actor=actor_label(user),
+            verb=Verb.DEVICE_RESET,
+            data={"device": "passkey", "passkey": passkey_id, "name": name, "devices_removed": 1},
+        )

@@ -5,8 +5,8 @@ recorded; a password never is, only that it changed."""
 
 from django.db import transaction
 
-from approvals.services.common import actor_label, record
-from approvals.services.devices import person_chains
+from approvals.services.common import actor_label
+from approvals.services.devices import record_for_person
 from audit.models import Verb
 
 # Fields whose old and new values go into the event; any other changed field is named only.
@@ -25,14 +25,12 @@ def record_person_changed(user, *, actor, changed: list[str], before: dict | Non
         if name in RECORDED_VALUES
     }
     with transaction.atomic():
-        for tenant_id in person_chains(user):
-            record(
-                tenant_id,
-                actor=actor_label(actor),
-                verb=Verb.PERSON_CHANGED,
-                subject=f"user:{user.get_username()}",
-                data={"fields": sorted(changed), "values": values},
-            )
+        record_for_person(
+            user,
+            actor=actor_label(actor),
+            verb=Verb.PERSON_CHANGED,
+            data={"fields": sorted(changed), "values": values},
+        )
 
 
 def person_values(user) -> dict:

@@ -265,3 +265,35 @@ def reviewer_stack(transactional_db, tmp_path):
 def paying_stack(transactional_db, tmp_path, payments):
     """The same stack, with the agent refunding through the fake payments service."""
     yield from _running(Stack(tmp_path, downstream_url=payments.url))
+
+
+@pytest.fixture
+def workers(transactional_db, tmp_path, settings):
+    """Start n `manage.py run_worker` processes on the test database, polling every `interval` seconds
+    (by default far longer than any test waits, so what they deliver in time was woken, not polled);
+    each has finished its first tick and listens for wake-ups when this returns. This process shares
+    their data folder (the doorbells on SQLite)."""
+    stack = Stack(tmp_path)
+    settings.DATA_DIR = stack.tmp_path / "data"
+    processes = []
+
+    def start(n: int = 1, *, interval: str = "600") -> list[ServerProcess]:
+        for number in range(n):
+            process = ServerProcess(
+                f"worker-{number}",
+                [sys.executable, "manage.py", "run_worker", "--interval", interval],
+                env=stack.env(),
+                log_dir=stack.log_dir,
+            ).start()
+            processes.append(process)
+        for process in processes:
+            process.wait_until(lambda p=process: "worker started" in p.log(), "'worker started'")
+        return processes
+
+    try:
+        yield start
+    finally:
+        for process in processes:
+            process.stop()
+        stack.listener.close()
+        sys.stdout.write("\n".join(f"--- {p.name}\n{p.log()}" for p in processes))  # shown on failure

@@ -19,7 +19,7 @@ from approvals.models import OutboxMessage, Proposal
 from tests import factories
 from tests.approvals.fake_agent import FakeAgent
 from tests.approvals.test_worker import approve, continuation
-from tests.e2e.conftest import REPO, ServerProcess, Stack
+from tests.e2e.conftest import REPO, Stack
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -40,36 +40,6 @@ def fake_agent(settings):
 @pytest.fixture
 def agent(tenant, fake_agent):
     return factories.make_agent(tenant, card_url=fake_agent.card_url)
-
-
-@pytest.fixture
-def workers(transactional_db, tmp_path, settings):
-    """Start n `manage.py run_worker` processes on the test database (each has finished its first tick
-    and listens for wake-ups when this returns), polling every `interval` seconds."""
-    stack = Stack(tmp_path)
-    settings.DATA_DIR = stack.tmp_path / "data"
-    processes = []
-
-    def start(n: int = 1, *, interval: str = "600") -> list[ServerProcess]:
-        for number in range(n):
-            process = ServerProcess(
-                f"worker-{number}",
-                [sys.executable, "manage.py", "run_worker", "--interval", interval],
-                env=stack.env(),
-                log_dir=stack.log_dir,
-            ).start()
-            processes.append(process)
-        for process in processes:
-            process.wait_until(lambda p=process: "worker started" in p.log(), "'worker started'")
-        return processes
-
-    try:
-        yield start
-    finally:
-        for process in processes:
-            process.stop()
-        stack.listener.close()
-        sys.stdout.write("\n".join(f"--- {p.name}\n{p.log()}" for p in processes))  # shown on failure
 
 
 def delivered(proposal) -> bool:

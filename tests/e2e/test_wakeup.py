@@ -4,7 +4,6 @@ commit (LISTEN/NOTIFY on PostgreSQL, the doorbell socket on SQLite), not found b
 a policy-allowed and a policy-denied decision; two woken workers deliver each message once; a
 rolled-back transaction wakes nobody."""
 
-import sys
 import threading
 
 import pytest
@@ -15,13 +14,10 @@ from approvals.models import OutboxMessage, PolicyVersion
 from tests import factories
 from tests.approvals.fake_agent import FakeAgent
 from tests.approvals.test_worker import approve, continuation
-from tests.e2e.conftest import ServerProcess, Stack
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
-# Far longer than any wait below: a delivery seen within a wait was woken, not found by a poll.
-SAFETY_NET_SECONDS = "600"
 DELIVERY_DEADLINE = 20
 
 
@@ -37,36 +33,6 @@ def fake_agent():
 @pytest.fixture
 def agent(tenant, fake_agent):
     return factories.make_agent(tenant, card_url=fake_agent.card_url)
-
-
-@pytest.fixture
-def workers(transactional_db, tmp_path, settings):
-    """Start n `manage.py run_worker` processes on the test database; each has finished its first tick
-    and listens for wake-ups when this returns. This process shares their data folder (the doorbells)."""
-    stack = Stack(tmp_path)
-    settings.DATA_DIR = stack.tmp_path / "data"
-    processes = []
-
-    def start(n: int = 1) -> list[ServerProcess]:
-        for number in range(n):
-            process = ServerProcess(
-                f"worker-{number}",
-                [sys.executable, "manage.py", "run_worker", "--interval", SAFETY_NET_SECONDS],
-                env=stack.env(),
-                log_dir=stack.log_dir,
-            ).start()
-            processes.append(process)
-        for process in processes:
-            process.wait_until(lambda p=process: "worker started" in p.log(), "'worker started'")
-        return processes
-
-    try:
-        yield start
-    finally:
-        for process in processes:
-            process.stop()
-        stack.listener.close()
-        sys.stdout.write("\n".join(f"--- {p.name}\n{p.log()}" for p in processes))  # shown on failure
 
 
 def delivered(proposal) -> bool:
