@@ -2,15 +2,12 @@
 proposals, release exactly as many as the weekly budget allows; the rest are refused as over budget.
 The budget is counted under a lock on the person's membership row (SELECT ... FOR UPDATE on PostgreSQL).
 
-Staged with real threads, each on its own database connection, lined up on a barrier. A one-time code
+Staged with real threads, each on its own database connection, lined up on a barrier
+(tests/concurrency.run_together). A one-time code
 is usable once, so each thread hands the service a step-up already checked (what the view would pass).
 """
 
-import threading
-
 import pytest
-from django.conf import settings
-from django.db import connections
 from django.utils import timezone
 
 from approvals import services
@@ -20,15 +17,10 @@ from approvals.stepup import StepUp
 from audit.models import AuditEvent, Verb
 from tests import factories
 from tests.audit.pg_flush import audit_triggers_allow_test_flush  # noqa: F401 (flush through the audit trigger)
+from tests.concurrency import requires_postgres, run_together
 from tests.factories import submit
 
-pytestmark = [
-    pytest.mark.postgres,
-    pytest.mark.skipif(
-        not settings.IS_POSTGRES,
-        reason="row locks and real concurrent connections need PostgreSQL (set DATABASE_URL)",
-    ),
-]
+pytestmark = [pytest.mark.postgres, requires_postgres]
 
 THREADS = 20
 BUDGET = 3
@@ -48,33 +40,26 @@ def test_twenty_simultaneous_releases_by_one_person_never_exceed_the_budget():
         break_glass={"people": ["riley"], "per_week": BUDGET, "amount_cap": "500.00", "currency": "EUR"},
     )
     proposals = [submit(agent) for _ in range(THREADS)]
-    barrier = threading.Barrier(THREADS)
-    outcomes: list[str | None] = [None] * THREADS
 
-    def release(index: int) -> None:
-        try:
-            barrier.wait(timeout=30)
-            services.break_glass_release(
-                proposals[index].id,
-                riley,
-                reason=f"emergency {index}",
-                digest_seen=proposals[index].action_digest,
-                step_up=StepUp("totp", timezone.now()),
-            )
-            outcomes[index] = "released"
-        except services.BreakGlassRefused as refused:
-            outcomes[index] = refused.code
-        except Exception as error:  # anything else (a deadlock, a conflict) fails the test below
-            outcomes[index] = repr(error)
-        finally:
-            connections.close_all()
+    def release(index: int):
+        return lambda: services.break_glass_release(
+            proposals[index].id,
+            riley,
+            reason=f"emergency {index}",
+            digest_seen=proposals[index].action_digest,
+            step_up=StepUp("totp", timezone.now()),
+        )
 
-    threads = [threading.Thread(target=release, args=(index,)) for index in range(THREADS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    assert not any(thread.is_alive() for thread in threads)
+    results = run_together(*(release(index) for index in range(THREADS)))
+    # A refusal by its code; anything else raised (a deadlock, a conflict) fails the test below.
+    outcomes = [
+        "released"
+        if isinstance(result, BreakGlassRelease)
+        else result.code
+        if isinstance(result, services.BreakGlassRefused)
+        else repr(result)
+        for result in results
+    ]
 
     assert sorted(outcomes) == ["budget_exhausted"] * (THREADS - BUDGET) + ["released"] * BUDGET, outcomes
     assert BreakGlassRelease.objects.filter(releaser=riley).count() == BUDGET
