@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -42,6 +41,7 @@ from reviewer_gate.gate import (
     Gate,
     GateError,
     JWKSKeySource,
+    KeptAliveClient,
     MemoryUsedStore,
     UsedDecisionStore,
     VerifiedDecision,
@@ -220,8 +220,7 @@ class ReviewerClient:
         self.retries = retries
         self.backoff_seconds = backoff_seconds
         self.poll_seconds = max(0, min(int(poll_seconds), MAX_WAIT_SECONDS))
-        self._http: httpx.Client | None = None  # kept alive across calls (see _client)
-        self._http_lock = threading.Lock()
+        self._http = KeptAliveClient(http_timeout)  # one client for every call
         self.gate = gate or Gate(
             issuer=(issuer or self.reviewer_url).rstrip("/"),
             audience=audience,
@@ -235,19 +234,11 @@ class ReviewerClient:
     # --- HTTP with retries -----------------------------------------------------------------------
 
     def _client(self) -> httpx.Client:
-        """One HTTP client for every call (a connection pool and one TLS context: a new client costs a
-        TLS context, tens of milliseconds). Made on first use; httpx clients are shared by threads."""
-        with self._http_lock:
-            if self._http is None:
-                self._http = httpx.Client(timeout=self.http_timeout)
-            return self._http
+        return self._http.get()
 
     def close(self) -> None:
         """Close the kept-alive connections, this client's and its gate's."""
-        with self._http_lock:
-            http, self._http = self._http, None
-        if http is not None:
-            http.close()
+        self._http.close()
         close_gate = getattr(self.gate, "close", None)
         if close_gate is not None:
             close_gate()

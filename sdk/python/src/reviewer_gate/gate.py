@@ -339,6 +339,29 @@ def _gate_error_from_jwt(error: jwt.InvalidTokenError) -> GateError:
     return GateError("bad_claim", str(error))
 
 
+class KeptAliveClient:
+    """One httpx.Client made on first use and shared by threads: a connection pool and one TLS context
+    (a new client per call costs a TLS context, tens of milliseconds). close() drops it; the next call
+    opens a new one."""
+
+    def __init__(self, timeout: float):
+        self.timeout = timeout
+        self._client: httpx.Client | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> httpx.Client:
+        with self._lock:
+            if self._client is None:
+                self._client = httpx.Client(timeout=self.timeout)
+            return self._client
+
+    def close(self) -> None:
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+
 class Gate:
     """Verifies Reviewer's decisions for one agent (one audience) and talks back to Reviewer."""
 
@@ -362,22 +385,14 @@ class Gate:
         self.api_token = api_token
         self.leeway_seconds = leeway_seconds
         self.http_timeout = http_timeout
-        self._http: httpx.Client | None = None
-        self._http_lock = threading.Lock()
+        self._http = KeptAliveClient(http_timeout)  # for consume and outcome calls
 
     def _client(self) -> httpx.Client:
-        """The kept-alive client for consume and outcome calls (made on first use; thread-safe)."""
-        with self._http_lock:
-            if self._http is None:
-                self._http = httpx.Client(timeout=self.http_timeout)
-            return self._http
+        return self._http.get()
 
     def close(self) -> None:
         """Close the kept-alive HTTP connections (a later call opens new ones)."""
-        with self._http_lock:
-            http, self._http = self._http, None
-        if http is not None:
-            http.close()
+        self._http.close()
 
     # verify ---------------------------------------------------------------------------------
 
