@@ -16,6 +16,7 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from approvals.models import Proposal
+from approvals.sql import quoted_names
 from approvals.states import RELEASED, STARTED, WAITING_FOR_PEOPLE, State
 
 # Arguments that name what an action acts on, in the order they are tried.
@@ -116,11 +117,7 @@ def policy_counts_expression(proposal: Proposal) -> RawSQL | None:
 
 @lru_cache
 def _policy_counts_sql(vendor: str) -> str:
-    quote = connection.ops.quote_name
-    table = quote(Proposal._meta.db_table)
-
-    def column(name: str) -> str:
-        return quote(Proposal._meta.get_field(name).column)
+    table, column = quoted_names(Proposal)
 
     def count(among) -> str:
         if among is None:

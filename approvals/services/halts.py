@@ -16,6 +16,7 @@ from approvals.models import (
 from approvals.services.common import actor_label, record
 from approvals.services.errors import HaltedError, ServiceError
 from approvals.services.lifecycle import _revoke, enqueue_cancel, transition
+from approvals.sql import quoted_names
 from approvals.states import RELEASED, WAITING_FOR_PEOPLE, State
 from audit.models import Verb
 
@@ -43,13 +44,9 @@ def active_halt_expression(tenant_id: int, agent_id: int) -> RawSQL:
 
 @lru_cache
 def _active_halt_sql(vendor: str) -> str:
-    quote = connection.ops.quote_name
-
-    def column(name: str) -> str:
-        return quote(Halt._meta.get_field(name).column)
-
+    table, column = quoted_names(Halt)
     return (
-        f"SELECT {column('id')} FROM {quote(Halt._meta.db_table)} WHERE {column('lifted_at')} IS NULL"  # noqa: S608
+        f"SELECT {column('id')} FROM {table} WHERE {column('lifted_at')} IS NULL"  # noqa: S608
         f" AND ({column('scope')} = %s OR ({column('scope')} = %s AND {column('tenant')} = %s)"
         f" OR ({column('scope')} = %s AND {column('agent')} = %s))"
         f" ORDER BY {column('created_at')} LIMIT 1"

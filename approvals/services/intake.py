@@ -27,6 +27,7 @@ from approvals.services.decisions import _issue_decision
 from approvals.services.errors import IntakeError, NotFound, ServiceError
 from approvals.services.halts import _refuse_halted, active_halt_expression
 from approvals.services.lifecycle import _expiry_for, first_transition, record_transition, transition
+from approvals.sql import quoted_names
 from approvals.states import ALLOWED, State
 from audit.models import Verb
 
@@ -170,13 +171,9 @@ def _replay_expression(agent_id: int, task_id: str, request_id: str) -> RawSQL:
 
 @lru_cache
 def _replay_sql(vendor: str) -> str:
-    quote = connection.ops.quote_name
-
-    def column(name: str) -> str:
-        return quote(Proposal._meta.get_field(name).column)
-
+    table, column = quoted_names(Proposal)
     return (
-        f"SELECT {column('id')} FROM {quote(Proposal._meta.db_table)}"  # noqa: S608
+        f"SELECT {column('id')} FROM {table}"  # noqa: S608
         f" WHERE {column('agent')} = %s AND {column('task_id')} = %s AND {column('request_id')} = %s"
         " LIMIT 1"
     )
