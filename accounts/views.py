@@ -176,31 +176,38 @@ def passkey_register(request):
 @verified_required
 @require_POST
 def passkey_rename(request, passkey_id):
-    try:
-        services.rename_passkey(request.user, passkey_id, name=request.POST.get("name", ""))
-    except services.NotFound:
-        raise Http404("no such passkey") from None
-    except services.ServiceError as error:
-        return _devices_page(
-            request, PasskeyNameForm(), status=400, rename_errors={passkey_id: error.message}
-        )
-    messages.success(request, "The passkey is renamed.")
-    return redirect("accounts:devices")
+    return _change_passkey(
+        request,
+        passkey_id,
+        lambda: services.rename_passkey(request.user, passkey_id, name=request.POST.get("name", "")),
+        "The passkey is renamed.",
+    )
 
 
 @never_cache
 @verified_required
 @require_POST
 def passkey_remove(request, passkey_id):
+    return _change_passkey(
+        request,
+        passkey_id,
+        lambda: services.remove_passkey(request.user, passkey_id),
+        "The passkey is removed; it no longer signs in or confirms votes.",
+    )
+
+
+def _change_passkey(request, passkey_id, change, done: str):
+    """Run a change to one of the person's own passkeys: someone else's is not found; a refusal is shown
+    beside that passkey on the devices page."""
     try:
-        services.remove_passkey(request.user, passkey_id)
+        change()
     except services.NotFound:
         raise Http404("no such passkey") from None
     except services.ServiceError as error:
         return _devices_page(
             request, PasskeyNameForm(), status=400, rename_errors={passkey_id: error.message}
         )
-    messages.success(request, "The passkey is removed; it no longer signs in or confirms votes.")
+    messages.success(request, done)
     return redirect("accounts:devices")
 
 
