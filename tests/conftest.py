@@ -104,3 +104,17 @@ def refund_policy(tenant):
 def pytest_report_header(config):
     database = django_settings.DATABASES["default"]
     return f"database: {database['ENGINE']} {database['NAME']}"
+
+
+@pytest.fixture
+def fake_agent(settings):
+    """A real A2A agent server on loopback (tests/approvals/fake_agent.py), allowed as an outbound host."""
+    from approvals import a2a
+    from tests.approvals.fake_agent import FakeAgent
+
+    settings.AGENT_ALLOWED_NETWORKS = ["127.0.0.0/8", "::1/128"]  # the agent is on loopback
+    agent = FakeAgent().start()
+    a2a.forget_cards()
+    yield agent
+    agent.stop()
+    a2a.forget_cards()

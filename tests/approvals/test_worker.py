@@ -26,16 +26,6 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def fake_agent(settings):
-    settings.AGENT_ALLOWED_NETWORKS = ["127.0.0.0/8", "::1/128"]  # the agent is on loopback
-    agent = FakeAgent().start()
-    a2a.forget_cards()
-    yield agent
-    agent.stop()
-    a2a.forget_cards()
-
-
-@pytest.fixture
 def agent(tenant, fake_agent):
     return factories.make_agent(tenant, card_url=fake_agent.card_url)
 

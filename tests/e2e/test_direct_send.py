@@ -14,10 +14,9 @@ import threading
 import pytest
 from django.db import connection
 
-from approvals import a2a, delivery
+from approvals import delivery
 from approvals.models import OutboxMessage, Proposal
 from tests import factories
-from tests.approvals.fake_agent import FakeAgent
 from tests.approvals.test_worker import approve, continuation
 from tests.e2e.conftest import REPO, Stack
 from tests.waiting import wait_until
@@ -25,16 +24,6 @@ from tests.waiting import wait_until
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 DELIVERY_DEADLINE = 20
-
-
-@pytest.fixture
-def fake_agent(settings):
-    settings.AGENT_ALLOWED_NETWORKS = ["127.0.0.0/8", "::1/128"]  # the agent is on loopback
-    agent = FakeAgent().start()
-    a2a.forget_cards()
-    yield agent
-    agent.stop()
-    a2a.forget_cards()
 
 
 @pytest.fixture

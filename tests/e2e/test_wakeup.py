@@ -9,25 +9,15 @@ import threading
 import pytest
 from django.db import transaction
 
-from approvals import a2a, services, wakeup
+from approvals import services, wakeup
 from approvals.models import OutboxMessage, PolicyVersion
 from tests import factories
-from tests.approvals.fake_agent import FakeAgent
 from tests.approvals.test_worker import approve, continuation
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 DELIVERY_DEADLINE = 20
-
-
-@pytest.fixture
-def fake_agent():
-    agent = FakeAgent().start()
-    a2a.forget_cards()
-    yield agent
-    agent.stop()
-    a2a.forget_cards()
 
 
 @pytest.fixture
