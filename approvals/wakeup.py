@@ -30,6 +30,8 @@ from django.conf import settings
 from django.db import connection as django_connection
 from django.db import transaction
 
+from reviewer.commit_hooks import on_commit_first
+
 log = logging.getLogger(__name__)
 
 CHANNEL = "reviewer_outbox"
@@ -69,19 +71,9 @@ def continuation_queued(outbox_message_id: int) -> None:
     if sender is None or not settings.OUTBOX_DIRECT_SEND:
         outbox_message_queued()
         return
-    _on_commit_first(lambda: sender(outbox_message_id))
-
-
-def _on_commit_first(hook) -> None:
-    """transaction.on_commit, but run before the hooks registered earlier in the transaction (the audit
-    sequencer's and the broadcasts' of the same change): the hand-off to a sending thread takes
-    microseconds, those take round trips. Django keeps a transaction's hooks in a list, in order; a
-    savepoint rolled back still drops this one with it (its savepoint ids are recorded as for any)."""
-    connection = transaction.get_connection()
-    transaction.on_commit(hook, robust=True)
-    hooks = getattr(connection, "run_on_commit", None)
-    if connection.in_atomic_block and isinstance(hooks, list) and len(hooks) > 1:
-        hooks.insert(0, hooks.pop())
+    # First among the commit's hooks: the hand-off to a sending thread takes microseconds, the audit
+    # sequencer's and the broadcasts' hooks of the same change take round trips.
+    on_commit_first(lambda: sender(outbox_message_id))
 
 
 def ring_now() -> None:

@@ -22,6 +22,7 @@ from django.utils import timezone
 from audit import checkpoint_files
 from audit.hashing import GENESIS_HASH, checkpoint_payload, hash_body
 from audit.models import AuditEvent, AuditPending, AuditSeal, ChainHead, Checkpoint, PublicKey
+from reviewer.commit_hooks import on_commit_once
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +131,8 @@ def append_many(chain: str, events: list[dict]) -> list[AuditEvent]:
     else:
         AuditEvent.objects.bulk_create(accepted)
         AuditPending.objects.bulk_create([AuditPending(event=e, chain=chain) for e in accepted])
-    # Once per transaction and chain would do: a second call finds nothing to chain (one small query).
-    transaction.on_commit(lambda: sequence_after_commit(chain))
+    # One hook per transaction and chain: it chains every event the transaction added to the chain.
+    on_commit_once(("audit.sequence", chain), lambda: sequence_after_commit(chain))
     return accepted
 
 

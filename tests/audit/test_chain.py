@@ -1,6 +1,7 @@
 """The chain records what happened without secrets; checkpoints sign its head every N events and every
 T minutes, and stay verifiable after the signing key is rotated away."""
 
+import contextlib
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 
@@ -174,3 +175,24 @@ def test_audit_verify_without_a_tenant_checks_every_chain(agent, refund_policy, 
     call_command("audit_verify", stdout=out)
     assert "system: OK" in out.getvalue()
     assert f"tenant:{agent.tenant_id}: OK" in out.getvalue()
+
+
+def test_the_events_of_one_transaction_are_chained_by_one_after_commit_hook(
+    django_capture_on_commit_callbacks,
+):
+    with django_capture_on_commit_callbacks() as hooks, transaction.atomic():
+        for n in range(3):
+            append("system", actor="system", verb=Verb.HALT_STARTED, subject=f"halt:{n}")
+        append("tenant:0", actor="system", verb=Verb.HALT_STARTED, subject="halt:other-chain")
+    assert len(hooks) == 2  # one per chain
+
+
+def test_a_rolled_back_savepoint_does_not_take_the_chain_hook_of_later_events(
+    django_capture_on_commit_callbacks,
+):
+    with django_capture_on_commit_callbacks() as hooks, transaction.atomic():
+        with contextlib.suppress(RuntimeError), transaction.atomic():
+            append("system", actor="system", verb=Verb.HALT_STARTED, subject="halt:rolled-back")
+            raise RuntimeError("roll this savepoint back")
+        append("system", actor="system", verb=Verb.HALT_STARTED, subject="halt:kept")
+    assert len(hooks) == 1

@@ -106,14 +106,14 @@ def test_a_process_killed_between_its_commit_and_the_send_loses_nothing(
     script = f"""
 import os
 from django.db import transaction
-from approvals import wakeup
 from approvals.models import Agent
+from reviewer import commit_hooks
 from tests import factories
 
 agent = Agent.objects.get(pk={agent.pk})
 with transaction.atomic():
     factories.submit(agent, task_id={task_id!r}, context_id={context_id!r})
-    wakeup._on_commit_first(lambda: os._exit(3))  # dies after COMMIT, before the direct send's hook
+    commit_hooks.on_commit_first(lambda: os._exit(3))  # dies after COMMIT, before the direct send's hook
 """
     (tmp_path / "dying").mkdir()
     stack = Stack(tmp_path / "dying")
