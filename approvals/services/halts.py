@@ -57,13 +57,7 @@ def active_halt(tenant_id: int | None = None, agent_id: int | None = None) -> Ha
     return active_halts(tenant_id, agent_id).first()
 
 
-def _refuse_if_halted(tenant_id, agent_id, error_class=HaltedError):
-    halt = active_halt(tenant_id, agent_id)
-    if halt:
-        _refuse_halted(halt, error_class)
-
-
-def _refuse_halted(halt: Halt, error_class=HaltedError):
+def refuse_halted(halt: Halt, error_class=HaltedError):
     raise error_class(
         "halted",
         f"Reviewer is halted for {halt.scope} ({halt.reason}); nothing is accepted "

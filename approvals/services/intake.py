@@ -25,7 +25,7 @@ from approvals.schemas import ProposalSubmission
 from approvals.services.common import SYSTEM, _audit_time, agent_actor, proposal_subject, record
 from approvals.services.decisions import _issue_decision
 from approvals.services.errors import IntakeError, NotFound, ServiceError
-from approvals.services.halts import _refuse_halted, active_halt_expression
+from approvals.services.halts import active_halt_expression, refuse_halted
 from approvals.services.lifecycle import _expiry_for, first_transition, record_transition, transition
 from approvals.sql import quoted_names
 from approvals.states import ALLOWED, State
@@ -101,7 +101,7 @@ def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -
             if refusal:
                 raise refusal
             if found.halt_id is not None:
-                _refuse_halted(Halt.objects.get(pk=found.halt_id))
+                refuse_halted(Halt.objects.get(pk=found.halt_id))
             if request.supersedes:
                 _check_supersedable(old, request.supersedes)
                 proposal.supersedes = old
