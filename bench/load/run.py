@@ -42,6 +42,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+from tests.examples.harness import CHECKOUT_PYTHONPATH  # noqa: E402 (after the path)
+
 RESULTS = ROOT / "bench" / "load" / "results"
 DEFAULT_DATABASE = "postgres://postgres@127.0.0.1:5432/reviewer_load"
 TERMINAL = {"succeeded", "failed", "rejected", "denied", "expired", "revoked", "cancelled", "superseded"}
@@ -98,8 +100,7 @@ class Stack:
     def env(self) -> dict:
         env = {
             **os.environ,
-            # This tree's reviewer-gate first (the venv may hold another checkout's, editable).
-            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "sdk" / "python" / "src")]),
+            "PYTHONPATH": CHECKOUT_PYTHONPATH,
             "PYTHONUNBUFFERED": "1",
             "DEBUG": "false",
             "SECRET_KEY": self.secret,

@@ -33,7 +33,7 @@ from django.db import connection
 import signing_keys as keys
 from examples.downstream import FakePaymentsServer
 from tests.audit.pg_flush import audit_triggers_allow_test_flush  # noqa: F401 (flush through the audit trigger)
-from tests.examples.harness import AgentProcess, stop_process
+from tests.examples.harness import CHECKOUT_PYTHONPATH, AgentProcess, stop_process
 from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -148,7 +148,7 @@ class Stack:
     def env(self) -> dict:
         env = {
             **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "sdk" / "python" / "src")]),
+            "PYTHONPATH": CHECKOUT_PYTHONPATH,
             "PYTHONUNBUFFERED": "1",
             "DEBUG": "true",
             "DATABASE_URL": database_url(),

@@ -30,6 +30,9 @@ from reviewer_gate import gate
 from tests.waiting import wait_until, wait_until_async
 
 REPO = Path(__file__).resolve().parents[2]
+# For the processes the tests start: this checkout, and its own reviewer-gate before the venv's (an
+# editable install may point at another checkout of the project).
+CHECKOUT_PYTHONPATH = os.pathsep.join([str(REPO), str(REPO / "sdk" / "python" / "src")])
 TERMINAL = {
     TaskState.TASK_STATE_COMPLETED,
     TaskState.TASK_STATE_FAILED,
@@ -99,8 +102,7 @@ class AgentProcess:
         return f"{self.url}/.well-known/agent-card.json"
 
     def start(self, timeout: float = 30) -> "AgentProcess":
-        # This checkout's SDK too: the venv may have another checkout's reviewer_gate installed editable.
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "sdk" / "python" / "src")])}
+        env = {**os.environ, "PYTHONPATH": CHECKOUT_PYTHONPATH}
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 self.args, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
