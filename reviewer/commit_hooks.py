@@ -22,7 +22,8 @@ def on_commit_once(key, hook, *, robust: bool = False) -> None:
     connection = transaction.get_connection()
     hooks = getattr(connection, "run_on_commit", None)
     if connection.in_atomic_block and isinstance(hooks, list):
-        if any(getattr(registered, "commit_hook_key", None) == key for _, registered, _ in hooks):
+        registered = (entry[1] for entry in hooks if isinstance(entry, tuple) and len(entry) > 1)
+        if any(getattr(func, "commit_hook_key", None) == key for func in registered):
             return
     hook.commit_hook_key = key
     transaction.on_commit(hook, robust=robust)
