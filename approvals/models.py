@@ -138,6 +138,14 @@ class PolicyVersion(models.Model):
         help_text="emergency single-approver release for named people under a weekly budget and an "
         "amount cap; each use needs two post-hoc reviews by other people",
     )
+    # Chasing and chat (approvals/notify/rules.py): {} for none, else {"reminders": [50, 80] (percent of
+    # the TTL), "escalation": {"before_expiry_seconds": N, "group": "<slug>"} or {..., "people":
+    # [usernames]}, "at_expiry": "expire_closed" | "expire_closed_tell_admins", "chat_decisions": bool}.
+    notifications = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="reminders, an escalation step, what happens at expiry, and whether chat may decide",
+    )
     author = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+"
     )
@@ -270,6 +278,10 @@ class Vote(models.Model):
 
     proposal = models.ForeignKey(Proposal, on_delete=models.PROTECT, related_name="votes")
     voter = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="votes")
+    # A delegate's vote (approvals/notify/standins.py): the person whose eligibility it used.
+    on_behalf_of = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
     verdict = models.CharField(max_length=10, choices=Verdict.choices)
     # The group slot this vote filled when it was cast (None for a reject or an unplaced approval).
     group = models.ForeignKey(ApproverGroup, null=True, blank=True, on_delete=models.PROTECT)
@@ -462,3 +474,16 @@ class PostHocReview(models.Model):
     @property
     def done(self) -> bool:
         return self.done_at is not None
+
+
+# Reminders, escalation, delegation and Slack: their models live with the code that uses them.
+from approvals.notify.models import (  # noqa: E402, F401
+    Delegation,
+    FollowUp,
+    SlackIdentity,
+    SlackLinkRequest,
+    SlackPost,
+    SlackRequestSeen,
+    SlackWorkspace,
+    StandIn,
+)

@@ -6,6 +6,7 @@ from django.urls import path
 from accounts import views as account_views
 from approvals import a2a_views, pull, views  # noqa: F401 (pull registers GET /proposals/{id}/decision)
 from approvals.api import api
+from approvals.notify import slack_views
 
 app_name = "approvals"
 
@@ -25,4 +26,7 @@ urlpatterns = [
     path("a2a/push/<slug:agent_slug>/", a2a_views.push, name="push"),
     path("api/v1/", api.urls),
     path(".well-known/jwks.json", views.jwks, name="jwks"),
+    # Slack (approvals/notify/slack_views.py): its interactivity requests, and the link a person confirms.
+    path("slack/interactivity", slack_views.interactivity, name="slack_interactivity"),
+    path("slack/link/<str:token>/", slack_views.confirm_link, name="slack_link"),
 ]

@@ -92,6 +92,14 @@ class Verb(models.TextChoices):
     POST_HOC_REVIEW_ASSIGNED = "post_hoc_review.assigned"
     POST_HOC_REVIEW_DONE = "post_hoc_review.done"
     POST_HOC_REVIEW_OVERDUE = "post_hoc_review.overdue"
+    PROPOSAL_UNREACHABLE = "proposal.unreachable"
+    PROPOSAL_REMINDED = "proposal.reminded"
+    PROPOSAL_ESCALATED = "proposal.escalated"
+    DELEGATION_CREATED = "delegation.created"
+    DELEGATION_USED = "delegation.used"
+    DELEGATION_ENDED = "delegation.ended"
+    SLACK_LINKED = "slack.linked"
+    SLACK_REQUEST_REFUSED = "slack.request_refused"
 
 
 class AuditEventQuerySet(AppendOnlyQuerySet):

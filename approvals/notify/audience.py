@@ -1,0 +1,60 @@
+"""Who a message about a proposal goes to (read-only)."""
+
+from django.contrib.auth import get_user_model
+from django.db.models import Q
+from django.utils import timezone
+
+from approvals.notify.models import Delegation
+from approvals.notify.standins import voice_taken
+from approvals.services.eligibility import ineligibility
+from tenants.models import TenantMembership
+
+
+def waiting_reviewers(proposal) -> list:
+    """The people who could still decide this proposal now and have not: members of its groups, its
+    stand-ins and the delegates of its members, each passing the vote's own eligibility check."""
+    slugs = [t["group"] for t in proposal.requirements.get("thresholds", [])]
+    in_groups = Q(approver_groups__tenant_id=proposal.tenant_id, approver_groups__slug__in=slugs)
+    stand_in = Q(pk__in=proposal.stand_ins.values("user_id"))
+    people = (
+        get_user_model()
+        .objects.filter(is_active=True, tenant_memberships__tenant_id=proposal.tenant_id)
+        .filter(in_groups | stand_in | Q(pk__in=_delegates(proposal, slugs)))
+        .distinct()
+        .order_by("username")
+    )
+    voted = set(proposal.votes.values_list("voter_id", flat=True))
+    return [
+        person
+        for person in people
+        if person.pk not in voted
+        and ineligibility(proposal, person) is None
+        and not voice_taken(proposal, person, None)
+    ]
+
+
+def _delegates(proposal, slugs):
+    now = timezone.now()
+    return (
+        Delegation.objects.filter(
+            tenant_id=proposal.tenant_id,
+            starts_at__lte=now,
+            ends_at__gt=now,
+            delegator__approver_groups__tenant_id=proposal.tenant_id,
+            delegator__approver_groups__slug__in=slugs,
+        )
+        .exclude(ended_at__lte=now)
+        .values("delegate_id")
+    )
+
+
+def tenant_admins(tenant_id) -> list:
+    return [
+        m.user
+        for m in TenantMembership.objects.filter(
+            tenant_id=tenant_id, role=TenantMembership.Role.ADMIN, user__is_active=True
+        )
+        .exclude(user__email="")
+        .select_related("user")
+        .order_by("user__username")
+    ]

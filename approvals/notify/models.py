@@ -1,0 +1,166 @@
+"""The rows behind reminders, escalation, reachability, delegation and Slack. Written only by the services
+(approvals/services/follow_ups.py, delegations.py, slack_links.py) and the worker's Slack step
+(approvals/notify/slack_sync.py, which records what it posted). They belong to the approvals app
+(approvals/models.py imports this module), so their tables are `approvals_*`.
+
+Proposal ── FollowUp (one per waiting proposal: reminders sent, escalation, reachability)
+         ├─ StandIn (a person added to its eligible set by the escalation step)
+         └─ SlackPost (one message per channel, updated in place)
+Tenant ── Delegation (out of office: a person's eligibility lent to a delegate for a period)
+       └─ SlackWorkspace ─┬─ SlackIdentity (a Slack user linked to a Reviewer person)
+                          └─ SlackLinkRequest (the one-time link the person confirms in Reviewer)
+"""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from tenants.models import Tenant
+
+
+class FollowUp(models.Model):
+    """What the worker did to chase one proposal that waits for people. Intake writes it with the
+    reachability it found; the worker records each reminder (percent of the TTL) and the escalation."""
+
+    proposal = models.OneToOneField("approvals.Proposal", on_delete=models.CASCADE, related_name="follow_up")
+    reminders_sent = models.JSONField(default=list, blank=True)  # [50, 80]: the percents already sent
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    # {} when the quorum was reachable at intake; else {"missing": [{"group", "count", "reachable"}]}.
+    unreachable = models.JSONField(default=dict, blank=True)
+    admins_told_at = models.DateTimeField(null=True, blank=True)  # the unreachable quorum was reported
+    expiry_told_at = models.DateTimeField(null=True, blank=True)  # at_expiry "expire_closed_tell_admins"
+    done = models.BooleanField(default=False)  # it stopped waiting: nothing more to chase
+
+    class Meta:
+        indexes = [models.Index(fields=["done"], condition=Q(done=False), name="follow_ups_open")]
+
+    def __str__(self):
+        return f"follow-up of {self.proposal_id}"
+
+
+class StandIn(models.Model):
+    """A person the escalation step added to a proposal's eligible set: they may fill any of its
+    threshold slots (one slot per person, as every voter), from `added_at` on."""
+
+    proposal = models.ForeignKey("approvals.Proposal", on_delete=models.CASCADE, related_name="stand_ins")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    added_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["proposal", "user"], name="one_stand_in_per_person")]
+
+    def __str__(self):
+        return f"{self.user_id} stands in on {self.proposal_id}"
+
+
+class Delegation(models.Model):
+    """Out of office: from `starts_at` until `ends_at` (or `ended_at`, if ended early) the delegate may
+    decide what the delegator may decide, in the delegator's groups, on the delegator's behalf."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    delegator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    delegate = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    note = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["tenant", "delegate", "starts_at", "ends_at"], name="delegations_by_delegate"
+            )
+        ]
+
+    def __str__(self):
+        return f"{self.delegator_id} -> {self.delegate_id}"
+
+    def active_at(self, moment) -> bool:
+        end = min(self.ends_at, self.ended_at) if self.ended_at else self.ends_at
+        return self.starts_at <= moment < end
+
+
+class SlackWorkspace(models.Model):
+    """A tenant's Slack installation. The bot token and signing secret are never stored here: each is a
+    reference, "env:NAME" or "file:/path" (approvals/notify/secrets.py)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    team_id = models.CharField(max_length=40, unique=True)
+    bot_token_ref = models.CharField(max_length=300)
+    signing_secret_ref = models.CharField(max_length=300)
+    # {"<group slug>": "<channel id>" | "dm"}: where a proposal needing that group is posted.
+    channels = models.JSONField(default=dict)
+    enabled = models.BooleanField(default=True)
+
+    def __str__(self):
+        return f"slack {self.team_id}"
+
+
+class SlackIdentity(models.Model):
+    """A Slack user linked to a Reviewer person (after the person confirmed the link in Reviewer)."""
+
+    workspace = models.ForeignKey(SlackWorkspace, on_delete=models.CASCADE, related_name="identities")
+    slack_user_id = models.CharField(max_length=40)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    linked_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["workspace", "slack_user_id"], name="one_person_per_slack_user"),
+            models.UniqueConstraint(fields=["workspace", "user"], name="one_slack_user_per_person"),
+        ]
+
+    def __str__(self):
+        return f"{self.slack_user_id} is {self.user_id}"
+
+
+class SlackLinkRequest(models.Model):
+    """A one-time link offered to an unlinked Slack user; the token is stored hashed."""
+
+    workspace = models.ForeignKey(SlackWorkspace, on_delete=models.CASCADE, related_name="+")
+    slack_user_id = models.CharField(max_length=40)
+    token_hash = models.CharField(max_length=64, unique=True)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self):
+        return f"link offer to {self.slack_user_id}"
+
+
+class SlackPost(models.Model):
+    """One Slack message about a proposal; the worker updates it in place when what it shows changed."""
+
+    proposal = models.ForeignKey("approvals.Proposal", on_delete=models.CASCADE, related_name="slack_posts")
+    workspace = models.ForeignKey(SlackWorkspace, on_delete=models.CASCADE, related_name="+")
+    channel = models.CharField(max_length=40)  # as asked: a channel id, or a Slack user id for a DM
+    posted_channel = models.CharField(max_length=40, blank=True)  # as Slack answered (a DM's D… id)
+    ts = models.CharField(max_length=40, blank=True)  # empty until posted
+    shown = models.CharField(max_length=64, blank=True)  # a hash of what the message shows now
+    final = models.BooleanField(default=False)  # it shows a closed proposal: no more updates
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["proposal", "workspace", "channel"], name="one_slack_post_per_channel"
+            )
+        ]
+        indexes = [models.Index(fields=["final"], condition=Q(final=False), name="slack_posts_open")]
+
+    def __str__(self):
+        return f"slack post of {self.proposal_id} in {self.channel}"
+
+
+class SlackRequestSeen(models.Model):
+    """The signature of every Slack request accepted in the last minutes: a replay inside Slack's
+    five-minute window is refused because its signature is already here (older ones fail the timestamp
+    check). The worker deletes rows older than the window."""
+
+    signature = models.CharField(max_length=100, unique=True)
+    at = models.DateTimeField(db_index=True)
+
+    def __str__(self):
+        return self.signature

@@ -1,0 +1,126 @@
+"""The worker's Slack step: post each new proposal that waits for review to the channels of its approver
+groups (or to the linked reviewers' direct messages), then keep every message in step with the proposal
+(votes, decision, expiry, withdrawal) by updating it in place, so a channel never shows a stale
+"waiting". It compares what the message shows with what it would show now (a hash of the blocks), so a
+missed event costs nothing: the next tick repairs it. Calls go out with no transaction open.
+
+The Web API is slack_sdk's WebClient, at settings.SLACK_API_BASE_URL (Slack's own by default; tests
+point it at a local stand-in that implements the same methods).
+"""
+
+import logging
+from datetime import datetime
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError, SlackClientError
+
+from approvals.notify import slack_messages
+from approvals.notify.audience import waiting_reviewers
+from approvals.notify.models import FollowUp, SlackIdentity, SlackPost, SlackWorkspace
+from approvals.notify.secrets import SecretMissing, read_secret
+from approvals.services import slack_links
+from approvals.states import TERMINAL, State
+
+log = logging.getLogger(__name__)
+
+BATCH = 50
+DM = "dm"
+
+
+def client(workspace: SlackWorkspace) -> WebClient:
+    return WebClient(
+        token=read_secret(workspace.bot_token_ref),
+        base_url=getattr(settings, "SLACK_API_BASE_URL", "https://slack.com/api/"),
+        timeout=10,
+    )
+
+
+def channels_for(proposal, workspace: SlackWorkspace) -> list[str]:
+    """Where this proposal is posted: the channel of each threshold group the workspace maps, and for a
+    group mapped to "dm", the linked Slack users of the people who could decide it."""
+    slugs = [t["group"] for t in proposal.requirements.get("thresholds", [])]
+    targets = [workspace.channels[s] for s in slugs if s in workspace.channels]
+    channels = [t for t in targets if t != DM]
+    if DM in targets:
+        people = [p.pk for p in waiting_reviewers(proposal)]
+        channels += list(
+            SlackIdentity.objects.filter(workspace=workspace, user_id__in=people)
+            .order_by("slack_user_id")
+            .values_list("slack_user_id", flat=True)
+        )
+    return list(dict.fromkeys(channels))
+
+
+def run(now: datetime | None = None) -> int:
+    """Plan posts for new proposals, then post or update what is due. Returns how many calls succeeded."""
+    now = now or timezone.now()
+    slack_links.forget_old_signatures(now)
+    workspaces = {w.tenant_id: w for w in SlackWorkspace.objects.filter(enabled=True)}
+    if not workspaces:
+        return 0
+    new = (
+        FollowUp.objects.filter(
+            done=False, proposal__state=State.AWAITING_REVIEW, proposal__tenant_id__in=workspaces
+        )
+        .exclude(proposal__slack_posts__isnull=False)
+        .select_related("proposal__agent")[:BATCH]
+    )
+    for follow_up in new:
+        workspace = workspaces[follow_up.proposal.tenant_id]
+        slack_links.plan_posts(follow_up.proposal, workspace, channels_for(follow_up.proposal, workspace))
+    due = (
+        SlackPost.objects.filter(final=False, workspace__enabled=True)
+        .filter(Q(next_attempt_at=None) | Q(next_attempt_at__lte=now))
+        .select_related("proposal__agent", "workspace")
+        .order_by("id")[:BATCH]
+    )
+    done = 0
+    clients: dict[int, WebClient] = {}
+    for post in due:
+        try:
+            web = clients.get(post.workspace_id) or clients.setdefault(
+                post.workspace_id, client(post.workspace)
+            )
+            done += sync_post(web, post)
+        except (SlackApiError, SlackClientError, SecretMissing, OSError) as error:
+            log.warning("slack post %s failed: %s", post.pk, error)
+            slack_links.record_post_failure(post, type(error).__name__, now)
+    return done
+
+
+def sync_post(web: WebClient, post: SlackPost) -> int:
+    proposal = post.proposal
+    blocks = slack_messages.proposal_blocks(proposal)
+    shown = slack_messages.shown_hash(blocks)
+    final = proposal.state in TERMINAL
+    if post.ts and shown == post.shown:
+        if final:
+            slack_links.record_posted(post, channel=post.posted_channel, ts=post.ts, shown=shown, final=True)
+        return 0
+    text = slack_messages.fallback_text(proposal)
+    if post.ts:
+        answer = web.chat_update(channel=post.posted_channel, ts=post.ts, blocks=blocks, text=text)
+    else:
+        answer = web.chat_postMessage(
+            channel=post.channel, blocks=blocks, text=text, unfurl_links=False, unfurl_media=False
+        )
+    slack_links.record_posted(post, channel=answer["channel"], ts=answer["ts"], shown=shown, final=final)
+    return 1
+
+
+def thread_note(proposal, text: str) -> None:
+    """A reply in each of the proposal's Slack threads (a reminder, an escalation): Reviewer's words only."""
+    for post in SlackPost.objects.filter(proposal=proposal).exclude(ts="").select_related("workspace"):
+        try:
+            client(post.workspace).chat_postMessage(
+                channel=post.posted_channel,
+                thread_ts=post.ts,
+                text=slack_messages.escape(text),
+                unfurl_links=False,
+                unfurl_media=False,
+            )
+        except (SlackApiError, SlackClientError, SecretMissing, OSError) as error:
+            log.warning("slack thread note on %s failed: %s", post.pk, error)

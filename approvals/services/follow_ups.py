@@ -1,0 +1,147 @@
+"""Chasing a proposal that waits for people: reachability at intake, reminders, the escalation step, and
+the note that an unseen request expired. Each function is one transaction with its audit event; the
+worker (approvals/notify/chase.py) calls them at their times and then tells the people they name.
+"""
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils import timezone
+
+from approvals.models import Proposal
+from approvals.notify.models import FollowUp, StandIn
+from approvals.notify.reach import reachability
+from approvals.services.common import SYSTEM, _audit_time, proposal_subject, record
+from approvals.states import WAITING_FOR_PEOPLE
+from audit.models import Verb
+from tenants.models import ApproverGroup, TenantMembership
+
+
+def note_reachability(proposal: Proposal) -> FollowUp:
+    """At intake, in its transaction: whether enough people could decide this proposal. If not, the
+    audit trail says so now and the worker tells the tenant admins on its next tick."""
+    found = reachability(proposal)
+    unreachable = {} if found.met else {"missing": found.missing()}
+    follow_up = FollowUp.objects.create(proposal=proposal, unreachable=unreachable)
+    if unreachable:
+        record(
+            proposal.tenant_id,
+            actor=SYSTEM,
+            verb=Verb.PROPOSAL_UNREACHABLE,
+            subject=proposal_subject(proposal),
+            data=unreachable,
+        )
+    return follow_up
+
+
+def reminder_time(proposal: Proposal, percent: int) -> datetime:
+    return proposal.created_at + (proposal.expires_at - proposal.created_at) * (percent / 100)
+
+
+def escalation_time(proposal: Proposal, step: dict) -> datetime:
+    return proposal.expires_at - timedelta(seconds=int(step["before_expiry_seconds"]))
+
+
+@dataclass
+class Chase:
+    """What one follow-up step decided, for the worker to tell (after the commit)."""
+
+    proposal: Proposal
+    reminders: list[int] = field(default_factory=list)  # the percents due now
+    escalated: list = field(default_factory=list)  # the people added to the eligible set
+    tell_admins_unreachable: dict = field(default_factory=dict)
+    tell_admins_expired: bool = False
+
+
+def chase_one(follow_up_id, now: datetime | None = None) -> Chase | None:
+    """Record what is due for one open follow-up now (reminders, the escalation step, the admins'
+    notes); None when nothing is. A follow-up whose proposal stopped waiting is closed."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        follow_up = (
+            FollowUp.objects.select_for_update().select_related("proposal").filter(pk=follow_up_id).first()
+        )
+        if follow_up is None or follow_up.done:
+            return None
+        proposal = follow_up.proposal
+        chase = Chase(proposal)
+        if proposal.state not in WAITING_FOR_PEOPLE:
+            follow_up.done = True
+            if (
+                proposal.state == "expired"
+                and _tells_admins_at_expiry(proposal)
+                and not proposal.votes.exists()
+            ):
+                follow_up.expiry_told_at = now
+                chase.tell_admins_expired = True
+            follow_up.save(update_fields=["done", "expiry_told_at"])
+            return chase if chase.tell_admins_expired else None
+        if follow_up.unreachable and follow_up.admins_told_at is None:
+            follow_up.admins_told_at = now
+            chase.tell_admins_unreachable = follow_up.unreachable
+        due = [
+            p
+            for p in proposal.requirements.get("reminders", [])
+            if p not in follow_up.reminders_sent and reminder_time(proposal, p) <= now < proposal.expires_at
+        ]
+        if due:
+            follow_up.reminders_sent = sorted({*follow_up.reminders_sent, *due})
+            chase.reminders = due
+            record(
+                proposal.tenant_id,
+                actor=SYSTEM,
+                verb=Verb.PROPOSAL_REMINDED,
+                subject=proposal_subject(proposal),
+                data={"percent_of_ttl": due, "expires_at": _audit_time(proposal.expires_at)},
+            )
+        steps = proposal.requirements.get("escalations", [])
+        if follow_up.escalated_at is None and steps:
+            due_steps = [s for s in steps if escalation_time(proposal, s) <= now < proposal.expires_at]
+            if due_steps:
+                follow_up.escalated_at = now
+                chase.escalated = _escalate(proposal, due_steps, now)
+        follow_up.save(update_fields=["admins_told_at", "reminders_sent", "escalated_at"])
+    if chase.reminders or chase.escalated or chase.tell_admins_unreachable:
+        return chase
+    return None
+
+
+def _tells_admins_at_expiry(proposal: Proposal) -> bool:
+    return proposal.requirements.get("at_expiry") == "expire_closed_tell_admins"
+
+
+def _escalate(proposal: Proposal, steps: list[dict], now: datetime) -> list:
+    """Add the steps' people to the eligible set (StandIn rows) and record it. Compliance staff and
+    people outside the tenant are never added; separation of duties is checked when they vote."""
+    users = get_user_model().objects.filter(is_active=True, tenant_memberships__tenant_id=proposal.tenant_id)
+    users = users.exclude(tenant_memberships__role=TenantMembership.Role.COMPLIANCE)
+    chosen: dict[int, object] = {}
+    for step in steps:
+        if "group" in step:
+            group = ApproverGroup.objects.filter(tenant_id=proposal.tenant_id, slug=step["group"]).first()
+            found = users.filter(approver_groups=group) if group else users.none()
+        else:
+            found = users.filter(username__in=step["people"])
+        chosen.update({u.pk: u for u in found})
+    StandIn.objects.bulk_create(
+        [StandIn(proposal=proposal, user=user, added_at=now) for user in chosen.values()],
+        ignore_conflicts=True,
+    )
+    record(
+        proposal.tenant_id,
+        actor=SYSTEM,
+        verb=Verb.PROPOSAL_ESCALATED,
+        subject=proposal_subject(proposal),
+        data={
+            "steps": steps,
+            "added": sorted(u.get_username() for u in chosen.values()),
+            "expires_at": _audit_time(proposal.expires_at),
+        },
+    )
+    return sorted(chosen.values(), key=lambda u: u.get_username())
+
+
+def open_follow_ups(limit: int = 200) -> list[int]:
+    return list(FollowUp.objects.filter(done=False).order_by("id").values_list("pk", flat=True)[:limit])
