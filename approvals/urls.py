@@ -6,7 +6,7 @@ from django.urls import path
 from accounts import views as account_views
 from approvals import a2a_views, pull, views  # noqa: F401 (pull registers GET /proposals/{id}/decision)
 from approvals.api import api
-from approvals.notify import slack_views
+from approvals.notify import delegation_views, slack_views
 
 app_name = "approvals"
 
@@ -29,4 +29,6 @@ urlpatterns = [
     # Slack (approvals/notify/slack_views.py): its interactivity requests, and the link a person confirms.
     path("slack/interactivity", slack_views.interactivity, name="slack_interactivity"),
     path("slack/link/<str:token>/", slack_views.confirm_link, name="slack_link"),
+    path("out-of-office/", delegation_views.out_of_office, name="out_of_office"),
+    path("out-of-office/<int:delegation_id>/end", delegation_views.end, name="end_delegation"),
 ]

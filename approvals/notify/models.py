@@ -62,7 +62,8 @@ class Delegation(models.Model):
     delegate = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     starts_at = models.DateTimeField()
     ends_at = models.DateTimeField()
-    ended_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)  # ended early by the person or an admin
+    end_recorded = models.BooleanField(default=False)  # the audit trail has its end (early or on time)
     note = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -96,3 +96,15 @@ def voice_taken(proposal, user, on_behalf_of) -> bool:
     if on_behalf_of is None:
         return False
     return votes.filter(voter=on_behalf_of).exists() or votes.filter(on_behalf_of=on_behalf_of).exists()
+
+
+def current_delegations(tenant_ids) -> list[Delegation]:
+    """The delegations active now in these tenants (what their admins see), soonest ending first."""
+    now = timezone.now()
+    return list(
+        Delegation.objects.filter(
+            tenant_id__in=tenant_ids, starts_at__lte=now, ends_at__gt=now, ended_at=None
+        )
+        .select_related("delegator", "delegate", "tenant")
+        .order_by("ends_at", "id")
+    )

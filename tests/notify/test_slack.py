@@ -1,0 +1,304 @@
+"""Slack: a new proposal posts one message that follows the proposal in place; chat decisions go through
+the same vote as the page, only where the policy allows them; every request from Slack is verified.
+
+Slack cannot be reached from here, so its Web API is the local stand-in tests/notify/slack_standin.py,
+called by Reviewer's real client (slack_sdk); Slack's requests to Reviewer are built here and signed
+with Slack's real algorithm (slack_sdk's SignatureVerifier)."""
+
+import json
+import time
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.utils import timezone
+
+from approvals import services
+from approvals.models import Proposal, Vote
+from approvals.notify import slack_sync
+from approvals.notify.models import SlackIdentity, SlackLinkRequest
+from approvals.services import slack_links
+from audit.models import AuditEvent, Verb
+from tests import factories
+from tests.factories import fresh_step_up, submit, totp_code
+from tests.notify.slack_requests import FINANCE_CHANNEL, button, link, signed_post, submission
+from tests.notify.slack_standin import BOT_TOKEN
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def chat_policy(tenant):
+    """Refunds need two finance approvals; the policy lets them be given from chat."""
+    return factories.make_policy(
+        tenant,
+        "refunds",
+        tool_pattern="payments.refund",
+        thresholds=[{"group": "finance", "count": 2}],
+        notifications={"chat_decisions": True},
+    )
+
+
+def texts(blocks) -> str:
+    return json.dumps(blocks)
+
+
+def test_a_new_proposal_posts_one_message_with_reviewers_summary_and_a_link(
+    settings, agent, chat_policy, workspace, slack, requester, reviewer_a
+):
+    settings.REVIEWER_ISSUER = "https://reviewer.example.test"
+    proposal = submit(agent, summary="Refund EUR 40.00 to order 1182")
+    assert slack.calls == []  # nothing inside the request: the worker posts
+    slack_sync.run()
+    slack_sync.run()  # nothing changed: no second message, no update
+    (posted,) = slack.calls_to("chat.postMessage")
+    assert slack.calls_to("chat.update") == []
+    assert posted["channel"] == FINANCE_CHANNEL
+    assert posted["unfurl_links"] is False and posted["unfurl_media"] is False
+    shown = texts(posted["blocks"])
+    for fact in (
+        "Approval requested: payments.refund",
+        "Refund EUR 40.00 to order 1182",
+        "Amount: EUR 40.00",
+        "Target: order:1182",
+        "Reversibility: ",
+        "Asked by: Refund Demo for Requester",
+        "Waiting for review: 0 of 2 approvals",
+    ):
+        assert fact in shown
+    review = posted["blocks"][-1]["elements"][0]
+    assert review["text"]["text"] == "Review in Reviewer"
+    assert review["url"] == f"https://reviewer.example.test/proposals/{proposal.id}/"
+    assert proposal.action_digest not in json.dumps(posted)  # no digest, token or code in the message
+    assert BOT_TOKEN not in json.dumps(posted)
+
+
+def test_the_message_follows_votes_and_the_decision_in_place(
+    agent, chat_policy, workspace, slack, requester, reviewer_a, reviewer_b
+):
+    proposal = submit(agent)
+    slack_sync.run()
+    (posted,) = slack.calls_to("chat.postMessage")
+    services.cast_vote(
+        proposal.id,
+        reviewer_a,
+        verdict="approve",
+        digest_seen=proposal.action_digest,
+        step_up=fresh_step_up(reviewer_a),
+    )
+    slack_sync.run()
+    (first_update,) = slack.calls_to("chat.update")
+    assert "Waiting for review: 1 of 2 approvals" in texts(first_update["blocks"])
+    services.cast_vote(
+        proposal.id,
+        reviewer_b,
+        verdict="approve",
+        digest_seen=proposal.action_digest,
+        step_up=fresh_step_up(reviewer_b),
+    )
+    slack_sync.run()
+    last = slack.calls_to("chat.update")[-1]
+    assert "Approved by Alice, Bob." in texts(last["blocks"])
+    assert "reviewer_approve" not in texts(last["blocks"])  # no buttons on a decided request
+    key = (last["channel"], last["ts"])
+    assert slack.messages[key]["blocks"] == last["blocks"]  # one message, updated in place
+    assert len(slack.calls_to("chat.postMessage")) == 1
+
+
+def test_expiry_and_withdrawal_update_the_message(agent, chat_policy, workspace, slack, requester):
+    expiring = submit(agent)
+    withdrawn = submit(agent, action=factories.refund_action(order_id="77"))
+    slack_sync.run()
+    with time_machine.travel(timezone.now() + timedelta(hours=2)):
+        services.expire_due()
+        slack_sync.run()
+    updates = {u["ts"]: texts(u["blocks"]) for u in slack.calls_to("chat.update")}
+    assert any("Expired at" in text and "nothing was released" in text for text in updates.values())
+    services.apply_task_state(agent, withdrawn.task_id, "canceled")
+    slack_sync.run()
+    withdrawn.refresh_from_db()
+    assert withdrawn.state in ("cancelled", "expired")
+    assert all("Waiting for review" not in texts(u["blocks"]) for u in slack.calls_to("chat.update")[-2:])
+
+
+def test_a_chat_approval_with_a_fresh_code_counts_toward_the_quorum_like_a_page_vote(
+    client, agent, chat_policy, workspace, slack, requester, reviewer_a, reviewer_b
+):
+    proposal = submit(agent)
+    link(workspace, reviewer_a, "U0ALICE")
+    response = signed_post(client, button(proposal, "U0ALICE", "reviewer_approve"))
+    assert response.status_code == 200
+    (opened,) = slack.calls_to("views.open")
+    modal = opened["view"]
+    assert opened["trigger_id"] == "trigger-1"
+    assert {b.get("block_id") for b in modal["blocks"]} >= {"reason", "code"}
+    response = signed_post(
+        client, submission(modal, "U0ALICE", reason="ticket checked", code=totp_code(reviewer_a))
+    )
+    assert response.json() == {"response_action": "clear"}
+    vote = Vote.objects.get(proposal=proposal)
+    assert (vote.voter, vote.verdict, vote.auth_method, vote.reason) == (
+        reviewer_a,
+        "approve",
+        "totp",
+        "ticket checked",
+    )
+    assert vote.page_hash.startswith("slack:")
+    cast = AuditEvent.objects.get(verb=Verb.VOTE_CAST, subject=f"proposal:{proposal.id}")
+    assert cast.actor == "user:reviewer_a" and cast.data["auth"]["method"] == "totp"
+    # The second approval, on the page, completes the same quorum.
+    services.cast_vote(
+        proposal.id,
+        reviewer_b,
+        verdict="approve",
+        digest_seen=proposal.action_digest,
+        step_up=fresh_step_up(reviewer_b),
+    )
+    proposal.refresh_from_db()
+    assert proposal.state == "approved"
+    assert sorted(a["sub"] for a in _approvers(proposal)) == ["user:reviewer_a", "user:reviewer_b"]
+
+
+def _approvers(proposal):
+    import jwt
+
+    return jwt.decode(proposal.decision.token, options={"verify_signature": False})["approvers"]
+
+
+def test_a_chat_vote_without_a_code_or_with_a_used_one_is_refused_as_on_the_page(
+    client, agent, chat_policy, workspace, slack, requester, reviewer_a
+):
+    proposal = submit(agent)
+    link(workspace, reviewer_a, "U0ALICE")
+    signed_post(client, button(proposal, "U0ALICE", "reviewer_approve"))
+    modal = slack.calls_to("views.open")[0]["view"]
+    response = signed_post(client, submission(modal, "U0ALICE", code=""))
+    assert response.json()["response_action"] == "errors"
+    assert "fresh one-time code" in response.json()["errors"]["code"]
+    code = totp_code(reviewer_a)
+    from approvals.stepup import verify_code
+
+    assert verify_code(reviewer_a, code) == "totp"
+    response = signed_post(client, submission(modal, "U0ALICE", code=code))
+    assert "not valid" in response.json()["errors"]["code"]
+    assert not Vote.objects.filter(proposal=proposal).exists()
+    assert AuditEvent.objects.filter(verb=Verb.STEP_UP_FAILED, subject=f"proposal:{proposal.id}").count() == 2
+
+
+def test_the_requester_cannot_approve_their_own_request_from_chat(
+    client, agent, chat_policy, workspace, slack, requester
+):
+    proposal = submit(agent)
+    link(workspace, requester, "U0REQ")
+    signed_post(client, button(proposal, "U0REQ", "reviewer_approve"))
+    modal = slack.calls_to("views.open")[0]["view"]
+    response = signed_post(client, submission(modal, "U0REQ", code=totp_code(requester)))
+    assert "someone else must decide it" in response.json()["errors"]["code"]
+    assert not Vote.objects.filter(proposal=proposal).exists()
+
+
+@pytest.mark.parametrize(
+    "policy_fields",
+    [
+        {},  # the policy does not say chat may decide
+        {"notifications": {"chat_decisions": True}, "reversibility": "R3"},  # irreversible: never from chat
+        {
+            "notifications": {"chat_decisions": True},
+            "step_up": "passkey",
+        },  # a passkey cannot be given in chat
+    ],
+    ids=["not-allowed", "irreversible", "passkey"],
+)
+def test_chat_decisions_are_refused_where_the_policy_does_not_allow_them(
+    client, tenant, agent, workspace, slack, requester, reviewer_a, policy_fields
+):
+    factories.make_policy(tenant, "refunds", tool_pattern="payments.refund", **policy_fields)
+    proposal = submit(agent)
+    slack_sync.run()
+    (posted,) = slack.calls_to("chat.postMessage")
+    assert "reviewer_approve" not in texts(posted["blocks"])  # no Approve / Reject buttons
+    link(workspace, reviewer_a, "U0ALICE")
+    signed_post(client, button(proposal, "U0ALICE", "reviewer_approve"))
+    (notice,) = slack.calls_to("views.open")
+    assert "does not allow decisions from chat" in texts(notice["view"])
+    forged = {
+        "callback_id": "reviewer_decide",
+        "private_metadata": json.dumps(
+            {"proposal": str(proposal.id), "verdict": "approve", "digest": proposal.action_digest}
+        ),
+    }
+    response = signed_post(client, submission(forged, "U0ALICE", code=totp_code(reviewer_a)))
+    assert "does not allow decisions from chat" in response.json()["errors"]["code"]
+    assert not Vote.objects.filter(proposal=proposal).exists()
+    assert (
+        AuditEvent.objects.filter(verb=Verb.SLACK_REQUEST_REFUSED, data__code="chat_decisions_off").count()
+        == 2
+    )
+
+
+def test_unsigned_forged_stale_and_replayed_requests_are_refused(
+    client, agent, chat_policy, workspace, slack, requester, reviewer_a
+):
+    proposal = submit(agent)
+    link(workspace, reviewer_a, "U0ALICE")
+    payload = button(proposal, "U0ALICE", "reviewer_approve")
+    assert signed_post(client, payload, headers={}).status_code == 401  # unsigned
+    assert signed_post(client, payload, secret="not-the-secret").status_code == 401  # forged
+    assert signed_post(client, payload, timestamp=int(time.time()) - 600).status_code == 401  # stale
+    stamp = int(time.time())
+    assert signed_post(client, payload, timestamp=stamp).status_code == 200
+    assert signed_post(client, payload, timestamp=stamp).status_code == 401  # the same request again
+    assert len(slack.calls_to("views.open")) == 1  # only the one genuine click did anything
+    codes = list(
+        AuditEvent.objects.filter(verb=Verb.SLACK_REQUEST_REFUSED)
+        .order_by("at")
+        .values_list("data__code", flat=True)
+    )
+    assert codes == ["bad_signature", "bad_signature", "bad_signature", "replayed"]
+
+
+def test_an_unlinked_slack_user_gets_a_one_time_link_the_person_confirms_in_reviewer(
+    client, settings, agent, chat_policy, workspace, slack, requester, reviewer_a, reviewer_b
+):
+    settings.REVIEWER_ISSUER = "https://reviewer.example.test"
+    proposal = submit(agent)
+    signed_post(client, button(proposal, "U0ALICE", "reviewer_approve"))
+    (notice,) = slack.calls_to("views.open")
+    text = texts(notice["view"])
+    assert "https://reviewer.example.test/slack/link/" in text
+    token = text.split("/slack/link/", 1)[1].split("/", 1)[0]
+    assert SlackLinkRequest.objects.get().token_hash != token  # stored hashed
+    page = factories.verified_client(reviewer_a)
+    shown = page.get(f"/slack/link/{token}/")
+    assert shown.status_code == 200 and b"U0ALICE" in shown.content
+    assert not SlackIdentity.objects.exists()  # opening the link links nothing
+    page.post(f"/slack/link/{token}/")
+    identity = SlackIdentity.objects.get()
+    assert (identity.slack_user_id, identity.user) == ("U0ALICE", reviewer_a)
+    assert AuditEvent.objects.filter(verb=Verb.SLACK_LINKED, actor="user:reviewer_a").exists()
+    # The link works once: another person cannot take it afterwards.
+    other = factories.verified_client(reviewer_b)
+    assert other.get(f"/slack/link/{token}/").status_code == 410
+    other.post(f"/slack/link/{token}/")
+    assert SlackIdentity.objects.count() == 1
+
+
+def test_a_link_expires(agent, workspace, reviewer_a):
+    token = slack_links.offer_link(workspace, "U0LATE")
+    with time_machine.travel(timezone.now() + timedelta(seconds=slack_links.LINK_SECONDS + 1)):
+        with pytest.raises(services.ActionRefused) as refused:
+            slack_links.confirm_link(token, actor=reviewer_a)
+    assert refused.value.code == "link_invalid"
+
+
+def test_agent_text_reaches_slack_as_plain_text_with_hidden_characters_written_out(
+    agent, chat_policy, workspace, slack, requester
+):
+    submit(agent, summary="Refund <!channel> <https://evil.example|click> \u202eevil")
+    slack_sync.run()
+    (posted,) = slack.calls_to("chat.postMessage")
+    summary = posted["blocks"][1]["text"]
+    assert summary["type"] == "plain_text"  # Slack renders no mention, link or markup in it
+    assert "[U+202E]" in summary["text"] and "\u202e" not in json.dumps(posted, ensure_ascii=False)
+    assert "<!channel>" not in posted["text"]  # the notification text is escaped
+    assert Proposal.objects.count() == 1
