@@ -337,6 +337,7 @@ class OutboxMessage(models.Model):
         CONTINUE = "continue"  # SendMessage with the decision
         CANCEL = "cancel"  # CancelTask
         GET_TASK = "get_task"  # reconciliation
+        WEBHOOK = "webhook"  # a signed event to a tenant's endpoint (approvals/notify/webhook_sender.py)
 
     class Status(models.TextChoices):
         PENDING = "pending"
@@ -486,4 +487,5 @@ from approvals.notify.models import (  # noqa: E402, F401
     SlackRequestSeen,
     SlackWorkspace,
     StandIn,
+    WebhookEndpoint,
 )

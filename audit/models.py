@@ -100,6 +100,7 @@ class Verb(models.TextChoices):
     DELEGATION_ENDED = "delegation.ended"
     SLACK_LINKED = "slack.linked"
     SLACK_REQUEST_REFUSED = "slack.request_refused"
+    WEBHOOK_REGISTERED = "webhook.registered"
 
 
 class AuditEventQuerySet(AppendOnlyQuerySet):
@@ -302,3 +303,17 @@ class ExportJob(models.Model):
     @property
     def finished(self) -> bool:
         return self.status in {self.Status.DONE, self.Status.FAILED}
+
+
+class SiemCursor(models.Model):
+    """How far one SIEM sink (audit/siem.py) has received one chain: the last seq it took."""
+
+    sink = models.CharField(max_length=20)
+    chain = models.CharField(max_length=50)
+    seq = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["sink", "chain"], name="one_siem_cursor_per_chain")]
+
+    def __str__(self):
+        return f"{self.sink} at {self.chain}:{self.seq}"

@@ -165,3 +165,20 @@ class SlackRequestSeen(models.Model):
 
     def __str__(self):
         return self.signature
+
+
+class WebhookEndpoint(models.Model):
+    """A tenant admin's HTTPS endpoint for decision and lifecycle events, signed per Standard Webhooks
+    with `secret` ("whsec_" + base64, made by Reviewer and shown to the admin once). Deliveries are
+    outbox rows (kind "webhook"), so they get the outbox's retries, backoff and dead letters."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    url = models.URLField(max_length=500)
+    secret = models.CharField(max_length=100)
+    # The event types sent ("proposal.approved", ...); empty: all of them.
+    events = models.JSONField(default=list, blank=True)
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self):
+        return self.url

@@ -33,7 +33,7 @@ DM = "dm"
 def client(workspace: SlackWorkspace) -> WebClient:
     return WebClient(
         token=read_secret(workspace.bot_token_ref),
-        base_url=getattr(settings, "SLACK_API_BASE_URL", "https://slack.com/api/"),
+        base_url=settings.SLACK_API_BASE_URL,
         timeout=10,
     )
 
