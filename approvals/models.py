@@ -481,11 +481,15 @@ class PostHocReview(models.Model):
 from approvals.notify.models import (  # noqa: E402, F401
     Delegation,
     FollowUp,
+    PushSent,
+    PushSubscription,
     SlackIdentity,
     SlackLinkRequest,
     SlackPost,
     SlackRequestSeen,
     SlackWorkspace,
     StandIn,
+    TeamsChannel,
+    TeamsPost,
     WebhookEndpoint,
 )

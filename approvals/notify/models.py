@@ -182,3 +182,71 @@ class WebhookEndpoint(models.Model):
 
     def __str__(self):
         return self.url
+
+
+class TeamsChannel(models.Model):
+    """A Microsoft Teams channel reached through a Workflows incoming webhook. The webhook URL carries
+    its own signature, so it is a secret reference ("env:NAME" or "file:/path"), never stored here."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    name = models.CharField(max_length=100)
+    webhook_url_ref = models.CharField(max_length=300)
+    groups = models.JSONField(default=list)  # the approver group slugs whose proposals go here
+    enabled = models.BooleanField(default=True)
+
+    def __str__(self):
+        return f"teams {self.name}"
+
+
+class TeamsPost(models.Model):
+    """A proposal's cards in one Teams channel: the request when it waits, and its outcome once closed
+    (an incoming webhook cannot edit a card it posted, so the outcome is a second card)."""
+
+    proposal = models.ForeignKey("approvals.Proposal", on_delete=models.CASCADE, related_name="+")
+    channel = models.ForeignKey(TeamsChannel, on_delete=models.CASCADE, related_name="+")
+    requested_at = models.DateTimeField(null=True, blank=True)
+    outcome_state = models.CharField(max_length=20, blank=True)  # the closed state its outcome card showed
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    final = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["proposal", "channel"], name="one_teams_post_per_channel")
+        ]
+
+    def __str__(self):
+        return f"teams post of {self.proposal_id}"
+
+
+class PushSubscription(models.Model):
+    """A device of a person that receives Web Push notifications ("Your devices"). The endpoint is the
+    browser vendor's push service URL; p256dh and auth are the keys the payload is encrypted to."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    name = models.CharField(max_length=100)
+    endpoint = models.URLField(max_length=1000, unique=True)
+    p256dh = models.CharField(max_length=200)
+    auth = models.CharField(max_length=100)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_error = models.CharField(max_length=200, blank=True)
+
+    def __str__(self):
+        return f"push device {self.name} of {self.user_id}"
+
+
+class PushSent(models.Model):
+    """One push about one proposal to one person, for one reason: sent once (the worker's record)."""
+
+    proposal = models.ForeignKey("approvals.Proposal", on_delete=models.CASCADE, related_name="+")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    reason = models.CharField(max_length=30)  # "new", "reminder-50", "escalation"
+    at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["proposal", "user", "reason"], name="one_push_per_reason")
+        ]
+
+    def __str__(self):
+        return f"push {self.reason} of {self.proposal_id} to {self.user_id}"

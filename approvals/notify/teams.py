@@ -1,0 +1,161 @@
+"""Microsoft Teams: the proposal as an Adaptive Card, posted through a channel's Workflows incoming webhook
+("Post to a channel when a webhook request is received"), by the worker.
+
+Why the incoming webhook and not the Bot Framework: the Bot Framework SDK for Python (botbuilder) is
+archived, and a bot needs an Azure registration, a public messaging endpoint and per-user
+conversation references, all for what Reviewer needs here: a card with a link. A Workflows webhook is
+one HTTPS POST of a documented JSON shape, which httpx sends through the outbound allow-list like every
+other call Reviewer makes (no extra library). Its limit: a webhook cannot edit a card it posted, so
+"updated on decision" is a second card in the channel saying how the request ended (expired, decided,
+withdrawn), posted once. Decisions are never taken in Teams: the card links to the page.
+
+Agent text goes only into `TextRun`s of a `RichTextBlock`, which Adaptive Cards render without markdown
+(a TextBlock would turn "[x](https://…)" into a link), through `one_line`.
+"""
+
+import asyncio
+import logging
+from datetime import datetime, timedelta
+
+import httpx
+from django.db.models import Q
+from django.utils import timezone
+
+from approvals import outbound
+from approvals.notify.common import one_line, proposal_link, when
+from approvals.notify.models import FollowUp, TeamsChannel, TeamsPost
+from approvals.notify.secrets import SecretMissing, read_secret
+from approvals.notify.slack_messages import status_line
+from approvals.services.teams_posts import plan_teams_posts, record_teams_failure, record_teams_sent
+from approvals.states import TERMINAL, State
+
+log = logging.getLogger(__name__)
+
+BATCH = 50
+
+
+def _runs(text: str) -> dict:
+    return {"type": "RichTextBlock", "inlines": [{"type": "TextRun", "text": text or " "}]}
+
+
+def card(proposal, *, outcome: bool = False) -> dict:
+    """The Adaptive Card (schema 1.4, what Teams renders) of a request, or of how it ended."""
+    arguments = proposal.action.get("arguments") or {}
+    facts = [("Action", one_line(proposal.tool, 80))]
+    if arguments.get("amount") not in (None, ""):
+        facts.append(
+            ("Amount", one_line(f"{arguments.get('currency') or ''} {arguments.get('amount')}".strip(), 60))
+        )
+    if proposal.action.get("target"):
+        facts.append(("Target", one_line(str(proposal.action.get("target")), 80)))
+    asker = proposal.principal_display or proposal.principal_id
+    facts += [
+        ("Risk", proposal.risk or "not rated"),
+        ("Reversibility", proposal.reversibility or "unclassified"),
+        ("Asked by", f"{one_line(proposal.agent.name, 60)} for {one_line(asker, 60)}"),
+        ("Expires", when(proposal.expires_at)),
+    ]
+    title = "Request closed" if outcome else "Approval requested"
+    body = [
+        {"type": "TextBlock", "size": "Medium", "weight": "Bolder", "text": title, "wrap": True},
+        _runs(one_line(proposal.summary, 300)),
+        *(
+            {
+                "type": "ColumnSet",
+                "columns": [
+                    {
+                        "type": "Column",
+                        "width": "auto",
+                        "items": [{"type": "TextBlock", "text": label, "weight": "Bolder"}],
+                    },
+                    {"type": "Column", "width": "stretch", "items": [_runs(value)]},
+                ],
+            }
+            for label, value in facts
+        ),
+        _runs(status_line(proposal)),
+    ]
+    return {
+        "type": "AdaptiveCard",
+        "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
+        "version": "1.4",
+        "body": body,
+        "actions": [
+            {"type": "Action.OpenUrl", "title": "Review in Reviewer", "url": proposal_link(proposal)}
+        ],
+    }
+
+
+def message(adaptive_card: dict) -> dict:
+    """The body a Workflows webhook takes: a message with the card as its one attachment."""
+    return {
+        "type": "message",
+        "attachments": [
+            {
+                "contentType": "application/vnd.microsoft.card.adaptive",
+                "contentUrl": None,
+                "content": adaptive_card,
+            }
+        ],
+    }
+
+
+async def _post(url: str, body: dict) -> httpx.Response:
+    async with outbound.async_client(timeout=10, follow_redirects=False) as client:
+        return await client.post(url, json=body)
+
+
+def send(channel: TeamsChannel, body: dict) -> None:
+    response = asyncio.run(_post(read_secret(channel.webhook_url_ref), body))
+    if not 200 <= response.status_code < 300:
+        raise httpx.HTTPStatusError(
+            f"Teams answered {response.status_code}", request=response.request, response=response
+        )
+
+
+def run(now: datetime | None = None) -> int:
+    """The worker's step: plan a post per channel for new waiting proposals, then send what is due."""
+    now = now or timezone.now()
+    channels = list(TeamsChannel.objects.filter(enabled=True))
+    if not channels:
+        return 0
+    new = FollowUp.objects.filter(
+        done=False,
+        proposal__state=State.AWAITING_REVIEW,
+        proposal__tenant_id__in={c.tenant_id for c in channels},
+    ).select_related("proposal")[:BATCH]
+    for follow_up in new:
+        proposal = follow_up.proposal
+        slugs = {t["group"] for t in proposal.requirements.get("thresholds", [])}
+        plan_teams_posts(
+            proposal, [c for c in channels if c.tenant_id == proposal.tenant_id and slugs & set(c.groups)]
+        )
+    due = (
+        TeamsPost.objects.filter(final=False, channel__enabled=True)
+        .filter(Q(next_attempt_at=None) | Q(next_attempt_at__lte=now))
+        .select_related("proposal__agent", "channel")
+        .order_by("id")[:BATCH]
+    )
+    sent = 0
+    for post in due:
+        proposal = post.proposal
+        closed = proposal.state in TERMINAL or proposal.state not in (
+            State.AWAITING_REVIEW,
+            State.INFO_REQUESTED,
+        )
+        if post.requested_at is not None and not closed:
+            continue  # waiting, and its card is posted: nothing to add until it ends
+        if post.requested_at is None and closed:
+            record_teams_sent(
+                post, requested=False, outcome_state=proposal.state
+            )  # ended before it was posted
+            continue
+        try:
+            send(post.channel, message(card(proposal, outcome=closed)))
+        except (httpx.HTTPError, SecretMissing, OSError) as error:
+            log.warning("teams post %s failed: %s", post.pk, type(error).__name__)
+            record_teams_failure(post, now + timedelta(seconds=min(2 ** (post.attempts + 1) * 5, 600)))
+            continue
+        record_teams_sent(post, requested=not closed, outcome_state=proposal.state if closed else "")
+        sent += 1
+    return sent

@@ -1,0 +1,32 @@
+"""The worker's record of what it posted to Teams channels (bookkeeping of a delivery, like the outbox's
+marks; the audit trail holds the proposal's own events)."""
+
+from datetime import datetime
+
+from django.utils import timezone
+
+from approvals.notify.models import TeamsPost
+
+TEAMS_ATTEMPTS = 6
+
+
+def plan_teams_posts(proposal, channels) -> None:
+    TeamsPost.objects.bulk_create(
+        [TeamsPost(proposal=proposal, channel=channel) for channel in channels], ignore_conflicts=True
+    )
+
+
+def record_teams_sent(post: TeamsPost, *, requested: bool, outcome_state: str) -> None:
+    fields = {"attempts": 0, "next_attempt_at": None}
+    if requested:
+        fields["requested_at"] = timezone.now()
+    if outcome_state:
+        fields.update(outcome_state=outcome_state, final=True)
+    TeamsPost.objects.filter(pk=post.pk).update(**fields)
+
+
+def record_teams_failure(post: TeamsPost, retry_at: datetime) -> None:
+    attempts = post.attempts + 1
+    TeamsPost.objects.filter(pk=post.pk).update(
+        attempts=attempts, next_attempt_at=retry_at, final=attempts >= TEAMS_ATTEMPTS
+    )
