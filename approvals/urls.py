@@ -6,7 +6,7 @@ from django.urls import path
 from accounts import views as account_views
 from approvals import a2a_views, pull, views  # noqa: F401 (pull registers GET /proposals/{id}/decision)
 from approvals.api import api
-from approvals.notify import delegation_views, slack_views
+from approvals.notify import delegation_views, push_views, slack_views
 
 app_name = "approvals"
 
@@ -31,4 +31,10 @@ urlpatterns = [
     path("slack/link/<str:token>/", slack_views.confirm_link, name="slack_link"),
     path("out-of-office/", delegation_views.out_of_office, name="out_of_office"),
     path("out-of-office/<int:delegation_id>/end", delegation_views.end, name="end_delegation"),
+    # The installable web app and push devices (approvals/notify/push_views.py).
+    path("manifest.webmanifest", push_views.manifest, name="manifest"),
+    path("sw.js", push_views.service_worker, name="service_worker"),
+    path("push/devices/", push_views.devices, name="push_devices"),
+    path("push/subscribe", push_views.subscribe_device, name="push_subscribe"),
+    path("push/devices/<int:device_id>/remove", push_views.remove_device, name="push_remove"),
 ]

@@ -101,6 +101,8 @@ class Verb(models.TextChoices):
     SLACK_LINKED = "slack.linked"
     SLACK_REQUEST_REFUSED = "slack.request_refused"
     WEBHOOK_REGISTERED = "webhook.registered"
+    PUSH_DEVICE_ADDED = "push_device.added"
+    PUSH_DEVICE_REMOVED = "push_device.removed"
 
 
 class AuditEventQuerySet(AppendOnlyQuerySet):

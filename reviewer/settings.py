@@ -408,6 +408,15 @@ AUDIT_SIEM_HTTP_TOKEN = env_str("AUDIT_SIEM_HTTP_TOKEN")
 AUDIT_SIEM_HTTP_TOKEN_FILE = env_str("AUDIT_SIEM_HTTP_TOKEN_FILE")  # preferred over the variable
 AUDIT_SIEM_SYSLOG = env_str("AUDIT_SIEM_SYSLOG")
 AUDIT_SIEM_CA_FILE = env_str("AUDIT_SIEM_CA_FILE")  # a private CA for the sinks' TLS; empty: the system's
+# Web Push (approvals/notify/push.py): the VAPID private key (PEM; `vapid --gen` of py-vapid makes one),
+# the contact the push services see, and the push services Reviewer sends to (a subscription's endpoint
+# is chosen by the browser, so it is called only on these hosts). Empty key file: push is off.
+WEB_PUSH_VAPID_PRIVATE_KEY_FILE = env_str("WEB_PUSH_VAPID_PRIVATE_KEY_FILE")
+WEB_PUSH_CONTACT = env_str("WEB_PUSH_CONTACT", "mailto:reviewer@localhost")
+WEB_PUSH_SERVICE_HOSTS = env_list(
+    "WEB_PUSH_SERVICE_HOSTS",
+    ["fcm.googleapis.com", "updates.push.services.mozilla.com", ".push.apple.com", ".notify.windows.com"],
+)
 
 LOGGING = {
     "version": 1,

@@ -1,0 +1,87 @@
+"""A person's push devices ("Your devices"): subscribing one, removing one, and their end when the person
+is deprovisioned; and the worker's record of what it pushed."""
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from approvals.notify.models import PushSent, PushSubscription
+from approvals.services.common import SYSTEM, actor_label, record
+from approvals.services.errors import ActionRefused
+from audit.models import Verb
+
+MAX_DEVICES = 10
+
+
+def subscribe(
+    user, *, endpoint: str, p256dh: str, auth: str, name: str, refusal: str | None
+) -> PushSubscription:
+    """Store a browser's push subscription for `user`. `refusal` is the sender's verdict on the endpoint
+    (approvals/notify/push.py endpoint_refusal), given here so a refused endpoint is never stored."""
+    if refusal:
+        raise ActionRefused("push_endpoint", refusal, "endpoint")
+    if not p256dh or not auth or len(p256dh) > 200 or len(auth) > 100:
+        raise ActionRefused("push_keys", "the subscription's keys are missing or malformed", "keys")
+    name = (name or "").strip()[:100] or "This device"
+    with transaction.atomic():
+        if PushSubscription.objects.filter(user=user).count() >= MAX_DEVICES:
+            raise ActionRefused("push_devices", f"at most {MAX_DEVICES} devices; remove one first")
+        try:
+            with transaction.atomic():
+                device = PushSubscription.objects.create(
+                    user=user, endpoint=endpoint, p256dh=p256dh, auth=auth, name=name
+                )
+        except IntegrityError:
+            raise ActionRefused("push_endpoint", "this device is already subscribed", "endpoint") from None
+        record(
+            None,
+            actor=actor_label(user),
+            verb=Verb.PUSH_DEVICE_ADDED,
+            subject=f"user:{user.get_username()}",
+            data={"device": device.pk, "name": name, "service": endpoint.split("/")[2]},
+        )
+    return device
+
+
+def remove(user, device_id: int) -> None:
+    with transaction.atomic():
+        deleted, _ = PushSubscription.objects.filter(user=user, pk=device_id).delete()
+        if not deleted:
+            raise ActionRefused("not_found", "no such device")
+        record(
+            None,
+            actor=actor_label(user),
+            verb=Verb.PUSH_DEVICE_REMOVED,
+            subject=f"user:{user.get_username()}",
+            data={"device": device_id},
+        )
+
+
+def forget_subscription(device: PushSubscription, why: str) -> None:
+    with transaction.atomic():
+        PushSubscription.objects.filter(pk=device.pk).delete()
+        record(
+            None,
+            actor=SYSTEM,
+            verb=Verb.PUSH_DEVICE_REMOVED,
+            subject=f"user:{device.user.get_username()}",
+            data={"device": device.pk, "reason": why},
+        )
+
+
+def end_for_deprovisioned() -> int:
+    """Every subscription of a person who is no longer active ends."""
+    ended = 0
+    for device in PushSubscription.objects.filter(user__is_active=False).select_related("user")[:200]:
+        forget_subscription(device, "the person was deprovisioned")
+        ended += 1
+    return ended
+
+
+def not_yet_pushed(proposal, user, reason: str) -> bool:
+    return not PushSent.objects.filter(proposal=proposal, user=user, reason=reason).exists()
+
+
+def record_pushed(proposal, user, reason: str) -> None:
+    PushSent.objects.get_or_create(
+        proposal=proposal, user=user, reason=reason, defaults={"at": timezone.now()}
+    )
