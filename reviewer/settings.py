@@ -397,9 +397,9 @@ AGENT_ALLOWED_NETWORKS = env_list("AGENT_ALLOWED_NETWORKS", [])
 # Notifications and escalation (docs/notifications.md). Slack's Web API (tests point it at a stand-in);
 # a workspace's bot token and signing secret are references in its row ("env:NAME" or "file:/path").
 SLACK_API_BASE_URL = env_str("SLACK_API_BASE_URL", "https://slack.com/api/")
-# Tenant webhooks go through the same allow-list as agent calls (AGENT_ALLOWED_*). Plain http:// only
+# Tenant webhooks and push go through the same allow-list as agent calls (AGENT_ALLOWED_*). Plain http:// only
 # for development and tests.
-WEBHOOKS_ALLOW_HTTP = env_bool("WEBHOOKS_ALLOW_HTTP", False)
+NOTIFY_ALLOW_HTTP = env_bool("NOTIFY_ALLOW_HTTP", False)
 # SIEM (audit/siem.py): the audit trail with seq and hash, as JSON over HTTPS ("hec" for Splunk HEC,
 # "elastic" for the _bulk API, "jsonl"), and/or RFC 5424 syslog ("tcp://host:port", "tls://host:port").
 AUDIT_SIEM_HTTP_URL = env_str("AUDIT_SIEM_HTTP_URL")

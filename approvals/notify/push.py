@@ -76,7 +76,7 @@ def endpoint_refusal(endpoint: str) -> str | None:
     """Why Reviewer will not call this push endpoint (None if it will)."""
     parts = urlsplit(endpoint or "")
     host = (parts.hostname or "").lower()
-    if parts.scheme != "https" and not (parts.scheme == "http" and settings.WEBHOOKS_ALLOW_HTTP):
+    if parts.scheme != "https" and not (parts.scheme == "http" and settings.NOTIFY_ALLOW_HTTP):
         return "a push endpoint is an https:// URL"
     allowed = [h.lower() for h in settings.WEB_PUSH_SERVICE_HOSTS]
     if not any(host == h or (h.startswith(".") and host.endswith(h)) for h in allowed):

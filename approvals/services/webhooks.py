@@ -48,7 +48,7 @@ def new_secret() -> str:
 
 def endpoint_refusal(url: str, events) -> ConfigRefused | None:
     parts = urlsplit(url or "")
-    if parts.scheme != "https" and not (parts.scheme == "http" and settings.WEBHOOKS_ALLOW_HTTP):
+    if parts.scheme != "https" and not (parts.scheme == "http" and settings.NOTIFY_ALLOW_HTTP):
         return ConfigRefused("webhook_url", "a webhook endpoint is an https:// URL", "url")
     if not parts.hostname:
         return ConfigRefused("webhook_url", "the URL names no host", "url")

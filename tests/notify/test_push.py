@@ -1,0 +1,114 @@
+"""Web Push: a person subscribes a device under "Your devices"; a new proposal, a reminder and an
+escalation reach it as a notification that opens the proposal; subscriptions are listed, removable, and
+end when the person is deprovisioned. A browser vendor's push service cannot be reached from here: the
+loopback PushService (tests/notify/receivers.py) checks the VAPID signature and decrypts the payload
+with http_ece, as the browser would."""
+
+import json
+
+import pytest
+from py_vapid import Vapid02
+
+from approvals.notify import push
+from approvals.notify.models import PushSubscription
+from audit.models import AuditEvent, Verb
+from tests import factories
+from tests.factories import submit
+from tests.notify.receivers import PushService
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def vapid_key(settings, tmp_path):
+    key = Vapid02()
+    key.generate_keys()
+    path = tmp_path / "vapid.pem"
+    key.save_key(str(path))
+    settings.WEB_PUSH_VAPID_PRIVATE_KEY_FILE = str(path)
+    settings.WEB_PUSH_CONTACT = "mailto:ops@example.test"
+    push._vapid.cache_clear()
+    return key
+
+
+@pytest.fixture
+def push_service(settings, vapid_key):
+    service = PushService(vapid_key.public_key)
+    settings.WEB_PUSH_SERVICE_HOSTS = ["127.0.0.1"]
+    settings.NOTIFY_ALLOW_HTTP = True  # the loopback push service speaks plain HTTP
+    settings.AGENT_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    yield service
+    service.stop()
+
+
+def subscribe(user, subscription: dict, name="Alice's phone"):
+    client = factories.verified_client(user)
+    return client.post(
+        "/push/subscribe", data=json.dumps({**subscription, "name": name}), content_type="application/json"
+    )
+
+
+def test_a_subscribed_phone_gets_the_new_proposal_encrypted_and_signed(
+    settings, agent, refund_policy, push_service, requester, reviewer_a
+):
+    settings.REVIEWER_ISSUER = "https://reviewer.example.test"
+    assert subscribe(reviewer_a, push_service.subscription()).status_code == 201
+    assert AuditEvent.objects.filter(verb=Verb.PUSH_DEVICE_ADDED, actor="user:reviewer_a").exists()
+    proposal = submit(agent, summary="Refund EUR 40.00 \u202eto order 1182")
+    assert push.push_to(reviewer_a, proposal, "new") == 1
+    assert push.push_to(reviewer_a, proposal, "new") == 0  # once per proposal, person and reason
+    (delivered,) = push_service.delivered
+    assert push_service.refused == []
+    payload = delivered["payload"]
+    assert payload["title"] == "Approval requested"
+    assert payload["url"] == f"https://reviewer.example.test/proposals/{proposal.id}/"
+    assert payload["tag"] == str(proposal.id)
+    assert "[U+202E]" in payload["body"] and "\u202e" not in payload["body"]
+    assert proposal.action_digest not in json.dumps(payload)
+
+
+def test_the_devices_are_listed_and_removable(agent, push_service, reviewer_a):
+    subscribe(reviewer_a, push_service.subscription())
+    client = factories.verified_client(reviewer_a)
+    page = client.get("/push/devices/")
+    assert b"Alice&#x27;s phone" in page.content
+    device = PushSubscription.objects.get(user=reviewer_a)
+    client.post(f"/push/devices/{device.pk}/remove")
+    assert not PushSubscription.objects.exists()
+    assert AuditEvent.objects.filter(verb=Verb.PUSH_DEVICE_REMOVED).exists()
+
+
+def test_a_push_service_off_the_list_is_refused_at_subscription(settings, push_service, reviewer_a):
+    settings.WEB_PUSH_SERVICE_HOSTS = ["fcm.googleapis.com"]
+    response = subscribe(reviewer_a, push_service.subscription())
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "push_endpoint"
+    assert not PushSubscription.objects.exists()
+
+
+def test_subscriptions_end_when_the_person_is_deprovisioned(agent, refund_policy, push_service, reviewer_a):
+    subscribe(reviewer_a, push_service.subscription())
+    reviewer_a.is_active = False
+    reviewer_a.save(update_fields=["is_active"])
+    push.run()
+    assert not PushSubscription.objects.exists()
+
+
+def test_a_subscription_the_push_service_dropped_is_removed(
+    agent, refund_policy, push_service, requester, reviewer_a
+):
+    subscribe(reviewer_a, push_service.subscription())
+    push_service.status = 410
+    proposal = submit(agent)
+    push.push_to(reviewer_a, proposal, "new")
+    assert not PushSubscription.objects.exists()
+
+
+def test_the_app_is_installable(client):
+    manifest = client.get("/manifest.webmanifest")
+    assert manifest["Content-Type"] == "application/manifest+json"
+    body = manifest.json()
+    assert body["display"] == "standalone" and body["start_url"] == "/" and body["icons"]
+    worker = client.get("/sw.js")
+    assert worker["Content-Type"] == "application/javascript" and worker["Service-Worker-Allowed"] == "/"
+    assert b"showNotification" in worker.content and b"openWindow" in worker.content
