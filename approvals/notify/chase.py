@@ -1,7 +1,8 @@
 """The worker's chasing step: for every proposal still followed up, record what is due now
 (approvals/services/follow_ups.py: reminders, the escalation step, the admins' notes), then tell the
-people by e-mail and in the proposal's Slack thread (approvals/notify/slack_sync.py). Nothing here waits
-for a page to be open; the times come from the pinned requirements and the clock.
+people by e-mail, on their push devices (approvals/notify/push.py) and in the proposal's Slack thread
+(approvals/notify/slack_sync.py). Nothing here waits for a page to be open; the times come from the
+pinned requirements and the clock.
 
 What a message carries is Reviewer's own words, the tool and summary as plain text with hidden
 characters written out (reviewer/agent_text.py `visible`), and the link to the page: never a token, a
@@ -14,7 +15,7 @@ from datetime import datetime
 from django.conf import settings
 from django.core.mail import EmailMessage, get_connection
 
-from approvals.notify import slack_sync
+from approvals.notify import push, slack_sync
 from approvals.notify.audience import tenant_admins, waiting_reviewers
 from approvals.notify.common import one_line, proposal_link, when
 from approvals.services.follow_ups import Chase, chase_one, open_follow_ups
@@ -43,11 +44,14 @@ def tell(chase: Chase) -> None:
     link = proposal_link(proposal)
     mails = []
     if chase.reminders:
+        waiting = waiting_reviewers(proposal)
+        for person in waiting:
+            push.push_to(person, proposal, f"reminder-{max(chase.reminders)}")
         text = (
             f"Reminder: a request waits for your decision and expires at {when(proposal.expires_at)}.\n\n"
             f"{what}\n\nReview it in Reviewer: {link}\n"
         )
-        mails += _mails(waiting_reviewers(proposal), "Reminder: a request waits for your decision", text)
+        mails += _mails(waiting, "Reminder: a request waits for your decision", text)
         slack_sync.thread_note(proposal, f"Reminder: this request expires at {when(proposal.expires_at)}.")
     if chase.escalated:
         text = (
@@ -56,6 +60,8 @@ def tell(chase: Chase) -> None:
             f"Review it in Reviewer: {link}\n"
         )
         mails += _mails(chase.escalated, "Escalated to you: a request nobody decided yet", text)
+        for person in chase.escalated:
+            push.push_to(person, proposal, "escalation")
         names = ", ".join(p.get_full_name() or p.get_username() for p in chase.escalated) or "nobody"
         slack_sync.thread_note(proposal, f"Escalated: {names} may now decide this request as well.")
     if chase.tell_admins_unreachable:

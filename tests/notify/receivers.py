@@ -34,7 +34,7 @@ def b64url_decode(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-class _Server:
+class LoopbackServer:
     """A loopback HTTP server whose POSTs go to `self.handle(path, headers, body)`, which answers a
     status, or a (status, JSON body bytes) pair."""
 
@@ -71,7 +71,7 @@ class _Server:
         raise NotImplementedError
 
 
-class PushService(_Server):
+class PushService(LoopbackServer):
     """One push service holding one browser subscription (its keys made here, as a browser makes them)."""
 
     def __init__(self, vapid_public_key: ec.EllipticCurvePublicKey):
@@ -121,7 +121,7 @@ class PushService(_Server):
         return self.status
 
 
-class WebhookReceiver(_Server):
+class WebhookReceiver(LoopbackServer):
     def __init__(self, secret: str = ""):
         super().__init__()
         self.secret = secret
@@ -143,7 +143,7 @@ class WebhookReceiver(_Server):
         return self.status
 
 
-class HttpCollector(_Server):
+class HttpCollector(LoopbackServer):
     def __init__(self):
         super().__init__()
         self.requests: list[tuple[dict, bytes]] = []

@@ -1,0 +1,78 @@
+"""Teams: a new proposal posts an Adaptive Card with the link to its page; how it ended follows as a second
+card (an incoming webhook cannot edit a card). Teams cannot be reached from here: a loopback stand-in
+of the Workflows webhook (tests/notify/teams_standin.py) takes the posts."""
+
+import json
+
+import pytest
+
+from approvals import services
+from approvals.notify import teams
+from approvals.notify.models import TeamsChannel
+from tests.factories import fresh_step_up, submit
+from tests.notify.teams_standin import TeamsWebhook
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def channel(settings, tenant, monkeypatch):
+    webhook = TeamsWebhook()
+    settings.AGENT_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    monkeypatch.setenv("TEAMS_FINANCE_WEBHOOK", webhook.url)
+    TeamsChannel.objects.create(
+        tenant=tenant,
+        name="Finance approvals",
+        webhook_url_ref="env:TEAMS_FINANCE_WEBHOOK",
+        groups=["finance"],
+    )
+    yield webhook
+    webhook.stop()
+
+
+def test_a_proposal_posts_a_card_with_the_link_and_then_how_it_ended(
+    settings, agent, refund_policy, channel, requester, reviewer_a
+):
+    settings.REVIEWER_ISSUER = "https://reviewer.example.test"
+    proposal = submit(agent, summary="Refund [click](https://evil.example) EUR 40.00")
+    teams.run()
+    teams.run()
+    (card,) = channel.cards
+    shown = json.dumps(card)
+    assert "Approval requested" in shown and "payments.refund" in shown and "EUR 40.00" in shown
+    (action,) = card["actions"]
+    assert action == {
+        "type": "Action.OpenUrl",
+        "title": "Review in Reviewer",
+        "url": f"https://reviewer.example.test/proposals/{proposal.id}/",
+    }
+    summary = card["body"][1]
+    assert summary["type"] == "RichTextBlock" and summary["inlines"][0]["type"] == "TextRun"  # no markdown
+    services.cast_vote(
+        proposal.id,
+        reviewer_a,
+        verdict="approve",
+        digest_seen=proposal.action_digest,
+        step_up=fresh_step_up(reviewer_a),
+    )
+    teams.run()
+    teams.run()
+    assert len(channel.cards) == 2
+    assert "Request closed" in json.dumps(channel.cards[1]) and "Approved by Alice" in json.dumps(
+        channel.cards[1]
+    )
+    assert proposal.action_digest not in json.dumps(channel.cards)
+
+
+def test_a_channel_that_is_down_is_retried(agent, refund_policy, channel, requester):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    submit(agent)
+    channel.status = 503
+    teams.run()
+    assert channel.cards == []
+    channel.status = 202
+    teams.run(now=timezone.now() + timedelta(minutes=5))
+    assert len(channel.cards) == 1
