@@ -72,25 +72,40 @@ def _escalation_error(step, people, group_slugs) -> str | None:
     return None
 
 
-def pinned(notifications_of_versions: list[dict]) -> dict:
-    """What a proposal pins in its requirements from the matching versions' `notifications`: every
-    reminder any asks for, every escalation step, the stricter expiry, and chat only if all allow it.
-    Empty keys are left out, so requirements pinned before this read the same."""
-    merged: dict = {}
-    reminders = sorted({p for each in notifications_of_versions for p in each.get("reminders", [])})
+def pinned(notifications: dict) -> dict:
+    """What one version's `notifications` adds to its requirements (approvals/policy.py
+    version_requirements). Empty keys are left out, so requirements pinned before this read the same."""
+    step = notifications.get("escalation")
+    return {
+        **({"reminders": sorted(notifications["reminders"])} if notifications.get("reminders") else {}),
+        **({"escalations": [step]} if step else {}),
+        **(
+            {"at_expiry": EXPIRE_CLOSED_TELL_ADMINS}
+            if notifications.get("at_expiry") == EXPIRE_CLOSED_TELL_ADMINS
+            else {}
+        ),
+        **({"chat_decisions": True} if notifications.get("chat_decisions") else {}),
+    }
+
+
+def merged(requirements: list[dict]) -> dict:
+    """What several versions' requirements ask together (approvals/policy.py stricter_requirements):
+    every reminder any asks for, every escalation step, the admins told at expiry if any asks, and chat
+    decisions only if all allow them."""
+    result: dict = {}
+    reminders = sorted({p for each in requirements for p in each.get("reminders", [])})
     if reminders:
-        merged["reminders"] = reminders
-    steps = []
-    for each in notifications_of_versions:
-        if each.get("escalation") and each["escalation"] not in steps:
-            steps.append(each["escalation"])
+        result["reminders"] = reminders
+    steps: list[dict] = []
+    for each in requirements:
+        steps += [step for step in each.get("escalations", []) if step not in steps]
     if steps:
-        merged["escalations"] = steps
-    if any(each.get("at_expiry") == EXPIRE_CLOSED_TELL_ADMINS for each in notifications_of_versions):
-        merged["at_expiry"] = EXPIRE_CLOSED_TELL_ADMINS
-    if notifications_of_versions and all(each.get("chat_decisions") for each in notifications_of_versions):
-        merged["chat_decisions"] = True
-    return merged
+        result["escalations"] = steps
+    if any(each.get("at_expiry") == EXPIRE_CLOSED_TELL_ADMINS for each in requirements):
+        result["at_expiry"] = EXPIRE_CLOSED_TELL_ADMINS
+    if requirements and all(each.get("chat_decisions") for each in requirements):
+        result["chat_decisions"] = True
+    return result
 
 
 def chat_decisions_allowed(requirements: dict, reversibility: str, step_up_passkey: str = "passkey") -> bool:

@@ -1,0 +1,229 @@
+"""Never let a request expire unseen: reachability is checked at intake (tenant admins told at once, the
+page says so), reminders and the escalation step happen at their times, done by the worker (the tests
+drive the clock with time-machine: no sleeps), and expiry stays closed."""
+
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.core import mail
+
+from approvals import services
+from approvals.models import Vote
+from approvals.notify.models import FollowUp, StandIn
+from approvals.notify.rules import notifications_error
+from approvals.worker import Worker
+from audit.models import AuditEvent, Verb
+from tests import factories
+from tests.factories import fresh_step_up, submit
+
+pytestmark = pytest.mark.django_db
+
+
+def mails_to(subject_part: str) -> list[str]:
+    return sorted(m.to[0] for m in mail.outbox if subject_part in m.subject)
+
+
+def at_percent(proposal, percent: float):
+    """A time-machine travel to `percent` of the proposal's TTL."""
+    return time_machine.travel(
+        proposal.created_at + (proposal.expires_at - proposal.created_at) * (percent / 100), tick=False
+    )
+
+
+def vote(proposal, person, verdict="approve"):
+    return services.cast_vote(
+        proposal.id,
+        person,
+        verdict=verdict,
+        reason="checked",
+        digest_seen=proposal.action_digest,
+        step_up=fresh_step_up(person),
+    )
+
+
+# --- reachability at intake ------------------------------------------------------------------------
+
+
+def test_a_reachable_quorum_is_not_reported(agent, refund_policy, requester, reviewer_a, admin_user):
+    proposal = submit(agent)
+    assert FollowUp.objects.get(proposal=proposal).unreachable == {}
+    Worker().tick()
+    assert mails_to("cannot reach its quorum") == []
+
+
+def test_an_unreachable_quorum_is_reported_at_intake_to_the_admins_and_on_the_page(
+    tenant, agent, requester, reviewer_a, admin_user
+):
+    # Two finance approvals; finance is the requester (never for their own request), Alice, and Dan who
+    # has no authenticator: only one person can decide.
+    factories.make_user("dan", tenant=tenant, groups=["finance"], totp=False)
+    factories.make_policy(
+        tenant, "refunds", tool_pattern="payments.refund", thresholds=[{"group": "finance", "count": 2}]
+    )
+    proposal = submit(agent)
+    event = AuditEvent.objects.get(verb=Verb.PROPOSAL_UNREACHABLE, subject=f"proposal:{proposal.id}")
+    assert event.data == {"missing": [{"group": "finance", "count": 2, "reachable": 1}]}
+    Worker().tick()
+    assert mails_to("cannot reach its quorum") == ["admin@example.test"]
+    assert "finance needs 2, 1 can decide" in mail.outbox[-1].body
+    Worker().tick()
+    assert mails_to("cannot reach its quorum") == ["admin@example.test"]  # told once
+    page = factories.verified_client(reviewer_a).get(f"/proposals/{proposal.id}/")
+    assert b"cannot reach its quorum" in page.content
+
+
+def test_people_out_of_office_count_through_their_delegate_only(
+    tenant, agent, requester, reviewer_a, reviewer_c
+):
+    from django.utils import timezone
+
+    from approvals.services.delegations import set_delegation
+
+    factories.make_policy(
+        tenant, "refunds", tool_pattern="payments.refund", thresholds=[{"group": "finance", "count": 1}]
+    )
+    now = timezone.now()
+    set_delegation(
+        actor=reviewer_a, tenant=tenant, delegate=requester, starts_at=now, ends_at=now + timedelta(days=1)
+    )
+    proposal = submit(agent)  # Alice is away and her delegate is the requester: nobody can decide
+    assert FollowUp.objects.get(proposal=proposal).unreachable["missing"][0]["reachable"] == 0
+    set_delegation(
+        actor=reviewer_a,
+        tenant=tenant,
+        delegate=reviewer_c,
+        starts_at=now + timedelta(days=2),
+        ends_at=now + timedelta(days=3),
+    )
+    with time_machine.travel(now + timedelta(days=2, hours=1), tick=False):
+        later = submit(agent, action=factories.refund_action(order_id="9"))
+    assert FollowUp.objects.get(proposal=later).unreachable == {}  # Carol stands in for Alice then
+
+
+# --- reminders -------------------------------------------------------------------------------------
+
+
+def test_reminders_reach_the_people_who_have_not_decided_at_their_times(
+    tenant, agent, requester, reviewer_a, reviewer_b
+):
+    factories.make_policy(
+        tenant,
+        "refunds",
+        tool_pattern="payments.refund",
+        thresholds=[{"group": "finance", "count": 2}],
+        ttl_seconds=1000,
+        notifications={"reminders": [50, 80]},
+    )
+    proposal = submit(agent)
+    vote(proposal, reviewer_b)
+    with at_percent(proposal, 49):
+        Worker().tick()
+    assert mails_to("Reminder") == []
+    with at_percent(proposal, 51):
+        Worker().tick()
+        Worker().tick()
+    assert mails_to("Reminder") == ["reviewer_a@example.test"]  # Bob already voted
+    with at_percent(proposal, 81):
+        Worker().tick()
+    assert mails_to("Reminder") == ["reviewer_a@example.test", "reviewer_a@example.test"]
+    reminded = AuditEvent.objects.filter(verb=Verb.PROPOSAL_REMINDED, subject=f"proposal:{proposal.id}")
+    assert [e.data["percent_of_ttl"] for e in reminded.order_by("at")] == [[50], [80]]
+
+
+# --- escalation ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("step", [{"group": "ops"}, {"people": ["reviewer_c"]}], ids=["group", "on-call"])
+def test_the_escalation_step_adds_people_to_the_eligible_set_at_its_time(
+    tenant, agent, requester, reviewer_a, reviewer_c, step
+):
+    factories.make_group(tenant, "ops")
+    factories.make_policy(
+        tenant,
+        "refunds",
+        tool_pattern="payments.refund",
+        ttl_seconds=1000,
+        notifications={"escalation": {"before_expiry_seconds": 300, **step}},
+    )
+    proposal = submit(agent)
+    with at_percent(proposal, 60):
+        Worker().tick()
+        with pytest.raises(services.VoteRefused) as refused:
+            vote(proposal, reviewer_c)
+    assert refused.value.code == "not_eligible"
+    with at_percent(proposal, 71):  # 290 s before expiry
+        Worker().tick()
+        assert StandIn.objects.filter(proposal=proposal, user=reviewer_c).exists()
+        assert mails_to("Escalated to you") == ["reviewer_c@example.test"]
+        vote(proposal, reviewer_c)
+    proposal.refresh_from_db()
+    assert proposal.state == "approved"
+    escalated = AuditEvent.objects.get(verb=Verb.PROPOSAL_ESCALATED, subject=f"proposal:{proposal.id}")
+    assert escalated.data["added"] == ["reviewer_c"]
+
+
+def test_escalation_never_adds_the_requester_as_a_decider(tenant, agent, requester, reviewer_a):
+    factories.make_policy(
+        tenant,
+        "refunds",
+        tool_pattern="payments.refund",
+        ttl_seconds=1000,
+        notifications={"escalation": {"before_expiry_seconds": 300, "people": ["requester"]}},
+    )
+    proposal = submit(agent)
+    with at_percent(proposal, 80):
+        Worker().tick()
+        with pytest.raises(services.VoteRefused) as refused:
+            vote(proposal, requester)
+    assert refused.value.code == "self_approval"
+    assert not Vote.objects.exists()
+
+
+# --- expiry ------------------------------------------------------------------------------------------
+
+
+def test_at_expiry_it_closes_and_may_tell_the_admins_that_nobody_looked(
+    tenant, agent, requester, reviewer_a, admin_user
+):
+    factories.make_policy(
+        tenant,
+        "refunds",
+        tool_pattern="payments.refund",
+        ttl_seconds=1000,
+        notifications={"at_expiry": "expire_closed_tell_admins"},
+    )
+    proposal = submit(agent)
+    with at_percent(proposal, 101):
+        Worker().tick()
+        Worker().tick()
+    proposal.refresh_from_db()
+    assert proposal.state == "expired"  # silence never approves
+    assert mails_to("expired unseen") == ["admin@example.test"]
+
+
+# --- the policy fields -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ({"reminders": [0]}, "from 1 to 99"),
+        ({"reminders": [50, 50]}, "named twice"),
+        ({"escalation": {"group": "ops"}}, "before_expiry_seconds"),
+        ({"escalation": {"before_expiry_seconds": 60, "group": "ops", "people": ["x"]}}, "not both"),
+        ({"escalation": {"before_expiry_seconds": 60, "group": "nope"}}, "not a group of this tenant"),
+        ({"escalation": {"before_expiry_seconds": 60, "people": ["stranger"]}}, "not reviewers or admins"),
+        ({"at_expiry": "approve"}, "always closes"),
+        ({"chat_decisions": "yes"}, "true or false"),
+        ({"pager": True}, "unknown keys: pager"),
+    ],
+)
+def test_bad_notification_fields_are_refused_naming_what_is_wrong(value, problem):
+    assert problem in notifications_error(value, people={"alice"}, group_slugs={"ops", "finance"})
+
+
+def test_a_policy_version_with_bad_notifications_is_not_stored(tenant):
+    with pytest.raises(services.PolicyInvalid) as refused:
+        factories.make_policy(tenant, "refunds", notifications={"reminders": [150]})
+    assert "notifications" in str(refused.value.field or refused.value.message)
