@@ -1,0 +1,158 @@
+"""Out of office: a delegate decides within the period and not after, separation of duties still holds,
+the signed decision names both people (`on_behalf_of`), every delegation, use and end is audited, and
+admins see the active delegations."""
+
+from datetime import timedelta
+
+import jwt
+import pytest
+import time_machine
+from django.utils import timezone
+
+from approvals import services
+from approvals.services.delegations import DelegationRefused, end_delegation, set_delegation
+from approvals.worker import Worker
+from audit.models import AuditEvent, Verb
+from tests import factories
+from tests.factories import fresh_step_up, submit
+
+pytestmark = pytest.mark.django_db
+
+
+def vote(proposal, person):
+    return services.cast_vote(
+        proposal.id,
+        person,
+        verdict="approve",
+        digest_seen=proposal.action_digest,
+        step_up=fresh_step_up(person),
+    )
+
+
+def lend(tenant, delegator, delegate, hours=8):
+    now = timezone.now()
+    return set_delegation(
+        actor=delegator, tenant=tenant, delegate=delegate, starts_at=now, ends_at=now + timedelta(hours=hours)
+    )
+
+
+def test_a_delegate_decides_within_the_period_and_the_token_names_both(
+    tenant, agent, refund_policy, requester, reviewer_a, reviewer_c
+):
+    lend(tenant, reviewer_a, reviewer_c)  # Carol (ops) stands in for Alice (finance)
+    proposal = submit(agent)
+    cast = vote(proposal, reviewer_c)
+    assert cast.on_behalf_of == reviewer_a
+    proposal.refresh_from_db()
+    assert proposal.state == "approved"
+    (approver,) = jwt.decode(proposal.decision.token, options={"verify_signature": False})["approvers"]
+    assert approver["sub"] == "user:reviewer_c"
+    assert approver["on_behalf_of"] == {"sub": "user:reviewer_a", "name": "Alice"}
+    used = AuditEvent.objects.get(verb=Verb.DELEGATION_USED, subject=f"proposal:{proposal.id}")
+    assert used.data == {"delegate": "user:reviewer_c", "on_behalf_of": "user:reviewer_a"}
+
+
+def test_a_delegate_cannot_decide_after_the_period(
+    tenant, agent, refund_policy, requester, reviewer_a, reviewer_c
+):
+    delegation = lend(tenant, reviewer_a, reviewer_c, hours=1)
+    with time_machine.travel(delegation.ends_at + timedelta(seconds=1), tick=False):
+        proposal = submit(agent)
+        with pytest.raises(services.VoteRefused) as refused:
+            vote(proposal, reviewer_c)
+        assert refused.value.code == "not_eligible"
+        Worker().tick()
+    ended = AuditEvent.objects.get(verb=Verb.DELEGATION_ENDED, subject=f"delegation:{delegation.pk}")
+    assert ended.data["early"] is False
+
+
+def test_an_ended_delegation_lends_nothing(tenant, agent, refund_policy, requester, reviewer_a, reviewer_c):
+    delegation = lend(tenant, reviewer_a, reviewer_c)
+    end_delegation(delegation.pk, actor=reviewer_a)
+    proposal = submit(agent)
+    with pytest.raises(services.VoteRefused):
+        vote(proposal, reviewer_c)
+    assert AuditEvent.objects.get(verb=Verb.DELEGATION_ENDED).data["early"] is True
+
+
+def test_a_delegate_who_is_the_requester_cannot_decide(tenant, agent, refund_policy, requester, reviewer_a):
+    lend(tenant, reviewer_a, requester)
+    proposal = submit(agent)
+    with pytest.raises(services.VoteRefused) as refused:
+        vote(proposal, requester)
+    assert refused.value.code == "self_approval"
+
+
+def test_the_requesters_own_delegation_lends_nothing_on_their_request(
+    tenant, agent, refund_policy, requester, reviewer_c
+):
+    lend(tenant, requester, reviewer_c)  # the requester is in finance, but never for their own request
+    proposal = submit(agent)
+    with pytest.raises(services.VoteRefused) as refused:
+        vote(proposal, reviewer_c)
+    assert refused.value.code == "not_eligible"
+
+
+def test_a_person_and_their_delegate_are_one_voice(
+    tenant, agent, requester, reviewer_a, reviewer_b, reviewer_c
+):
+    factories.make_policy(
+        tenant, "refunds", tool_pattern="payments.refund", thresholds=[{"group": "finance", "count": 2}]
+    )
+    lend(tenant, reviewer_a, reviewer_c)
+    proposal = submit(agent)
+    vote(proposal, reviewer_a)  # Alice is back early and votes herself
+    with pytest.raises(services.VoteRefused) as refused:
+        vote(proposal, reviewer_c)
+    assert refused.value.code == "already_voted"
+    vote(proposal, reviewer_b)
+    proposal.refresh_from_db()
+    assert proposal.state == "approved"
+
+
+@pytest.mark.parametrize(
+    ("change", "code"),
+    [
+        ({"delegate": "self"}, "bad_delegate"),
+        ({"delegate": "compliance"}, "bad_delegate"),
+        ({"hours": -1}, "bad_period"),
+        ({"hours": 24 * 100}, "bad_period"),
+    ],
+)
+def test_bad_delegations_are_refused(tenant, reviewer_a, compliance, change, code):
+    delegate = {"self": reviewer_a, "compliance": compliance}.get(change.get("delegate"), compliance)
+    if "hours" in change:
+        delegate = factories.make_user("erin", tenant=tenant)
+    now = timezone.now()
+    with pytest.raises(DelegationRefused) as refused:
+        set_delegation(
+            actor=reviewer_a,
+            tenant=tenant,
+            delegate=delegate,
+            starts_at=now,
+            ends_at=now + timedelta(hours=change.get("hours", 8)),
+        )
+    assert refused.value.code == code
+
+
+def test_people_set_delegations_on_their_page_and_admins_see_the_active_ones(
+    tenant, reviewer_a, reviewer_c, admin_user
+):
+    client = factories.verified_client(reviewer_a)
+    now = timezone.now()
+    response = client.post(
+        "/out-of-office/",
+        {
+            "tenant": tenant.pk,
+            "delegate": "reviewer_c",
+            "starts_at": now.strftime("%Y-%m-%dT%H:%M"),
+            "ends_at": (now + timedelta(days=2)).strftime("%Y-%m-%dT%H:%M"),
+            "note": "holiday",
+        },
+    )
+    assert response.status_code == 302
+    created = AuditEvent.objects.get(verb=Verb.DELEGATION_CREATED)
+    assert created.data["delegate"] == "user:reviewer_c"
+    page = factories.verified_client(admin_user).get("/out-of-office/")
+    assert b"Active delegations in your tenants" in page.content
+    assert b"reviewer_a" in page.content and b"reviewer_c" in page.content
