@@ -31,6 +31,7 @@ from django.db import close_old_connections, connection
 
 from approvals import a2a, services, wakeup
 from approvals.models import Decision, OutboxMessage, Proposal
+from approvals.notify import webhook_sender
 from approvals.states import State
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,8 @@ def send(message: OutboxMessage) -> str:
         return a2a.send_continuation(message)
     if message.kind == OutboxMessage.Kind.CANCEL:
         return a2a.cancel_task(message)
+    if message.kind == OutboxMessage.Kind.WEBHOOK:
+        return webhook_sender.send(message)  # a tenant's endpoint, signed per Standard Webhooks
     if message.kind == OutboxMessage.Kind.GET_TASK:
         proposal = Proposal.objects.select_related("agent").get(pk=message.proposal_id)
         snapshot = a2a.get_task_state(proposal.agent, proposal.task_id)

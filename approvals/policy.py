@@ -25,6 +25,7 @@ from approvals import break_glass, classification
 from approvals.classification import REVERSIBILITY_CLASSES, UNCLASSIFIED
 from approvals.history import policy_counts
 from approvals.models import PolicyVersion, Proposal, Tenant
+from approvals.notify import rules as notify_rules
 
 PER_VOTE = "per_vote"
 # A passkey (WebAuthn) answering this vote's own challenge: phishing-resistant, and stricter than per_vote.
@@ -110,6 +111,8 @@ class Evaluation:
     errors: list[str] = field(default_factory=list)
     # True when the tenant default shaped the requirements (nothing matched, or no group was named).
     tenant_default: bool = False
+    # Reminders, escalation, expiry note and chat decisions (approvals/notify/rules.py); {}: none.
+    follow_up: dict = field(default_factory=dict)
 
     @property
     def requirements(self) -> dict:
@@ -120,6 +123,7 @@ class Evaluation:
             "consume": self.consume,
             "ttl_seconds": self.ttl_seconds,
             **({"reservation_second": True} if self.reservation_second else {}),
+            **self.follow_up,
         }
         if self.tenant_default:
             requirements["tenant_default"] = True  # only when true: older rows compare equal
@@ -249,6 +253,7 @@ def stricter_requirements(*requirements: dict) -> dict:
             else {}
         ),
     }
+    merged.update(notify_rules.merged(list(requirements)))
     if any(each.get("tenant_default") for each in requirements):
         merged["tenant_default"] = True  # the default's approval still stands in what was merged
     return merged
@@ -262,6 +267,7 @@ def version_requirements(version: PolicyVersion) -> dict:
         "consume": version.consume_online,
         "ttl_seconds": version.ttl_seconds,
         **({"reservation_second": True} if version.reservation_needs_second else {}),
+        **notify_rules.pinned(version.notifications or {}),
     }
 
 
@@ -280,6 +286,7 @@ def _merge_requirements(tenant: Tenant, versions: list[PolicyVersion], errors: l
         self_approval=merged["self_approval"],
         consume=merged["consume"],
         reservation_second=merged.get("reservation_second", False),
+        follow_up=notify_rules.merged([version_requirements(v) for v in versions]),
         risk=max((v.risk for v in versions), key=lambda r: RISK_ORDER.get(r, 0)),
         reason="requires approval by " + ", ".join(str(v) for v in versions),
         errors=errors,
@@ -401,6 +408,7 @@ VERSION_FIELDS = (
     "reversibility",
     "reservation_needs_second",
     "break_glass",
+    "notifications",
 )
 RISKS = ("", "low", "medium", "high")
 
@@ -468,6 +476,9 @@ def version_field_errors(
     problem = break_glass.rule_error(fields.get("break_glass", {}), people)
     if problem:
         errors["break_glass"] = problem
+    problem = notify_rules.notifications_error(fields.get("notifications", {}), people, group_slugs)
+    if problem:
+        errors["notifications"] = problem
     return errors
 
 

@@ -16,7 +16,11 @@ then delivers at once; every POLL_SECONDS it also runs a full tick, the safety n
    (audit.chain.sequence_pending), and runs the audit export jobs (audit.jobs.run_pending_exports);
 5. sends the reviewers their e-mail digests of new proposals (approvals/notifications.py);
 6. records each post-hoc review of a break-glass release that passed its deadline undone, once
-   (services.note_overdue_reviews).
+   (services.note_overdue_reviews);
+7. chases proposals that wait (reminders, the escalation step, the admins' notes), keeps Slack and Teams
+   in step and pushes to reviewers' devices (approvals/notify/steps.py), and records delegations whose
+   period ended;
+8. streams the sealed audit events to the SIEM sinks (audit/siem.py).
 
 Several workers (and the direct send) may run side by side: claims never overlap (SKIP LOCKED on
 PostgreSQL, a lease written with compare-and-set everywhere), and every message is idempotent on the
@@ -34,8 +38,10 @@ from django.utils import timezone
 
 from approvals import a2a, delivery, notifications, services, wakeup
 from approvals.models import OutboxMessage, Proposal
+from approvals.notify import steps as notify_steps
 from approvals.parked_tasks import ParkedTaskLister
 from approvals.states import WAITING_FOR_PEOPLE, State
+from audit import siem
 from audit.chain import sequence_pending
 from audit.jobs import run_pending_exports
 
@@ -140,9 +146,15 @@ class Worker:
             ("audit jobs", self._audit_jobs),
             ("review digests", lambda report, now: notifications.send_digests(now)),
             ("overdue post-hoc reviews", lambda report, now: services.note_overdue_reviews(now)),
+            *((name, self._notify_step(step)) for name, step in notify_steps.STEPS),
+            ("SIEM stream", lambda report, now: siem.stream_pending()),
         ):
             self._step(name, step, report, now)
         return report
+
+    @staticmethod
+    def _notify_step(step):
+        return lambda report, now: step(now)
 
     @staticmethod
     def _step(name: str, step, report: TickReport, now: datetime | None) -> None:

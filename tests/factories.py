@@ -123,6 +123,7 @@ def make_policy(
     risk="",
     reversibility="",
     break_glass=None,
+    notifications=None,
 ) -> PolicyVersion:
     """An active policy version, written by one admin and activated by another through the services.
     Groups the thresholds name are created if missing (a test names them before adding people)."""
@@ -148,6 +149,7 @@ def make_policy(
             "risk": risk,
             "reversibility": reversibility,
             **({"break_glass": break_glass} if break_glass else {}),
+            **({"notifications": notifications} if notifications else {}),
         },
         actor=author,
     )

@@ -11,12 +11,13 @@ their delegate counts in their place, if the delegate could vote), and have a fa
 
 from dataclasses import dataclass
 
+from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.utils import timezone
+from django_otp.models import Device
 
 from accounts import passkeys
 from approvals.notify.models import Delegation
-from approvals.stepup import user_has_device
 from tenants.models import ApproverGroup, GroupMembership, TenantMembership
 
 
@@ -38,20 +39,32 @@ class Reachability:
         ]
 
 
-def _has_factor(user, needs_passkey: bool) -> bool:
+def factor_owners(user_ids, needs_passkey: bool) -> set:
+    """Who among `user_ids` has a factor the policy accepts: a passkey, or where a code will do, any
+    confirmed django-otp device (an authenticator app, backup codes) or a passkey. A few queries for
+    everyone at once (intake asks this on its hot path)."""
+    user_ids = set(user_ids)
+    owners = set(passkeys.owners_among(user_ids))
     if needs_passkey:
-        return passkeys.has_passkey(user)
-    return user_has_device(user) or passkeys.has_passkey(user)
+        return owners
+    for model in apps.get_models():
+        if issubclass(model, Device) and not model._meta.abstract:
+            owners |= set(
+                model.objects.filter(user_id__in=user_ids - owners, confirmed=True).values_list(
+                    "user_id", flat=True
+                )
+            )
+    return owners
 
 
-def _can_vote(proposal, user, role_of: dict, principals: set, needs_passkey: bool) -> bool:
+def _can_vote(proposal, user, role_of: dict, principals: set, with_factor: set) -> bool:
     if not user.is_active or role_of.get(user.pk) in (None, TenantMembership.Role.COMPLIANCE):
         return False
     if user.pk in principals and not proposal.requirements.get("self_approval"):
         return False
     if user.pk == proposal.edited_by_id:
         return False
-    return _has_factor(user, needs_passkey)
+    return user.pk in with_factor
 
 
 def reachability(proposal) -> Reachability:
@@ -70,19 +83,23 @@ def reachability(proposal) -> Reachability:
     )
     needs_passkey = proposal.requirements.get("step_up") == "passkey"
     users = {u.pk: u for u in get_user_model().objects.filter(pk__in=members)}
-    away = {user_id for user_id in members if _delegations_from(proposal.tenant_id, user_id).exists()}
+    lent = {
+        d.delegator_id: d.delegate
+        for d in _delegations_from(proposal.tenant_id, members).select_related("delegate")
+    }
+    with_factor = factor_owners({*members, *(d.pk for d in lent.values())}, needs_passkey)
     # Who fills which slots: each present voter for their own groups, each absent one through a delegate.
     candidates: dict[str, set[str]] = {}  # a voter's username -> slugs they can fill
     for user_id, member_slugs in members.items():
         user = users[user_id]
         if user_id in principals and not proposal.requirements.get("self_approval"):
             continue
-        if user_id in away:
-            for delegate in _delegates_of(proposal.tenant_id, user_id):
-                if _can_vote(proposal, delegate, role_of, principals, needs_passkey):
-                    candidates.setdefault(delegate.get_username(), set()).update(member_slugs)
+        if user_id in lent:  # out of office: their delegate counts in their place, if they could vote
+            delegate = lent[user_id]
+            if _can_vote(proposal, delegate, role_of, principals, with_factor):
+                candidates.setdefault(delegate.get_username(), set()).update(member_slugs)
             continue
-        if _can_vote(proposal, user, role_of, principals, needs_passkey):
+        if _can_vote(proposal, user, role_of, principals, with_factor):
             candidates.setdefault(user.get_username(), set()).update(member_slugs)
     return Reachability(
         required=required,
@@ -91,16 +108,12 @@ def reachability(proposal) -> Reachability:
     )
 
 
-def _delegations_from(tenant_id, delegator_id):
-    """A person's delegations active now: while one is, they are out of office."""
+def _delegations_from(tenant_id, delegator_ids):
+    """The delegations active now from these people: while one is, its delegator is out of office."""
     now = timezone.now()
     return Delegation.objects.filter(
-        tenant_id=tenant_id, delegator_id=delegator_id, starts_at__lte=now, ends_at__gt=now
+        tenant_id=tenant_id, delegator_id__in=delegator_ids, starts_at__lte=now, ends_at__gt=now
     ).exclude(ended_at__lte=now)
-
-
-def _delegates_of(tenant_id, delegator_id) -> list:
-    return [d.delegate for d in _delegations_from(tenant_id, delegator_id).select_related("delegate")]
 
 
 def _slots_filled(required: list[dict], candidates: dict[str, set[str]]) -> dict[str, int]:

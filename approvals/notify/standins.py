@@ -13,6 +13,8 @@ and a delegator and their delegate are one voice: once one of them voted, the ot
 (`voice_taken`).
 """
 
+from dataclasses import dataclass, field
+
 from django.utils import timezone
 
 from approvals.notify.models import Delegation, StandIn
@@ -108,3 +110,23 @@ def current_delegations(tenant_ids) -> list[Delegation]:
         .select_related("delegator", "delegate", "tenant")
         .order_by("ends_at", "id")
     )
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What one person may decide on one proposal now: the threshold slugs, and the delegator whose
+    eligibility they use (None when they vote as themselves)."""
+
+    slugs: frozenset = field(default_factory=frozenset)
+    on_behalf_of: object = None
+
+
+def capacity(proposal, user, groups: dict, own: set[str]) -> Capacity:
+    """A member votes as themselves in their own groups; a stand-in the escalation added fills any slot;
+    someone in neither may use a delegation, on its delegator's behalf."""
+    if StandIn.objects.filter(proposal=proposal, user=user).exists():
+        return Capacity(frozenset(groups))
+    if own:
+        return Capacity(frozenset(own))
+    delegator, lent = delegated_groups(proposal, user, groups)
+    return Capacity(frozenset(lent), delegator)

@@ -6,6 +6,7 @@ from approvals.models import (
     Proposal,
     TenantMembership,
 )
+from approvals.notify import standins
 from approvals.services.errors import NotFound
 
 
@@ -50,14 +51,24 @@ def threshold_groups(proposal: Proposal, requirements: dict | None = None) -> di
 def user_groups_for(
     proposal: Proposal, user, groups: dict[str, ApproverGroup] | None = None
 ) -> list[ApproverGroup]:
-    """Threshold groups the user is a member of right now."""
+    """Threshold groups the user may fill a slot of right now: their own, every one if the escalation
+    step added them, and those a delegation lends them (approvals/notify/standins.py)."""
+    groups = groups if groups is not None else threshold_groups(proposal)
+    return [g for g in groups.values() if g.slug in capacity_for(proposal, user, groups).slugs]
+
+
+def capacity_for(
+    proposal: Proposal, user, groups: dict[str, ApproverGroup] | None = None
+) -> standins.Capacity:
+    """The slots this person may fill and on whose behalf (see standins.capacity)."""
     groups = groups if groups is not None else threshold_groups(proposal)
     ids = set(
         GroupMembership.objects.filter(user=user, group__in=groups.values()).values_list(
             "group_id", flat=True
         )
     )
-    return [g for g in groups.values() if g.id in ids]
+    own = {g.slug for g in groups.values() if g.id in ids}
+    return standins.capacity(proposal, user, groups, own)
 
 
 def is_principal(proposal: Proposal, user) -> bool:

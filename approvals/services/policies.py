@@ -56,6 +56,7 @@ POLICY_VERSION_DEFAULTS = {
     "reversibility": "",
     "reservation_needs_second": False,
     "break_glass": {},
+    "notifications": {},
 }
 
 

@@ -8,6 +8,7 @@ from approvals.models import (
     TenantMembership,
     Vote,
 )
+from approvals.notify.standins import lent_slugs_for_votes, stand_in_users
 from approvals.services.eligibility import threshold_groups
 
 
@@ -51,7 +52,9 @@ def count_quorum(proposal: Proposal, requirements: dict | None = None) -> Quorum
     groups = threshold_groups(proposal, requirements)
     slug_of_group = {group.id: slug for slug, group in groups.items()}
     approvals = list(
-        proposal.votes.filter(verdict=Vote.Verdict.APPROVE).select_related("voter").order_by("created_at")
+        proposal.votes.filter(verdict=Vote.Verdict.APPROVE)
+        .select_related("voter", "on_behalf_of")
+        .order_by("created_at")
     )
     memberships: dict[int, set[str]] = {}
     for membership in GroupMembership.objects.filter(
@@ -63,6 +66,9 @@ def count_quorum(proposal: Proposal, requirements: dict | None = None) -> Quorum
             tenant_id=proposal.tenant_id, principal_id=proposal.principal_id
         ).values_list("user_id", flat=True)
     )
+    # Stand-ins the escalation added fill any slot; a delegate's vote fills its delegator's.
+    stand_ins = stand_in_users(proposal)
+    lent = lent_slugs_for_votes(proposal, approvals, groups)
     _raise_for_reservation(required, requirements, approvals, memberships)
     capacity = {t["group"]: int(t["count"]) for t in required}
     assignment: dict[int, str] = {}  # vote index -> group slug
@@ -73,7 +79,10 @@ def count_quorum(proposal: Proposal, requirements: dict | None = None) -> Quorum
             return []
         if vote.voter_id in principal_users and not requirements.get("self_approval"):
             return []
-        return [slug for slug in capacity if slug in memberships.get(vote.voter_id, set())]
+        if vote.voter_id in stand_ins:
+            return list(capacity)
+        allowed = memberships.get(vote.voter_id, set()) | lent.get(vote.id, set())
+        return [slug for slug in capacity if slug in allowed]
 
     def place(index: int, seen: set[str]) -> bool:
         for slug in candidates(index):

@@ -13,10 +13,12 @@ from approvals.models import (
     Proposal,
     Vote,
 )
+from approvals.notify.standins import voice_taken
 from approvals.schemas import NUMBERS_ARE_STRINGS, first_number
 from approvals.services.common import SYSTEM, _audit_time, actor_label, proposal_subject, record
 from approvals.services.decisions import _issue_decision
-from approvals.services.eligibility import ineligibility, lock_proposal_for, user_groups_for
+from approvals.services.delegations import record_used
+from approvals.services.eligibility import capacity_for, ineligibility, lock_proposal_for, user_groups_for
 from approvals.services.errors import EditRefused, VoteRefused
 from approvals.services.halts import active_halt
 from approvals.services.intake import _evaluate_and_route
@@ -171,15 +173,21 @@ def _vote_refusal(
         return VoteRefused(code, message)
     if once_per_person and proposal.votes.filter(voter=user).exists():
         return VoteRefused("already_voted", "you already voted on this proposal; a person counts once")
+    if once_per_person and voice_taken(proposal, user, capacity_for(proposal, user).on_behalf_of):
+        return VoteRefused(
+            "already_voted", "you or the person you stand in for already voted here; a person counts once"
+        )
     return None
 
 
 def _store_vote(proposal, user, verdict, digest_seen, reason, page_hash, step, reservation="") -> Vote:
     method, auth_at = step
+    capacity = capacity_for(proposal, user)
     groups = user_groups_for(proposal, user)
     vote = Vote.objects.create(
         proposal=proposal,
         voter=user,
+        on_behalf_of=capacity.on_behalf_of,
         verdict=verdict,
         digest_seen=digest_seen,
         page_hash=page_hash,
@@ -202,8 +210,11 @@ def _store_vote(proposal, user, verdict, digest_seen, reason, page_hash, step, r
             "reservation": reservation,
             "groups": [g.slug for g in groups],
             "auth": {"method": method, "at": _audit_time(auth_at)},
+            **({"on_behalf_of": actor_label(capacity.on_behalf_of)} if capacity.on_behalf_of else {}),
         },
     )
+    if capacity.on_behalf_of is not None:
+        record_used(capacity.on_behalf_of, user, proposal)
     if verdict == Vote.Verdict.REJECT:
         transition(proposal, State.REJECTED, actor=actor_label(user), reason=reason)
         _issue_decision(
@@ -246,7 +257,13 @@ def _approver(vote: Vote, group_slug: str | None) -> dict:
         "reason": (vote.reason or "")[:2000],
         # Approve with reservation: a dissent that did not block, signed with the decision.
         "reservation": vote.reservation or "",
+        # A delegate's vote names the person whose eligibility it used.
+        **({"on_behalf_of": _named(vote.on_behalf_of)} if vote.on_behalf_of_id else {}),
     }
+
+
+def _named(user) -> dict:
+    return {"sub": f"user:{user.get_username()}", "name": user.get_full_name() or user.get_username()}
 
 
 def request_info(
