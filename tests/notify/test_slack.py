@@ -20,7 +20,7 @@ from approvals.notify.models import SlackIdentity, SlackLinkRequest
 from approvals.services import slack_links
 from audit.models import AuditEvent, Verb
 from tests import factories
-from tests.factories import fresh_step_up, submit, totp_code
+from tests.factories import fresh_step_up, totp_code
 from tests.notify.slack_requests import FINANCE_CHANNEL, button, link, signed_post, submission
 from tests.notify.slack_standin import BOT_TOKEN
 
@@ -36,7 +36,17 @@ def chat_policy(tenant):
         tool_pattern="payments.refund",
         thresholds=[{"group": "finance", "count": 2}],
         notifications={"chat_decisions": True},
+        reversibility="R1",
     )
+
+
+def submit(agent, **kwargs):
+    """A refund the agent states is reversible (R1 with the policy's class): chat may decide those; an
+    irreversible one (R3, what the refund factory states by default) never from chat."""
+    kwargs.setdefault(
+        "consequences", {"effect": "Money leaves the merchant account", "reversible": True, "amount": "40.00"}
+    )
+    return factories.submit(agent, **kwargs)
 
 
 def texts(blocks) -> str:
