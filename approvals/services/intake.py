@@ -25,7 +25,7 @@ from approvals.schemas import ProposalSubmission
 from approvals.services.common import SYSTEM, _audit_time, agent_actor, proposal_subject, record
 from approvals.services.decisions import _issue_decision
 from approvals.services.errors import IntakeError, NotFound, ServiceError
-from approvals.services.follow_ups import note_reachability
+from approvals.services.follow_ups import open_follow_up
 from approvals.services.halts import active_halt_expression, refuse_halted
 from approvals.services.lifecycle import _expiry_for, first_transition, record_transition, transition
 from approvals.sql import quoted_names
@@ -329,8 +329,9 @@ def _pin_and_route(
         # The reviewers hear of it from the worker, in a digest (approvals/notifications.py): one row
         # here, committed with the proposal, and no mail inside the request.
         ReviewNotice.objects.create(proposal=proposal)
-        # Can enough people decide it? If not, the admins hear of it now, not at its expiry.
-        note_reachability(proposal)
+        # The worker chases it from here: whether enough people can decide it (told to the admins at
+        # once if not), reminders, escalation (approvals/notify/chase.py). One INSERT here.
+        open_follow_up(proposal)
     else:
         _issue_decision(
             proposal,

@@ -14,7 +14,6 @@ from approvals.models import (
 )
 from approvals.services.common import SYSTEM, proposal_subject, record
 from approvals.services.errors import Conflict
-from approvals.services.webhooks import enqueue_transition_events
 from approvals.states import OPEN_FOR_VOTES, WAITING_FOR_PEOPLE, State, check_transition
 from audit.models import AuditEvent, Verb
 
@@ -72,7 +71,6 @@ def record_transition(
         subject=proposal_subject(proposal),
         data={"from": current, "to": proposal.state, "reason": reason, "rev": proposal.rev, **(data or {})},
     )
-    enqueue_transition_events(proposal, current)  # the tenant's webhooks, through the outbox
     events.proposal_changed(proposal)
 
 
