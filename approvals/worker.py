@@ -40,6 +40,7 @@ from approvals import a2a, delivery, notifications, services, wakeup
 from approvals.models import OutboxMessage, Proposal
 from approvals.notify import steps as notify_steps
 from approvals.parked_tasks import ParkedTaskLister
+from approvals.services.webhooks import feed_from_chain
 from approvals.states import WAITING_FOR_PEOPLE, State
 from audit import siem
 from audit.chain import sequence_pending
@@ -140,6 +141,7 @@ class Worker:
         for name, step in (
             ("audit sequencer", lambda report, now: sequence_pending()),
             ("expiry", self._expire),
+            ("webhook feed", lambda report, now: feed_from_chain(now)),  # before delivery: sent this tick
             ("delivery", self.deliver_due),
             ("reconciliation", self.reconcile),
             ("parked tasks", self.parked_tasks.reconcile),

@@ -308,7 +308,8 @@ class ExportJob(models.Model):
 
 
 class SiemCursor(models.Model):
-    """How far one SIEM sink (audit/siem.py) has received one chain: the last seq it took."""
+    """How far one consumer of a chain has read it: a SIEM sink (audit/siem.py), or the tenant webhook
+    feed (approvals/services/webhooks.py). `seq` is the last event it took."""
 
     sink = models.CharField(max_length=20)
     chain = models.CharField(max_length=50)

@@ -19,13 +19,16 @@ from tenants.models import Tenant
 
 
 class FollowUp(models.Model):
-    """What the worker did to chase one proposal that waits for people. Intake writes it with the
-    reachability it found; the worker records each reminder (percent of the TTL) and the escalation."""
+    """What the worker did to chase one proposal that waits for people. Intake writes it (one INSERT);
+    the worker checks reachability on its first look and records each reminder (percent of the TTL) and
+    the escalation."""
 
     proposal = models.OneToOneField("approvals.Proposal", on_delete=models.CASCADE, related_name="follow_up")
     reminders_sent = models.JSONField(default=list, blank=True)  # [50, 80]: the percents already sent
     escalated_at = models.DateTimeField(null=True, blank=True)
-    # {} when the quorum was reachable at intake; else {"missing": [{"group", "count", "reachable"}]}.
+    # When the worker checked whether the quorum is reachable (its first look, right after intake), and
+    # what it found: {} reachable, else {"missing": [{"group", "count", "reachable"}]}.
+    reach_checked_at = models.DateTimeField(null=True, blank=True)
     unreachable = models.JSONField(default=dict, blank=True)
     admins_told_at = models.DateTimeField(null=True, blank=True)  # the unreachable quorum was reported
     expiry_told_at = models.DateTimeField(null=True, blank=True)  # at_expiry "expire_closed_tell_admins"

@@ -1,5 +1,5 @@
-"""Chasing a proposal that waits for people: reachability at intake, reminders, the escalation step, and
-the note that an unseen request expired. Each function is one transaction with its audit event; the
+"""Chasing a proposal that waits for people: reachability right after intake, reminders, the escalation
+step, and the note that an unseen request expired. Each function is one transaction with its audit event; the
 worker (approvals/notify/chase.py) calls them at their times and then tells the people they name.
 """
 
@@ -19,21 +19,27 @@ from audit.models import Verb
 from tenants.models import ApproverGroup, TenantMembership
 
 
-def note_reachability(proposal: Proposal) -> FollowUp:
-    """At intake, in its transaction: whether enough people could decide this proposal. If not, the
-    audit trail says so now and the worker tells the tenant admins on its next tick."""
+def open_follow_up(proposal: Proposal) -> FollowUp:
+    """At intake, in its transaction: the worker chases this proposal from now on."""
+    return FollowUp.objects.create(proposal=proposal)
+
+
+def _note_reachability(follow_up: FollowUp, now: datetime) -> dict:
+    """The worker's first look: can enough people decide it? If not, the audit trail says so and the
+    admins are told in this tick (the worker is woken by intake's commit or polls within seconds)."""
+    proposal = follow_up.proposal
     found = reachability(proposal)
-    unreachable = {} if found.met else {"missing": found.missing()}
-    follow_up = FollowUp.objects.create(proposal=proposal, unreachable=unreachable)
-    if unreachable:
+    follow_up.reach_checked_at = now
+    follow_up.unreachable = {} if found.met else {"missing": found.missing()}
+    if follow_up.unreachable:
         record(
             proposal.tenant_id,
             actor=SYSTEM,
             verb=Verb.PROPOSAL_UNREACHABLE,
             subject=proposal_subject(proposal),
-            data=unreachable,
+            data=follow_up.unreachable,
         )
-    return follow_up
+    return follow_up.unreachable
 
 
 def reminder_time(proposal: Proposal, percent: int) -> datetime:
@@ -78,6 +84,8 @@ def chase_one(follow_up_id, now: datetime | None = None) -> Chase | None:
                 chase.tell_admins_expired = True
             follow_up.save(update_fields=["done", "expiry_told_at"])
             return chase if chase.tell_admins_expired else None
+        if follow_up.reach_checked_at is None:
+            _note_reachability(follow_up, now)
         if follow_up.unreachable and follow_up.admins_told_at is None:
             follow_up.admins_told_at = now
             chase.tell_admins_unreachable = follow_up.unreachable
@@ -102,7 +110,15 @@ def chase_one(follow_up_id, now: datetime | None = None) -> Chase | None:
             if due_steps:
                 follow_up.escalated_at = now
                 chase.escalated = _escalate(proposal, due_steps, now)
-        follow_up.save(update_fields=["admins_told_at", "reminders_sent", "escalated_at"])
+        follow_up.save(
+            update_fields=[
+                "reach_checked_at",
+                "unreachable",
+                "admins_told_at",
+                "reminders_sent",
+                "escalated_at",
+            ]
+        )
     if chase.reminders or chase.escalated or chase.tell_admins_unreachable:
         return chase
     return None

@@ -1,5 +1,6 @@
-"""Tenant webhooks: registering an endpoint, and queuing one signed event per endpoint in the transaction
-of each proposal transition (the outbox carries it from there: retries with backoff, dead letters).
+"""Tenant webhooks: registering an endpoint, and the worker's feed that turns each sealed proposal
+transition of the tenant's audit chain into one outbox row per endpoint (the outbox carries it from
+there: retries with backoff, dead letters; approvals/notify/webhook_sender.py signs and sends it).
 
 The event says what happened to which proposal, in Reviewer's words: its id, tool (hidden characters
 written out), states, rev, times and the link to its page. Never the decision token, a code, a digest
@@ -15,13 +16,15 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals import wakeup
-from approvals.models import OutboxMessage
+from approvals.models import OutboxMessage, Proposal
 from approvals.notify.models import WebhookEndpoint
 from approvals.services.common import _audit_time, actor_label, record
 from approvals.services.errors import ConfigRefused
-from audit.models import Verb
+from audit.chain import chain_for_tenant
+from audit.models import AuditEvent, ChainHead, SiemCursor, Verb
 from reviewer.agent_text import visible
+
+FEED = "webhooks"  # the feed's cursor name (audit SiemCursor: how far a consumer has read a chain)
 
 # The event types an endpoint may ask for: one per state a proposal can enter.
 EVENT_TYPES = (
@@ -65,6 +68,7 @@ def register_endpoint(*, tenant, url: str, events=(), actor=None) -> WebhookEndp
         raise refusal
     with transaction.atomic():
         endpoint = WebhookEndpoint.objects.create(tenant=tenant, url=url, events=events, secret=new_secret())
+        _start_cursor(chain_for_tenant(tenant.pk))
         record(
             tenant.pk,
             actor=actor_label(actor),
@@ -75,49 +79,78 @@ def register_endpoint(*, tenant, url: str, events=(), actor=None) -> WebhookEndp
     return endpoint
 
 
-def event_for(proposal, previous: str) -> dict:
+def event_for(proposal, transition: AuditEvent) -> dict:
+    """The Standard Webhooks payload of one transition (its audit event): type, timestamp, data."""
     link = settings.REVIEWER_ISSUER + reverse("approvals:detail", kwargs={"proposal_id": proposal.id})
     return {
-        "type": f"proposal.{proposal.state}",
-        "timestamp": _audit_time(timezone.now()),
+        "type": f"proposal.{transition.data['to']}",
+        "timestamp": _audit_time(transition.at),
         "data": {
             "proposal_id": str(proposal.id),
             "tenant": proposal.tenant.slug,
             "agent": proposal.agent.slug,
             "tool": visible(proposal.tool)[:200],
-            "state": proposal.state,
-            "previous_state": previous,
-            "rev": proposal.rev,
+            "state": transition.data["to"],
+            "previous_state": transition.data["from"],
+            "rev": transition.data.get("rev"),
             "expires_at": _audit_time(proposal.expires_at),
-            "decided_at": _audit_time(proposal.decided_at),
+            "audit": {"chain": transition.chain, "seq": transition.seq, "hash": transition.hash},
             "link": link,
         },
     }
 
 
-def enqueue_transition_events(proposal, previous: str) -> int:
-    """Inside a transition's transaction: one outbox row per enabled endpoint that wants this event."""
-    endpoints = [
-        e
-        for e in WebhookEndpoint.objects.filter(tenant_id=proposal.tenant_id, enabled=True).order_by("id")
-        if not e.events or f"proposal.{proposal.state}" in e.events
-    ]
-    if not endpoints:
-        return 0
-    event = event_for(proposal, previous)
-    OutboxMessage.objects.bulk_create(
-        [
+def _start_cursor(chain: str) -> None:
+    """An endpoint gets the events from its registration on: the feed starts at the chain head."""
+    head = ChainHead.objects.filter(chain=chain).values_list("seq", flat=True).first() or 0
+    SiemCursor.objects.get_or_create(sink=FEED, chain=chain, defaults={"seq": head})
+
+
+def feed_from_chain(now=None, batch: int = 200) -> int:
+    """The worker's step: for each tenant with an enabled endpoint, the sealed proposal transitions
+    after the feed's cursor become outbox rows (one per endpoint that wants the event), and the cursor
+    moves, in one transaction: each transition is queued once. Reading the sealed chain keeps the
+    transitions themselves (intake, votes) free of any webhook query."""
+    queued = 0
+    tenants = set(WebhookEndpoint.objects.filter(enabled=True).values_list("tenant_id", flat=True))
+    for tenant_id in sorted(tenants):
+        chain = chain_for_tenant(tenant_id)
+        _start_cursor(chain)
+        with transaction.atomic():
+            cursor = SiemCursor.objects.select_for_update().get(sink=FEED, chain=chain)
+            head = ChainHead.objects.filter(chain=chain).values_list("seq", flat=True).first() or 0
+            transitions = list(
+                AuditEvent.objects.chained(chain)
+                .filter(seq__gt=cursor.seq, seq__lte=head, verb=Verb.PROPOSAL_TRANSITIONED)
+                .order_by("seq")[:batch]
+            )
+            queued += _queue(tenant_id, transitions)
+            cursor.seq = transitions[-1].seq if len(transitions) == batch else head
+            cursor.save(update_fields=["seq"])
+    return queued
+
+
+def _queue(tenant_id, transitions: list[AuditEvent]) -> int:
+    endpoints = list(WebhookEndpoint.objects.filter(tenant_id=tenant_id, enabled=True).order_by("id"))
+    ids = [t.subject.split(":", 1)[1] for t in transitions]
+    proposals = {str(p.pk): p for p in Proposal.objects.filter(pk__in=ids).select_related("tenant", "agent")}
+    rows = []
+    for transition in transitions:
+        proposal = proposals.get(transition.subject.split(":", 1)[1])
+        wanted = [e for e in endpoints if not e.events or f"proposal.{transition.data['to']}" in e.events]
+        if proposal is None or not wanted:
+            continue
+        event = event_for(proposal, transition)
+        rows += [
             OutboxMessage(
                 kind=OutboxMessage.Kind.WEBHOOK,
-                message_id=f"msg_{proposal.id.hex}_{proposal.rev}_{endpoint.pk}",
+                message_id=f"msg_{proposal.id.hex}_{transition.data.get('rev')}_{endpoint.pk}",
                 agent_id=proposal.agent_id,
                 proposal=proposal,
                 payload={"endpoint": endpoint.pk, "event": event},
                 next_attempt_at=timezone.now(),
             )
-            for endpoint in endpoints
-        ],
-        ignore_conflicts=True,
-    )
-    wakeup.outbox_message_queued()
-    return len(endpoints)
+            for endpoint in wanted
+        ]
+    OutboxMessage.objects.bulk_create(rows, ignore_conflicts=True)
+    return len(rows)
