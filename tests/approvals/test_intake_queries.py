@@ -16,10 +16,11 @@ pytestmark = pytest.mark.django_db
 # active policy versions (approvals/services/intake.py _read_for_intake); the proposal is inserted once,
 # already evaluated; then its pinned versions (one INSERT) and one INSERT per audit event (3 to review,
 # 4 to allow or deny: audit/chain.py sequences them after commit; on PostgreSQL the event and its place
-# in the sequencer's queue are one statement, on SQLite two). To review: the review notice. To allow or
+# in the sequencer's queue are one statement, on SQLite two). To review: the review notice and the
+# follow-up row the worker chases it by (approvals/notify/chase.py). To allow or
 # deny: the decision and its outbox row, and on PostgreSQL the worker's NOTIFY. Plus the transaction's
 # savepoint and release (a test runs inside a transaction). No mail, no per-reviewer or per-policy query.
-QUERIES = {"review": 9, "allow": 11, "deny": 11}
+QUERIES = {"review": 10, "allow": 11, "deny": 11}
 NOTIFY = {"review": 0, "allow": 1, "deny": 1}  # SELECT pg_notify(...), PostgreSQL only (approvals/wakeup.py)
 AUDIT_EVENTS = {"review": 3, "allow": 4, "deny": 4}  # SQLite: one more INSERT each (audit_auditpending)
 ACTIONS = {
