@@ -472,6 +472,9 @@ class PolicyVersionForm(forms.ModelForm):
             "vote, no code) or a freshness window in seconds, e.g. 300",
             "break_glass": "{} for none, or named people who may release alone in an emergency: "
             + break_glass.EXAMPLE,
+            "notifications": '{} for none, or e.g. {"reminders": [50, 80], "escalation": '
+            '{"before_expiry_seconds": 900, "group": "finance-leads"}, "at_expiry": '
+            '"expire_closed_tell_admins", "chat_decisions": true} (docs/notifications.md)',
         }
 
     def clean(self):
@@ -489,6 +492,8 @@ class PolicyVersionForm(forms.ModelForm):
         groups = _group_slugs(chosen.tenant_id) if chosen is not None else set()
         if values.get("break_glass") is None:
             values["break_glass"] = {}
+        if values.get("notifications") is None:
+            values["notifications"] = {}
         people = services.break_glass_people(chosen.tenant_id) if chosen is not None else None
         errors = policy.version_field_errors({**services.POLICY_VERSION_DEFAULTS, **values}, groups, people)
         if chosen is None:
@@ -502,6 +507,7 @@ class PolicyVersionForm(forms.ModelForm):
         values = {name: self.cleaned_data[name] for name in policy.VERSION_FIELDS}
         values["thresholds"] = values["thresholds"] or []
         values["break_glass"] = values["break_glass"] or {}
+        values["notifications"] = values["notifications"] or {}
         return values
 
 
