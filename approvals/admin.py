@@ -943,3 +943,7 @@ class ReviewerUserAdmin(UserAdmin):
 
 admin.site.unregister(get_user_model())
 admin.site.register(get_user_model(), ReviewerUserAdmin)
+
+
+# Notification settings (webhook endpoints, Slack, Teams, delegations, push devices).
+from approvals.notify import admin as notify_admin  # noqa: E402, F401

@@ -9,6 +9,7 @@ from approvals import services
 from approvals.models import OutboxMessage
 from approvals.services.webhooks import register_endpoint
 from approvals.worker import Worker
+from tests import factories
 from tests.factories import fresh_step_up, submit
 from tests.notify.receivers import WebhookReceiver
 
@@ -108,3 +109,24 @@ def test_only_https_endpoints_and_known_events_are_registered(settings, tenant):
     with pytest.raises(services.ConfigRefused) as refused:
         register_endpoint(tenant=tenant, url="https://hooks.example.test/x", events=["proposal.exploded"])
     assert refused.value.field == "events"
+
+
+def test_a_tenant_admin_registers_an_endpoint_in_the_admin_and_sees_the_secret_once(tenant):
+    from django.contrib.messages import get_messages
+
+    from approvals.notify.models import WebhookEndpoint
+    from audit.models import AuditEvent, Verb
+
+    author, _ = factories.policy_admins()
+    client = factories.verified_client(author)
+    response = client.post(
+        "/admin/approvals/webhookendpoint/add/",
+        {"tenant": tenant.pk, "url": "https://hooks.example.test/reviewer", "events": ["proposal.approved"]},
+    )
+    assert response.status_code == 302
+    endpoint = WebhookEndpoint.objects.get()
+    assert endpoint.events == ["proposal.approved"] and endpoint.secret.startswith("whsec_")
+    shown = [str(m) for m in get_messages(response.wsgi_request)]
+    assert any(endpoint.secret in m for m in shown)
+    assert AuditEvent.objects.filter(verb=Verb.WEBHOOK_REGISTERED, actor="user:policy-author").exists()
+    assert endpoint.secret not in str(AuditEvent.objects.get(verb=Verb.WEBHOOK_REGISTERED).data)
