@@ -26,7 +26,8 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from approvals.models import PolicyVersion, Proposal, TenantMembership, Vote
+from approvals.models import PolicyVersion, Proposal, StandIn, TenantMembership, Vote
+from approvals.notify.standins import delegated_group_slugs
 from approvals.states import State
 
 
@@ -67,11 +68,13 @@ class ThresholdNamesAnyGroup(Func):
 
 @dataclass
 class ReviewerScope:
-    """A person's tenants and groups, read once per page (two queries)."""
+    """A person's tenants and groups, read once per page (four queries: memberships, groups, groups lent
+    by an active delegation, requests an escalation added them to)."""
 
     user: object
     memberships: list = field(default_factory=list)
     group_slugs: dict = field(default_factory=dict)  # tenant id -> {group slug}
+    stand_ins: dict = field(default_factory=dict)  # tenant id -> [proposal ids the escalation added them to]
 
     @classmethod
     def of(cls, user) -> "ReviewerScope":
@@ -81,7 +84,16 @@ class ReviewerScope:
         slugs = defaultdict(set)
         for tenant_id, slug in user.approver_groups.values_list("tenant_id", "slug"):
             slugs[tenant_id].add(slug)
-        return cls(user=user, memberships=memberships, group_slugs=dict(slugs))
+        # Out of office: a delegate's queue also holds what the delegators' groups decide (the vote
+        # checks the rest: separation of duties, the period, one voice).
+        for tenant_id, slug in delegated_group_slugs(user):
+            slugs[tenant_id].add(slug)
+        stand_ins = defaultdict(list)
+        for tenant_id, proposal_id in StandIn.objects.filter(
+            user=user, proposal__state=State.AWAITING_REVIEW
+        ).values_list("proposal__tenant_id", "proposal_id")[:1000]:
+            stand_ins[tenant_id].append(proposal_id)
+        return cls(user=user, memberships=memberships, group_slugs=dict(slugs), stand_ins=dict(stand_ins))
 
     @property
     def tenant_ids(self) -> list[int]:
@@ -95,10 +107,17 @@ class ReviewerScope:
         """The SQL form of services.ineligibility() for many proposals at once."""
         clauses = Q(pk__in=[])
         for membership in self.memberships:
-            slugs = self.group_slugs.get(membership.tenant_id)
-            if membership.role == TenantMembership.Role.COMPLIANCE or not slugs:
+            if membership.role == TenantMembership.Role.COMPLIANCE:
                 continue
-            clause = Q(tenant_id=membership.tenant_id) & Q(ThresholdNamesAnyGroup(slugs))
+            slugs = self.group_slugs.get(membership.tenant_id)
+            stood_in = self.stand_ins.get(membership.tenant_id)
+            if not slugs and not stood_in:
+                continue
+            clause = Q(pk__in=[])
+            if slugs:
+                clause |= Q(tenant_id=membership.tenant_id) & Q(ThresholdNamesAnyGroup(slugs))
+            if stood_in:  # requests the escalation step added this person to
+                clause |= Q(tenant_id=membership.tenant_id, pk__in=stood_in)
             if membership.principal_id:
                 clause &= ~Q(principal_id=membership.principal_id) | Q(requirements__self_approval=True)
             clauses |= clause

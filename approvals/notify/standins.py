@@ -130,3 +130,16 @@ def capacity(proposal, user, groups: dict, own: set[str]) -> Capacity:
         return Capacity(frozenset(own))
     delegator, lent = delegated_groups(proposal, user, groups)
     return Capacity(frozenset(lent), delegator)
+
+
+def delegated_group_slugs(user) -> list[tuple[int, str]]:
+    """(tenant id, group slug) of every group lent to this person by a delegation active now."""
+    now = timezone.now()
+    active = Delegation.objects.filter(delegate=user, starts_at__lte=now, ends_at__gt=now).exclude(
+        ended_at__lte=now
+    )
+    return list(
+        GroupMembership.objects.filter(
+            user_id__in=active.values("delegator_id"), group__tenant_id__in=active.values("tenant_id")
+        ).values_list("group__tenant_id", "group__slug")
+    )

@@ -158,6 +158,9 @@ def test_the_escalation_step_adds_people_to_the_eligible_set_at_its_time(
     with at_percent(proposal, 71):  # 290 s before expiry
         Worker().tick()
         assert StandIn.objects.filter(proposal=proposal, user=reviewer_c).exists()
+        assert (
+            str(proposal.id).encode() in factories.verified_client(reviewer_c).get("/").content
+        )  # in the queue
         assert mails_to("Escalated to you") == ["reviewer_c@example.test"]
         vote(proposal, reviewer_c)
     proposal.refresh_from_db()

@@ -156,3 +156,13 @@ def test_people_set_delegations_on_their_page_and_admins_see_the_active_ones(
     page = factories.verified_client(admin_user).get("/out-of-office/")
     assert b"Active delegations in your tenants" in page.content
     assert b"reviewer_a" in page.content and b"reviewer_c" in page.content
+
+
+def test_the_delegates_queue_holds_what_the_delegator_decides(
+    tenant, agent, refund_policy, requester, reviewer_a, reviewer_c
+):
+    proposal = submit(agent)
+    queue = factories.verified_client(reviewer_c)
+    assert str(proposal.id).encode() not in queue.get("/").content
+    lend(tenant, reviewer_a, reviewer_c)
+    assert str(proposal.id).encode() in queue.get("/").content
