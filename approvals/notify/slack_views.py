@@ -15,8 +15,10 @@ the page. It is offered and accepted only where the proposal's policy allows cha
 
 import json
 import logging
+import uuid
 from urllib.parse import parse_qs
 
+from django.conf import settings
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.urls import reverse
@@ -188,8 +190,6 @@ def _errors(block: str, message: str) -> JsonResponse:
 
 
 def _uuid(value):
-    import uuid
-
     try:
         return uuid.UUID(str(value))
     except ValueError:
@@ -197,8 +197,6 @@ def _uuid(value):
 
 
 def _absolute(path: str) -> str:
-    from django.conf import settings
-
     return settings.REVIEWER_ISSUER + path
 
 
