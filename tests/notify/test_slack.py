@@ -321,3 +321,43 @@ def test_agent_text_reaches_slack_as_plain_text_with_hidden_characters_written_o
     assert "[U+202E]" in summary["text"] and "\u202e" not in json.dumps(posted, ensure_ascii=False)
     assert "<!channel>" not in posted["text"]  # the notification text is escaped
     assert Proposal.objects.count() == 1
+
+
+def test_a_group_mapped_to_dm_messages_each_linked_reviewer_and_updates_there(
+    agent, chat_policy, workspace, slack, requester, reviewer_a, reviewer_b
+):
+    workspace.channels = {"finance": "dm"}
+    workspace.save(update_fields=["channels"])
+    link(workspace, reviewer_a, "U0ALICE")
+    link(workspace, reviewer_b, "U0BOB")
+    link(workspace, requester, "U0REQ")  # the requester is in finance too, but never asked
+    proposal = submit(agent)
+    slack_sync.run()
+    assert sorted(p["channel"] for p in slack.calls_to("chat.postMessage")) == ["U0ALICE", "U0BOB"]
+    services.cast_vote(
+        proposal.id,
+        reviewer_a,
+        verdict="approve",
+        digest_seen=proposal.action_digest,
+        step_up=fresh_step_up(reviewer_a),
+    )
+    slack_sync.run()
+    assert sorted(u["channel"] for u in slack.calls_to("chat.update")) == ["D0ALICE", "D0BOB"]
+
+
+def test_a_reminder_is_a_reply_in_the_messages_thread(tenant, agent, workspace, slack, requester, reviewer_a):
+    from approvals.worker import Worker
+
+    factories.make_policy(
+        tenant, "refunds", tool_pattern="payments.refund", ttl_seconds=1000, notifications={"reminders": [50]}
+    )
+    proposal = submit(agent)
+    Worker().tick()
+    (posted,) = slack.calls_to("chat.postMessage")
+    ts = slack.messages and next(iter(slack.messages))[1]
+    halfway = proposal.created_at + (proposal.expires_at - proposal.created_at) / 2 + timedelta(seconds=1)
+    with time_machine.travel(halfway, tick=False):
+        Worker().tick()
+    replies = [p for p in slack.calls_to("chat.postMessage") if p.get("thread_ts")]
+    assert [r["thread_ts"] for r in replies] == [ts]
+    assert replies[0]["text"].startswith("Reminder: this request expires at")
