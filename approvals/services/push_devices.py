@@ -78,7 +78,10 @@ def end_for_deprovisioned() -> int:
 
 
 def not_yet_pushed(proposal, user, reason: str) -> bool:
-    return not PushSent.objects.filter(proposal=proposal, user=user, reason=reason).exists()
+    """Whether this push is still to be sent: each reason once; "new" only to someone told nothing yet
+    about the proposal (a person the escalation added heard of it as an escalation)."""
+    sent = PushSent.objects.filter(proposal=proposal, user=user)
+    return not (sent.exists() if reason == "new" else sent.filter(reason=reason).exists())
 
 
 def record_pushed(proposal, user, reason: str) -> None:

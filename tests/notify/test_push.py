@@ -112,3 +112,36 @@ def test_the_app_is_installable(client):
     worker = client.get("/sw.js")
     assert worker["Content-Type"] == "application/javascript" and worker["Service-Worker-Allowed"] == "/"
     assert b"showNotification" in worker.content and b"openWindow" in worker.content
+
+
+def test_the_worker_pushes_a_new_proposal_then_its_reminder_and_escalation(
+    tenant, agent, push_service, requester, reviewer_a, reviewer_c
+):
+    from datetime import timedelta
+
+    import time_machine
+
+    from approvals.worker import Worker
+
+    factories.make_group(tenant, "ops")
+    factories.make_policy(
+        tenant,
+        "refunds",
+        tool_pattern="payments.refund",
+        ttl_seconds=1000,
+        notifications={"reminders": [50], "escalation": {"before_expiry_seconds": 300, "group": "ops"}},
+    )
+    subscribe(reviewer_a, push_service.subscription("/push/alice"))
+    subscribe(reviewer_c, push_service.subscription("/push/carol"), name="Carol's phone")
+    proposal = submit(agent)
+    Worker().tick()
+    with time_machine.travel(proposal.created_at + timedelta(seconds=501), tick=False):
+        Worker().tick()
+    with time_machine.travel(proposal.expires_at - timedelta(seconds=299), tick=False):
+        Worker().tick()
+    got = [(d["path"], d["payload"]["title"]) for d in push_service.delivered]
+    assert got == [
+        ("/push/alice", "Approval requested"),
+        ("/push/alice", "Reminder: still waiting for you"),
+        ("/push/carol", "Escalated to you"),
+    ]
