@@ -128,4 +128,3 @@ class ParkedTaskLister:
                 proposal.id,
             )
         return int(created)
-

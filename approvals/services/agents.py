@@ -21,7 +21,6 @@ from approvals.services.errors import Conflict, NotFound, ServiceError
 from approvals.services.tenants import _require_config_admin
 from audit.models import Verb
 
-
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 

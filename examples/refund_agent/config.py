@@ -58,12 +58,14 @@ def parse_settings(argv: list[str] | None = None) -> AgentSettings:
         "--audience", default=_env("AUDIENCE"), help="aud this agent accepts (default: its agent card URL)"
     )
     parser.add_argument(
-        "--tenant", default=_env("TENANT"), help="this agent's tenant slug in Reviewer (checked in each decision)"
+        "--tenant",
+        default=_env("TENANT"),
+        help="this agent's tenant slug in Reviewer (checked in each decision)",
     )
     parser.add_argument(
         "--agent-slug",
         default=_env("AGENT_SLUG"),
-        help="this agent's slug in Reviewer, named in its requests (needed for Reviewer to find them by ListTasks)",
+        help="this agent's slug in Reviewer, named in its requests (Reviewer's ListTasks adopts only those)",
     )
     parser.add_argument(
         "--jwks-url", default=_env("JWKS_URL"), help="default: REVIEWER_URL/.well-known/jwks.json"
