@@ -161,16 +161,34 @@ def test_migrating_refuses_while_agents_share_a_card_url_or_audience_and_names_t
 
 
 @pytest.fixture
-def globex_agent_process(tmp_path):
-    """The real refund agent of tenant globex: it names its registration in its requests and never
-    POSTs them (Reviewer learns of them only by ListTasks). Nothing answers at its Reviewer URL."""
+def globex_agent_process(request, tmp_path):
+    """The real refund agent of tenant globex, naming its registration in its requests unless the test
+    asks for it "anonymous" (indirect parametrization). It never POSTs them (Reviewer learns of them only
+    by ListTasks); nothing answers at its Reviewer URL, and parking needs none."""
+    anonymous = getattr(request, "param", "") == "anonymous"
+    names = [] if anonymous else ["--agent-slug", "globex-refunds"]
     process = AgentProcess(
         state_dir=tmp_path / "globex-agent",
         reviewer_url=FakeAgent.closed_port_url(),
-        extra_args=["--agent-slug", "globex-refunds", "--tenant", "globex", "--no-rest-intake"],
+        extra_args=[*names, "--tenant", "globex", "--no-rest-intake"],
     ).start()
     yield process
     process.stop()
+
+
+def acme_registration_reaching(acme, process) -> Agent:
+    """acme's registration at globex's agent: a spelling of its card URL the registration check cannot
+    tell apart (another query string), with globex's audience, written straight to the table (so this
+    layer is shown to hold without the first)."""
+    return Agent.objects.create(
+        tenant=acme,
+        slug="acme-refunds",
+        name="Acme refunds",
+        card_url=f"{process.audience}?acme",
+        audience=process.audience,
+        push_token_hash="-",
+        api_token_hash="-",
+    )
 
 
 def park_refund(process) -> str:
@@ -205,25 +223,15 @@ def test_a_parked_task_found_at_the_card_url_is_not_adopted_into_another_tenants
     task_id = park_refund(globex_agent_process)
     acme_allows_everything_offline(acme)
     factories.make_policy(globex, "refunds", tool_pattern="payments.refund")  # finance decides
-    # acme's registration reaches globex's agent. A spelling the registration check cannot tell apart
-    # (another query string), written straight to the table: this layer must hold without the first.
-    acme_agent = Agent.objects.create(
-        tenant=acme,
-        slug="acme-refunds",
-        name="Acme refunds",
-        card_url=f"{globex_agent_process.audience}?acme",
-        audience=globex_agent_process.audience,
-        push_token_hash="-",
-        api_token_hash="-",
-    )
+    acme_agent = acme_registration_reaching(acme, globex_agent_process)
     lister = ParkedTaskLister(every_seconds=60)
 
     lister.list_agent(acme_agent, timezone.now())
 
-    assert lister.turns[acme_agent.id].failures == 0  # it did list the task, and left it
-    assert any(key[:2] == (acme_agent.id, task_id) for key in lister.refused)
     assert not Proposal.objects.filter(task_id=task_id).exists()
     assert not Decision.objects.exists()
+    assert lister.turns[acme_agent.id].failures == 0  # it did list the task, and left it
+    assert any(key[:2] == (acme_agent.id, task_id) for key in lister.refused)
 
     # The registration the request names adopts it, under its own tenant's policy.
     globex_agent = register(globex, "globex-refunds", globex_agent_process.audience + "?globex")
@@ -231,6 +239,24 @@ def test_a_parked_task_found_at_the_card_url_is_not_adopted_into_another_tenants
     lister.reconcile(report, timezone.now())
     proposal = Proposal.objects.get(task_id=task_id)
     assert (proposal.agent, proposal.tenant, proposal.state) == (globex_agent, globex, State.AWAITING_REVIEW)
+
+
+@pytest.mark.parametrize("globex_agent_process", ["anonymous"], indirect=True)
+def test_a_parked_task_whose_request_names_no_registration_is_adopted_by_none(
+    globex, acme, globex_agent_process, loopback_agents
+):
+    # What an agent without `agent` (an older SDK) parks: before, acme's allow policy released it.
+    task_id = park_refund(globex_agent_process)
+    acme_allows_everything_offline(acme)
+    acme_agent = acme_registration_reaching(acme, globex_agent_process)
+    globex_agent = register(globex, "globex-refunds", globex_agent_process.audience + "?globex")
+    lister = ParkedTaskLister(every_seconds=60)
+
+    lister.reconcile(TickReport(), timezone.now())
+
+    assert not Decision.objects.exists()  # before: acme's allow policy signed globex's refund
+    assert not Proposal.objects.exists()
+    assert {key[:2] for key in lister.refused} == {(acme_agent.id, task_id), (globex_agent.id, task_id)}
 
 
 def test_a_request_naming_another_registration_is_refused_at_intake(globex):
