@@ -143,6 +143,12 @@ def test_migrating_refuses_while_agents_share_a_card_url_or_audience_and_names_t
     migration = importlib.import_module("approvals.migrations.0011_agent_identity_unique")
     register(globex, "globex-refunds", CARD_URL)
     migration.refuse_shared_identities(apps, None)  # no clash: nothing to say
+    # A spelling variant the exact constraint lets through, written straight to the table.
+    Agent.objects.create(
+        tenant=acme, slug="acme-refunds", name="x", card_url=CARD_URL + "/", audience="urn:acme"
+    )
+    with pytest.raises(RuntimeError, match="agents acme-refunds \\(tenant acme\\), globex-refunds"):
+        migration.refuse_shared_identities(apps, None)
 
     rows = [  # (slug, tenant, card URL, audience), as the migration reads them
         ("globex-refunds", "globex", CARD_URL, CARD_URL),
