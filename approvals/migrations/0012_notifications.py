@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('approvals', '0010_proposal_risk_rank_queue_order'),
+        ('approvals', '0011_agent_identity_unique'),
         ('tenants', '0002_admin_labels'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
