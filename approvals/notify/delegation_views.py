@@ -49,12 +49,15 @@ def _context(user, form) -> dict:
     return {
         "form": form,
         "mine": list(mine[:20]),
-        "for_me": current_delegations(
-            TenantMembership.objects.filter(user=user).values_list("tenant_id", flat=True)
-        ),
+        "for_me": [
+            d
+            for d in current_delegations(
+                TenantMembership.objects.filter(user=user).values_list("tenant_id", flat=True)
+            )
+            if d.delegate_id == user.pk
+        ],
         "tenant_active": current_delegations(list(admin_of)),
         "is_admin": bool(admin_of),
-        "user_id": user.pk,
     }
 
 
