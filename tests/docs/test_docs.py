@@ -17,7 +17,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT_DIRS = ["approvals", "accounts", "audit", "reviewer", "signing_keys", "tenants"]
+# Every package of the product at the top of the repository (found, not listed, so a new one counts).
+NOT_PRODUCT = {"tests", "bench", "examples"}
+PRODUCT_DIRS = sorted(
+    path.name for path in ROOT.iterdir() if (path / "__init__.py").exists() and path.name not in NOT_PRODUCT
+)
 GATE_SOURCE = ROOT / "sdk" / "python" / "src" / "reviewer_gate"
 
 
@@ -244,6 +248,18 @@ def test_every_relative_link_resolves_to_a_file_in_the_repository(page):
         elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
             broken.append(f"{target} (no such heading)")
     assert not broken, broken
+
+
+# A path in backticks that starts with one of the repository's folders, e.g. `approvals/wire.py`.
+FOLDERS = "|".join(sorted({*PRODUCT_DIRS, "sdk", "examples", "bench", "tests"}))
+REPO_PATH = re.compile(rf"`((?:{FOLDERS})/[\w./-]*)`")
+
+
+@pytest.mark.parametrize("page", LINKED_PAGES, ids=lambda page: str(page.relative_to(ROOT)))
+def test_every_repository_path_a_page_names_exists(page):
+    """Modules move; a page that names one by its path must follow."""
+    missing = [path for path in REPO_PATH.findall(page.read_text()) if not (ROOT / path).exists()]
+    assert not missing, missing
 
 
 # ---------------------------------------------------------------------------------------------------
