@@ -40,6 +40,7 @@ check: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(VENV)/bin/lint-imports  # the layer contracts of pyproject.toml [tool.importlinter]
+	cd $(SDK) && ../../$(PY) -m mypy  # strict, sdk/python/pyproject.toml [tool.mypy]
 	$(MAKE) sdk-test
 
 # PYTEST_ARGS="-m 'not browser'" and the like select tests.
