@@ -43,9 +43,13 @@ check: $(STAMP)
 	cd $(SDK) && ../../$(PY) -m mypy  # strict, sdk/python/pyproject.toml [tool.mypy]
 	$(MAKE) sdk-test
 
-# PYTEST_ARGS="-m 'not browser'" and the like select tests.
+# PYTEST_ARGS="-m 'not browser'" and the like select tests. pytest-xdist runs the suite on
+# PYTEST_WORKERS processes (each with its own test database and channel-layer prefix), a test module
+# per process at a time (--dist loadfile: a module's shared servers start once); PYTEST_WORKERS=0 runs
+# it in this process alone.
+PYTEST_WORKERS ?= 2
 pytest: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The reviewer-gate wheel as users get it: built, installed into a fresh virtualenv (pip's cache makes
 # the dependencies quick), and its own tests run there from outside the source tree, so a module or
