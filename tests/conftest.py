@@ -5,6 +5,8 @@ Personas (tenant "acme"): requester (the principal agents act for), reviewer_a a
 outsider belongs to tenant "globex".
 """
 
+import os
+
 import pytest
 from django.conf import settings as django_settings
 
@@ -100,6 +102,18 @@ def refund_policy(tenant):
     return factories.make_policy(
         tenant, "refunds", tool_pattern="payments.refund", thresholds=[{"group": "finance", "count": 1}]
     )
+
+
+def pytest_configure(config):
+    """Under pytest-xdist each worker has its own test database, so its ids repeat the other's: a
+    channel-layer prefix of its own (here and in the servers it starts, which inherit the environment)
+    keeps one worker's events out of the other's groups on a shared Redis."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    layer = django_settings.CHANNEL_LAYERS["default"]
+    if worker and "redis" in layer["BACKEND"]:
+        prefix = f"{layer['CONFIG']['prefix']}-{worker}"
+        os.environ["CHANNELS_PREFIX"] = prefix
+        layer["CONFIG"]["prefix"] = prefix
 
 
 def pytest_report_header(config):

@@ -231,7 +231,11 @@ def test_another_agents_proposal_is_404(client, tenant, refund_policy):
     assert error_of(response)["code"] == "not_found"
 
 
-@pytest.mark.parametrize("proposal_id", [str(uuid.uuid4()), "not-a-uuid"])
+# A well-formed id no row has (fixed: pytest-xdist needs the same test ids in every worker).
+UNKNOWN_ID = "0b1d8e2c-5f4a-4c3b-9a6e-7d2f1e0c9b8a"
+
+
+@pytest.mark.parametrize("proposal_id", [UNKNOWN_ID, "not-a-uuid"])
 def test_an_unknown_proposal_is_404(client, agent, proposal_id):
     assert client.get(f"/api/v1/proposals/{proposal_id}", **AUTH).status_code == 404
 
@@ -312,7 +316,7 @@ def test_consume_refuses_get_and_a_missing_token(client, approved):
     )
 
 
-@pytest.mark.parametrize("jti", [str(uuid.uuid4()), "nope"])
+@pytest.mark.parametrize("jti", [UNKNOWN_ID, "nope"])
 def test_consume_of_an_unknown_decision_is_404(client, agent, jti):
     assert post(client, f"/api/v1/decisions/{jti}/consume", {"rev": 1}).status_code == 404
 
