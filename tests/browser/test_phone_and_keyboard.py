@@ -6,8 +6,8 @@ from django.contrib.auth import get_user_model
 from django_otp.plugins.otp_totp.models import TOTPDevice
 from playwright.sync_api import expect
 
-from approvals import services
 from approvals.models import Decision
+from approvals.services.decisions import consume_decision, record_outcome
 from tests import factories
 from tests.browser.conftest import beside_the_browser, needs_shared_channel_layer, screenshot
 from tests.browser.test_reviewing import sign_in, wait_until_live
@@ -151,9 +151,9 @@ def test_the_focus_stays_on_the_decision_while_the_agent_acts_on_it(
     page.get_by_role("button", name="Approve").first.click()
     expect(page.get_by_role("status").filter(has_text="Your approval is recorded.")).to_be_focused()
     decision = Decision.objects.get(proposal=proposal)
-    beside_the_browser(services.consume_decision, agent, decision.jti, rev=decision.rev)
+    beside_the_browser(consume_decision, agent, decision.jti, rev=decision.rev)
     expect(page.locator("#decision")).to_contain_text("The agent has started the work")
-    beside_the_browser(services.record_outcome, agent, decision.jti, status="succeeded")
+    beside_the_browser(record_outcome, agent, decision.jti, status="succeeded")
     expect(page.locator("#decision")).to_contain_text("The agent reports the work done")
     assert page.evaluate("document.activeElement.closest('#decision') !== null"), page.evaluate(
         "document.activeElement.tagName"
@@ -167,20 +167,20 @@ def test_on_a_phone_the_queue_filters_are_folded_and_the_first_proposal_is_on_th
     proposal = beside_the_browser(submit, agent)
     page = new_page(**PHONE)
     sign_in(page, reviewer_a)
-    expect(page.get_by_label("Agent")).to_be_hidden()
+    expect(page.get_by_label("Agent", exact=True)).to_be_hidden()
     expect(page.locator(f"#row-{proposal.id} a.proposal-link")).to_be_in_viewport()
     screenshot(page, "phone-queue-folded")
     page.get_by_text("Filters", exact=True).click()
-    expect(page.get_by_label("Agent")).to_be_visible()
+    expect(page.get_by_label("Agent", exact=True)).to_be_visible()
     # With a filter in use, the filters stay open so the person sees what narrows the list.
-    page.get_by_label("Agent").select_option(label="Refund Demo")
+    page.get_by_label("Agent", exact=True).select_option(label="Refund Demo")
     page.get_by_role("button", name="Apply filters").click()
-    expect(page.get_by_label("Agent")).to_be_visible()
+    expect(page.get_by_label("Agent", exact=True)).to_be_visible()
     expect(page.get_by_text("(1 in use)")).to_be_visible()
 
 
 def test_on_a_wide_screen_the_queue_filters_are_open(new_page, agent, refund_policy, requester, reviewer_a):
     page = new_page()
     sign_in(page, reviewer_a)
-    expect(page.get_by_label("Agent")).to_be_visible()
+    expect(page.get_by_label("Agent", exact=True)).to_be_visible()
     expect(page.get_by_text("Filters", exact=True)).to_be_hidden()
