@@ -21,8 +21,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from audit.bundles import bundle_segment, write_bundle
 from audit.chain import append, sequence_chain, write_due_checkpoints
-from audit.exports import Selection, bundle_segment, count, write_bundle, write_lines
+from audit.exports import Selection, count, write_lines
 from audit.models import AuditSeal, ChainHead, ExportJob, Verb
 from tenants import queries as tenant_queries
 

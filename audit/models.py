@@ -144,7 +144,7 @@ class AuditEvent(AppendOnlyModel):
         return f"{self.chain}#{self.seq} {self.verb} {self.subject}"
 
     def hashed_fields(self) -> dict:
-        from audit.chain import event_body
+        from audit.shapes import event_body
 
         return event_body(
             self.chain, self.seq, self.at, self.actor, self.verb, self.subject, self.data, self.prev_hash

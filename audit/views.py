@@ -18,7 +18,6 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from accounts.decorators import verified_required
 from audit import evidence, jobs
 from audit.charts import metric_charts
 from audit.exports import Selection, chunks, count
@@ -27,6 +26,7 @@ from audit.metrics import collect, format_duration, rubber_stamp_min_sample
 from audit.models import ChainHead, Checkpoint, ExportJob
 from audit.prometheus import exposition
 from audit.records import event_dict
+from lib.decorators import verified_required
 from tenants import queries as tenant_queries
 
 EVENTS_PER_PAGE = 100

@@ -179,7 +179,7 @@ IS_POSTGRES = DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
 MAX_CONCURRENT_REQUESTS = env_int("MAX_CONCURRENT_REQUESTS", 16)
 # A decision's continuation is sent by the process that committed it, right after the commit, in a
 # background thread (at most OUTBOX_DIRECT_SEND_THREADS at once; beyond that the worker is woken
-# instead); the worker stays the retry path (approvals/delivery.py). Off: the worker sends everything.
+# instead); the worker stays the retry path (approvals/worker/delivery.py). Off: the worker sends everything.
 OUTBOX_DIRECT_SEND = env_bool("OUTBOX_DIRECT_SEND", True)
 OUTBOX_DIRECT_SEND_THREADS = env_int("OUTBOX_DIRECT_SEND_THREADS", 4)
 # On PostgreSQL every process draws its connections from a bounded psycopg pool (Django's "pool" option;
@@ -284,7 +284,7 @@ AXES_COOLOFF_TIME = timedelta(seconds=SIGN_IN_COOL_OFF_SECONDS)
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each on its own: per account and per address
 AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "accounts.throttle.client_address"
-AXES_LOCKOUT_CALLABLE = "accounts.throttle.refused_page"
+AXES_LOCKOUT_CALLABLE = "accounts.views.refused_page"
 AXES_USERNAME_FORM_FIELD = "username"
 AXES_SENSITIVE_PARAMETERS = ["password", "otp_token"]
 AXES_VERBOSE = False
@@ -345,7 +345,7 @@ EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.Emai
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "reviewer@localhost")
 EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
 EMAIL_PORT = env_int("EMAIL_PORT", 25)
-# Reviewers get one e-mail digest of new proposals at most this often (approvals/notifications.py).
+# Reviewers get one e-mail digest of new proposals at most this often (approvals/worker/notifications.py).
 NOTIFICATION_DIGEST_SECONDS = env_int("NOTIFICATION_DIGEST_SECONDS", 60)
 
 # Intake limits: agent-provided text is untrusted and capped.
@@ -383,7 +383,7 @@ AUDIT_RUBBER_STAMP_MIN_SAMPLE = env_int("AUDIT_RUBBER_STAMP_MIN_SAMPLE", 300)
 AUDIT_METRICS_CACHE_SECONDS = env_int("AUDIT_METRICS_CACHE_SECONDS", 60)
 
 # ---------------------------------------------------------------------------------------------------
-# Outbound calls to agents (approvals/outbound.py). Reviewer calls an agent's card URL and A2A
+# Outbound calls to agents (approvals/a2a/outbound.py). Reviewer calls an agent's card URL and A2A
 # interface with the agent's credentials, so a card URL must not reach anything else (SSRF). A call
 # goes out only when, after DNS resolution, every address of the host is allowed: the host name is in
 # AGENT_ALLOWED_HOSTS ("agents.example.com", or ".example.com" for its subdomains) and the address is

@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from approvals.templatetags.agent_text import agent_text_html
-from reviewer import agent_text
+from lib import agent_text
 from tests import factories
 from tests.factories import refund_action, verified_client
 
@@ -106,7 +106,7 @@ def test_the_evidence_packet_lists_warnings_by_path_and_its_page_and_pdf_hold_no
 
 
 def test_the_pdf_prints_hidden_characters_as_codes():
-    from audit.pdf import Document
+    from audit.pdf_document import Document
 
     document = Document("test")
 

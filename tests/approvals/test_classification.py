@@ -2,9 +2,10 @@
 
 import pytest
 
-from approvals import classification, pages
 from approvals.models import PolicyVersion
+from approvals.policy import classification
 from approvals.states import State
+from approvals.web.pages import detail_context
 from tests import factories
 from tests.factories import submit
 
@@ -69,5 +70,5 @@ def test_a_hinted_tool_no_policy_names_is_never_allowed_by_a_catch_all(tenant, a
     hinted = submit(agent, action={"tool": "ops.shell_exec", "arguments": {"command": "rm -rf /tmp/x"}})
     assert harmless.state == State.ALLOWED
     assert hinted.state == State.AWAITING_REVIEW and hinted.risk == "high"
-    why = pages.detail_context(hinted, reviewer_a, {})["why"]
+    why = detail_context(hinted, reviewer_a, {})["why"]
     assert why["risk_hint"] == "shell or command execution"

@@ -3,7 +3,7 @@
 import pytest
 from playwright.sync_api import expect
 
-from approvals import services
+from approvals.services.votes import edit_proposal
 from tests import factories
 from tests.browser.conftest import beside_the_browser, screenshot
 from tests.browser.test_reviewing import live_section, sign_in, wait_until_live
@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 def _edit(proposal, editor, amount):
     arguments = {**proposal.action["arguments"], "amount": amount}
-    return services.edit_proposal(
+    return edit_proposal(
         proposal.id,
         editor,
         arguments=arguments,

@@ -23,8 +23,12 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from approvals import policy, services
-from approvals.models import Policy, PolicyVersion, Tenant
+from approvals.models import Policy, PolicyVersion
+from approvals.policy.dry_run import dry_run as replay_draft
+from approvals.policy.dry_run import recent_proposals
+from approvals.services.policies import activate_policy_version, create_policy, create_policy_version
+from lib.errors import PolicyInvalid, ServiceError
+from tenants.models import Tenant
 
 
 class Command(BaseCommand):
@@ -67,12 +71,12 @@ class Command(BaseCommand):
                 self.dry_run(tenant, options)
             else:
                 self.show(tenant)
-        except services.PolicyInvalid as error:
+        except PolicyInvalid as error:
             raise CommandError(
                 "the draft is not valid:\n"
                 + "\n".join(f"  {name}: {text}" for name, text in error.errors.items())
             ) from error
-        except services.ServiceError as error:
+        except ServiceError as error:
             raise CommandError(error.message) from error
 
     def _user(self, username: str):
@@ -106,9 +110,9 @@ class Command(BaseCommand):
         author = self._user(options["author"])
         target = Policy.objects.filter(tenant=tenant, slug=slug).first()
         if target is None:
-            target = services.create_policy(tenant, slug=slug, name=name, actor=author)
+            target = create_policy(tenant, slug=slug, name=name, actor=author)
             self.stdout.write(f"created policy {target}")
-        version = services.create_policy_version(target, fields, actor=author)
+        version = create_policy_version(target, fields, actor=author)
         self.stdout.write(
             self.style.SUCCESS(
                 f"draft {version} stored; another admin activates it with:\n"
@@ -119,12 +123,12 @@ class Command(BaseCommand):
 
     def activate(self, tenant: Tenant, options) -> None:
         approver = self._user(options["approver"])
-        version = services.activate_policy_version(self._version(tenant, options), actor=approver)
+        version = activate_policy_version(self._version(tenant, options), actor=approver)
         self.stdout.write(self.style.SUCCESS(f"{version} is active"))
 
     def dry_run(self, tenant: Tenant, options) -> None:
         draft = self._version(tenant, options)
-        rows = policy.dry_run(draft, policy.recent_proposals(tenant))
+        rows = replay_draft(draft, recent_proposals(tenant))
         for row in rows:
             mark = "match" if row.draft_matches else "-----"
             change = f"{row.outcome_now} -> {row.outcome_with_draft}" if row.changes else row.outcome_now
