@@ -52,7 +52,9 @@ def test_the_heading_is_reviewers_and_the_agents_summary_is_quoted_with_its_mism
     screenshot(page, "queue-headline-mismatch")
 
 
-def test_a_lookalike_recipient_is_flagged_in_the_headline(new_page, agent, refund_policy, requester, reviewer_a):
+def test_a_lookalike_recipient_is_flagged_in_the_headline(
+    new_page, agent, refund_policy, requester, reviewer_a
+):
     action = factories.refund_action()
     action["arguments"]["recipient"] = LOOKALIKE
     proposal = beside_the_browser(submit, agent, action=action, summary="Refund EUR 40.00 to PayPal billing")
@@ -73,7 +75,9 @@ def test_a_lookalike_recipient_is_flagged_in_the_headline(new_page, agent, refun
 def test_an_agents_reversible_true_on_an_unclassified_delete_reads_as_reversible_with_cost(
     new_page, tenant, agent, requester, reviewer_a
 ):
-    factories.make_policy(tenant, "files", tool_pattern="files.*", thresholds=[{"group": "finance", "count": 1}])
+    factories.make_policy(
+        tenant, "files", tool_pattern="files.*", thresholds=[{"group": "finance", "count": 1}]
+    )
     action = {"tool": "files.delete_tree", "arguments": {"path": "/srv/data/customers/"}}
     proposal = beside_the_browser(
         submit,
@@ -98,7 +102,9 @@ def test_an_edited_proposals_queue_row_follows_the_edit(
 ):
     from tests.browser.test_reading_true import _edit
 
-    original = beside_the_browser(submit, agent, action=factories.refund_action(amount="75.50", currency="USD"))
+    original = beside_the_browser(
+        submit, agent, action=factories.refund_action(amount="75.50", currency="USD")
+    )
     edited = beside_the_browser(_edit, original, reviewer_b, "50.00")
     page = new_page()
     sign_in(page, reviewer_a)
