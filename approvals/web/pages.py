@@ -13,13 +13,13 @@ from accounts import passkeys, stepup
 from approvals.models import Decision, Proposal, Vote
 from approvals.policy import classification, history
 from approvals.policy.evaluation import PASSKEY, PER_VOTE, TENANT_DEFAULT_REF, step_up_window
-from approvals.policy.headline import action_headline, summary_mismatch
+from approvals.policy.headline import action_headline, money, summary_mismatch
 from approvals.selectors import ineligibility, tenant_role, threshold_groups, user_groups_for
 from approvals.services import decisions, lifecycle
 from approvals.services.quorum import count_quorum
 from approvals.states import RELEASED, STARTED, State
 from approvals.web import break_glass_pages
-from approvals.web.display import EXCERPT_CAP, capped, display_text, label_text, money
+from approvals.web.display import EXCERPT_CAP, capped, display_text, label_text
 from approvals.web.forms import DecisionForm, RevokeForm
 from tenants.queries import DECIDING_ROLES
 
