@@ -9,7 +9,8 @@ devices with the audited action on the people list.
 
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
-from django.contrib.auth.admin import UserAdmin
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
+from django.contrib.auth.models import Group
 from django.core.exceptions import PermissionDenied
 from django_otp.plugins.otp_static.admin import StaticDeviceAdmin
 from django_otp.plugins.otp_static.models import StaticDevice
@@ -108,3 +109,27 @@ class ReviewerUserAdmin(UserAdmin):
 
 admin.site.unregister(get_user_model())
 admin.site.register(get_user_model(), ReviewerUserAdmin)
+
+
+class SuperuserOnlyGroupAdmin(GroupAdmin):
+    """Django's permission groups are the superuser's tool (the `Tenant admins` group is one): a tenant
+    admin works with approver groups and never sees these, even with a permission that names them."""
+
+    def has_module_permission(self, request):
+        return request.user.is_superuser
+
+    def has_view_permission(self, request, obj=None):
+        return request.user.is_superuser
+
+    def has_add_permission(self, request):
+        return request.user.is_superuser
+
+    def has_change_permission(self, request, obj=None):
+        return request.user.is_superuser
+
+    def has_delete_permission(self, request, obj=None):
+        return request.user.is_superuser
+
+
+admin.site.unregister(Group)
+admin.site.register(Group, SuperuserOnlyGroupAdmin)

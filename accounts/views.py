@@ -6,7 +6,7 @@ The URLs are unchanged: /accounts/login/ (named "login", reviewer/urls.py) and /
 refused code, a confirmed device) goes through approvals' services like every other state change.
 """
 
-from django.contrib import messages
+from django.contrib import admin, messages
 from django.contrib.auth import login as auth_login
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login
@@ -66,9 +66,16 @@ def login_view(request):
 
 def admin_sign_in(request):
     """/admin/login/ is not a second sign-in form (django-otp's admin form answers a wrong code differently
-    from a wrong password): it sends people to this one, which is throttled and answers alike."""
+    from a wrong password): it sends people to this one, which is throttled and answers alike. Someone
+    already signed in with their code is never sent to a sign-in form: into the admin if it lets them
+    in, else a page that says why not (the admin sends there whoever it refuses)."""
     target = request.GET.get("next") or reverse("admin:index")
-    return redirect_to_login(target if target.startswith("/admin/") else reverse("admin:index"))
+    target = target if target.startswith("/admin/") else reverse("admin:index")
+    if request.user.is_authenticated and request.user.is_verified():
+        if admin.site.has_permission(request):
+            return redirect(target)
+        return render(request, "accounts/no_admin_access.html", {"target": target}, status=403)
+    return redirect_to_login(target)
 
 
 def render_sign_in_refused(request):

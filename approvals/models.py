@@ -121,6 +121,20 @@ class PolicyVersion(models.Model):
         help_text="the admins' classification of the tools this version's patterns match (the strictest of "
         "this and the agent's statement counts; unclassified counts as R2)",
     )
+    # The admins' classification of a target (approvals/policy/history.py): the argument that names what
+    # the matched tools act on, and tools that act alike (a refund and a credit of one order share its
+    # history and its duplicate warning).
+    target_argument = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="the argument that names what the matched tools act on (e.g. order_id); empty: the "
+        "action's target, else the first key argument",
+    )
+    equivalent_tools = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='tools that act alike and share one history, e.g. ["payments.refund", "payments.credit"]',
+    )
     # Budgeted break-glass (approvals/policy/break_glass.py): {} for none, else {"people": [usernames],
     # "per_week": N, "amount_cap": "500.00", "currency": "EUR", "review_hours": 24}.
     break_glass = models.JSONField(

@@ -91,8 +91,8 @@ BUNDLE_README = """Reviewer audit bundle ({format})
 
 Verify it offline, with no database and no Django settings, from a checkout of Reviewer:
 
-    python -m audit.verify {name} --jwks https://REVIEWER/.well-known/jwks.json  # pin the keys (or a file)
-    python -m audit.verify {name} --jwks keys.json --previous an-earlier-bundle.zip  # not rewritten since
+    python -m audit.verify {name} --jwks {jwks}  # pin the keys Reviewer publishes
+    python -m audit.verify {name} --jwks saved-jwks.json --previous earlier-bundle.zip  # not rewritten since
     python -m audit.verify {name} --trust-bundle-keys   # the keys inside: proves integrity, not authorship
 
 events.jsonl       one event per line, in chain and seq order: chain, seq, at, actor, verb, subject, data,
@@ -105,7 +105,9 @@ manifest.json      what this bundle holds, every file's sha256, and an Ed25519 s
 """
 
 
-def write_bundle(selection: Selection, path: Path, *, created_by: str) -> Iterator[int]:
+def write_bundle(
+    selection: Selection, path: Path, *, created_by: str, download_name: str = ""
+) -> Iterator[int]:
     """Write the verifiable zip to `path`; yields how many events are written after each page."""
     import signing_keys as keys
 
@@ -171,7 +173,12 @@ def write_bundle(selection: Selection, path: Path, *, created_by: str) -> Iterat
             bundle.writestr("checkpoints.jsonl", checkpoints_bytes)
             bundle.writestr("keys.json", keys_bytes)
             bundle.writestr(
-                "README.txt", BUNDLE_README.format(format=BUNDLE_FORMAT, name=path.name.removesuffix(".part"))
+                "README.txt",
+                BUNDLE_README.format(
+                    format=BUNDLE_FORMAT,
+                    name=download_name or path.name.removesuffix(".part"),
+                    jwks=f"{settings.REVIEWER_ISSUER.rstrip('/')}/.well-known/jwks.json",
+                ),
             )
         os.replace(partial, path)
 

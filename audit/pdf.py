@@ -171,7 +171,7 @@ def write_report(selection, path: Path, *, created_by: str) -> Iterator[int]:
             "reason",
         ],
         decisions,
-        (24, 14, 46, 16, 34, 20, 26),
+        (24, 15, 45, 16, 34, 20, 26),
     )
     pdf.output(str(path))
 
@@ -293,7 +293,7 @@ def write_evidence(packet: dict, out) -> None:
     pdf.grid(
         ["seq", "at (UTC)", "verb", "hash"],
         [[e["seq"], e["at"], e["verb"], e["hash"]] for e in packet["events"]],
-        (12, 38, 34, 96),
+        (10, 26, 26, 118),  # a whole sha256 hash on one line
     )
     checkpoint = packet["covering_checkpoint"]
     pdf.paragraph(

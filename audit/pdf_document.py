@@ -1,6 +1,7 @@
 """The PDF document the reports and evidence packets are drawn on (fpdf2): fonts, headings, tables, charts."""
 
 import json
+import re
 from datetime import datetime
 from pathlib import Path
 
@@ -23,6 +24,10 @@ FONT_CANDIDATES = [
         "/usr/share/fonts/truetype/liberation/LiberationSans-Bold.ttf",
     ),
 ]
+# Where a word too long for its column may wrap: after the separators of ids, times, paths and hashes.
+_AFTER_SEPARATOR = re.compile(r"(?:[-_:/.@=,+|]|(?<=\d)T)(?=\S)")
+ZERO_WIDTH_SPACE = "\u200b"
+GRID_PADDING = 0.8
 CHART_SCALE = 180 / 720  # chart units to millimetres on A4 with 15 mm margins
 
 
@@ -63,6 +68,17 @@ class Document(FPDF):
         value = agent_text.visible(value)
         return value if self.unicode else value.encode("latin-1", "replace").decode("latin-1")
 
+    def breakable(self, text: str, width: float) -> str:
+        """`text` with line-break chances where a long word may wrap without breaking inside a word: after
+        the separators of ids, times and paths ("2026-12-01T10:00", a UUID, "order:1182"), marked with a
+        zero-width space (fpdf2 breaks there, and nowhere inside a word that fits)."""
+        words = []
+        for word in text.split(" "):
+            if self.get_string_width(word) > width:
+                word = _AFTER_SEPARATOR.sub("\\g<0>" + ZERO_WIDTH_SPACE, word)
+            words.append(word)
+        return " ".join(words)
+
     def footer(self):
         self.set_y(-10)
         self.set_font(self.family, size=7)
@@ -101,18 +117,19 @@ class Document(FPDF):
             col_widths=widths,
             text_align="LEFT",
             line_height=3.8,
-            padding=0.8,
+            padding=GRID_PADDING,
             cell_fill_color=(246, 247, 249),
             cell_fill_mode="ROWS",
             headings_style=FontFace(emphasis="BOLD", fill_color=(225, 229, 235)),
         ) as table:
+            inner = [self.epw * width / sum(widths) - 2 * GRID_PADDING for width in widths]
             heading = table.row()
             for text in headings:
                 heading.cell(self.clean(text))
             for values in rows:
                 row = table.row()
-                for value in values:
-                    row.cell(self.clean(value))
+                for value, width in zip(values, inner, strict=False):
+                    row.cell(self.breakable(self.clean(value), width))
         self.set_font(self.family, size=9)
         self.ln(3)
 

@@ -337,8 +337,18 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "static"
-# Daphne serves /static/ itself (the embedded default); in production a proxy serves STATIC_ROOT.
+# With DEBUG on, Daphne serves css/js from the app folders as they are (SERVE_STATIC). With DEBUG off,
+# `manage.py collectstatic` writes them to STATIC_ROOT under hashed names, compressed (WhiteNoise's
+# manifest storage), and WhiteNoise serves them from there, cached for good (reviewer/static_files.py).
 SERVE_STATIC = env_bool("SERVE_STATIC", DEBUG)
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if SERVE_STATIC
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")

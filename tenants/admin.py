@@ -49,7 +49,7 @@ class TenantMembershipInline(PeopleScopedInline):
     model = TenantMembership
     formset = TenantMembershipFormSet
     fields = ["user", "role", "principal_id"]
-    raw_id_fields = ["user"]
+    autocomplete_fields = ["user"]  # by username or name, among the people she may see
     extra = 0
 
 
@@ -152,7 +152,7 @@ class GroupMembershipInline(PeopleScopedInline):
     formset = GroupMembershipFormSet
     fields = ["user", "added_at"]
     readonly_fields = ["added_at"]
-    raw_id_fields = ["user"]
+    autocomplete_fields = ["user"]  # by username or name, among the people she may see
     extra = 0
 
 

@@ -120,6 +120,8 @@ def make_policy(
     consume_online=True,
     risk="",
     reversibility="",
+    target_argument="",
+    equivalent_tools=(),
     break_glass=None,
 ) -> PolicyVersion:
     """An active policy version, written by one admin and activated by another through the services.
@@ -145,6 +147,8 @@ def make_policy(
             "consume_online": consume_online,
             "risk": risk,
             "reversibility": reversibility,
+            "target_argument": target_argument,
+            "equivalent_tools": list(equivalent_tools),
             **({"break_glass": break_glass} if break_glass else {}),
         },
         actor=author,

@@ -3,6 +3,8 @@ version; a second admin (not the author) approves and activates it, which retire
 "Dry run" replays the tenant's last 100 proposals against a draft. Forms ask the services' own checks
 first (policy/validation.py `version_field_errors`), so a refusal shows on its field."""
 
+import secrets
+
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
@@ -34,6 +36,10 @@ DRY_RUN_SIZE = 100
 
 # ---------------------------------------------------------------------------------------------------
 # Policies and their versions
+
+
+# The session key of the unsaved draft a dry run shows, for its way back to the form.
+UNSAVED_DRAFT = "policyversion_unsaved_draft"
 
 
 class PolicyVersionInline(admin.TabularInline):
@@ -130,6 +136,8 @@ class PolicyVersionForm(forms.ModelForm):
         groups = tenant_group_slugs(chosen.tenant_id) if chosen is not None else set()
         if values.get("break_glass") is None:
             values["break_glass"] = {}
+        if values.get("equivalent_tools") is None:
+            values["equivalent_tools"] = []
         people = break_glass_people(chosen.tenant_id) if chosen is not None else None
         errors = version_field_errors({**POLICY_VERSION_DEFAULTS, **values}, groups, people)
         if chosen is None:
@@ -143,6 +151,7 @@ class PolicyVersionForm(forms.ModelForm):
         values = {name: self.cleaned_data[name] for name in VERSION_FIELDS}
         values["thresholds"] = values["thresholds"] or []
         values["break_glass"] = values["break_glass"] or {}
+        values["equivalent_tools"] = values["equivalent_tools"] or []
         return values
 
 
@@ -201,6 +210,10 @@ class PolicyVersionAdmin(TenantScopedAdmin):
         if source is not None:
             initial.update({name: getattr(source, name) for name in VERSION_FIELDS})
             initial["policy"] = source.policy_id
+        unsaved = request.session.get(UNSAVED_DRAFT) or {}
+        if request.GET.get("draft") and request.GET["draft"] == unsaved.get("token"):
+            initial.update(unsaved["fields"])  # back from a dry run: the fields as they were typed
+            initial["policy"] = unsaved["policy"]
         return initial
 
     def save_model(self, request, obj, form, change):
@@ -223,7 +236,12 @@ class PolicyVersionAdmin(TenantScopedAdmin):
                 draft.version = (
                     draft.policy.versions.order_by("-version").values_list("version", flat=True).first() or 0
                 ) + 1
-                return self._render_dry_run(request, draft, unsaved=True)
+                # The way back to the form keeps what was typed: the fields wait in the session.
+                token = secrets.token_urlsafe(8)
+                fields = {name: form.cleaned_data[name] for name in VERSION_FIELDS}
+                request.session[UNSAVED_DRAFT] = {"token": token, "policy": draft.policy_id, "fields": fields}
+                back = reverse("admin:approvals_policyversion_add") + f"?draft={token}"
+                return self._render_dry_run(request, draft, unsaved=True, back_url=back)
             # Invalid: the normal add view validates again and shows the errors on the fields.
         return super().add_view(request, form_url, extra_context)
 
@@ -274,7 +292,7 @@ class PolicyVersionAdmin(TenantScopedAdmin):
             raise PermissionDenied
         return self._render_dry_run(request, version, unsaved=False)
 
-    def _render_dry_run(self, request, draft: PolicyVersion, *, unsaved: bool):
+    def _render_dry_run(self, request, draft: PolicyVersion, *, unsaved: bool, back_url: str = ""):
         rows = dry_run(draft, recent_proposals(draft.policy.tenant, DRY_RUN_SIZE))
         context = {
             **self.admin_site.each_context(request),
@@ -286,5 +304,6 @@ class PolicyVersionAdmin(TenantScopedAdmin):
             "matched": sum(1 for row in rows if row.draft_matches),
             "changed": sum(1 for row in rows if row.changes),
             "size": DRY_RUN_SIZE,
+            "back_url": back_url,
         }
         return TemplateResponse(request, "admin/approvals/policyversion/dry_run.html", context)

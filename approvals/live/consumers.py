@@ -167,7 +167,7 @@ class QueueConsumer(ReviewerSocket):
         self.view = "watching" if query.get("view") == "watching" else "queue"
         self.params = {
             key: query.get(key)
-            for key in ("tenant", "agent", "policy", "risk", "state", "after")
+            for key in ("q", "tenant", "agent", "policy", "risk", "state", "after", "opened")
             if query.get(key)
         }
         return [events.tenant_group(tenant_id) for tenant_id in tenant_ids]

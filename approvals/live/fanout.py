@@ -38,7 +38,7 @@ from approvals.models import Proposal, Vote
 from approvals.selectors import ineligibility_from, threshold_groups
 from approvals.services import lifecycle
 from approvals.services.break_glass import rule_for_proposal
-from approvals.web.pages import decision_context, decision_mode_from, live_context, my_vote
+from approvals.web.pages import consequence_label, decision_context, decision_mode_from, live_context, my_vote
 from tenants.models import GroupMembership, TenantMembership
 
 # Rendered once per update for everyone, and once per audience; the decision panel per socket.
@@ -164,6 +164,7 @@ def render_updates(proposal_id, viewers: list[Viewer]) -> dict[str, Update | Non
         render_to_string(f"approvals/detail.html#{name}", shared) for name in SHARED_PARTIALS
     )
     closed_reason = functools.cache(lambda: lifecycle.closed_reason(proposal))
+    label = consequence_label(proposal)
     # What the decision panels need beyond the page's reads, read once for every socket.
     break_glass_rule = functools.cache(lambda: rule_for_proposal(proposal))
     passkey_owners = functools.cache(lambda: passkeys.owners_among({user.pk for _, user in readers}))
@@ -195,7 +196,12 @@ def render_updates(proposal_id, viewers: list[Viewer]) -> dict[str, Update | Non
                 "proposal": proposal,
                 "progress": live["progress"],
                 "why": {"my_groups": my_groups},
-                "decision_panel": {"mode": mode[0], "why_not": mode[1], "my_vote": vote},
+                "decision_panel": {
+                    "mode": mode[0],
+                    "why_not": mode[1],
+                    "my_vote": vote,
+                    "consequence_label": label,  # the bar's buttons name the amount, as the panel's do
+                },
                 "oob": True,
             }
             audiences[audience] = "".join(

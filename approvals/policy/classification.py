@@ -5,8 +5,8 @@ stricter: neither ever allows anything.
 Reversibility (issue 12 point 9): R0 read-only, R1 reversible, R2 reversible with cost, R3 irreversible.
 It comes from the agent's consequences (`reversibility: "R0".."R3"`, or `reversible: true/false`) and
 from the admins' classification of the tool (`PolicyVersion.reversibility` on every active version whose
-agent and tool patterns match); the strictest wins, and an action nobody classifies counts as R2 (fail
-closed). CEL conditions see it as `reversibility`.
+agent and tool patterns match); the strictest wins, and a tool nobody classifies counts as R2 (fail
+closed), so the agent's statement can only make it stricter. CEL conditions see it as `reversibility`.
 
 Risk hint (point 10): the keyword groups of the HITL plugin's classifier (shared/seeds/
 hitl-plugin-risk-classifier.txt): a lowercased tool name containing a shell/exec, file-write or
@@ -43,9 +43,12 @@ def agent_reversibility(consequences: dict) -> str:
 
 
 def reversibility(consequences: dict, admin_classes: list[str]) -> str:
-    """The strictest of what the agent states and what the admins classified; R2 when nobody says."""
-    said = [c for c in [agent_reversibility(consequences), *admin_classes] if c in REVERSIBILITY_CLASSES]
-    return max(said) if said else UNCLASSIFIED
+    """The strictest of what the agent states and what the admins classified, where a tool nobody
+    classified counts as R2: the agent's word can only make it stricter, never lift it (an agent's
+    `reversible: true` on an unclassified delete stays R2)."""
+    classified = [c for c in admin_classes if c in REVERSIBILITY_CLASSES] or [UNCLASSIFIED]
+    stated = agent_reversibility(consequences)
+    return max([*classified, stated] if stated else classified)
 
 
 def risk_hint(tool: str) -> str:

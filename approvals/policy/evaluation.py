@@ -24,7 +24,7 @@ import cel
 from approvals.models import PolicyVersion
 from approvals.policy import classification
 from approvals.policy.classification import UNCLASSIFIED
-from approvals.policy.history import policy_counts
+from approvals.policy.history import policy_counts, target_key
 from tenants.models import Tenant
 
 PER_VOTE = "per_vote"
@@ -383,3 +383,25 @@ def classified_reversibility(
         if version.reversibility and pattern_matches(version, agent_slug, tool)
     ]
     return classification.reversibility(consequences, admin_classes)
+
+
+def tool_classification(agent_slug: str, tool: str, versions: list[PolicyVersion]) -> tuple[str, str]:
+    """What the admins' classification says about a tool's target: the name of its family of
+    equivalent tools ("" when none is declared) and the argument that holds its target ("" for the
+    default rule). Equivalence is declared on any active version (`equivalent_tools`) and named by the
+    first tool of the list in sorted order, so every member keys alike; a target argument is taken from
+    the versions whose patterns match the tool. Versions in policy and version order: the first wins."""
+    family = target_argument = ""
+    for version in sorted(versions, key=lambda v: (v.policy.slug, v.version)):
+        tools = sorted(version.equivalent_tools or [])
+        if not family and tool in tools:
+            family = tools[0]
+        if not target_argument and version.target_argument and pattern_matches(version, agent_slug, tool):
+            target_argument = version.target_argument
+    return family, target_argument
+
+
+def classified_target_key(action: dict, agent_slug: str, versions: list[PolicyVersion]) -> str:
+    """history.target_key with what the admins' classification says of this tool."""
+    family, argument = tool_classification(agent_slug, str(action.get("tool") or ""), versions)
+    return target_key(action, tool_family=family, target_argument=argument)

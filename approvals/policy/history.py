@@ -2,11 +2,15 @@
 same recipient, the same resource), so a reviewer sees a likely duplicate before approving it and a
 policy can count earlier outcomes (CEL `history.count_succeeded_24h`). Read only.
 
-A proposal's target is `Proposal.target_key`, fixed at intake from the action: the tool and the
-action's `target` when the agent names one, else the first key argument found (`KEY_ARGUMENTS`). An
-action with neither has no target and so no history.
+A proposal's target is `Proposal.target_key`, fixed at intake from the action: the tool and what it
+acts on, spelled one way whatever the agent wrote (`target_identity`: "order:1182" for the target
+"order:1182", "order_id=1182" or only the argument `order_id`). The admins' classification may name
+the argument that holds a tool's target and declare tools equivalent (a refund and a credit of the same
+order share one history): `evaluation.tool_classification`. An action with no target has no history.
 """
 
+import re
+import unicodedata
 from datetime import timedelta
 from functools import lru_cache
 
@@ -44,19 +48,61 @@ DUPLICATE_STATES = (RELEASED | STARTED | WAITING_FOR_PEOPLE) - {State.FAILED}
 DONE_STATES = frozenset({State.SUCCEEDED, State.EXECUTING, State.UNKNOWN})
 
 
-def target_key(action: dict) -> str:
-    """The target of an action: "payments.refund|order:1182" or "payments.refund|order_id=1182";
-    "" when the action names none."""
-    tool = str(action.get("tool") or "")
-    target = action.get("target")
-    if target not in (None, ""):
-        return f"{tool}|{target}"[:TARGET_KEY_MAX]
+# A target the agent wrote as one string: "order:1182", "order_id=1182", "Order #1182".
+_KIND_AND_VALUE = re.compile(r"^\s*(?P<kind>[^\W\d][\w .-]{0,40}?)\s*[:=#]\s*(?P<value>.+?)\s*$")
+# Suffixes that say "the identifier of": "order_id", "orderNumber", "order-ref" all name an order.
+_KIND_SUFFIXES = ("id", "number", "no", "ref")
+_NOT_KINDS = {"http", "https", "file", "mailto"}  # a URL's scheme is not what it names
+
+
+def target_kind(name) -> str:
+    """What an argument name says the thing is, however it is spelled: "order_id", "Order-ID", "order"
+    and "orderNumber" are all "order"."""
+    text = re.sub(r"[^0-9a-z]", "", unicodedata.normalize("NFKC", str(name)).casefold())
+    for suffix in _KIND_SUFFIXES:
+        if text.endswith(suffix) and len(text) > len(suffix):
+            return text[: -len(suffix)]
+    return text
+
+
+def target_value(value) -> str:
+    """A target's value as history compares it: Unicode-normalized (NFKC), trimmed, case-folded."""
+    return unicodedata.normalize("NFKC", str(value)).strip().casefold()
+
+
+def _scalar(value) -> bool:
+    return value not in (None, "") and not isinstance(value, dict | list | bool)
+
+
+def target_identity(action: dict, *, target_argument: str = "") -> str:
+    """What an action acts on, independent of how the agent spells it: "order:1182" whether the agent
+    sent `target: "order:1182"`, `target: "order_id=1182"` or only the argument `order_id: "1182"`.
+    The admins' classification may name the argument that holds the target (`target_argument`); else
+    the action's `target`, else the first key argument. "" when the action names none."""
     arguments = action.get("arguments") or {}
+    if target_argument and _scalar(arguments.get(target_argument)):
+        return f"{target_kind(target_argument)}:{target_value(arguments[target_argument])}"
+    target = action.get("target")
+    if _scalar(target):
+        match = _KIND_AND_VALUE.match(str(target))
+        if match and target_kind(match["kind"]) not in _NOT_KINDS:
+            return f"{target_kind(match['kind'])}:{target_value(match['value'])}"
+        return target_value(target)
     for name in KEY_ARGUMENTS:
-        value = arguments.get(name)
-        if value not in (None, "") and not isinstance(value, dict | list):
-            return f"{tool}|{name}={value}"[:TARGET_KEY_MAX]
+        if _scalar(arguments.get(name)):
+            return f"{target_kind(name)}:{target_value(arguments[name])}"
     return ""
+
+
+def target_key(action: dict, *, tool_family: str = "", target_argument: str = "") -> str:
+    """The history key of an action: its tool (or the name of the family of tools the admins declared
+    equivalent, `tool_family`) and its target identity, "payments.refund|order:1182"; "" when the
+    action names no target."""
+    identity = target_identity(action, target_argument=target_argument)
+    if not identity:
+        return ""
+    tool = tool_family or str(action.get("tool") or "")
+    return f"{tool}|{identity}"[:TARGET_KEY_MAX]
 
 
 def earlier_on_target(proposal: Proposal, window: timedelta = PAGE_WINDOW):

@@ -21,6 +21,8 @@ VERSION_FIELDS = (
     "consume_online",
     "risk",
     "reversibility",
+    "target_argument",
+    "equivalent_tools",
     "reservation_needs_second",
     "break_glass",
 )
@@ -87,7 +89,29 @@ def version_field_errors(
         errors["risk"] = "risk is empty, low, medium or high"
     if fields.get("reversibility", "") not in ("", *REVERSIBILITY_CLASSES):
         errors["reversibility"] = "reversibility is empty, R0, R1, R2 or R3"
+    problem = target_classification_error(
+        fields.get("target_argument", ""), fields.get("equivalent_tools", [])
+    )
+    if problem:
+        errors[problem[0]] = problem[1]
     problem = break_glass.rule_error(fields.get("break_glass", {}), people)
     if problem:
         errors["break_glass"] = problem
     return errors
+
+
+def target_classification_error(target_argument, equivalent_tools) -> tuple[str, str] | None:
+    """(field, message) when the target classification is malformed, else None."""
+    if (
+        not isinstance(target_argument, str)
+        or len(target_argument) > 100
+        or target_argument != target_argument.strip()
+    ):
+        return "target_argument", "an argument name such as order_id (or empty), without spaces around it"
+    if not isinstance(equivalent_tools, list) or not all(
+        isinstance(tool, str) and tool.strip() and "*" not in tool for tool in equivalent_tools
+    ):
+        return "equivalent_tools", 'a JSON list of tool names, e.g. ["payments.refund", "payments.credit"]'
+    if len(equivalent_tools) == 1:
+        return "equivalent_tools", "name at least two tools that act alike, or none"
+    return None

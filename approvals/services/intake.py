@@ -17,6 +17,7 @@ from approvals.policy.evaluation import (
     Evaluation,
     active_versions_for,
     active_versions_query,
+    classified_target_key,
     context_for_proposal,
     evaluate,
 )
@@ -159,10 +160,17 @@ def _read_for_intake(agent: Agent, proposal: Proposal) -> _Found:
     row = versions[0] if versions else Agent.objects.filter(pk=agent.id).annotate(**annotations).first()
     if row is None:  # the agent was deleted since it authenticated
         raise NotFound("unknown_agent", "this agent is no longer registered")
+    counts = read_policy_counts(getattr(row, _HISTORY, None))
+    # The admins' classification may key this tool's target otherwise (a family of equivalent tools, a
+    # named target argument): then the history is read again under that key, one more query only then.
+    classified = classified_target_key(proposal.action, agent.slug, versions)
+    if classified != proposal.target_key:
+        proposal.target_key = classified
+        counts = policy_counts(proposal)
     return _Found(
         existing_id=getattr(row, _EXISTING),
         halt_id=getattr(row, _HALT),
-        history=read_policy_counts(getattr(row, _HISTORY, None)),
+        history=counts,
         versions=versions,
     )
 
@@ -281,14 +289,12 @@ def _store_and_route(
 def evaluate_and_route(proposal: Proposal, *, requested_expiry: datetime | None, actor: str):
     """Evaluate and route a proposal already stored in `proposed` (a reviewer's edit,
     approvals/services/votes.py: not the agents' hot path)."""
-    found = _Found(
-        existing_id=None,
-        halt_id=None,
-        history=policy_counts(proposal),
-        versions=active_versions_for(proposal.tenant),
-    )
+    versions = active_versions_for(proposal.tenant)
+    # Keyed as intake keys it: the admins' classification may name the target or a family of tools.
+    proposal.target_key = classified_target_key(proposal.action, proposal.agent.slug, versions)
+    found = _Found(existing_id=None, halt_id=None, history=policy_counts(proposal), versions=versions)
     evaluation = _evaluate(proposal, found, requested_expiry=requested_expiry, created_at=proposal.created_at)
-    proposal.save(update_fields=["requirements", "risk", "reversibility", "expires_at"])
+    proposal.save(update_fields=["target_key", "requirements", "risk", "reversibility", "expires_at"])
     _pin_and_route(proposal, evaluation, _target_state(evaluation), first=None)
 
 

@@ -58,6 +58,8 @@ POLICY_VERSION_DEFAULTS = {
     "consume_online": True,
     "risk": "",
     "reversibility": "",
+    "target_argument": "",
+    "equivalent_tools": [],
     "reservation_needs_second": False,
     "break_glass": {},
 }

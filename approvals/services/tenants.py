@@ -296,6 +296,9 @@ def _remove_group_member(group: ApproverGroup, user, *, actor) -> bool:
 # admin's querysets keep them to their own tenants). Decisions, votes and the outbox are read-only there.
 ADMIN_SITE_GROUP = "Tenant admins"
 ADMIN_SITE_PERMISSIONS = {
+    # Seeing people (only those who share a tenant with her: accounts/admin.py) lets her pick members
+    # by username in the membership forms' autocomplete.
+    "auth": {"user": ["view"]},
     "tenants": {
         "tenant": ["view", "change"],
         "tenantmembership": ["view", "add", "change", "delete"],

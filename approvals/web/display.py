@@ -1,8 +1,7 @@
-"""How a page shows a value an agent sent: as text, capped (and saying so when cut), money with its
-currency, a key as a label. Agent text is untrusted and can be long."""
+"""How a page shows a value an agent sent: as text, capped (and saying so when cut), a key as a label.
+Agent text is untrusted and can be long. Money is approvals/policy/headline.py's `money`."""
 
 import json
-from decimal import Decimal, InvalidOperation
 
 # Agent text is untrusted and can be long: cap what a page shows and say so when it is cut.
 TEXT_CAP = 2000
@@ -28,14 +27,3 @@ def display_text(value) -> str:
 
 def label_text(key: str) -> str:
     return str(key).replace("_", " ").replace(".", " › ").strip().capitalize() or "(unnamed)"
-
-
-def money(amount, currency=None) -> str:
-    """An amount as a reviewer reads it: the currency first, then the figure with thousands grouping and
-    the decimals the agent sent ("EUR 1,850.00"). A value that is not a number is shown as it came."""
-    text = display_text(amount)
-    try:
-        figure = format(Decimal(text.strip()), ",f")
-    except (InvalidOperation, ValueError):
-        figure = text
-    return f"{display_text(currency or '')} {figure}".strip()

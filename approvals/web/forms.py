@@ -138,6 +138,12 @@ class QueueFilterForm(forms.Form):
 
     RISKS = (("", "Any risk"), ("high", "High"), ("medium", "Medium"), ("low", "Low"))
 
+    q = forms.CharField(
+        label="Search target, agent or tool",
+        required=False,
+        max_length=100,
+        widget=forms.TextInput(attrs={"type": "search", "placeholder": "order:1182, refund, Refund Demo"}),
+    )
     tenant = forms.ChoiceField(required=False)
     agent = forms.ChoiceField(required=False)
     policy = forms.ChoiceField(required=False)
@@ -156,7 +162,11 @@ class QueueFilterForm(forms.Form):
         if not self.is_bound:
             return {}
         self.is_valid()
-        return {name: value for name, value in self.cleaned_data.items() if value}
+        return {
+            name: value.strip() if name == "q" else value
+            for name, value in self.cleaned_data.items()
+            if value and str(value).strip()
+        }
 
 
 class BreakGlassForm(forms.Form):

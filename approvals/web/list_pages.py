@@ -1,11 +1,13 @@
 """Page contexts of the two proposal lists: the queue (what a person can decide now) and the watching list."""
 
 from collections import Counter
+from datetime import datetime
 from urllib.parse import urlencode
 
 from django.utils import timezone
 
 from approvals.models import Agent, Policy
+from approvals.policy.headline import action_headline, summary_mismatch
 from approvals.states import State
 from approvals.web import break_glass_pages, queries
 from approvals.web.forms import QueueFilterForm
@@ -30,19 +32,40 @@ def _filter_form(scope: queries.ReviewerScope, params, *, with_states=False) -> 
     )
 
 
-def _rows(page) -> list[dict]:
+def _rows(page, opened) -> list[dict]:
+    """Each row leads with Reviewer's headline of the action as it is now (an edit shows the edited
+    amount), then the agent's words with their mismatch; marked when new since `opened` or when another
+    proposal on the same target was done, may be done or waits for people (one query for the page)."""
+    duplicates = queries.targets_with_duplicates(page)
     rows = []
     for proposal in page:
         thresholds = proposal.requirements.get("thresholds", [])
+        edited = proposal.edited_by_id is not None
         rows.append(
             {
                 "proposal": proposal,
+                "headline": action_headline(proposal.action),
+                "agent_words": proposal.summary[:140] + ("…" if len(proposal.summary) > 140 else ""),
+                "mismatch": ""
+                if edited
+                else summary_mismatch(proposal.summary, proposal.action, proposal.consequences),
+                "new": opened is not None and proposal.created_at > opened,
+                "duplicate_of": proposal.pk in duplicates,
                 "needed": sum(int(t.get("count", 0)) for t in thresholds),
                 "groups": [t.get("group") for t in thresholds],
                 "policies": [f"{v.policy.slug}@{v.version}" for v in proposal.policy_versions.all()],
             }
         )
     return rows
+
+
+def _opened(params) -> datetime | None:
+    """When the person opened the page (the socket's `opened`): rows after it are marked new."""
+    try:
+        opened = datetime.fromisoformat(str((params or {}).get("opened") or "")[:40])
+    except ValueError:
+        return None
+    return opened if opened.tzinfo else None
 
 
 QUEUE_ORDER = ("expires_at", "-risk_rank", "pk")  # the most urgent first; ties in expiry: the riskier
@@ -60,16 +83,21 @@ def _list_context(scope, params, queryset, *, order, with_states=False, counted=
     page = queries.keyset_page(queries.with_row_data(filtered), order, cursor, PAGE_SIZE)
     total, capped = (counted and counted(filters)) or queries.capped_count(filtered)
     after = {"after": cursor} if cursor and page.rows else {}
+    now = timezone.now()
+    opened = _opened(params)
+    # A live update counts what arrived since the page opened, on this page or later ones.
+    new_count = queries.capped_count(filtered.filter(created_at__gt=opened))[0] if opened else 0
     return {
         "form": form,
         "filters": filters,
-        "rows": _rows(page.rows),
+        "rows": _rows(page.rows, opened),
+        "new_count": new_count,
         "total": total,
         "total_capped": capped,
         "first_link": "?" + urlencode(filters) if after else "",
         "next_link": "?" + urlencode({**filters, "after": page.next_cursor}) if page.next_cursor else "",
-        "socket_query": urlencode({**filters, **after}),
-        "server_now": timezone.now(),
+        "socket_query": urlencode({**filters, **after, "opened": (opened or now).isoformat()}),
+        "server_now": now,
         "votes": scope.votes,
     }
 

@@ -13,12 +13,13 @@ from accounts import passkeys, stepup
 from approvals.models import Decision, Proposal, Vote
 from approvals.policy import classification, history
 from approvals.policy.evaluation import PASSKEY, PER_VOTE, TENANT_DEFAULT_REF, step_up_window
+from approvals.policy.headline import action_headline, money, summary_mismatch
 from approvals.selectors import ineligibility, tenant_role, threshold_groups, user_groups_for
 from approvals.services import decisions, lifecycle
 from approvals.services.quorum import count_quorum
 from approvals.states import RELEASED, STARTED, State
 from approvals.web import break_glass_pages
-from approvals.web.display import EXCERPT_CAP, capped, display_text, label_text, money
+from approvals.web.display import EXCERPT_CAP, capped, display_text, label_text
 from approvals.web.forms import DecisionForm, RevokeForm
 from tenants.queries import DECIDING_ROLES
 
@@ -37,6 +38,17 @@ def _amount(consequences: dict, arguments: dict) -> tuple[str, str]:
     return shown, claim
 
 
+def _agent_reversibility_words(consequences: dict) -> str:
+    """What the agent said about undoing it, as its words ("reversible", "R1"), or "" for nothing."""
+    stated = consequences.get("reversibility")
+    reversible = consequences.get("reversible")
+    if isinstance(reversible, bool):
+        words = "reversible" if reversible else "not reversible"
+        return f"{stated} ({words})" if stated not in (None, "") else words
+    parts = [display_text(value) for value in (stated, reversible) if value not in (None, "")]
+    return "; ".join(parts)
+
+
 def _consequence(proposal: Proposal) -> dict:
     """What happens, to whom, how much, whether it can be undone, and which data leaves: in the agent's
     words, in a fixed order, with what the agent did not state said plainly."""
@@ -44,7 +56,9 @@ def _consequence(proposal: Proposal) -> dict:
     amount, claim = _amount(facts, proposal.action.get("arguments") or {})
     facts.pop("amount", None)
     facts.pop("currency", None)
-    reversible = facts.pop("reversible", None)
+    agent_reversible = _agent_reversibility_words(facts)
+    facts.pop("reversible", None)
+    facts.pop("reversibility", None)
     data_leaves = facts.pop("data_leaves", None)
     effect = facts.pop("effect", None)
     return {
@@ -55,10 +69,10 @@ def _consequence(proposal: Proposal) -> dict:
         "target": capped(proposal.action.get("target")) if proposal.action.get("target") else None,
         "principal": proposal.principal_display or proposal.principal_id,
         "principal_id": proposal.principal_id,
-        "reversible": reversible if isinstance(reversible, bool) else None,
-        "reversible_text": (
-            capped(reversible) if reversible is not None and not isinstance(reversible, bool) else None
-        ),
+        # Reviewer's class, fixed at intake: the strictest of the agent's statement and the admins'
+        # classification (approvals/policy/classification.py); the agent's words are shown beside it.
+        "reversibility": proposal.reversibility or classification.UNCLASSIFIED,
+        "agent_reversible": capped(agent_reversible, 500) if agent_reversible else None,
         "data_leaves": None if data_leaves in (None, "") else capped(data_leaves),
         "no_data_leaves": (
             isinstance(data_leaves, str) and data_leaves.strip().lower() in {"none", "no", "nothing"}
@@ -99,18 +113,15 @@ def _action_text(proposal: Proposal) -> str:
     return f"Runs {proposal.tool}" + (f" with {described}" if described else " with no arguments")
 
 
-def _edited_headline(proposal: Proposal, edit_changes: list[dict]) -> dict:
-    """The heading of an edited proposal, derived from the action: the tool, the amount it moves and
-    each changed argument with its earlier value ("Refund payment: USD 50.00 · amount 50.00, was 75.50")."""
-    arguments = proposal.action.get("arguments") or {}
+def _edit_note(edit_changes: list[dict]) -> dict:
+    """What follows the headline of an edited proposal: each changed argument with its earlier value
+    ("amount 50.00, was 75.50 (edited by a reviewer)")."""
     parts = []
-    if arguments.get("amount") not in (None, ""):
-        parts.append(money(arguments.get("amount"), arguments.get("currency")))
     for change in edit_changes:
         now = change["after"]["text"] if change["after"] else "removed"
         was = change["before"]["text"] if change["before"] else "not set"
         parts.append(f"{change['label']} {now}, was {was}")
-    return capped(f"{label_text(proposal.tool)}: " + " · ".join(parts) + " (edited by a reviewer)", 500)
+    return capped(" · ".join(parts) + " (edited by a reviewer)", 500)
 
 
 def reviewed_context(proposal: Proposal) -> dict:
@@ -129,8 +140,13 @@ def reviewed_context(proposal: Proposal) -> dict:
         # A reviewer's edit keeps the agent's summary, consequences and diff, which describe the original
         # request: the page leads with what the edited action does and shows the agent's words as theirs.
         "edited": edited,
-        "headline": _edited_headline(proposal, edit_changes) if edited else capped(proposal.summary, 500),
+        # Reviewer's own headline, from the canonical arguments (what runs), never the agent's summary.
+        "headline": action_headline(proposal.action),
+        "edit_note": _edit_note(edit_changes) if edited else None,
         "agent_summary": capped(_original_summary(proposal), 500),
+        "summary_mismatch": ""
+        if edited
+        else summary_mismatch(proposal.summary, proposal.action, proposal.consequences),
         "action_text": capped(_action_text(proposal)) if edited else None,
         "consequence": _consequence(proposal),
         # Sorted, as in the canonical form: PostgreSQL's jsonb does not keep the agent's key order anyway.
@@ -304,7 +320,7 @@ def decision_mode_from(
     return "closed", closed_reason()
 
 
-def _consequence_label(proposal: Proposal) -> dict:
+def consequence_label(proposal: Proposal) -> dict:
     """What the decision buttons name after the verb, from the action: "refund" "of" "EUR 1,850.00"."""
     arguments = proposal.action.get("arguments") or {}
     what = proposal.tool.rsplit(".", 1)[-1].replace("_", " ")
@@ -345,7 +361,7 @@ def decision_context(
         "why_not": reason,
         "form": form or DecisionForm(initial={"digest": proposal.action_digest}),
         "revoke_form": revoke_form or RevokeForm(),
-        "consequence_label": _consequence_label(proposal),
+        "consequence_label": consequence_label(proposal),
         "needs_code": not fresh,
         # Passkeys: the page says before the person tries whether the policy needs one, and whether
         # they have one (static/js/passkeys.js asks for it on Approve, Reject or Ask).
@@ -382,6 +398,8 @@ def _history_context(proposal: Proposal) -> dict:
         items.append(
             {
                 "proposal": other,
+                "headline": action_headline(other.action),
+                "agent_words": (other.summary or "")[:200],
                 "amount": money(arguments.get("amount"), arguments.get("currency"))
                 if arguments.get("amount") not in (None, "")
                 else "",

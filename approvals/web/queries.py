@@ -27,6 +27,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from approvals.models import PolicyVersion, Proposal, Vote
+from approvals.policy import history
 from approvals.states import State
 from tenants.models import TenantMembership
 
@@ -147,6 +148,19 @@ def with_row_data(queryset):
 
 
 def apply_filters(queryset, filters: dict):
+    if "q" in filters:
+        # The target as history keys it (normalized: "order_id=1182" finds "order:1182"), the tool, or the
+        # agent's name or slug.
+        text = filters["q"]
+        normalized = history.target_value(text)
+        queryset = queryset.filter(
+            Q(target_key__icontains=text)
+            | Q(target_key__icontains=normalized)
+            | Q(target_key__icontains=history.target_identity({"target": text}))
+            | Q(tool__icontains=text)
+            | Q(agent__name__icontains=text)
+            | Q(agent__slug__icontains=text)
+        )
     if "tenant" in filters:
         queryset = queryset.filter(tenant__slug=filters["tenant"])
     if "agent" in filters:
@@ -230,3 +244,33 @@ def capped_count(queryset, cap: int = COUNT_CAP) -> tuple[int, bool]:
     """How many rows, counting at most cap + 1 (a COUNT over a LIMIT subquery): (count, capped)."""
     count = queryset.order_by()[: cap + 1].count()
     return min(count, cap), count > cap
+
+
+def targets_with_duplicates(proposals) -> set:
+    """The ids among `proposals` with a likely duplicate: another proposal on the same target, outside
+    their own task, that was done, may be done or waits for people (history.DUPLICATE_STATES), within
+    the page's history window. One query for the whole page."""
+    keyed = {p.pk: p for p in proposals if p.target_key}
+    if not keyed:
+        return set()
+    others = Proposal.objects.filter(
+        tenant_id__in={p.tenant_id for p in keyed.values()},
+        target_key__in={p.target_key for p in keyed.values()},
+        state__in=history.DUPLICATE_STATES,
+        created_at__gte=timezone.now() - history.PAGE_WINDOW,
+    ).values_list("pk", "tenant_id", "target_key", "agent_id", "task_id")
+    by_target = defaultdict(list)
+    # Enough rows per page to find each row's duplicate: a row needs one other outside its own task.
+    for other_pk, tenant_id, key, agent_id, task_id in others[:DUPLICATE_SCAN]:
+        by_target[tenant_id, key].append((other_pk, agent_id, task_id))
+    return {
+        proposal.pk
+        for proposal in keyed.values()
+        if any(
+            other_pk != proposal.pk and (agent_id, task_id) != (proposal.agent_id, proposal.task_id)
+            for other_pk, agent_id, task_id in by_target[proposal.tenant_id, proposal.target_key]
+        )
+    }
+
+
+DUPLICATE_SCAN = 2000

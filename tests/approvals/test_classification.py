@@ -16,7 +16,8 @@ REVERSIBLE = {"effect": "Money back", "reversible": True}
 
 def test_reversibility_is_the_strictest_statement_and_unclassified_counts_as_r2():
     assert classification.reversibility({}, []) == "R2"
-    assert classification.reversibility({"reversible": True}, []) == "R1"
+    assert classification.reversibility({"reversible": True}, []) == "R2"  # the agent cannot lift it
+    assert classification.reversibility({"reversible": True}, ["R1"]) == "R1"
     assert classification.reversibility({"reversibility": "r0"}, ["R3"]) == "R3"
     assert classification.reversibility({"reversible": False}, ["R1"]) == "R3"
 

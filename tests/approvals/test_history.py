@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db
 def test_the_target_is_the_tool_and_what_it_acts_on():
     assert history.target_key(factories.refund_action("1182")) == "payments.refund|order:1182"
     assert history.target_key({"tool": "mail.send", "arguments": {"to": "a@example.test"}}) == (
-        "mail.send|to=a@example.test"
+        "mail.send|to:a@example.test"
     )
     assert history.target_key({"tool": "status.read", "arguments": {}}) == ""
 

@@ -418,7 +418,7 @@ def test_an_approval_policy_must_name_a_threshold():
 
 
 # ---------------------------------------------------------------------------------------------------
-# At intake (services.intake.submit_proposal -> evaluate_and_route)
+# At intake (services.submit_proposal -> _evaluate_and_route)
 
 
 def claims_of(decision: Decision) -> dict:
@@ -540,7 +540,7 @@ def test_no_match_at_intake_needs_a_tenant_admin_and_nobody_else(agent, reviewer
     proposal = submit(agent, consequences={"effect": "Money back to the customer", "reversible": True})
 
     assert proposal.state == State.AWAITING_REVIEW
-    assert proposal.reversibility == "R1"
+    assert proposal.reversibility == "R2"  # the agent says reversible; nobody classified deploys: R2
     assert proposal.requirements["thresholds"] == [{"group": "admins", "count": 1}]
     assert proposal.policy_versions.count() == 0
     with pytest.raises(VoteRefused) as refused:

@@ -21,7 +21,7 @@ from audit.models import AuditEvent, Verb
 from audit.trail import record
 from lib.errors import ConfigRefused, Conflict, PolicyInvalid
 from tests import factories
-from tests.factories import submit
+from tests.factories import submit, totp_code
 
 pytestmark = pytest.mark.django_db
 
@@ -484,16 +484,29 @@ def test_the_policy_command_drafts_from_a_file_and_a_second_admin_activates(
     draft = PolicyVersion.objects.get(policy__tenant=tenant, policy__slug="refunds", version=1)
     assert (draft.status, draft.author, draft.risk) == (DRAFT, admin_user, "high")
 
+    activate = ("activate", "--tenant", "acme", "--policy", "refunds", "--version", "1")
     with pytest.raises(CommandError, match="cannot activate"):
-        policy_command(
-            "activate", "--tenant", "acme", "--policy", "refunds", "--version", "1", "--approver", "admin"
-        )
-    policy_command(
-        "activate", "--tenant", "acme", "--policy", "refunds", "--version", "1", "--approver", "second_admin"
-    )
+        policy_command(*activate, "--approver", "admin", "--code", totp_code(admin_user))
+    policy_command(*activate, "--approver", "second_admin", "--code", totp_code(second_admin))
 
     assert status_of(draft) == ACTIVE
     assert "v1  active" in policy_command("show", "--tenant", "acme")
+
+
+def test_the_policy_command_activates_only_with_the_approvers_own_fresh_code(
+    tenant, refunds_file, admin_user, second_admin
+):
+    policy_command("draft", "--tenant", "acme", "--file", str(refunds_file), "--author", "admin")
+    draft = PolicyVersion.objects.get(policy__tenant=tenant, policy__slug="refunds", version=1)
+    activate = ("activate", "--tenant", "acme", "--policy", "refunds", "--version", "1", "--approver")
+    # Naming the second admin is not enough: whoever runs the command needs that admin's code.
+    with pytest.raises(CommandError, match="one-time code is required"):
+        policy_command(*activate, "second_admin")
+    with pytest.raises(CommandError, match="not a valid one-time code of second_admin"):
+        policy_command(*activate, "second_admin", "--code", "000000")
+    with pytest.raises(CommandError, match="not a valid one-time code of second_admin"):
+        policy_command(*activate, "second_admin", "--code", totp_code(admin_user))  # the author's own code
+    assert status_of(draft) == DRAFT  # (with the right code it activates: the test above)
 
 
 def test_the_policy_command_shows_the_compilers_message(tenant, tmp_path, admin_user, reviewer_a):

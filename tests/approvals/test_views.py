@@ -260,7 +260,8 @@ def test_the_queue_lists_what_you_can_decide_most_urgent_first(
     html = verified_client(reviewer_a).get(reverse("approvals:queue")).content.decode()
     assert html.index("Sooner refund") < html.index("Later refund")
     assert "2 proposals waiting for you" in html
-    assert 'ws-connect="/ws/queue/?view=queue&amp;"' in html
+    # The socket carries when the page opened: rows that arrive later are marked new.
+    assert re.search(r'ws-connect="/ws/queue/\?view=queue&amp;opened=[0-9A-FT.%-]+"', html)
     # Not for the requester (the principal), nor for ops (not a group these need).
     for person in (requester, reviewer_c):
         html = verified_client(person).get(reverse("approvals:queue")).content.decode()
@@ -285,7 +286,10 @@ def test_the_queue_filters_by_tenant_agent_policy_and_risk(tenant, agent, reques
     assert listed(agent=agent.slug, tenant=tenant.slug) == {refund, email}
     assert listed(agent="someone-else") == {refund, email}  # an unknown value filters nothing
     html = client.get(reverse("approvals:queue"), {"risk": "low"}).content.decode()
-    assert "1 proposal waiting for you" in html and 'ws-connect="/ws/queue/?view=queue&amp;risk=low"' in html
+    assert (
+        "1 proposal waiting for you" in html
+        and 'ws-connect="/ws/queue/?view=queue&amp;risk=low&amp;opened=' in html
+    )
 
 
 def test_a_proposal_you_voted_on_moves_from_your_queue_to_watching(tenant, agent, requester, reviewer_a):
@@ -685,7 +689,7 @@ def test_after_the_agent_started_the_page_offers_a_compensation_note(approved, a
 def test_the_queue_lists_exactly_what_the_vote_rules_allow(
     tenant, agent, requester, reviewer_a, reviewer_b, reviewer_c, admin_user, compliance
 ):
-    """The queue's SQL and selectors.ineligibility() are two forms of one rule: they must agree."""
+    """The queue's SQL and services.ineligibility() are two forms of one rule: they must agree."""
     factories.make_policy(tenant, "refunds", tool_pattern="payments.refund")
     factories.make_policy(
         tenant,

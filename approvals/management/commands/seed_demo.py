@@ -18,7 +18,13 @@ from accounts.devices import confirm_totp_enrollment, start_totp_enrollment
 from approvals.models import Policy, PolicyVersion
 from approvals.services.agents import register_agent
 from approvals.services.policies import activate_policy_version, create_policy, create_policy_version
-from approvals.services.tenants import add_group_member, create_group, create_tenant, set_tenant_membership
+from approvals.services.tenants import (
+    add_group_member,
+    create_group,
+    create_tenant,
+    grant_admin_site,
+    set_tenant_membership,
+)
 from lib.tokens import new_token
 from tenants.models import ApproverGroup, Tenant, TenantMembership
 
@@ -146,6 +152,9 @@ class Command(BaseCommand):
         set_tenant_membership(tenant, user, role=role, principal_id=principal_id)
         for slug in groups:
             add_group_member(ApproverGroup.objects.get(tenant=tenant, slug=slug), user)
+        if role == TenantMembership.Role.ADMIN and not user.is_superuser:
+            # The second admin activates what the first drafts (four eyes): in the browser, too.
+            grant_admin_site(tenant, user)
         device = TOTPDevice.objects.filter(user=user, confirmed=True).first()
         if device is None:
             start_totp_enrollment(user)

@@ -39,7 +39,7 @@ from approvals.services.tenants import (
     update_tenant,
 )
 from lib.errors import ServiceError
-from tenants.models import ApproverGroup, Tenant, TenantMembership
+from tenants.models import ApproverGroup, GroupMembership, Tenant, TenantMembership
 
 
 @dataclass
@@ -250,6 +250,18 @@ class Command(BaseCommand):
                     grant_admin_site(tenant, user)
             except ServiceError as error:
                 raise CommandError(f"{username}: {error.message}") from error
-            groups = ", ".join(wanted.groups) or "no groups"
-            principal = f" (principal {principal_id})" if principal_id else ""
-            self.stdout.write(f"{username}: {role}{principal}; {groups}")
+            self.stdout.write(_what_they_are(tenant, user, role, principal_id))
+
+
+def _what_they_are(tenant: Tenant, user, role: str, principal_id: str) -> str:
+    """What the person is now, read back from the database, not from the command line: "dana: admin;
+    groups: admins; uses /admin/" (an admin is also put in the admins group and given the admin site)."""
+    user.refresh_from_db(fields=["is_staff"])
+    groups = GroupMembership.objects.filter(group__tenant=tenant, user=user).values_list(
+        "group__slug", flat=True
+    )
+    principal = f" (principal {principal_id})" if principal_id else ""
+    admin_site = "; uses /admin/" if user.is_staff else ""
+    return (
+        f"{user.get_username()}: {role}{principal}; groups: {', '.join(sorted(groups)) or 'none'}{admin_site}"
+    )
