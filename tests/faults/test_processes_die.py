@@ -336,7 +336,7 @@ def check_nothing_lost_or_doubled(run: Run, tenant, proposals: list[Proposal]) -
     assert Counter(refund["order_id"] for refund in refunds) == {
         p.action["arguments"]["order_id"]: 1 for p in succeeded
     }
-    assert {refund["idempotency_key"] for refund in refunds} == {decisions[p.pk].jti for p in succeeded}
+    assert {refund["idempotency_key"] for refund in refunds} == {str(decisions[p.pk].jti) for p in succeeded}
 
     for chain in (f"tenant:{tenant.id}", "system"):
         result = verify_chain(chain, checkpoint_source=run.stack.checkpoint_dir)
