@@ -201,6 +201,12 @@ if IS_POSTGRES and DB_POOL_MAX_SIZE > 0:
         "max_size": DB_POOL_MAX_SIZE,
         "timeout": env_int("DB_POOL_TIMEOUT", 10),
     }
+    # With a pool, Django's health checks become the pool's check: each connection costs one empty
+    # round trip as it leaves the pool, and a dead one is replaced. After PostgreSQL restarts, every
+    # idle pooled connection is dead; without the check each served one request a 500, an agent's
+    # consume among them (the agent then drops an approved action). tests/faults/test_processes_die.py
+    # restarts PostgreSQL mid-loop.
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 
 REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:
