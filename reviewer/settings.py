@@ -121,6 +121,7 @@ INSTALLED_APPS = [
     "accounts",
     "audit",
     "approvals",
+    "sso",
 ]
 
 MIDDLEWARE = [
@@ -142,7 +143,10 @@ MIDDLEWARE = [
 # password is checked), then Django's own backend. accounts/throttle.py says how it is used.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    # The password, refused to members of a tenant that requires single sign-on (sso/backends.py).
+    "sso.backends.PasswordBackend",
+    # The tenant's identity provider (sso/oidc.py).
+    "sso.oidc.ProviderBackend",
 ]
 
 ROOT_URLCONF = "reviewer.urls"

@@ -14,6 +14,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/login/", account_views.login_view, name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/sso/", include("sso.urls")),  # single sign-on (sso/urls.py)
     path("accounts/", include("accounts.urls")),
     path("", include("approvals.urls")),
     path("audit/", include("audit.urls")),

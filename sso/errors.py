@@ -1,0 +1,11 @@
+"""The one refusal of single sign-on and provisioning: a stable code and a sentence for the person."""
+
+
+class SignInRefused(Exception):
+    """A sign-in through the identity provider that changes nothing: the ID token (or assertion) was not
+    what this tenant's provider signs for Reviewer, or the person may not sign in here."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
