@@ -5,7 +5,8 @@ class SignInRefused(Exception):
     """A sign-in through the identity provider that changes nothing: the ID token (or assertion) was not
     what this tenant's provider signs for Reviewer, or the person may not sign in here."""
 
-    def __init__(self, code: str, message: str):
+    def __init__(self, code: str, message: str, provider=None):
         super().__init__(message)
         self.code = code
         self.message = message
+        self.provider = provider  # the tenant's IdentityProvider when known: the refusal goes on its chain

@@ -73,7 +73,7 @@ def start(request, tenant_slug):
 
 
 def refused(request, refusal: SignInRefused, *, provider=None):
-    services.record_refusal(provider, refusal)
+    services.record_refusal(provider or refusal.provider, refusal)
     return render(request, "sso/refused.html", {"refusal": refusal}, status=400)
 
 
