@@ -97,6 +97,7 @@ class Verb(models.TextChoices):
     PERSON_PROVISIONED = "person.provisioned"
     PERSON_DEPROVISIONED = "person.deprovisioned"
     IDENTITY_PROVIDER_CHANGED = "identity_provider.changed"
+    SCIM_GROUP_CHANGED = "scim.group_changed"
 
 
 class AuditEventQuerySet(AppendOnlyQuerySet):

@@ -18,5 +18,6 @@ urlpatterns = [
     path("accounts/", include("accounts.urls")),
     path("", include("approvals.urls")),
     path("audit/", include("audit.urls")),
+    path("scim/v2/", include("sso.scim_views", namespace="scim")),  # provisioning (sso/scim_*.py)
     path("metrics", audit_views.prometheus, name="metrics"),  # where Prometheus looks by default
 ]

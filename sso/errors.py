@@ -10,3 +10,13 @@ class SignInRefused(Exception):
         self.code = code
         self.message = message
         self.provider = provider  # the tenant's IdentityProvider when known: the refusal goes on its chain
+
+
+class ProvisioningRefused(Exception):
+    """A SCIM request that changes nothing: its HTTP status, SCIM error type (RFC 7644 3.12) and detail."""
+
+    def __init__(self, status: int, detail: str, scim_type: str | None = None):
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.scim_type = scim_type

@@ -10,6 +10,7 @@ mapping (provider group name → approver group) lives beside ApproverGroup in t
 """
 
 import os
+import uuid
 from pathlib import Path
 
 from django.conf import settings
@@ -143,3 +144,56 @@ class ScimToken(models.Model):
 
     def __str__(self):
         return f"SCIM token of {self.provider.tenant.slug}"
+
+
+class ScimUser(models.Model):
+    """A person as the tenant's provisioning client (Okta, Entra ID) sees them: the SCIM resource, with the
+    columns its filters name (`userName`, `externalId`, `active`). The account is `user`; `external_id` is
+    also the person's subject at the provider (their ExternalIdentity), which is how Okta's and Entra's
+    SCIM and sign-in name the same person."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="scim_users")
+    scim_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    external_id = models.CharField(max_length=255, blank=True)
+    user_name = models.CharField(max_length=150)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="scim_records")
+    active = models.BooleanField(default=True)
+    # The e-mail addresses as the client sent them ({value, type, primary}); the primary one is the
+    # account's e-mail.
+    emails = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "SCIM user"
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "user_name"], name="scim_user_name_unique_per_tenant"),
+            models.UniqueConstraint(fields=["tenant", "user"], name="one_scim_user_per_tenant_user"),
+        ]
+
+    def __str__(self):
+        return f"{self.user_name} ({self.tenant.slug})"
+
+
+class ScimGroup(models.Model):
+    """A group as the provisioning client pushes it. Its members join the approver groups its
+    `display_name` is mapped to (tenants' ProviderGroupMapping)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="scim_groups")
+    scim_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    external_id = models.CharField(max_length=255, blank=True)
+    display_name = models.CharField(max_length=200)
+    members = models.ManyToManyField(ScimUser, related_name="groups", blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "SCIM group"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "display_name"], name="scim_group_name_unique_per_tenant"
+            )
+        ]
+
+    def __str__(self):
+        return f"{self.display_name} ({self.tenant.slug})"

@@ -132,7 +132,7 @@ def _first_sign_in(provider: IdentityProvider, subject: str, email: str, claims:
         )
     user_model = get_user_model()
     user = user_model.objects.create_user(
-        _free_username(email or f"{provider.tenant.slug}-{subject}"),
+        free_username(email or f"{provider.tenant.slug}-{subject}"),
         email=email,
         first_name=str(claims.get("given_name") or "")[:150],
         last_name=str(claims.get("family_name") or "")[:150],
@@ -152,7 +152,7 @@ def _first_sign_in(provider: IdentityProvider, subject: str, email: str, claims:
     return identity
 
 
-def _free_username(wanted: str) -> str:
+def free_username(wanted: str) -> str:
     """A username nobody has: the wanted one, else with a number. A local account with the same e-mail is
     never taken over (a person is matched by issuer and subject only)."""
     user_model = get_user_model()
