@@ -22,6 +22,7 @@ from django.urls import reverse
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
 
+from sso import idp_step_up
 from sso.errors import SignInRefused
 from sso.models import IdentityProvider
 
@@ -94,9 +95,13 @@ class ProviderSignInStart(OIDCAuthenticationRequestView):
         providers = {key: value for key, value in providers.items() if key in request.session["oidc_states"]}
         providers[state] = {"tenant": provider.tenant.slug, **self.remembered}
         request.session[SESSION_PROVIDERS] = providers
+        if self.remembered.get("purpose") == "step_up":
+            idp_step_up.rebind_nonce(
+                request, response, state, self.remembered["proposal"], self.remembered["digest"]
+            )
         return response
 
-    remembered: dict = {}
+    remembered: dict = {}  # what the callback needs besides the tenant (a step-up's proposal and digest)
 
     def get_settings(self, name, *default):
         return _settings(self.provider, self.document, name, default[0] if default else None)
@@ -189,6 +194,11 @@ class ProviderBackend(OIDCAuthenticationBackend):
         userinfo answer (unsigned, and its `sub` would have to be compared again)."""
         from sso.services import sign_in  # the services import approvals; this module is imported early
 
+        if self.pending.get("purpose") == "step_up":
+            idp_step_up.complete(self.request, self.provider, payload, self.pending)
+            user = self.UserModel.objects.get(pk=self.pending["user"])
+            user.sso_step_up = True
+            return user
         user, device = sign_in(self.provider, payload)
         user.sso_device = device
         user.sso_claims = payload

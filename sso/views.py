@@ -1,6 +1,8 @@
 """Single sign-on pages: "Sign in with single sign-on" (which organisation), the start of a tenant's
 sign-in at its provider, and the provider's callback (sso/oidc.py does the protocol)."""
 
+import time
+
 from django import forms
 from django.db.models import Q
 from django.http import Http404
@@ -11,7 +13,8 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 from django_otp import login as otp_login
 
-from sso import services
+from accounts.decorators import verified_required
+from sso import idp_step_up, services
 from sso.errors import SignInRefused
 from sso.models import IdentityProvider
 from sso.oidc import ProviderCallback, ProviderSignInStart
@@ -78,8 +81,43 @@ def refused(request, refusal: SignInRefused, *, provider=None):
 
 
 def _signed_in(request, user):
-    otp_login(request, user.sso_device)
+    if not getattr(user, "sso_step_up", False):  # a step-up keeps the session as it was
+        otp_login(request, user.sso_device)
     return None
+
+
+@never_cache
+@verified_required
+@require_GET
+def step_up(request, proposal_id):
+    """GET /accounts/sso/step-up/<proposal>/?digest=…&next=…: confirm a vote by signing in again at the
+    tenant's provider, bound to this proposal and the digest the person is looking at."""
+    from approvals.models import Proposal  # the one model of approvals this page reads
+
+    proposal = Proposal.objects.filter(pk=proposal_id, tenant__memberships__user=request.user).first()
+    if proposal is None:
+        raise Http404("no such proposal")
+    provider = (
+        IdentityProvider.objects.select_related("tenant")
+        .filter(tenant_id=proposal.tenant_id, enabled=True, step_up=IdentityProvider.StepUp.IDP)
+        .first()
+    )
+    if provider is None:
+        raise Http404("this tenant confirms votes with Reviewer's own factors")
+    digest = request.GET.get("digest", "")[:128]
+    view = ProviderSignInStart.as_view(
+        remembered={
+            "purpose": "step_up",
+            "proposal": str(proposal.id),
+            "digest": digest,
+            "user": request.user.pk,
+            "started": int(time.time()),
+        }
+    )
+    try:
+        return view(request, provider=provider, extra_params=idp_step_up.extra_params(provider))
+    except SignInRefused as refusal:
+        return refused(request, refusal, provider=provider)
 
 
 callback = never_cache(ProviderCallback.as_view(on_refused=refused, on_signed_in=_signed_in))
