@@ -44,6 +44,21 @@ def test_an_approval_is_submitted_verified_consumed_and_reported(client, reviewe
     assert reviewer.outcomes_for(approval.idempotency_key) == ["succeeded"]
 
 
+def test_a_client_that_knows_its_registration_names_it_and_refuses_another_tenants_decision(reviewer, key):
+    client = ReviewerClient(
+        reviewer_url=reviewer.url, api_token="t", audience=AUDIENCE, tenant="globex", agent="globex-refunds"
+    )
+    answer_when_submitted(reviewer, key)  # signed for tenant acme (testing.decision_claims)
+
+    with pytest.raises(NotApproved) as refusal:
+        client.request_approval(ACTION, summary="Refund", principal=PRINCIPAL, **DEADLINE)
+
+    assert refusal.value.code == "wrong_tenant"
+    (submitted,) = reviewer.proposals
+    assert submitted["body"]["request"]["agent"] == "globex-refunds"
+    assert reviewer.consumes == []
+
+
 def test_a_rejection_raises_with_the_reviewers_reason_and_consumes_nothing(client, reviewer, key):
     answer_when_submitted(reviewer, key, decision="rejected", reason="not a duplicate")
     with pytest.raises(NotApproved) as refusal:
