@@ -177,7 +177,7 @@ def _deactivate(scim_user: ScimUser) -> None:
             "sessions_ended": sessions_ended,
         },
     )
-    access_ended(user)
+    access_ended(tenant)
 
 
 def _reactivate(scim_user: ScimUser) -> None:
