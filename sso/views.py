@@ -6,7 +6,7 @@ import time
 from django import forms
 from django.db.models import Q
 from django.http import Http404
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 from django.urls import reverse
 from django.utils.http import urlencode
 from django.views.decorators.cache import never_cache
@@ -47,10 +47,13 @@ class OrganisationForm(forms.Form):
 def choose(request):
     form = OrganisationForm(request.POST if request.method == "POST" else None)
     if form.is_bound and form.is_valid():
-        target = reverse("sso:start", kwargs={"tenant_slug": form.cleaned_data["organisation"].tenant.slug})
+        provider = form.cleaned_data["organisation"]
+        target = reverse("sso:start", kwargs={"tenant_slug": provider.tenant.slug})
         if request.POST.get("next"):
             target += "?" + urlencode({"next": request.POST["next"]})
-        return redirect(target)
+        # A link, not a redirect: the sign-in pages' CSP allows forms to post only here (form-action
+        # 'self'), and browsers apply that to every redirect after the post, the provider's included.
+        return render(request, "sso/continue.html", {"provider": provider, "target": target})
     return render(
         request,
         "sso/choose.html",
