@@ -102,7 +102,7 @@ class OidcProvider:
                         data={
                             "username": username,
                             "password": password,
-                            "csrfmiddlewaretoken": browser.cookies["csrftoken"],
+                            "csrfmiddlewaretoken": browser.cookies["idp_csrftoken"],
                             "next": httpx.URL(location).params.get("next", ""),
                         },
                         headers={"Referer": str(page.url)},

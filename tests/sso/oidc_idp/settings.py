@@ -38,6 +38,10 @@ TEMPLATES = [
     }
 ]
 LOGIN_URL = "/login/"
+# Cookies are per host, not per port: on 127.0.0.1 beside Reviewer, the provider's must not overwrite
+# Reviewer's session and CSRF cookies.
+SESSION_COOKIE_NAME = "idp_sessionid"
+CSRF_COOKIE_NAME = "idp_csrftoken"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # test users only
 
 _KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
