@@ -10,15 +10,19 @@ else's re-read and carry on.
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
+from django.db.models import Q
 
 from approvals import events
 from approvals.models import Proposal
 from approvals.states import OPEN_FOR_VOTES
 
 
-def access_ended(tenant) -> None:
-    """After the current transaction commits, every socket of the tenant re-checks its person."""
-    for proposal in Proposal.objects.filter(tenant=tenant, state__in=OPEN_FOR_VOTES).only("id", "tenant_id"):
+def access_ended(tenant, user) -> None:
+    """After the current transaction commits, the tenant's queue sockets, and the sockets of its open
+    proposals and of those the person voted on, re-check their person. (A decided proposal's page the
+    person only looked at keeps its socket until its next event; their next request is refused.)"""
+    pages = Proposal.objects.filter(tenant=tenant).filter(Q(state__in=OPEN_FOR_VOTES) | Q(votes__voter=user))
+    for proposal in pages.distinct().only("id", "tenant_id"):
         events.proposal_changed(proposal)  # the proposal's group and the tenant's
 
     def tell_the_queues():

@@ -177,7 +177,7 @@ def _deactivate(scim_user: ScimUser) -> None:
             "sessions_ended": sessions_ended,
         },
     )
-    access_ended(tenant)
+    access_ended(tenant, user)
 
 
 def _reactivate(scim_user: ScimUser) -> None:

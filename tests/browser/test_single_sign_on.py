@@ -8,6 +8,7 @@ loses its live connection, their next request goes to the sign-in page, and the 
 """
 
 import httpx
+import jwt
 import pytest
 from playwright.sync_api import expect
 
@@ -120,11 +121,12 @@ def test_provisioned_signed_in_approving_and_deprovisioned(
     page.get_by_role("button", name="Sign in at the provider").click()
     expect(page.get_by_text("Confirmed at Acme IdP for this version")).to_be_visible()
     expect(page.locator("[data-live-status]")).to_have_attribute("data-state", "live")
-    page.locator('button[value="approve"]').click()
+    page.locator('button[value="approve"]').first.click()
     expect(page.get_by_text("Your approval is recorded.")).to_be_visible()
     screenshot(page, "sso-approved")
-    decision = Decision.objects.get(proposal=proposal)
-    assert decision.approvers[0]["auth"]["method"] == "idp"
+    claims = jwt.decode(Decision.objects.get(proposal=proposal).token, options={"verify_signature": False})
+    assert claims["approvers"][0]["auth"]["method"] == "idp"
+    assert claims["approvers"][0]["auth"]["amr"] == ["pwd", "otp"]
 
     # Deactivated by SCIM: the open page loses its live connection, the next request is refused.
     scim(
