@@ -92,6 +92,12 @@ class Verb(models.TextChoices):
     POST_HOC_REVIEW_ASSIGNED = "post_hoc_review.assigned"
     POST_HOC_REVIEW_DONE = "post_hoc_review.done"
     POST_HOC_REVIEW_OVERDUE = "post_hoc_review.overdue"
+    SSO_SIGNED_IN = "sso.signed_in"
+    SSO_REFUSED = "sso.refused"
+    PERSON_PROVISIONED = "person.provisioned"
+    PERSON_DEPROVISIONED = "person.deprovisioned"
+    IDENTITY_PROVIDER_CHANGED = "identity_provider.changed"
+    SCIM_GROUP_CHANGED = "scim.group_changed"
 
 
 class AuditEventQuerySet(AppendOnlyQuerySet):

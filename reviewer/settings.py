@@ -121,6 +121,8 @@ INSTALLED_APPS = [
     "accounts",
     "audit",
     "approvals",
+    "sso",
+    "django_scim",
 ]
 
 MIDDLEWARE = [
@@ -142,7 +144,10 @@ MIDDLEWARE = [
 # password is checked), then Django's own backend. accounts/throttle.py says how it is used.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    # The password, refused to members of a tenant that requires single sign-on (sso/backends.py).
+    "sso.backends.PasswordBackend",
+    # The tenant's identity provider (sso/oidc.py).
+    "sso.oidc.ProviderBackend",
 ]
 
 ROOT_URLCONF = "reviewer.urls"
@@ -422,4 +427,30 @@ LOGGING = {
         "a2a": {"level": "WARNING"},
         "axes": {"level": "WARNING"},  # every sign-in attempt at INFO
     },
+}
+
+
+# SCIM 2.0 provisioning (sso/scim_*.py on django-scim2), under /scim/v2/, each tenant with its own bearer
+# token (`manage.py scim_token <tenant>`; README "Single sign-on and provisioning").
+SCIM_SERVICE_PROVIDER = {
+    "NETLOC": "unused",  # locations are built from the request (sso.scim_adapters.base_location)
+    "AUTHENTICATION_SCHEMES": [
+        {
+            "type": "oauthbearertoken",
+            "name": "Bearer token",
+            "description": "The tenant's SCIM token, sent as Authorization: Bearer <token>",
+            "primary": True,
+        }
+    ],
+    "USER_MODEL_GETTER": "sso.scim_adapters.scim_user_model",
+    "USER_ADAPTER": "sso.scim_adapters.ScimUserAdapter",
+    "GROUP_MODEL": "sso.models.ScimGroup",
+    "GROUP_ADAPTER": "sso.scim_adapters.ScimGroupAdapter",
+    "USER_FILTER_PARSER": "sso.scim_filters.UserFilterQuery",
+    "GROUP_FILTER_PARSER": "sso.scim_filters.GroupFilterQuery",
+    "SERVICE_PROVIDER_CONFIG_MODEL": "sso.scim_config.ServiceProviderConfig",
+    "BASE_LOCATION_GETTER": "sso.scim_adapters.base_location",
+    "GET_EXTRA_MODEL_FILTER_KWARGS_GETTER": "sso.scim_adapters.tenant_filter",
+    "AUTH_CHECK_MIDDLEWARE": "sso.scim_auth.BearerTokenCheck",
+    "SCHEMAS_GETTER": "sso.scim_schemas.published_schemas",
 }
