@@ -14,9 +14,9 @@ from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from django.db import IntegrityError, transaction
 
-from approvals.services.common import record
 from approvals.services.tenants import remove_tenant_membership, set_tenant_membership
 from audit.models import Verb
+from audit.trail import record
 from sso.errors import ProvisioningRefused
 from sso.models import ExternalIdentity, IdentityProvider, ScimGroup, ScimUser
 from sso.services import free_username, sync_groups

@@ -24,8 +24,8 @@ def token_hash(token: str) -> str:
 
 def issue_token(provider) -> str:
     """A new SCIM token for the provider's tenant (the old one stops working); shown once by the caller."""
-    from approvals.services.common import record
     from audit.models import Verb
+    from audit.trail import record
 
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     with transaction.atomic():

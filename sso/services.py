@@ -10,7 +10,6 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from approvals.services.common import actor_label, record
 from approvals.services.tenants import (
     add_group_member,
     group_member_refusal,
@@ -18,6 +17,7 @@ from approvals.services.tenants import (
     set_tenant_membership,
 )
 from audit.models import Verb
+from audit.trail import actor_label, record
 from sso.errors import SignInRefused
 from sso.models import ExternalIdentity, IdentityProvider, IdentityProviderDevice
 from tenants.models import GroupMembership, ProviderGroupMapping, TenantMembership

@@ -13,7 +13,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 from django_otp import login as otp_login
 
-from accounts.decorators import verified_required
+from lib.decorators import verified_required
 from sso import idp_step_up, services
 from sso.errors import SignInRefused
 from sso.models import IdentityProvider

@@ -55,8 +55,8 @@ def test_a_group_mapping_is_audited(superuser_client, tenant):
 
 
 def test_tenant_admins_who_are_not_superusers_see_none_of_it(admin_user, tenant):
-    from approvals import services
+    from approvals.services.tenants import grant_admin_site
 
-    services.grant_admin_site(tenant, admin_user)
+    grant_admin_site(tenant, admin_user)
     client = factories.verified_client(admin_user)
     assert client.get("/admin/sso/identityprovider/").status_code == 403
