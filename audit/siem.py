@@ -27,8 +27,8 @@ import httpx
 from django.conf import settings
 from django.db import transaction
 
-from audit.chain import format_time, parse_time
 from audit.models import AuditEvent, ChainHead, SiemCursor
+from audit.shapes import format_time, parse_time
 
 log = logging.getLogger(__name__)
 

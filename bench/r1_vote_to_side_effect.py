@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from approvals.services.votes import cast_vote
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.delivery_stack import (  # noqa: E402 (after the path)
@@ -37,10 +39,10 @@ def main(iterations: int = 30) -> list[dict]:
 async def _measure(stack: DeliveryStack, iterations: int) -> dict:
     from django.utils import timezone
 
+    from accounts.stepup import SESSION, StepUp
     from approvals import services
     from approvals.models import Proposal
     from approvals.states import State
-    from approvals.stepup import SESSION, StepUp
 
     client = await agent_client(stack)
     measured, baseline, stages, last_task = [], [], [], ""
@@ -82,7 +84,7 @@ def _vote(services, proposal, reviewer, step_up) -> float:
     marks = []
     with transaction.atomic():
         transaction.on_commit(lambda: marks.append(time.perf_counter()))
-        services.cast_vote(
+        cast_vote(
             proposal.id,
             reviewer,
             verdict="approve",

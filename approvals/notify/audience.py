@@ -4,9 +4,9 @@ from django.contrib.auth import get_user_model
 from django.db.models import Q
 from django.utils import timezone
 
-from approvals.notify.models import Delegation
-from approvals.notify.standins import voice_taken
-from approvals.services.eligibility import ineligibility
+from approvals.notification_models import Delegation
+from approvals.selectors import ineligibility
+from approvals.standins import voice_taken
 from tenants.models import TenantMembership
 
 

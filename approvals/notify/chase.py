@@ -5,7 +5,7 @@ people by e-mail, on their push devices (approvals/notify/push.py) and in the pr
 pinned requirements and the clock.
 
 What a message carries is Reviewer's own words, the tool and summary as plain text with hidden
-characters written out (reviewer/agent_text.py `visible`), and the link to the page: never a token, a
+characters written out (lib/agent_text.py `visible`), and the link to the page: never a token, a
 digest or a code.
 """
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from django.conf import settings
 from django.urls import reverse
 
-from reviewer.agent_text import visible
+from lib.agent_text import visible
 
 LINE_CAP = 120
 

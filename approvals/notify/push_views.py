@@ -9,11 +9,11 @@ from django.shortcuts import redirect, render
 from django.templatetags.static import static
 from django.views.decorators.http import require_GET, require_POST
 
-from accounts.decorators import verified_required
+from approvals.notification_models import PushSubscription
 from approvals.notify import push
-from approvals.notify.models import PushSubscription
-from approvals.services.errors import ServiceError
 from approvals.services.push_devices import remove, subscribe
+from lib.decorators import verified_required
+from lib.errors import ServiceError
 
 SERVICE_WORKER = """// Reviewer's service worker: shows a push notification and opens its page when tapped.
 self.addEventListener("push", (event) => {

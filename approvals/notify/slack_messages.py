@@ -12,7 +12,7 @@ import hashlib
 import json
 
 from approvals.notify.common import one_line, proposal_link, when
-from approvals.notify.rules import chat_decisions_allowed
+from approvals.policy.notifications import chat_decisions_allowed
 from approvals.services.quorum import count_quorum
 from approvals.states import RELEASED, STARTED, State
 
@@ -35,7 +35,7 @@ def _plain(text: str) -> dict:
 
 
 def _amount(proposal) -> str:
-    from approvals.pages import money  # the page's own rendering of an amount
+    from approvals.policy.headline import money  # the page's own rendering of an amount
 
     arguments = proposal.action.get("arguments") or {}
     if arguments.get("amount") in (None, ""):

@@ -17,9 +17,9 @@ from django.utils import timezone
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 
+from approvals.notification_models import FollowUp, SlackIdentity, SlackPost, SlackWorkspace
 from approvals.notify import slack_messages
 from approvals.notify.audience import waiting_reviewers
-from approvals.notify.models import FollowUp, SlackIdentity, SlackPost, SlackWorkspace
 from approvals.notify.secrets import SecretMissing, read_secret
 from approvals.services import slack_links
 from approvals.states import TERMINAL, State

@@ -10,7 +10,7 @@ window). Anything else is 401 with an audit event.
 A decision from Slack is `services.votes.cast_vote` with the step-up `stepup.step_up_for` makes from the
 code typed into the modal: the same check of the code, separation of duties, quorum and audit events as
 the page. It is offered and accepted only where the proposal's policy allows chat decisions
-(approvals/notify/rules.py): never for R3, never where the policy asks for a passkey.
+(approvals/policy/notifications.py): never for R3, never where the policy asks for a passkey.
 """
 
 import json
@@ -27,16 +27,16 @@ from django.views.decorators.http import require_http_methods, require_POST
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.signature import SignatureVerifier
 
-from accounts.decorators import verified_required
-from approvals import stepup
+from accounts import stepup
 from approvals.models import Proposal
+from approvals.notification_models import SlackIdentity, SlackWorkspace
 from approvals.notify import slack_messages, slack_sync
-from approvals.notify.models import SlackIdentity, SlackWorkspace
-from approvals.notify.rules import chat_decisions_allowed
 from approvals.notify.secrets import SecretMissing, read_secret
+from approvals.policy.notifications import chat_decisions_allowed
 from approvals.services import slack_links
-from approvals.services.errors import ServiceError
 from approvals.services.votes import cast_vote
+from lib.decorators import verified_required
+from lib.errors import ServiceError
 
 log = logging.getLogger(__name__)
 

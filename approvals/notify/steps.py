@@ -1,4 +1,4 @@
-"""The worker's notification steps, in the order it runs them each tick (approvals/worker.py): chasing
+"""The worker's notification steps, in the order it runs them each tick (approvals/worker/loop.py): chasing
 first (it records reminders and escalations, which the channels then show), then each channel."""
 
 from approvals.notify import chase, push, slack_sync, teams

@@ -21,9 +21,9 @@ import httpx
 from django.db.models import Q
 from django.utils import timezone
 
-from approvals import outbound
+from approvals.a2a import outbound
+from approvals.notification_models import FollowUp, TeamsChannel, TeamsPost
 from approvals.notify.common import one_line, proposal_link, when
-from approvals.notify.models import FollowUp, TeamsChannel, TeamsPost
 from approvals.notify.secrets import SecretMissing, read_secret
 from approvals.notify.slack_messages import status_line
 from approvals.services.teams_posts import plan_teams_posts, record_teams_failure, record_teams_sent

@@ -1,10 +1,10 @@
-"""Sending one claimed webhook outbox row (approvals/delivery.py calls `send` for kind "webhook").
+"""Sending one claimed webhook outbox row (approvals/worker/delivery.py calls `send` for kind "webhook").
 
 The request follows the Standard Webhooks specification through its reference library: the body is
 the event's JSON, the headers `webhook-id` (the outbox message id: a retry carries the same id, so a
 receiver can drop duplicates), `webhook-timestamp` and `webhook-signature` ("v1,<base64 HMAC-SHA256 of
 id.timestamp.body>" under the endpoint's secret). It goes through the outbound allow-list transport
-(approvals/outbound.py), so a tenant admin's URL reaches only hosts the operator allowed. Anything but a
+(approvals/a2a/outbound.py), so a tenant admin's URL reaches only hosts the operator allowed. Anything but a
 2xx answer raises, and the outbox retries it with backoff, then dead-letters it.
 """
 
@@ -15,8 +15,8 @@ import httpx
 from django.utils import timezone
 from standardwebhooks import Webhook
 
-from approvals import outbound
-from approvals.notify.models import WebhookEndpoint
+from approvals.a2a import outbound
+from approvals.notification_models import WebhookEndpoint
 
 TIMEOUT_SECONDS = 10
 

@@ -1,4 +1,4 @@
-"""Out of office: a person lends their eligibility to a delegate for a period (approvals/notify/standins.py
+"""Out of office: a person lends their eligibility to a delegate for a period (approvals/standins.py
 says what the delegate may then decide). Setting one, ending one early, its end on time, and each use
 (a delegate's vote, recorded by the vote) are audit events.
 """
@@ -8,10 +8,10 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from approvals.notify.models import Delegation
-from approvals.services.common import SYSTEM, _audit_time, actor_label, record
-from approvals.services.errors import ActionRefused
+from approvals.notification_models import Delegation
 from audit.models import Verb
+from audit.trail import SYSTEM, actor_label, audit_time, record
+from lib.errors import ActionRefused
 from tenants.models import TenantMembership
 
 # A delegation is for an absence, not a standing arrangement: at most this long.
@@ -76,8 +76,8 @@ def set_delegation(
             data={
                 "delegator": _name(actor),
                 "delegate": _name(delegate),
-                "starts_at": _audit_time(starts_at),
-                "ends_at": _audit_time(ends_at),
+                "starts_at": audit_time(starts_at),
+                "ends_at": audit_time(ends_at),
                 "note": delegation.note,
             },
         )
@@ -106,7 +106,7 @@ def end_delegation(delegation_id, *, actor) -> Delegation:
             actor=actor_label(actor),
             verb=Verb.DELEGATION_ENDED,
             subject=_subject(delegation),
-            data={"early": True, "at": _audit_time(now)},
+            data={"early": True, "at": audit_time(now)},
         )
     return delegation
 
@@ -142,7 +142,7 @@ def note_ended_delegations(now: datetime | None = None) -> int:
                 actor=SYSTEM,
                 verb=Verb.DELEGATION_ENDED,
                 subject=_subject(delegation),
-                data={"early": False, "at": _audit_time(delegation.ends_at)},
+                data={"early": False, "at": audit_time(delegation.ends_at)},
             )
             noted += 1
     return noted

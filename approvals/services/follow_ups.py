@@ -11,11 +11,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import Proposal
-from approvals.notify.models import FollowUp, StandIn
-from approvals.notify.reach import reachability
-from approvals.services.common import SYSTEM, _audit_time, proposal_subject, record
+from approvals.notification_models import FollowUp, StandIn
+from approvals.reach import reachability
+from approvals.services.common import proposal_subject
 from approvals.states import WAITING_FOR_PEOPLE
 from audit.models import Verb
+from audit.trail import SYSTEM, audit_time, record
 from tenants.models import ApproverGroup, TenantMembership
 
 
@@ -102,7 +103,7 @@ def chase_one(follow_up_id, now: datetime | None = None) -> Chase | None:
                 actor=SYSTEM,
                 verb=Verb.PROPOSAL_REMINDED,
                 subject=proposal_subject(proposal),
-                data={"percent_of_ttl": due, "expires_at": _audit_time(proposal.expires_at)},
+                data={"percent_of_ttl": due, "expires_at": audit_time(proposal.expires_at)},
             )
         steps = proposal.requirements.get("escalations", [])
         if follow_up.escalated_at is None and steps:
@@ -153,7 +154,7 @@ def _escalate(proposal: Proposal, steps: list[dict], now: datetime) -> list:
         data={
             "steps": steps,
             "added": sorted(u.get_username() for u in chosen.values()),
-            "expires_at": _audit_time(proposal.expires_at),
+            "expires_at": audit_time(proposal.expires_at),
         },
     )
     return sorted(chosen.values(), key=lambda u: u.get_username())

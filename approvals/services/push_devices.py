@@ -4,10 +4,10 @@ is deprovisioned; and the worker's record of what it pushed."""
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from approvals.notify.models import PushSent, PushSubscription
-from approvals.services.common import SYSTEM, actor_label, record
-from approvals.services.errors import ActionRefused
+from approvals.notification_models import PushSent, PushSubscription
 from audit.models import Verb
+from audit.trail import SYSTEM, actor_label, record
+from lib.errors import ActionRefused
 
 MAX_DEVICES = 10
 

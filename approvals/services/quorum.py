@@ -2,14 +2,10 @@
 
 from dataclasses import dataclass
 
-from approvals.models import (
-    GroupMembership,
-    Proposal,
-    TenantMembership,
-    Vote,
-)
-from approvals.notify.standins import lent_slugs_for_votes, stand_in_users
-from approvals.services.eligibility import threshold_groups
+from approvals.models import Proposal, Vote
+from approvals.selectors import threshold_groups
+from approvals.standins import lent_slugs_for_votes, stand_in_users
+from tenants.models import GroupMembership, TenantMembership
 
 
 @dataclass

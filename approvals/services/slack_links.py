@@ -11,16 +11,16 @@ from datetime import datetime, timedelta
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from approvals.notify.models import (
+from approvals.notification_models import (
     SlackIdentity,
     SlackLinkRequest,
     SlackPost,
     SlackRequestSeen,
     SlackWorkspace,
 )
-from approvals.services.common import SYSTEM, actor_label, record
-from approvals.services.errors import ActionRefused
 from audit.models import Verb
+from audit.trail import SYSTEM, actor_label, record
+from lib.errors import ActionRefused
 
 LINK_SECONDS = 15 * 60
 # Slack signs a timestamp and refuses nothing older than five minutes; a signature seen is kept longer.

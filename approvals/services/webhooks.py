@@ -17,12 +17,12 @@ from django.urls import reverse
 from django.utils import timezone
 
 from approvals.models import OutboxMessage, Proposal
-from approvals.notify.models import WebhookEndpoint
-from approvals.services.common import _audit_time, actor_label, record
-from approvals.services.errors import ConfigRefused
-from audit.chain import chain_for_tenant
+from approvals.notification_models import WebhookEndpoint
 from audit.models import AuditEvent, ChainHead, SiemCursor, Verb
-from reviewer.agent_text import visible
+from audit.shapes import chain_for_tenant
+from audit.trail import actor_label, audit_time, record
+from lib.agent_text import visible
+from lib.errors import ConfigRefused
 
 FEED = "webhooks"  # the feed's cursor name (audit SiemCursor: how far a consumer has read a chain)
 
@@ -84,7 +84,7 @@ def event_for(proposal, transition: AuditEvent) -> dict:
     link = settings.REVIEWER_ISSUER + reverse("approvals:detail", kwargs={"proposal_id": proposal.id})
     return {
         "type": f"proposal.{transition.data['to']}",
-        "timestamp": _audit_time(transition.at),
+        "timestamp": audit_time(transition.at),
         "data": {
             "proposal_id": str(proposal.id),
             "tenant": proposal.tenant.slug,
@@ -93,7 +93,7 @@ def event_for(proposal, transition: AuditEvent) -> dict:
             "state": transition.data["to"],
             "previous_state": transition.data["from"],
             "rev": transition.data.get("rev"),
-            "expires_at": _audit_time(proposal.expires_at),
+            "expires_at": audit_time(proposal.expires_at),
             "audit": {"chain": transition.chain, "seq": transition.seq, "hash": transition.hash},
             "link": link,
         },

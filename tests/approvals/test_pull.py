@@ -7,8 +7,10 @@ import jwt
 import pytest
 from django.db import connection
 
-from approvals import pull, services
+from approvals.agent_api import pull
 from approvals.models import Decision, Proposal
+from approvals.services.reconcile import expire_due
+from approvals.services.votes import cast_vote, edit_proposal
 from approvals.states import State
 from reviewer_gate import gate
 from tests import factories
@@ -22,7 +24,7 @@ def pull_decision(client, proposal, wait=0, **headers):
 
 
 def approve(proposal, reviewer):
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         reviewer,
         verdict="approve",
@@ -92,7 +94,7 @@ def test_an_expired_proposal_answers_null_at_once_even_with_a_wait(
     client, agent, refund_policy, requester, monkeypatch
 ):
     proposal = factories.submit(agent)
-    services.expire_due(now=proposal.expires_at)
+    expire_due(now=proposal.expires_at)
     monkeypatch.setattr(pull, "pause", lambda seconds: pytest.fail("a closed proposal must not wait"))
     assert pull_decision(client, proposal, wait=30).json()["state"] == "expired"
 
@@ -102,7 +104,7 @@ def test_a_reviewers_edit_is_followed_to_the_new_proposals_decision(
     client, agent, refund_policy, requester, reviewer_a, reviewer_b
 ):
     proposal = factories.submit(agent)
-    edited = services.edit_proposal(
+    edited = edit_proposal(
         proposal.id,
         reviewer_a,
         arguments={**proposal.action["arguments"], "amount": "25.00"},

@@ -14,8 +14,8 @@ import threading
 import pytest
 from mcp import Client, StdioServerParameters
 
-from approvals import services
 from approvals.models import Proposal
+from approvals.services.agents import register_agent
 from approvals.states import State
 from tests import factories
 from tests.e2e.conftest import REPO, ServerProcess
@@ -37,7 +37,7 @@ def registered(reviewer_stack):
     )
     # A pull-only agent: nothing listens at its card URL (Reviewer's continuation attempts fail and
     # are retried in its outbox; the gateway reads the decision by pull).
-    services.register_agent(
+    register_agent(
         tenant=tenant,
         slug="mcp-gateway",
         name="MCP gateway",

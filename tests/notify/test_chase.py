@@ -8,12 +8,13 @@ import pytest
 import time_machine
 from django.core import mail
 
-from approvals import services
 from approvals.models import Vote
-from approvals.notify.models import FollowUp, StandIn
-from approvals.notify.rules import notifications_error
-from approvals.worker import Worker
+from approvals.notification_models import FollowUp, StandIn
+from approvals.policy.notifications import notifications_error
+from approvals.services.votes import cast_vote
+from approvals.worker.loop import Worker
 from audit.models import AuditEvent, Verb
+from lib.errors import PolicyInvalid, VoteRefused
 from tests import factories
 from tests.factories import fresh_step_up, submit
 
@@ -32,7 +33,7 @@ def at_percent(proposal, percent: float):
 
 
 def vote(proposal, person, verdict="approve"):
-    return services.cast_vote(
+    return cast_vote(
         proposal.id,
         person,
         verdict=verdict,
@@ -152,7 +153,7 @@ def test_the_escalation_step_adds_people_to_the_eligible_set_at_its_time(
     proposal = submit(agent)
     with at_percent(proposal, 60):
         Worker().tick()
-        with pytest.raises(services.VoteRefused) as refused:
+        with pytest.raises(VoteRefused) as refused:
             vote(proposal, reviewer_c)
     assert refused.value.code == "not_eligible"
     with at_percent(proposal, 71):  # 290 s before expiry
@@ -180,7 +181,7 @@ def test_escalation_never_adds_the_requester_as_a_decider(tenant, agent, request
     proposal = submit(agent)
     with at_percent(proposal, 80):
         Worker().tick()
-        with pytest.raises(services.VoteRefused) as refused:
+        with pytest.raises(VoteRefused) as refused:
             vote(proposal, requester)
     assert refused.value.code == "self_approval"
     assert not Vote.objects.exists()
@@ -230,6 +231,6 @@ def test_bad_notification_fields_are_refused_naming_what_is_wrong(value, problem
 
 
 def test_a_policy_version_with_bad_notifications_is_not_stored(tenant):
-    with pytest.raises(services.PolicyInvalid) as refused:
+    with pytest.raises(PolicyInvalid) as refused:
         factories.make_policy(tenant, "refunds", notifications={"reminders": [150]})
     assert "notifications" in str(refused.value.field or refused.value.message)

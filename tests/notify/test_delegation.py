@@ -9,10 +9,11 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from approvals import services
 from approvals.services.delegations import DelegationRefused, end_delegation, set_delegation
-from approvals.worker import Worker
+from approvals.services.votes import cast_vote
+from approvals.worker.loop import Worker
 from audit.models import AuditEvent, Verb
+from lib.errors import VoteRefused
 from tests import factories
 from tests.factories import fresh_step_up, submit
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.django_db
 
 
 def vote(proposal, person):
-    return services.cast_vote(
+    return cast_vote(
         proposal.id,
         person,
         verdict="approve",
@@ -58,7 +59,7 @@ def test_a_delegate_cannot_decide_after_the_period(
     delegation = lend(tenant, reviewer_a, reviewer_c, hours=1)
     with time_machine.travel(delegation.ends_at + timedelta(seconds=1), tick=False):
         proposal = submit(agent)
-        with pytest.raises(services.VoteRefused) as refused:
+        with pytest.raises(VoteRefused) as refused:
             vote(proposal, reviewer_c)
         assert refused.value.code == "not_eligible"
         Worker().tick()
@@ -70,7 +71,7 @@ def test_an_ended_delegation_lends_nothing(tenant, agent, refund_policy, request
     delegation = lend(tenant, reviewer_a, reviewer_c)
     end_delegation(delegation.pk, actor=reviewer_a)
     proposal = submit(agent)
-    with pytest.raises(services.VoteRefused):
+    with pytest.raises(VoteRefused):
         vote(proposal, reviewer_c)
     assert AuditEvent.objects.get(verb=Verb.DELEGATION_ENDED).data["early"] is True
 
@@ -78,7 +79,7 @@ def test_an_ended_delegation_lends_nothing(tenant, agent, refund_policy, request
 def test_a_delegate_who_is_the_requester_cannot_decide(tenant, agent, refund_policy, requester, reviewer_a):
     lend(tenant, reviewer_a, requester)
     proposal = submit(agent)
-    with pytest.raises(services.VoteRefused) as refused:
+    with pytest.raises(VoteRefused) as refused:
         vote(proposal, requester)
     assert refused.value.code == "self_approval"
 
@@ -88,7 +89,7 @@ def test_the_requesters_own_delegation_lends_nothing_on_their_request(
 ):
     lend(tenant, requester, reviewer_c)  # the requester is in finance, but never for their own request
     proposal = submit(agent)
-    with pytest.raises(services.VoteRefused) as refused:
+    with pytest.raises(VoteRefused) as refused:
         vote(proposal, reviewer_c)
     assert refused.value.code == "not_eligible"
 
@@ -102,7 +103,7 @@ def test_a_person_and_their_delegate_are_one_voice(
     lend(tenant, reviewer_a, reviewer_c)
     proposal = submit(agent)
     vote(proposal, reviewer_a)  # Alice is back early and votes herself
-    with pytest.raises(services.VoteRefused) as refused:
+    with pytest.raises(VoteRefused) as refused:
         vote(proposal, reviewer_c)
     assert refused.value.code == "already_voted"
     vote(proposal, reviewer_b)

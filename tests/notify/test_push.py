@@ -9,8 +9,8 @@ import json
 import pytest
 from py_vapid import Vapid02
 
+from approvals.notification_models import PushSubscription
 from approvals.notify import push
-from approvals.notify.models import PushSubscription
 from audit.models import AuditEvent, Verb
 from tests import factories
 from tests.factories import submit
@@ -121,7 +121,7 @@ def test_the_worker_pushes_a_new_proposal_then_its_reminder_and_escalation(
 
     import time_machine
 
-    from approvals.worker import Worker
+    from approvals.worker.loop import Worker
 
     factories.make_group(tenant, "ops")
     factories.make_policy(

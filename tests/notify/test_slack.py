@@ -13,12 +13,14 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from approvals import services
 from approvals.models import Proposal, Vote
+from approvals.notification_models import SlackIdentity, SlackLinkRequest
 from approvals.notify import slack_sync
-from approvals.notify.models import SlackIdentity, SlackLinkRequest
 from approvals.services import slack_links
+from approvals.services.reconcile import apply_task_state, expire_due
+from approvals.services.votes import cast_vote
 from audit.models import AuditEvent, Verb
+from lib.errors import ActionRefused
 from tests import factories
 from tests.factories import fresh_step_up, totp_code
 from tests.notify.slack_requests import FINANCE_CHANNEL, button, link, signed_post, submission
@@ -89,7 +91,7 @@ def test_the_message_follows_votes_and_the_decision_in_place(
     proposal = submit(agent)
     slack_sync.run()
     (posted,) = slack.calls_to("chat.postMessage")
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         reviewer_a,
         verdict="approve",
@@ -99,7 +101,7 @@ def test_the_message_follows_votes_and_the_decision_in_place(
     slack_sync.run()
     (first_update,) = slack.calls_to("chat.update")
     assert "Waiting for review: 1 of 2 approvals" in texts(first_update["blocks"])
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         reviewer_b,
         verdict="approve",
@@ -117,7 +119,7 @@ def test_the_message_follows_votes_and_the_decision_in_place(
 
 def shown_now(slack, proposal) -> str:
     """What the proposal's Slack message shows now (as the stand-in holds it after every update)."""
-    from approvals.notify.models import SlackPost
+    from approvals.notification_models import SlackPost
 
     post = SlackPost.objects.get(proposal=proposal)
     return texts(slack.messages[(post.posted_channel, post.ts)]["blocks"])
@@ -128,12 +130,12 @@ def test_withdrawal_and_expiry_update_the_message(agent, chat_policy, workspace,
     expiring = submit(agent)
     slack_sync.run()
     assert "Waiting for review" in shown_now(slack, withdrawn)
-    services.apply_task_state(agent, withdrawn.task_id, "TASK_STATE_CANCELED")  # the agent gave the task up
+    apply_task_state(agent, withdrawn.task_id, "TASK_STATE_CANCELED")  # the agent gave the task up
     slack_sync.run()
     assert "Withdrawn (cancelled): no decision is open here." in shown_now(slack, withdrawn)
     assert "Waiting for review" in shown_now(slack, expiring)
     with time_machine.travel(timezone.now() + timedelta(hours=2)):
-        services.expire_due()
+        expire_due()
         slack_sync.run()
     assert "nobody decided it in time, nothing was released" in shown_now(slack, expiring)
     assert "reviewer_approve" not in shown_now(slack, expiring)
@@ -166,7 +168,7 @@ def test_a_chat_approval_with_a_fresh_code_counts_toward_the_quorum_like_a_page_
     cast = AuditEvent.objects.get(verb=Verb.VOTE_CAST, subject=f"proposal:{proposal.id}")
     assert cast.actor == "user:reviewer_a" and cast.data["auth"]["method"] == "totp"
     # The second approval, on the page, completes the same quorum.
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         reviewer_b,
         verdict="approve",
@@ -195,7 +197,7 @@ def test_a_chat_vote_without_a_code_or_with_a_used_one_is_refused_as_on_the_page
     assert response.json()["response_action"] == "errors"
     assert "fresh one-time code" in response.json()["errors"]["code"]
     code = totp_code(reviewer_a)
-    from approvals.stepup import verify_code
+    from accounts.stepup import verify_code
 
     assert verify_code(reviewer_a, code) == "totp"
     response = signed_post(client, submission(modal, "U0ALICE", code=code))
@@ -305,7 +307,7 @@ def test_an_unlinked_slack_user_gets_a_one_time_link_the_person_confirms_in_revi
 def test_a_link_expires(agent, workspace, reviewer_a):
     token = slack_links.offer_link(workspace, "U0LATE")
     with time_machine.travel(timezone.now() + timedelta(seconds=slack_links.LINK_SECONDS + 1)):
-        with pytest.raises(services.ActionRefused) as refused:
+        with pytest.raises(ActionRefused) as refused:
             slack_links.confirm_link(token, actor=reviewer_a)
     assert refused.value.code == "link_invalid"
 
@@ -334,7 +336,7 @@ def test_a_group_mapped_to_dm_messages_each_linked_reviewer_and_updates_there(
     proposal = submit(agent)
     slack_sync.run()
     assert sorted(p["channel"] for p in slack.calls_to("chat.postMessage")) == ["U0ALICE", "U0BOB"]
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         reviewer_a,
         verdict="approve",
@@ -346,7 +348,7 @@ def test_a_group_mapped_to_dm_messages_each_linked_reviewer_and_updates_there(
 
 
 def test_a_reminder_is_a_reply_in_the_messages_thread(tenant, agent, workspace, slack, requester, reviewer_a):
-    from approvals.worker import Worker
+    from approvals.worker.loop import Worker
 
     factories.make_policy(
         tenant, "refunds", tool_pattern="payments.refund", ttl_seconds=1000, notifications={"reminders": [50]}

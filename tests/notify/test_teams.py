@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from approvals import services
+from approvals.notification_models import TeamsChannel
 from approvals.notify import teams
-from approvals.notify.models import TeamsChannel
+from approvals.services.votes import cast_vote
 from tests.factories import fresh_step_up, submit
 from tests.notify.teams_standin import TeamsWebhook
 
@@ -48,7 +48,7 @@ def test_a_proposal_posts_a_card_with_the_link_and_then_how_it_ended(
     }
     summary = card["body"][1]
     assert summary["type"] == "RichTextBlock" and summary["inlines"][0]["type"] == "TextRun"  # no markdown
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         reviewer_a,
         verdict="approve",

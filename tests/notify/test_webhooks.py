@@ -5,10 +5,11 @@ the outbound allow-list. A tenant's real endpoint cannot be reached from here: a
 
 import pytest
 
-from approvals import services
 from approvals.models import OutboxMessage
+from approvals.services.votes import cast_vote
 from approvals.services.webhooks import register_endpoint
-from approvals.worker import Worker
+from approvals.worker.loop import Worker
+from lib.errors import ConfigRefused
 from tests import factories
 from tests.factories import fresh_step_up, submit
 from tests.notify.receivers import WebhookReceiver
@@ -36,7 +37,7 @@ def test_a_decision_reaches_the_endpoint_signed_and_verifies(
 ):
     endpoint_for(tenant, receiver)
     proposal = submit(agent)
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         reviewer_a,
         verdict="approve",
@@ -103,10 +104,10 @@ def test_an_endpoint_off_the_allow_list_is_never_called(
 
 def test_only_https_endpoints_and_known_events_are_registered(settings, tenant):
     settings.NOTIFY_ALLOW_HTTP = False
-    with pytest.raises(services.ConfigRefused) as refused:
+    with pytest.raises(ConfigRefused) as refused:
         register_endpoint(tenant=tenant, url="http://hooks.example.test/x")
     assert refused.value.field == "url"
-    with pytest.raises(services.ConfigRefused) as refused:
+    with pytest.raises(ConfigRefused) as refused:
         register_endpoint(tenant=tenant, url="https://hooks.example.test/x", events=["proposal.exploded"])
     assert refused.value.field == "events"
 
@@ -114,7 +115,7 @@ def test_only_https_endpoints_and_known_events_are_registered(settings, tenant):
 def test_a_tenant_admin_registers_an_endpoint_in_the_admin_and_sees_the_secret_once(tenant):
     from django.contrib.messages import get_messages
 
-    from approvals.notify.models import WebhookEndpoint
+    from approvals.notification_models import WebhookEndpoint
     from audit.models import AuditEvent, Verb
 
     author, _ = factories.policy_admins()

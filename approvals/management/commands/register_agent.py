@@ -2,8 +2,11 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
-from approvals import services
-from approvals.models import Agent, Tenant, new_token
+from approvals.models import Agent
+from approvals.services.agents import register_agent
+from lib.errors import ServiceError
+from lib.tokens import new_token
+from tenants.models import Tenant
 
 
 class Command(BaseCommand):
@@ -32,7 +35,7 @@ class Command(BaseCommand):
         api_token = options["api_token"] or new_token()
         bearer = options["outbound_bearer"]
         try:
-            agent = services.register_agent(
+            agent = register_agent(
                 tenant=tenant,
                 slug=options["slug"],
                 name=options["name"],
@@ -43,7 +46,7 @@ class Command(BaseCommand):
                 outbound_auth_scheme=Agent.AuthScheme.BEARER if bearer else Agent.AuthScheme.NONE,
                 outbound_auth_credentials=bearer,
             )
-        except services.ServiceError as error:  # e.g. the slug belongs to another tenant's agent
+        except ServiceError as error:  # e.g. the slug belongs to another tenant's agent
             raise CommandError(error.message) from error
         self.stdout.write(f"registered agent {agent.slug} in {tenant.slug}")
         self.stdout.write(f"  push URL:  /a2a/push/{agent.slug}/  (header X-A2A-Notification-Token)")

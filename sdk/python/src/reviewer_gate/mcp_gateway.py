@@ -33,12 +33,14 @@ import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Final
 
 import mcp_types as types
 from mcp import Client, StdioServerParameters
+from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
+from starlette.applications import Starlette
 
 from reviewer_gate import __version__
 from reviewer_gate.client import Approval, NotApproved, ReviewerClient
@@ -47,9 +49,11 @@ from reviewer_gate.risk import GatingRules, risk_hint
 
 logger = logging.getLogger(__name__)
 
+# What a tool handler is given: its session, and the lifespan dict of _connected.
+Context = ServerRequestContext[dict[str, Any]]
 # The decision id, sent upstream in the call's _meta: an upstream that keys its side effect on it
 # never acts twice for one approval.
-IDEMPOTENCY_META = "io.github.reviewer/idempotency-key"
+IDEMPOTENCY_META: Final = "io.github.reviewer/idempotency-key"
 DETAIL_CHARACTERS = 200  # the arguments shown in the summary, cut like the oversight notes' detail
 
 
@@ -57,7 +61,7 @@ def _error(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
 
 
-def _summary(tool: str, arguments: dict) -> str:
+def _summary(tool: str, arguments: dict[str, Any]) -> str:
     detail = json.dumps(arguments, ensure_ascii=False, sort_keys=True)
     if len(detail) > DETAIL_CHARACTERS:
         detail = detail[: DETAIL_CHARACTERS - 1] + "…"
@@ -107,11 +111,13 @@ class MCPGateway:
         async with Client(self.upstream) as upstream:
             yield {"upstream": upstream}
 
-    async def _list_tools(self, ctx, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+    async def _list_tools(
+        self, ctx: Context, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
         upstream: Client = ctx.lifespan_context["upstream"]
         return await upstream.list_tools(cursor=params.cursor if params else None)
 
-    async def _call_tool(self, ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def _call_tool(self, ctx: Context, params: types.CallToolRequestParams) -> types.CallToolResult:
         upstream: Client = ctx.lifespan_context["upstream"]
         arguments = dict(params.arguments or {})
         if not self.rules.is_gated(params.name):
@@ -126,7 +132,7 @@ class MCPGateway:
             return _error(f"Not approved ({refusal.code}): {refusal.reason}. Nothing was run.")
         return await self._run_once(upstream, params.name, approval)
 
-    async def _approval(self, ctx, tool: str, arguments: dict) -> Approval:
+    async def _approval(self, ctx: Context, tool: str, arguments: dict[str, Any]) -> Approval:
         client_info = ctx.session.client_params.client_info if ctx.session.client_params else None
         client_name = client_info.name if client_info else "unknown"
         action = {"tool": tool, "arguments": arguments, "target": f"mcp:{self.upstream_label}"}
@@ -158,7 +164,8 @@ class MCPGateway:
             result = await upstream.call_tool(
                 tool,
                 approval.action.get("arguments") or {},
-                meta={IDEMPOTENCY_META: approval.idempotency_key},
+                # RequestParamsMeta is an open map (PEP 728 extra_items), which mypy does not read yet.
+                meta={IDEMPOTENCY_META: approval.idempotency_key},  # type: ignore[arg-type]
             )
         except Exception as error:  # the call may or may not have happened upstream: never retried
             await approval.areport("unknown", detail=f"upstream call failed: {error!r}"[:2000])
@@ -172,7 +179,7 @@ class MCPGateway:
         async with stdio_server() as (read_stream, write_stream):
             await self.server.run(read_stream, write_stream, self.server.create_initialization_options())
 
-    def http_app(self, path: str = "/mcp"):
+    def http_app(self, path: str = "/mcp") -> Starlette:
         """A Starlette app serving the gateway over streamable HTTP at `path`."""
         return self.server.streamable_http_app(streamable_http_path=path)
 

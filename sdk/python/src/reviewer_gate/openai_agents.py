@@ -29,10 +29,13 @@ from reviewer_gate.client import Approval, NotApproved, ReviewerClient, running_
 from reviewer_gate.risk import risk_hint
 
 
-def _call_of(item: Any) -> tuple[str, str, dict]:
+def _call_of(item: Any) -> tuple[str, str, dict[str, Any]]:
     """(call id, tool name, parsed arguments) of a ToolApprovalItem's raw function call."""
     raw = item.raw_item
-    field = raw.get if isinstance(raw, dict) else lambda name: getattr(raw, name, None)
+
+    def field(name: str) -> Any:  # the raw call is a dict or a model object, depending on the model
+        return raw.get(name) if isinstance(raw, dict) else getattr(raw, name, None)
+
     arguments = field("arguments") or "{}"
     parsed = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
     return str(field("call_id") or field("id")), str(item.name or field("name")), parsed
@@ -43,7 +46,7 @@ class ReviewerApprovals:
         self,
         client: ReviewerClient,
         *,
-        principal: dict | None = None,
+        principal: dict[str, Any] | None = None,
         agent_version: str = "openai-agents",
         decision_timeout: float | None = None,
     ):

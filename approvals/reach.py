@@ -1,0 +1,140 @@
+"""Is a proposal's quorum reachable? Asked at intake, so that a request nobody can decide is reported to
+the tenant admins at once instead of expiring silently.
+
+A person can fill a slot of a threshold group when they are an active user, a member of the group, a
+reviewer or admin of the tenant (not compliance), not the proposal's principal (unless the policy allows
+self-approval), not the author of its edit, not out of office (an active delegation *from* them: then
+their delegate counts in their place, if the delegate could vote), and have a factor the policy accepts
+(a passkey where it asks for one, else a one-time code device or a passkey). Each person fills one slot
+(a matching, as the quorum count does). Read-only.
+"""
+
+from dataclasses import dataclass
+
+from django.apps import apps
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+from django_otp.models import Device
+
+from accounts import passkeys
+from approvals.notification_models import Delegation
+from tenants.models import ApproverGroup, GroupMembership, TenantMembership
+
+
+@dataclass
+class Reachability:
+    required: list[dict]  # [{"group", "count"}]
+    reachable: dict[str, int]  # group slug -> how many slots reachable people can fill
+    people: dict[str, list[str]]  # group slug -> usernames who could fill a slot
+
+    @property
+    def met(self) -> bool:
+        return all(self.reachable.get(t["group"], 0) >= int(t["count"]) for t in self.required)
+
+    def missing(self) -> list[dict]:
+        return [
+            {"group": t["group"], "count": int(t["count"]), "reachable": self.reachable.get(t["group"], 0)}
+            for t in self.required
+            if self.reachable.get(t["group"], 0) < int(t["count"])
+        ]
+
+
+def factor_owners(user_ids, needs_passkey: bool) -> set:
+    """Who among `user_ids` has a factor the policy accepts: a passkey, or where a code will do, any
+    confirmed django-otp device (an authenticator app, backup codes) or a passkey. A few queries for
+    everyone at once (intake asks this on its hot path)."""
+    user_ids = set(user_ids)
+    owners = set(passkeys.owners_among(user_ids))
+    if needs_passkey:
+        return owners
+    for model in apps.get_models():
+        if issubclass(model, Device) and not model._meta.abstract:
+            owners |= set(
+                model.objects.filter(user_id__in=user_ids - owners, confirmed=True).values_list(
+                    "user_id", flat=True
+                )
+            )
+    return owners
+
+
+def _can_vote(proposal, user, role_of: dict, principals: set, with_factor: set) -> bool:
+    if not user.is_active or role_of.get(user.pk) in (None, TenantMembership.Role.COMPLIANCE):
+        return False
+    if user.pk in principals and not proposal.requirements.get("self_approval"):
+        return False
+    if user.pk == proposal.edited_by_id:
+        return False
+    return user.pk in with_factor
+
+
+def reachability(proposal) -> Reachability:
+    required = [dict(t) for t in proposal.requirements.get("thresholds", [])]
+    slugs = [t["group"] for t in required]
+    groups = {
+        g.id: g.slug for g in ApproverGroup.objects.filter(tenant_id=proposal.tenant_id, slug__in=slugs)
+    }
+    members: dict[int, set[str]] = {}
+    for membership in GroupMembership.objects.filter(group_id__in=groups):
+        members.setdefault(membership.user_id, set()).add(groups[membership.group_id])
+    tenant_members = TenantMembership.objects.filter(tenant_id=proposal.tenant_id)
+    role_of = dict(tenant_members.values_list("user_id", "role"))
+    principals = set(
+        tenant_members.filter(principal_id=proposal.principal_id).values_list("user_id", flat=True)
+    )
+    needs_passkey = proposal.requirements.get("step_up") == "passkey"
+    users = {u.pk: u for u in get_user_model().objects.filter(pk__in=members)}
+    lent = {
+        d.delegator_id: d.delegate
+        for d in _delegations_from(proposal.tenant_id, members).select_related("delegate")
+    }
+    with_factor = factor_owners({*members, *(d.pk for d in lent.values())}, needs_passkey)
+    # Who fills which slots: each present voter for their own groups, each absent one through a delegate.
+    candidates: dict[str, set[str]] = {}  # a voter's username -> slugs they can fill
+    for user_id, member_slugs in members.items():
+        user = users[user_id]
+        if user_id in principals and not proposal.requirements.get("self_approval"):
+            continue
+        if user_id in lent:  # out of office: their delegate counts in their place, if they could vote
+            delegate = lent[user_id]
+            if _can_vote(proposal, delegate, role_of, principals, with_factor):
+                candidates.setdefault(delegate.get_username(), set()).update(member_slugs)
+            continue
+        if _can_vote(proposal, user, role_of, principals, with_factor):
+            candidates.setdefault(user.get_username(), set()).update(member_slugs)
+    return Reachability(
+        required=required,
+        reachable=_slots_filled(required, candidates),
+        people={slug: sorted(u for u, s in candidates.items() if slug in s) for slug in slugs},
+    )
+
+
+def _delegations_from(tenant_id, delegator_ids):
+    """The delegations active now from these people: while one is, its delegator is out of office."""
+    now = timezone.now()
+    return Delegation.objects.filter(
+        tenant_id=tenant_id, delegator_id__in=delegator_ids, starts_at__lte=now, ends_at__gt=now
+    ).exclude(ended_at__lte=now)
+
+
+def _slots_filled(required: list[dict], candidates: dict[str, set[str]]) -> dict[str, int]:
+    """How many slots of each group the candidates fill at most, one slot per person (a maximum
+    matching by augmenting paths: small numbers of people, so the simple algorithm)."""
+    slots = [(t["group"], n) for t in required for n in range(int(t["count"]))]
+    holder: dict[int, str] = {}  # slot index -> username
+
+    def place(person: str, seen: set[int]) -> bool:
+        for index, (slug, _) in enumerate(slots):
+            if slug not in candidates[person] or index in seen:
+                continue
+            seen.add(index)
+            if index not in holder or place(holder[index], seen):
+                holder[index] = person
+                return True
+        return False
+
+    for person in sorted(candidates):
+        place(person, set())
+    filled: dict[str, int] = {}
+    for index in holder:
+        filled[slots[index][0]] = filled.get(slots[index][0], 0) + 1
+    return filled
