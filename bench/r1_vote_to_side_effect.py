@@ -40,7 +40,6 @@ async def _measure(stack: DeliveryStack, iterations: int) -> dict:
     from django.utils import timezone
 
     from accounts.stepup import SESSION, StepUp
-    from approvals import services
     from approvals.models import Proposal
     from approvals.states import State
 
@@ -56,7 +55,7 @@ async def _measure(stack: DeliveryStack, iterations: int) -> dict:
             )
             # In a thread, like a request's: the vote's on-commit hooks must not run in this event loop.
             committed = await asyncio.to_thread(
-                _vote, services, proposal, stack.reviewer, StepUp(SESSION, timezone.now())
+                _vote, proposal, stack.reviewer, StepUp(SESSION, timezone.now())
             )
             measured.append(stack.wait_ledger(n + 1) - committed)
             stages.append(delivery_stages(proposal.id, ledger_at=time.time()))
@@ -74,7 +73,7 @@ async def _measure(stack: DeliveryStack, iterations: int) -> dict:
     return result
 
 
-def _vote(services, proposal, reviewer, step_up) -> float:
+def _vote(proposal, reviewer, step_up) -> float:
     """Cast the final vote; returns the perf_counter of its commit. The clock starts at the commit, not
     when cast_vote returns: the vote's own after-commit hooks (audit sequencing, the broadcast, the
     direct send's hand-off) run before it returns, while the continuation may already be on its way.

@@ -108,7 +108,7 @@ def cast_vote(
     now: datetime | None = None,
 ) -> Vote:
     """Record one person's approve/reject on the exact digest they saw; decide when the quorum is met
-    or any eligible person rejects. `step_up` is what the caller checked (approvals.stepup.step_up_for).
+    or any eligible person rejects. `step_up` is what the caller checked (accounts.stepup.step_up_for).
     Refusals raise VoteRefused (or NotFound for outsiders)."""
     if verdict not in Vote.Verdict.values:
         raise VoteRefused("bad_verdict", "a vote is approve or reject")

@@ -107,7 +107,7 @@ def test_a_process_killed_between_its_commit_and_the_send_loses_nothing(
 import os
 from django.db import transaction
 from approvals.models import Agent
-from reviewer import commit_hooks
+from lib import commit_hooks
 from tests import factories
 
 agent = Agent.objects.get(pk={agent.pk})
