@@ -304,7 +304,12 @@ class ReviewerClient:
             raise ValueError(f"Reviewer refused the request: {self._error(response)}")
         receipt = response.json()
         return Submission(
-            task_id, context_id, request, receipt["proposal_id"], receipt["state"], receipt.get("token") or None
+            task_id,
+            context_id,
+            request,
+            receipt["proposal_id"],
+            receipt["state"],
+            receipt.get("token") or None,
         )
 
     def poll_decision(self, proposal_id: str, *, wait: int | None = None) -> tuple[str | None, str]:
