@@ -44,6 +44,7 @@ from approvals.models import (
     Vote,
     new_token,
 )
+from approvals.services.agents import refuse_shared_identity
 from approvals.templatetags.agent_text import agent_text_html
 
 DRY_RUN_SIZE = 100
@@ -323,7 +324,21 @@ class AgentForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         if "audience" in self.fields:
             self.fields["audience"].required = False
-            self.fields["audience"].help_text = "The `aud` of its decisions; empty means the agent card URL."
+            self.fields["audience"].help_text = (
+                "The `aud` of its decisions; empty means the agent card URL. Like the card URL, it is this "
+                "agent's own: no other agent, in any tenant, may have it."
+            )
+
+    def clean(self):
+        cleaned = super().clean()
+        card_url = cleaned.get("card_url") or (self.instance.card_url if self.instance.pk else "")
+        if card_url:
+            audience = cleaned.get("audience") or card_url
+            try:
+                refuse_shared_identity(card_url, audience, other_than=self.instance.pk)
+            except services.Conflict as refusal:
+                self.add_error(refusal.field, refusal.message)
+        return cleaned
 
 
 def _show_tokens_once(request, agent: Agent, push_token: str, api_token: str) -> None:

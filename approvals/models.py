@@ -58,6 +58,14 @@ class Agent(models.Model):
     outbound_auth_credentials = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    class Meta:
+        # An agent's card URL and audience are its own across all tenants (approvals/services/agents.py
+        # also refuses spelling variants of them).
+        constraints = [
+            models.UniqueConstraint(fields=["card_url"], name="agent_card_url_unique"),
+            models.UniqueConstraint(fields=["audience"], name="agent_audience_unique"),
+        ]
+
     def __str__(self):
         return self.slug
 

@@ -12,6 +12,12 @@ PARKED_TASKS_BACKOFF_CAP_SECONDS. Only agents that allow it are asked more than 
 card does not declare the approval extension, or that refuses ListTasks (unsupported, or not for the
 credentials Reviewer presents), goes straight to the cap and is asked again only then. The state is per
 worker process and in memory: a restarted worker asks every agent once, which is harmless.
+
+A task found at an agent's card URL is adopted only when its request names that registration
+(`request.agent`, the registration's slug). Being found at the URL proves nothing: were two
+registrations ever to share a card URL, the other tenant's policy would decide this agent's request
+(and sign for its audience). A push and the REST API are authenticated by the agent's own tokens and
+need no such statement; a parked task that names no registration waits for one of them.
 """
 
 import logging
@@ -44,7 +50,7 @@ class ParkedTaskLister:
             seconds=settings.PARKED_TASKS_LIST_SECONDS if every_seconds is None else every_seconds
         )
         self.turns: dict[int, AgentTurn] = {}
-        # (agent id, task id, request id) that intake refused: not offered again by this process.
+        # (agent id, task id, request id) refused (by intake, or not naming the agent): not offered again.
         self.refused: set[tuple[int, str, str]] = set()
 
     def reconcile(self, report, now: datetime | None = None) -> None:
@@ -97,6 +103,16 @@ class ParkedTaskLister:
     def _take_in(self, agent: Agent, submission) -> int:
         key = (agent.id, submission.task_id, submission.request.request_id)
         if key in self.refused:
+            return 0
+        if submission.request.agent != agent.slug:
+            self.refused.add(key)  # said once: the task does not change its request while parked
+            log.warning(
+                "not adopting task %s found at %s's card URL: its request names agent %r, not %r",
+                submission.task_id,
+                agent.slug,
+                submission.request.agent,
+                agent.slug,
+            )
             return 0
         try:
             proposal, created = a2a.submit(agent, submission, via="list_tasks")

@@ -52,6 +52,10 @@ class ApprovalRequest(BaseModel):
     action: dict
     action_digest: Annotated[str, StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$")]
     principal: Principal
+    # The slug of the agent's own registration in Reviewer. Reviewer adopts a task it finds by listing
+    # the agent's tasks only when its request names the registration doing the listing; on every path
+    # a request naming another registration is refused (`wrong_agent`).
+    agent: Annotated[str, StringConstraints(max_length=50)] = ""
     agent_version: ShortText = ""
     consequences: dict = Field(default_factory=dict)
     diff: Annotated[list[DiffEntry], Field(max_length=50)] = Field(default_factory=list)

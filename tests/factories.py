@@ -81,13 +81,14 @@ def make_agent(
     *,
     push_token="push-secret",
     api_token="api-secret",
-    card_url="http://127.0.0.1:8001/.well-known/agent-card.json",
+    card_url=None,
 ):
+    # Card URLs are unique per installation: by default each agent has its own.
     return services.register_agent(
         tenant=tenant,
         slug=slug,
         name=slug.replace("-", " ").title(),
-        card_url=card_url,
+        card_url=card_url or f"http://127.0.0.1:8001/{slug}/.well-known/agent-card.json",
         push_token=push_token,
         api_token=api_token,
     )

@@ -1,6 +1,15 @@
-"""Registering and changing agents, and rotating the decision signing key."""
+"""Registering and changing agents, and rotating the decision signing key.
 
-from django.db import transaction
+An agent's card URL and audience are its own across the whole installation (every tenant): Reviewer
+finds parked tasks at the card URL and signs decisions for the audience, so two registrations sharing
+either would let one tenant's policy answer the other tenant's requests. They are compared by
+`identity_key` (scheme and host in lower case, default port and trailing slash dropped), so that
+trivial spelling variants cannot share one; the database's unique constraints hold the exact values.
+"""
+
+from urllib.parse import urlsplit, urlunsplit
+
+from django.db import IntegrityError, transaction
 
 import signing_keys as keys
 from approvals.models import (
@@ -11,6 +20,61 @@ from approvals.services.common import actor_label, record
 from approvals.services.errors import Conflict, NotFound, ServiceError
 from approvals.services.tenants import _require_config_admin
 from audit.models import Verb
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def identity_key(value: str) -> str:
+    """The form two card URLs or audiences are compared in. A URL: scheme and host lower case, the
+    default port and trailing slashes dropped (path and query kept as they are). Anything else (an
+    audience such as `urn:agent:refunds`): stripped of surrounding blanks, otherwise as given."""
+    text = value.strip()
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError:
+        return text
+    scheme = parts.scheme.lower()
+    if scheme not in DEFAULT_PORTS or not parts.hostname:
+        return text
+    host = parts.hostname.lower()
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host if port in (None, DEFAULT_PORTS[scheme]) else f"{host}:{port}"
+    if parts.username or parts.password:
+        netloc = f"{parts.netloc.rpartition('@')[0]}@{netloc}"
+    return urlunsplit((scheme, netloc, parts.path.rstrip("/"), parts.query, ""))
+
+
+def refuse_shared_identity(card_url: str, audience: str, *, other_than: int | None) -> None:
+    """Conflict when another agent (of any tenant) has this card URL or audience. Agents are few (one
+    row per registered agent), so they are compared in Python, by identity_key."""
+    card_key, audience_key = identity_key(card_url), identity_key(audience)
+    others = Agent.objects.exclude(pk=other_than) if other_than else Agent.objects.all()
+    for slug, other_card, other_audience in others.values_list("slug", "card_url", "audience"):
+        if identity_key(other_card) == card_key:
+            raise Conflict(
+                "card_url_taken",
+                f"the card URL {card_url!r} is already agent {slug!r}'s: an agent's card URL is its own",
+                "card_url",
+            )
+        if identity_key(other_audience) == audience_key:
+            raise Conflict(
+                "audience_taken",
+                f"the audience {audience!r} is already agent {slug!r}'s: an agent's audience is its own",
+                "audience",
+            )
+
+
+def _saved(agent_write):
+    """Run a write whose unique constraint another registration may have won meanwhile: a Conflict."""
+    try:
+        with transaction.atomic():
+            return agent_write()
+    except IntegrityError as error:
+        raise Conflict(
+            "agent_identity_taken", f"another agent has this slug, card URL or audience: {error}"
+        ) from error
 
 
 def register_agent(
@@ -34,18 +98,22 @@ def register_agent(
         if owner is not None and owner.tenant_id != tenant.id:
             # Slugs are global: re-registering must never move another tenant's agent (and its tasks) here.
             raise Conflict("slug_taken", f"the agent slug {slug!r} is already taken", "slug")
-        agent, created = Agent.objects.update_or_create(
-            slug=slug,
-            defaults={
-                "tenant": tenant,
-                "name": name,
-                "card_url": card_url,
-                "audience": audience or card_url,
-                "push_token_hash": hash_token(push_token),
-                "api_token_hash": hash_token(api_token),
-                "outbound_auth_scheme": outbound_auth_scheme,
-                "outbound_auth_credentials": outbound_auth_credentials,
-            },
+        audience = audience or card_url
+        refuse_shared_identity(card_url, audience, other_than=owner.pk if owner else None)
+        agent, created = _saved(
+            lambda: Agent.objects.update_or_create(
+                slug=slug,
+                defaults={
+                    "tenant": tenant,
+                    "name": name,
+                    "card_url": card_url,
+                    "audience": audience,
+                    "push_token_hash": hash_token(push_token),
+                    "api_token_hash": hash_token(api_token),
+                    "outbound_auth_scheme": outbound_auth_scheme,
+                    "outbound_auth_credentials": outbound_auth_credentials,
+                },
+            )
         )
         record(
             tenant.id,
@@ -86,7 +154,9 @@ def update_agent(agent: Agent, *, actor=None, **changes) -> Agent:
             return agent
         for name in changed:
             setattr(agent, name, changes[name])
-        agent.save(update_fields=changed)
+        if {"card_url", "audience"} & set(changed):
+            refuse_shared_identity(agent.card_url, agent.audience, other_than=agent.pk)
+        _saved(lambda: agent.save(update_fields=changed))
         # Outbound credentials are secrets: the trail says they changed, never what they are.
         record(
             agent.tenant_id,

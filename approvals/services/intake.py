@@ -36,6 +36,12 @@ def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -
     """Create the proposal for an agent's approval request (idempotent on agent, task, request id) and
     evaluate policy. Returns (proposal, created)."""
     request = submission.request
+    if request.agent and request.agent != agent.slug:
+        raise IntakeError(
+            "wrong_agent",
+            f"the request names agent {request.agent!r}, but it came from agent {agent.slug!r}",
+            "request.agent",
+        )
     # The digest is checked before the replay lookup: a replay must carry the action it names, or a
     # changed action under a known request_id would pass as the same request.
     try:

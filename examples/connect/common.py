@@ -13,6 +13,8 @@ def parse_settings(prog: str, description: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--reviewer-url", default=os.environ.get("REVIEWER_URL", "http://127.0.0.1:8000"))
     parser.add_argument("--audience", required=True, help="this agent's audience as registered in Reviewer")
+    parser.add_argument("--tenant", help="this agent's tenant slug: decisions for another tenant are refused")
+    parser.add_argument("--agent-slug", help="this agent's slug in Reviewer, named in its requests")
     parser.add_argument(
         "--ledger", default="refunds.jsonl", help="JSON Lines file the refunds are written to"
     )
@@ -24,7 +26,13 @@ def parse_settings(prog: str, description: str) -> argparse.Namespace:
 
 
 def client_from(args: argparse.Namespace) -> ReviewerClient:
-    return ReviewerClient(reviewer_url=args.reviewer_url, api_token=args.api_token, audience=args.audience)
+    return ReviewerClient(
+        reviewer_url=args.reviewer_url,
+        api_token=args.api_token,
+        audience=args.audience,
+        tenant=args.tenant,
+        agent=args.agent_slug,
+    )
 
 
 class Ledger:

@@ -68,6 +68,8 @@ def build_approvals(settings: AgentSettings) -> A2AApprovals:
         audience=settings.audience,
         issuer=settings.issuer,
         jwks_url=settings.jwks_url,
+        tenant=settings.tenant,
+        agent=settings.agent_slug,
         # Shared by every agent process using this state dir: only one of them can act on a decision.
         used_store=SQLiteUsedStore(settings.state_dir / "used_decisions.sqlite3"),
     )

@@ -17,6 +17,8 @@ class AgentSettings:
     api_token: str | None
     issuer: str  # Reviewer's `iss`: its public base URL
     audience: str  # this agent's `aud` in Reviewer; by default its agent card URL
+    tenant: str | None  # its tenant's slug in Reviewer: decisions for another tenant are refused
+    agent_slug: str | None  # its registration's slug, named in every request (ListTasks adopts by it)
     jwks_url: str
     state_dir: Path
     ledger: Path
@@ -54,6 +56,16 @@ def parse_settings(argv: list[str] | None = None) -> AgentSettings:
     parser.add_argument("--issuer", default=_env("ISSUER"), help="Reviewer's iss (default: --reviewer-url)")
     parser.add_argument(
         "--audience", default=_env("AUDIENCE"), help="aud this agent accepts (default: its agent card URL)"
+    )
+    parser.add_argument(
+        "--tenant",
+        default=_env("TENANT"),
+        help="this agent's tenant slug in Reviewer (checked in each decision)",
+    )
+    parser.add_argument(
+        "--agent-slug",
+        default=_env("AGENT_SLUG"),
+        help="this agent's slug in Reviewer, named in its requests (Reviewer's ListTasks adopts only those)",
     )
     parser.add_argument(
         "--jwks-url", default=_env("JWKS_URL"), help="default: REVIEWER_URL/.well-known/jwks.json"
@@ -103,6 +115,8 @@ def parse_settings(argv: list[str] | None = None) -> AgentSettings:
         api_token=args.api_token or None,
         issuer=(args.issuer or reviewer_url).rstrip("/"),
         audience=args.audience or public_url + AGENT_CARD_WELL_KNOWN_PATH,
+        tenant=args.tenant or None,
+        agent_slug=args.agent_slug or None,
         jwks_url=args.jwks_url or f"{reviewer_url}/.well-known/jwks.json",
         state_dir=state_dir,
         ledger=Path(args.ledger).resolve() if args.ledger else state_dir / "ledger.jsonl",

@@ -367,6 +367,33 @@ def test_registering_an_agent_shows_its_tokens_once_and_stores_only_hashes(as_au
     assert AuditEvent.objects.filter(verb=Verb.AGENT_REGISTERED, subject="agent:deploy-bot").exists()
 
 
+def test_registering_an_agent_at_another_tenants_card_url_is_refused_on_the_field(as_author, tenant):
+    globex = factories.make_tenant("globex", "Globex Retail")
+    factories.make_agent(
+        globex, "globex-refunds", card_url="https://refunds.globex.example/.well-known/agent-card.json"
+    )
+
+    response = as_author.post(
+        url("agent", "add"),
+        {
+            "tenant": tenant.pk,
+            "slug": "acme-refunds",
+            "name": "Acme refunds",
+            "card_url": "https://Refunds.Globex.example/.well-known/agent-card.json/",  # a spelling variant
+            "audience": "",
+            "outbound_auth_scheme": "none",
+            "outbound_auth_credentials": "",
+        },
+    )
+
+    assert response.status_code == 200  # the form again
+    assert response.context["adminform"].form.errors["card_url"] == [
+        "the card URL 'https://Refunds.Globex.example/.well-known/agent-card.json/' is already agent "
+        "'globex-refunds''s: an agent's card URL is its own"
+    ]
+    assert not Agent.objects.filter(slug="acme-refunds").exists()
+
+
 def test_the_rotate_tokens_action_replaces_both_tokens(as_author, agent):
     old = (agent.push_token_hash, agent.api_token_hash)
 

@@ -71,9 +71,15 @@ def test_a_halted_agent_is_not_listed(tenant, admin_user):
 
 
 def test_one_tick_lists_a_bounded_number_of_agents(tenant):
-    url = f"{FakeAgent.closed_port_url()}/.well-known/agent-card.json"
+    closed = FakeAgent.closed_port_url()
     agents = [
-        factories.make_agent(tenant, slug=f"agent-{n}", push_token=f"p{n}", api_token=f"a{n}", card_url=url)
+        factories.make_agent(
+            tenant,
+            slug=f"agent-{n}",
+            push_token=f"p{n}",
+            api_token=f"a{n}",
+            card_url=f"{closed}/agent-{n}/.well-known/agent-card.json",
+        )
         for n in range(7)
     ]
     lister = ParkedTaskLister(every_seconds=60)

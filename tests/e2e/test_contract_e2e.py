@@ -37,6 +37,8 @@ def listing_stack(transactional_db, tmp_path, monkeypatch):
     requests to Reviewer (the subprocesses inherit this environment)."""
     monkeypatch.setenv("PARKED_TASKS_LIST_SECONDS", "1")
     monkeypatch.setenv("REFUND_AGENT_NO_REST_INTAKE", "1")
+    # Its requests name its registration (factories.make_agent's slug): ListTasks adopts only those.
+    monkeypatch.setenv("REFUND_AGENT_AGENT_SLUG", "refund-demo")
     yield from _running(Stack(tmp_path))
 
 

@@ -72,7 +72,10 @@ def agent(reviewer, tmp_path):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     audience = f"{url}/.well-known/agent-card.json"
-    client = ReviewerClient(reviewer_url=reviewer.url, api_token="a2a-token", audience=audience)
+    # Its registration in Reviewer: tenant acme (testing.decision_claims signs for acme), slug "deleter".
+    client = ReviewerClient(
+        reviewer_url=reviewer.url, api_token="a2a-token", audience=audience, tenant="acme", agent="deleter"
+    )
     deleted: list = []
     card = AgentCard(
         name="deleter",
@@ -174,6 +177,18 @@ async def test_an_approval_is_one_awaited_call_and_acts_once(agent, reviewer, ke
     assert path == "reports/q3.xlsx"
     assert reviewer.consumes_for(idempotency_key) and reviewer.outcomes_for(idempotency_key) == ["succeeded"]
     assert reviewer.proposals_for(task.id)[0]["request"] == request  # announced in the background
+    assert request["agent"] == "deleter"  # the parked request names its registration (ListTasks adopts by it)
+
+
+async def test_a_decision_for_another_tenant_fails_the_task_and_nothing_runs(agent, reviewer, key):
+    url, audience, deleted = agent
+    client, http, task, _ = await park_and_decide(url, reviewer, key, audience, tenant="globex")
+    try:
+        failed = await wait_state(client, task.id, TaskState.TASK_STATE_FAILED)
+    finally:
+        await http.aclose()
+    assert "wrong_tenant" in failed.status.message.parts[0].text
+    assert deleted == []
 
 
 async def test_a_rejection_rejects_the_task_with_the_reason(agent, reviewer, key):

@@ -76,6 +76,21 @@ async def test_the_async_form_uses_the_intake_answers_decision(client, reviewer,
     assert approval.decision.approved and reviewer.pulls == []
 
 
+def test_a_client_that_knows_its_registration_names_it_and_refuses_another_tenants_decision(reviewer, key):
+    client = ReviewerClient(
+        reviewer_url=reviewer.url, api_token="t", audience=AUDIENCE, tenant="globex", agent="globex-refunds"
+    )
+    answer_when_submitted(reviewer, key)  # signed for tenant acme (testing.decision_claims)
+
+    with pytest.raises(NotApproved) as refusal:
+        client.request_approval(ACTION, summary="Refund", principal=PRINCIPAL, **DEADLINE)
+
+    assert refusal.value.code == "wrong_tenant"
+    (submitted,) = reviewer.proposals
+    assert submitted["body"]["request"]["agent"] == "globex-refunds"
+    assert reviewer.consumes == []
+
+
 def test_a_rejection_raises_with_the_reviewers_reason_and_consumes_nothing(client, reviewer, key):
     answer_when_submitted(reviewer, key, decision="rejected", reason="not a duplicate")
     with pytest.raises(NotApproved) as refusal:

@@ -143,6 +143,43 @@ def test_a_token_from_another_issuer_is_refused(the_gate, key):
     assert refused_code(the_gate, key.sign(claims(iss="https://evil.example"))) == "wrong_issuer"
 
 
+def tenant_gate(key, tenant: str) -> gate.Gate:
+    return gate.Gate(
+        issuer=ISSUER,
+        audience=AUDIENCE,
+        keys=gate.StaticKeySource({"keys": [key.jwk()]}),
+        used_store=gate.MemoryUsedStore(),
+        tenant=tenant,
+    )
+
+
+def test_a_gate_given_its_tenant_refuses_a_decision_for_another_tenant_under_its_own_audience(key):
+    # Reviewer signed it for this audience, under tenant acme's policy; the agent is globex's.
+    token = key.sign(claims(tenant="acme"))
+
+    assert refused_code(tenant_gate(key, "globex"), token) == "wrong_tenant"
+    assert refused_code(tenant_gate(key, "globex"), key.sign(claims(tenant=None))) == "wrong_tenant"
+    assert verify(tenant_gate(key, "acme"), token).tenant == "acme"
+
+
+def test_a_decision_refused_for_its_tenant_is_not_used_up(key, used_store):
+    token = key.sign(claims(tenant="acme"))
+    globex = tenant_gate(key, "globex")
+    globex.used_store = used_store
+
+    assert refused_code(globex, token) == "wrong_tenant"
+    assert used_store.claim(jwt.decode(token, options={"verify_signature": False})["jti"], 0)
+
+
+def test_a_gate_without_an_issuer_audience_or_with_an_empty_tenant_refuses_to_exist(key):
+    keys = gate.StaticKeySource({"keys": [key.jwk()]})
+    for missing in ({"issuer": None}, {"issuer": ""}, {"audience": None}, {"tenant": ""}):
+        settings = {"issuer": ISSUER, "audience": AUDIENCE, **missing}
+        with pytest.raises(gate.GateError) as refused:
+            gate.Gate(**settings, keys=keys, used_store=gate.MemoryUsedStore())
+        assert refused.value.code == "not_configured", missing
+
+
 def test_an_expired_token_is_refused(the_gate, key):
     assert refused_code(the_gate, key.sign(claims(now=int(time.time()) - 700, lifetime=600))) == "expired"
 

@@ -230,7 +230,10 @@ class A2AApprovals:
         return await self._receive(context, updater, answer_question, still_wanted, can_perform)
 
     async def park(self, updater: TaskUpdater, request: dict, headline: str = "Approval required") -> None:
-        """Persist the request, then park the task on it, then tell Reviewer (in that order)."""
+        """Persist the request, then park the task on it, then tell Reviewer (in that order). The request
+        names the client's registration (`agent`): Reviewer adopts a parked task it finds by ListTasks
+        only into the registration it names."""
+        request = self.client.stamped(request)
         await asyncio.to_thread(self.store.save_request, updater.task_id, updater.context_id, request)
         await updater.requires_auth(
             text_message(updater, f"{headline}: {request['summary']}", approval_request_metadata(request))

@@ -12,7 +12,7 @@ It does what DESIGN.md "A2A contract" asks of an agent, over Reviewer's REST API
 4. consume it right before the side effect (approved decisions only);
 5. report the outcome afterwards.
 
-    client = ReviewerClient(reviewer_url=..., api_token=..., audience=...)
+    client = ReviewerClient(reviewer_url=..., api_token=..., audience=..., tenant="acme", agent="refunds")
     approval = client.request_approval(action, summary="Refund EUR 40.00", principal={"id": "u-7"})
     result = do_it(approval.action, idempotency_key=approval.idempotency_key)   # act once
     approval.report("succeeded", transaction_id=result.id)
@@ -21,6 +21,10 @@ It does what DESIGN.md "A2A contract" asks of an agent, over Reviewer's REST API
 `NotApproved` (rejected, needs_info, expired, cancelled, revoked, ... and every GateError), and the
 agent must not act. Every call blocks: from asyncio use `asyncio.to_thread`, or the async
 `arequest_approval`, which waits without holding a thread between polls.
+
+`tenant` (the agent's tenant slug in Reviewer) makes the gate refuse a decision signed for another
+tenant (`wrong_tenant`); `agent` (the slug of its registration) is stated in every request it sends
+(`request.agent`), so that Reviewer adopts a parked A2A task only into that registration.
 """
 
 from __future__ import annotations
@@ -218,8 +222,11 @@ class ReviewerClient:
         retries: int = 4,
         backoff_seconds: float = 0.5,
         poll_seconds: int = 30,
+        tenant: str | None = None,
+        agent: str | None = None,
     ):
         self.reviewer_url = reviewer_url.rstrip("/")
+        self.agent = agent  # the registration's slug, stated in each request (see `stamped`)
         self.api_token = api_token
         self.http_timeout = http_timeout
         self.retries = retries
@@ -234,6 +241,7 @@ class ReviewerClient:
             used_store=used_store or MemoryUsedStore(),
             reviewer_url=self.reviewer_url,
             api_token=api_token,
+            tenant=tenant,
         )
 
     # --- HTTP with retries -----------------------------------------------------------------------
@@ -295,8 +303,15 @@ class ReviewerClient:
 
     # --- the steps -------------------------------------------------------------------------------
 
+    def stamped(self, request: dict) -> dict:
+        """The request naming this agent's registration (`agent`), when the client was given one."""
+        if not self.agent or request.get("agent"):
+            return request
+        return {**request, "agent": self.agent}
+
     def submit(self, request: dict, *, task_id: str | None = None, context_id: str = "") -> Submission:
         """Announce the request. `task_id` names the unit of work the decision is bound to (`sub`)."""
+        request = self.stamped(request)
         task_id = task_id or f"task-{uuid.uuid4()}"
         body = {"task_id": task_id, "context_id": context_id, "request": request}
         response = self._call("POST", "/api/v1/proposals", json=body)

@@ -34,6 +34,8 @@ burned:
   unknown kid, then refuses);
 - the Ed25519 signature;
 - `iss`, `aud`, and the time claims `exp`, `nbf`, `iat` with `leeway_seconds` of clock skew;
+- `tenant`, when the gate is given the agent's own tenant (`Gate(..., tenant="acme")`): a decision
+  signed under another tenant's policy is refused (`wrong_tenant`), even for this audience;
 - `policy`: an object `{id, version}` (a string and an integer; the tenant default is
   `{"id": "tenant-default", "version": 1}`), and `policies`, when present, a list of such objects that
   includes it; a token without a policy object is malformed;
@@ -59,7 +61,7 @@ Public API:
     MemoryUsedStore()                              one process only
     SQLiteUsedStore(path)                          shared by processes and threads on one file
     Gate(*, issuer, audience, keys, used_store, reviewer_url=None, api_token=None,
-         leeway_seconds=30, http_timeout=5)
+         leeway_seconds=30, http_timeout=5, tenant=None)
         .verify(token, *, task_id, request_id, action_digest, context_id=None, expires_at=None)
                                                    -> VerifiedDecision; expires_at: the request's own
                                                    deadline (datetime, RFC 3339 string or epoch seconds)
@@ -71,7 +73,7 @@ Public API:
     approval_request_metadata(request) -> dict
 
 GateError codes: malformed, bad_algorithm, bad_type, unknown_kid, keys_unavailable, bad_signature,
-expired, not_yet_valid, wrong_issuer, wrong_audience, missing_claim, bad_claim, wrong_task,
+expired, not_yet_valid, wrong_issuer, wrong_audience, wrong_tenant, missing_claim, bad_claim, wrong_task,
 wrong_context, wrong_request, wrong_digest, bad_decision, bad_policy, request_expired, replayed,
 not_configured, consume_refused:<code> (Reviewer's 409 error code, or http_<status> for another refusal),
 reviewer_unreachable.
@@ -376,9 +378,18 @@ class Gate:
         api_token: str | None = None,
         leeway_seconds: float = 30,
         http_timeout: float = 5,
+        tenant: str | None = None,
     ):
+        # PyJWT skips the iss (and aud) check when given None: a gate without them would accept
+        # another issuer's tokens, so it refuses to exist instead.
+        for name, value in (("issuer", issuer), ("audience", audience)):
+            if not isinstance(value, str) or not value:
+                raise GateError("not_configured", f"the gate needs its {name} (a non-empty string)")
+        if tenant is not None and (not isinstance(tenant, str) or not tenant):
+            raise GateError("not_configured", "tenant, when given, is the agent's tenant slug")
         self.issuer = issuer
         self.audience = audience
+        self.tenant = tenant  # the agent's own tenant: decisions naming another one are refused
         self.keys = keys
         self.used_store = used_store
         self.reviewer_url = reviewer_url.rstrip("/") if reviewer_url else None
@@ -410,6 +421,7 @@ class Gate:
         `expires_at` is the deadline the agent put in its own request, if it put one."""
         key = self._key_from_header(token)
         claims = self._signed_claims(token, key)
+        self._check_tenant(claims)
         _check_policy(claims)
         if expires_at is not None and claims.get("decision") == "approved":
             # Only a release is bound by it: a rejection or a question after the deadline still informs.
@@ -454,6 +466,13 @@ class Gate:
             )
         except jwt.InvalidTokenError as error:
             raise _gate_error_from_jwt(error) from error
+
+    def _check_tenant(self, claims: dict) -> None:
+        if self.tenant is not None and claims.get("tenant") != self.tenant:
+            raise GateError(
+                "wrong_tenant",
+                f"decision was made for tenant {claims.get('tenant')!r}, not this agent's {self.tenant!r}",
+            )
 
     @staticmethod
     def _check_binding(

@@ -2,7 +2,8 @@
 (extra `mcp`; the official `mcp` SDK).
 
     python -m reviewer_gate.mcp_gateway --reviewer-url https://reviewer.example.com \\
-        --audience urn:agent:mcp-gateway [--gate 'payments.*'] [--open 'read_*'] \\
+        --audience urn:agent:mcp-gateway [--tenant acme] [--agent-slug mcp-gateway] \\
+        [--gate 'payments.*'] [--open 'read_*'] \\
         [--listen stdio | --listen http://127.0.0.1:8765/mcp] \\
         (--upstream-url http://127.0.0.1:9000/mcp | -- python -m my_tools_server)
     # the API token comes from REVIEWER_API_TOKEN
@@ -183,6 +184,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reviewer-url", required=True)
     parser.add_argument("--audience", required=True, help="this gateway's audience registered in Reviewer")
     parser.add_argument("--issuer", help="Reviewer's iss (default: --reviewer-url)")
+    parser.add_argument(
+        "--tenant", help="the gateway's tenant slug: decisions for another tenant are refused"
+    )
+    parser.add_argument("--agent-slug", help="the gateway's agent slug in Reviewer, named in its requests")
     parser.add_argument("--gate", action="append", default=[], help="tool name pattern that is always gated")
     parser.add_argument("--open", action="append", default=[], help="tool name pattern that is never gated")
     parser.add_argument("--no-risk-hint", action="store_true", help="gate only the --gate patterns")
@@ -210,6 +215,8 @@ def main(argv: list[str] | None = None) -> None:
         api_token=api_token,
         audience=args.audience,
         issuer=args.issuer,
+        tenant=args.tenant,
+        agent=args.agent_slug,
         used_store=SQLiteUsedStore(args.used_store) if args.used_store else None,
     )
     gateway = MCPGateway(
