@@ -18,8 +18,9 @@ from ninja.parser import Parser
 from ninja.security import HttpBearer
 
 from approvals import a2a, services
-from approvals.models import Agent, Proposal, hash_token
+from approvals.models import Agent, Decision, Proposal, hash_token
 from approvals.schemas import ConsumeBody, OutcomeBody, ProposalSubmission, first_problem
+from approvals.states import State
 from approvals.wire import HostileInput, body_too_large, error_body, load_json, too_large_message
 
 
@@ -82,6 +83,9 @@ class ProposalReceipt(Schema):
     proposal_id: str
     state: str
     status_url: str
+    # The signed decision when there is one: at intake, when policy allowed or denied the request (so an
+    # allowed call is submit, verify, consume: no pull); null while people decide.
+    token: str | None = None
 
 
 class DecisionStatus(Schema):
@@ -170,12 +174,26 @@ def not_found(request, exc):
 # Endpoints
 
 
-def receipt(proposal: Proposal) -> dict:
+def receipt(proposal: Proposal, token: str | None = None) -> dict:
     return {
         "proposal_id": str(proposal.id),
         "state": proposal.state,
         "status_url": f"{settings.REVIEWER_ISSUER}/api/v1/proposals/{proposal.id}",
+        "token": token,
     }
+
+
+DECIDED_AT_INTAKE = frozenset({State.ALLOWED, State.DENIED})
+
+
+def intake_token(proposal: Proposal, created: bool) -> str | None:
+    """The decision's token for the intake answer. A proposal just created and decided by policy holds
+    the decision it was stored with (no read); one waiting for people has none (no read either); a
+    replay reads the decision made since, if any."""
+    if created:
+        # Intake stored the decision with the proposal (services.intake), so it is already at hand.
+        return proposal.decision.token if proposal.state in DECIDED_AT_INTAKE else None
+    return Decision.objects.filter(proposal=proposal).values_list("token", flat=True).first()
 
 
 def _uuid_or_404(value: str) -> uuid.UUID:
@@ -193,7 +211,7 @@ def _uuid_or_404(value: str) -> uuid.UUID:
 )
 def submit_proposal(request, submission: ProposalSubmission):
     proposal, created = a2a.submit(request.auth, submission, via="api")
-    return Status(201 if created else 200, receipt(proposal))
+    return Status(201 if created else 200, receipt(proposal, intake_token(proposal, created)))
 
 
 @api.get(
@@ -211,7 +229,7 @@ def proposal_status(request, proposal_id: str):
         raise Http404
     decision = getattr(proposal, "decision", None)
     return {
-        **receipt(proposal),
+        **receipt(proposal, decision.token if decision is not None else None),
         "task_id": proposal.task_id,
         "context_id": proposal.context_id,
         "request_id": proposal.request_id,

@@ -33,7 +33,7 @@ from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from approvals import a2a, delivery, notifications, services, wakeup
-from approvals.models import OutboxMessage, Proposal
+from approvals.models import Agent, OutboxMessage, Proposal
 from approvals.parked_tasks import ParkedTaskLister
 from approvals.states import WAITING_FOR_PEOPLE, State
 from audit.chain import sequence_pending
@@ -173,7 +173,8 @@ class Worker:
     def reconcile(self, report: TickReport, now: datetime | None = None) -> None:
         clock = now or timezone.now()
         overdue = clock - timedelta(seconds=settings.EXECUTING_RECONCILE_SECONDS)
-        proposals = Proposal.objects.select_related("agent")
+        # A pull agent has no task state to ask for (no card URL): its outcome is what it reports.
+        proposals = Proposal.objects.select_related("agent").filter(agent__delivery=Agent.Delivery.A2A)
         executions = list(proposals.filter(state=State.EXECUTING, executing_since__lte=overdue)) + list(
             proposals.filter(state=State.UNKNOWN)
         )

@@ -18,13 +18,16 @@ if settings.SERVE_STATIC:
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from approvals.decision_wait import DecisionWaits  # noqa: E402
 from approvals.origin import SameOriginValidator  # noqa: E402
 from approvals.routing import websocket_urlpatterns  # noqa: E402
 from reviewer.overload import ConcurrencyLimit  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": ConcurrencyLimit(django_asgi_app),  # 503 + Retry-After past MAX_CONCURRENT_REQUESTS
+        # Decision waits are answered on the event loop, outside the limit (they hold no slot); every
+        # other request gets 503 + Retry-After past MAX_CONCURRENT_REQUESTS.
+        "http": DecisionWaits(ConcurrencyLimit(django_asgi_app)),
         # Scheme, host and port of the Origin are checked (approvals/origin.py), not the host alone.
         "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
