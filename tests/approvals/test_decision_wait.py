@@ -174,7 +174,7 @@ async def test_past_the_agents_cap_a_wait_is_refused_with_429_and_other_agents_s
     assert status == 429 and headers[b"retry-after"] == b"5"
     assert body["error"]["code"] == "too_many_waits" and body["error"]["field"] == "wait"
     other = await database_sync_to_async(factories.make_agent)(
-        tenant, "other", push_token="p2", api_token="other-secret", card_url="http://127.0.0.1:9/other.json"
+        tenant, "other", push_token="p2", api_token="other-secret", card_url=""
     )
     others = await submitted(other)
     other_wait = asyncio.ensure_future(answer_of(pull(waits, others.id, wait=30, token="other-secret")))
@@ -205,7 +205,7 @@ async def test_a_wait_out_of_bounds_is_a_400_naming_it(waits, agent, refund_poli
 async def test_only_the_proposals_own_agent_reads_it(waits, agent, tenant, refund_policy, requester):
     proposal = await submitted(agent)
     await database_sync_to_async(factories.make_agent)(
-        tenant, "other", push_token="p2", api_token="other-secret", card_url="http://127.0.0.1:9/other.json"
+        tenant, "other", push_token="p2", api_token="other-secret", card_url=""
     )
     answers = [
         await answer_of(pull(waits, proposal.id, wait=30, token="other-secret")),

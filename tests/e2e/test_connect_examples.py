@@ -37,7 +37,7 @@ def reviewer_user(reviewer_stack):
         tenant=tenant,
         slug="connect-demo",
         name="Connect demo",
-        card_url="http://127.0.0.1:9/.well-known/agent-card.json",  # pull-only: no A2A server
+        card_url="",  # a pull agent: no A2A server, Reviewer never calls it
         audience=AUDIENCE,
         push_token="unused",
         api_token=API_TOKEN,
