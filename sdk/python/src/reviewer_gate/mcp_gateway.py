@@ -99,6 +99,17 @@ def _label_of(upstream: Any) -> str:
     return getattr(upstream, "name", None) or type(upstream).__name__  # an in-process server (tests)
 
 
+_PAST = {"decline": "declined", "cancel": "cancelled", None: "not shown"}  # the client's answer, said
+
+
+def _refused(refusal: NotApproved, path: str) -> types.CallToolResult:
+    if refusal.code == "rejected":
+        return _error(
+            f"Rejected by the reviewer: {refusal.reason or 'no reason given'}. Nothing was run.", path
+        )
+    return _error(f"Not approved ({refusal.code}): {refusal.reason}. Nothing was run.", path)
+
+
 class MCPGateway:
     """The gateway for one upstream MCP server: a URL (streamable HTTP), a stdio command, or anything
     else `mcp.Client` connects to (an in-process server in tests).
@@ -301,17 +312,6 @@ class MCPGateway:
             return _error(f"The approved call's outcome is unknown ({error}). It was not retried.", path)
         await approval.areport("failed" if result.is_error else "succeeded")
         return result.model_copy(update={"meta": {**(result.meta or {}), APPROVAL_PATH_META: path}})
-
-
-_PAST = {"decline": "declined", "cancel": "cancelled", None: "not shown"}  # the client's answer, said
-
-
-def _refused(refusal: NotApproved, path: str) -> types.CallToolResult:
-    if refusal.code == "rejected":
-        return _error(
-            f"Rejected by the reviewer: {refusal.reason or 'no reason given'}. Nothing was run.", path
-        )
-    return _error(f"Not approved ({refusal.code}): {refusal.reason}. Nothing was run.", path)
 
     # --- serving ------------------------------------------------------------------------------
 
