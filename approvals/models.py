@@ -1,7 +1,7 @@
 """The approval domain. Rows here are written only by approvals/services.py.
 
 Tenant (tenants/models.py, with TenantMembership, ApproverGroup and GroupMembership; re-exported here)
-        ├─ Agent (registered A2A agent; tokens stored hashed)
+        ├─ Agent (an A2A server, or a pull agent without a card URL; tokens stored hashed)
         ├─ Policy ── PolicyVersion (immutable; active after a second admin approves)
         └─ Proposal ─┬─ Vote
                      ├─ Decision (the signed token; one per proposal)
