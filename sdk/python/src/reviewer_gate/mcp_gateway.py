@@ -114,9 +114,10 @@ class MCPGateway:
     """The gateway for one upstream MCP server: a URL (streamable HTTP), a stdio command, or anything
     else `mcp.Client` connects to (an in-process server in tests).
 
-    `upstream_name` is how reviewers read the server ("files", "payments"): give it; the default is
-    the URL or command line. `descriptions` maps an upstream tool's name to its ToolDescription
-    (reviewer_gate/describe.py); a tool without one is described from its own description and schema.
+    `upstream_name` is how reviewers read the server ("files", "payments"): give it; the default is the
+    name the upstream gives itself (its serverInfo), else its URL or command line. `descriptions` maps an
+    upstream tool's name to its ToolDescription (reviewer_gate/describe.py); a tool without one is
+    described from its own description and schema.
     """
 
     def __init__(
@@ -136,6 +137,7 @@ class MCPGateway:
         self.reviewer = reviewer
         self.rules = rules or GatingRules()
         self.upstream_name = (upstream_name or upstream_label or _label_of(upstream))[:200]
+        self._name_given = bool(upstream_name or upstream_label)
         self.descriptions = {tool: d.checked(tool) for tool, d in (descriptions or {}).items()}
         self.ttl_seconds = ttl_seconds
         self.decision_timeout = decision_timeout
@@ -153,6 +155,10 @@ class MCPGateway:
     async def _connected(self, _server: Server) -> AsyncIterator[dict[str, Any]]:
         """One upstream client session for the life of the gateway."""
         async with Client(self.upstream) as upstream:
+            info = upstream.server_info
+            if not self._name_given and info is not None and info.name:
+                # Not named by the operator: the upstream's own name reads better than a command line.
+                self.upstream_name = info.name[:200]
             yield {"upstream": upstream}
 
     async def _list_tools(self, ctx, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
