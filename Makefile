@@ -11,7 +11,7 @@ SDK_BUILD := build/sdk
 # The extras whose adapters sdk/python/tests exercise.
 SDK_EXTRAS := test,a2a,mcp,langgraph,openai-agents
 
-.PHONY: demo test lint venv clean sdk-test bench load
+.PHONY: demo test check pytest lint venv clean sdk-test bench load
 
 $(STAMP): pyproject.toml $(SDK)/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is required")'
@@ -30,13 +30,26 @@ AGENT_PORT ?= 8001
 demo: $(STAMP)
 	$(PY) manage.py run_demo --port $(PORT) --agent-port $(AGENT_PORT)
 
-# pytest exits 5 when it collected no test: make fails then, as for any failure.
-test: $(STAMP)
+# `make test` = the checks that need no database (once) + the suites (`make pytest`). CI (.ci/run) runs
+# `make test` on PostgreSQL and then only `make pytest` on SQLite. pytest exits 5 when it collected no
+# test: make fails then, as for any failure.
+test: check pytest
+
+check: $(STAMP)
 	$(PY) manage.py makemigrations --check --dry-run
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(VENV)/bin/lint-imports  # the layer contracts of pyproject.toml [tool.importlinter]
-	$(PY) -m pytest $(PYTEST_ARGS)
+	cd $(SDK) && ../../$(PY) -m mypy  # strict, sdk/python/pyproject.toml [tool.mypy]
 	$(MAKE) sdk-test
+
+# PYTEST_ARGS="-m 'not browser'" and the like select tests. pytest-xdist runs the suite on
+# PYTEST_WORKERS processes (each with its own test database and channel-layer prefix), a test module
+# per process at a time (--dist loadfile: a module's shared servers start once); PYTEST_WORKERS=0 runs
+# it in this process alone.
+PYTEST_WORKERS ?= 2
+pytest: $(STAMP)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The reviewer-gate wheel as users get it: built, installed into a fresh virtualenv (pip's cache makes
 # the dependencies quick), and its own tests run there from outside the source tree, so a module or

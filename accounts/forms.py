@@ -2,11 +2,13 @@
 authenticator. The one-time code widget and its normalization are shared with the decision form's step-up."""
 
 from django import forms
+from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import AuthenticationForm
 from django_otp import devices_for_user
 
 from accounts import passkeys
 from accounts.codes import verify_sign_in_code
+from sso.required import password_refusal
 
 ONE_TIME_CODE = {
     "autocomplete": "one-time-code",
@@ -81,6 +83,16 @@ class LoginForm(AuthenticationForm):
         return cleaned
 
     code_refused = False  # the password was right and the code was not
+
+    def get_invalid_login_error(self):
+        """A right password of someone whose tenant requires single sign-on (the password backend refused
+        it) is told where to sign in instead; every other refusal reads alike."""
+        user = get_user_model().objects.filter(username=self.cleaned_data.get("username")).first()
+        if user is not None and user.check_password(self.cleaned_data.get("password") or ""):
+            message = password_refusal(user)
+            if message:
+                return forms.ValidationError(message, code="sso_required")
+        return super().get_invalid_login_error()
 
 
 class EnrollForm(forms.Form):

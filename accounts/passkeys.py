@@ -269,7 +269,7 @@ def verify_vote(user, answer, proposal_id, digest: str) -> WebAuthnCredential | 
 
 def register(user, answer, name: str) -> WebAuthnCredential:
     """Check a registration answer against this person's open registration challenge and store the
-    passkey, named. Runs inside the caller's transaction (services.register_passkey, which audits it)."""
+    passkey, named. Runs inside the caller's transaction (devices.register_passkey, which audits it)."""
     parsed = _parse(answer)
     challenge = _take(parsed, Purpose.REGISTER, user=user) if parsed is not None else None
     if challenge is None:

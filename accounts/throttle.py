@@ -14,7 +14,7 @@ from django.conf import settings
 from django.contrib.auth.signals import user_login_failed
 from django.utils import timezone
 
-from approvals import services
+from accounts.devices import record_sign_in_throttled
 
 
 def client_address(request) -> str | None:
@@ -37,18 +37,10 @@ def cool_off() -> timedelta:
 def record_lockout(sender, request, username, ip_address, **kwargs) -> None:
     """axes' user_locked_out, sent on the attempt that reaches the limit and on every refused attempt
     after it: recorded once per account and address per cool-down."""
-    services.record_sign_in_throttled(
+    record_sign_in_throttled(
         username=(username or "")[:150],
         address=ip_address or "",
         since=timezone.now() - cool_off(),
         failure_limit=settings.AXES_FAILURE_LIMIT,
         cool_off_seconds=settings.SIGN_IN_COOL_OFF_SECONDS,
     )
-
-
-def refused_page(request, credentials, *args, **kwargs):
-    """AXES_LOCKOUT_CALLABLE: while throttled, the answer is the sign-in page with the one message every
-    wrong attempt gets, with the same status (the password is not even checked)."""
-    from accounts.views import render_sign_in_refused
-
-    return render_sign_in_refused(request)

@@ -6,7 +6,7 @@ The URLs are unchanged: /accounts/login/ (named "login", reviewer/urls.py) and /
 refused code, a confirmed device) goes through approvals' services like every other state change.
 """
 
-from django.contrib import messages
+from django.contrib import admin, messages
 from django.contrib.auth import login as auth_login
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login
@@ -22,11 +22,19 @@ from django_otp.plugins.otp_static.models import StaticToken
 from django_otp.plugins.otp_totp.models import TOTPDevice
 from django_otp_webauthn.models import WebAuthnCredential
 
-from accounts import passkeys, throttle
-from accounts.decorators import verified_required
+from accounts import passkeys, stepup, throttle
+from accounts.devices import (
+    confirm_totp_enrollment,
+    record_sign_in_code_refused,
+    register_passkey,
+    remove_passkey,
+    rename_passkey,
+    start_totp_enrollment,
+)
 from accounts.forms import EnrollForm, LoginForm, PasskeyNameForm
 from accounts.qr import qr_svg
-from approvals import services, stepup
+from lib.decorators import verified_required
+from lib.errors import NotFound, ServiceError
 
 
 def _next_url(request) -> str:
@@ -52,15 +60,22 @@ def login_view(request):
     if form.code_refused:
         # The password was right, the code was not: counted by axes like a wrong password, and recorded.
         throttle.count_code_failure(request, form.user_cache.get_username())
-        services.record_sign_in_code_refused(form.user_cache)
+        record_sign_in_code_refused(form.user_cache)
     return _sign_in_page(request, form, status=400 if form.is_bound else 200)
 
 
 def admin_sign_in(request):
     """/admin/login/ is not a second sign-in form (django-otp's admin form answers a wrong code differently
-    from a wrong password): it sends people to this one, which is throttled and answers alike."""
+    from a wrong password): it sends people to this one, which is throttled and answers alike. Someone
+    already signed in with their code is never sent to a sign-in form: into the admin if it lets them
+    in, else a page that says why not (the admin sends there whoever it refuses)."""
     target = request.GET.get("next") or reverse("admin:index")
-    return redirect_to_login(target if target.startswith("/admin/") else reverse("admin:index"))
+    target = target if target.startswith("/admin/") else reverse("admin:index")
+    if request.user.is_authenticated and request.user.is_verified():
+        if admin.site.has_permission(request):
+            return redirect(target)
+        return render(request, "accounts/no_admin_access.html", {"target": target}, status=403)
+    return redirect_to_login(target)
 
 
 def render_sign_in_refused(request):
@@ -86,15 +101,15 @@ def enroll(request):
         if not user.is_verified():
             return redirect_to_login(reverse("approvals:queue"))
         return render(request, "approvals/enroll.html", {"already_enrolled": True})
-    device = services.start_totp_enrollment(user)
+    device = start_totp_enrollment(user)
     form = EnrollForm(request.POST if request.method == "POST" else None)
     status = 200
     if form.is_bound:
         status = 400
         if form.is_valid():
             try:
-                device, codes = services.confirm_totp_enrollment(user, code=form.cleaned_data["otp_token"])
-            except services.ServiceError as error:
+                device, codes = confirm_totp_enrollment(user, code=form.cleaned_data["otp_token"])
+            except ServiceError as error:
                 form.add_error("otp_token", error.message)
                 status = error.http_status
             else:
@@ -161,10 +176,10 @@ def passkey_register(request):
     form = PasskeyNameForm(request.POST)
     if form.is_valid():
         try:
-            services.register_passkey(
+            register_passkey(
                 request.user, answer=form.cleaned_data["passkey"], name=form.cleaned_data["name"]
             )
-        except services.ServiceError as error:
+        except ServiceError as error:
             form.add_error("name" if error.field == "name" else None, error.message)
         else:
             messages.success(request, f"Your passkey “{form.cleaned_data['name']}” is registered.")
@@ -179,7 +194,7 @@ def passkey_rename(request, passkey_id):
     return _change_passkey(
         request,
         passkey_id,
-        lambda: services.rename_passkey(request.user, passkey_id, name=request.POST.get("name", "")),
+        lambda: rename_passkey(request.user, passkey_id, name=request.POST.get("name", "")),
         "The passkey is renamed.",
     )
 
@@ -191,7 +206,7 @@ def passkey_remove(request, passkey_id):
     return _change_passkey(
         request,
         passkey_id,
-        lambda: services.remove_passkey(request.user, passkey_id),
+        lambda: remove_passkey(request.user, passkey_id),
         "The passkey is removed; it no longer signs in or confirms votes.",
     )
 
@@ -201,9 +216,9 @@ def _change_passkey(request, passkey_id, change, done: str):
     beside that passkey on the devices page."""
     try:
         change()
-    except services.NotFound:
+    except NotFound:
         raise Http404("no such passkey") from None
-    except services.ServiceError as error:
+    except ServiceError as error:
         return _devices_page(
             request, PasskeyNameForm(), status=400, rename_errors={passkey_id: error.message}
         )
@@ -216,3 +231,11 @@ def _change_passkey(request, passkey_id, change, done: str):
 def passkey_sign_in_options(request):
     """Options for the sign-in form's "Use a passkey": any passkey of this site (nothing about accounts)."""
     return JsonResponse(passkeys.sign_in_options())
+
+
+def refused_page(request, credentials, *args, **kwargs):
+    """AXES_LOCKOUT_CALLABLE: while throttled, the answer is the sign-in page with the one message every
+    wrong attempt gets, with the same status (the password is not even checked)."""
+    from accounts.views import render_sign_in_refused
+
+    return render_sign_in_refused(request)

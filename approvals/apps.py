@@ -13,8 +13,8 @@ class ApprovalsConfig(AppConfig):
 
         provide_proposal_records(proposal_record)
 
-        # A committed decision is sent by the process that committed it (approvals/delivery.py).
+        # A committed decision is sent by the process that committed it (approvals/worker/delivery.py).
         from approvals import wakeup
-        from approvals.delivery import send_after_commit
+        from approvals.worker.delivery import send_after_commit
 
         wakeup.register_direct_sender(send_after_commit)

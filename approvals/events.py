@@ -42,6 +42,6 @@ def proposal_changed(proposal) -> None:
 
 def changed_message(proposal_id) -> dict:
     """The hint that a proposal changed: its id, and an id of this event so that the sockets of one process
-    share one update of the page for it (approvals/fanout.py). Nothing else: every socket reads what its
+    share one update of the page for it (approvals/live/fanout.py). Nothing else: every socket reads what its
     person may see."""
     return {"type": "proposal.changed", "proposal_id": str(proposal_id), "event": uuid.uuid4().hex}

@@ -1,6 +1,6 @@
-"""The approval domain. Rows here are written only by approvals/services.py.
+"""The approval domain. Rows here are written only by approvals/services/.
 
-Tenant (tenants/models.py, with TenantMembership, ApproverGroup and GroupMembership; re-exported here)
+Tenant (tenants/models.py, with TenantMembership, ApproverGroup and GroupMembership)
         ├─ Agent (an A2A server, or a pull agent without a card URL; tokens stored hashed)
         ├─ Policy ── PolicyVersion (immutable; active after a second admin approves)
         └─ Proposal ─┬─ Vote
@@ -9,8 +9,6 @@ Tenant (tenants/models.py, with TenantMembership, ApproverGroup and GroupMembers
 Halt: a kill switch for everything, a tenant, or an agent.
 """
 
-import hashlib
-import secrets
 import uuid
 
 from django.conf import settings
@@ -18,23 +16,8 @@ from django.db import models
 from django.db.models import Q
 
 from approvals.states import State
-from reviewer.agent_text import visible
-
-# These models moved to tenants/ (issue 11) and are re-exported: callers may import them from either.
-from tenants.models import ApproverGroup, GroupMembership, Tenant, TenantMembership  # noqa: F401
-
-
-def hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def new_token() -> str:
-    """A secret for an agent (push or API token). Never starting with "-": printed by register_agent, it
-    is pasted into command lines, where a leading "-" reads as an option."""
-    while True:
-        token = secrets.token_urlsafe(32)
-        if not token.startswith("-"):
-            return token
+from lib.agent_text import visible
+from tenants.models import ApproverGroup, Tenant
 
 
 class Agent(models.Model):
@@ -164,7 +147,21 @@ class PolicyVersion(models.Model):
         help_text="the admins' classification of the tools this version's patterns match (the strictest of "
         "this and the agent's statement counts; unclassified counts as R2)",
     )
-    # Budgeted break-glass (approvals/break_glass.py): {} for none, else {"people": [usernames],
+    # The admins' classification of a target (approvals/policy/history.py): the argument that names what
+    # the matched tools act on, and tools that act alike (a refund and a credit of one order share its
+    # history and its duplicate warning).
+    target_argument = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="the argument that names what the matched tools act on (e.g. order_id); empty: the "
+        "action's target, else the first key argument",
+    )
+    equivalent_tools = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='tools that act alike and share one history, e.g. ["payments.refund", "payments.credit"]',
+    )
+    # Budgeted break-glass (approvals/policy/break_glass.py): {} for none, else {"people": [usernames],
     # "per_week": N, "amount_cap": "500.00", "currency": "EUR", "review_hours": 24}.
     break_glass = models.JSONField(
         default=dict,
@@ -247,9 +244,9 @@ class Proposal(models.Model):
     # risk_rank(risk), kept by save() (the queue's order: expires_at, then -risk_rank, then id).
     risk_rank = models.PositiveSmallIntegerField(default=RISK_RANKS[""], editable=False)
     # The tool and the thing it acts on ("payments.refund|order:1182"), for the history of the same target
-    # (approvals/history.py); "" when the action names no target.
+    # (approvals/policy/history.py); "" when the action names no target.
     target_key = models.CharField(max_length=255, blank=True, default="")
-    # R0 read-only .. R3 irreversible (approvals/classification.py), fixed when policy is evaluated.
+    # R0 read-only .. R3 irreversible (approvals/policy/classification.py), fixed when policy is evaluated.
     reversibility = models.CharField(max_length=2, blank=True, default="")
 
     created_at = models.DateTimeField(auto_now_add=True)
@@ -268,7 +265,7 @@ class Proposal(models.Model):
             ),
         ]
         indexes = [
-            # The queue's filter and sort, read in order (approvals/queries.py keyset_page): one tenant
+            # The queue's filter and sort, read in order (approvals/web/queries.py keyset_page): one tenant
             # by (tenant, state, expires_at, -risk_rank, id); several tenants by the waiting rows' own
             # index. Ties in expiry: the riskier first.
             models.Index(
@@ -389,7 +386,7 @@ class OutboxMessage(models.Model):
 
 
 class ReviewNotice(models.Model):
-    """A reviewer to be told by e-mail that a proposal waits for them (approvals/notifications.py).
+    """A reviewer to be told by e-mail that a proposal waits for them (approvals/worker/notifications.py).
 
     Intake writes one row with no user in its own transaction (the proposal to announce); the worker
     fans it out to one row per eligible reviewer, then sends each reviewer one digest of their unsent

@@ -1,11 +1,13 @@
-"""URLs of the approval domain. Pages (views.py), the agent-facing A2A push webhook (a2a_views.py) and
-REST API (api.py), and the public JWKS."""
+"""URLs of the approval domain. Pages (web/views.py), the agent-facing A2A push webhook (agent_api/push.py)
+and REST API (agent_api/api.py, with agent_api/pull.py), and the public JWKS."""
 
 from django.urls import path
 
 from accounts import views as account_views
-from approvals import a2a_views, pull, views  # noqa: F401 (pull registers GET /proposals/{id}/decision)
-from approvals.api import api
+from approvals.agent_api import pull  # noqa: F401 (importing it registers GET /proposals/{id}/decision)
+from approvals.agent_api import push as a2a_views
+from approvals.agent_api.api import api
+from approvals.web import views
 
 app_name = "approvals"
 

@@ -14,7 +14,7 @@ net for lost wake-ups, retries whose backoff ends, and expiry).
   not exist the worker only polls.
 
 Waking is only a hint. Which worker delivers a message is still decided by the claim
-(services.claim_due_outbox: SKIP LOCKED and a lease), so several woken workers never deliver one
+(services.outbox.claim_due_outbox: SKIP LOCKED and a lease), so several woken workers never deliver one
 message twice.
 """
 
@@ -30,7 +30,7 @@ from django.conf import settings
 from django.db import connection as django_connection
 from django.db import transaction
 
-from reviewer.commit_hooks import on_commit_first
+from lib.commit_hooks import on_commit_first
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def register_direct_sender(sender) -> None:
 
 def continuation_queued(outbox_message_id: int) -> None:
     """A decision's continuation was queued in the current transaction: once it commits, send it from
-    this process (approvals/delivery.py), or, where that is off, wake the workers as for any message.
+    this process (approvals/worker/delivery.py), or, where that is off, wake the workers as for any message.
     Sent directly, the workers are not woken for it: they are its retry path (a failed send is marked
     for retry; a process that dies between commit and send leaves the row due for the next tick)."""
     sender = _direct_sender

@@ -11,9 +11,7 @@ import math
 
 from django.conf import settings
 
-
-def error_body(code: str, message: str, field: str | None = None) -> dict:
-    return {"error": {"code": code, "message": message, "field": field}}
+from lib.errors import error_body
 
 
 def intake_limit() -> int:

@@ -12,7 +12,7 @@ tick (`sequence_pending()`), for an event whose process died between its commit 
 
 import logging
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -22,14 +22,13 @@ from django.utils import timezone
 from audit import checkpoint_files
 from audit.hashing import GENESIS_HASH, checkpoint_payload, hash_body
 from audit.models import AuditEvent, AuditPending, AuditSeal, ChainHead, Checkpoint, PublicKey
-from reviewer.commit_hooks import on_commit_once
+from audit.shapes import format_time, parse_time
+from lib.commit_hooks import on_commit_once
 
 log = logging.getLogger(__name__)
 
 # Events chained per sequencer transaction: the head lock is held for one batch at a time.
 SEQUENCE_BATCH = 500
-
-SYSTEM_CHAIN = "system"
 
 # Keys that would mean a secret is about to be written into the permanent record. Event data is kept
 # for years and exported to third parties, so a caller that passes one of these fails loudly instead.
@@ -51,36 +50,6 @@ FORBIDDEN_DATA_KEYS = frozenset(
         "session_key",
     }
 )
-
-
-def chain_for_tenant(tenant_id: int | None) -> str:
-    return f"tenant:{tenant_id}" if tenant_id is not None else SYSTEM_CHAIN
-
-
-def tenant_of_chain(chain: str) -> int | None:
-    return int(chain.split(":", 1)[1]) if chain.startswith("tenant:") else None
-
-
-def format_time(at: datetime) -> str:
-    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_time(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-def event_body(chain, seq, at, actor, verb, subject, data, prev_hash) -> dict:
-    """Exactly what an event's hash covers (audit.hashing.HASHED_FIELDS), with `at` in the hashed form."""
-    return {
-        "chain": chain,
-        "seq": seq,
-        "at": at if isinstance(at, str) else format_time(at),
-        "actor": actor,
-        "verb": str(verb),
-        "subject": subject,
-        "data": data,
-        "prev_hash": prev_hash,
-    }
 
 
 def refuse_secrets(data, path: str = "data") -> None:

@@ -18,12 +18,13 @@ from django.contrib.auth import get_user_model
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
-from audit.chain import format_time, sequence_chain, verification_jwks
+from audit.chain import sequence_chain, verification_jwks
 from audit.hashing import canonical_digest
 from audit.models import AuditEvent, Checkpoint, Verb
 from audit.records import checkpoint_dict, event_dict
-from audit.verify import event_hash
-from reviewer import agent_text
+from audit.shapes import format_time
+from audit.verify.chains import event_hash
+from lib import agent_text
 
 PACKET_FORMAT = "reviewer-evidence/1"
 CHECK_LABELS = {

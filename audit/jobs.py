@@ -21,10 +21,12 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from audit.bundles import bundle_segment, write_bundle
 from audit.chain import append, sequence_chain, write_due_checkpoints
-from audit.exports import Selection, bundle_segment, count, write_bundle, write_lines
+from audit.exports import Selection, count, write_lines
 from audit.models import AuditSeal, ChainHead, ExportJob, Verb
 from tenants import queries as tenant_queries
+from tenants.models import Tenant
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +82,11 @@ def export_path(job: ExportJob):
     return Path(settings.AUDIT_EXPORT_DIR) / f"{job.id}.{EXTENSIONS[job.kind]}"
 
 
+def download_name(job: ExportJob, tenant_slug: str) -> str:
+    """The file name a download is saved under, which the bundle's README names too."""
+    return f"audit-{tenant_slug}-{job.created_at:%Y%m%dT%H%M%SZ}.{EXTENSIONS[job.kind]}"
+
+
 def _save(job: ExportJob, **fields) -> None:
     fields["updated_at"] = timezone.now()
     ExportJob.objects.filter(pk=job.pk).update(**fields)
@@ -116,7 +123,9 @@ def _steps(job: ExportJob) -> Iterator[None]:
                     _save(job, done=done)
                     yield
         elif job.kind == ExportJob.Kind.BUNDLE:
-            for done in write_bundle(selection, partial, created_by=created_by):
+            slug = Tenant.objects.values_list("slug", flat=True).get(pk=job.tenant_id)
+            named = download_name(job, slug)
+            for done in write_bundle(selection, partial, created_by=created_by, download_name=named):
                 _save(job, done=done)
                 yield
         else:

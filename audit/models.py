@@ -92,6 +92,12 @@ class Verb(models.TextChoices):
     POST_HOC_REVIEW_ASSIGNED = "post_hoc_review.assigned"
     POST_HOC_REVIEW_DONE = "post_hoc_review.done"
     POST_HOC_REVIEW_OVERDUE = "post_hoc_review.overdue"
+    SSO_SIGNED_IN = "sso.signed_in"
+    SSO_REFUSED = "sso.refused"
+    PERSON_PROVISIONED = "person.provisioned"
+    PERSON_DEPROVISIONED = "person.deprovisioned"
+    IDENTITY_PROVIDER_CHANGED = "identity_provider.changed"
+    SCIM_GROUP_CHANGED = "scim.group_changed"
 
 
 class AuditEventQuerySet(AppendOnlyQuerySet):
@@ -144,7 +150,7 @@ class AuditEvent(AppendOnlyModel):
         return f"{self.chain}#{self.seq} {self.verb} {self.subject}"
 
     def hashed_fields(self) -> dict:
-        from audit.chain import event_body
+        from audit.shapes import event_body
 
         return event_body(
             self.chain, self.seq, self.at, self.actor, self.verb, self.subject, self.data, self.prev_hash

@@ -5,8 +5,8 @@ from collections.abc import Iterator
 
 from django.db.models import QuerySet
 
-from audit.chain import format_time
 from audit.models import AuditEvent, Checkpoint
+from audit.shapes import format_time
 
 PAGE_SIZE = 2000
 EVENT_FIELDS = ("chain", "seq", "at", "actor", "verb", "subject", "data", "prev_hash", "hash")

@@ -13,7 +13,8 @@ from audit.chain import sequence_chain, verification_jwks
 from audit.hashing import checkpoint_payload
 from audit.models import AuditEvent, AuditPending, ChainHead, Checkpoint
 from audit.records import checkpoint_dict, event_pages
-from audit.verify import ChainVerifier, Result, earlier_hashes, public_keys, signature_problem
+from audit.verify.bundle import earlier_hashes
+from audit.verify.chains import ChainVerifier, Result, public_keys, signature_problem
 
 EXTERNAL = "the checkpoint file kept outside the database"
 

@@ -18,7 +18,6 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from accounts.decorators import verified_required
 from audit import evidence, jobs
 from audit.charts import metric_charts
 from audit.exports import Selection, chunks, count
@@ -27,9 +26,15 @@ from audit.metrics import collect, format_duration, rubber_stamp_min_sample
 from audit.models import ChainHead, Checkpoint, ExportJob
 from audit.prometheus import exposition
 from audit.records import event_dict
+from lib.decorators import verified_required
 from tenants import queries as tenant_queries
 
 EVENTS_PER_PAGE = 100
+
+
+def published_jwks_url() -> str:
+    """Where Reviewer publishes its public keys: what a verifier pins."""
+    return f"{settings.REVIEWER_ISSUER}/.well-known/jwks.json"
 
 
 def _tenant(request, slug: str, roles=tenant_queries.AUDIT_ROLES) -> tenant_queries.TenantRef:
@@ -109,6 +114,7 @@ def _home_context(tenant, form) -> dict:
         "nav": "audit",
         "jobs": ExportJob.objects.filter(tenant_id=tenant.id).select_related("requested_by")[:10],
         "stream_max": settings.AUDIT_EXPORT_STREAM_MAX_EVENTS,
+        "jwks_url": published_jwks_url(),
     }
 
 
@@ -156,7 +162,14 @@ def export_job(request, tenant, job_id):
     tenant = _tenant(request, tenant)
     job = get_object_or_404(ExportJob.objects.select_related("requested_by"), pk=job_id, tenant_id=tenant.id)
     template = "audit/export_job.html#progress" if request.htmx else "audit/export_job.html"
-    return render(request, template, {"tenant": tenant, "job": job, "nav": "audit"})
+    context = {
+        "tenant": tenant,
+        "job": job,
+        "nav": "audit",
+        "download_name": jobs.download_name(job, tenant.slug),
+        "jwks_url": published_jwks_url(),
+    }
+    return render(request, template, context)
 
 
 @require_GET
@@ -171,7 +184,7 @@ def export_download(request, tenant, job_id):
         request,
         _file_chunks(path),
         jobs.CONTENT_TYPES[job.kind],
-        f"audit-{tenant.slug}-{job.created_at:%Y%m%dT%H%M%SZ}.{jobs.EXTENSIONS[job.kind]}",
+        jobs.download_name(job, tenant.slug),
         length=path.stat().st_size,
     )
     response["X-Content-SHA256"] = job.sha256

@@ -72,7 +72,7 @@ class DeliveryStack:
     def __init__(self, folder: Path, *, outcome: str):
         from django.conf import settings
 
-        from approvals.worker import POLL_SECONDS
+        from approvals.worker.loop import POLL_SECONDS
         from tests.e2e.conftest import Stack
 
         folder.mkdir(parents=True, exist_ok=True)
@@ -88,7 +88,7 @@ class DeliveryStack:
         from tests import factories
 
         settings.REVIEWER_ISSUER = self.stack.url  # votes cast here sign as the Daphne the agent trusts
-        # Decisions committed here are sent from here (approvals/delivery.py), to the loopback agent.
+        # Decisions committed here are sent from here (approvals/worker/delivery.py), to the loopback agent.
         settings.AGENT_ALLOWED_NETWORKS = ["127.0.0.0/8", "::1/128"]
         self.tenant = factories.make_tenant()
         factories.make_user("requester", tenant=self.tenant, principal_id="requester", groups=["finance"])

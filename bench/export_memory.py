@@ -55,9 +55,11 @@ def _generate(events: int) -> dict:
     from django.db import transaction
 
     call_command("migrate", verbosity=0)
-    from approvals.models import Tenant
-    from audit.chain import GENESIS_HASH, event_body, hash_body, write_checkpoint
+    from audit.chain import write_checkpoint
+    from audit.hashing import GENESIS_HASH, hash_body
     from audit.models import AuditEvent, AuditSeal, ChainHead
+    from audit.shapes import event_body
+    from tenants.models import Tenant
 
     tenant = Tenant.objects.create(slug="bench", name="Bench Corp")
     chain = f"tenant:{tenant.id}"
@@ -226,7 +228,8 @@ def _child(task: str, up_to: int, out: Path, events: int) -> dict:
     _setup_django()
     if task == "generate":
         return _generate(events)
-    from audit.exports import chunks, write_bundle, write_lines
+    from audit.bundles import write_bundle
+    from audit.exports import chunks, write_lines
     from audit.models import AuditEvent
 
     if task == "baseline":

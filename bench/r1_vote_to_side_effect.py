@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from approvals.services.votes import cast_vote
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.delivery_stack import (  # noqa: E402 (after the path)
@@ -37,10 +39,9 @@ def main(iterations: int = 30) -> list[dict]:
 async def _measure(stack: DeliveryStack, iterations: int) -> dict:
     from django.utils import timezone
 
-    from approvals import services
+    from accounts.stepup import SESSION, StepUp
     from approvals.models import Proposal
     from approvals.states import State
-    from approvals.stepup import SESSION, StepUp
 
     client = await agent_client(stack)
     measured, baseline, stages, last_task = [], [], [], ""
@@ -54,7 +55,7 @@ async def _measure(stack: DeliveryStack, iterations: int) -> dict:
             )
             # In a thread, like a request's: the vote's on-commit hooks must not run in this event loop.
             committed = await asyncio.to_thread(
-                _vote, services, proposal, stack.reviewer, StepUp(SESSION, timezone.now())
+                _vote, proposal, stack.reviewer, StepUp(SESSION, timezone.now())
             )
             measured.append(stack.wait_ledger(n + 1) - committed)
             stages.append(delivery_stages(proposal.id, ledger_at=time.time()))
@@ -72,7 +73,7 @@ async def _measure(stack: DeliveryStack, iterations: int) -> dict:
     return result
 
 
-def _vote(services, proposal, reviewer, step_up) -> float:
+def _vote(proposal, reviewer, step_up) -> float:
     """Cast the final vote; returns the perf_counter of its commit. The clock starts at the commit, not
     when cast_vote returns: the vote's own after-commit hooks (audit sequencing, the broadcast, the
     direct send's hand-off) run before it returns, while the continuation may already be on its way.
@@ -82,7 +83,7 @@ def _vote(services, proposal, reviewer, step_up) -> float:
     marks = []
     with transaction.atomic():
         transaction.on_commit(lambda: marks.append(time.perf_counter()))
-        services.cast_vote(
+        cast_vote(
             proposal.id,
             reviewer,
             verdict="approve",

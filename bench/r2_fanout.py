@@ -11,7 +11,7 @@ update (the re-read and re-rendered partials). Baseline, same Redis, same run, i
 fan-out (one event, then one bare send): 50 bare channels joined to a group, one group_send, the time
 until each bare receive() returns. EVENTS × SOCKETS deliveries in all (20 × 50 = 1,000); a socket that
 gets nothing within 10 s counts as lost. The message is events.changed_message (with its event id), so
-the sockets of one Daphne share one update of the page per event (approvals/fanout.py).
+the sockets of one Daphne share one update of the page per event (approvals/live/fanout.py).
 """
 
 import asyncio

@@ -2,7 +2,7 @@
 number of queries), and the watching list the same way (informational: R6w).
 
 On a scratch PostgreSQL database, two tenants: in each, 100 proposals go through intake
-(services.submit_proposal); the large one gets 99,900 bulk-inserted copies
+(services.intake.submit_proposal); the large one gets 99,900 bulk-inserted copies
 (tests.factories.clone_waiting). Each page is fetched by Django's test client as a signed-in,
 verified reviewer, so middleware, session, queries and templates all count; the two tenants' pages
 are fetched in turns, so the machine's other load falls on both alike.
@@ -10,6 +10,7 @@ are fetched in turns, so the machine's other load falls on both alike.
 
 import time
 
+from approvals.web.list_pages import PAGE_SIZE, QUEUE_ORDER
 from bench.common import ms, percentile, scratch_environment, setup_django
 
 SMALL, LARGE = 100, 100_000
@@ -56,7 +57,7 @@ def main() -> list[dict]:
     from django.db import connection
     from django.urls import reverse
 
-    from approvals import pages, queries
+    from approvals.web import queries
     from tests import factories
 
     # Two tenants side by side: one with SMALL waiting proposals, one with LARGE; a reviewer (finance)
@@ -96,8 +97,8 @@ def main() -> list[dict]:
     )
 
     scope = queries.ReviewerScope.of(people[LARGE][0])
-    page_query = queries.with_row_data(queries.eligible_proposals(scope)).order_by(*pages.QUEUE_ORDER)
-    queue_plan = plan(page_query[: pages.PAGE_SIZE + 1])
+    page_query = queries.with_row_data(queries.eligible_proposals(scope)).order_by(*QUEUE_ORDER)
+    queue_plan = plan(page_query[: PAGE_SIZE + 1])
     rows = []
     for id_, what, small, small_queries, large, large_queries in (
         (

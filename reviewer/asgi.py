@@ -11,16 +11,23 @@ django_asgi_app = get_asgi_application()
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from reviewer.static_files import with_static_files  # noqa: E402
+
 if settings.SERVE_STATIC:
-    # Daphne serves css/js itself on the embedded default; behind a proxy, collectstatic and let it serve.
+    # The embedded default: css/js from the app folders as they are, no collectstatic needed.
     django_asgi_app = ASGIStaticFilesHandler(django_asgi_app)
+else:
+    # Production: collectstatic's hashed, compressed files, served by WhiteNoise and cached for good.
+    django_asgi_app = with_static_files(
+        django_asgi_app, root=settings.STATIC_ROOT, prefix="/" + settings.STATIC_URL.strip("/") + "/"
+    )
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
-from approvals.decision_wait import DecisionWaits  # noqa: E402
-from approvals.origin import SameOriginValidator  # noqa: E402
-from approvals.routing import websocket_urlpatterns  # noqa: E402
+from approvals.agent_api.decision_wait import DecisionWaits  # noqa: E402
+from approvals.live.origin import SameOriginValidator  # noqa: E402
+from approvals.live.routing import websocket_urlpatterns  # noqa: E402
 from reviewer.overload import ConcurrencyLimit  # noqa: E402
 
 application = ProtocolTypeRouter(
@@ -28,7 +35,7 @@ application = ProtocolTypeRouter(
         # Decision waits are answered on the event loop, outside the limit (they hold no slot); every
         # other request gets 503 + Retry-After past MAX_CONCURRENT_REQUESTS.
         "http": DecisionWaits(ConcurrencyLimit(django_asgi_app)),
-        # Scheme, host and port of the Origin are checked (approvals/origin.py), not the host alone.
+        # Scheme, host and port of the Origin are checked (approvals/live/origin.py), not the host alone.
         "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

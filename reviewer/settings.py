@@ -121,6 +121,8 @@ INSTALLED_APPS = [
     "accounts",
     "audit",
     "approvals",
+    "sso",
+    "django_scim",
 ]
 
 MIDDLEWARE = [
@@ -142,7 +144,10 @@ MIDDLEWARE = [
 # password is checked), then Django's own backend. accounts/throttle.py says how it is used.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    # The password, refused to members of a tenant that requires single sign-on (sso/backends.py).
+    "sso.backends.PasswordBackend",
+    # The tenant's identity provider (sso/oidc.py).
+    "sso.oidc.ProviderBackend",
 ]
 
 ROOT_URLCONF = "reviewer.urls"
@@ -179,7 +184,7 @@ IS_POSTGRES = DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
 MAX_CONCURRENT_REQUESTS = env_int("MAX_CONCURRENT_REQUESTS", 16)
 # A decision's continuation is sent by the process that committed it, right after the commit, in a
 # background thread (at most OUTBOX_DIRECT_SEND_THREADS at once; beyond that the worker is woken
-# instead); the worker stays the retry path (approvals/delivery.py). Off: the worker sends everything.
+# instead); the worker stays the retry path (approvals/worker/delivery.py). Off: the worker sends everything.
 OUTBOX_DIRECT_SEND = env_bool("OUTBOX_DIRECT_SEND", True)
 OUTBOX_DIRECT_SEND_THREADS = env_int("OUTBOX_DIRECT_SEND_THREADS", 4)
 # Decision waits (GET /api/v1/proposals/<id>/decision?wait=N) are served on the event loop, outside
@@ -211,6 +216,12 @@ if IS_POSTGRES and DB_POOL_MAX_SIZE > 0:
         "max_size": DB_POOL_MAX_SIZE,
         "timeout": env_int("DB_POOL_TIMEOUT", 10),
     }
+    # With a pool, Django's health checks become the pool's check: each connection costs one empty
+    # round trip as it leaves the pool, and a dead one is replaced. After PostgreSQL restarts, every
+    # idle pooled connection is dead; without the check each served one request a 500, an agent's
+    # consume among them (the agent then drops an approved action). tests/faults/test_processes_die.py
+    # restarts PostgreSQL mid-loop.
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 
 REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:
@@ -294,7 +305,7 @@ AXES_COOLOFF_TIME = timedelta(seconds=SIGN_IN_COOL_OFF_SECONDS)
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each on its own: per account and per address
 AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "accounts.throttle.client_address"
-AXES_LOCKOUT_CALLABLE = "accounts.throttle.refused_page"
+AXES_LOCKOUT_CALLABLE = "accounts.views.refused_page"
 AXES_USERNAME_FORM_FIELD = "username"
 AXES_SENSITIVE_PARAMETERS = ["password", "otp_token"]
 AXES_VERBOSE = False
@@ -347,15 +358,25 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "static"
-# Daphne serves /static/ itself (the embedded default); in production a proxy serves STATIC_ROOT.
+# With DEBUG on, Daphne serves css/js from the app folders as they are (SERVE_STATIC). With DEBUG off,
+# `manage.py collectstatic` writes them to STATIC_ROOT under hashed names, compressed (WhiteNoise's
+# manifest storage), and WhiteNoise serves them from there, cached for good (reviewer/static_files.py).
 SERVE_STATIC = env_bool("SERVE_STATIC", DEBUG)
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if SERVE_STATIC
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "reviewer@localhost")
 EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
 EMAIL_PORT = env_int("EMAIL_PORT", 25)
-# Reviewers get one e-mail digest of new proposals at most this often (approvals/notifications.py).
+# Reviewers get one e-mail digest of new proposals at most this often (approvals/worker/notifications.py).
 NOTIFICATION_DIGEST_SECONDS = env_int("NOTIFICATION_DIGEST_SECONDS", 60)
 
 # Intake limits: agent-provided text is untrusted and capped.
@@ -393,7 +414,7 @@ AUDIT_RUBBER_STAMP_MIN_SAMPLE = env_int("AUDIT_RUBBER_STAMP_MIN_SAMPLE", 300)
 AUDIT_METRICS_CACHE_SECONDS = env_int("AUDIT_METRICS_CACHE_SECONDS", 60)
 
 # ---------------------------------------------------------------------------------------------------
-# Outbound calls to agents (approvals/outbound.py). Reviewer calls an agent's card URL and A2A
+# Outbound calls to agents (approvals/a2a/outbound.py). Reviewer calls an agent's card URL and A2A
 # interface with the agent's credentials, so a card URL must not reach anything else (SSRF). A call
 # goes out only when, after DNS resolution, every address of the host is allowed: the host name is in
 # AGENT_ALLOWED_HOSTS ("agents.example.com", or ".example.com" for its subdomains) and the address is
@@ -416,4 +437,30 @@ LOGGING = {
         "a2a": {"level": "WARNING"},
         "axes": {"level": "WARNING"},  # every sign-in attempt at INFO
     },
+}
+
+
+# SCIM 2.0 provisioning (sso/scim_*.py on django-scim2), under /scim/v2/, each tenant with its own bearer
+# token (`manage.py scim_token <tenant>`; README "Single sign-on and provisioning").
+SCIM_SERVICE_PROVIDER = {
+    "NETLOC": "unused",  # locations are built from the request (sso.scim_adapters.base_location)
+    "AUTHENTICATION_SCHEMES": [
+        {
+            "type": "oauthbearertoken",
+            "name": "Bearer token",
+            "description": "The tenant's SCIM token, sent as Authorization: Bearer <token>",
+            "primary": True,
+        }
+    ],
+    "USER_MODEL_GETTER": "sso.scim_adapters.scim_user_model",
+    "USER_ADAPTER": "sso.scim_adapters.ScimUserAdapter",
+    "GROUP_MODEL": "sso.models.ScimGroup",
+    "GROUP_ADAPTER": "sso.scim_adapters.ScimGroupAdapter",
+    "USER_FILTER_PARSER": "sso.scim_filters.UserFilterQuery",
+    "GROUP_FILTER_PARSER": "sso.scim_filters.GroupFilterQuery",
+    "SERVICE_PROVIDER_CONFIG_MODEL": "sso.scim_config.ServiceProviderConfig",
+    "BASE_LOCATION_GETTER": "sso.scim_adapters.base_location",
+    "GET_EXTRA_MODEL_FILTER_KWARGS_GETTER": "sso.scim_adapters.tenant_filter",
+    "AUTH_CHECK_MIDDLEWARE": "sso.scim_auth.BearerTokenCheck",
+    "SCHEMAS_GETTER": "sso.scim_schemas.published_schemas",
 }

@@ -14,8 +14,10 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/login/", account_views.login_view, name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/sso/", include("sso.urls")),  # single sign-on (sso/urls.py)
     path("accounts/", include("accounts.urls")),
     path("", include("approvals.urls")),
     path("audit/", include("audit.urls")),
+    path("scim/v2/", include("sso.scim_views", namespace="scim")),  # provisioning (sso/scim_*.py)
     path("metrics", audit_views.prometheus, name="metrics"),  # where Prometheus looks by default
 ]

@@ -5,7 +5,8 @@ issue 11 and keep their tables (`db_table` names them) so no row moved: the migr
 only change Django's state (SeparateDatabaseAndState).
 
 Tenant ─┬─ TenantMembership (role: reviewer | compliance | admin, principal_id)
-        └─ ApproverGroup ── GroupMembership ── User
+        ├─ ApproverGroup ── GroupMembership ── User
+        └─ ProviderGroupMapping (a group name at the identity provider → ApproverGroup)
 """
 
 from django.conf import settings
@@ -78,8 +79,17 @@ class ApproverGroup(models.Model):
 
 class GroupMembership(models.Model):
     group = models.ForeignKey(ApproverGroup, on_delete=models.CASCADE)
+
+    class ManagedBy(models.TextChoices):
+        ADMIN = "", "an admin"
+        IDP = "idp", "the identity provider at sign-in"
+        SCIM = "scim", "SCIM provisioning"
+
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
     added_at = models.DateTimeField(auto_now_add=True)
+    # Who keeps this membership: the identity provider's memberships are read-only in the admin (the next
+    # sign-in or SCIM call would undo a hand edit).
+    managed_by = models.CharField(max_length=10, choices=ManagedBy.choices, default="", blank=True)
 
     class Meta:
         db_table = "approvals_groupmembership"
@@ -89,3 +99,22 @@ class GroupMembership(models.Model):
 
     def __str__(self):
         return f"{self.user} in {self.group}"
+
+
+class ProviderGroupMapping(models.Model):
+    """People in `external_name` at the tenant's identity provider (the groups claim of an ID token, the
+    SAML groups attribute, a SCIM group's displayName) are members of `group`."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="provider_group_mappings")
+    external_name = models.CharField("group at the identity provider", max_length=200)
+    group = models.ForeignKey(ApproverGroup, on_delete=models.CASCADE, related_name="provider_mappings")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "external_name", "group"], name="one_mapping_per_provider_group_and_group"
+            )
+        ]
+
+    def __str__(self):
+        return f"{self.external_name} → {self.group}"

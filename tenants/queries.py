@@ -1,4 +1,5 @@
-"""Membership and role queries that audit/ and approvals/ share: who may open which tenant's pages.
+"""Membership and role queries that audit/, accounts/ and approvals/ share: who may open which tenant's
+pages, which tenants and people a staff member configures.
 
 Answers are TenantRef values (id, slug, name, the role that lets the user in), not rows, so callers
 cannot write through them. Read only.
@@ -69,3 +70,27 @@ def tenant_by_id(tenant_id: int) -> TenantRef | None:
 
 def all_tenants() -> list[TenantRef]:
     return [TenantRef(t.id, t.slug, t.name) for t in Tenant.objects.order_by("slug")]
+
+
+# Who a staff member configures: a superuser every tenant and person, a tenant admin her tenants and the
+# people in them (the admin's lists and pickers ask these).
+
+
+def people_visible_to(user, queryset):
+    """The accounts this admin may see: all for a superuser; else those sharing a tenant she
+    administers, superusers excepted."""
+    tenant_ids = admin_tenant_ids(user)
+    if tenant_ids is None:
+        return queryset
+    return queryset.filter(tenant_memberships__tenant_id__in=tenant_ids, is_superuser=False).distinct()
+
+
+def admin_tenant_ids(user) -> list[int] | None:
+    """The tenants this user configures; None means all of them (a superuser)."""
+    if user.is_superuser:
+        return None
+    return list(
+        TenantMembership.objects.filter(user=user, role=TenantMembership.Role.ADMIN).values_list(
+            "tenant_id", flat=True
+        )
+    )

@@ -5,10 +5,13 @@ Personas (tenant "acme"): requester (the principal agents act for), reviewer_a a
 outsider belongs to tenant "globex".
 """
 
+import os
+
 import pytest
 from django.conf import settings as django_settings
 
-from approvals.models import TenantMembership
+from approvals.a2a.client import forget_cards
+from tenants.models import TenantMembership
 from tests import factories
 from tests.audit.pg_flush import audit_triggers_allow_test_flush  # noqa: F401 (transactional tests flush through the audit trigger)
 
@@ -38,7 +41,7 @@ def _audit_checkpoint_dir(settings, tmp_path):
 @pytest.fixture(autouse=True)
 def _worker_delivers(settings):
     """In this process, committed continuations wake the worker instead of being sent from here
-    (approvals/delivery.py), so a test that runs the worker sees what it delivers. Tests of the direct
+    (approvals/worker/delivery.py), so a test that runs the worker sees what it delivers. Tests of the direct
     send turn it on; servers started as processes (tests/e2e) send directly, as deployed."""
     settings.OUTBOX_DIRECT_SEND = False
 
@@ -101,6 +104,18 @@ def refund_policy(tenant):
     )
 
 
+def pytest_configure(config):
+    """Under pytest-xdist each worker has its own test database, so its ids repeat the other's: a
+    channel-layer prefix of its own (here and in the servers it starts, which inherit the environment)
+    keeps one worker's events out of the other's groups on a shared Redis."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    layer = django_settings.CHANNEL_LAYERS["default"]
+    if worker and "redis" in layer["BACKEND"]:
+        prefix = f"{layer['CONFIG']['prefix']}-{worker}"
+        os.environ["CHANNELS_PREFIX"] = prefix
+        layer["CONFIG"]["prefix"] = prefix
+
+
 def pytest_report_header(config):
     database = django_settings.DATABASES["default"]
     return f"database: {database['ENGINE']} {database['NAME']}"
@@ -109,12 +124,11 @@ def pytest_report_header(config):
 @pytest.fixture
 def fake_agent(settings):
     """A real A2A agent server on loopback (tests/approvals/fake_agent.py), allowed as an outbound host."""
-    from approvals import a2a
     from tests.approvals.fake_agent import FakeAgent
 
     settings.AGENT_ALLOWED_NETWORKS = ["127.0.0.0/8", "::1/128"]  # the agent is on loopback
     agent = FakeAgent().start()
-    a2a.forget_cards()
+    forget_cards()
     yield agent
     agent.stop()
-    a2a.forget_cards()
+    forget_cards()

@@ -12,18 +12,15 @@ from django.contrib.auth import get_user_model
 from django_otp.oath import TOTP
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
-from approvals import services
+from accounts.stepup import step_up_for
 from approvals.canonical import action_digest
-from approvals.models import (
-    ApproverGroup,
-    GroupMembership,
-    Policy,
-    PolicyVersion,
-    Tenant,
-    TenantMembership,
-)
+from approvals.models import Policy, PolicyVersion
 from approvals.schemas import ProposalSubmission
-from approvals.stepup import step_up_for
+from approvals.services.agents import register_agent
+from approvals.services.intake import submit_proposal
+from approvals.services.policies import activate_policy_version, create_policy, create_policy_version
+from approvals.services.votes import cast_vote
+from tenants.models import ApproverGroup, GroupMembership, Tenant, TenantMembership
 
 PASSWORD = "correct horse battery staple"
 
@@ -88,7 +85,7 @@ def make_agent(
     # Card URLs are unique per installation: by default each agent has its own.
     if card_url is None:
         card_url = f"http://127.0.0.1:8001/{slug}/.well-known/agent-card.json"
-    return services.register_agent(
+    return register_agent(
         tenant=tenant,
         slug=slug,
         name=slug.replace("-", " ").title(),
@@ -128,6 +125,8 @@ def make_policy(
     consume_online=True,
     risk="",
     reversibility="",
+    target_argument="",
+    equivalent_tools=(),
     break_glass=None,
 ) -> PolicyVersion:
     """An active policy version, written by one admin and activated by another through the services.
@@ -136,10 +135,10 @@ def make_policy(
     thresholds = thresholds if thresholds is not None else [{"group": "finance", "count": 1}]
     for threshold in thresholds:
         make_group(tenant, threshold["group"])
-    policy = Policy.objects.filter(tenant=tenant, slug=slug).first() or services.create_policy(
+    policy = Policy.objects.filter(tenant=tenant, slug=slug).first() or create_policy(
         tenant, slug=slug, name=slug.replace("-", " "), actor=author
     )
-    draft = services.create_policy_version(
+    draft = create_policy_version(
         policy,
         {
             "outcome": outcome,
@@ -153,11 +152,13 @@ def make_policy(
             "consume_online": consume_online,
             "risk": risk,
             "reversibility": reversibility,
+            "target_argument": target_argument,
+            "equivalent_tools": list(equivalent_tools),
             **({"break_glass": break_glass} if break_glass else {}),
         },
         actor=author,
     )
-    return services.activate_policy_version(draft, actor=approver)
+    return activate_policy_version(draft, actor=approver)
 
 
 def refund_action(order_id="1182", amount="40.00", currency="EUR") -> dict:
@@ -214,7 +215,7 @@ def submit(agent, *, task_id=None, context_id="ctx-1", **request_kwargs):
         "context_id": context_id,
         "request": approval_request(**request_kwargs),
     }
-    return services.submit_proposal(agent, ProposalSubmission.model_validate(body), via="test")[0]
+    return submit_proposal(agent, ProposalSubmission.model_validate(body), via="test")[0]
 
 
 def in_seconds(seconds: int) -> datetime:
@@ -232,7 +233,7 @@ def approve(agent, reviewer, **submit_kwargs):
     from approvals.models import Decision
 
     proposal = submit(agent, **submit_kwargs)
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         reviewer,
         verdict="approve",

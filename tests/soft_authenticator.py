@@ -12,8 +12,7 @@ import cbor2
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from accounts import passkeys
-from approvals import services
+from accounts import devices, passkeys
 
 UP, UV, AT = 0x01, 0x04, 0x40
 
@@ -102,5 +101,5 @@ def register_passkey(user, name: str = "laptop") -> SoftAuthenticator:
     """A passkey registered for `user` through the services, as Your devices does."""
     authenticator = SoftAuthenticator()
     answer = authenticator.create(passkeys.registration_options(user))
-    services.register_passkey(user, answer=answer, name=name)
+    devices.register_passkey(user, answer=answer, name=name)
     return authenticator

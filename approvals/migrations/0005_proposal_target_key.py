@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 def fill_target_keys(apps, schema_editor):
     """Existing proposals get their target too, so their history shows from the start."""
-    from approvals.history import target_key
+    from approvals.policy.history import target_key
 
     Proposal = apps.get_model("approvals", "Proposal")
     for proposal in Proposal.objects.only("pk", "action").iterator():

@@ -12,14 +12,12 @@ from urllib.parse import urlsplit, urlunsplit
 from django.db import IntegrityError, transaction
 
 import signing_keys as keys
-from approvals.models import (
-    Agent,
-    Tenant,
-)
-from approvals.services.common import actor_label, record
-from approvals.services.errors import Conflict, NotFound, ServiceError
-from approvals.services.tenants import _require_config_admin
+from approvals.models import Agent
+from approvals.services.tenants import require_config_admin
 from audit.models import Verb
+from audit.trail import actor_label, record
+from lib.errors import Conflict, NotFound, ServiceError
+from tenants.models import Tenant
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -111,7 +109,7 @@ def register_agent(
 ) -> Agent:
     """Create or update an agent's registration; tokens are stored as sha256 hashes only. Without a card
     URL the agent is a pull agent (`delivery` pull), which must give its `audience`."""
-    from approvals.models import hash_token
+    from lib.tokens import hash_token
 
     card_url = (card_url or "").strip()
     delivery = delivery_for(card_url, audience or "", delivery)
@@ -181,7 +179,7 @@ def update_agent(agent: Agent, *, actor=None, **changes) -> Agent:
     unknown = set(changes) - set(AGENT_EDITABLE)
     if unknown:
         raise ServiceError("bad_field", "cannot change " + ", ".join(sorted(unknown)))
-    _require_config_admin(actor, agent.tenant_id)
+    require_config_admin(actor, agent.tenant_id)
     with transaction.atomic():
         agent = Agent.objects.select_for_update().get(pk=agent.pk)
         changed = [name for name, value in changes.items() if getattr(agent, name) != value]
@@ -215,9 +213,9 @@ def update_agent(agent: Agent, *, actor=None, **changes) -> Agent:
 def rotate_agent_tokens(agent: Agent, *, actor=None) -> tuple[str, str]:
     """New push and API tokens for an agent; the old ones stop working at once. Returns (push, api): the
     only time anyone sees them, since only their hashes are stored."""
-    from approvals.models import hash_token, new_token
+    from lib.tokens import hash_token, new_token
 
-    _require_config_admin(actor, agent.tenant_id)
+    require_config_admin(actor, agent.tenant_id)
     push_token, api_token = new_token(), new_token()
     with transaction.atomic():
         updated = Agent.objects.filter(pk=agent.pk).update(

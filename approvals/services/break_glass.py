@@ -1,6 +1,6 @@
 """Budgeted break-glass: an emergency release by one named person, and the two post-hoc reviews it owes.
 
-The rule a policy version carries and how it applies to a proposal are in approvals/break_glass.py.
+The rule a policy version carries and how it applies to a proposal are in approvals/policy/break_glass.py.
 A release is a vote with `auth_method = "break_glass"` that approves the proposal at once, whatever the
 quorum: the person must be named by every pinned version's rule and otherwise eligible (the vote
 checks: open, not expired, the digest they saw, not the principal, not the edit's author, in a group
@@ -15,25 +15,21 @@ from django.db import transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from approvals import break_glass, events
-from approvals.models import (
-    BreakGlassRelease,
-    Decision,
-    PostHocReview,
-    Proposal,
-    TenantMembership,
-    Vote,
-)
-from approvals.services.common import SYSTEM, _audit_time, actor_label, proposal_subject, record
-from approvals.services.decisions import _issue_decision
-from approvals.services.eligibility import lock_proposal_for, user_groups_for
-from approvals.services.errors import BreakGlassRefused, PostHocReviewRefused
-from approvals.services.lifecycle import _expire, transition
+from accounts.stepup import StepUp
+from approvals import events
+from approvals.models import BreakGlassRelease, Decision, PostHocReview, Proposal, Vote
+from approvals.policy import break_glass
+from approvals.selectors import lock_proposal_for, user_groups_for
+from approvals.services.common import proposal_subject
+from approvals.services.decisions import issue_decision
+from approvals.services.lifecycle import expire_proposal, transition
 from approvals.services.quorum import count_quorum
-from approvals.services.votes import _stepped_up, _vote_refusal
+from approvals.services.votes import check_step_up, refusal_to_vote
 from approvals.states import State
-from approvals.stepup import StepUp
 from audit.models import Verb
+from audit.trail import SYSTEM, actor_label, audit_time, record
+from lib.errors import BreakGlassRefused, PostHocReviewRefused
+from tenants.models import TenantMembership
 from tenants.queries import DECIDING_ROLES
 
 AUTH_METHOD = "break_glass"
@@ -74,7 +70,7 @@ def break_glass_release(
         refusal, rule = _refusal(proposal, actor, digest_seen, clock)
         step = None
         if refusal is None:
-            step, vote_refusal = _stepped_up(proposal, actor, step_up, "break-glass release")
+            step, vote_refusal = check_step_up(proposal, actor, step_up, "break-glass release")
             if vote_refusal is not None:
                 refusal = BreakGlassRefused(vote_refusal.code, vote_refusal.message, vote_refusal.field)
         if refusal is None:
@@ -111,10 +107,12 @@ def break_glass_release(
 
 def _refusal(proposal: Proposal, actor, digest_seen: str, clock: datetime):
     """(refusal, rule): the vote's own checks first, then the rule's (named, amount and cap)."""
-    vote_refusal = _vote_refusal(proposal, actor, digest_seen, clock)
+    vote_refusal = refusal_to_vote(proposal, actor, digest_seen, clock)
     if vote_refusal is not None:
         if vote_refusal.code == "expired":
-            _expire(proposal, reason="a break-glass release arrived after expiry: silence never approves")
+            expire_proposal(
+                proposal, reason="a break-glass release arrived after expiry: silence never approves"
+            )
         return _refused(proposal, actor, vote_refusal.code, vote_refusal.message), None
     rule = rule_for_proposal(proposal)
     if rule is None or not rule.names(actor):
@@ -206,12 +204,12 @@ def _release(proposal, actor, rule, reason, step, reviewers, used, page_hash, cl
             "page_hash": page_hash,
             "amount": amount,
             "currency": currency,
-            "auth": {"method": AUTH_METHOD, "at": _audit_time(clock)},
-            "step_up": {"method": step_method, "at": _audit_time(step_at)},
+            "auth": {"method": AUTH_METHOD, "at": audit_time(clock)},
+            "step_up": {"method": step_method, "at": audit_time(step_at)},
             "budget": {"used": used + 1, "per_week": rule.per_week},
             "rule": list(rule.versions),
             "reviewers": subs,
-            "reviews_due_at": _audit_time(due),
+            "reviews_due_at": audit_time(due),
         },
     )
     for person in reviewers:
@@ -223,7 +221,7 @@ def _release(proposal, actor, rule, reason, step, reviewers, used, page_hash, cl
             actor=SYSTEM,
             verb=Verb.POST_HOC_REVIEW_ASSIGNED,
             subject=proposal_subject(proposal),
-            data={"reviewer": f"user:{person.get_username()}", "due_at": _audit_time(due)},
+            data={"reviewer": f"user:{person.get_username()}", "due_at": audit_time(due)},
         )
     approver = {
         "sub": f"user:{actor.get_username()}",
@@ -232,12 +230,12 @@ def _release(proposal, actor, rule, reason, step, reviewers, used, page_hash, cl
         # The one release that did not wait for the quorum says so where agents read how people signed.
         "auth": {
             "method": AUTH_METHOD,
-            "at": _audit_time(clock),
-            "step_up": {"method": step_method, "at": _audit_time(step_at)},
+            "at": audit_time(clock),
+            "step_up": {"method": step_method, "at": audit_time(step_at)},
         },
         "reason": reason,
         "reservation": "",
-        "break_glass": {"reviewers": subs, "reviews_due_at": _audit_time(due)},
+        "break_glass": {"reviewers": subs, "reviews_due_at": audit_time(due)},
     }
     transition(
         proposal,
@@ -246,7 +244,7 @@ def _release(proposal, actor, rule, reason, step, reviewers, used, page_hash, cl
         reason="break-glass release",
         data={"approved_by": [approver["sub"]], "break_glass": True},
     )
-    _issue_decision(
+    issue_decision(
         proposal,
         Decision.Kind.APPROVED,
         reason=f"break-glass release by {approver['name']}: {reason}",
@@ -312,7 +310,7 @@ def note_overdue_reviews(now: datetime | None = None, *, limit: int = 500) -> in
                 subject=f"proposal:{review.release.proposal_id}",
                 data={
                     "reviewer": f"user:{review.reviewer.get_username()}",
-                    "due_at": _audit_time(review.due_at),
+                    "due_at": audit_time(review.due_at),
                 },
             )
             noted += 1

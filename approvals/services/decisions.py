@@ -6,39 +6,17 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from approvals import policy
-from approvals.models import (
-    Agent,
-    Decision,
-    OutboxMessage,
-    Proposal,
-    TenantMembership,
-    Vote,
-)
-from approvals.services.common import (
-    SYSTEM,
-    _audit_time,
-    actor_label,
-    agent_actor,
-    proposal_subject,
-    record,
-)
-from approvals.services.eligibility import lock_proposal_for, tenant_role
-from approvals.services.errors import (
-    CompensationRefused,
-    Conflict,
-    ConsumeRefused,
-    NotFound,
-    RevokeRefused,
-    ServiceError,
-)
+from approvals.models import Agent, Decision, OutboxMessage, Proposal, Vote
+from approvals.policy.evaluation import shaping_refs
+from approvals.selectors import lock_proposal_for, tenant_role
+from approvals.services.common import agent_actor, proposal_subject
 from approvals.services.halts import active_halt
 from approvals.services.lifecycle import (
-    _enqueue,
-    _expire,
-    _revoke,
-    _when,
     closed_reason,
+    enqueue_message,
+    expire_proposal,
+    format_moment,
+    revoke_proposal,
     supersession_chain,
     transition,
 )
@@ -46,10 +24,13 @@ from approvals.services.quorum import Quorum
 from approvals.signing import decision_claims, sign_decision
 from approvals.states import RELEASED, STARTED, State
 from audit.models import Verb
+from audit.trail import SYSTEM, actor_label, audit_time, record
+from lib.errors import CompensationRefused, Conflict, ConsumeRefused, NotFound, RevokeRefused, ServiceError
+from tenants.models import TenantMembership
 from tenants.queries import DECIDING_ROLES
 
 
-def _issue_decision(
+def issue_decision(
     proposal: Proposal,
     kind: str,
     *,
@@ -74,7 +55,7 @@ def _issue_decision(
     )
     if versions is None:
         versions = list(proposal.policy_versions.select_related("policy"))
-    policy_ref, policy_refs = policy.shaping_refs(versions, proposal.requirements)
+    policy_ref, policy_refs = shaping_refs(versions, proposal.requirements)
     quorum_claim = {
         "required": proposal.requirements.get("thresholds", []),
         "approved_by": [a["sub"] for a in approvers if not a["sub"].startswith("policy:")] if quorum else [],
@@ -111,7 +92,7 @@ def _issue_decision(
             "approvers": approvers,
             "policy": policy_ref,
             "policies": policy_refs,
-            "expires_at": _audit_time(decision.expires_at),
+            "expires_at": audit_time(decision.expires_at),
             "task_id": proposal.task_id,
             "request_id": proposal.request_id,
             # What was decided, in words, for reports that list decisions (audit never reads proposals).
@@ -120,7 +101,7 @@ def _issue_decision(
             "amount": _amount_words(proposal.action.get("arguments") or {}),
         },
     )
-    _enqueue(
+    enqueue_message(
         proposal,
         OutboxMessage.Kind.CONTINUE,
         message_id=f"decision-{decision.jti}",
@@ -177,7 +158,7 @@ def revoke_decision(proposal_id, actor, *, reason: str) -> Proposal:
                 else f"there is no released decision to revoke: {closed_reason(proposal)}"
             )
             raise Conflict("not_revocable", message)
-        _revoke(proposal, actor=actor_label(actor), reason=reason, revoked_by=actor)
+        revoke_proposal(proposal, actor=actor_label(actor), reason=reason, revoked_by=actor)
     return proposal
 
 
@@ -226,13 +207,13 @@ def consume_decision(agent: Agent, jti, *, rev: int, now: datetime | None = None
             )
         else:
             if refusal.code == "expired" and proposal.state in RELEASED:
-                _expire(proposal, reason="decision expired before it was consumed")
+                expire_proposal(proposal, reason="decision expired before it was consumed")
             elif refusal.code == "halted":
                 # Released while a halt was committing (a vote or an intake raced it): revoke it as the
                 # halt would have, so resuming never brings it back.
                 halt_record = active_halt(proposal.tenant_id, proposal.agent_id)
                 why = halt_record.reason if halt_record else "lifted meanwhile"
-                _revoke(proposal, actor=SYSTEM, reason=f"halt: {why}")
+                revoke_proposal(proposal, actor=SYSTEM, reason=f"halt: {why}")
             record(
                 proposal.tenant_id,
                 actor=agent_actor(agent),
@@ -268,7 +249,7 @@ def _consume_refusal(
     if decision.revoked_at or proposal.state == State.REVOKED:
         return ConsumeRefused("revoked", f"nothing may execute: {closed_reason(proposal, clock)}")
     if decision.consumed_at or proposal.state in STARTED:
-        at = _when(decision.consumed_at or proposal.executing_since)
+        at = format_moment(decision.consumed_at or proposal.executing_since)
         return ConsumeRefused(
             "consumed", f"this decision was already consumed at {at}; it releases one execution"
         )
@@ -276,7 +257,9 @@ def _consume_refusal(
     # the policy's TTL and the request's own `expires_at`): past it, nothing executes.
     if proposal.state == State.EXPIRED or clock >= min(decision.expires_at, proposal.expires_at):
         deadline = min(decision.expires_at, proposal.expires_at)
-        return ConsumeRefused("expired", f"this decision expired at {_when(deadline)}; nothing may execute")
+        return ConsumeRefused(
+            "expired", f"this decision expired at {format_moment(deadline)}; nothing may execute"
+        )
     if proposal.state not in RELEASED:
         return ConsumeRefused("not_released", f"the proposal is {proposal.state}")
     halt_record = active_halt(proposal.tenant_id, proposal.agent_id)

@@ -7,18 +7,14 @@ from django.db.models import BigIntegerField, Q
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
-from approvals.models import (
-    Agent,
-    Halt,
-    Proposal,
-    Tenant,
-)
-from approvals.services.common import actor_label, record
-from approvals.services.errors import HaltedError, ServiceError
-from approvals.services.lifecycle import _revoke, enqueue_cancel, transition
+from approvals.models import Agent, Halt, Proposal
+from approvals.services.lifecycle import enqueue_cancel, revoke_proposal, transition
 from approvals.sql import quoted_names
 from approvals.states import RELEASED, WAITING_FOR_PEOPLE, State
 from audit.models import Verb
+from audit.trail import actor_label, record
+from lib.errors import HaltedError, ServiceError
+from tenants.models import Tenant
 
 
 def active_halts(tenant_id: int | None = None, agent_id: int | None = None):
@@ -96,7 +92,7 @@ def halt(*, scope: str, actor, reason: str, tenant: Tenant | None = None, agent:
         waiting = list(in_scope.filter(state__in=WAITING_FOR_PEOPLE))
         running = list(in_scope.filter(state=State.EXECUTING))
         for proposal in released:
-            _revoke(proposal, actor=label, reason=f"halt: {reason}", revoked_by=actor)
+            revoke_proposal(proposal, actor=label, reason=f"halt: {reason}", revoked_by=actor)
         for proposal in waiting:
             transition(proposal, State.CANCELLED, actor=label, reason=f"halt: {reason}")
             enqueue_cancel(proposal, reason=f"halt: {reason}")

@@ -11,25 +11,27 @@ from django.db.models import UUIDField
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
-from approvals import policy
 from approvals.canonical import action_digest
-from approvals.history import policy_counts, policy_counts_expression, read_policy_counts, target_key
-from approvals.models import (
-    Agent,
-    Decision,
-    Halt,
-    Proposal,
-    ReviewNotice,
+from approvals.models import Agent, Decision, Halt, Proposal, ReviewNotice
+from approvals.policy.evaluation import (
+    Evaluation,
+    active_versions_for,
+    active_versions_query,
+    classified_target_key,
+    context_for_proposal,
+    evaluate,
 )
+from approvals.policy.history import policy_counts, policy_counts_expression, read_policy_counts, target_key
 from approvals.schemas import ProposalSubmission
-from approvals.services.common import SYSTEM, _audit_time, agent_actor, proposal_subject, record
-from approvals.services.decisions import _issue_decision
-from approvals.services.errors import IntakeError, NotFound, ServiceError
+from approvals.services.common import agent_actor, proposal_subject
+from approvals.services.decisions import issue_decision
 from approvals.services.halts import active_halt_expression, refuse_halted
-from approvals.services.lifecycle import _expiry_for, first_transition, record_transition, transition
+from approvals.services.lifecycle import expiry_for, first_transition, record_transition, transition
 from approvals.sql import quoted_names
 from approvals.states import ALLOWED, State
 from audit.models import Verb
+from audit.trail import SYSTEM, audit_time, record
+from lib.errors import IntakeError, NotFound, ServiceError
 
 
 def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -> tuple[Proposal, bool]:
@@ -154,16 +156,21 @@ def _read_for_intake(agent: Agent, proposal: Proposal) -> _Found:
     history = policy_counts_expression(proposal)
     if history is not None:
         annotations[_HISTORY] = history
-    versions = policy.active_versions_for(
-        agent.tenant, policy.active_versions_query(agent.tenant).annotate(**annotations)
-    )
+    versions = active_versions_for(agent.tenant, active_versions_query(agent.tenant).annotate(**annotations))
     row = versions[0] if versions else Agent.objects.filter(pk=agent.id).annotate(**annotations).first()
     if row is None:  # the agent was deleted since it authenticated
         raise NotFound("unknown_agent", "this agent is no longer registered")
+    counts = read_policy_counts(getattr(row, _HISTORY, None))
+    # The admins' classification may key this tool's target otherwise (a family of equivalent tools, a
+    # named target argument): then the history is read again under that key, one more query only then.
+    classified = classified_target_key(proposal.action, agent.slug, versions)
+    if classified != proposal.target_key:
+        proposal.target_key = classified
+        counts = policy_counts(proposal)
     return _Found(
         existing_id=getattr(row, _EXISTING),
         halt_id=getattr(row, _HALT),
-        history=read_policy_counts(getattr(row, _HISTORY, None)),
+        history=counts,
         versions=versions,
     )
 
@@ -185,15 +192,15 @@ def _replay_sql(vendor: str) -> str:
     )
 
 
-def _evaluate(proposal: Proposal, found: _Found, *, requested_expiry, created_at) -> policy.Evaluation:
+def _evaluate(proposal: Proposal, found: _Found, *, requested_expiry, created_at) -> Evaluation:
     """Policy decides before the proposal is stored, so its row is written once, complete."""
     # The same context a policy dry run replays, so a dry run shows what intake would have done.
-    context = policy.context_for_proposal(proposal, history=found.history, versions=found.versions)
-    evaluation = policy.evaluate(proposal.tenant, found.versions, context)
+    context = context_for_proposal(proposal, history=found.history, versions=found.versions)
+    evaluation = evaluate(proposal.tenant, found.versions, context)
     proposal.requirements = evaluation.requirements
     proposal.risk = evaluation.risk
     proposal.reversibility = context["reversibility"]
-    proposal.expires_at = _expiry_for(requested_expiry, evaluation.ttl_seconds, created_at)
+    proposal.expires_at = expiry_for(requested_expiry, evaluation.ttl_seconds, created_at)
     return evaluation
 
 
@@ -242,7 +249,7 @@ def _check_supersedable(old: Proposal | None, old_request_id: str) -> None:
 
 
 def _store_and_route(
-    proposal: Proposal, evaluation: policy.Evaluation, old: Proposal | None, *, via: str, supersedes
+    proposal: Proposal, evaluation: Evaluation, old: Proposal | None, *, via: str, supersedes
 ) -> None:
     """Store the evaluated proposal in its first state (one INSERT) and write what goes with it: the
     audit events (submitted, the superseded request's transition, policy evaluated, the proposal's
@@ -279,21 +286,19 @@ def _store_and_route(
     _pin_and_route(proposal, evaluation, target, first=previous)
 
 
-def _evaluate_and_route(proposal: Proposal, *, requested_expiry: datetime | None, actor: str):
+def evaluate_and_route(proposal: Proposal, *, requested_expiry: datetime | None, actor: str):
     """Evaluate and route a proposal already stored in `proposed` (a reviewer's edit,
     approvals/services/votes.py: not the agents' hot path)."""
-    found = _Found(
-        existing_id=None,
-        halt_id=None,
-        history=policy_counts(proposal),
-        versions=policy.active_versions_for(proposal.tenant),
-    )
+    versions = active_versions_for(proposal.tenant)
+    # Keyed as intake keys it: the admins' classification may name the target or a family of tools.
+    proposal.target_key = classified_target_key(proposal.action, proposal.agent.slug, versions)
+    found = _Found(existing_id=None, halt_id=None, history=policy_counts(proposal), versions=versions)
     evaluation = _evaluate(proposal, found, requested_expiry=requested_expiry, created_at=proposal.created_at)
-    proposal.save(update_fields=["requirements", "risk", "reversibility", "expires_at"])
+    proposal.save(update_fields=["target_key", "requirements", "risk", "reversibility", "expires_at"])
     _pin_and_route(proposal, evaluation, _target_state(evaluation), first=None)
 
 
-def _target_state(evaluation: policy.Evaluation) -> str:
+def _target_state(evaluation: Evaluation) -> str:
     if evaluation.outcome == "deny":
         return State.DENIED
     if evaluation.outcome == "allow":
@@ -301,9 +306,7 @@ def _target_state(evaluation: policy.Evaluation) -> str:
     return State.AWAITING_REVIEW
 
 
-def _pin_and_route(
-    proposal: Proposal, evaluation: policy.Evaluation, target: str, *, first: str | None
-) -> None:
+def _pin_and_route(proposal: Proposal, evaluation: Evaluation, target: str, *, first: str | None) -> None:
     """Pin the versions that decided, record the evaluation, move the proposal to `target` (`first`: the
     state it left already, before its insert; None: a stored proposal, moved here) and write the review
     notice or the decision."""
@@ -323,7 +326,7 @@ def _pin_and_route(
             "requirements": evaluation.requirements,
             "reason": evaluation.reason,
             "errors": evaluation.errors,
-            "expires_at": _audit_time(proposal.expires_at),
+            "expires_at": audit_time(proposal.expires_at),
         },
     )
     if first is None:
@@ -331,11 +334,11 @@ def _pin_and_route(
     else:
         record_transition(proposal, first, actor=SYSTEM, reason=evaluation.reason)
     if target == State.AWAITING_REVIEW:
-        # The reviewers hear of it from the worker, in a digest (approvals/notifications.py): one row
+        # The reviewers hear of it from the worker, in a digest (approvals/worker/notifications.py): one row
         # here, committed with the proposal, and no mail inside the request.
         ReviewNotice.objects.create(proposal=proposal)
     else:
-        _issue_decision(
+        issue_decision(
             proposal,
             Decision.Kind.REJECTED if target == State.DENIED else Decision.Kind.APPROVED,
             reason=evaluation.reason,

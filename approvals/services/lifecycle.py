@@ -6,16 +6,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals import events, wakeup
-from approvals.models import (
-    Decision,
-    OutboxMessage,
-    Proposal,
-    Vote,
-)
-from approvals.services.common import SYSTEM, proposal_subject, record
-from approvals.services.errors import Conflict
+from approvals.models import Decision, OutboxMessage, Proposal, Vote
+from approvals.services.common import proposal_subject
 from approvals.states import OPEN_FOR_VOTES, WAITING_FOR_PEOPLE, State, check_transition
 from audit.models import AuditEvent, Verb
+from audit.trail import SYSTEM, record
+from lib.errors import Conflict
 
 
 def transition(proposal: Proposal, target: str, *, actor: str, reason: str = "", data: dict | None = None):
@@ -74,7 +70,7 @@ def record_transition(
     events.proposal_changed(proposal)
 
 
-def _expiry_for(requested: datetime | None, ttl_seconds: int, created: datetime) -> datetime:
+def expiry_for(requested: datetime | None, ttl_seconds: int, created: datetime) -> datetime:
     policy_expiry = created + timedelta(seconds=ttl_seconds)
     return min(requested, policy_expiry) if requested else policy_expiry
 
@@ -88,7 +84,7 @@ def supersession_chain(proposal: Proposal) -> list[str]:
     return chain
 
 
-def _enqueue(
+def enqueue_message(
     proposal: Proposal, kind: str, *, message_id: str, payload: dict, new: bool = False
 ) -> OutboxMessage | None:
     """Queue a message for the worker (idempotent on message_id) and wake it when this commits.
@@ -110,13 +106,13 @@ def _enqueue(
             kind=kind, message_id=message_id, defaults=fields
         )
     if created and kind == OutboxMessage.Kind.CONTINUE:
-        wakeup.continuation_queued(message.id)  # sent right after commit (approvals/delivery.py)
+        wakeup.continuation_queued(message.id)  # sent right after commit (approvals/worker/delivery.py)
     elif created:
         wakeup.outbox_message_queued()
     return message
 
 
-def _revoke(proposal: Proposal, *, actor: str, reason: str, revoked_by=None):
+def revoke_proposal(proposal: Proposal, *, actor: str, reason: str, revoked_by=None):
     decision = Decision.objects.select_for_update().get(proposal=proposal)
     transition(proposal, State.REVOKED, actor=actor, reason=reason, data={"jti": str(decision.jti)})
     decision.revoked_at = timezone.now()
@@ -135,12 +131,12 @@ def _revoke(proposal: Proposal, *, actor: str, reason: str, revoked_by=None):
 
 def enqueue_cancel(proposal: Proposal, *, reason: str) -> OutboxMessage | None:
     """Queue CancelTask for the proposal's task (one per proposal: a second cancel is the same message)."""
-    return _enqueue(
+    return enqueue_message(
         proposal, OutboxMessage.Kind.CANCEL, message_id=f"cancel-{proposal.id}", payload={"reason": reason}
     )
 
 
-def _expire(proposal: Proposal, *, reason: str):
+def expire_proposal(proposal: Proposal, *, reason: str):
     transition(proposal, State.EXPIRED, actor=SYSTEM, reason=reason)
     enqueue_cancel(proposal, reason=reason)
 
@@ -150,7 +146,7 @@ def _expire(proposal: Proposal, *, reason: str):
 # form, the socket and the API alike, instead of a bare "no decision is open here".
 
 
-def _when(moment: datetime | None) -> str:
+def format_moment(moment: datetime | None) -> str:
     return f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" if moment else "an unknown time"
 
 
@@ -175,15 +171,14 @@ def _decided_by(proposal: Proposal, decision: Decision | None) -> str:
         rejecting = votes.filter(verdict=Vote.Verdict.REJECT).first()
         who = _name(rejecting.voter) if rejecting else "a reviewer"
         why = f": {decision.reason}" if decision and decision.reason else ""
-        return f"rejected by {who} at {_when(proposal.decided_at)}{why}"
+        return f"rejected by {who} at {format_moment(proposal.decided_at)}{why}"
     if proposal.state == State.DENIED:
-        return (
-            f"denied by policy at {_when(proposal.decided_at)} ({decision.reason if decision else 'policy'})"
-        )
+        why = decision.reason if decision else "policy"
+        return f"denied by policy at {format_moment(proposal.decided_at)} ({why})"
     if proposal.state == State.INFO_REQUESTED:
         event = _last_transition(proposal)
         who = event.actor.removeprefix("user:") if event else "a reviewer"
-        asked = _when(proposal.decided_at)
+        asked = format_moment(proposal.decided_at)
         return f"{who} asked the agent a question at {asked}; the answer comes as a new proposal"
     approvers = [_name(v.voter) for v in votes.filter(verdict=Vote.Verdict.APPROVE)]
     who = (
@@ -191,9 +186,9 @@ def _decided_by(proposal: Proposal, decision: Decision | None) -> str:
         if approvers and decision and decision.kind == Decision.Kind.APPROVED
         else "policy"
     )
-    text = f"approved by {who} at {_when(proposal.decided_at)}"
+    text = f"approved by {who} at {format_moment(proposal.decided_at)}"
     if proposal.executing_since:
-        text += f"; the agent started the work at {_when(proposal.executing_since)}"
+        text += f"; the agent started the work at {format_moment(proposal.executing_since)}"
     return text
 
 
@@ -211,15 +206,17 @@ def closed_reason(proposal: Proposal, clock: datetime | None = None) -> str:
         return f"it was superseded by proposal {successor.id} (request {successor.request_id}{edit})"
     if state == State.EXPIRED or (state in WAITING_FOR_PEOPLE and clock >= proposal.expires_at):
         deadline = min(decision.expires_at, proposal.expires_at) if decision else proposal.expires_at
-        return f"it expired at {_when(deadline)}; nothing will execute, and the agent must ask again"
+        return f"it expired at {format_moment(deadline)}; nothing will execute, and the agent must ask again"
     if state == State.REVOKED and decision:
         who = _name(decision.revoked_by) if decision.revoked_by else "the system"
-        return f"its decision was revoked at {_when(decision.revoked_at)} by {who}: {decision.revoke_reason}"
+        revoked_at = format_moment(decision.revoked_at)
+        return f"its decision was revoked at {revoked_at} by {who}: {decision.revoke_reason}"
     if state == State.CANCELLED:
         event = _last_transition(proposal)
         if event is None:
             return "it was cancelled"
-        return f"it was cancelled at {_when(event.at)}: {event.data.get('reason') or 'no reason recorded'}"
+        reason = event.data.get("reason") or "no reason recorded"
+        return f"it was cancelled at {format_moment(event.at)}: {reason}"
     if state in OPEN_FOR_VOTES:
         return ""
     return "it was already decided: " + _decided_by(proposal, decision)

@@ -7,12 +7,10 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from approvals.models import (
-    OutboxMessage,
-    Proposal,
-)
-from approvals.services.common import SYSTEM, _audit_time, proposal_subject, record
+from approvals.models import OutboxMessage, Proposal
+from approvals.services.common import proposal_subject
 from audit.models import Verb
+from audit.trail import SYSTEM, audit_time, record
 
 
 def outbox_backoff_seconds(attempts: int) -> int:
@@ -121,7 +119,7 @@ def mark_outbox_failed(message_id: int, *, error: str, now: datetime | None = No
             _outbox_audit(
                 message,
                 Verb.OUTBOX_FAILED,
-                {"error": error, "next_attempt_at": _audit_time(message.next_attempt_at)},
+                {"error": error, "next_attempt_at": audit_time(message.next_attempt_at)},
             )
     return message
 

@@ -5,30 +5,34 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from approvals import break_glass, events, policy
-from approvals.models import (
-    ApproverGroup,
-    BreakGlassRelease,
-    Policy,
-    PolicyVersion,
-    Proposal,
-    Tenant,
-    TenantMembership,
+from approvals import events
+from approvals.models import BreakGlassRelease, Policy, PolicyVersion, Proposal
+from approvals.policy import break_glass
+from approvals.policy.evaluation import (
+    PER_VOTE,
+    active_versions_for,
+    context_for_proposal,
+    evaluate,
+    stricter_requirements,
+    validate_step_up,
 )
-from approvals.services.common import actor_label, proposal_subject, record
-from approvals.services.errors import ConfigRefused, Conflict, PolicyInvalid
-from approvals.services.lifecycle import _revoke, enqueue_cancel, transition
+from approvals.policy.validation import VERSION_FIELDS, version_field_errors
+from approvals.services.common import proposal_subject
+from approvals.services.lifecycle import enqueue_cancel, revoke_proposal, transition
 from approvals.services.quorum import count_quorum
-from approvals.services.tenants import _require_config_admin, _require_slug
+from approvals.services.tenants import require_config_admin, require_slug
 from approvals.states import ALLOWED, RELEASED, WAITING_FOR_PEOPLE, State
 from audit.models import Verb
+from audit.trail import actor_label, record
+from lib.errors import ConfigRefused, Conflict, PolicyInvalid
+from tenants.models import ApproverGroup, Tenant, TenantMembership
 from tenants.queries import DECIDING_ROLES
 
 
 def create_policy(tenant: Tenant, *, slug: str, name: str = "", actor=None) -> Policy:
     """A named policy with no version yet (it matches nothing until a version is activated)."""
-    _require_config_admin(actor, tenant.id)
-    _require_slug(slug)
+    require_config_admin(actor, tenant.id)
+    require_slug(slug)
     with transaction.atomic():
         if Policy.objects.filter(tenant=tenant, slug=slug).exists():
             raise Conflict("slug_taken", f"the policy {slug!r} exists already", "slug")
@@ -48,12 +52,14 @@ POLICY_VERSION_DEFAULTS = {
     "tool_pattern": "*",
     "condition": "",
     "thresholds": [],
-    "step_up": policy.PER_VOTE,
+    "step_up": PER_VOTE,
     "ttl_seconds": 3600,
     "allow_self_approval": False,
     "consume_online": True,
     "risk": "",
     "reversibility": "",
+    "target_argument": "",
+    "equivalent_tools": [],
     "reservation_needs_second": False,
     "break_glass": {},
 }
@@ -62,11 +68,11 @@ POLICY_VERSION_DEFAULTS = {
 def _checked_version_fields(tenant: Tenant, fields: dict) -> dict:
     values = {**POLICY_VERSION_DEFAULTS, **fields}
     group_slugs = set(ApproverGroup.objects.filter(tenant=tenant).values_list("slug", flat=True))
-    errors = policy.version_field_errors(values, group_slugs, break_glass_people(tenant.id))
+    errors = version_field_errors(values, group_slugs, break_glass_people(tenant.id))
     if errors:
         raise PolicyInvalid(errors)
     values["break_glass"] = break_glass.normalized(values["break_glass"])
-    values["step_up"] = policy.validate_step_up(values["step_up"])
+    values["step_up"] = validate_step_up(values["step_up"])
     values["thresholds"] = [{"group": t["group"], "count": t["count"]} for t in values["thresholds"]]
     return values
 
@@ -85,7 +91,7 @@ def create_policy_version(policy: Policy, fields: dict, *, actor) -> PolicyVersi
     takes effect only when a different admin activates it (activate_policy_version)."""
     if actor is None:
         raise ConfigRefused("author_required", "a policy version needs an author: four eyes are two people")
-    _require_config_admin(actor, policy.tenant_id)
+    require_config_admin(actor, policy.tenant_id)
     with transaction.atomic():
         locked = Policy.objects.select_for_update(of=("self",)).select_related("tenant").get(pk=policy.pk)
         values = _checked_version_fields(locked.tenant, fields)
@@ -118,7 +124,7 @@ def activate_policy_version(version: PolicyVersion, *, actor, now: datetime | No
         locked_policy = (
             Policy.objects.select_for_update(of=("self",)).select_related("tenant").get(pk=version.policy_id)
         )
-        _require_config_admin(actor, locked_policy.tenant_id)
+        require_config_admin(actor, locked_policy.tenant_id)
         draft = PolicyVersion.objects.select_for_update().get(pk=version.pk)
         if draft.status != PolicyVersion.Status.DRAFT:
             raise Conflict(
@@ -137,9 +143,7 @@ def activate_policy_version(version: PolicyVersion, *, actor, now: datetime | No
                 f"version {current.version} is active and newer than this draft; write a new draft from it",
             )
         # Groups may have changed since the draft was written: it must still name only existing ones.
-        _checked_version_fields(
-            locked_policy.tenant, {name: getattr(draft, name) for name in policy.VERSION_FIELDS}
-        )
+        _checked_version_fields(locked_policy.tenant, {name: getattr(draft, name) for name in VERSION_FIELDS})
         if current is not None:
             current.status = PolicyVersion.Status.RETIRED
             current.save(update_fields=["status"])
@@ -176,32 +180,34 @@ def _reevaluate_open_proposals(tenant: Tenant, *, actor: str, because: str) -> N
     a looser policy changes nothing. Released, unconsumed decisions: a deny, or requirements the
     recorded approvals no longer meet, revoke them."""
     open_states = [*WAITING_FOR_PEOPLE, *RELEASED]
-    versions = policy.active_versions_for(tenant)
+    versions = active_versions_for(tenant)
     for proposal in (
         Proposal.objects.select_for_update(of=("self",))
         .select_related("agent", "tenant")
         .filter(tenant=tenant, state__in=open_states)
         .order_by("pk")
     ):
-        evaluation = policy.evaluate(tenant, versions, policy.context_for_proposal(proposal))
+        evaluation = evaluate(tenant, versions, context_for_proposal(proposal))
         if evaluation.outcome == "allow":
             continue
         if evaluation.outcome == "deny":
             reason = f"{because}: {evaluation.reason}"
             if proposal.state in RELEASED:
-                _revoke(proposal, actor=actor, reason=reason)
+                revoke_proposal(proposal, actor=actor, reason=reason)
             elif State.CANCELLED in ALLOWED[proposal.state]:
                 transition(proposal, State.CANCELLED, actor=actor, reason=reason)
                 enqueue_cancel(proposal, reason=reason)
             continue
-        merged = policy.stricter_requirements(proposal.requirements, evaluation.requirements)
+        merged = stricter_requirements(proposal.requirements, evaluation.requirements)
         if proposal.state == State.ALLOWED or (
             proposal.state == State.APPROVED
             and not count_quorum(proposal, merged).met
             # A break-glass release stands on its own rule, not the quorum (a deny above still revokes it).
             and not BreakGlassRelease.objects.filter(proposal=proposal).exists()
         ):
-            _revoke(proposal, actor=actor, reason=f"{because}: the release no longer meets the policy")
+            revoke_proposal(
+                proposal, actor=actor, reason=f"{because}: the release no longer meets the policy"
+            )
             continue
         if merged == proposal.requirements:
             continue

@@ -2,13 +2,9 @@
 
 from dataclasses import dataclass
 
-from approvals.models import (
-    GroupMembership,
-    Proposal,
-    TenantMembership,
-    Vote,
-)
-from approvals.services.eligibility import threshold_groups
+from approvals.models import Proposal, Vote
+from approvals.selectors import threshold_groups
+from tenants.models import GroupMembership, TenantMembership
 
 
 @dataclass

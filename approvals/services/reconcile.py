@@ -7,11 +7,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import Agent, Proposal
-from approvals.services.common import SYSTEM, agent_actor
+from approvals.services.common import agent_actor
 from approvals.services.decisions import record_outcome
-from approvals.services.errors import ServiceError
-from approvals.services.lifecycle import _expire, transition
+from approvals.services.lifecycle import expire_proposal, transition
 from approvals.states import RELEASED, WAITING_FOR_PEOPLE, State
+from audit.trail import SYSTEM
+from lib.errors import ServiceError
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ def expire_due(now: datetime | None = None) -> int:
                 proposal.state in RELEASED and proposal.decision.expires_at <= clock
             )
             if due:
-                _expire(proposal, reason="expired: silence never approves")
+                expire_proposal(proposal, reason="expired: silence never approves")
                 expired += 1
     return expired
 

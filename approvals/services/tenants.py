@@ -4,18 +4,13 @@ from django.contrib.auth.models import Group, Permission
 from django.db import transaction
 
 from approvals import events
-from approvals.models import (
-    ApproverGroup,
-    GroupMembership,
-    Proposal,
-    Tenant,
-    TenantMembership,
-)
-from approvals.services.common import actor_label, record
-from approvals.services.eligibility import tenant_role
-from approvals.services.errors import ConfigRefused, Conflict, ServiceError
+from approvals.models import Proposal
+from approvals.selectors import tenant_role
 from approvals.states import OPEN_FOR_VOTES
 from audit.models import Verb
+from audit.trail import actor_label, record
+from lib.errors import ConfigRefused, Conflict, ServiceError
+from tenants.models import ApproverGroup, GroupMembership, Tenant, TenantMembership
 
 # Who may decide and by which rules changes only here: the Django admin, `manage.py setup_tenant` and
 # `manage.py policy` call these. `actor` is the user making the change, or None for scripted set-up
@@ -33,23 +28,12 @@ def is_config_admin(user, tenant_id) -> bool:
     return user.is_superuser or tenant_role(user, tenant_id) == TenantMembership.Role.ADMIN
 
 
-def admin_tenant_ids(user) -> list[int] | None:
-    """The tenants this user configures; None means all of them (a superuser)."""
-    if user.is_superuser:
-        return None
-    return list(
-        TenantMembership.objects.filter(user=user, role=TenantMembership.Role.ADMIN).values_list(
-            "tenant_id", flat=True
-        )
-    )
-
-
-def _require_config_admin(user, tenant_id) -> None:
+def require_config_admin(user, tenant_id) -> None:
     if user is not None and not is_config_admin(user, tenant_id):
         raise ConfigRefused("not_admin", "only an admin of this tenant can change its configuration")
 
 
-def _require_slug(value: str, field: str = "slug") -> str:
+def require_slug(value: str, field: str = "slug") -> str:
     from django.core.exceptions import ValidationError
     from django.core.validators import validate_slug
 
@@ -64,7 +48,7 @@ def create_tenant(*, slug: str, name: str, actor=None, default_ttl_seconds: int 
     """A tenant with its admin group, which the fail-closed default asks when no policy matches."""
     if actor is not None and not actor.is_superuser:
         raise ConfigRefused("not_admin", "only a superuser creates tenants")
-    _require_slug(slug)
+    require_slug(slug)
     if default_ttl_seconds < 1:
         raise ServiceError("bad_ttl", TTL_TOO_SHORT, "default_ttl_seconds")
     with transaction.atomic():
@@ -98,7 +82,7 @@ def update_tenant(
     admin_group: ApproverGroup | None = None,
 ) -> Tenant:
     """Change a tenant's name, default TTL or admin group (whom the fail-closed default asks)."""
-    _require_config_admin(actor, tenant.id)
+    require_config_admin(actor, tenant.id)
     if admin_group is not None and admin_group.tenant_id != tenant.id:
         raise ServiceError("foreign_group", "the admin group must belong to this tenant", "admin_group")
     if default_ttl_seconds is not None and default_ttl_seconds < 1:
@@ -145,7 +129,7 @@ def set_tenant_membership(
 ) -> TenantMembership:
     """Make a user a member of the tenant (or change their role or principal id). The principal id is how
     agents name this person in `principal.id`; it is what keeps them from deciding their own requests."""
-    _require_config_admin(actor, tenant.id)
+    require_config_admin(actor, tenant.id)
     principal_id = (principal_id or "").strip()
     with transaction.atomic():
         membership = TenantMembership.objects.select_for_update().filter(tenant=tenant, user=user).first()
@@ -205,7 +189,7 @@ def membership_refusal(tenant: Tenant, user, *, role: str, principal_id: str) ->
 
 def remove_tenant_membership(tenant: Tenant, user, *, actor=None) -> bool:
     """Take a user out of the tenant, and so out of its approver groups: their approvals stop counting."""
-    _require_config_admin(actor, tenant.id)
+    require_config_admin(actor, tenant.id)
     with transaction.atomic():
         membership = TenantMembership.objects.select_for_update().filter(tenant=tenant, user=user).first()
         if membership is None:
@@ -230,8 +214,8 @@ def _group_slugs_of(tenant: Tenant, user) -> list[str]:
 
 
 def create_group(tenant: Tenant, *, slug: str, name: str = "", actor=None) -> ApproverGroup:
-    _require_config_admin(actor, tenant.id)
-    _require_slug(slug)
+    require_config_admin(actor, tenant.id)
+    require_slug(slug)
     with transaction.atomic():
         if ApproverGroup.objects.filter(tenant=tenant, slug=slug).exists():
             raise Conflict("slug_taken", f"the group {slug!r} exists already", "slug")
@@ -264,7 +248,7 @@ def group_member_refusal(tenant_id, user) -> ServiceError | None:
 
 def add_group_member(group: ApproverGroup, user, *, actor=None) -> GroupMembership:
     """Make a tenant member eligible to vote where this group is named. Idempotent."""
-    _require_config_admin(actor, group.tenant_id)
+    require_config_admin(actor, group.tenant_id)
     with transaction.atomic():
         refusal = group_member_refusal(group.tenant_id, user)
         if refusal is not None:
@@ -284,7 +268,7 @@ def add_group_member(group: ApproverGroup, user, *, actor=None) -> GroupMembersh
 def remove_group_member(group: ApproverGroup, user, *, actor=None) -> bool:
     """Take a user out of a group. Their approvals on open proposals stop counting at once (the quorum is
     counted with current memberships); returns whether they were a member."""
-    _require_config_admin(actor, group.tenant_id)
+    require_config_admin(actor, group.tenant_id)
     with transaction.atomic():
         return _remove_group_member(group, user, actor=actor)
 
@@ -312,6 +296,9 @@ def _remove_group_member(group: ApproverGroup, user, *, actor) -> bool:
 # admin's querysets keep them to their own tenants). Decisions, votes and the outbox are read-only there.
 ADMIN_SITE_GROUP = "Tenant admins"
 ADMIN_SITE_PERMISSIONS = {
+    # Seeing people (only those who share a tenant with her: accounts/admin.py) lets her pick members
+    # by username in the membership forms' autocomplete.
+    "auth": {"user": ["view"]},
     "tenants": {
         "tenant": ["view", "change"],
         "tenantmembership": ["view", "add", "change", "delete"],
@@ -334,7 +321,7 @@ ADMIN_SITE_PERMISSIONS = {
 def grant_admin_site(tenant: Tenant, user, *, actor=None) -> None:
     """Let a tenant admin use /admin/ for their tenant: staff status and the `Tenant admins` permission
     group (made on first use). Idempotent; audited on the tenant's chain when it changes anything."""
-    _require_config_admin(actor, tenant.id)
+    require_config_admin(actor, tenant.id)
     if tenant_role(user, tenant.id) != TenantMembership.Role.ADMIN:
         raise ConfigRefused("not_admin", f"{user.get_username()} is not an admin of {tenant.slug}")
     with transaction.atomic():

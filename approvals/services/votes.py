@@ -5,26 +5,25 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from approvals import events, policy, stepup
+from accounts import stepup
+from accounts.stepup import StepUp
+from approvals import events
 from approvals.canonical import action_digest, canonical_bytes
-from approvals.history import target_key
-from approvals.models import (
-    Decision,
-    Proposal,
-    Vote,
-)
+from approvals.models import Decision, Proposal, Vote
+from approvals.policy.evaluation import PASSKEY, PER_VOTE, step_up_window
+from approvals.policy.history import target_key
 from approvals.schemas import NUMBERS_ARE_STRINGS, first_number
-from approvals.services.common import SYSTEM, _audit_time, actor_label, proposal_subject, record
-from approvals.services.decisions import _issue_decision
-from approvals.services.eligibility import ineligibility, lock_proposal_for, user_groups_for
-from approvals.services.errors import EditRefused, VoteRefused
+from approvals.selectors import ineligibility, lock_proposal_for, user_groups_for
+from approvals.services.common import proposal_subject
+from approvals.services.decisions import issue_decision
 from approvals.services.halts import active_halt
-from approvals.services.intake import _evaluate_and_route
-from approvals.services.lifecycle import _expire, closed_reason, enqueue_cancel, transition
+from approvals.services.intake import evaluate_and_route
+from approvals.services.lifecycle import closed_reason, enqueue_cancel, expire_proposal, transition
 from approvals.services.quorum import count_quorum
 from approvals.states import OPEN_FOR_VOTES, WAITING_FOR_PEOPLE, State
-from approvals.stepup import StepUp
 from audit.models import Verb
+from audit.trail import SYSTEM, actor_label, audit_time, record
+from lib.errors import EditRefused, VoteRefused
 
 STEP_UP_REFUSALS = {"step_up_failed", "step_up_required", "passkey_required"}
 
@@ -33,24 +32,24 @@ def _check_step_up(proposal: Proposal, step_up: StepUp | None) -> tuple[str, dat
     """Returns (method, time) when the step-up satisfies the proposal's policy, None when it does not:
     per_vote needs a code or passkey checked for this vote; a window also accepts the session's earlier
     step-up; passkey needs a passkey that answered this proposal's and digest's own challenge."""
-    mode = proposal.requirements.get("step_up", policy.PER_VOTE)
+    mode = proposal.requirements.get("step_up", PER_VOTE)
     if step_up is None or step_up.refused:
         return None
     if step_up.method == stepup.PASSKEY:
         if step_up.bound_to != (str(proposal.id), proposal.action_digest):
             return None
         return step_up.method, timezone.now()
-    if mode == policy.PASSKEY:
+    if mode == PASSKEY:
         return None
     if step_up.method != stepup.SESSION:
         return step_up.method, timezone.now()
-    window = policy.step_up_window(mode)
+    window = step_up_window(mode)
     if window is not None and timezone.now() - step_up.verified_at <= timedelta(seconds=window):
         return f"session_step_up_{mode}s", timezone.now()
     return None
 
 
-def _stepped_up(
+def check_step_up(
     proposal: Proposal, actor, step_up: StepUp | None, act: str = "vote"
 ) -> tuple[tuple[str, datetime] | None, VoteRefused | None]:
     """(method, time) when the step-up satisfies the proposal's policy, else a refusal whose audit event
@@ -71,7 +70,7 @@ def _stepped_up(
 
 
 def _step_up_refusal(proposal: Proposal, step_up: StepUp | None, act: str) -> VoteRefused:
-    needs_passkey = proposal.requirements.get("step_up") == policy.PASSKEY
+    needs_passkey = proposal.requirements.get("step_up") == PASSKEY
     if step_up is not None and step_up.refused:
         return VoteRefused(
             "step_up_failed",
@@ -107,7 +106,7 @@ def cast_vote(
     now: datetime | None = None,
 ) -> Vote:
     """Record one person's approve/reject on the exact digest they saw; decide when the quorum is met
-    or any eligible person rejects. `step_up` is what the caller checked (approvals.stepup.step_up_for).
+    or any eligible person rejects. `step_up` is what the caller checked (accounts.stepup.step_up_for).
     Refusals raise VoteRefused (or NotFound for outsiders)."""
     if verdict not in Vote.Verdict.values:
         raise VoteRefused("bad_verdict", "a vote is approve or reject")
@@ -121,13 +120,13 @@ def cast_vote(
     with transaction.atomic():
         proposal = lock_proposal_for(proposal_id, actor)
         clock = now or timezone.now()
-        refusal = _vote_refusal(proposal, actor, digest_seen, clock)
+        refusal = refusal_to_vote(proposal, actor, digest_seen, clock)
         step = None
         if refusal is None:
-            step, refusal = _stepped_up(proposal, actor, step_up)
+            step, refusal = check_step_up(proposal, actor, step_up)
         if refusal is not None:
             if refusal.code == "expired":
-                _expire(proposal, reason="a vote arrived after expiry: silence never approves")
+                expire_proposal(proposal, reason="a vote arrived after expiry: silence never approves")
             elif refusal.code == "halted" and proposal.state in WAITING_FOR_PEOPLE:
                 # Submitted while the halt was committing, so the halt did not see it: cancel it as the
                 # halt would have, so a resume never brings it back (issue 13.8).
@@ -149,7 +148,7 @@ def cast_vote(
     return vote
 
 
-def _vote_refusal(
+def refusal_to_vote(
     proposal: Proposal, user, digest_seen: str, clock: datetime, *, once_per_person: bool = True
 ) -> VoteRefused | None:
     """Why this person may not decide this proposal now (None if they may). Asking and editing are
@@ -201,12 +200,12 @@ def _store_vote(proposal, user, verdict, digest_seen, reason, page_hash, step, r
             "reason": reason,
             "reservation": reservation,
             "groups": [g.slug for g in groups],
-            "auth": {"method": method, "at": _audit_time(auth_at)},
+            "auth": {"method": method, "at": audit_time(auth_at)},
         },
     )
     if verdict == Vote.Verdict.REJECT:
         transition(proposal, State.REJECTED, actor=actor_label(user), reason=reason)
-        _issue_decision(
+        issue_decision(
             proposal,
             Decision.Kind.REJECTED,
             reason=reason,
@@ -223,7 +222,7 @@ def _store_vote(proposal, user, verdict, digest_seen, reason, page_hash, step, r
             reason="quorum reached",
             data={"approved_by": [a["sub"] for a in approvers]},
         )
-        _issue_decision(
+        issue_decision(
             proposal,
             Decision.Kind.APPROVED,
             reason="approved by quorum",
@@ -241,7 +240,7 @@ def _approver(vote: Vote, group_slug: str | None) -> dict:
         "sub": f"user:{voter.get_username()}",
         "name": voter.get_full_name() or voter.get_username(),
         "group": group_slug,
-        "auth": {"method": vote.auth_method, "at": _audit_time(vote.auth_at)},
+        "auth": {"method": vote.auth_method, "at": audit_time(vote.auth_at)},
         # The reason the form promises goes into the signed decision: each approver's own words.
         "reason": (vote.reason or "")[:2000],
         # Approve with reservation: a dissent that did not block, signed with the decision.
@@ -259,13 +258,13 @@ def request_info(
         raise VoteRefused("question_required", "write the question the agent must answer", "question")
     with transaction.atomic():
         proposal = lock_proposal_for(proposal_id, actor)
-        refusal = _vote_refusal(proposal, actor, digest_seen, timezone.now(), once_per_person=False)
+        refusal = refusal_to_vote(proposal, actor, digest_seen, timezone.now(), once_per_person=False)
         if refusal:
             raise refusal
-        step, refusal = _stepped_up(proposal, actor, step_up, "question")
+        step, refusal = check_step_up(proposal, actor, step_up, "question")
         if refusal is None:
             transition(proposal, State.INFO_REQUESTED, actor=actor_label(actor), reason=question)
-            decision = _issue_decision(
+            decision = issue_decision(
                 proposal,
                 Decision.Kind.NEEDS_INFO,
                 reason=question,
@@ -284,7 +283,7 @@ def _asker(user, step: tuple[str, datetime], question: str) -> dict:
         "sub": f"user:{user.get_username()}",
         "name": user.get_full_name() or user.get_username(),
         "group": None,
-        "auth": {"method": method, "at": _audit_time(auth_at)},
+        "auth": {"method": method, "at": audit_time(auth_at)},
         "reason": question[:2000],
         "reservation": "",
     }
@@ -308,13 +307,13 @@ def edit_proposal(
         raise EditRefused("json_number", f"{number}: {NUMBERS_ARE_STRINGS}", "arguments")
     with transaction.atomic():
         old = lock_proposal_for(proposal_id, actor)
-        refusal = _vote_refusal(old, actor, digest_seen, timezone.now(), once_per_person=False)
+        refusal = refusal_to_vote(old, actor, digest_seen, timezone.now(), once_per_person=False)
         if refusal:
             raise EditRefused(refusal.code, refusal.message, refusal.field)
         action = {**old.action, "arguments": arguments}
         if action == old.action:
             raise EditRefused("no_change", "the edit changes nothing", "arguments")
-        _, refusal = _stepped_up(old, actor, step_up, "edit")
+        _, refusal = check_step_up(old, actor, step_up, "edit")
         if refusal is None:
             new = _create_edited(old, actor, action, note)
     if refusal is not None:
@@ -375,7 +374,7 @@ def _create_edited(old: Proposal, actor, action: dict, note: str) -> Proposal:
     new.supersedes = old
     new.save(update_fields=["supersedes"])
     remaining = max(int((old.expires_at - timezone.now()).total_seconds()), 1)
-    _evaluate_and_route(
+    evaluate_and_route(
         new, requested_expiry=timezone.now() + timedelta(seconds=remaining), actor=actor_label(actor)
     )
     return new

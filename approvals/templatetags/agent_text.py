@@ -3,14 +3,14 @@
 It escapes the value, isolates it in `<bdi>` (so it cannot reorder the page's own words around it),
 shows every hidden or text-direction character as a marked badge ("U+202E") instead of letting it act,
 and appends a visible warning for hidden characters and for words that mix scripts (look-alikes).
-The rules live in reviewer/agent_text.py, which the PDF and the evidence packet use too.
+The rules live in lib/agent_text.py, which the PDF and the evidence packet use too.
 """
 
 from django import template
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from reviewer import agent_text as rules
+from lib import agent_text as rules
 
 register = template.Library()
 

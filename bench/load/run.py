@@ -40,6 +40,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from approvals.services.votes import cast_vote
+from lib.errors import ServiceError
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from tests.examples.harness import CHECKOUT_PYTHONPATH  # noqa: E402 (after the path)
@@ -281,9 +284,8 @@ class Stack:
         from django.db import close_old_connections
         from django.utils import timezone
 
-        from approvals import services
+        from accounts.stepup import SESSION, StepUp
         from approvals.models import Proposal
-        from approvals.stepup import SESSION, StepUp
 
         drainer = get_user_model().objects.get(username=self.drainer)
         started = time.monotonic()
@@ -292,7 +294,7 @@ class Stack:
             close_old_connections()
             for proposal in Proposal.objects.filter(state="awaiting_review"):
                 try:
-                    services.cast_vote(
+                    cast_vote(
                         proposal.id,
                         drainer,
                         verdict="approve",
@@ -300,7 +302,7 @@ class Stack:
                         step_up=StepUp(SESSION, timezone.now()),
                     )
                     voted += 1
-                except services.ServiceError:
+                except ServiceError:
                     pass  # decided meanwhile
             open_states = Counter(
                 Proposal.objects.exclude(state__in=TERMINAL).values_list("state", flat=True)

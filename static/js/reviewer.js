@@ -121,7 +121,14 @@
     }
     focusedSelector = null;
     focusedPart = null;
-    if (again) again.focus({ preventScroll: true });
+    if (!again) return;
+    again.focus({ preventScroll: true });
+    // The part itself held the focus (a reply's message, replaced by a later update): its new copy is
+    // not focusable until told so, and focus() on it would leave the focus on BODY.
+    if (document.activeElement !== again) {
+      again.setAttribute("tabindex", "-1");
+      again.focus({ preventScroll: true });
+    }
   });
 
   // "Copy the codes": the text of the element the button names, one code a line.
@@ -140,7 +147,16 @@
     });
   });
 
+  // On a phone the list's filters start folded unless some are in use: the first screen shows proposals.
+  function foldFiltersOnAPhone() {
+    if (!window.matchMedia("(max-width: 44rem)").matches) return;
+    document.querySelectorAll("details[data-fold-on-phone]:not([data-filters-on])").forEach(function (el) {
+      el.open = false;
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
+    foldFiltersOnAPhone();
     var focus = document.querySelector(FOCUS_AFTER_REPLY);
     if (focus) focus.focus();
     tick();

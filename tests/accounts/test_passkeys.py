@@ -12,12 +12,15 @@ from django.urls import reverse
 from django_otp import DEVICE_ID_SESSION_KEY
 from django_otp_webauthn.models import WebAuthnCredential
 
-from accounts import passkeys
+from accounts import devices, passkeys, stepup
+from accounts.devices import remove_passkey, rename_passkey, reset_devices
 from accounts.models import PasskeyChallenge
-from approvals import policy, services, stepup
+from accounts.stepup import StepUp, step_up_for
 from approvals.models import Decision, Vote
-from approvals.stepup import StepUp, step_up_for
+from approvals.policy.evaluation import stricter_step_up, validate_step_up
+from approvals.services.votes import cast_vote
 from audit.models import AuditEvent, Verb
+from lib.errors import Conflict, NotFound, ServiceError, VoteRefused
 from tests import factories
 from tests.approvals.test_consumers import _own_channel_prefix  # noqa: F401 (fixture)
 from tests.concurrency import requires_postgres, run_together
@@ -50,13 +53,13 @@ def passkey_step_up(user, answer, proposal, session=None):
 
 
 def cast(proposal, user, step_up):
-    return services.cast_vote(
+    return cast_vote(
         proposal.id, user, verdict="approve", digest_seen=proposal.action_digest, step_up=step_up
     )
 
 
 def refusal_code(proposal, user, step_up) -> str:
-    with pytest.raises(services.VoteRefused) as refused:
+    with pytest.raises(VoteRefused) as refused:
         cast(proposal, user, step_up)
     return refused.value.code
 
@@ -92,7 +95,7 @@ def test_a_passkey_policy_refuses_a_one_time_code_with_a_message_naming_the_pass
     register_passkey(reviewer_a)
     proposal = submit(agent)
 
-    with pytest.raises(services.VoteRefused) as refused:
+    with pytest.raises(VoteRefused) as refused:
         cast(proposal, reviewer_a, step_up_for(reviewer_a, totp_code(reviewer_a)))
 
     assert refused.value.code == "passkey_required"
@@ -221,12 +224,12 @@ def test_a_passkey_vote_refreshes_the_session_for_a_window_policy(tenant, agent,
 
 
 def test_validate_step_up_accepts_passkey_and_it_is_the_strictest():
-    assert policy.validate_step_up(" passkey ") == "passkey"
-    assert policy.stricter_step_up("passkey", "per_vote") == "passkey"
-    assert policy.stricter_step_up("300", "passkey") == "passkey"
-    assert policy.stricter_step_up("300", "per_vote") == "per_vote"
+    assert validate_step_up(" passkey ") == "passkey"
+    assert stricter_step_up("passkey", "per_vote") == "passkey"
+    assert stricter_step_up("300", "passkey") == "passkey"
+    assert stricter_step_up("300", "per_vote") == "per_vote"
     with pytest.raises(ValueError, match="'passkey'"):
-        policy.validate_step_up("passkeys")
+        validate_step_up("passkeys")
 
 
 def test_a_policy_version_with_step_up_passkey_is_stored(passkey_policy):
@@ -252,10 +255,10 @@ def test_a_person_registers_several_named_passkeys_and_each_is_audited(reviewer_
 def test_a_registration_answer_is_usable_once(reviewer_a):
     authenticator = SoftAuthenticator()
     answer = authenticator.create(passkeys.registration_options(reviewer_a))
-    services.register_passkey(reviewer_a, answer=answer, name="laptop")
+    devices.register_passkey(reviewer_a, answer=answer, name="laptop")
 
-    with pytest.raises(services.ServiceError) as refused:
-        services.register_passkey(reviewer_a, answer=answer, name="again")
+    with pytest.raises(ServiceError) as refused:
+        devices.register_passkey(reviewer_a, answer=answer, name="again")
     assert refused.value.code == "passkey_refused"
     assert WebAuthnCredential.objects.filter(user=reviewer_a).count() == 1
 
@@ -264,8 +267,8 @@ def test_rename_and_remove_are_audited(reviewer_a):
     register_passkey(reviewer_a, "laptop")
     device = WebAuthnCredential.objects.get(user=reviewer_a)
 
-    services.rename_passkey(reviewer_a, device.pk, name="old laptop")
-    services.remove_passkey(reviewer_a, device.pk)
+    rename_passkey(reviewer_a, device.pk, name="old laptop")
+    remove_passkey(reviewer_a, device.pk)
 
     assert not WebAuthnCredential.objects.filter(user=reviewer_a).exists()
     renamed = AuditEvent.objects.get(verb=Verb.PERSON_CHANGED, subject="user:reviewer_a")
@@ -279,8 +282,8 @@ def test_a_person_cannot_remove_their_only_second_factor(tenant):
     register_passkey(person)
     device = WebAuthnCredential.objects.get(user=person)
 
-    with pytest.raises(services.Conflict) as refused:
-        services.remove_passkey(person, device.pk)
+    with pytest.raises(Conflict) as refused:
+        remove_passkey(person, device.pk)
 
     assert "only second factor" in refused.value.message
     assert WebAuthnCredential.objects.filter(pk=device.pk).exists()
@@ -290,17 +293,17 @@ def test_nobody_renames_or_removes_someone_elses_passkey(reviewer_a, reviewer_b)
     register_passkey(reviewer_a)
     device = WebAuthnCredential.objects.get(user=reviewer_a)
 
-    with pytest.raises(services.NotFound):
-        services.rename_passkey(reviewer_b, device.pk, name="mine now")
-    with pytest.raises(services.NotFound):
-        services.remove_passkey(reviewer_b, device.pk)
+    with pytest.raises(NotFound):
+        rename_passkey(reviewer_b, device.pk, name="mine now")
+    with pytest.raises(NotFound):
+        remove_passkey(reviewer_b, device.pk)
 
 
 def test_the_admin_device_reset_removes_passkeys_too(reviewer_a, admin_user):
     register_passkey(reviewer_a)
     admin_user.is_superuser = True
 
-    removed = services.reset_devices(reviewer_a, actor=admin_user, reason="lost laptop")
+    removed = reset_devices(reviewer_a, actor=admin_user, reason="lost laptop")
 
     assert removed >= 1 and not WebAuthnCredential.objects.filter(user=reviewer_a).exists()
 

@@ -36,7 +36,7 @@ from google.protobuf.json_format import MessageToDict
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 
-from approvals.a2a import EXTENSION_URI
+from approvals.a2a.push import EXTENSION_URI
 from tests.waiting import wait_until, wait_until_async
 
 

@@ -6,22 +6,18 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.urls import reverse
 
-from approvals import services
-from approvals.models import (
-    Agent,
-    Decision,
-    GroupMembership,
-    Halt,
-    OutboxMessage,
-    PolicyVersion,
-    TenantMembership,
-    Vote,
-    hash_token,
-)
+from accounts.stepup import step_up_for
+from approvals.models import Agent, Decision, Halt, OutboxMessage, PolicyVersion, Vote
+from approvals.services import halts
+from approvals.services.halts import active_halt
+from approvals.services.outbox import mark_outbox_failed
+from approvals.services.policies import create_policy_version
+from approvals.services.votes import cast_vote
 from approvals.states import State
-from approvals.stepup import step_up_for
 from audit.chain import sequence_pending
 from audit.models import AuditEvent, Verb
+from lib.tokens import hash_token
+from tenants.models import GroupMembership, TenantMembership
 from tests import factories
 from tests.factories import submit, totp_code
 
@@ -60,7 +56,7 @@ def as_author(client, author):
 def decided(agent, refund_policy, requester, reviewer_a):
     """A proposal with a vote, a signed decision and an outbox row."""
     proposal = submit(agent)
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         reviewer_a,
         verdict="approve",
@@ -92,7 +88,7 @@ def all_messages(response) -> list[str]:
 
 
 def test_every_admin_page_loads_for_a_superuser(as_author, tenant, decided):
-    services.halt(scope=Halt.Scope.TENANT, actor=None, reason="drill", tenant=tenant)
+    halts.halt(scope=Halt.Scope.TENANT, actor=None, reason="drill", tenant=tenant)
     objects = {
         "tenant": tenant.pk,
         "approvergroup": tenant.groups.get(slug="finance").pk,
@@ -137,7 +133,7 @@ def test_the_decision_page_never_shows_the_token(as_author, decided):
 def test_a_dead_letter_shows_its_last_error(as_author, decided, settings):
     settings.OUTBOX_MAX_ATTEMPTS = 0
     message = OutboxMessage.objects.get(proposal=decided)
-    services.mark_outbox_failed(message.pk, error="agent answered 502 Bad Gateway")
+    mark_outbox_failed(message.pk, error="agent answered 502 Bad Gateway")
 
     page = as_author.get(url("outboxmessage", "changelist") + "?status__exact=dead").content.decode()
 
@@ -226,7 +222,7 @@ def test_a_version_cannot_be_changed_in_the_admin(as_author, refund_policy):
 
 @pytest.fixture
 def draft(refund_policy, author):
-    return services.create_policy_version(
+    return create_policy_version(
         refund_policy.policy,
         {
             "outcome": "require_approval",
@@ -297,7 +293,7 @@ def test_the_dry_run_page_shows_which_recent_proposals_the_draft_matches(
 ):
     submit(agent, action=factories.refund_action(amount="40.00"))
     submit(agent, action=factories.refund_action(amount="5000.00"))
-    deny_big = services.create_policy_version(
+    deny_big = create_policy_version(
         refund_policy.policy,
         {"outcome": "deny", "tool_pattern": "payments.refund", "condition": "double(args.amount) > 1000.0"},
         actor=author,
@@ -526,11 +522,11 @@ def test_a_halt_is_started_and_resumed_through_the_services(as_author, tenant):
     )
     assert response.status_code == 302
     halt = Halt.objects.get()
-    assert services.active_halt(tenant.id) == halt
+    assert active_halt(tenant.id) == halt
 
     as_author.post(url("halt", "changelist"), {"action": "resume", "_selected_action": [halt.pk]})
 
-    assert services.active_halt(tenant.id) is None
+    assert active_halt(tenant.id) is None
     verbs = list(AuditEvent.objects.filter(subject=f"halt:{halt.pk}").values_list("verb", flat=True))
     assert verbs == [Verb.HALT_STARTED, Verb.HALT_LIFTED]
 

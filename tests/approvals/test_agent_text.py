@@ -14,7 +14,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from approvals.templatetags.agent_text import agent_text_html
-from reviewer import agent_text
+from approvals.web.list_pages import queue_context
+from lib import agent_text
 from tests import factories
 from tests.factories import refund_action, verified_client
 
@@ -56,7 +57,8 @@ def test_the_detail_page_badges_hidden_characters_isolates_and_warns(hostile, re
     assert_shown_safely(html)
     assert "mixes Cyrillic and Latin letters in one word" in html
     assert "U+200B" in html  # the zero-width space in the agent version
-    assert f"<title>{'Refund EUR 40.00 to account DE00[U+202E]1234'[:59]}" in html  # no markup in a title
+    # The title is Reviewer's headline, in plain text (no markup in a title); the summary is quoted below.
+    assert "<title>Refund EUR 40.00 · order:1182 · to billing@p\u0430ypal.com" in html
 
 
 def test_the_queue_and_its_live_fragment_show_agent_text_safely(hostile, reviewer_a):
@@ -64,7 +66,7 @@ def test_the_queue_and_its_live_fragment_show_agent_text_safely(hostile, reviewe
     assert_shown_safely(page)
 
     # What the queue socket sends is this partial, rendered with the same filter.
-    context = {"rows": [{"proposal": hostile}], "server_now": timezone.now()}
+    context = {"rows": queue_context(reviewer_a, {})["rows"], "server_now": timezone.now()}
     fragment = render_to_string("approvals/_proposal_table.html", context)
     assert_shown_safely(fragment)
 
@@ -106,7 +108,7 @@ def test_the_evidence_packet_lists_warnings_by_path_and_its_page_and_pdf_hold_no
 
 
 def test_the_pdf_prints_hidden_characters_as_codes():
-    from audit.pdf import Document
+    from audit.pdf_document import Document
 
     document = Document("test")
 

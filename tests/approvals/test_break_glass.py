@@ -7,12 +7,19 @@ import jwt
 import pytest
 from django.utils import timezone
 
-from approvals import services
+from accounts.stepup import step_up_for
 from approvals.models import BreakGlassRelease, Decision, PostHocReview, Vote
+from approvals.services.break_glass import (
+    break_glass_release,
+    complete_post_hoc_review,
+    note_overdue_reviews,
+    open_reviews_for,
+)
+from approvals.services.policies import create_policy, create_policy_version
 from approvals.states import State
-from approvals.stepup import step_up_for
 from audit.chain import sequence_pending
 from audit.models import AuditEvent, Verb
+from lib.errors import BreakGlassRefused, PolicyInvalid, PostHocReviewRefused
 from tests import factories
 from tests.factories import submit, totp_code
 
@@ -46,9 +53,7 @@ def glass_policy(tenant, people):
 
 def release(proposal, user, reason="the customer's card is being charged twice right now", **kwargs):
     kwargs.setdefault("step_up", step_up_for(user, totp_code(user)))
-    return services.break_glass_release(
-        proposal.id, user, reason=reason, digest_seen=proposal.action_digest, **kwargs
-    )
+    return break_glass_release(proposal.id, user, reason=reason, digest_seen=proposal.action_digest, **kwargs)
 
 
 def refusals(proposal) -> list[dict]:
@@ -99,8 +104,8 @@ def test_two_post_hoc_reviews_go_to_two_other_people_never_the_releaser_or_the_p
     reviews = list(PostHocReview.objects.filter(release=done).order_by("reviewer__username"))
     assert [r.reviewer.username for r in reviews] == ["admin", "reviewer_b"]  # admins first, then reviewers
     assert all(r.due_at == done.created_at + timedelta(hours=24) for r in reviews)
-    assert [r.release_id for r in services.open_reviews_for(people["admin"])] == [done.id]
-    assert not services.open_reviews_for(people["a"]).exists()
+    assert [r.release_id for r in open_reviews_for(people["admin"])] == [done.id]
+    assert not open_reviews_for(people["a"]).exists()
     # The next release spreads the load: reviewer_c has none open, reviewer_b one.
     second = release(submit(agent), people["a"])
     assert sorted(r.reviewer.username for r in second.reviews.all()) == ["admin", "reviewer_c"]
@@ -108,7 +113,7 @@ def test_two_post_hoc_reviews_go_to_two_other_people_never_the_releaser_or_the_p
 
 def test_a_person_not_named_is_refused_and_it_is_recorded(agent, glass_policy, people):
     proposal = submit(agent)
-    with pytest.raises(services.BreakGlassRefused) as refused:
+    with pytest.raises(BreakGlassRefused) as refused:
         release(proposal, people["b"])
     assert refused.value.code == "not_named"
     proposal.refresh_from_db()
@@ -121,7 +126,7 @@ def test_no_break_glass_under_the_tenant_default_or_a_policy_without_a_rule(tena
     without_rule = submit(agent)
     by_default = submit(agent, action={"tool": "other.tool", "arguments": {}})
     for proposal, person in ((without_rule, people["a"]), (by_default, people["admin"])):
-        with pytest.raises(services.BreakGlassRefused) as refused:
+        with pytest.raises(BreakGlassRefused) as refused:
             release(proposal, person)
         assert refused.value.code == "not_named"
 
@@ -132,7 +137,7 @@ def test_over_budget_is_refused_and_recorded_and_a_week_old_release_no_longer_co
     for _ in range(3):
         release(submit(agent), people["a"])
     fourth = submit(agent)
-    with pytest.raises(services.BreakGlassRefused) as refused:
+    with pytest.raises(BreakGlassRefused) as refused:
         release(fourth, people["a"])
     assert refused.value.code == "budget_exhausted"
     assert "3 of 3" in refused.value.message
@@ -163,7 +168,7 @@ def test_over_budget_is_refused_and_recorded_and_a_week_old_release_no_longer_co
 )
 def test_the_amount_cap_holds_and_fails_closed(agent, glass_policy, people, arguments, code):
     proposal = submit(agent, action={"tool": "payments.refund", "arguments": arguments, "target": "order:1"})
-    with pytest.raises(services.BreakGlassRefused) as refused:
+    with pytest.raises(BreakGlassRefused) as refused:
         release(proposal, people["a"])
     assert refused.value.code == code
     assert [r["code"] for r in refusals(proposal)] == [code]
@@ -179,13 +184,13 @@ def test_exactly_the_cap_is_released(agent, glass_policy, people):
 
 def test_a_release_needs_a_reason_and_a_fresh_step_up(agent, glass_policy, people):
     proposal = submit(agent)
-    with pytest.raises(services.BreakGlassRefused) as refused:
+    with pytest.raises(BreakGlassRefused) as refused:
         release(proposal, people["a"], reason="  ")
     assert refused.value.code == "reason_required"
-    with pytest.raises(services.BreakGlassRefused) as refused:
+    with pytest.raises(BreakGlassRefused) as refused:
         release(proposal, people["a"], step_up=None)
     assert refused.value.code == "step_up_required"
-    with pytest.raises(services.BreakGlassRefused) as refused:
+    with pytest.raises(BreakGlassRefused) as refused:
         release(proposal, people["a"], step_up=step_up_for(people["a"], "000000"))
     assert refused.value.code == "step_up_failed"
     proposal.refresh_from_db()
@@ -202,15 +207,15 @@ def test_separation_of_duties_holds_for_a_named_principal(tenant, agent, people)
         break_glass={**RULE, "people": ["requester", "reviewer_a"]},
     )
     proposal = submit(agent)  # for the principal "requester"
-    with pytest.raises(services.BreakGlassRefused) as refused:
+    with pytest.raises(BreakGlassRefused) as refused:
         release(proposal, people["requester"])
     assert refused.value.code == "self_approval"
 
 
 def test_a_stale_digest_or_a_closed_proposal_is_refused(agent, glass_policy, people):
     proposal = submit(agent)
-    with pytest.raises(services.BreakGlassRefused) as refused:
-        services.break_glass_release(
+    with pytest.raises(BreakGlassRefused) as refused:
+        break_glass_release(
             proposal.id,
             people["a"],
             reason="urgent",
@@ -219,7 +224,7 @@ def test_a_stale_digest_or_a_closed_proposal_is_refused(agent, glass_policy, peo
         )
     assert refused.value.code == "wrong_digest"
     release(proposal, people["a"])
-    with pytest.raises(services.BreakGlassRefused) as refused:
+    with pytest.raises(BreakGlassRefused) as refused:
         release(proposal, people["a"])
     assert refused.value.code == "not_open"
 
@@ -228,22 +233,22 @@ def test_a_review_records_agree_or_disagree_with_a_note_once_by_its_reviewer(age
     proposal = submit(agent)
     done = release(proposal, people["a"])
     review = PostHocReview.objects.get(release=done, reviewer=people["admin"])
-    with pytest.raises(services.PostHocReviewRefused) as refused:
-        services.complete_post_hoc_review(review.id, people["admin"], verdict="disagree", note=" ")
+    with pytest.raises(PostHocReviewRefused) as refused:
+        complete_post_hoc_review(review.id, people["admin"], verdict="disagree", note=" ")
     assert refused.value.code == "note_required"
-    with pytest.raises(services.PostHocReviewRefused) as refused:
-        services.complete_post_hoc_review(review.id, people["c"], verdict="agree", note="fine")
+    with pytest.raises(PostHocReviewRefused) as refused:
+        complete_post_hoc_review(review.id, people["c"], verdict="agree", note="fine")
     assert refused.value.code == "not_found"
 
-    services.complete_post_hoc_review(
+    complete_post_hoc_review(
         review.id, people["admin"], verdict="disagree", note="this could have waited an hour"
     )
     review.refresh_from_db()
     assert (review.verdict, review.note) == ("disagree", "this could have waited an hour")
     assert review.done_at is not None
-    assert not services.open_reviews_for(people["admin"]).exists()
-    with pytest.raises(services.PostHocReviewRefused) as refused:
-        services.complete_post_hoc_review(review.id, people["admin"], verdict="agree", note="again")
+    assert not open_reviews_for(people["admin"]).exists()
+    with pytest.raises(PostHocReviewRefused) as refused:
+        complete_post_hoc_review(review.id, people["admin"], verdict="agree", note="again")
     assert refused.value.code == "already_done"
     sequence_pending()
     event = AuditEvent.objects.get(subject=f"proposal:{proposal.id}", verb=Verb.POST_HOC_REVIEW_DONE)
@@ -254,15 +259,15 @@ def test_a_review_records_agree_or_disagree_with_a_note_once_by_its_reviewer(age
 def test_overdue_reviews_are_recorded_once(agent, glass_policy, people):
     proposal = submit(agent)
     done = release(proposal, people["a"])
-    services.complete_post_hoc_review(
+    complete_post_hoc_review(
         PostHocReview.objects.get(release=done, reviewer=people["admin"]).id,
         people["admin"],
         verdict="agree",
         note="the double charge was real",
     )
-    assert services.note_overdue_reviews(done.reviews_due_at - timedelta(seconds=1)) == 0
-    assert services.note_overdue_reviews(done.reviews_due_at + timedelta(seconds=1)) == 1
-    assert services.note_overdue_reviews(done.reviews_due_at + timedelta(hours=1)) == 0
+    assert note_overdue_reviews(done.reviews_due_at - timedelta(seconds=1)) == 0
+    assert note_overdue_reviews(done.reviews_due_at + timedelta(seconds=1)) == 1
+    assert note_overdue_reviews(done.reviews_due_at + timedelta(hours=1)) == 0
     sequence_pending()
     [overdue] = AuditEvent.objects.filter(verb=Verb.POST_HOC_REVIEW_OVERDUE)
     assert overdue.subject == f"proposal:{proposal.id}"
@@ -281,7 +286,7 @@ def test_a_policy_activation_does_not_revoke_a_break_glass_release(tenant, agent
 
 def test_the_rule_is_validated_like_the_other_policy_fields(tenant, people, compliance):
     author, _ = factories.policy_admins()
-    target = services.create_policy(tenant, slug="refunds", actor=author)
+    target = create_policy(tenant, slug="refunds", actor=author)
     base = {"outcome": "require_approval", "thresholds": [{"group": "admins", "count": 1}]}
     bad = [
         {**RULE, "people": ["nobody"]},
@@ -295,10 +300,10 @@ def test_the_rule_is_validated_like_the_other_policy_fields(tenant, people, comp
         ["reviewer_a"],
     ]
     for rule in bad:
-        with pytest.raises(services.PolicyInvalid) as invalid:
-            services.create_policy_version(target, {**base, "break_glass": rule}, actor=author)
+        with pytest.raises(PolicyInvalid) as invalid:
+            create_policy_version(target, {**base, "break_glass": rule}, actor=author)
         assert "break_glass" in invalid.value.errors, rule
-    stored = services.create_policy_version(
+    stored = create_policy_version(
         target, {**base, "break_glass": {k: v for k, v in RULE.items() if k != "review_hours"}}, actor=author
     )
     assert stored.break_glass == RULE  # review_hours defaults to 24

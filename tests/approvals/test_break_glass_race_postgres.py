@@ -10,11 +10,12 @@ is usable once, so each thread hands the service a step-up already checked (what
 import pytest
 from django.utils import timezone
 
-from approvals import services
+from accounts.stepup import StepUp
 from approvals.models import BreakGlassRelease, Decision, PostHocReview
+from approvals.services.break_glass import break_glass_release
 from approvals.states import State
-from approvals.stepup import StepUp
 from audit.models import AuditEvent, Verb
+from lib.errors import BreakGlassRefused
 from tests import factories
 from tests.audit.pg_flush import audit_triggers_allow_test_flush  # noqa: F401 (flush through the audit trigger)
 from tests.concurrency import requires_postgres, run_together
@@ -42,7 +43,7 @@ def test_twenty_simultaneous_releases_by_one_person_never_exceed_the_budget():
     proposals = [submit(agent) for _ in range(THREADS)]
 
     def release(index: int):
-        return lambda: services.break_glass_release(
+        return lambda: break_glass_release(
             proposals[index].id,
             riley,
             reason=f"emergency {index}",
@@ -56,7 +57,7 @@ def test_twenty_simultaneous_releases_by_one_person_never_exceed_the_budget():
         "released"
         if isinstance(result, BreakGlassRelease)
         else result.code
-        if isinstance(result, services.BreakGlassRefused)
+        if isinstance(result, BreakGlassRefused)
         else repr(result)
         for result in results
     ]

@@ -15,10 +15,11 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals import services
 from approvals.models import BreakGlassRelease, PostHocReview
+from approvals.services.break_glass import complete_post_hoc_review, note_overdue_reviews
 from approvals.states import State
 from audit.chain import sequence_pending
+from lib.errors import BreakGlassRefused
 from tests import factories
 from tests.approvals.test_break_glass import RULE, release
 from tests.factories import submit, totp_code, verified_client
@@ -160,7 +161,7 @@ def test_overdue_reviews_and_used_up_budgets_are_shown_to_admins(
         release(submit(agent), reviewer_a)
     BreakGlassRelease.objects.update(reviews_due_at=timezone.now() - timedelta(hours=1))
     PostHocReview.objects.update(due_at=timezone.now() - timedelta(hours=1))
-    services.note_overdue_reviews()
+    note_overdue_reviews()
 
     response = verified_client(admin_user).get(reverse("approvals:break_glass_oversight"))
     assert response.status_code == 200
@@ -183,10 +184,10 @@ def test_overdue_reviews_and_used_up_budgets_are_shown_to_admins(
 def test_the_metrics_count_budget_refusals_and_disagreements(agent, glass_policy, reviewer_a, admin_user):
     for _ in range(3):
         release(submit(agent), reviewer_a)
-    with pytest.raises(services.BreakGlassRefused):
+    with pytest.raises(BreakGlassRefused):
         release(submit(agent), reviewer_a)
     review = PostHocReview.objects.filter(reviewer=admin_user).first()
-    services.complete_post_hoc_review(review.id, admin_user, verdict="disagree", note="could have waited")
+    complete_post_hoc_review(review.id, admin_user, verdict="disagree", note="could have waited")
     sequence_pending()
     text = unescape(
         verified_client(admin_user).get(reverse("audit:metrics", kwargs={"tenant": "acme"})).content.decode()

@@ -2,9 +2,10 @@
 
 import pytest
 
-from approvals import classification, pages
 from approvals.models import PolicyVersion
+from approvals.policy import classification
 from approvals.states import State
+from approvals.web.pages import detail_context
 from tests import factories
 from tests.factories import submit
 
@@ -15,7 +16,8 @@ REVERSIBLE = {"effect": "Money back", "reversible": True}
 
 def test_reversibility_is_the_strictest_statement_and_unclassified_counts_as_r2():
     assert classification.reversibility({}, []) == "R2"
-    assert classification.reversibility({"reversible": True}, []) == "R1"
+    assert classification.reversibility({"reversible": True}, []) == "R2"  # the agent cannot lift it
+    assert classification.reversibility({"reversible": True}, ["R1"]) == "R1"
     assert classification.reversibility({"reversibility": "r0"}, ["R3"]) == "R3"
     assert classification.reversibility({"reversible": False}, ["R1"]) == "R3"
 
@@ -69,5 +71,5 @@ def test_a_hinted_tool_no_policy_names_is_never_allowed_by_a_catch_all(tenant, a
     hinted = submit(agent, action={"tool": "ops.shell_exec", "arguments": {"command": "rm -rf /tmp/x"}})
     assert harmless.state == State.ALLOWED
     assert hinted.state == State.AWAITING_REVIEW and hinted.risk == "high"
-    why = pages.detail_context(hinted, reviewer_a, {})["why"]
+    why = detail_context(hinted, reviewer_a, {})["why"]
     assert why["risk_hint"] == "shell or command execution"

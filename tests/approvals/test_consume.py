@@ -5,11 +5,13 @@ from datetime import timedelta
 
 import pytest
 
-from approvals import services
+from accounts.stepup import step_up_for
 from approvals.models import Decision, OutboxMessage, PolicyVersion
+from approvals.services.decisions import consume_decision, revoke_decision
+from approvals.services.votes import cast_vote, request_info
 from approvals.states import State
-from approvals.stepup import step_up_for
 from audit.models import AuditEvent, Verb
+from lib.errors import ConsumeRefused, NotFound
 from tests import factories
 from tests.concurrency import requires_postgres, run_together
 from tests.factories import approve, fresh_step_up, submit, totp_code
@@ -18,15 +20,15 @@ pytestmark = pytest.mark.django_db
 
 
 def refusal_of(agent, decision, *, rev=None, now=None) -> str:
-    with pytest.raises(services.ConsumeRefused) as refused:
-        services.consume_decision(agent, decision.jti, rev=decision.rev if rev is None else rev, now=now)
+    with pytest.raises(ConsumeRefused) as refused:
+        consume_decision(agent, decision.jti, rev=decision.rev if rev is None else rev, now=now)
     return refused.value.code
 
 
 def test_consuming_an_approved_decision_moves_it_to_executing(agent, refund_policy, requester, reviewer_a):
     proposal, decision = approve(agent, reviewer_a)
 
-    consumed = services.consume_decision(agent, decision.jti, rev=decision.rev)
+    consumed = consume_decision(agent, decision.jti, rev=decision.rev)
 
     assert consumed.state == State.EXECUTING
     proposal.refresh_from_db()
@@ -53,7 +55,7 @@ def test_a_policy_allowed_decision_is_consumed_too(tenant, agent, requester):
     assert proposal.state == State.ALLOWED
     decision = Decision.objects.get(proposal=proposal)
 
-    services.consume_decision(agent, decision.jti, rev=decision.rev)
+    consume_decision(agent, decision.jti, rev=decision.rev)
 
     proposal.refresh_from_db()
     assert proposal.state == State.EXECUTING
@@ -63,7 +65,7 @@ def test_second_consume_of_the_same_decision_is_refused_as_consumed(
     agent, refund_policy, requester, reviewer_a
 ):
     proposal, decision = approve(agent, reviewer_a)
-    services.consume_decision(agent, decision.jti, rev=decision.rev)
+    consume_decision(agent, decision.jti, rev=decision.rev)
 
     assert refusal_of(agent, decision) == "consumed"
 
@@ -79,9 +81,9 @@ def test_sequential_replicas_consuming_the_same_decision_exactly_one_succeeds(
     outcomes = []
     for _replica in range(2):
         try:
-            services.consume_decision(agent, decision.jti, rev=decision.rev)
+            consume_decision(agent, decision.jti, rev=decision.rev)
             outcomes.append("executing")
-        except services.ConsumeRefused as refused:
+        except ConsumeRefused as refused:
             outcomes.append(refused.code)
 
     assert sorted(outcomes) == ["consumed", "executing"]
@@ -94,14 +96,14 @@ def test_stale_rev_is_refused_and_leaves_the_decision_consumable(agent, refund_p
 
     proposal.refresh_from_db()
     assert proposal.state == State.APPROVED
-    services.consume_decision(agent, decision.jti, rev=decision.rev)
+    consume_decision(agent, decision.jti, rev=decision.rev)
     proposal.refresh_from_db()
     assert proposal.state == State.EXECUTING
 
 
 def test_revoked_decision_is_refused(agent, refund_policy, requester, reviewer_a):
     proposal, decision = approve(agent, reviewer_a)
-    services.revoke_decision(proposal.id, reviewer_a, reason="customer withdrew the request")
+    revoke_decision(proposal.id, reviewer_a, reason="customer withdrew the request")
 
     assert refusal_of(agent, decision) == "revoked"
 
@@ -120,7 +122,7 @@ def test_expired_decision_is_refused_by_the_clock(agent, refund_policy, requeste
 
 def test_superseded_proposal_refuses_its_decision(agent, refund_policy, requester, reviewer_a):
     first = submit(agent, task_id="task-1")
-    question = services.request_info(
+    question = request_info(
         first.id,
         reviewer_a,
         question="Which card?",
@@ -134,7 +136,7 @@ def test_superseded_proposal_refuses_its_decision(agent, refund_policy, requeste
 
 def test_rejected_decision_is_never_consumable(agent, refund_policy, requester, reviewer_a):
     proposal = submit(agent)
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         reviewer_a,
         verdict="reject",
@@ -151,8 +153,8 @@ def test_another_agent_cannot_consume_the_decision(tenant, agent, refund_policy,
     other = factories.make_agent(tenant, "other-agent", push_token="p2", api_token="a2")
     _, decision = approve(agent, reviewer_a)
 
-    with pytest.raises(services.NotFound):
-        services.consume_decision(other, decision.jti, rev=decision.rev)
+    with pytest.raises(NotFound):
+        consume_decision(other, decision.jti, rev=decision.rev)
 
 
 def test_every_refusal_is_an_audit_event(agent, refund_policy, requester, reviewer_a):
@@ -175,9 +177,7 @@ def test_a_refused_consume_queues_nothing_new(agent, refund_policy, requester, r
 def test_consume_just_before_expiry_still_succeeds(agent, refund_policy, requester, reviewer_a):
     proposal, decision = approve(agent, reviewer_a)
 
-    services.consume_decision(
-        agent, decision.jti, rev=decision.rev, now=decision.expires_at - timedelta(seconds=1)
-    )
+    consume_decision(agent, decision.jti, rev=decision.rev, now=decision.expires_at - timedelta(seconds=1))
 
     proposal.refresh_from_db()
     assert proposal.state == State.EXECUTING
@@ -197,12 +197,12 @@ def test_two_replicas_consuming_at_once_exactly_one_succeeds(
     proposal, decision = approve(agent, reviewer_a)
 
     def consume():
-        return services.consume_decision(agent, decision.jti, rev=decision.rev).state
+        return consume_decision(agent, decision.jti, rev=decision.rev).state
 
     results = run_together(consume, consume)
 
     winners = [r for r in results if r == State.EXECUTING]
-    losers = [r for r in results if isinstance(r, services.ConsumeRefused)]
+    losers = [r for r in results if isinstance(r, ConsumeRefused)]
     assert len(winners) == 1, results
     assert len(losers) == 1 and losers[0].code == "consumed", results
     proposal.refresh_from_db()

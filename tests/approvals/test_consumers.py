@@ -14,10 +14,11 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals import services, stepup
+from accounts import stepup
+from accounts.stepup import step_up_for
 from approvals.models import Proposal
+from approvals.services.votes import cast_vote
 from approvals.states import State
-from approvals.stepup import step_up_for
 from tests import factories
 from tests.factories import PASSWORD, submit, totp_code
 
@@ -319,7 +320,7 @@ async def test_a_viewer_sees_another_reviewers_vote_arrive(tenant, agent, reques
     step_up = await database_sync_to_async(step_up_for)(
         reviewer_a, await database_sync_to_async(totp_code)(reviewer_a)
     )
-    await database_sync_to_async(services.cast_vote)(
+    await database_sync_to_async(cast_vote)(
         proposal.id, reviewer_a, verdict="approve", digest_seen=proposal.action_digest, step_up=step_up
     )
     update = await viewer.receive_from(timeout=TIMEOUT)
@@ -334,7 +335,7 @@ async def test_the_decision_panel_follows_when_the_proposal_closes(proposal, rev
     step_up = await database_sync_to_async(step_up_for)(
         reviewer_a, await database_sync_to_async(totp_code)(reviewer_a)
     )
-    await database_sync_to_async(services.cast_vote)(
+    await database_sync_to_async(cast_vote)(
         proposal.id,
         reviewer_a,
         verdict="reject",
@@ -365,7 +366,7 @@ async def test_a_socket_stops_when_its_session_signs_out(proposal, reviewer_a, r
     step_up = await database_sync_to_async(step_up_for)(
         reviewer_a, await database_sync_to_async(totp_code)(reviewer_a)
     )
-    await database_sync_to_async(services.cast_vote)(
+    await database_sync_to_async(cast_vote)(
         proposal.id, reviewer_a, verdict="approve", digest_seen=proposal.action_digest, step_up=step_up
     )
     assert (await viewer.receive_output(timeout=TIMEOUT))["type"] == "websocket.close"

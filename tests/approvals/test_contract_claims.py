@@ -11,10 +11,12 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from approvals import services
+from accounts.stepup import step_up_for
 from approvals.models import Decision
+from approvals.services.decisions import consume_decision
+from approvals.services.votes import cast_vote
 from approvals.states import State
-from approvals.stepup import step_up_for
+from lib.errors import ConsumeRefused
 from reviewer_gate import gate
 from tests import factories
 from tests.factories import approve, in_seconds, submit, totp_code, verified_client
@@ -40,7 +42,7 @@ def strict_gate(client, agent) -> gate.Gate:
 
 
 def vote(proposal, reviewer):
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         reviewer,
         verdict="approve",
@@ -134,6 +136,6 @@ def test_consume_refuses_past_the_proposals_expiry_even_for_a_longer_token(
     """A decision stored before tokens were capped (exp later than the proposal's expiry)."""
     proposal, decision = approve(agent, reviewer_a, expires_at=in_seconds(120))
     Decision.objects.filter(pk=decision.pk).update(expires_at=timezone.now() + timedelta(hours=1))
-    with pytest.raises(services.ConsumeRefused) as refused:
-        services.consume_decision(agent, decision.jti, rev=decision.rev, now=proposal.expires_at)
+    with pytest.raises(ConsumeRefused) as refused:
+        consume_decision(agent, decision.jti, rev=decision.rev, now=proposal.expires_at)
     assert refused.value.code == "expired"

@@ -23,12 +23,15 @@ from django.core.management import CommandError, call_command
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from approvals import a2a, services
+from approvals.a2a.client import forget_cards
+from approvals.a2a.parked_tasks import ParkedTaskLister
 from approvals.models import Agent, Decision, PolicyVersion, Proposal
-from approvals.parked_tasks import ParkedTaskLister
 from approvals.schemas import ProposalSubmission
+from approvals.services.agents import register_agent, update_agent
+from approvals.services.intake import submit_proposal
 from approvals.states import State
-from approvals.worker import TickReport
+from approvals.worker.loop import TickReport
+from lib.errors import Conflict, IntakeError
 from reviewer_gate import gate
 from tests import factories
 from tests.approvals.fake_agent import FakeAgent
@@ -52,7 +55,7 @@ def acme():
 
 
 def register(tenant, slug, card_url, audience=""):
-    return services.register_agent(
+    return register_agent(
         tenant=tenant,
         slug=slug,
         name=slug,
@@ -84,7 +87,7 @@ def acme_allows_everything_offline(acme):
 def test_another_tenant_cannot_register_an_agent_at_a_card_url_already_registered(globex, acme, spelling):
     register(globex, "globex-refunds", CARD_URL)
 
-    with pytest.raises(services.Conflict) as refused:
+    with pytest.raises(Conflict) as refused:
         register(acme, "acme-refunds", spelling)
 
     assert refused.value.code == "card_url_taken" and refused.value.field == "card_url"
@@ -95,7 +98,7 @@ def test_another_tenant_cannot_register_an_agent_at_a_card_url_already_registere
 def test_another_tenant_cannot_take_an_agents_audience(globex, acme):
     register(globex, "globex-refunds", CARD_URL)  # audience: the card URL
 
-    with pytest.raises(services.Conflict) as refused:
+    with pytest.raises(Conflict) as refused:
         register(acme, "acme-refunds", "https://acme.example/.well-known/agent-card.json", audience=CARD_URL)
 
     assert refused.value.code == "audience_taken" and refused.value.field == "audience"
@@ -110,8 +113,8 @@ def test_an_agent_cannot_be_changed_to_another_agents_card_url_or_audience(globe
         ({"card_url": CARD_URL}, "card_url_taken"),
         ({"audience": CARD_URL}, "audience_taken"),
     ]:
-        with pytest.raises(services.Conflict) as refused:
-            services.update_agent(acme_agent, **changes)
+        with pytest.raises(Conflict) as refused:
+            update_agent(acme_agent, **changes)
         assert refused.value.code == code
 
     acme_agent.refresh_from_db()
@@ -218,9 +221,9 @@ def park_refund(process) -> str:
 @pytest.fixture
 def loopback_agents(settings):
     settings.AGENT_ALLOWED_NETWORKS = ["127.0.0.0/8", "::1/128"]
-    a2a.forget_cards()
+    forget_cards()
     yield
-    a2a.forget_cards()
+    forget_cards()
 
 
 def test_a_parked_task_found_at_the_card_url_is_not_adopted_into_another_tenants_registration(
@@ -270,8 +273,8 @@ def test_a_request_naming_another_registration_is_refused_at_intake(globex):
 
     body = {"task_id": "task-1", "request": factories.approval_request(agent="acme-refunds")}
 
-    with pytest.raises(services.IntakeError) as refused:
-        services.submit_proposal(agent, ProposalSubmission.model_validate(body), via="test")
+    with pytest.raises(IntakeError) as refused:
+        submit_proposal(agent, ProposalSubmission.model_validate(body), via="test")
 
     assert refused.value.code == "wrong_agent" and refused.value.field == "request.agent"
     assert not Proposal.objects.exists()

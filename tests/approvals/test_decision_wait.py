@@ -12,9 +12,10 @@ from channels.db import database_sync_to_async
 from channels.layers import channel_layers
 from channels.testing import ApplicationCommunicator, HttpCommunicator
 
-from approvals import services
-from approvals.decision_wait import DecisionWaits
+from approvals.agent_api.decision_wait import DecisionWaits
 from approvals.models import Decision
+from approvals.services.reconcile import expire_due
+from approvals.services.votes import cast_vote, edit_proposal
 from tests import factories
 from tests.factories import step_up_for, totp_code
 from tests.waiting import wait_until_async
@@ -83,7 +84,7 @@ async def asleep(waits: DecisionWaits, proposal, count: int = 1) -> None:
 
 @database_sync_to_async
 def approve(proposal, reviewer):
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         reviewer,
         verdict="approve",
@@ -123,7 +124,7 @@ async def test_a_wait_follows_a_reviewers_edit_to_the_new_proposals_decision(
     answer = asyncio.ensure_future(answer_of(pull(waits, proposal.id, wait=30)))
     await asleep(waits, proposal)
 
-    edited = await database_sync_to_async(services.edit_proposal)(
+    edited = await database_sync_to_async(edit_proposal)(
         proposal.id,
         reviewer_a,
         arguments={**proposal.action["arguments"], "amount": "25.00"},
@@ -132,7 +133,7 @@ async def test_a_wait_follows_a_reviewers_edit_to_the_new_proposals_decision(
     )
     await asleep(waits, edited)  # moved to the new proposal's group
     assert str(proposal.id) not in waits.subscribed
-    await database_sync_to_async(services.cast_vote)(
+    await database_sync_to_async(cast_vote)(
         edited.id,
         reviewer_b,
         verdict="approve",
@@ -157,7 +158,7 @@ async def test_a_wait_that_ends_first_answers_null_and_the_state(waits, agent, r
 
 async def test_a_closed_proposal_answers_at_once_without_subscribing(waits, agent, refund_policy, requester):
     proposal = await submitted(agent)
-    await database_sync_to_async(services.expire_due)(now=proposal.expires_at)
+    await database_sync_to_async(expire_due)(now=proposal.expires_at)
     status, body, _ = await answer_of(pull(waits, proposal.id, wait=60))
     assert (status, body["token"], body["state"]) == (200, None, "expired")
 

@@ -8,9 +8,11 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
-from approvals import policy
-from approvals.models import Agent, PolicyVersion, Tenant, TenantMembership, hash_token
+from approvals.models import Agent, PolicyVersion
+from approvals.policy.evaluation import PER_VOTE
 from audit.models import AuditEvent, Verb
+from lib.tokens import hash_token
+from tenants.models import Tenant, TenantMembership
 from tests.factories import submit
 
 pytestmark = pytest.mark.django_db
@@ -106,7 +108,7 @@ def test_seed_demo_is_idempotent_and_routes_large_refunds_to_two_approvers():
     )
     assert small.requirements["thresholds"] == [{"group": "finance", "count": 1}]
     assert large.requirements["thresholds"] == [{"group": "finance", "count": 2}]
-    assert large.requirements["step_up"] == policy.PER_VOTE
+    assert large.requirements["step_up"] == PER_VOTE
 
 
 def test_totp_code_prints_a_code_per_person(django_user_model):

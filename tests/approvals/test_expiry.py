@@ -6,11 +6,14 @@ from datetime import timedelta
 
 import pytest
 
-from approvals import services
+from accounts.stepup import step_up_for
 from approvals.models import Decision, OutboxMessage, PolicyVersion
+from approvals.services.decisions import consume_decision
+from approvals.services.reconcile import expire_due
+from approvals.services.votes import cast_vote, request_info
 from approvals.states import State
-from approvals.stepup import step_up_for
 from audit.models import AuditEvent, Verb
+from lib.errors import ConsumeRefused, VoteRefused
 from tests import factories
 from tests.factories import approve, fresh_step_up, submit, totp_code
 
@@ -30,7 +33,7 @@ def cancels_for(proposal) -> list[OutboxMessage]:
 def test_a_waiting_proposal_is_not_expired_before_its_time(agent, refund_policy, requester):
     proposal = submit(agent)
 
-    assert services.expire_due(now=proposal.expires_at - SECOND) == 0
+    assert expire_due(now=proposal.expires_at - SECOND) == 0
 
     proposal.refresh_from_db()
     assert proposal.state == State.AWAITING_REVIEW
@@ -39,7 +42,7 @@ def test_a_waiting_proposal_is_not_expired_before_its_time(agent, refund_policy,
 def test_a_waiting_proposal_expires_at_its_time_and_its_task_is_cancelled(agent, refund_policy, requester):
     proposal = submit(agent)
 
-    assert services.expire_due(now=proposal.expires_at) == 1
+    assert expire_due(now=proposal.expires_at) == 1
 
     proposal.refresh_from_db()
     assert proposal.state == State.EXPIRED
@@ -52,7 +55,7 @@ def test_a_waiting_proposal_expires_at_its_time_and_its_task_is_cancelled(agent,
 
 def test_a_proposal_waiting_for_an_answer_expires_too(agent, refund_policy, requester, reviewer_a):
     proposal = submit(agent)
-    services.request_info(
+    request_info(
         proposal.id,
         reviewer_a,
         question="Which order?",
@@ -60,7 +63,7 @@ def test_a_proposal_waiting_for_an_answer_expires_too(agent, refund_policy, requ
         step_up=fresh_step_up(reviewer_a),
     )
 
-    assert services.expire_due(now=proposal.expires_at + SECOND) == 1
+    assert expire_due(now=proposal.expires_at + SECOND) == 1
 
     proposal.refresh_from_db()
     assert proposal.state == State.EXPIRED
@@ -70,14 +73,14 @@ def test_a_proposal_waiting_for_an_answer_expires_too(agent, refund_policy, requ
 def test_an_approved_decision_not_consumed_in_time_expires(agent, refund_policy, requester, reviewer_a):
     proposal, decision = approve(agent, reviewer_a)
 
-    assert services.expire_due(now=decision.expires_at - SECOND) == 0
-    assert services.expire_due(now=decision.expires_at) == 1
+    assert expire_due(now=decision.expires_at - SECOND) == 0
+    assert expire_due(now=decision.expires_at) == 1
 
     proposal.refresh_from_db()
     assert proposal.state == State.EXPIRED
     assert len(cancels_for(proposal)) == 1
-    with pytest.raises(services.ConsumeRefused) as refused:
-        services.consume_decision(agent, decision.jti, rev=decision.rev, now=decision.expires_at - SECOND)
+    with pytest.raises(ConsumeRefused) as refused:
+        consume_decision(agent, decision.jti, rev=decision.rev, now=decision.expires_at - SECOND)
     assert refused.value.code == "expired"
 
 
@@ -92,7 +95,7 @@ def test_a_policy_allowed_decision_not_consumed_in_time_expires(tenant, agent, r
     proposal = submit(agent)
     decision = Decision.objects.get(proposal=proposal)
 
-    assert services.expire_due(now=decision.expires_at) == 1
+    assert expire_due(now=decision.expires_at) == 1
 
     proposal.refresh_from_db()
     assert proposal.state == State.EXPIRED
@@ -101,9 +104,9 @@ def test_a_policy_allowed_decision_not_consumed_in_time_expires(tenant, agent, r
 
 def test_an_executing_proposal_never_expires(agent, refund_policy, requester, reviewer_a):
     proposal, decision = approve(agent, reviewer_a)
-    services.consume_decision(agent, decision.jti, rev=decision.rev)
+    consume_decision(agent, decision.jti, rev=decision.rev)
 
-    assert services.expire_due(now=decision.expires_at + timedelta(days=30)) == 0
+    assert expire_due(now=decision.expires_at + timedelta(days=30)) == 0
 
     proposal.refresh_from_db()
     assert proposal.state == State.EXECUTING
@@ -111,7 +114,7 @@ def test_an_executing_proposal_never_expires(agent, refund_policy, requester, re
 
 def test_decided_proposals_are_left_alone(agent, refund_policy, requester, reviewer_a):
     proposal = submit(agent)
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         reviewer_a,
         verdict="reject",
@@ -120,7 +123,7 @@ def test_decided_proposals_are_left_alone(agent, refund_policy, requester, revie
         step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
     )
 
-    assert services.expire_due(now=proposal.expires_at + timedelta(days=1)) == 0
+    assert expire_due(now=proposal.expires_at + timedelta(days=1)) == 0
 
     proposal.refresh_from_db()
     assert proposal.state == State.REJECTED
@@ -129,8 +132,8 @@ def test_decided_proposals_are_left_alone(agent, refund_policy, requester, revie
 def test_sweeping_twice_expires_once_and_cancels_once(agent, refund_policy, requester):
     proposal = submit(agent)
 
-    assert services.expire_due(now=proposal.expires_at) == 1
-    assert services.expire_due(now=proposal.expires_at + SECOND) == 0
+    assert expire_due(now=proposal.expires_at) == 1
+    assert expire_due(now=proposal.expires_at + SECOND) == 0
 
     assert len(cancels_for(proposal)) == 1
     assert AuditEvent.objects.filter(verb=Verb.PROPOSAL_TRANSITIONED, data__to="expired").count() == 1
@@ -141,7 +144,7 @@ def test_the_sweeper_counts_every_proposal_it_expired(agent, refund_policy, requ
     _, decision = approve(agent, reviewer_a)
     later = max(waiting.expires_at, decision.expires_at)
 
-    assert services.expire_due(now=later) == 2
+    assert expire_due(now=later) == 2
 
 
 def test_an_agent_requested_expiry_earlier_than_the_policy_ttl_wins(agent, refund_policy, requester):
@@ -149,7 +152,7 @@ def test_an_agent_requested_expiry_earlier_than_the_policy_ttl_wins(agent, refun
     proposal = submit(agent, expires_at=soon)
 
     assert abs((proposal.expires_at - soon).total_seconds()) < 1
-    assert services.expire_due(now=soon + SECOND) == 1
+    assert expire_due(now=soon + SECOND) == 1
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -161,8 +164,8 @@ def test_a_vote_after_expiry_is_refused_even_if_the_sweeper_has_not_run(
 ):
     proposal = submit(agent)
 
-    with pytest.raises(services.VoteRefused) as refused:
-        services.cast_vote(
+    with pytest.raises(VoteRefused) as refused:
+        cast_vote(
             proposal.id,
             reviewer_a,
             verdict="approve",
@@ -183,7 +186,7 @@ def test_a_vote_after_expiry_is_refused_even_if_the_sweeper_has_not_run(
 def test_a_vote_just_before_expiry_counts(agent, refund_policy, requester, reviewer_a):
     proposal = submit(agent)
 
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         reviewer_a,
         verdict="approve",
@@ -201,8 +204,8 @@ def test_a_consume_after_expiry_is_refused_even_if_the_sweeper_has_not_run(
 ):
     proposal, decision = approve(agent, reviewer_a)
 
-    with pytest.raises(services.ConsumeRefused) as refused:
-        services.consume_decision(agent, decision.jti, rev=decision.rev, now=decision.expires_at + SECOND)
+    with pytest.raises(ConsumeRefused) as refused:
+        consume_decision(agent, decision.jti, rev=decision.rev, now=decision.expires_at + SECOND)
 
     assert refused.value.code == "expired"
     proposal.refresh_from_db()

@@ -1,5 +1,5 @@
 """A proposal page's live update is rendered once per event and audience, not once per socket
-(approvals/fanout.py, issue 10 point 7): the work of one event does not grow with the sockets open on the
+(approvals/live/fanout.py, issue 10 point 7): the work of one event does not grow with the sockets open on the
 proposal, every socket still gets exactly what its person's own page would show, and a socket whose
 person lost access is closed."""
 
@@ -15,9 +15,12 @@ from django.template.loader import render_to_string
 from django.test.utils import CaptureQueriesContext
 from django_otp import DEVICE_ID_SESSION_KEY
 
-from approvals import fanout, pages, services
-from approvals.models import TenantMembership
-from approvals.stepup import step_up_for
+from accounts.devices import reset_devices
+from accounts.stepup import step_up_for
+from approvals.live import fanout
+from approvals.services.votes import cast_vote
+from approvals.web.pages import detail_context
+from tenants.models import TenantMembership
 from tests import factories
 from tests.approvals.test_consumers import TIMEOUT, connected, proposal_path, sign_in
 from tests.factories import submit, totp_code
@@ -61,7 +64,7 @@ def test_one_event_costs_the_same_queries_for_two_sockets_or_ten(tenant, agent, 
 
 def expected_update(proposal, user, viewer) -> str:
     """What the proposal page's own builder (detail_context) renders for this person, partial by partial."""
-    context = pages.detail_context(proposal, user, viewer.scope["session"])
+    context = detail_context(proposal, user, viewer.scope["session"])
     context.update(oob=True, csrf_token=viewer.csrf_token)
     names = (*fanout.SHARED_PARTIALS, *fanout.AUDIENCE_PARTIALS, "decision")
     return "".join(render_to_string(f"approvals/detail.html#{name}", context) for name in names)
@@ -85,7 +88,7 @@ def test_every_person_gets_what_their_own_page_shows(
             assert updates[viewer.channel].html == expected_update(proposal, user, viewer), user
 
     check()
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         reviewer_a,
         verdict="approve",
@@ -143,7 +146,7 @@ async def test_one_vote_renders_one_update_for_all_open_pages(
     step_up = await database_sync_to_async(step_up_for)(
         reviewer_a, await database_sync_to_async(totp_code)(reviewer_a)
     )
-    await database_sync_to_async(services.cast_vote)(
+    await database_sync_to_async(cast_vote)(
         proposal.id, reviewer_a, verdict="approve", digest_seen=proposal.action_digest, step_up=step_up
     )
     updates = [await s.receive_from(timeout=TIMEOUT) for s in sockets]
@@ -163,7 +166,7 @@ def test_a_socket_whose_session_ended_or_device_was_reset_gets_nothing(
     people = reviewers(tenant, 3)
     staying, signed_out, reset = (viewer_of(user) for user in people)
     signed_out.scope["session"].delete()
-    services.reset_devices(people[2], actor=factories.make_user("helpdesk", tenant=tenant, role="admin"))
+    reset_devices(people[2], actor=factories.make_user("helpdesk", tenant=tenant, role="admin"))
     updates = fanout.render_updates(proposal.id, [staying, signed_out, reset])
     assert updates[signed_out.channel] is None and updates[reset.channel] is None
     assert updates[staying.channel] is not None
@@ -181,7 +184,7 @@ async def test_in_one_update_a_signed_out_socket_is_closed_and_the_others_are_se
     step_up = await database_sync_to_async(step_up_for)(
         reviewer_a, await database_sync_to_async(totp_code)(reviewer_a)
     )
-    await database_sync_to_async(services.cast_vote)(
+    await database_sync_to_async(cast_vote)(
         proposal.id, reviewer_a, verdict="approve", digest_seen=proposal.action_digest, step_up=step_up
     )
     assert (await leaving.receive_output(timeout=TIMEOUT))["type"] == "websocket.close"

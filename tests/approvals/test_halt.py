@@ -14,11 +14,16 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from approvals import services
+from accounts.stepup import step_up_for
 from approvals.models import Halt, OutboxMessage, PolicyVersion, Proposal
+from approvals.selectors import proposal_for_user
+from approvals.services import halts
+from approvals.services.decisions import consume_decision, record_outcome
+from approvals.services.halts import active_halt, resume
+from approvals.services.votes import cast_vote, request_info
 from approvals.states import State
-from approvals.stepup import step_up_for
 from audit.models import AuditEvent, Verb
+from lib.errors import ConsumeRefused, HaltedError, ServiceError, VoteRefused
 from tests import factories
 from tests.concurrency import requires_postgres, run_together
 from tests.factories import approve, submit, totp_code
@@ -46,7 +51,7 @@ def globex_agent(other_tenant):
 
 @pytest.mark.parametrize("scope", ["global", "tenant", "agent"])
 def test_halt_refuses_intake_in_scope(tenant, agent, refund_policy, requester, admin_user, scope):
-    services.halt(
+    halts.halt(
         scope=scope,
         actor=admin_user,
         reason="runaway spend, INC-4411",
@@ -55,7 +60,7 @@ def test_halt_refuses_intake_in_scope(tenant, agent, refund_policy, requester, a
     )
     before = Proposal.objects.count()
 
-    with pytest.raises(services.HaltedError) as refused:
+    with pytest.raises(HaltedError) as refused:
         submit(agent)
 
     assert refused.value.code == "halted"
@@ -81,7 +86,7 @@ def test_intake_reads_in_its_one_query_the_halt_active_halt_finds(
         )
 
     def agree() -> int | None:
-        found = services.active_halt(agent.tenant_id, agent.id)
+        found = active_halt(agent.tenant_id, agent.id)
         assert in_one_query() == (found.id if found else None)
         return in_one_query()
 
@@ -105,13 +110,13 @@ def test_intake_reads_in_its_one_query_the_halt_active_halt_finds(
 
 
 def test_agent_halt_leaves_other_agents_accepting(agent, other_agent, refund_policy, requester, admin_user):
-    services.halt(scope=Halt.Scope.AGENT, actor=admin_user, reason="bad deploy of refund-demo", agent=agent)
+    halts.halt(scope=Halt.Scope.AGENT, actor=admin_user, reason="bad deploy of refund-demo", agent=agent)
 
     assert submit(other_agent).state == State.AWAITING_REVIEW
 
 
 def test_tenant_halt_leaves_other_tenants_accepting(tenant, agent, globex_agent, admin_user):
-    services.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="acme incident", tenant=tenant)
+    halts.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="acme incident", tenant=tenant)
 
     assert submit(globex_agent).state == State.AWAITING_REVIEW
 
@@ -119,7 +124,7 @@ def test_tenant_halt_leaves_other_tenants_accepting(tenant, agent, globex_agent,
 def test_replaying_a_known_request_during_a_halt_returns_it(agent, refund_policy, requester, admin_user):
     body = factories.approval_request(request_id="r-1")
     first = submit(agent, task_id="t-1", request_id="r-1", action=body["action"])
-    services.halt(scope=Halt.Scope.GLOBAL, actor=admin_user, reason="maintenance")
+    halts.halt(scope=Halt.Scope.GLOBAL, actor=admin_user, reason="maintenance")
 
     again = submit(agent, task_id="t-1", request_id="r-1", action=body["action"])
 
@@ -132,10 +137,10 @@ def test_replaying_a_known_request_during_a_halt_returns_it(agent, refund_policy
 
 def test_halt_refuses_votes(tenant, agent, refund_policy, requester, reviewer_a, admin_user):
     proposal = submit(agent)
-    services.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="incident", tenant=tenant)
+    halts.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="incident", tenant=tenant)
 
-    with pytest.raises(services.VoteRefused) as refused:
-        services.cast_vote(
+    with pytest.raises(VoteRefused) as refused:
+        cast_vote(
             proposal.id,
             reviewer_a,
             verdict="approve",
@@ -155,7 +160,7 @@ def test_halt_revokes_approved_unconsumed_decisions_and_cancels_their_tasks(
 ):
     proposal, decision = approve(agent, reviewer_a)
 
-    services.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="fraud wave", tenant=tenant)
+    halts.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="fraud wave", tenant=tenant)
 
     proposal.refresh_from_db()
     decision.refresh_from_db()
@@ -164,8 +169,8 @@ def test_halt_revokes_approved_unconsumed_decisions_and_cancels_their_tasks(
     assert decision.revoked_by == admin_user
     [cancel] = cancels_for(proposal)
     assert cancel.message_id == f"cancel-{proposal.id}"
-    with pytest.raises(services.ConsumeRefused) as refused:
-        services.consume_decision(agent, decision.jti, rev=decision.rev)
+    with pytest.raises(ConsumeRefused) as refused:
+        consume_decision(agent, decision.jti, rev=decision.rev)
     assert refused.value.code == "revoked"
 
 
@@ -176,7 +181,7 @@ def test_halt_revokes_policy_allowed_decisions(tenant, agent, requester, admin_u
     proposal = submit(agent)
     assert proposal.state == State.ALLOWED
 
-    services.halt(scope=Halt.Scope.AGENT, actor=admin_user, reason="stop the bot", agent=agent)
+    halts.halt(scope=Halt.Scope.AGENT, actor=admin_user, reason="stop the bot", agent=agent)
 
     proposal.refresh_from_db()
     assert proposal.state == State.REVOKED
@@ -187,9 +192,9 @@ def test_halt_cancels_tasks_already_executing(
     tenant, agent, refund_policy, requester, reviewer_a, admin_user
 ):
     proposal, decision = approve(agent, reviewer_a)
-    services.consume_decision(agent, decision.jti, rev=decision.rev)
+    consume_decision(agent, decision.jti, rev=decision.rev)
 
-    halt = services.halt(scope=Halt.Scope.GLOBAL, actor=admin_user, reason="model provider incident")
+    halt = halts.halt(scope=Halt.Scope.GLOBAL, actor=admin_user, reason="model provider incident")
 
     proposal.refresh_from_db()
     assert proposal.state == State.EXECUTING  # consumed: nothing left to revoke, the outcome still settles it
@@ -205,7 +210,7 @@ def test_halt_cancels_proposals_still_waiting_for_people_and_their_tasks(
     after a resume it cannot be approved, the agent must ask again."""
     waiting = submit(agent)
     asked = submit(agent)
-    services.request_info(
+    request_info(
         asked.id,
         reviewer_a,
         question="which order?",
@@ -213,7 +218,7 @@ def test_halt_cancels_proposals_still_waiting_for_people_and_their_tasks(
         step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
     )
 
-    halt = services.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="incident", tenant=tenant)
+    halt = halts.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="incident", tenant=tenant)
 
     for proposal in (waiting, asked):
         proposal.refresh_from_db()
@@ -221,9 +226,9 @@ def test_halt_cancels_proposals_still_waiting_for_people_and_their_tasks(
         assert len(cancels_for(proposal)) == 1
         assert cancels_for(proposal)[0].payload == {"reason": "halt: incident"}
     assert {p.id for p in halt.stopped} == {waiting.id, asked.id}
-    services.resume(actor=admin_user, tenant=tenant)
-    with pytest.raises(services.VoteRefused) as refused:
-        services.cast_vote(
+    resume(actor=admin_user, tenant=tenant)
+    with pytest.raises(VoteRefused) as refused:
+        cast_vote(
             waiting.id,
             reviewer_a,
             verdict="approve",
@@ -242,8 +247,8 @@ def test_a_request_that_arrived_while_a_halt_committed_is_cancelled_at_the_next_
     proposal = submit(agent)
     Halt.objects.create(scope=Halt.Scope.TENANT, tenant=tenant, reason="raced", operator=admin_user)
 
-    with pytest.raises(services.VoteRefused) as refused:
-        services.cast_vote(
+    with pytest.raises(VoteRefused) as refused:
+        cast_vote(
             proposal.id,
             reviewer_a,
             verdict="approve",
@@ -263,7 +268,7 @@ def test_halt_touches_nothing_outside_its_scope(
     halted, _ = approve(agent, reviewer_a)
     spared, _ = approve(other_agent, reviewer_a)
 
-    services.halt(scope=Halt.Scope.AGENT, actor=admin_user, reason="only refund-demo", agent=agent)
+    halts.halt(scope=Halt.Scope.AGENT, actor=admin_user, reason="only refund-demo", agent=agent)
 
     halted.refresh_from_db()
     spared.refresh_from_db()
@@ -277,7 +282,7 @@ def test_halt_is_audited_with_operator_reason_and_what_it_stopped(
 ):
     proposal, _ = approve(agent, reviewer_a)
 
-    halt = services.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="fraud wave", tenant=tenant)
+    halt = halts.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="fraud wave", tenant=tenant)
 
     event = AuditEvent.objects.get(verb=Verb.HALT_STARTED)
     assert event.chain == f"tenant:{tenant.id}"
@@ -302,8 +307,8 @@ def test_a_decision_released_while_a_halt_committed_is_revoked_at_consume(
     proposal, decision = approve(agent, reviewer_a)
     Halt.objects.create(scope=Halt.Scope.TENANT, tenant=tenant, reason="raced", operator=admin_user)
 
-    with pytest.raises(services.ConsumeRefused) as refused:
-        services.consume_decision(agent, decision.jti, rev=decision.rev)
+    with pytest.raises(ConsumeRefused) as refused:
+        consume_decision(agent, decision.jti, rev=decision.rev)
 
     assert refused.value.code == "halted"
     proposal.refresh_from_db()
@@ -317,20 +322,20 @@ def test_a_decision_released_while_a_halt_committed_is_revoked_at_consume(
 
 def test_reads_still_work_while_halted(tenant, agent, refund_policy, requester, reviewer_a, admin_user):
     proposal = submit(agent)
-    services.halt(scope=Halt.Scope.GLOBAL, actor=admin_user, reason="incident")
+    halts.halt(scope=Halt.Scope.GLOBAL, actor=admin_user, reason="incident")
 
-    assert services.proposal_for_user(proposal.id, reviewer_a).id == proposal.id
-    assert services.active_halt(tenant.id, agent.id).reason == "incident"
+    assert proposal_for_user(proposal.id, reviewer_a).id == proposal.id
+    assert active_halt(tenant.id, agent.id).reason == "incident"
 
 
 def test_outcome_reports_are_still_recorded_while_halted(
     agent, refund_policy, requester, reviewer_a, admin_user
 ):
     proposal, decision = approve(agent, reviewer_a)
-    services.consume_decision(agent, decision.jti, rev=decision.rev)
-    services.halt(scope=Halt.Scope.AGENT, actor=admin_user, reason="incident", agent=agent)
+    consume_decision(agent, decision.jti, rev=decision.rev)
+    halts.halt(scope=Halt.Scope.AGENT, actor=admin_user, reason="incident", agent=agent)
 
-    services.record_outcome(agent, decision.jti, status="succeeded", transaction_id="re_1")
+    record_outcome(agent, decision.jti, status="succeeded", transaction_id="re_1")
 
     proposal.refresh_from_db()
     assert proposal.state == State.SUCCEEDED
@@ -343,14 +348,14 @@ def test_outcome_reports_are_still_recorded_while_halted(
 def test_resume_lifts_the_halt_and_intake_and_votes_work_again(
     tenant, agent, refund_policy, requester, reviewer_a, admin_user
 ):
-    services.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="incident", tenant=tenant)
+    halts.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="incident", tenant=tenant)
 
-    lifted = services.resume(actor=admin_user, reason="fixed", tenant=tenant)
+    lifted = resume(actor=admin_user, reason="fixed", tenant=tenant)
 
     assert lifted == 1
-    assert services.active_halt(tenant.id, agent.id) is None
+    assert active_halt(tenant.id, agent.id) is None
     proposal = submit(agent)
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         reviewer_a,
         verdict="approve",
@@ -368,33 +373,33 @@ def test_resume_does_not_bring_back_revoked_decisions(
     tenant, agent, refund_policy, requester, reviewer_a, admin_user
 ):
     proposal, decision = approve(agent, reviewer_a)
-    services.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="incident", tenant=tenant)
-    services.resume(actor=admin_user, tenant=tenant)
+    halts.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="incident", tenant=tenant)
+    resume(actor=admin_user, tenant=tenant)
 
-    with pytest.raises(services.ConsumeRefused) as refused:
-        services.consume_decision(agent, decision.jti, rev=decision.rev)
+    with pytest.raises(ConsumeRefused) as refused:
+        consume_decision(agent, decision.jti, rev=decision.rev)
 
     assert refused.value.code == "revoked"
 
 
 def test_resume_lifts_only_its_own_scope(tenant, agent, admin_user):
-    services.halt(scope=Halt.Scope.GLOBAL, actor=admin_user, reason="everything")
+    halts.halt(scope=Halt.Scope.GLOBAL, actor=admin_user, reason="everything")
 
-    assert services.resume(actor=admin_user, tenant=tenant) == 0
-    assert services.active_halt(tenant.id, agent.id).scope == Halt.Scope.GLOBAL
+    assert resume(actor=admin_user, tenant=tenant) == 0
+    assert active_halt(tenant.id, agent.id).scope == Halt.Scope.GLOBAL
 
 
 def test_halt_needs_a_reason(tenant, admin_user):
-    with pytest.raises(services.ServiceError) as refused:
-        services.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="  ", tenant=tenant)
+    with pytest.raises(ServiceError) as refused:
+        halts.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="  ", tenant=tenant)
 
     assert refused.value.code == "reason_required"
     assert not Halt.objects.exists()
 
 
 def test_halt_scope_must_name_its_target(tenant, admin_user):
-    with pytest.raises(services.ServiceError) as refused:
-        services.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="who?")
+    with pytest.raises(ServiceError) as refused:
+        halts.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="who?")
 
     assert refused.value.code == "bad_scope"
 
@@ -405,12 +410,12 @@ def test_halt_scope_must_name_its_target(tenant, admin_user):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_halt_is_seen_from_another_connection(tenant, agent, admin_user):
-    services.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="seen everywhere", tenant=tenant)
+    halts.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="seen everywhere", tenant=tenant)
     seen = {}
 
     def other_process_like_connection():
         try:
-            seen["halt"] = services.active_halt(tenant.id, agent.id)
+            seen["halt"] = active_halt(tenant.id, agent.id)
         finally:
             connection.close()
 
@@ -426,13 +431,14 @@ def test_a_halt_is_seen_from_another_connection(tenant, agent, admin_user):
 @requires_postgres
 @pytest.mark.django_db(transaction=True)
 def test_a_restarted_process_comes_back_halted(tenant, agent, admin_user):
-    services.halt(scope=Halt.Scope.AGENT, actor=admin_user, reason="survives restarts", agent=agent)
+    halts.halt(scope=Halt.Scope.AGENT, actor=admin_user, reason="survives restarts", agent=agent)
     db = connection.settings_dict
     host = f"{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
     url = f"postgres://{db['USER']}:{db['PASSWORD']}@{host}/{db['NAME']}"
     script = (
-        "import django; django.setup(); from approvals.models import Agent; from approvals import services; "
-        f"a = Agent.objects.get(slug={agent.slug!r}); h = services.active_halt(a.tenant_id, a.id); "
+        "import django; django.setup(); from approvals.models import Agent; "
+        "from approvals.services.halts import active_halt; "
+        f"a = Agent.objects.get(slug={agent.slug!r}); h = active_halt(a.tenant_id, a.id); "
         "print(h.reason if h else 'not halted')"
     )
 
@@ -522,7 +528,7 @@ def test_resume_command_lifts_the_halt(tenant, agent, admin_user):
     halt = Halt.objects.get()
     assert halt.lifted_at is not None
     assert halt.lifted_by == admin_user
-    assert services.active_halt(tenant.id, agent.id) is None
+    assert active_halt(tenant.id, agent.id) is None
 
 
 def test_resume_command_says_what_still_halts_the_scope(tenant, agent):
@@ -555,8 +561,8 @@ def test_halt_racing_consume_either_revokes_or_cancels_the_running_task(
     proposal, decision = approve(agent, reviewer_a)
 
     consumed, halted = run_together(
-        lambda: services.consume_decision(agent, decision.jti, rev=decision.rev).state,
-        lambda: services.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="race", tenant=tenant),
+        lambda: consume_decision(agent, decision.jti, rev=decision.rev).state,
+        lambda: halts.halt(scope=Halt.Scope.TENANT, actor=admin_user, reason="race", tenant=tenant),
     )
 
     assert isinstance(halted, Halt), halted
@@ -564,7 +570,7 @@ def test_halt_racing_consume_either_revokes_or_cancels_the_running_task(
     if consumed == State.EXECUTING:
         assert proposal.state == State.EXECUTING
     else:
-        assert isinstance(consumed, services.ConsumeRefused), consumed
+        assert isinstance(consumed, ConsumeRefused), consumed
         assert consumed.code in {"revoked", "halted"}
         assert proposal.state == State.REVOKED
     assert len(cancels_for(proposal)) == 1

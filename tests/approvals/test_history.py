@@ -2,9 +2,11 @@
 
 import pytest
 
-from approvals import history, pages
 from approvals.models import PolicyVersion
+from approvals.policy import history
+from approvals.services.votes import edit_proposal
 from approvals.states import State
+from approvals.web.pages import detail_context
 from tests import factories
 from tests.factories import approve, step_up_for, submit, totp_code
 
@@ -14,7 +16,7 @@ pytestmark = pytest.mark.django_db
 def test_the_target_is_the_tool_and_what_it_acts_on():
     assert history.target_key(factories.refund_action("1182")) == "payments.refund|order:1182"
     assert history.target_key({"tool": "mail.send", "arguments": {"to": "a@example.test"}}) == (
-        "mail.send|to=a@example.test"
+        "mail.send|to:a@example.test"
     )
     assert history.target_key({"tool": "status.read", "arguments": {}}) == ""
 
@@ -25,27 +27,26 @@ def test_an_earlier_approval_on_the_same_order_makes_a_likely_duplicate(
     first, _ = approve(agent, reviewer_b)
     other_order = submit(agent, action=factories.refund_action("9999"))
     again = submit(agent)  # the same order, another task: the demo client's re-sent refund
-    context = pages.detail_context(again, reviewer_a, {})
+    context = detail_context(again, reviewer_a, {})
     assert context["history"]["likely_duplicate"]["proposal"] == first
     assert context["history"]["likely_duplicate"]["approvers"] == ["Bob"]
     assert [item["proposal"] for item in context["history"]["items"]] == [first]
-    assert pages.detail_context(other_order, reviewer_a, {})["history"]["items"] == []
+    assert detail_context(other_order, reviewer_a, {})["history"]["items"] == []
 
 
 def test_an_edit_in_the_same_task_is_not_its_own_history(
     agent, refund_policy, requester, reviewer_a, reviewer_b
 ):
-    from approvals import services
 
     original = submit(agent)
-    edited = services.edit_proposal(
+    edited = edit_proposal(
         original.id,
         reviewer_b,
         arguments={**original.action["arguments"], "amount": "30.00"},
         digest_seen=original.action_digest,
         step_up=step_up_for(reviewer_b, totp_code(reviewer_b)),
     )
-    assert pages.detail_context(edited, reviewer_a, {})["history"]["items"] == []
+    assert detail_context(edited, reviewer_a, {})["history"]["items"] == []
 
 
 def test_a_policy_can_deny_a_refund_the_same_order_already_had(

@@ -12,7 +12,7 @@ import json
 import pytest
 from a2a.types import TaskState
 
-from approvals.a2a import EXTENSION_URI
+from approvals.a2a.push import EXTENSION_URI
 from approvals.canonical import action_digest
 from approvals.models import Proposal
 from audit.models import AuditEvent, Verb

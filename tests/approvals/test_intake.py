@@ -10,13 +10,17 @@ import pytest
 import rfc8785
 from pydantic import ValidationError
 
-from approvals import services
+from accounts.stepup import step_up_for
 from approvals.canonical import action_digest
 from approvals.models import Decision, OutboxMessage, Proposal
 from approvals.schemas import ProposalSubmission
+from approvals.services.halts import halt
+from approvals.services.intake import submit_proposal
+from approvals.services.reconcile import expire_due
+from approvals.services.votes import cast_vote, request_info
 from approvals.states import State
-from approvals.stepup import step_up_for
 from audit.models import AuditEvent
+from lib.errors import HaltedError, IntakeError
 from tests import factories
 from tests.factories import fresh_step_up
 
@@ -32,7 +36,7 @@ def body(task_id="task-1", **request_kwargs) -> dict:
 
 
 def submit_body(agent, data: dict) -> tuple[Proposal, bool]:
-    return services.submit_proposal(agent, ProposalSubmission.model_validate(data), via="test")
+    return submit_proposal(agent, ProposalSubmission.model_validate(data), via="test")
 
 
 def rows() -> tuple[int, int, int, int]:
@@ -44,9 +48,9 @@ def rows() -> tuple[int, int, int, int]:
     )
 
 
-def refusal(agent, data: dict) -> services.IntakeError:
+def refusal(agent, data: dict) -> IntakeError:
     before = rows()
-    with pytest.raises(services.IntakeError) as refused:
+    with pytest.raises(IntakeError) as refused:
         submit_body(agent, data)
     assert rows() == before, "a refused request must leave nothing behind"
     return refused.value
@@ -152,7 +156,7 @@ def test_a_known_request_replayed_after_its_expiry_returns_the_proposal(agent, r
     expires = factories.in_seconds(60)
     data = body(request_id="r-1", expires_at=expires)
     first, _ = submit_body(agent, data)
-    services.expire_due(now=expires + timedelta(seconds=1))
+    expire_due(now=expires + timedelta(seconds=1))
 
     again, created = submit_body(agent, data)
 
@@ -196,7 +200,7 @@ def test_supersedes_a_request_that_can_no_longer_be_replaced_is_refused(
     agent, refund_policy, requester, reviewer_a
 ):
     old, _ = submit_body(agent, body(request_id="r-1"))
-    services.cast_vote(
+    cast_vote(
         old.id,
         reviewer_a,
         verdict="approve",
@@ -213,7 +217,7 @@ def test_supersedes_a_request_that_can_no_longer_be_replaced_is_refused(
 
 def test_supersedes_replaces_a_request_waiting_for_an_answer(agent, refund_policy, requester, reviewer_a):
     old, _ = submit_body(agent, body(request_id="r-1"))
-    services.request_info(
+    request_info(
         old.id,
         reviewer_a,
         question="Which card?",
@@ -237,10 +241,10 @@ def test_expires_at_in_the_past_is_refused(agent, refund_policy, requester):
 
 
 def test_intake_while_halted_is_refused_and_nothing_is_saved(agent, refund_policy, requester, admin_user):
-    services.halt(scope="agent", actor=admin_user, reason="maintenance", agent=agent)
+    halt(scope="agent", actor=admin_user, reason="maintenance", agent=agent)
     before = rows()
 
-    with pytest.raises(services.HaltedError):
+    with pytest.raises(HaltedError):
         submit_body(agent, body())
 
     assert rows() == before

@@ -20,10 +20,11 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 import signing_keys as keys
-from approvals import services
+from accounts.stepup import step_up_for
 from approvals.models import Decision
+from approvals.services.agents import rotate_signing_key
+from approvals.services.votes import cast_vote
 from approvals.signing import TOKEN_TYPE, sign_decision
-from approvals.stepup import step_up_for
 from audit.models import AuditEvent, Verb
 from audit.verify_db import verify_chain
 from reviewer.settings import env_str
@@ -83,7 +84,7 @@ def retire_long_ago(kid: str, key_dir: Path, *, days: int = 2) -> datetime:
 
 def approve(agent, reviewer) -> Decision:
     proposal = submit(agent)
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         reviewer,
         verdict="approve",
@@ -110,7 +111,7 @@ def test_the_first_key_is_generated_on_first_use_readable_only_by_its_owner(key_
 def test_rotation_signs_with_the_new_kid_from_then_on(admin_user):
     old = keys.active_key()
 
-    new_kid = services.rotate_signing_key(actor=admin_user)
+    new_kid = rotate_signing_key(actor=admin_user)
 
     assert new_kid != old.kid
     assert keys.active_key().kid == new_kid
@@ -120,7 +121,7 @@ def test_rotation_signs_with_the_new_kid_from_then_on(admin_user):
 
 
 def test_a_decision_signed_after_rotation_names_the_new_kid(agent, refund_policy, requester, reviewer_a):
-    services.rotate_signing_key()
+    rotate_signing_key()
 
     decision = approve(agent, reviewer_a)
 
@@ -131,7 +132,7 @@ def test_a_decision_signed_after_rotation_names_the_new_kid(agent, refund_policy
 def test_rotation_is_audited_without_key_material(admin_user):
     old = keys.active_key()
 
-    new_kid = services.rotate_signing_key(actor=admin_user)
+    new_kid = rotate_signing_key(actor=admin_user)
 
     event = AuditEvent.objects.get(verb=Verb.SIGNING_KEY_ROTATED)
     assert event.chain == "system"
@@ -145,7 +146,7 @@ def test_a_token_signed_before_rotation_still_verifies_against_the_jwks(
     decision = approve(agent, reviewer_a)
     old_kid = decision.kid
 
-    services.rotate_signing_key()
+    rotate_signing_key()
 
     jwks = keys.jwks()
     assert {old_kid, keys.active_key().kid} <= {k["kid"] for k in jwks["keys"]}
@@ -157,7 +158,7 @@ def test_the_old_kid_stays_published_until_every_token_it_signed_has_expired(
 ):
     last_signed = approve(agent, reviewer_a)
     old_kid = last_signed.kid
-    services.rotate_signing_key()
+    rotate_signing_key()
     [old] = [k for k in keys.all_keys() if k.kid == old_kid]
 
     assert last_signed.expires_at <= old.retired_at + MAX  # no token it signed outlives this
@@ -171,8 +172,8 @@ def test_the_old_kid_stays_published_until_every_token_it_signed_has_expired(
 
 def test_rotating_twice_publishes_both_retired_keys_while_they_are_needed(db):
     first = keys.active_key().kid
-    second = services.rotate_signing_key()
-    third = services.rotate_signing_key()
+    second = rotate_signing_key()
+    third = rotate_signing_key()
 
     assert [k.kid for k in keys.published_keys()] == [first, second, third]
     assert keys.active_key().kid == third
@@ -184,7 +185,7 @@ def test_rotating_twice_publishes_both_retired_keys_while_they_are_needed(db):
 
 def test_prune_deletes_only_private_keys_no_token_can_need(db, key_dir):
     old = keys.active_key().kid
-    services.rotate_signing_key()
+    rotate_signing_key()
     [old_key] = [k for k in keys.all_keys() if k.kid == old]
 
     assert keys.prune_expired(now=old_key.retired_at + MAX) == []
@@ -221,7 +222,7 @@ def test_audit_checkpoints_signed_by_a_pruned_key_still_verify(
     settings.AUDIT_CHECKPOINT_EVERY = 1
     old = keys.active_key().kid
     approve(agent, reviewer_a)  # every event is checkpointed, signed with the old key
-    services.rotate_signing_key()
+    rotate_signing_key()
     [old_key] = [k for k in keys.all_keys() if k.kid == old]
     keys.prune_expired(now=old_key.retired_at + MAX + keys.RETIREMENT_GRACE)
 
@@ -233,7 +234,7 @@ def test_audit_checkpoints_signed_by_a_pruned_key_still_verify(
 
 def test_a_key_whose_retirement_crashed_half_way_keeps_its_private_file(db, key_dir):
     old = keys.active_key()
-    services.rotate_signing_key()
+    rotate_signing_key()
     retire_long_ago(old.kid, key_dir)
     [pem_path] = key_dir.glob(f"*_{old.kid}.pem")
     pem_path.with_suffix(".pub").write_bytes(
@@ -269,7 +270,7 @@ def test_rotation_is_refused_while_the_environment_key_is_used(settings, db):
     settings.SIGNING_KEY_PEM = new_pem()
 
     with pytest.raises(RuntimeError, match="REVIEWER_SIGNING_KEY"):
-        services.rotate_signing_key()
+        rotate_signing_key()
     with pytest.raises(CommandError, match="REVIEWER_SIGNING_KEY"):
         call_command("rotate_signing_key", stdout=StringIO())
 
@@ -320,7 +321,7 @@ def test_no_table_row_or_column_contains_a_private_key(
     settings.AUDIT_CHECKPOINT_EVERY = 1
     first = keys.active_key()
     approve(agent, reviewer_a)
-    services.rotate_signing_key()
+    rotate_signing_key()
     second = keys.active_key()
     approve(agent, reviewer_a)
     call_command("rotate_signing_key", "--prune", stdout=StringIO())
@@ -367,7 +368,7 @@ def test_rotate_command_records_the_operator(db, admin_user):
 
 def test_rotate_command_with_prune_rotates_and_prunes_long_retired_keys(db, key_dir):
     oldest = keys.active_key().kid
-    services.rotate_signing_key()
+    rotate_signing_key()
     retire_long_ago(oldest, key_dir)
     out = StringIO()
 
@@ -394,7 +395,7 @@ def test_prune_only_does_not_add_a_key(db, key_dir):
 
 def test_the_jwks_view_publishes_the_published_keys(client, db):
     old = keys.active_key().kid
-    new = services.rotate_signing_key()
+    new = rotate_signing_key()
 
     response = client.get("/.well-known/jwks.json")
 
@@ -415,7 +416,7 @@ def test_the_jwks_view_publishes_the_published_keys(client, db):
 
 def test_the_jwks_view_drops_keys_no_token_can_need(client, db, key_dir):
     old = keys.active_key().kid
-    services.rotate_signing_key()
+    rotate_signing_key()
     retire_long_ago(old, key_dir)
 
     kids = [k["kid"] for k in client.get("/.well-known/jwks.json").json()["keys"]]

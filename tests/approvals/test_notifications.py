@@ -7,10 +7,11 @@ import pytest
 from django.core import mail
 from django.utils import timezone
 
-from approvals import notifications, services
+from accounts.stepup import step_up_for
 from approvals.models import ReviewNotice
-from approvals.stepup import step_up_for
-from approvals.worker import Worker
+from approvals.services.votes import cast_vote
+from approvals.worker import notifications
+from approvals.worker.loop import Worker
 from tests import factories
 from tests.factories import submit, totp_code
 
@@ -112,7 +113,7 @@ def test_nobody_is_emailed_for_a_proposal_that_no_longer_waits(agent, refund_pol
     notifications.send_digests()  # fanned out and mailed; a second proposal waits for the next digest
     mail.outbox.clear()
     second = submit(agent)
-    services.cast_vote(
+    cast_vote(
         second.id,
         reviewer_a,
         verdict="approve",

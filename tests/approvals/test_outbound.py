@@ -2,7 +2,7 @@
 
 An agent's card URL is what a (possibly hostile) tenant admin registers; its card's interfaces are what
 the agent says. The worker calls them with the agent's outbound credentials, so each must reach only a
-host the operator allowed (approvals/outbound.py). Each test calls over real sockets on loopback with
+host the operator allowed (approvals/a2a/outbound.py). Each test calls over real sockets on loopback with
 real DNS resolution (`localhost`), and proves the refused call never connected: a listener that stands
 for Redis or an internal service accepts nothing.
 """
@@ -15,9 +15,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from approvals import a2a, outbound
+from approvals.a2a import outbound
+from approvals.a2a.client import forget_cards
 from approvals.models import OutboxMessage
-from approvals.worker import Worker
+from approvals.worker.loop import Worker
 from tests import factories
 from tests.approvals.test_worker import approve, continuation
 
@@ -49,7 +50,7 @@ class Listener:
 @pytest.fixture
 def listener():
     port = Listener()
-    a2a.forget_cards()
+    forget_cards()
     yield port
     port.close()
 

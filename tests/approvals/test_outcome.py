@@ -5,12 +5,16 @@ is ever re-approved."""
 import pytest
 from django.db import transaction
 
-from approvals import services
+from accounts.stepup import step_up_for
 from approvals.models import Decision, OutboxMessage, PolicyVersion, Proposal
+from approvals.services.decisions import consume_decision, record_outcome, revoke_decision
+from approvals.services.lifecycle import transition
+from approvals.services.reconcile import mark_unknown, settle_from_task_state
+from approvals.services.votes import cast_vote
 from approvals.states import IllegalTransition, State
-from approvals.stepup import step_up_for
 from audit.chain import sequence_pending
 from audit.models import AuditEvent, Verb
+from lib.errors import Conflict, ConsumeRefused, NotFound, ServiceError, VoteRefused
 from tests import factories
 from tests.factories import approve, submit, totp_code
 
@@ -20,7 +24,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def executing(agent, refund_policy, requester, reviewer_a) -> tuple[Proposal, Decision]:
     proposal, decision = approve(agent, reviewer_a)
-    services.consume_decision(agent, decision.jti, rev=decision.rev)
+    consume_decision(agent, decision.jti, rev=decision.rev)
     proposal.refresh_from_db()
     return proposal, decision
 
@@ -35,7 +39,7 @@ def transitions_of(proposal) -> list[tuple[str, str]]:
 def test_an_outcome_report_settles_the_execution(agent, executing, status):
     proposal, decision = executing
 
-    services.record_outcome(agent, decision.jti, status=status, transaction_id="re_3Nx", detail="done by PSP")
+    record_outcome(agent, decision.jti, status=status, transaction_id="re_3Nx", detail="done by PSP")
 
     proposal.refresh_from_db()
     assert proposal.state == status
@@ -51,10 +55,8 @@ def test_an_outcome_report_settles_the_execution(agent, executing, status):
 def test_the_same_report_twice_is_recorded_once(agent, executing):
     proposal, decision = executing
 
-    services.record_outcome(agent, decision.jti, status="succeeded", transaction_id="re_1")
-    again = services.record_outcome(
-        agent, decision.jti, status="succeeded", transaction_id="re_1", via="push"
-    )
+    record_outcome(agent, decision.jti, status="succeeded", transaction_id="re_1")
+    again = record_outcome(agent, decision.jti, status="succeeded", transaction_id="re_1", via="push")
 
     assert again.state == State.SUCCEEDED
     assert AuditEvent.objects.filter(verb=Verb.OUTCOME_RECORDED).count() == 1
@@ -62,10 +64,10 @@ def test_the_same_report_twice_is_recorded_once(agent, executing):
 
 def test_a_contradicting_report_after_settlement_is_refused(agent, executing):
     proposal, decision = executing
-    services.record_outcome(agent, decision.jti, status="succeeded")
+    record_outcome(agent, decision.jti, status="succeeded")
 
-    with pytest.raises(services.Conflict) as refused:
-        services.record_outcome(agent, decision.jti, status="failed")
+    with pytest.raises(Conflict) as refused:
+        record_outcome(agent, decision.jti, status="failed")
 
     assert refused.value.code == "not_executing"
     proposal.refresh_from_db()
@@ -75,9 +77,9 @@ def test_a_contradicting_report_after_settlement_is_refused(agent, executing):
 def test_unknown_then_the_agents_report_settles_it(agent, executing):
     proposal, decision = executing
 
-    services.record_outcome(agent, decision.jti, status="unknown", detail="PSP timed out")
-    services.record_outcome(agent, decision.jti, status="unknown")  # the same report again
-    services.record_outcome(agent, decision.jti, status="succeeded", transaction_id="re_9")
+    record_outcome(agent, decision.jti, status="unknown", detail="PSP timed out")
+    record_outcome(agent, decision.jti, status="unknown")  # the same report again
+    record_outcome(agent, decision.jti, status="succeeded", transaction_id="re_9")
 
     proposal.refresh_from_db()
     assert proposal.state == State.SUCCEEDED
@@ -87,7 +89,7 @@ def test_unknown_then_the_agents_report_settles_it(agent, executing):
 def test_reconciliation_marks_a_silent_execution_unknown(executing):
     proposal, _ = executing
 
-    services.mark_unknown(proposal.id, reason="no outcome for 10 minutes")
+    mark_unknown(proposal.id, reason="no outcome for 10 minutes")
 
     proposal.refresh_from_db()
     assert proposal.state == State.UNKNOWN
@@ -95,9 +97,9 @@ def test_reconciliation_marks_a_silent_execution_unknown(executing):
 
 def test_mark_unknown_leaves_settled_proposals_alone(agent, executing):
     proposal, decision = executing
-    services.record_outcome(agent, decision.jti, status="failed")
+    record_outcome(agent, decision.jti, status="failed")
 
-    services.mark_unknown(proposal.id, reason="late sweep")
+    mark_unknown(proposal.id, reason="late sweep")
 
     proposal.refresh_from_db()
     assert proposal.state == State.FAILED
@@ -105,9 +107,9 @@ def test_mark_unknown_leaves_settled_proposals_alone(agent, executing):
 
 def test_a_completed_task_settles_an_unknown_execution_as_succeeded(executing):
     proposal, _ = executing
-    services.mark_unknown(proposal.id, reason="no outcome")
+    mark_unknown(proposal.id, reason="no outcome")
 
-    services.settle_from_task_state(proposal.id, task_state="TASK_STATE_COMPLETED")
+    settle_from_task_state(proposal.id, task_state="TASK_STATE_COMPLETED")
 
     proposal.refresh_from_db()
     assert proposal.state == State.SUCCEEDED
@@ -119,9 +121,9 @@ def test_a_task_that_ended_otherwise_leaves_an_unknown_execution_unknown(executi
     # The agent said it could not tell whether the write happened; a failed task is no proof it did not,
     # and "failed" would invite a second, duplicate approval. Only the agent's own report settles it.
     proposal, _ = executing
-    services.mark_unknown(proposal.id, reason="no outcome")
+    mark_unknown(proposal.id, reason="no outcome")
 
-    services.settle_from_task_state(proposal.id, task_state=task_state)
+    settle_from_task_state(proposal.id, task_state=task_state)
 
     proposal.refresh_from_db()
     assert proposal.state == State.UNKNOWN
@@ -138,7 +140,7 @@ def test_a_task_that_ended_otherwise_leaves_an_unknown_execution_unknown(executi
 def test_the_task_state_settles_an_execution(executing, task_state, settled):
     proposal, _ = executing
 
-    services.settle_from_task_state(proposal.id, task_state=task_state)
+    settle_from_task_state(proposal.id, task_state=task_state)
 
     proposal.refresh_from_db()
     assert proposal.state == settled
@@ -146,9 +148,9 @@ def test_the_task_state_settles_an_execution(executing, task_state, settled):
 
 def test_a_task_still_working_settles_nothing(executing):
     proposal, _ = executing
-    services.mark_unknown(proposal.id, reason="no outcome")
+    mark_unknown(proposal.id, reason="no outcome")
 
-    services.settle_from_task_state(proposal.id, task_state="TASK_STATE_WORKING")
+    settle_from_task_state(proposal.id, task_state="TASK_STATE_WORKING")
 
     proposal.refresh_from_db()
     assert proposal.state == State.UNKNOWN
@@ -156,14 +158,14 @@ def test_a_task_still_working_settles_nothing(executing):
 
 def test_unknown_is_never_re_approved(agent, executing, reviewer_a, admin_user):
     proposal, decision = executing
-    services.mark_unknown(proposal.id, reason="no outcome")
+    mark_unknown(proposal.id, reason="no outcome")
     proposal.refresh_from_db()
 
-    with pytest.raises(services.ConsumeRefused) as refused:
-        services.consume_decision(agent, decision.jti, rev=decision.rev)
+    with pytest.raises(ConsumeRefused) as refused:
+        consume_decision(agent, decision.jti, rev=decision.rev)
     assert refused.value.code == "consumed"
-    with pytest.raises(services.VoteRefused) as vote_refused:
-        services.cast_vote(
+    with pytest.raises(VoteRefused) as vote_refused:
+        cast_vote(
             proposal.id,
             reviewer_a,
             verdict="approve",
@@ -171,11 +173,11 @@ def test_unknown_is_never_re_approved(agent, executing, reviewer_a, admin_user):
             step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
         )
     assert vote_refused.value.code in {"not_open", "already_voted"}
-    with pytest.raises(services.Conflict):
-        services.revoke_decision(proposal.id, admin_user, reason="try again")
+    with pytest.raises(Conflict):
+        revoke_decision(proposal.id, admin_user, reason="try again")
     for target in (State.APPROVED, State.EXECUTING, State.ALLOWED, State.AWAITING_REVIEW):
         with pytest.raises(IllegalTransition), transaction.atomic():
-            services.transition(proposal, target, actor="system")
+            transition(proposal, target, actor="system")
     proposal.refresh_from_db()
     assert proposal.state == State.UNKNOWN
     assert OutboxMessage.objects.filter(proposal=proposal, kind=OutboxMessage.Kind.CONTINUE).count() == 1
@@ -186,8 +188,8 @@ def test_an_outcome_without_a_consume_is_refused_when_consumption_is_required(
 ):
     proposal, decision = approve(agent, reviewer_a)
 
-    with pytest.raises(services.Conflict) as refused:
-        services.record_outcome(agent, decision.jti, status="succeeded")
+    with pytest.raises(Conflict) as refused:
+        record_outcome(agent, decision.jti, status="succeeded")
 
     assert refused.value.code == "not_executing"
     proposal.refresh_from_db()
@@ -206,7 +208,7 @@ def test_a_decision_without_online_consumption_passes_through_executing(tenant, 
     decision = Decision.objects.get(proposal=proposal)
     assert decision.consume_required is False
 
-    services.record_outcome(agent, decision.jti, status="succeeded", transaction_id="re_2")
+    record_outcome(agent, decision.jti, status="succeeded", transaction_id="re_2")
 
     proposal.refresh_from_db()
     decision.refresh_from_db()
@@ -217,10 +219,10 @@ def test_a_decision_without_online_consumption_passes_through_executing(tenant, 
 
 def test_an_outcome_for_a_revoked_decision_is_refused(agent, refund_policy, requester, reviewer_a):
     proposal, decision = approve(agent, reviewer_a)
-    services.revoke_decision(proposal.id, reviewer_a, reason="withdrawn")
+    revoke_decision(proposal.id, reviewer_a, reason="withdrawn")
 
-    with pytest.raises(services.Conflict):
-        services.record_outcome(agent, decision.jti, status="succeeded")
+    with pytest.raises(Conflict):
+        record_outcome(agent, decision.jti, status="succeeded")
 
     proposal.refresh_from_db()
     assert proposal.state == State.REVOKED
@@ -229,8 +231,8 @@ def test_an_outcome_for_a_revoked_decision_is_refused(agent, refund_policy, requ
 def test_an_unknown_status_is_refused(agent, executing):
     _, decision = executing
 
-    with pytest.raises(services.ServiceError) as refused:
-        services.record_outcome(agent, decision.jti, status="maybe")
+    with pytest.raises(ServiceError) as refused:
+        record_outcome(agent, decision.jti, status="maybe")
 
     assert refused.value.code == "bad_status"
     assert refused.value.field == "status"
@@ -240,5 +242,5 @@ def test_another_agent_cannot_report_the_outcome(tenant, agent, executing):
     _, decision = executing
     other = factories.make_agent(tenant, "other-agent", push_token="p2", api_token="a2")
 
-    with pytest.raises(services.NotFound):
-        services.record_outcome(other, decision.jti, status="succeeded")
+    with pytest.raises(NotFound):
+        record_outcome(other, decision.jti, status="succeeded")

@@ -1,4 +1,4 @@
-"""Issue 13.3: the worker's ListTasks(status=AUTH_REQUIRED) pass (approvals/parked_tasks.py), bounded, per
+"""Issue 13.3: the worker's ListTasks(status=AUTH_REQUIRED) pass (approvals/a2a/parked_tasks.py), bounded, per
 agent, backing off, and only for agents that allow it. The found-and-decided loop against the real refund
 agent is tests/e2e/test_contract_e2e.py."""
 
@@ -7,10 +7,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from approvals import a2a, services
+from approvals.a2a.client import ListingRefused, forget_cards, list_parked_requests
+from approvals.a2a.parked_tasks import PARKED_TASKS_BACKOFF_CAP_SECONDS, ParkedTaskLister
 from approvals.models import Halt
-from approvals.parked_tasks import PARKED_TASKS_BACKOFF_CAP_SECONDS, ParkedTaskLister
-from approvals.worker import TickReport
+from approvals.services.halts import halt
+from approvals.worker.loop import TickReport
 from tests import factories
 from tests.approvals.fake_agent import FakeAgent
 
@@ -20,9 +21,9 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture(autouse=True)
 def _fresh_cards(settings):
     settings.AGENT_ALLOWED_NETWORKS = ["127.0.0.0/8", "::1/128"]  # the fake agents are on loopback
-    a2a.forget_cards()
+    forget_cards()
     yield
-    a2a.forget_cards()
+    forget_cards()
 
 
 def test_an_agent_whose_card_does_not_declare_the_extension_is_asked_only_after_the_cap(tenant):
@@ -35,8 +36,8 @@ def test_an_agent_whose_card_does_not_declare_the_extension_is_asked_only_after_
 
         turn = lister.turns[agent.id]
         assert turn.next_at == clock + timedelta(seconds=PARKED_TASKS_BACKOFF_CAP_SECONDS)
-        with pytest.raises(a2a.ListingRefused):
-            a2a.list_parked_requests(agent, page_size=10)
+        with pytest.raises(ListingRefused):
+            list_parked_requests(agent, page_size=10)
     finally:
         fake.stop()
 
@@ -62,7 +63,7 @@ def test_a_halted_agent_is_not_listed(tenant, admin_user):
     agent = factories.make_agent(
         tenant, card_url=f"{FakeAgent.closed_port_url()}/.well-known/agent-card.json"
     )
-    services.halt(scope=Halt.Scope.AGENT, actor=admin_user, reason="incident", agent=agent)
+    halt(scope=Halt.Scope.AGENT, actor=admin_user, reason="incident", agent=agent)
     lister = ParkedTaskLister(every_seconds=60)
 
     lister.reconcile(TickReport(), timezone.now())

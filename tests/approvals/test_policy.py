@@ -11,11 +11,16 @@ from itertools import count
 import jwt
 import pytest
 
-from approvals import policy, services
-from approvals.models import ApproverGroup, Decision, OutboxMessage, Policy, PolicyVersion, Tenant
+from accounts.stepup import step_up_for
+from approvals.models import Decision, OutboxMessage, Policy, PolicyVersion
+from approvals.policy.evaluation import compile_condition, evaluate, evaluation_context, validate_step_up
+from approvals.policy.validation import thresholds_error, version_field_errors
+from approvals.services.policies import POLICY_VERSION_DEFAULTS
+from approvals.services.votes import cast_vote
 from approvals.states import State
-from approvals.stepup import step_up_for
 from audit.models import AuditEvent, Verb
+from lib.errors import VoteRefused
+from tenants.models import ApproverGroup, Tenant
 from tests import factories
 from tests.factories import submit, totp_code
 
@@ -69,7 +74,7 @@ def v(
 def context(
     *, tool="payments.refund", amount="40.00", principal="requester", agent="refund-demo", reversible=False
 ) -> dict:
-    return policy.evaluation_context(
+    return evaluation_context(
         tool=tool,
         args={"order_id": "1182", "amount": amount, "currency": "EUR"},
         principal={"id": principal, "display": principal.title()},
@@ -317,7 +322,7 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_evaluation_table(case: Case):
-    result = policy.evaluate(tenant_in_memory(), case.versions, case.ctx)
+    result = evaluate(tenant_in_memory(), case.versions, case.ctx)
 
     assert result.outcome == case.outcome
     if case.decided_by is not None:
@@ -336,12 +341,12 @@ def test_evaluation_table(case: Case):
 
 
 def test_the_tenant_default_names_the_tenants_own_admin_group():
-    result = policy.evaluate(tenant_in_memory("security-officers"), [], context())
+    result = evaluate(tenant_in_memory("security-officers"), [], context())
     assert result.thresholds == [{"group": "security-officers", "count": 1}]
 
 
 def test_a_tenant_without_admin_group_still_fails_closed():
-    result = policy.evaluate(tenant_in_memory(None), [], context())
+    result = evaluate(tenant_in_memory(None), [], context())
     assert result.outcome == APPROVAL
     assert result.thresholds == [{"group": "admins", "count": 1}]
 
@@ -353,12 +358,12 @@ def test_a_tenant_without_admin_group_still_fails_closed():
 @pytest.mark.parametrize("source", ["args.amount >", "foo(", "1 +", "tool ==="])
 def test_cel_compile_errors_are_value_errors_with_the_compilers_message(source):
     with pytest.raises(ValueError, match="Syntax error"):
-        policy.compile_condition(source)
+        compile_condition(source)
 
 
 def test_version_field_errors_carry_the_cel_compiler_message():
-    errors = policy.version_field_errors(
-        {**services.POLICY_VERSION_DEFAULTS, "outcome": DENY, "condition": "args.amount >"}, set()
+    errors = version_field_errors(
+        {**POLICY_VERSION_DEFAULTS, "outcome": DENY, "condition": "args.amount >"}, set()
     )
     assert "Syntax error" in errors["condition"]
 
@@ -379,10 +384,10 @@ def test_version_field_errors_carry_the_cel_compiler_message():
 )
 def test_step_up_is_per_vote_or_a_positive_window_in_seconds(value, valid):
     if valid:
-        assert policy.validate_step_up(value) == value
+        assert validate_step_up(value) == value
     else:
         with pytest.raises(ValueError):
-            policy.validate_step_up(value)
+            validate_step_up(value)
 
 
 @pytest.mark.parametrize(
@@ -400,7 +405,7 @@ def test_step_up_is_per_vote_or_a_positive_window_in_seconds(value, valid):
     ],
 )
 def test_thresholds_must_name_the_tenants_groups_with_positive_counts(thresholds, problem):
-    error = policy.thresholds_error(thresholds, {"finance", "ops"})
+    error = thresholds_error(thresholds, {"finance", "ops"})
     if problem is None:
         assert error is None
     else:
@@ -408,9 +413,7 @@ def test_thresholds_must_name_the_tenants_groups_with_positive_counts(thresholds
 
 
 def test_an_approval_policy_must_name_a_threshold():
-    errors = policy.version_field_errors(
-        {**services.POLICY_VERSION_DEFAULTS, "outcome": APPROVAL}, {"finance"}
-    )
+    errors = version_field_errors({**POLICY_VERSION_DEFAULTS, "outcome": APPROVAL}, {"finance"})
     assert "thresholds" in errors
 
 
@@ -464,8 +467,8 @@ def test_no_reviewer_can_override_a_policy_deny(agent, reviewer_a):
     factories.make_policy(agent.tenant, "never", outcome=DENY, thresholds=[])
     proposal = submit(agent)
 
-    with pytest.raises(services.VoteRefused) as refused:
-        services.cast_vote(
+    with pytest.raises(VoteRefused) as refused:
+        cast_vote(
             proposal.id,
             reviewer_a,
             verdict="approve",
@@ -539,11 +542,11 @@ def test_no_match_at_intake_needs_a_tenant_admin_and_nobody_else(agent, reviewer
     proposal = submit(agent, consequences={"effect": "Money back to the customer", "reversible": True})
 
     assert proposal.state == State.AWAITING_REVIEW
-    assert proposal.reversibility == "R1"
+    assert proposal.reversibility == "R2"  # the agent says reversible; nobody classified deploys: R2
     assert proposal.requirements["thresholds"] == [{"group": "admins", "count": 1}]
     assert proposal.policy_versions.count() == 0
-    with pytest.raises(services.VoteRefused) as refused:
-        services.cast_vote(
+    with pytest.raises(VoteRefused) as refused:
+        cast_vote(
             proposal.id,
             reviewer_a,
             verdict="approve",
@@ -552,7 +555,7 @@ def test_no_match_at_intake_needs_a_tenant_admin_and_nobody_else(agent, reviewer
         )
     assert refused.value.code == "not_eligible"
 
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         admin_user,
         verdict="approve",

@@ -5,8 +5,9 @@ answers at once; the wait itself is served on the event loop (tests/approvals/te
 import jwt
 import pytest
 
-from approvals import services
 from approvals.models import Decision
+from approvals.services.reconcile import expire_due
+from approvals.services.votes import cast_vote, edit_proposal
 from reviewer_gate import gate
 from tests import factories
 from tests.factories import step_up_for, totp_code
@@ -19,7 +20,7 @@ def pull_decision(client, proposal, wait=0, **headers):
 
 
 def approve(proposal, reviewer):
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         reviewer,
         verdict="approve",
@@ -87,7 +88,7 @@ def test_a_policy_denial_answers_a_signed_rejection(client, agent, tenant, reque
 @pytest.mark.django_db
 def test_an_expired_proposal_answers_null_and_its_state(client, agent, refund_policy, requester):
     proposal = factories.submit(agent)
-    services.expire_due(now=proposal.expires_at)
+    expire_due(now=proposal.expires_at)
     assert pull_decision(client, proposal, wait=30).json() == {
         "token": None,
         "state": "expired",
@@ -100,7 +101,7 @@ def test_a_reviewers_edit_is_followed_to_the_new_proposals_decision(
     client, agent, refund_policy, requester, reviewer_a, reviewer_b
 ):
     proposal = factories.submit(agent)
-    edited = services.edit_proposal(
+    edited = edit_proposal(
         proposal.id,
         reviewer_a,
         arguments={**proposal.action["arguments"], "amount": "25.00"},

@@ -10,10 +10,15 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from approvals import services
 from approvals.models import Agent, Decision, OutboxMessage, Proposal
+from approvals.services.agents import register_agent, update_agent
+from approvals.services.decisions import revoke_decision
+from approvals.services.halts import halt
+from approvals.services.reconcile import expire_due
+from approvals.services.votes import cast_vote
 from approvals.states import State
-from approvals.worker import Worker
+from approvals.worker.loop import Worker
+from lib.errors import ServiceError
 from reviewer_gate import gate
 from tests import factories
 from tests.factories import step_up_for, totp_code
@@ -25,7 +30,7 @@ AUTH = {"HTTP_AUTHORIZATION": "Bearer pull-secret"}
 
 @pytest.fixture
 def pull_agent(tenant):
-    return services.register_agent(
+    return register_agent(
         tenant=tenant,
         slug="script",
         name="A script",
@@ -57,8 +62,8 @@ def test_an_agent_without_a_card_url_is_a_pull_agent_with_its_chosen_audience(pu
 def test_two_pull_agents_have_no_card_url_but_never_share_an_audience(tenant, other_tenant, pull_agent):
     second = factories.make_agent(other_tenant, "script-2", api_token="s2", card_url="")
     assert second.delivery == Agent.Delivery.PULL and second.card_url == ""
-    with pytest.raises(services.ServiceError) as refused:
-        services.register_agent(
+    with pytest.raises(ServiceError) as refused:
+        register_agent(
             tenant=other_tenant,
             slug="script-3",
             name="Copycat",
@@ -71,8 +76,8 @@ def test_two_pull_agents_have_no_card_url_but_never_share_an_audience(tenant, ot
 
 
 def test_a_pull_agent_without_an_audience_is_refused_and_nothing_is_registered(tenant):
-    with pytest.raises(services.ServiceError) as refused:
-        services.register_agent(
+    with pytest.raises(ServiceError) as refused:
+        register_agent(
             tenant=tenant,
             slug="nameless",
             name="No audience",
@@ -166,7 +171,7 @@ def test_a_replayed_request_answers_the_decision_made_since(
     first = client.post("/api/v1/proposals", body, content_type="application/json", **AUTH).json()
     assert first["token"] is None
     proposal = Proposal.objects.get(pk=first["proposal_id"])
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         reviewer_a,
         verdict="approve",
@@ -181,11 +186,11 @@ def test_no_decision_revocation_expiry_or_halt_of_a_pull_agent_leaves_an_outbox_
     tenant, pull_agent, refund_policy, requester, reviewer_a, admin_user
 ):
     approved, _ = factories.approve(pull_agent, reviewer_a, task_id="approved")
-    services.revoke_decision(approved.id, reviewer_a, reason="changed my mind")
+    revoke_decision(approved.id, reviewer_a, reason="changed my mind")
     expiring = factories.submit(pull_agent, task_id="expiring")
-    services.expire_due(now=expiring.expires_at)
+    expire_due(now=expiring.expires_at)
     factories.submit(pull_agent, task_id="halted")
-    services.halt(scope="agent", actor=admin_user, reason="runaway", agent=pull_agent)
+    halt(scope="agent", actor=admin_user, reason="runaway", agent=pull_agent)
 
     assert set(Proposal.objects.values_list("state", flat=True)) == {
         State.REVOKED,
@@ -203,8 +208,8 @@ def test_the_worker_never_calls_a_pull_agent(tenant, pull_agent, refund_policy, 
 
 
 def test_a_pull_agent_cannot_be_given_a_card_url_without_becoming_an_a2a_agent(pull_agent, admin_user):
-    with pytest.raises(services.ServiceError) as refused:
-        services.update_agent(pull_agent, actor=admin_user, delivery=Agent.Delivery.A2A)
+    with pytest.raises(ServiceError) as refused:
+        update_agent(pull_agent, actor=admin_user, delivery=Agent.Delivery.A2A)
     assert refused.value.field == "card_url"
     pull_agent.refresh_from_db()
     assert pull_agent.delivery == Agent.Delivery.PULL

@@ -19,12 +19,14 @@ from a2a.types import (
 )
 from google.protobuf.json_format import MessageToDict
 
-from approvals import services
-from approvals.a2a import EXTENSION_URI
+from accounts.stepup import step_up_for
+from approvals.a2a.push import EXTENSION_URI
 from approvals.canonical import action_digest
 from approvals.models import Decision, Proposal
+from approvals.services.decisions import consume_decision, record_outcome
+from approvals.services.halts import halt
+from approvals.services.votes import cast_vote
 from approvals.states import State
-from approvals.stepup import step_up_for
 from audit.models import AuditEvent, Verb
 from tests import factories
 from tests.factories import approval_request, totp_code
@@ -265,7 +267,7 @@ def test_other_task_events_are_acknowledged_and_ignored(client, agent, refund_po
 @pytest.fixture
 def executing(agent, refund_policy, requester, reviewer_a):
     proposal = factories.submit(agent, task_id="task-x")
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         reviewer_a,
         verdict="approve",
@@ -273,7 +275,7 @@ def executing(agent, refund_policy, requester, reviewer_a):
         step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
     )
     decision = Decision.objects.get(proposal=proposal)
-    services.consume_decision(agent, decision.jti, rev=decision.rev)
+    consume_decision(agent, decision.jti, rev=decision.rev)
     return Proposal.objects.get(pk=proposal.pk)
 
 
@@ -307,7 +309,7 @@ def test_a_task_cancelled_while_executing_leaves_the_outcome_unknown(client, exe
 
 
 def test_a_failed_task_does_not_turn_an_unknown_outcome_into_failed(client, executing, agent):
-    services.record_outcome(agent, executing.decision.jti, status="unknown", detail="payments answer lost")
+    record_outcome(agent, executing.decision.jti, status="unknown", detail="payments answer lost")
 
     push(client, status_push(TaskState.TASK_STATE_FAILED, task_id="task-x", text="Refund outcome unknown"))
     executing.refresh_from_db()
@@ -330,7 +332,7 @@ def test_the_same_outcome_pushed_twice_is_recorded_once(client, executing):
 
 
 def test_an_outcome_is_still_recorded_during_a_halt(client, executing, admin_user, agent):
-    services.halt(scope="agent", agent=agent, actor=admin_user, reason="incident")
+    halt(scope="agent", agent=agent, actor=admin_user, reason="incident")
 
     push(client, status_push(TaskState.TASK_STATE_COMPLETED, task_id="task-x"))
 
@@ -351,7 +353,7 @@ def test_a_finished_task_never_settles_an_approval_nobody_consumed(
     client, agent, refund_policy, requester, reviewer_a
 ):
     proposal = factories.submit(agent, task_id="task-a")
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         reviewer_a,
         verdict="approve",
@@ -383,7 +385,7 @@ def test_a_terminal_push_for_another_agents_task_changes_nothing(client, tenant,
 
 
 def test_a_request_pushed_during_a_halt_is_a_503(client, agent, refund_policy, admin_user):
-    services.halt(scope="global", actor=admin_user, reason="audit in progress")
+    halt(scope="global", actor=admin_user, reason="audit in progress")
 
     response = push(client, parked())
 

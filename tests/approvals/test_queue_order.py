@@ -9,8 +9,8 @@ from html import unescape
 import pytest
 from django.urls import reverse
 
-from approvals import pages
 from approvals.models import Proposal, risk_rank
+from approvals.web.list_pages import PAGE_SIZE
 from tests import factories
 from tests.factories import submit, verified_client
 
@@ -47,7 +47,7 @@ def queue_ids(client) -> list[str]:
 def test_ties_in_expiry_show_the_riskier_first_across_a_page_boundary(
     agent, refund_policy, requester, reviewer_a
 ):
-    earlier = [submit(agent) for _ in range(pages.PAGE_SIZE - 1)]
+    earlier = [submit(agent) for _ in range(PAGE_SIZE - 1)]
     tied_at = max(p.expires_at for p in earlier) + timedelta(minutes=1)
     tied = []
     for risk in ("low", "high", "", "medium"):
@@ -60,7 +60,7 @@ def test_ties_in_expiry_show_the_riskier_first_across_a_page_boundary(
     shown = queue_ids(verified_client(reviewer_a))
 
     # the first page ends inside the tie: with the high one; the second starts with the medium ones
-    assert shown[pages.PAGE_SIZE - 1] == str(riskier_first[0].pk)
+    assert shown[PAGE_SIZE - 1] == str(riskier_first[0].pk)
     assert shown == [str(p.pk) for p in sorted(earlier, key=lambda p: p.expires_at)] + [
         str(p.pk) for p in riskier_first
     ]

@@ -5,7 +5,8 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from approvals import pages, queries
+from approvals.web import queries
+from approvals.web.list_pages import PAGE_SIZE, QUEUE_ORDER, WATCHING_ORDER
 from tests import factories
 from tests.factories import submit
 
@@ -29,8 +30,8 @@ def plan_of(queryset) -> str:
 @pytest.mark.parametrize(
     "person, build, order, index",
     [
-        ("reviewer_a", queries.eligible_proposals, pages.QUEUE_ORDER, "_by_urgency"),
-        ("reviewer_c", queries.watching_proposals, pages.WATCHING_ORDER, "watching_by_recency"),
+        ("reviewer_a", queries.eligible_proposals, QUEUE_ORDER, "_by_urgency"),
+        ("reviewer_c", queries.watching_proposals, WATCHING_ORDER, "watching_by_recency"),
     ],
 )
 def test_a_list_page_reads_an_index_in_order_not_every_proposal(
@@ -40,7 +41,7 @@ def test_a_list_page_reads_an_index_in_order_not_every_proposal(
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE approvals_proposal")
     scope = queries.ReviewerScope.of(request.getfixturevalue(person))
-    page = queries.with_row_data(build(scope)).order_by(*order)[: pages.PAGE_SIZE + 1]
+    page = queries.with_row_data(build(scope)).order_by(*order)[: PAGE_SIZE + 1]
     plan = plan_of(page)
     assert plan.lstrip().startswith("Limit"), plan
     assert index in plan, plan  # waiting_by_urgency or queue_by_urgency for the queue
@@ -54,10 +55,10 @@ def test_the_queues_next_page_reads_the_index_from_the_cursor_on(agent, refund_p
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE approvals_proposal")
     listed = queries.with_row_data(queries.eligible_proposals(queries.ReviewerScope.of(reviewer_a)))
-    first = queries.keyset_page(listed, pages.QUEUE_ORDER, "", pages.PAGE_SIZE)
-    values = queries.decode_cursor(first.next_cursor, pages.QUEUE_ORDER)
-    page = listed.filter(queries.rows_after(pages.QUEUE_ORDER, values)).order_by(*pages.QUEUE_ORDER)
-    plan = plan_of(page[: pages.PAGE_SIZE + 1])
+    first = queries.keyset_page(listed, QUEUE_ORDER, "", PAGE_SIZE)
+    values = queries.decode_cursor(first.next_cursor, QUEUE_ORDER)
+    page = listed.filter(queries.rows_after(QUEUE_ORDER, values)).order_by(*QUEUE_ORDER)
+    plan = plan_of(page[: PAGE_SIZE + 1])
     assert plan.lstrip().startswith("Limit"), plan
     assert "_by_urgency" in plan, plan
     assert "Seq Scan on approvals_proposal" not in plan, plan

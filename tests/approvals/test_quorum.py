@@ -5,10 +5,12 @@ import jwt
 import pytest
 from django.db import IntegrityError, transaction
 
-from approvals import services
+from accounts.stepup import step_up_for
 from approvals.models import Decision, Proposal, Vote
+from approvals.services.quorum import count_quorum
+from approvals.services.votes import cast_vote
 from approvals.states import State
-from approvals.stepup import step_up_for
+from lib.errors import VoteRefused
 from tests import factories
 from tests.factories import submit, totp_code
 
@@ -19,7 +21,7 @@ FINANCE_1_OPS_1 = [{"group": "finance", "count": 1}, {"group": "ops", "count": 1
 
 
 def vote(proposal, user, verdict="approve", reason=""):
-    return services.cast_vote(
+    return cast_vote(
         proposal.id,
         user,
         verdict=verdict,
@@ -82,7 +84,7 @@ def test_more_approvals_in_one_group_do_not_fill_another(
     vote(proposal, reviewer_c)
 
     assert state_of(proposal) == State.AWAITING_REVIEW
-    assert services.count_quorum(proposal).missing() == [{"group": "ops", "count": 1}]
+    assert count_quorum(proposal).missing() == [{"group": "ops", "count": 1}]
 
 
 def test_one_person_in_two_groups_fills_at_most_one_slot(agent, tenant, requester, dual):
@@ -92,7 +94,7 @@ def test_one_person_in_two_groups_fills_at_most_one_slot(agent, tenant, requeste
     vote(proposal, dual)
 
     assert state_of(proposal) == State.AWAITING_REVIEW
-    quorum = services.count_quorum(proposal)
+    quorum = count_quorum(proposal)
     assert sum(len(votes) for votes in quorum.slots.values()) == 1
     assert not quorum.met
 
@@ -110,7 +112,7 @@ def test_a_person_in_two_groups_takes_whichever_slot_completes_the_quorum(
         vote(proposal, person)
 
     assert state_of(proposal) == State.APPROVED
-    placed = services.count_quorum(proposal).slots
+    placed = count_quorum(proposal).slots
     slots = {slug: [v.voter.username for v in votes] for slug, votes in placed.items()}
     assert slots == {"finance": ["reviewer_a"], "ops": ["dual"]}
 
@@ -120,7 +122,7 @@ def test_the_same_person_voting_twice_counts_once(agent, tenant, requester, revi
     proposal = submit(agent)
     vote(proposal, reviewer_a)
 
-    with pytest.raises(services.VoteRefused) as refused:
+    with pytest.raises(VoteRefused) as refused:
         vote(proposal, reviewer_a)
 
     assert refused.value.code == "already_voted"
@@ -158,7 +160,7 @@ def test_any_eligible_reject_ends_the_proposal_as_rejected_at_once(
     decision = Decision.objects.get(proposal=proposal)
     assert decision.kind == Decision.Kind.REJECTED
     assert decision.reason == "the customer was already refunded"
-    with pytest.raises(services.VoteRefused) as refused:
+    with pytest.raises(VoteRefused) as refused:
         vote(proposal, reviewer_b)
     assert refused.value.code == "not_open"
 
@@ -168,7 +170,7 @@ def test_a_reject_from_someone_outside_the_needed_groups_is_refused_and_ends_not
 ):
     proposal = submit(agent)  # needs finance; reviewer_c is in ops only
 
-    with pytest.raises(services.VoteRefused) as refused:
+    with pytest.raises(VoteRefused) as refused:
         vote(proposal, reviewer_c, "reject", reason="no")
 
     assert refused.value.code == "not_eligible"
@@ -179,7 +181,7 @@ def test_a_reject_from_someone_outside_the_needed_groups_is_refused_and_ends_not
 def test_a_rejection_needs_a_reason(agent, refund_policy, requester, reviewer_a):
     proposal = submit(agent)
 
-    with pytest.raises(services.VoteRefused) as refused:
+    with pytest.raises(VoteRefused) as refused:
         vote(proposal, reviewer_a, "reject", reason="  ")
 
     assert refused.value.code == "reason_required"
@@ -209,7 +211,7 @@ def test_an_approval_with_a_reservation_is_signed_and_can_ask_for_a_second_appro
     factories.make_policy(tenant, "refunds", thresholds=[{"group": "finance", "count": 1}])
     PolicyVersion.objects.filter(policy__slug="refunds").update(reservation_needs_second=True)
     proposal = submit(agent)
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         reviewer_a,
         verdict="approve",
@@ -218,9 +220,7 @@ def test_an_approval_with_a_reservation_is_signed_and_can_ask_for_a_second_appro
         reservation="Amount looks high for this customer",
     )
     assert state_of(proposal) == State.AWAITING_REVIEW  # the reservation asks for one more finance approval
-    assert services.count_quorum(Proposal.objects.get(pk=proposal.pk)).required == [
-        {"group": "finance", "count": 2}
-    ]
+    assert count_quorum(Proposal.objects.get(pk=proposal.pk)).required == [{"group": "finance", "count": 2}]
     vote(proposal, reviewer_b)
     assert state_of(proposal) == State.APPROVED
     claims = jwt.decode(Decision.objects.get(proposal=proposal).token, options={"verify_signature": False})

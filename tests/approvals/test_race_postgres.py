@@ -14,12 +14,14 @@ from django.contrib.auth import get_user_model
 from django.db import connections
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
-from approvals import services
+from accounts.stepup import step_up_for
 from approvals.models import Decision, OutboxMessage, Vote
+from approvals.services.tenants import add_group_member, set_tenant_membership
+from approvals.services.votes import cast_vote
 from approvals.states import State
-from approvals.stepup import step_up_for
 from audit.models import AuditEvent, Verb
 from audit.verify_db import verify_chain
+from lib.errors import VoteRefused
 from tests import factories
 from tests.audit.pg_flush import audit_triggers_allow_test_flush  # noqa: F401 (flush through the audit trigger)
 from tests.factories import submit, totp_code
@@ -42,8 +44,8 @@ def finance_members(tenant, count: int) -> list:
     people = []
     for index in range(count):
         person = get_user_model().objects.create_user(f"voter_{index:02d}")
-        services.set_tenant_membership(tenant, person, role="reviewer")
-        services.add_group_member(finance, person)
+        set_tenant_membership(tenant, person, role="reviewer")
+        add_group_member(finance, person)
         TOTPDevice.objects.create(user=person, name="default", confirmed=True)
         people.append(person)
     return people
@@ -86,7 +88,7 @@ def test_twenty_simultaneous_votes_end_in_the_one_state_their_commit_order_impli
     def vote(index: int) -> None:
         try:
             barrier.wait(timeout=30)
-            services.cast_vote(
+            cast_vote(
                 proposal.id,
                 voters[index],
                 verdict=verdicts[index],
@@ -95,7 +97,7 @@ def test_twenty_simultaneous_votes_end_in_the_one_state_their_commit_order_impli
                 reason=f"no, says voter {index}",
             )
             outcomes[index] = "voted"
-        except services.VoteRefused as refused:
+        except VoteRefused as refused:
             outcomes[index] = refused.code
         except Exception as error:  # anything else (a deadlock, a conflict) fails the test below
             outcomes[index] = repr(error)
@@ -152,7 +154,7 @@ def test_one_code_sent_with_twenty_simultaneous_votes_approves_exactly_one_propo
     def vote(index: int) -> None:
         try:
             barrier.wait(timeout=30)
-            services.cast_vote(
+            cast_vote(
                 proposals[index].id,
                 reviewer,
                 verdict="approve",
@@ -160,7 +162,7 @@ def test_one_code_sent_with_twenty_simultaneous_votes_approves_exactly_one_propo
                 digest_seen=proposals[index].action_digest,
             )
             outcomes[index] = "voted"
-        except services.VoteRefused as refused:
+        except VoteRefused as refused:
             outcomes[index] = refused.code
         except Exception as error:  # anything else fails the test below
             outcomes[index] = repr(error)

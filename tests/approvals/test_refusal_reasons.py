@@ -9,8 +9,10 @@ import time_machine
 from channels.db import database_sync_to_async
 from django.urls import reverse
 
-from approvals import services
-from approvals.stepup import step_up_for
+from accounts.stepup import step_up_for
+from approvals.services.decisions import revoke_decision
+from approvals.services.votes import cast_vote, edit_proposal
+from lib.errors import VoteRefused
 from tests.approvals.test_consumers import connected, proposal_path, reply_to, sign_in, vote
 from tests.factories import approve, submit, totp_code, verified_client
 
@@ -58,15 +60,15 @@ def test_a_vote_on_an_edited_proposal_names_its_successor(
     agent, refund_policy, requester, reviewer_a, reviewer_b
 ):
     proposal = submit(agent)
-    successor = services.edit_proposal(
+    successor = edit_proposal(
         proposal.id,
         reviewer_a,
         arguments={**proposal.action["arguments"], "amount": "30.00"},
         digest_seen=proposal.action_digest,
         step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
     )
-    with pytest.raises(services.VoteRefused) as refused:
-        services.cast_vote(
+    with pytest.raises(VoteRefused) as refused:
+        cast_vote(
             proposal.id,
             reviewer_b,
             verdict="approve",
@@ -83,7 +85,7 @@ def test_consume_of_a_revoked_decision_says_who_revoked_it_when_and_why(
     client, agent, refund_policy, requester, reviewer_a
 ):
     proposal, decision = approve(agent, reviewer_a)
-    services.revoke_decision(proposal.id, reviewer_a, reason="wrong customer")
+    revoke_decision(proposal.id, reviewer_a, reason="wrong customer")
     response = client.post(
         f"/api/v1/decisions/{decision.jti}/consume",
         json.dumps({"rev": decision.rev}),

@@ -4,12 +4,14 @@ compensation note can be recorded."""
 
 import pytest
 
-from approvals import services
+from accounts.stepup import step_up_for
 from approvals.models import OutboxMessage, PolicyVersion
+from approvals.services.decisions import consume_decision, note_compensation, revoke_decision
+from approvals.services.votes import cast_vote
 from approvals.states import State
-from approvals.stepup import step_up_for
 from audit.models import AuditEvent, Verb
 from audit.verify_db import verify_chain
+from lib.errors import Conflict, ConsumeRefused, NotFound, RevokeRefused
 from tests import factories
 from tests.concurrency import requires_postgres, run_together
 from tests.factories import approve, submit, totp_code
@@ -20,7 +22,7 @@ pytestmark = pytest.mark.django_db
 def test_approver_revokes_an_unconsumed_decision(agent, refund_policy, requester, reviewer_a):
     proposal, decision = approve(agent, reviewer_a)
 
-    services.revoke_decision(proposal.id, reviewer_a, reason="the customer withdrew the request")
+    revoke_decision(proposal.id, reviewer_a, reason="the customer withdrew the request")
 
     proposal.refresh_from_db()
     decision.refresh_from_db()
@@ -37,7 +39,7 @@ def test_approver_revokes_an_unconsumed_decision(agent, refund_policy, requester
 def test_revocation_queues_cancel_task_for_the_released_task(agent, refund_policy, requester, reviewer_a):
     proposal, _ = approve(agent, reviewer_a)
 
-    services.revoke_decision(proposal.id, reviewer_a, reason="wrong order")
+    revoke_decision(proposal.id, reviewer_a, reason="wrong order")
 
     cancel = OutboxMessage.objects.get(proposal=proposal, kind=OutboxMessage.Kind.CANCEL)
     assert cancel.agent == agent
@@ -48,10 +50,10 @@ def test_revocation_queues_cancel_task_for_the_released_task(agent, refund_polic
 
 def test_consume_after_revocation_fails(agent, refund_policy, requester, reviewer_a):
     proposal, decision = approve(agent, reviewer_a)
-    services.revoke_decision(proposal.id, reviewer_a, reason="fraud suspected")
+    revoke_decision(proposal.id, reviewer_a, reason="fraud suspected")
 
-    with pytest.raises(services.ConsumeRefused) as refused:
-        services.consume_decision(agent, decision.jti, rev=decision.rev)
+    with pytest.raises(ConsumeRefused) as refused:
+        consume_decision(agent, decision.jti, rev=decision.rev)
 
     assert refused.value.code == "revoked"
     proposal.refresh_from_db()
@@ -63,7 +65,7 @@ def test_tenant_admin_can_revoke_a_decision_they_did_not_approve(
 ):
     proposal, _ = approve(agent, reviewer_a)
 
-    services.revoke_decision(proposal.id, admin_user, reason="incident INC-7")
+    revoke_decision(proposal.id, admin_user, reason="incident INC-7")
 
     proposal.refresh_from_db()
     assert proposal.state == State.REVOKED
@@ -76,7 +78,7 @@ def test_admin_can_revoke_a_policy_allowed_decision(tenant, agent, requester, ad
     proposal = submit(agent)
     assert proposal.state == State.ALLOWED
 
-    services.revoke_decision(proposal.id, admin_user, reason="policy was too broad")
+    revoke_decision(proposal.id, admin_user, reason="policy was too broad")
 
     proposal.refresh_from_db()
     assert proposal.state == State.REVOKED
@@ -87,8 +89,8 @@ def test_admin_can_revoke_a_policy_allowed_decision(tenant, agent, requester, ad
 def test_revocation_needs_a_reason(agent, refund_policy, requester, reviewer_a, reason):
     proposal, _ = approve(agent, reviewer_a)
 
-    with pytest.raises(services.RevokeRefused) as refused:
-        services.revoke_decision(proposal.id, reviewer_a, reason=reason)
+    with pytest.raises(RevokeRefused) as refused:
+        revoke_decision(proposal.id, reviewer_a, reason=reason)
 
     assert refused.value.code == "reason_required"
     assert refused.value.field == "reason"
@@ -99,8 +101,8 @@ def test_revocation_needs_a_reason(agent, refund_policy, requester, reviewer_a, 
 def test_reviewer_who_did_not_approve_cannot_revoke(agent, refund_policy, requester, reviewer_a, reviewer_b):
     proposal, _ = approve(agent, reviewer_a)
 
-    with pytest.raises(services.RevokeRefused) as refused:
-        services.revoke_decision(proposal.id, reviewer_b, reason="I disagree")
+    with pytest.raises(RevokeRefused) as refused:
+        revoke_decision(proposal.id, reviewer_b, reason="I disagree")
 
     assert refused.value.code == "not_eligible"
     proposal.refresh_from_db()
@@ -110,23 +112,23 @@ def test_reviewer_who_did_not_approve_cannot_revoke(agent, refund_policy, reques
 def test_compliance_cannot_revoke(agent, refund_policy, requester, reviewer_a, compliance):
     proposal, _ = approve(agent, reviewer_a)
 
-    with pytest.raises(services.RevokeRefused):
-        services.revoke_decision(proposal.id, compliance, reason="looks odd")
+    with pytest.raises(RevokeRefused):
+        revoke_decision(proposal.id, compliance, reason="looks odd")
 
 
 def test_outsider_learns_nothing(agent, refund_policy, requester, reviewer_a, outsider):
     proposal, _ = approve(agent, reviewer_a)
 
-    with pytest.raises(services.NotFound):
-        services.revoke_decision(proposal.id, outsider, reason="mine now")
+    with pytest.raises(NotFound):
+        revoke_decision(proposal.id, outsider, reason="mine now")
 
 
 def test_revoke_after_consumption_is_refused(agent, refund_policy, requester, reviewer_a):
     proposal, decision = approve(agent, reviewer_a)
-    services.consume_decision(agent, decision.jti, rev=decision.rev)
+    consume_decision(agent, decision.jti, rev=decision.rev)
 
-    with pytest.raises(services.Conflict) as refused:
-        services.revoke_decision(proposal.id, reviewer_a, reason="too late")
+    with pytest.raises(Conflict) as refused:
+        revoke_decision(proposal.id, reviewer_a, reason="too late")
 
     assert refused.value.code == "not_revocable"
     assert "compensation" in refused.value.message
@@ -137,10 +139,10 @@ def test_revoke_after_consumption_is_refused(agent, refund_policy, requester, re
 
 def test_compensation_note_is_recorded_after_consumption(agent, refund_policy, requester, reviewer_a):
     proposal, decision = approve(agent, reviewer_a)
-    services.consume_decision(agent, decision.jti, rev=decision.rev)
+    consume_decision(agent, decision.jti, rev=decision.rev)
 
-    services.note_compensation(proposal.id, reviewer_a, note="Refund reversed manually, ticket 88")
-    services.note_compensation(proposal.id, reviewer_a, note="Customer informed")
+    note_compensation(proposal.id, reviewer_a, note="Refund reversed manually, ticket 88")
+    note_compensation(proposal.id, reviewer_a, note="Customer informed")
 
     proposal.refresh_from_db()
     assert proposal.compensation_note == "Refund reversed manually, ticket 88\nCustomer informed"
@@ -150,10 +152,10 @@ def test_compensation_note_is_recorded_after_consumption(agent, refund_policy, r
 
 def test_revoking_twice_is_refused(agent, refund_policy, requester, reviewer_a):
     proposal, _ = approve(agent, reviewer_a)
-    services.revoke_decision(proposal.id, reviewer_a, reason="first")
+    revoke_decision(proposal.id, reviewer_a, reason="first")
 
-    with pytest.raises(services.Conflict) as refused:
-        services.revoke_decision(proposal.id, reviewer_a, reason="second")
+    with pytest.raises(Conflict) as refused:
+        revoke_decision(proposal.id, reviewer_a, reason="second")
 
     assert refused.value.code == "not_revocable"
     assert OutboxMessage.objects.filter(proposal=proposal, kind=OutboxMessage.Kind.CANCEL).count() == 1
@@ -161,7 +163,7 @@ def test_revoking_twice_is_refused(agent, refund_policy, requester, reviewer_a):
 
 def test_a_rejection_cannot_be_revoked(agent, refund_policy, requester, reviewer_a, admin_user):
     proposal = submit(agent)
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         reviewer_a,
         verdict="reject",
@@ -170,15 +172,15 @@ def test_a_rejection_cannot_be_revoked(agent, refund_policy, requester, reviewer
         step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
     )
 
-    with pytest.raises(services.Conflict):
-        services.revoke_decision(proposal.id, admin_user, reason="changed my mind")
+    with pytest.raises(Conflict):
+        revoke_decision(proposal.id, admin_user, reason="changed my mind")
 
 
 def test_a_waiting_proposal_has_nothing_to_revoke(agent, refund_policy, requester, admin_user):
     proposal = submit(agent)
 
-    with pytest.raises(services.Conflict) as refused:
-        services.revoke_decision(proposal.id, admin_user, reason="nothing released")
+    with pytest.raises(Conflict) as refused:
+        revoke_decision(proposal.id, admin_user, reason="nothing released")
 
     assert refused.value.code == "not_revocable"
     proposal.refresh_from_db()
@@ -199,15 +201,15 @@ def test_revoke_racing_consume_exactly_one_wins_and_neither_deadlocks(
     proposal, decision = approve(agent, reviewer_a)
 
     consumed, revoked = run_together(
-        lambda: services.consume_decision(agent, decision.jti, rev=decision.rev).state,
-        lambda: services.revoke_decision(proposal.id, reviewer_a, reason="race").state,
+        lambda: consume_decision(agent, decision.jti, rev=decision.rev).state,
+        lambda: revoke_decision(proposal.id, reviewer_a, reason="race").state,
     )
 
     proposal.refresh_from_db()
     if consumed == State.EXECUTING:
-        assert isinstance(revoked, services.Conflict) and revoked.code == "not_revocable", revoked
+        assert isinstance(revoked, Conflict) and revoked.code == "not_revocable", revoked
         assert proposal.state == State.EXECUTING
     else:
-        assert isinstance(consumed, services.ConsumeRefused) and consumed.code == "revoked", consumed
+        assert isinstance(consumed, ConsumeRefused) and consumed.code == "revoked", consumed
         assert revoked == State.REVOKED
         assert proposal.state == State.REVOKED

@@ -11,12 +11,15 @@ from django.urls import reverse
 from django_otp import DEVICE_ID_SESSION_KEY
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
-from approvals import services
+from accounts.stepup import step_up_for
 from approvals.models import OutboxMessage, Vote
+from approvals.services.quorum import count_quorum
+from approvals.services.tenants import add_group_member, remove_group_member, remove_tenant_membership
+from approvals.services.votes import cast_vote, edit_proposal
 from approvals.states import State
-from approvals.stepup import step_up_for
 from audit.chain import sequence_pending
 from audit.models import AuditEvent, Verb
+from lib.errors import ServiceError
 from tests import factories
 from tests.factories import fresh_step_up, submit, totp_code
 
@@ -24,7 +27,7 @@ pytestmark = pytest.mark.django_db
 
 
 def vote(proposal, user, verdict="approve", reason="", **kwargs):
-    return services.cast_vote(
+    return cast_vote(
         proposal.id,
         user,
         verdict=verdict,
@@ -36,7 +39,7 @@ def vote(proposal, user, verdict="approve", reason="", **kwargs):
 
 
 def refusal(proposal, user, verdict="approve", reason="because", **kwargs) -> str:
-    with pytest.raises(services.ServiceError) as refused:
+    with pytest.raises(ServiceError) as refused:
         vote(proposal, user, verdict, reason, **kwargs)
     return refused.value.code
 
@@ -120,7 +123,7 @@ def test_eligibility_is_decided_by_membership_at_the_moment_of_the_vote(
 ):
     proposal = submit(agent)  # submitted while reviewer_c was not in finance
     finance = tenant.groups.get(slug="finance")
-    services.add_group_member(finance, reviewer_c, actor=admin_user)
+    add_group_member(finance, reviewer_c, actor=admin_user)
 
     vote(proposal, reviewer_c)
     assert state_of(proposal) == State.APPROVED
@@ -130,7 +133,7 @@ def test_a_member_removed_from_the_group_before_voting_is_refused(
     agent, tenant, refund_policy, requester, reviewer_a, admin_user
 ):
     proposal = submit(agent)
-    services.remove_group_member(tenant.groups.get(slug="finance"), reviewer_a, actor=admin_user)
+    remove_group_member(tenant.groups.get(slug="finance"), reviewer_a, actor=admin_user)
 
     assert refusal(proposal, reviewer_a) == "not_eligible"
 
@@ -143,16 +146,16 @@ def test_a_member_removed_before_the_quorum_is_reached_stops_counting(
     proposal = submit(agent)
     vote(proposal, reviewer_a)
 
-    services.remove_group_member(finance, reviewer_a, actor=admin_user)
+    remove_group_member(finance, reviewer_a, actor=admin_user)
     vote(proposal, reviewer_b)
 
     assert state_of(proposal) == State.AWAITING_REVIEW  # reviewer_a's approval no longer counts
-    assert services.count_quorum(proposal).missing() == [{"group": "finance", "count": 1}]
+    assert count_quorum(proposal).missing() == [{"group": "finance", "count": 1}]
 
-    services.add_group_member(finance, reviewer_c, actor=admin_user)
+    add_group_member(finance, reviewer_c, actor=admin_user)
     vote(proposal, reviewer_c)
     assert state_of(proposal) == State.APPROVED
-    counted = [v.voter.username for v in services.count_quorum(proposal).slots["finance"]]
+    counted = [v.voter.username for v in count_quorum(proposal).slots["finance"]]
     assert sorted(counted) == ["reviewer_b", "reviewer_c"]
 
 
@@ -163,7 +166,7 @@ def test_a_member_removed_from_the_tenant_stops_counting(
     proposal = submit(agent)
     vote(proposal, reviewer_a)
 
-    services.remove_tenant_membership(tenant, reviewer_a, actor=admin_user)
+    remove_tenant_membership(tenant, reviewer_a, actor=admin_user)
     vote(proposal, reviewer_b)
 
     assert state_of(proposal) == State.AWAITING_REVIEW
@@ -173,7 +176,7 @@ def test_the_author_of_an_edit_cannot_approve_the_edited_proposal(
     agent, refund_policy, requester, reviewer_a, reviewer_b
 ):
     original = submit(agent)
-    edited = services.edit_proposal(
+    edited = edit_proposal(
         original.id,
         reviewer_a,
         arguments={**original.action["arguments"], "amount": "30.00"},

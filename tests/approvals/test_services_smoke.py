@@ -1,10 +1,11 @@
 import pytest
 
-from approvals import services
+from accounts.stepup import step_up_for
 from approvals.models import Decision, OutboxMessage
+from approvals.services.votes import cast_vote
 from approvals.states import State
-from approvals.stepup import step_up_for
 from audit.verify_db import verify_chain
+from lib.errors import VoteRefused
 from tests.factories import submit, totp_code
 
 pytestmark = pytest.mark.django_db
@@ -14,7 +15,7 @@ def test_one_finance_approval_releases_a_signed_decision(agent, refund_policy, r
     proposal = submit(agent)
     assert proposal.state == State.AWAITING_REVIEW
 
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         reviewer_a,
         verdict="approve",
@@ -31,8 +32,8 @@ def test_one_finance_approval_releases_a_signed_decision(agent, refund_policy, r
 
 def test_requester_cannot_approve_own_proposal(agent, refund_policy, requester):
     proposal = submit(agent)
-    with pytest.raises(services.VoteRefused) as refused:
-        services.cast_vote(
+    with pytest.raises(VoteRefused) as refused:
+        cast_vote(
             proposal.id,
             requester,
             verdict="approve",

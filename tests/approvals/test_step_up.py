@@ -10,11 +10,13 @@ from django.contrib.sessions.backends.db import SessionStore
 from django.utils import timezone
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
-from approvals import services, stepup
+from accounts import stepup
+from accounts.stepup import step_up_for
 from approvals.models import Vote
+from approvals.services.votes import cast_vote
 from approvals.states import State
-from approvals.stepup import step_up_for
 from audit.models import AuditEvent, Verb
+from lib.errors import VoteRefused
 from tests import factories
 from tests.factories import submit, totp_code
 
@@ -22,7 +24,7 @@ pytestmark = pytest.mark.django_db
 
 
 def cast(proposal, user, *, code="", session=None):
-    return services.cast_vote(
+    return cast_vote(
         proposal.id,
         user,
         verdict="approve",
@@ -32,7 +34,7 @@ def cast(proposal, user, *, code="", session=None):
 
 
 def refusal(proposal, user, **kwargs) -> str:
-    with pytest.raises(services.VoteRefused) as refused:
+    with pytest.raises(VoteRefused) as refused:
         cast(proposal, user, **kwargs)
     return refused.value.code
 

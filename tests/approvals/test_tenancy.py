@@ -9,12 +9,29 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
-from approvals import policy, services
-from approvals.models import ApproverGroup, GroupMembership, Tenant, TenantMembership, new_token
+from accounts.stepup import step_up_for
+from approvals.policy.evaluation import active_versions_for
+from approvals.selectors import proposal_for_user
+from approvals.services.agents import rotate_agent_tokens
+from approvals.services.decisions import note_compensation, revoke_decision
+from approvals.services.policies import create_policy
+from approvals.services.tenants import (
+    add_group_member,
+    create_group,
+    create_tenant,
+    remove_group_member,
+    remove_tenant_membership,
+    set_tenant_membership,
+    update_tenant,
+)
+from approvals.services.votes import cast_vote, edit_proposal, request_info
 from approvals.states import State
-from approvals.stepup import step_up_for
 from audit.chain import sequence_pending
 from audit.models import AuditEvent, Verb
+from lib.errors import ConfigRefused, Conflict, NotFound, ServiceError, VoteRefused
+from lib.tokens import new_token
+from tenants.models import ApproverGroup, GroupMembership, Tenant, TenantMembership
+from tenants.queries import admin_tenant_ids
 from tests import factories
 from tests.factories import submit, totp_code
 
@@ -38,9 +55,9 @@ def tenant_events(tenant) -> list[AuditEvent]:
 def test_a_member_of_another_tenant_cannot_find_the_proposal(agent, refund_policy, requester, outsider):
     proposal = submit(agent)
 
-    with pytest.raises(services.NotFound):
-        services.proposal_for_user(proposal.id, outsider)
-    assert services.proposal_for_user(proposal.id, requester) == proposal
+    with pytest.raises(NotFound):
+        proposal_for_user(proposal.id, outsider)
+    assert proposal_for_user(proposal.id, requester) == proposal
 
 
 @pytest.mark.parametrize("act", ["vote", "reject", "request_info", "edit", "revoke", "compensate"])
@@ -50,14 +67,14 @@ def test_every_decision_service_answers_not_found_to_an_outsider_and_records_not
     proposal = submit(agent)
     before = len(tenant_events(agent.tenant))
     calls = {
-        "vote": lambda: services.cast_vote(
+        "vote": lambda: cast_vote(
             proposal.id,
             outsider,
             verdict="approve",
             digest_seen=proposal.action_digest,
             step_up=step_up_for(outsider, totp_code(outsider)),
         ),
-        "reject": lambda: services.cast_vote(
+        "reject": lambda: cast_vote(
             proposal.id,
             outsider,
             verdict="reject",
@@ -65,17 +82,17 @@ def test_every_decision_service_answers_not_found_to_an_outsider_and_records_not
             digest_seen=proposal.action_digest,
             step_up=step_up_for(outsider, totp_code(outsider)),
         ),
-        "request_info": lambda: services.request_info(
+        "request_info": lambda: request_info(
             proposal.id, outsider, question="why?", digest_seen=proposal.action_digest
         ),
-        "edit": lambda: services.edit_proposal(
+        "edit": lambda: edit_proposal(
             proposal.id, outsider, arguments={"amount": "1.00"}, digest_seen=proposal.action_digest
         ),
-        "revoke": lambda: services.revoke_decision(proposal.id, outsider, reason="mine now"),
-        "compensate": lambda: services.note_compensation(proposal.id, outsider, note="hello"),
+        "revoke": lambda: revoke_decision(proposal.id, outsider, reason="mine now"),
+        "compensate": lambda: note_compensation(proposal.id, outsider, note="hello"),
     }
 
-    with pytest.raises(services.NotFound) as refused:
+    with pytest.raises(NotFound) as refused:
         calls[act]()
 
     assert refused.value.code == "not_found"
@@ -89,11 +106,11 @@ def test_group_membership_in_another_tenant_does_not_make_anyone_eligible(
 ):
     """A consultant in both tenants: finance in globex, no group in acme."""
     consultant = factories.make_user("consultant", tenant=other_tenant, groups=["finance"])
-    services.set_tenant_membership(tenant, consultant, role="reviewer")
+    set_tenant_membership(tenant, consultant, role="reviewer")
     proposal = submit(agent)
 
-    with pytest.raises(services.VoteRefused) as refused:
-        services.cast_vote(
+    with pytest.raises(VoteRefused) as refused:
+        cast_vote(
             proposal.id,
             consultant,
             verdict="approve",
@@ -111,7 +128,7 @@ def test_one_tenants_policies_never_decide_another_tenants_proposals(
     proposal = submit(agent)
 
     assert proposal.state == State.AWAITING_REVIEW
-    assert [v.policy.tenant_id for v in policy.active_versions_for(tenant)] == [tenant.id]
+    assert [v.policy.tenant_id for v in active_versions_for(tenant)] == [tenant.id]
 
 
 def test_the_principal_mapping_is_per_tenant(agent, tenant, other_tenant, refund_policy, reviewer_a):
@@ -119,7 +136,7 @@ def test_the_principal_mapping_is_per_tenant(agent, tenant, other_tenant, refund
     factories.make_user("globex-bob", tenant=other_tenant, principal_id="bob-ext")
     proposal = submit(agent, principal_id="bob-ext")
 
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         reviewer_a,
         verdict="approve",
@@ -137,16 +154,16 @@ def test_the_principal_mapping_is_per_tenant(agent, tenant, other_tenant, refund
 def test_an_admin_of_one_tenant_cannot_configure_another(tenant, other_tenant, admin_user, outsider):
     globex_finance = other_tenant.groups.get(slug="finance")  # the outsider fixture made it
     refused = [
-        lambda: services.add_group_member(globex_finance, outsider, actor=admin_user),
-        lambda: services.remove_group_member(globex_finance, outsider, actor=admin_user),
-        lambda: services.set_tenant_membership(other_tenant, admin_user, role="admin", actor=admin_user),
-        lambda: services.remove_tenant_membership(other_tenant, outsider, actor=admin_user),
-        lambda: services.create_group(other_tenant, slug="mine", actor=admin_user),
-        lambda: services.create_policy(other_tenant, slug="mine", actor=admin_user),
-        lambda: services.update_tenant(other_tenant, name="Pwned", actor=admin_user),
+        lambda: add_group_member(globex_finance, outsider, actor=admin_user),
+        lambda: remove_group_member(globex_finance, outsider, actor=admin_user),
+        lambda: set_tenant_membership(other_tenant, admin_user, role="admin", actor=admin_user),
+        lambda: remove_tenant_membership(other_tenant, outsider, actor=admin_user),
+        lambda: create_group(other_tenant, slug="mine", actor=admin_user),
+        lambda: create_policy(other_tenant, slug="mine", actor=admin_user),
+        lambda: update_tenant(other_tenant, name="Pwned", actor=admin_user),
     ]
     for call in refused:
-        with pytest.raises(services.ConfigRefused) as error:
+        with pytest.raises(ConfigRefused) as error:
             call()
         assert error.value.code == "not_admin"
     assert GroupMembership.objects.filter(group=globex_finance, user=outsider).exists()
@@ -154,33 +171,33 @@ def test_an_admin_of_one_tenant_cannot_configure_another(tenant, other_tenant, a
 
 
 def test_a_reviewer_cannot_change_configuration(tenant, reviewer_a, reviewer_c):
-    with pytest.raises(services.ConfigRefused):
-        services.add_group_member(tenant.groups.get(slug="finance"), reviewer_c, actor=reviewer_a)
+    with pytest.raises(ConfigRefused):
+        add_group_member(tenant.groups.get(slug="finance"), reviewer_c, actor=reviewer_a)
 
 
 def test_only_members_of_the_tenant_join_its_groups(tenant, admin_user, outsider):
     finance = factories.make_group(tenant, "finance")
 
-    with pytest.raises(services.ServiceError) as refused:
-        services.add_group_member(finance, outsider, actor=admin_user)
+    with pytest.raises(ServiceError) as refused:
+        add_group_member(finance, outsider, actor=admin_user)
 
     assert refused.value.code == "not_a_member"
 
 
 def test_compliance_staff_join_no_approver_group(tenant, admin_user, compliance):
-    with pytest.raises(services.Conflict) as refused:
-        services.add_group_member(factories.make_group(tenant, "finance"), compliance, actor=admin_user)
+    with pytest.raises(Conflict) as refused:
+        add_group_member(factories.make_group(tenant, "finance"), compliance, actor=admin_user)
     assert refused.value.code == "compliance_in_group"
 
 
 def test_the_admin_group_must_belong_to_the_tenant(tenant, other_tenant, admin_user):
-    with pytest.raises(services.ServiceError) as refused:
-        services.update_tenant(tenant, admin_group=other_tenant.admin_group, actor=admin_user)
+    with pytest.raises(ServiceError) as refused:
+        update_tenant(tenant, admin_group=other_tenant.admin_group, actor=admin_user)
     assert refused.value.code == "foreign_group"
 
 
 def test_an_agent_slug_of_another_tenant_cannot_be_taken_over(agent, other_tenant):
-    with pytest.raises(services.Conflict) as refused:
+    with pytest.raises(Conflict) as refused:
         factories.make_agent(other_tenant, slug=agent.slug, api_token="globex-token")
 
     assert refused.value.code == "slug_taken"
@@ -189,15 +206,15 @@ def test_an_agent_slug_of_another_tenant_cannot_be_taken_over(agent, other_tenan
 
 
 def test_an_admin_of_another_tenant_cannot_rotate_an_agents_tokens(agent, globex_admin):
-    with pytest.raises(services.ConfigRefused):
-        services.rotate_agent_tokens(agent, actor=globex_admin)
+    with pytest.raises(ConfigRefused):
+        rotate_agent_tokens(agent, actor=globex_admin)
 
 
 def test_admins_configure_exactly_their_tenants(tenant, admin_user, reviewer_a):
     author, _ = factories.policy_admins()
-    assert services.admin_tenant_ids(admin_user) == [tenant.id]
-    assert services.admin_tenant_ids(reviewer_a) == []
-    assert services.admin_tenant_ids(author) is None  # a superuser: every tenant
+    assert admin_tenant_ids(admin_user) == [tenant.id]
+    assert admin_tenant_ids(reviewer_a) == []
+    assert admin_tenant_ids(author) is None  # a superuser: every tenant
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -207,7 +224,7 @@ def test_admins_configure_exactly_their_tenants(tenant, admin_user, reviewer_a):
 def test_creating_a_tenant_gives_it_an_admin_group_and_starts_its_chain(db):
     superuser, _ = factories.policy_admins()
 
-    created = services.create_tenant(slug="initech", name="Initech", actor=superuser)
+    created = create_tenant(slug="initech", name="Initech", actor=superuser)
 
     assert created.admin_group.slug == "admins"
     assert created.admin_group.tenant == created
@@ -216,8 +233,8 @@ def test_creating_a_tenant_gives_it_an_admin_group_and_starts_its_chain(db):
 
 
 def test_only_a_superuser_creates_tenants(tenant, admin_user):
-    with pytest.raises(services.ConfigRefused):
-        services.create_tenant(slug="initech", name="Initech", actor=admin_user)
+    with pytest.raises(ConfigRefused):
+        create_tenant(slug="initech", name="Initech", actor=admin_user)
     assert not Tenant.objects.filter(slug="initech").exists()
 
 
@@ -225,11 +242,11 @@ def test_membership_changes_are_audited(tenant, admin_user):
     dana = factories.make_user("dana")
     finance = factories.make_group(tenant, "finance")
 
-    services.set_tenant_membership(tenant, dana, role="reviewer", principal_id="dana-ext", actor=admin_user)
-    services.add_group_member(finance, dana, actor=admin_user)
-    services.add_group_member(finance, dana, actor=admin_user)  # already a member: nothing to record
-    services.set_tenant_membership(tenant, dana, role="admin", principal_id="dana-ext", actor=admin_user)
-    services.remove_tenant_membership(tenant, dana, actor=admin_user)
+    set_tenant_membership(tenant, dana, role="reviewer", principal_id="dana-ext", actor=admin_user)
+    add_group_member(finance, dana, actor=admin_user)
+    add_group_member(finance, dana, actor=admin_user)  # already a member: nothing to record
+    set_tenant_membership(tenant, dana, role="admin", principal_id="dana-ext", actor=admin_user)
+    remove_tenant_membership(tenant, dana, actor=admin_user)
 
     trail = [
         (e.verb, e.data.get("role", e.data.get("group")))
@@ -249,13 +266,13 @@ def test_membership_changes_are_audited(tenant, admin_user):
 
 def test_a_principal_id_names_one_member_per_tenant(tenant, admin_user, requester):
     dana = factories.make_user("dana")
-    with pytest.raises(services.Conflict) as refused:
-        services.set_tenant_membership(tenant, dana, principal_id="requester", actor=admin_user)
+    with pytest.raises(Conflict) as refused:
+        set_tenant_membership(tenant, dana, principal_id="requester", actor=admin_user)
     assert refused.value.code == "principal_id_taken"
 
 
 def test_groups_are_created_through_the_service_and_audited(tenant, admin_user):
-    group = services.create_group(tenant, slug="legal", name="Legal", actor=admin_user)
+    group = create_group(tenant, slug="legal", name="Legal", actor=admin_user)
 
     assert ApproverGroup.objects.get(tenant=tenant, slug="legal") == group
     assert AuditEvent.objects.filter(
@@ -414,5 +431,5 @@ def test_setup_tenant_admin_role_joins_the_admin_group_and_can_use_the_admin_sit
 def test_agent_tokens_never_start_with_a_dash(monkeypatch):
     """Issue 13.7: register_agent prints tokens that operators paste as the next argument."""
     drawn = iter(["-starts-like-an-option", "_fine-token"])
-    monkeypatch.setattr("approvals.models.secrets.token_urlsafe", lambda n: next(drawn))
+    monkeypatch.setattr("lib.tokens.secrets.token_urlsafe", lambda n: next(drawn))
     assert new_token() == "_fine-token"

@@ -1,15 +1,17 @@
-"""The whole state table through `services.transition`: every allowed move works (rev bumped, audited),
-every other raises IllegalTransition and changes nothing; a stale proposal object raises Conflict."""
+"""The whole state table through `services.lifecycle.transition`: every allowed move works (rev bumped,
+audited), every other raises IllegalTransition and changes nothing; a stale proposal object raises
+Conflict."""
 
 from itertools import product
 
 import pytest
 from django.db import transaction
 
-from approvals import services
 from approvals.models import Proposal
+from approvals.services.lifecycle import transition
 from approvals.states import ALLOWED, RELEASED, TERMINAL, IllegalTransition, State
 from audit.models import AuditEvent, Verb
+from lib.errors import Conflict
 from tests.factories import submit
 
 pytestmark = pytest.mark.django_db
@@ -37,7 +39,7 @@ def proposal_in(agent):
 
 def move(proposal: Proposal, target: str) -> Proposal:
     with transaction.atomic():
-        return services.transition(proposal, target, actor="system", reason="table test")
+        return transition(proposal, target, actor="system", reason="table test")
 
 
 def test_the_table_names_every_state_once():
@@ -114,7 +116,7 @@ def test_a_stale_proposal_object_raises_conflict(proposal_in):
     stale = Proposal.objects.get(pk=fresh.pk)
     move(fresh, State.APPROVED)
 
-    with pytest.raises(services.Conflict) as refused:
+    with pytest.raises(Conflict) as refused:
         move(stale, State.REJECTED)
 
     assert refused.value.code == "concurrent_change"
@@ -127,7 +129,7 @@ def test_a_stale_rev_in_the_same_state_raises_conflict(proposal_in):
     proposal = proposal_in(State.APPROVED)
     Proposal.objects.filter(pk=proposal.pk).update(rev=proposal.rev + 1)
 
-    with pytest.raises(services.Conflict):
+    with pytest.raises(Conflict):
         move(proposal, State.EXECUTING)
 
     assert Proposal.objects.get(pk=proposal.pk).state == State.APPROVED
@@ -138,6 +140,6 @@ def test_transition_refuses_to_run_outside_a_transaction(proposal_in):
     proposal = proposal_in(State.AWAITING_REVIEW)
 
     with pytest.raises(RuntimeError, match="inside a transaction"):
-        services.transition(proposal, State.APPROVED, actor="system")
+        transition(proposal, State.APPROVED, actor="system")
 
     assert Proposal.objects.get(pk=proposal.pk).state == State.AWAITING_REVIEW

@@ -11,12 +11,21 @@ from django.urls import reverse
 from django_otp.plugins.otp_static.models import StaticDevice
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
-from approvals import pages, queries, services
-from approvals.forms import EditArgumentsForm
+from accounts.devices import BACKUP_CODE_COUNT, reset_devices
+from accounts.stepup import step_up_for
 from approvals.models import Decision, Proposal, Vote
+from approvals.policy.dry_run import dry_run
+from approvals.selectors import ineligibility
+from approvals.services.decisions import consume_decision
+from approvals.services.votes import cast_vote, edit_proposal
 from approvals.states import State
-from approvals.stepup import step_up_for
+from approvals.web import queries
+from approvals.web.display import TEXT_CAP
+from approvals.web.forms import EditArgumentsForm
+from approvals.web.list_pages import PAGE_SIZE
+from approvals.web.pages import page_hash
 from audit.models import AuditEvent, Verb
+from lib.errors import DeviceResetRefused
 from tests import factories
 from tests.factories import PASSWORD, fresh_step_up, submit, totp_code, verified_client
 
@@ -141,7 +150,7 @@ def test_enrollment_shows_a_qr_code_confirms_a_code_and_shows_backup_codes_once(
     done = client.post(reverse("approvals:enroll"), {"otp_token": totp_code_of(device)})
     assert done.status_code == 200
     codes = StaticDevice.objects.get(user=user).token_set.values_list("token", flat=True)
-    assert len(codes) == services.BACKUP_CODE_COUNT
+    assert len(codes) == BACKUP_CODE_COUNT
     assert all(code in done.content.decode() for code in codes)
     assert done.wsgi_request.user.is_verified()
     event = AuditEvent.objects.get(verb=Verb.DEVICE_ENROLLED)
@@ -167,9 +176,9 @@ def test_enrollment_needs_a_signed_in_person(db):
 
 def test_an_admin_resets_devices_and_the_person_must_enroll_again(reviewer_a, admin_user, reviewer_b):
     client = verified_client(reviewer_a)
-    with pytest.raises(services.DeviceResetRefused):
-        services.reset_devices(reviewer_a, actor=reviewer_b)
-    assert services.reset_devices(reviewer_a, actor=admin_user, reason="lost phone") == 1
+    with pytest.raises(DeviceResetRefused):
+        reset_devices(reviewer_a, actor=reviewer_b)
+    assert reset_devices(reviewer_a, actor=admin_user, reason="lost phone") == 1
     assert AuditEvent.objects.get(verb=Verb.DEVICE_RESET).data == {
         "devices_removed": 1,
         "reason": "lost phone",
@@ -251,7 +260,8 @@ def test_the_queue_lists_what_you_can_decide_most_urgent_first(
     html = verified_client(reviewer_a).get(reverse("approvals:queue")).content.decode()
     assert html.index("Sooner refund") < html.index("Later refund")
     assert "2 proposals waiting for you" in html
-    assert 'ws-connect="/ws/queue/?view=queue&amp;"' in html
+    # The socket carries when the page opened: rows that arrive later are marked new.
+    assert re.search(r'ws-connect="/ws/queue/\?view=queue&amp;opened=[0-9A-FT.%-]+"', html)
     # Not for the requester (the principal), nor for ops (not a group these need).
     for person in (requester, reviewer_c):
         html = verified_client(person).get(reverse("approvals:queue")).content.decode()
@@ -276,13 +286,16 @@ def test_the_queue_filters_by_tenant_agent_policy_and_risk(tenant, agent, reques
     assert listed(agent=agent.slug, tenant=tenant.slug) == {refund, email}
     assert listed(agent="someone-else") == {refund, email}  # an unknown value filters nothing
     html = client.get(reverse("approvals:queue"), {"risk": "low"}).content.decode()
-    assert "1 proposal waiting for you" in html and 'ws-connect="/ws/queue/?view=queue&amp;risk=low"' in html
+    assert (
+        "1 proposal waiting for you" in html
+        and 'ws-connect="/ws/queue/?view=queue&amp;risk=low&amp;opened=' in html
+    )
 
 
 def test_a_proposal_you_voted_on_moves_from_your_queue_to_watching(tenant, agent, requester, reviewer_a):
     factories.make_policy(tenant, "refunds", thresholds=[{"group": "finance", "count": 2}])
     proposal = submit(agent)
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         reviewer_a,
         verdict="approve",
@@ -305,16 +318,16 @@ def test_compliance_sees_everything_under_watching_and_has_nothing_to_decide(pro
 
 
 def test_the_queue_pages_through_many_proposals(agent, refund_policy, requester, reviewer_a):
-    for _ in range(pages.PAGE_SIZE + 3):
+    for _ in range(PAGE_SIZE + 3):
         submit(agent)
     client = verified_client(reviewer_a)
     first = client.get(reverse("approvals:queue")).content.decode()
-    assert f"{pages.PAGE_SIZE + 3} proposals waiting for you" in first
+    assert f"{PAGE_SIZE + 3} proposals waiting for you" in first
     next_link = re.search(r'href="\?(after=[^"]+)" rel="next"', first).group(1)
     second = client.get(reverse("approvals:queue") + "?" + unescape(next_link)).content.decode()
     assert second.count('class="proposal-link"') == 3 and 'rel="first"' in second
     shown = re.findall(r'class="proposal-link" href="/proposals/([0-9a-f-]+)/"', first + second)
-    assert len(set(shown)) == pages.PAGE_SIZE + 3  # every proposal once, none skipped or repeated
+    assert len(set(shown)) == PAGE_SIZE + 3  # every proposal once, none skipped or repeated
 
 
 def test_above_the_cap_the_queue_says_how_many_at_least_instead_of_counting_all(
@@ -358,7 +371,7 @@ def test_the_proposal_page_puts_the_consequence_first_and_shows_what_a_vote_bind
 
 
 def test_agent_text_is_escaped_and_long_text_is_capped_with_a_note(tenant, agent, refund_policy, reviewer_a):
-    long_reason = "x" * (pages.TEXT_CAP + 50)
+    long_reason = "x" * (TEXT_CAP + 50)
     proposal = submit(
         agent,
         summary="<script>alert(1)</script> refund",
@@ -367,8 +380,8 @@ def test_agent_text_is_escaped_and_long_text_is_capped_with_a_note(tenant, agent
     html = verified_client(reviewer_a).get(detail_url(proposal)).content.decode()
     assert "<script>alert(1)</script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "<img src=x" not in html
-    assert "x" * (pages.TEXT_CAP + 1) not in html
-    assert f"truncated: {pages.TEXT_CAP} of {pages.TEXT_CAP + 50} characters shown" in html
+    assert "x" * (TEXT_CAP + 1) not in html
+    assert f"truncated: {TEXT_CAP} of {TEXT_CAP + 50} characters shown" in html
 
 
 def test_the_principal_is_told_why_they_cannot_decide(proposal, requester):
@@ -394,7 +407,7 @@ def test_approve_with_a_fresh_code_decides_and_records_what_the_page_showed(prop
     proposal.refresh_from_db()
     assert proposal.state == State.APPROVED
     vote = Vote.objects.get(proposal=proposal)
-    assert vote.page_hash == pages.page_hash(proposal) and vote.page_hash.startswith("sha256:")
+    assert vote.page_hash == page_hash(proposal) and vote.page_hash.startswith("sha256:")
     page = client.get(response["Location"]).content.decode()
     assert "Your approval is recorded." in page and "Approved" in page
 
@@ -627,7 +640,7 @@ def test_an_ineligible_person_gets_no_edit_form(proposal, reviewer_c):
 
 @pytest.fixture
 def approved(proposal, reviewer_a):
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         reviewer_a,
         verdict="approve",
@@ -660,7 +673,7 @@ def test_others_see_no_revoke_button(approved, reviewer_b):
 
 def test_after_the_agent_started_the_page_offers_a_compensation_note(approved, agent, reviewer_a):
     decision = Decision.objects.get(proposal=approved)
-    services.consume_decision(agent, decision.jti, rev=decision.rev)
+    consume_decision(agent, decision.jti, rev=decision.rev)
     client = verified_client(reviewer_a)
     page = client.get(detail_url(approved)).content.decode()
     assert "The agent has started the work" in page and "Revoke the decision" not in page
@@ -688,7 +701,7 @@ def test_the_queue_lists_exactly_what_the_vote_rules_allow(
     refund = submit(agent)
     ticket = submit(agent, action={"tool": "tickets.close", "arguments": {"id": "7"}})
     fallback = submit(agent, action={"tool": "dns.update", "arguments": {"name": "www"}})  # tenant default
-    edited = services.edit_proposal(
+    edited = edit_proposal(
         refund.id,
         reviewer_b,
         arguments={"order_id": "1182", "amount": "1.00", "currency": "EUR"},
@@ -699,12 +712,12 @@ def test_the_queue_lists_exactly_what_the_vote_rules_allow(
     for person in (requester, reviewer_a, reviewer_b, reviewer_c, admin_user, compliance):
         html = verified_client(person).get(reverse("approvals:queue")).content.decode()
         listed = {p.id for p in proposals if str(p.id) in html}
-        allowed = {p.id for p in proposals if services.ineligibility(p, person) is None}
+        allowed = {p.id for p in proposals if ineligibility(p, person) is None}
         assert listed == allowed, person.username
         # The watching list is the rest of the tenant: the same rule negated row by row.
         watching = verified_client(person).get(reverse("approvals:watching")).content.decode()
         assert {p.id for p in proposals if str(p.id) in watching} == {p.id for p in proposals} - allowed
-    assert services.ineligibility(ticket, requester) is None  # self-approval allowed by that policy
+    assert ineligibility(ticket, requester) is None  # self-approval allowed by that policy
 
 
 def test_the_amount_comes_from_the_bound_arguments_and_a_different_claim_is_flagged(
@@ -730,7 +743,6 @@ def test_compliance_lands_on_the_audit_trail_and_an_admin_sees_the_admin_link(te
 def test_the_dry_run_counts_a_change_of_required_approvals_as_a_change(
     tenant, agent, refund_policy, requester
 ):
-    from approvals import policy as policy_module
     from approvals.models import PolicyVersion
 
     proposal = submit(agent)
@@ -741,6 +753,6 @@ def test_the_dry_run_counts_a_change_of_required_approvals_as_a_change(
         outcome=PolicyVersion.Outcome.REQUIRE_APPROVAL,
         thresholds=[{"group": "finance", "count": 2}],
     )
-    (row,) = policy_module.dry_run(draft, [proposal])
+    (row,) = dry_run(draft, [proposal])
     assert row.outcome_now == row.outcome_with_draft == "require_approval"
     assert row.changes

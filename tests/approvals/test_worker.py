@@ -9,11 +9,15 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from approvals import a2a, services
+from accounts.stepup import step_up_for
+from approvals.a2a.client import failure_text
+from approvals.a2a.push import EXTENSION_URI
 from approvals.models import Decision, OutboxMessage, Proposal
+from approvals.services.decisions import consume_decision, revoke_decision
+from approvals.services.outbox import claim_due_outbox, outbox_backoff_seconds
+from approvals.services.votes import cast_vote
 from approvals.states import State
-from approvals.stepup import step_up_for
-from approvals.worker import RECONCILE_EVERY_SECONDS, Worker
+from approvals.worker.loop import RECONCILE_EVERY_SECONDS, Worker
 from audit.chain import sequence_pending
 from audit.models import AuditEvent, Verb
 from audit.verify_db import verify_chain
@@ -38,7 +42,7 @@ def task(fake_agent):
 
 def approve(agent, reviewer, task) -> tuple[Proposal, Decision]:
     proposal = factories.submit(agent, task_id=task[0], context_id=task[1])
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         reviewer,
         verdict="approve",
@@ -76,7 +80,7 @@ def test_an_approval_reaches_the_agent_once_with_the_signed_decision(
     (received,) = fake_agent.decisions_received()
     assert received.task_id == proposal.task_id
     assert received.message_id == f"decision-{decision.jti}"
-    assert received.metadata[a2a.EXTENSION_URI] == {"decision": decision.token}
+    assert received.metadata[EXTENSION_URI] == {"decision": decision.token}
     assert "Approved" in received.text
     message = continuation(proposal)
     assert (message.status, message.attempts, message.last_error) == (OutboxMessage.Status.DELIVERED, 1, "")
@@ -145,7 +149,7 @@ def test_a_failing_agent_is_retried_with_exponential_backoff_until_it_answers(
 def test_backoff_doubles_and_stops_at_the_cap(settings):
     settings.OUTBOX_BACKOFF_CAP_SECONDS = 20
 
-    assert [services.outbox_backoff_seconds(n) for n in range(1, 8)] == [1, 2, 4, 8, 16, 20, 20]
+    assert [outbox_backoff_seconds(n) for n in range(1, 8)] == [1, 2, 4, 8, 16, 20, 20]
 
 
 def test_a_message_the_agent_never_takes_is_dead_lettered_with_its_last_error(
@@ -182,7 +186,7 @@ def test_an_agent_that_is_not_listening_is_retried(tenant, refund_policy, reques
     assert report.failed == 1
     message = continuation(proposal)
     assert message.status == OutboxMessage.Status.PENDING
-    assert message.last_error == f"refund-demo: {a2a.failure_text(OSError())}"
+    assert message.last_error == f"refund-demo: {failure_text(OSError())}"
 
 
 def test_a_rejection_to_a_task_that_already_ended_counts_as_delivered(
@@ -190,7 +194,7 @@ def test_a_rejection_to_a_task_that_already_ended_counts_as_delivered(
 ):
     proposal = factories.submit(agent, task_id=task[0], context_id=task[1])
     fake_agent.cancel(task[0])  # the agent's user gave up meanwhile
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         reviewer_a,
         verdict="reject",
@@ -213,7 +217,7 @@ def test_a_revoked_approval_is_withdrawn_and_its_task_cancelled(
     fake_agent, agent, refund_policy, requester, reviewer_a, task
 ):
     proposal, _ = approve(agent, reviewer_a, task)
-    services.revoke_decision(proposal.id, reviewer_a, reason="wrong order")
+    revoke_decision(proposal.id, reviewer_a, reason="wrong order")
 
     Worker().tick()
 
@@ -264,7 +268,7 @@ def test_an_execution_whose_task_completed_is_settled_from_get_task(
 ):
     proposal, decision = approve(agent, reviewer_a, task)
     Worker().tick()  # the decision is delivered and the fake agent completes the task (it pushes nothing)
-    services.consume_decision(agent, decision.jti, rev=decision.rev)
+    consume_decision(agent, decision.jti, rev=decision.rev)
 
     Worker().tick(now=timezone.now() + timedelta(seconds=settings.EXECUTING_RECONCILE_SECONDS + 1))
 
@@ -280,7 +284,7 @@ def test_an_execution_that_never_ends_becomes_unknown_then_settles(
     proposal, decision = approve(agent, reviewer_a, task)
     worker = Worker()
     worker.tick()
-    services.consume_decision(agent, decision.jti, rev=decision.rev)
+    consume_decision(agent, decision.jti, rev=decision.rev)
     overdue = timezone.now() + timedelta(seconds=settings.EXECUTING_RECONCILE_SECONDS + 1)
 
     worker.tick(now=overdue)
@@ -305,7 +309,7 @@ def test_an_execution_whose_agent_is_unreachable_becomes_unknown(
 ):
     proposal, decision = approve(agent, reviewer_a, task)
     Worker().tick()
-    services.consume_decision(agent, decision.jti, rev=decision.rev)
+    consume_decision(agent, decision.jti, rev=decision.rev)
     fake_agent.fail_next(1000)
 
     Worker().tick(now=timezone.now() + timedelta(seconds=settings.EXECUTING_RECONCILE_SECONDS + 1))
@@ -333,7 +337,7 @@ def test_a_request_whose_task_ended_unseen_is_closed(fake_agent, agent, refund_p
 
 def test_each_tick_runs_the_audit_export_jobs(monkeypatch):
     calls = []
-    monkeypatch.setattr("approvals.worker.run_pending_exports", lambda: calls.append(1))
+    monkeypatch.setattr("approvals.worker.loop.run_pending_exports", lambda: calls.append(1))
 
     report = Worker().tick()
 
@@ -343,7 +347,7 @@ def test_each_tick_runs_the_audit_export_jobs(monkeypatch):
 
 def test_a_failing_step_does_not_stop_the_others(monkeypatch, agent, refund_policy, requester):
     proposal = factories.submit(agent, expires_at=factories.in_seconds(60))
-    monkeypatch.setattr("approvals.worker.run_pending_exports", lambda: 1 / 0)
+    monkeypatch.setattr("approvals.worker.loop.run_pending_exports", lambda: 1 / 0)
 
     report = Worker().tick(now=timezone.now() + timedelta(seconds=61))
 
@@ -395,9 +399,9 @@ def make_outbox(agent, count: int) -> list[int]:
 def test_a_claimed_message_is_not_offered_again_while_its_lease_runs(agent, refund_policy):
     ids = make_outbox(agent, 3)
 
-    first = services.claim_due_outbox(limit=2)
-    second = services.claim_due_outbox(limit=10)
-    third = services.claim_due_outbox(limit=10)
+    first = claim_due_outbox(limit=2)
+    second = claim_due_outbox(limit=10)
+    third = claim_due_outbox(limit=10)
 
     assert len(first) == 2
     assert {m.id for m in first} | {m.id for m in second} == set(ids)
@@ -421,7 +425,7 @@ def test_two_workers_claim_disjoint_messages_on_postgresql(tenant, refund_policy
         try:
             start.wait(timeout=10)
             mine = []
-            while batch := services.claim_due_outbox(limit=5):
+            while batch := claim_due_outbox(limit=5):
                 mine += [m.id for m in batch]
             claimed.append(mine)
         finally:

@@ -19,6 +19,6 @@ def _audit_settings(settings, tmp_path):
 @pytest.fixture
 def any_code(monkeypatch):
     """Accept any one-time code, for tests that need many votes and do not test step-up itself."""
-    from approvals import stepup
+    from accounts import stepup
 
     monkeypatch.setattr(stepup, "verify_code", lambda user, code: "totp" if code else None)

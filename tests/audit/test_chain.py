@@ -10,11 +10,13 @@ from django.core.management import call_command
 from django.db import transaction
 
 import signing_keys as keys
-from approvals import services
-from approvals.stepup import step_up_for
+from accounts.stepup import step_up_for
+from approvals.services.agents import rotate_signing_key
+from approvals.services.votes import cast_vote
 from audit.chain import append, checkpoint_head, sequence_pending, write_due_checkpoints
 from audit.models import AuditEvent, ChainHead, Checkpoint, PublicKey, Verb
 from audit.verify_db import verify_chain
+from lib.errors import VoteRefused
 from tests.audit.util import lifecycle
 from tests.factories import submit
 
@@ -48,8 +50,8 @@ def test_audit_events_hold_no_codes_tokens_or_private_keys(
     from tests.factories import totp_code
 
     proposal = submit(agent)
-    with pytest.raises(services.VoteRefused):
-        services.cast_vote(
+    with pytest.raises(VoteRefused):
+        cast_vote(
             proposal.id,
             reviewer_b,
             verdict="approve",
@@ -57,7 +59,7 @@ def test_audit_events_hold_no_codes_tokens_or_private_keys(
             step_up=step_up_for(reviewer_b, "000000"),
         )
     code = totp_code(reviewer_a)
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         reviewer_a,
         verdict="approve",
@@ -170,7 +172,7 @@ def test_audit_checkpoint_command_signs_every_moved_head(agent, refund_policy):
 
 
 def test_audit_verify_without_a_tenant_checks_every_chain(agent, refund_policy, requester, reviewer_a):
-    services.rotate_signing_key()  # an event on the system chain
+    rotate_signing_key()  # an event on the system chain
     out = StringIO()
     call_command("audit_verify", stdout=out)
     assert "system: OK" in out.getvalue()

@@ -9,11 +9,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from approvals.services.votes import edit_proposal
 from audit import jobs, records
+from audit.bundles import bundle_segment
 from audit.chain import checkpoint_head, sequence_pending
-from audit.exports import Selection, bundle_segment, chunks
+from audit.exports import Selection, chunks
 from audit.models import AuditEvent, ExportJob, Verb
-from audit.verify import verify_bundle
+from audit.verify.bundle import verify_bundle
 from tests.audit.util import export_bundle, lifecycle, raw, rewrite_from, tenant_ref, verify_offline
 from tests.factories import fresh_step_up, make_agent, make_policy, refund_action
 
@@ -110,11 +112,10 @@ def test_export_narrowed_by_outcome_holds_proposals_that_reached_it(mixed, tenan
 def test_export_narrowed_by_agent_includes_a_reviewers_edit_of_its_proposal(
     tenant, agent, refund_policy, requester, reviewer_a, reviewer_b, any_code
 ):
-    from approvals import services
     from tests.factories import submit
 
     original = submit(agent)
-    edited = services.edit_proposal(
+    edited = edit_proposal(
         original.id,
         reviewer_a,
         arguments={**refund_action()["arguments"], "amount": "30.00"},
@@ -362,7 +363,7 @@ def test_csv_and_jsonl_exports_end_with_a_signed_head_the_offline_verifier_check
 def test_a_narrowed_export_verifies_and_a_stranger_cannot_sign_its_head(mixed, tenant, tmp_path):
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from audit.verify import verify_export
+    from audit.verify.export import verify_export
     from signing_keys import SigningKey
 
     path = tmp_path / "refunds.jsonl"

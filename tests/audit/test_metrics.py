@@ -6,8 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from approvals import services
 from approvals.models import PolicyVersion
+from approvals.services.decisions import consume_decision, revoke_decision
+from approvals.services.reconcile import expire_due, mark_unknown
+from approvals.services.votes import request_info
 from audit.chain import sequence_pending
 from audit.metrics import Group, collect, percentile
 from tests.audit.util import lifecycle, verified_client
@@ -28,9 +30,9 @@ def queue(tenant, agent, refund_policy, requester, reviewer_a, reviewer_b, any_c
     submit(agent, action={"tool": "danger.drop", "arguments": {}, "target": "db"})  # denied by policy
     submit(agent, action={"tool": "safe.ping", "arguments": {}, "target": "host"})  # allowed by policy
     expiring = submit(agent, request_id="expiring")
-    services.expire_due(now=expiring.expires_at + timedelta(seconds=1))
+    expire_due(now=expiring.expires_at + timedelta(seconds=1))
     asked = submit(agent, task_id="task-asked", request_id="first")
-    services.request_info(
+    request_info(
         asked.id,
         reviewer_a,
         question="Which order?",
@@ -39,10 +41,10 @@ def queue(tenant, agent, refund_policy, requester, reviewer_a, reviewer_b, any_c
     )
     submit(agent, task_id="task-asked", request_id="second", supersedes="first")  # still open
     revoked = lifecycle(agent, reviewer_a, outcome=None)
-    services.revoke_decision(revoked.id, reviewer_a, reason="wrong customer")
+    revoke_decision(revoked.id, reviewer_a, reason="wrong customer")
     lost = lifecycle(agent, reviewer_b, outcome=None)
-    services.consume_decision(agent, lost.decision.jti, rev=lost.decision.rev)
-    services.mark_unknown(lost.id, reason="connection reset")
+    consume_decision(agent, lost.decision.jti, rev=lost.decision.rev)
+    mark_unknown(lost.id, reason="connection reset")
     sequence_pending()  # what the on-commit hook does outside a test's transaction
     return tenant
 

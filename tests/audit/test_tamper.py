@@ -9,7 +9,7 @@ from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 
 from audit.models import AuditEvent, ChainHead, Checkpoint
-from audit.verify import verify_bundle
+from audit.verify.bundle import verify_bundle
 from audit.verify_db import verify_chain
 from tests.audit.util import (
     change_one_byte,

@@ -11,10 +11,11 @@ from django.test import Client
 from django.urls import reverse
 from prometheus_client.parser import text_string_to_metric_families
 
-from approvals.models import TenantMembership, Vote
+from approvals.models import Vote
 from audit import jobs
 from audit.chain import checkpoint_head
 from audit.models import AuditEvent, ExportJob, Verb
+from tenants.models import TenantMembership
 from tests.audit.util import lifecycle, tenant_ref, verified_client
 from tests.factories import make_user, submit, totp_code
 

@@ -8,10 +8,12 @@ from pathlib import Path
 
 from django.db import connection
 
-from approvals import services
-from approvals.stepup import step_up_for
+from accounts.stepup import step_up_for
+from approvals.services.decisions import consume_decision, record_outcome
+from approvals.services.votes import cast_vote
+from audit.bundles import write_bundle
 from audit.chain import sequence_pending
-from audit.exports import Selection, write_bundle
+from audit.exports import Selection
 from tenants import queries as tenant_queries
 from tests.factories import submit, totp_code, verified_client  # noqa: F401 (audit tests import it from here)
 
@@ -28,7 +30,7 @@ def lifecycle(agent, voter, *, outcome="succeeded", verdict="approve", **submit_
     Each service's transaction is a savepoint of the test's transaction here, so the sequencer's
     on-commit hook never fires: the lifecycle ends with what the worker's tick does."""
     proposal = submit(agent, **submit_kwargs)
-    services.cast_vote(
+    cast_vote(
         proposal.id,
         voter,
         verdict=verdict,
@@ -39,8 +41,8 @@ def lifecycle(agent, voter, *, outcome="succeeded", verdict="approve", **submit_
     )
     proposal.refresh_from_db()
     if verdict == "approve" and outcome:
-        services.consume_decision(agent, proposal.decision.jti, rev=proposal.decision.rev)
-        services.record_outcome(agent, proposal.decision.jti, status=outcome, transaction_id="tx-1")
+        consume_decision(agent, proposal.decision.jti, rev=proposal.decision.rev)
+        record_outcome(agent, proposal.decision.jti, status=outcome, transaction_id="tx-1")
         proposal.refresh_from_db()
     sequence_pending()
     return proposal
@@ -122,8 +124,9 @@ def verify_offline(*args) -> subprocess.CompletedProcess:
 def rewrite_from(chain: str, first_seq: int, change, *, every: bool = False) -> None:
     """Change the event at `first_seq` (or every event from there on) with `change(data) -> data` and
     recompute every hash after it, as someone with database access could."""
-    from audit.chain import event_body, hash_body
+    from audit.hashing import hash_body
     from audit.models import AuditEvent
+    from audit.shapes import event_body
 
     cast = "::jsonb" if connection.vendor == "postgresql" else ""
     prev_hash = AuditEvent.objects.get(chain=chain, seq=first_seq - 1).hash

@@ -176,8 +176,11 @@ def new_page(browser, live_server_url):
     expect.set_options(timeout=10_000)
     contexts = []
 
-    def make(width=1280, height=900):
-        context = browser.new_context(base_url=live_server_url, viewport={"width": width, "height": height})
+    def make(width=1280, height=900, **options):
+        """`options` are Playwright's context options, e.g. is_mobile=True, has_touch=True for a phone."""
+        context = browser.new_context(
+            base_url=live_server_url, viewport={"width": width, "height": height}, **options
+        )
         contexts.append(context)
         return context.new_page()
 

@@ -3,7 +3,7 @@
 import pytest
 from playwright.sync_api import expect
 
-from approvals import services
+from approvals.services.votes import edit_proposal
 from tests import factories
 from tests.browser.conftest import beside_the_browser, screenshot
 from tests.browser.test_reviewing import live_section, sign_in, wait_until_live
@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 def _edit(proposal, editor, amount):
     arguments = {**proposal.action["arguments"], "amount": amount}
-    return services.edit_proposal(
+    return edit_proposal(
         proposal.id,
         editor,
         arguments=arguments,
@@ -121,10 +121,11 @@ def test_risk_size_and_consequence_are_read_at_a_glance(new_page, tenant, agent,
     amount = page.locator(".facts__row", has_text="How much").locator(".amount").first
     expect(amount).to_have_text("EUR 1,850.00")
     assert amount.evaluate("e => getComputedStyle(e).whiteSpace") == "nowrap"
-    approve_button = page.get_by_role("button", name="Approve refund of EUR 1,850.00")
+    decide = page.get_by_role("group", name="Decide")
+    approve_button = decide.get_by_role("button", name="Approve refund of EUR 1,850.00")
     expect(approve_button).to_be_visible()
     assert approve_button.locator(".amount").evaluate("e => getComputedStyle(e).whiteSpace") == "nowrap"
-    expect(page.get_by_role("button", name="Reject refund of EUR 1,850.00")).to_be_visible()
+    expect(decide.get_by_role("button", name="Reject refund of EUR 1,850.00")).to_be_visible()
     # One reason box for the two decisions; the question box only with "ask".
     expect(page.get_by_label("Question for the agent")).to_be_hidden()
     page.get_by_text("Ask the agent a question instead").click()
@@ -183,7 +184,9 @@ def test_a_likely_duplicate_is_flagged_with_the_history_of_the_same_order(
     expect(warning).to_contain_text("order:1182")
     expect(warning).to_contain_text("approved by Bob")
     earlier = page.get_by_role("region", name="Earlier on the same target")
-    expect(earlier.get_by_role("link", name="Refund EUR 40.00 to order 1182")).to_be_visible()
+    # Reviewer's headline of the earlier action, then the agent's words for it.
+    expect(earlier.get_by_role("link", name="Refund EUR 40.00 · order:1182")).to_be_visible()
+    expect(earlier.locator("q").first).to_have_text("Refund EUR 40.00 to order 1182")
     expect(earlier).to_contain_text("EUR 40.00")
     screenshot(page, "duplicate-warning")
 

@@ -29,11 +29,12 @@ import httpx
 import pytest
 from django.conf import settings as django_settings
 from django.db import connection
+from django.test import override_settings
 
 import signing_keys as keys
 from examples.downstream import FakePaymentsServer
 from tests.audit.pg_flush import audit_triggers_allow_test_flush  # noqa: F401 (flush through the audit trigger)
-from tests.examples.harness import CHECKOUT_PYTHONPATH, AgentProcess, stop_process
+from tests.examples.harness import CHECKOUT_PYTHONPATH, AgentProcess, stop_process, stop_processes
 from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -164,6 +165,9 @@ class Stack:
         return env
 
     def start(self) -> "Stack":
+        """Start Daphne, the worker and the agent side by side, then wait for each: none needs another
+        to start (the worker reads only the database; the agent fetches Reviewer's keys when it first
+        verifies a decision, and Daphne's socket already listens)."""
         keys.active_key()  # made here, once, before two processes could each make their own
         env = self.env()
         python = sys.executable
@@ -185,9 +189,6 @@ class Stack:
             pass_fds=(fd,),
         ).start()
         self.processes.append(reviewer)
-        reviewer.wait_until(
-            lambda: _answers(f"{self.url}/.well-known/jwks.json"), "an answer to /.well-known/jwks.json"
-        )
         worker = ServerProcess(
             "worker",
             [python, "manage.py", "run_worker", "--interval", self.worker_interval],
@@ -195,32 +196,35 @@ class Stack:
             log_dir=self.log_dir,
         ).start()
         self.processes.append(worker)
+        if self.with_agent:
+            self.agent = AgentProcess(
+                state_dir=self.tmp_path / "refund-agent",
+                reviewer_url=self.url,
+                downstream_url=self.downstream_url,
+                port=self.agent.port if self.agent else None,
+            ).launch()
+        reviewer.wait_until(
+            lambda: _answers(f"{self.url}/.well-known/jwks.json"), "an answer to /.well-known/jwks.json"
+        )
         worker.wait_until(lambda: "worker started" in worker.log(), "'worker started'")
-        if not self.with_agent:
-            return self
-        self.agent = AgentProcess(
-            state_dir=self.tmp_path / "refund-agent",
-            reviewer_url=self.url,
-            downstream_url=self.downstream_url,
-            port=self.agent.port if self.agent else None,
-        ).start()
+        if self.agent is not None:
+            self.agent.wait_ready()
         return self
+
+    def stop_processes(self) -> None:
+        """Stop the agent, the worker and Reviewer together (each by its PID)."""
+        agent = [self.agent.process] if self.agent is not None else []
+        stop_processes(agent + [process.process for process in reversed(self.processes)])
 
     def restart(self) -> "Stack":
         """Stop Reviewer, the worker and the agent, then start them again: same database, same listening
         socket, same agent port and state folder (what a deploy or a crash does)."""
-        if self.agent is not None:
-            self.agent.stop()
-        for process in reversed(self.processes):
-            process.stop()
+        self.stop_processes()
         self.processes = []
         return self.start()
 
     def stop(self) -> None:
-        if self.agent is not None:
-            self.agent.stop()
-        for process in reversed(self.processes):
-            process.stop()
+        self.stop_processes()
         self.listener.close()
 
     def logs(self) -> str:
@@ -255,10 +259,33 @@ def stack(transactional_db, tmp_path):
     yield from _running(Stack(tmp_path))
 
 
+@pytest.fixture(scope="module")
+def module_reviewer_stack(django_db_setup, django_db_blocker, tmp_path_factory):
+    """Reviewer and its worker, started once for a test module. They keep nothing between tests that
+    the database does not hold (each test's flush empties it under them, as between the browser tests
+    and their one Daphne), and the agents of these tests are processes of each test."""
+    stack = Stack(tmp_path_factory.mktemp("reviewer-stack"), with_agent=False)
+    # Module fixtures run before the function-scoped settings of tests/conftest.py: the same key
+    # folder as theirs, so this process and the servers sign with one key.
+    key_settings = override_settings(
+        SIGNING_KEY_DIR=tmp_path_factory.getbasetemp() / "signing-keys",
+        SIGNING_KEY_PEM="",
+        SIGNING_KEY_AUTOGENERATE=True,
+    )
+    try:
+        with django_db_blocker.unblock(), key_settings:
+            stack.start()
+        yield stack
+    finally:
+        stack.stop()
+
+
 @pytest.fixture
-def reviewer_stack(transactional_db, tmp_path):
-    """Reviewer and its worker only, for agents that pull their decisions (MCP, LangGraph, REST...)."""
-    yield from _running(Stack(tmp_path, with_agent=False))
+def reviewer_stack(transactional_db, module_reviewer_stack):
+    """Reviewer and its worker only, for agents that pull their decisions (MCP, LangGraph, REST...);
+    shared by the tests of a module (see module_reviewer_stack). Logs printed when a test fails."""
+    yield module_reviewer_stack
+    sys.stdout.write(module_reviewer_stack.logs())  # shown by pytest only for a failing test
 
 
 @pytest.fixture
@@ -293,7 +320,6 @@ def workers(transactional_db, tmp_path, settings):
     try:
         yield start
     finally:
-        for process in processes:
-            process.stop()
+        stop_processes([process.process for process in processes])
         stack.listener.close()
         sys.stdout.write("\n".join(f"--- {p.name}\n{p.log()}" for p in processes))  # shown on failure

@@ -9,8 +9,8 @@ import threading
 import pytest
 from agents import set_tracing_disabled
 
-from approvals import services
 from approvals.models import Decision, Proposal
+from approvals.services.agents import register_agent
 from approvals.states import State
 from examples.connect import langgraph_refund, openai_agents_refund, rest_refund
 from examples.connect.common import Ledger
@@ -33,7 +33,7 @@ def reviewer_user(reviewer_stack):
     factories.make_policy(
         tenant, "everything", tool_pattern="*", thresholds=[{"group": "finance", "count": 1}]
     )
-    services.register_agent(
+    register_agent(
         tenant=tenant,
         slug="connect-demo",
         name="Connect demo",

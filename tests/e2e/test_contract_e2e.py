@@ -11,11 +11,13 @@ import uuid
 import pytest
 from a2a.types import Message, Part, Role, SendMessageConfiguration, SendMessageRequest
 
-from approvals import services
+from accounts.stepup import step_up_for
 from approvals.models import Decision, Halt, Proposal
+from approvals.services.halts import halt, resume
+from approvals.services.votes import cast_vote
 from approvals.states import State
-from approvals.stepup import step_up_for
 from audit.models import AuditEvent, Verb
+from lib.errors import VoteRefused
 from tests import factories
 from tests.e2e.conftest import Stack, _running
 from tests.e2e.test_a2a_loop import (
@@ -113,13 +115,13 @@ def test_a_halt_cancels_a_task_still_parked_for_review_at_the_agent(stack):
     task_id = ask_refund(stack, "Refund EUR 75.50 for order 1211 (duplicate charge)")
     proposal = wait_for(lambda: Proposal.objects.filter(task_id=task_id).first(), "the proposal", stack)
 
-    services.halt(scope=Halt.Scope.TENANT, actor=admin, reason="runaway agent", tenant=tenant)
+    halt(scope=Halt.Scope.TENANT, actor=admin, reason="runaway agent", tenant=tenant)
 
     assert task_state(stack, task_id) == "TASK_STATE_CANCELED"
     assert Proposal.objects.get(pk=proposal.pk).state == State.CANCELLED
-    services.resume(actor=admin, tenant=tenant)
-    with pytest.raises(services.VoteRefused) as refused:  # resuming brings nothing back
-        services.cast_vote(
+    resume(actor=admin, tenant=tenant)
+    with pytest.raises(VoteRefused) as refused:  # resuming brings nothing back
+        cast_vote(
             proposal.id,
             reviewer,
             verdict="approve",

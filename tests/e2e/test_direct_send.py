@@ -1,5 +1,5 @@
 """A decision's continuation is sent by the process that committed it, right after the commit
-(approvals/delivery.py), and the worker is its retry path: no worker is needed for the hot path;
+(approvals/worker/delivery.py), and the worker is its retry path: no worker is needed for the hot path;
 the direct send racing two woken workers still delivers each message once; a process killed between
 its commit and the send loses nothing (a worker's tick sends it); a lost response to the direct send
 is retried by the worker with the same message id.
@@ -14,8 +14,8 @@ import threading
 import pytest
 from django.db import connection
 
-from approvals import delivery
 from approvals.models import OutboxMessage, Proposal
+from approvals.worker import delivery
 from tests import factories
 from tests.approvals.test_worker import approve, continuation
 from tests.e2e.conftest import REPO, Stack
@@ -107,7 +107,7 @@ def test_a_process_killed_between_its_commit_and_the_send_loses_nothing(
 import os
 from django.db import transaction
 from approvals.models import Agent
-from reviewer import commit_hooks
+from lib import commit_hooks
 from tests import factories
 
 agent = Agent.objects.get(pk={agent.pk})

@@ -69,10 +69,14 @@ def fresh_database():
 class Deployment:
     def __init__(self, tmp_path: Path, database_url: str):
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        # localhost, not 127.0.0.1: a browser counts only localhost (and https) as a secure context, and
+        # passkeys need one.
+        self.url = f"http://localhost:{self.port}"
         self.log_dir = tmp_path / "logs"
         self.log_dir.mkdir()
-        keys = tmp_path / "srv" / "keys"
+        # The README's data directory is under $HOME (no step needs root): here under tmp_path.
+        self.data_dir = tmp_path / "home" / "reviewer-data"
+        keys = self.data_dir / "keys"
         keys.mkdir(parents=True)
         keys.chmod(0o700)
         # The README's export line (plain HTTP on one machine: cookies not marked secure).
@@ -86,9 +90,9 @@ class Deployment:
                 "PYTHONPATH": str(REPO),
                 "DEBUG": "false",
                 "SECRET_KEY": secrets.token_urlsafe(50),
-                "ALLOWED_HOSTS": "127.0.0.1",
+                "ALLOWED_HOSTS": "localhost",
                 "REVIEWER_ISSUER": self.url,
-                "REVIEWER_DATA_DIR": str(tmp_path / "srv"),
+                "REVIEWER_DATA_DIR": str(self.data_dir),
                 "DATABASE_URL": database_url,
                 "REVIEWER_SIGNING_KEY_DIR": str(keys),
                 "AGENT_ALLOWED_NETWORKS": "127.0.0.0/8",
@@ -184,11 +188,15 @@ def test_the_first_deployment_section_reaches_a_first_approved_decision(tmp_path
     try:
         # --- the commands, as the README gives them ---
         deployment.manage("migrate")
+        deployment.manage("collectstatic", "--noinput")
         assert "first signing key" in deployment.manage("rotate_signing_key")
         people = deployment.manage(
             "setup_tenant", "acme", "--name", "Acme", "--group", "finance", "--create-users",
             "--role", "dana:admin", "--role", "erin:admin", "--member", "alice:finance",
         )  # fmt: skip
+        # It reports what it did: dana and erin are admins, in the admins group, and use /admin/.
+        assert "dana: admin; groups: admins; uses /admin/" in people, people
+        assert "alice: reviewer; groups: finance" in people, people
         registered = deployment.manage(
             "register_agent", "--tenant", "acme", "--slug", "refunds", "--name", "Refund agent",
             "--card-url", agent.audience,
@@ -211,6 +219,7 @@ def test_the_first_deployment_section_reaches_a_first_approved_decision(tmp_path
         # cannot be undone (R3), so the tenant default asks a second admin: erin does the same ---
         page = sign_in_enroll_and_approve(deployment, browser, people, "dana")
         assert "tenant-default@1" in page
+        assert_static_files_load(browser, page)
         assert browser.get("/admin/tenants/approvergroup/").status_code == 200  # /admin/ for her tenant
         with httpx.Client(base_url=deployment.url, timeout=15) as second:
             sign_in_enroll_and_approve(deployment, second, people, "erin")
@@ -229,6 +238,21 @@ def test_the_first_deployment_section_reaches_a_first_approved_decision(tmp_path
         agent.stop()
         deployment.stop()
         sys.stdout.write(deployment.logs() + f"\n--- agent\n{agent.log()[-5000:]}")
+
+
+def assert_static_files_load(browser, page: str) -> None:
+    """With DEBUG=false the page's CSS and scripts come from WhiteNoise under hashed names, cached for
+    good (a new release has new names)."""
+    stylesheets = re.findall(r'<link rel="stylesheet" href="([^"]+)"', page)
+    scripts = re.findall(r'<script src="([^"]+)"', page)
+    assert stylesheets and len(scripts) >= 2, page[:1500]
+    for path in stylesheets + scripts:
+        assert re.search(r"\.[0-9a-f]{12}\.(css|js)$", path), f"{path} has no hashed name"
+        response = browser.get(path)
+        assert response.status_code == 200, f"{path}: {response.status_code}"
+        assert "immutable" in response.headers.get("cache-control", ""), response.headers
+        kind = "text/css" if path.endswith(".css") else "javascript"
+        assert kind in response.headers["content-type"], (path, response.headers["content-type"])
 
 
 def _answers(url: str) -> bool:

@@ -21,13 +21,15 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import signing_keys as keys
-from approvals import services
 from approvals.canonical import action_digest
-from approvals.models import Decision, GroupMembership, OutboxMessage, Proposal, Vote
+from approvals.models import Decision, OutboxMessage, Proposal, Vote
+from approvals.services.policies import activate_policy_version, create_policy, create_policy_version
+from approvals.services.tenants import remove_group_member
 from approvals.signing import TOKEN_TYPE
 from approvals.states import State
 from audit.models import AuditEvent, Verb
 from audit.verify_db import verify_chain
+from tenants.models import GroupMembership
 from tests import factories
 from tests.e2e.test_a2a_loop import ask_refund, ledger, task_state, wait_for
 from tests.examples.harness import AgentClient, AgentProcess
@@ -382,7 +384,7 @@ def test_07_a_policy_change_while_waiting_routes_stricter_and_stops_what_it_now_
     routed, stopped = proposal_for(stack, routed_task), proposal_for(stack, stopped_task)
     policy = routed.policy_versions.get().policy
 
-    stricter = services.create_policy_version(
+    stricter = create_policy_version(
         policy,
         {
             "outcome": "require_approval",
@@ -392,12 +394,12 @@ def test_07_a_policy_change_while_waiting_routes_stricter_and_stops_what_it_now_
         },
         actor=people["admin"],
     )
-    services.activate_policy_version(stricter, actor=people[SECOND_ADMIN])
-    deny_3017 = services.create_policy(
+    activate_policy_version(stricter, actor=people[SECOND_ADMIN])
+    deny_3017 = create_policy(
         tenant, slug="order-3017-frozen", name="Order 3017 frozen", actor=people["admin"]
     )
-    services.activate_policy_version(
-        services.create_policy_version(
+    activate_policy_version(
+        create_policy_version(
             deny_3017,
             {"outcome": "deny", "tool_pattern": "payments.*", "condition": "args.order_id == '3017'"},
             actor=people["admin"],
@@ -426,7 +428,7 @@ def test_08_a_reviewer_removed_from_the_group_before_deciding_is_refused(world):
     try:
         assert reviewer.page(proposal).status_code == 200
         finance = GroupMembership.objects.get(user=people["reviewer_a"]).group
-        services.remove_group_member(finance, people["reviewer_a"], actor=people["admin"])  # ...then removed
+        remove_group_member(finance, people["reviewer_a"], actor=people["admin"])  # ...then removed
 
         refused = reviewer.decide(proposal, "approve")
     finally:

@@ -14,8 +14,8 @@ import threading
 import pytest
 from mcp import Client, StdioServerParameters
 
-from approvals import services
 from approvals.models import Proposal
+from approvals.services.agents import register_agent
 from approvals.states import State
 from tests import factories
 from tests.e2e.conftest import REPO, ServerProcess
@@ -36,7 +36,7 @@ def registered(reviewer_stack):
         tenant, "file-deletes", tool_pattern="delete_file", thresholds=[{"group": "finance", "count": 1}]
     )
     # A pull agent (no card URL): Reviewer never calls it; it reads its decisions by pull.
-    services.register_agent(
+    register_agent(
         tenant=tenant,
         slug="mcp-gateway",
         name="MCP gateway",

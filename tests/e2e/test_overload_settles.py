@@ -11,8 +11,8 @@ import threading
 import httpx
 import pytest
 
-from approvals import services
 from approvals.models import Decision, Proposal
+from approvals.services.agents import register_agent
 from approvals.states import State
 from reviewer_gate import ReviewerClient, build_request
 from reviewer_gate.client import Submission
@@ -56,7 +56,7 @@ def test_past_the_limit_intake_is_refused_cleanly_and_every_accepted_proposal_se
     factories.make_user("requester", tenant=tenant, principal_id="requester")
     factories.make_policy(tenant, "refunds", tool_pattern="payments.refund", outcome="allow")
     # A pull agent (no card URL): Reviewer never calls it; it reads its decisions by pull.
-    services.register_agent(
+    register_agent(
         tenant=tenant,
         slug="overload-agent",
         name="Overload agent",

@@ -9,8 +9,9 @@ import threading
 import pytest
 from django.db import transaction
 
-from approvals import services, wakeup
+from approvals import wakeup
 from approvals.models import OutboxMessage, PolicyVersion
+from approvals.services.lifecycle import enqueue_cancel
 from tests import factories
 from tests.approvals.test_worker import approve, continuation
 from tests.waiting import wait_until
@@ -71,7 +72,7 @@ def test_a_rolled_back_transaction_queues_and_wakes_nothing(tenant, agent, setti
     bell = wakeup.doorbell(threading.Event())
     try:
         with pytest.raises(RuntimeError), transaction.atomic():
-            services.enqueue_cancel(proposal, reason="rolled back")
+            enqueue_cancel(proposal, reason="rolled back")
             raise RuntimeError("roll back")
 
         assert not bell.wait(0.5)  # no commit, no wake-up

@@ -49,14 +49,21 @@ def free_port() -> int:
 
 def stop_process(process: subprocess.Popen | None) -> None:
     """Stop a process we started, by its PID: terminate, wait, then kill."""
-    if process is None or process.poll() is not None:
-        return
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=10)
+    stop_processes([process])
+
+
+def stop_processes(processes: list[subprocess.Popen | None]) -> None:
+    """Stop processes we started, by their PIDs: terminate them all first, then wait for each (and kill
+    what outlives its wait), so their shutdowns overlap instead of adding up."""
+    running = [process for process in processes if process is not None and process.poll() is None]
+    for process in running:
+        process.terminate()
+    for process in running:
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
 
 
 class AgentProcess:
@@ -102,11 +109,19 @@ class AgentProcess:
         return f"{self.url}/.well-known/agent-card.json"
 
     def start(self, timeout: float = 30) -> "AgentProcess":
+        return self.launch().wait_ready(timeout)
+
+    def launch(self) -> "AgentProcess":
+        """Start the process without waiting for it (the e2e stack starts its servers side by side)."""
         env = {**os.environ, "PYTHONPATH": CHECKOUT_PYTHONPATH}
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 self.args, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
             )
+        return self
+
+    def wait_ready(self, timeout: float = 30) -> "AgentProcess":
+        """Wait until the agent serves its card; stop it and fail, with its log, if it exits first."""
 
         def card_served() -> bool:
             if self.process.poll() is not None:

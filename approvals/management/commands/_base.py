@@ -4,8 +4,9 @@ named by username, and service refusals turned into a clear CommandError (exit s
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from approvals import services
-from approvals.models import Agent, Halt, Tenant
+from approvals.models import Agent, Halt
+from lib.errors import ServiceError
+from tenants.models import Tenant
 
 
 def add_scope_arguments(parser) -> None:
@@ -65,5 +66,5 @@ class OperatorCommand(BaseCommand):
     def call_service(self, function, **kwargs):
         try:
             return function(**kwargs)
-        except services.ServiceError as error:
+        except ServiceError as error:
             raise CommandError(error.message) from error

@@ -8,7 +8,6 @@ already executing. Reads still work. The halt is a database row, so every proces
 restarted process comes back halted. `manage.py resume` with the same flag lifts it.
 """
 
-from approvals import services
 from approvals.management.commands._base import (
     OperatorCommand,
     add_scope_arguments,
@@ -16,6 +15,7 @@ from approvals.management.commands._base import (
     scope_flag,
     scope_from_options,
 )
+from approvals.services import halts
 from approvals.states import State
 
 
@@ -33,7 +33,7 @@ class Command(OperatorCommand):
     def handle(self, *args, **options):
         scope, tenant, agent = scope_from_options(options)
         halt = self.call_service(
-            services.halt,
+            halts.halt,
             scope=scope,
             actor=self.operator(options),
             reason=options["reason"],

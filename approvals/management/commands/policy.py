@@ -2,7 +2,7 @@
 
     manage.py policy draft --tenant acme --file refunds.json --author alice
     manage.py policy dry-run --tenant acme --policy refunds --version 2
-    manage.py policy activate --tenant acme --policy refunds --version 2 --approver bob
+    manage.py policy activate --tenant acme --policy refunds --version 2 --approver bob --code 123456
     manage.py policy show --tenant acme
 
 The file holds one version (fields as in the admin; only "outcome" is required):
@@ -14,17 +14,26 @@ The file holds one version (fields as in the admin; only "outcome" is required):
      "break_glass": {"people": ["riley"], "per_week": 3, "amount_cap": "500.00", "currency": "EUR",
                      "review_hours": 24}}
 
-Four eyes hold here as in the admin: the approver must be another admin of the tenant than the author.
+Four eyes hold here as in the admin: the approver must be another admin of the tenant than the author,
+and proves it is them with a fresh one-time code from their own authenticator (`--code`, or typed at
+the prompt): whoever runs the command cannot activate in another admin's name.
 """
 
+import getpass
 import json
+import sys
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from approvals import policy, services
-from approvals.models import Policy, PolicyVersion, Tenant
+from accounts.stepup import verify_code
+from approvals.models import Policy, PolicyVersion
+from approvals.policy.dry_run import dry_run as replay_draft
+from approvals.policy.dry_run import recent_proposals
+from approvals.services.policies import activate_policy_version, create_policy, create_policy_version
+from lib.errors import PolicyInvalid, ServiceError
+from tenants.models import Tenant
 
 
 class Command(BaseCommand):
@@ -44,6 +53,10 @@ class Command(BaseCommand):
         activate.add_argument("--policy", required=True)
         activate.add_argument("--version", type=int, required=True)
         activate.add_argument("--approver", required=True, help="username of the second admin")
+        activate.add_argument(
+            "--code",
+            help="the approver's current one-time code (or backup code); asked for when not given",
+        )
 
         dry_run = actions.add_parser("dry-run", help="replay the last 100 proposals against a draft")
         dry_run.add_argument("--tenant", required=True)
@@ -67,12 +80,12 @@ class Command(BaseCommand):
                 self.dry_run(tenant, options)
             else:
                 self.show(tenant)
-        except services.PolicyInvalid as error:
+        except PolicyInvalid as error:
             raise CommandError(
                 "the draft is not valid:\n"
                 + "\n".join(f"  {name}: {text}" for name, text in error.errors.items())
             ) from error
-        except services.ServiceError as error:
+        except ServiceError as error:
             raise CommandError(error.message) from error
 
     def _user(self, username: str):
@@ -106,25 +119,35 @@ class Command(BaseCommand):
         author = self._user(options["author"])
         target = Policy.objects.filter(tenant=tenant, slug=slug).first()
         if target is None:
-            target = services.create_policy(tenant, slug=slug, name=name, actor=author)
+            target = create_policy(tenant, slug=slug, name=name, actor=author)
             self.stdout.write(f"created policy {target}")
-        version = services.create_policy_version(target, fields, actor=author)
+        version = create_policy_version(target, fields, actor=author)
         self.stdout.write(
             self.style.SUCCESS(
                 f"draft {version} stored; another admin activates it with:\n"
                 f"  manage.py policy activate --tenant {tenant.slug} --policy {slug} "
-                f"--version {version.version} --approver <username>"
+                f"--version {version.version} --approver <username> (with that admin's one-time code)"
             )
         )
 
     def activate(self, tenant: Tenant, options) -> None:
         approver = self._user(options["approver"])
-        version = services.activate_policy_version(self._version(tenant, options), actor=approver)
+        code = options.get("code")
+        if not code:
+            if not sys.stdin.isatty():
+                raise CommandError(f"--code: {approver.get_username()}'s current one-time code is required")
+            code = getpass.getpass(f"{approver.get_username()}'s one-time code: ")
+        if verify_code(approver, code) is None:
+            raise CommandError(
+                f"--code: not a valid one-time code of {approver.get_username()} (wrong, used or expired): "
+                "the approving admin gives their own current code"
+            )
+        version = activate_policy_version(self._version(tenant, options), actor=approver)
         self.stdout.write(self.style.SUCCESS(f"{version} is active"))
 
     def dry_run(self, tenant: Tenant, options) -> None:
         draft = self._version(tenant, options)
-        rows = policy.dry_run(draft, policy.recent_proposals(tenant))
+        rows = replay_draft(draft, recent_proposals(tenant))
         for row in rows:
             mark = "match" if row.draft_matches else "-----"
             change = f"{row.outcome_now} -> {row.outcome_with_draft}" if row.changes else row.outcome_now

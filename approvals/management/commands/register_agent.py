@@ -3,8 +3,11 @@ agent is a pull agent (not an A2A server: Reviewer never calls it), and `--audie
 
 from django.core.management.base import BaseCommand, CommandError
 
-from approvals import services
-from approvals.models import Agent, Tenant, new_token
+from approvals.models import Agent
+from approvals.services.agents import register_agent
+from lib.errors import ServiceError
+from lib.tokens import new_token
+from tenants.models import Tenant
 
 
 class Command(BaseCommand):
@@ -38,7 +41,7 @@ class Command(BaseCommand):
         api_token = options["api_token"] or new_token()
         bearer = options["outbound_bearer"]
         try:
-            agent = services.register_agent(
+            agent = register_agent(
                 tenant=tenant,
                 slug=options["slug"],
                 name=options["name"],
@@ -49,7 +52,7 @@ class Command(BaseCommand):
                 outbound_auth_scheme=Agent.AuthScheme.BEARER if bearer else Agent.AuthScheme.NONE,
                 outbound_auth_credentials=bearer,
             )
-        except services.ServiceError as error:  # e.g. the slug belongs to another tenant's agent
+        except ServiceError as error:  # e.g. the slug belongs to another tenant's agent
             raise CommandError(error.message) from error
         self.stdout.write(f"registered agent {agent.slug} in {tenant.slug}")
         self.stdout.write(f"  delivery:  {agent.delivery}")

@@ -7,7 +7,6 @@ that still covers the scope (a global one, or the tenant of an agent) keeps it h
 from django.core.management.base import CommandError
 from django.db.models import Q
 
-from approvals import services
 from approvals.management.commands._base import (
     OperatorCommand,
     add_scope_arguments,
@@ -15,6 +14,7 @@ from approvals.management.commands._base import (
     scope_from_options,
 )
 from approvals.models import Halt
+from approvals.services.halts import resume
 
 
 class Command(OperatorCommand):
@@ -28,7 +28,7 @@ class Command(OperatorCommand):
     def handle(self, *args, **options):
         scope, tenant, agent = scope_from_options(options)
         lifted = self.call_service(
-            services.resume,
+            resume,
             actor=self.operator(options),
             reason=options["reason"],
             tenant=tenant,

@@ -15,8 +15,8 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 
 import signing_keys as keys
-from approvals import services
 from approvals.management.commands._base import OperatorCommand
+from approvals.services.agents import rotate_signing_key
 
 
 class Command(OperatorCommand):
@@ -36,7 +36,7 @@ class Command(OperatorCommand):
         if not options["prune_only"]:
             first = not keys.all_keys()
             try:
-                kid = services.rotate_signing_key(actor=self.operator(options))
+                kid = rotate_signing_key(actor=self.operator(options))
             except RuntimeError as error:  # REVIEWER_SIGNING_KEY given in the environment
                 raise CommandError(str(error)) from error
             what = "first signing key" if first else "new signing key"

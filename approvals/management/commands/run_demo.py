@@ -20,7 +20,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from approvals.management.commands import seed_demo
-from approvals.models import new_token
+from lib.tokens import new_token
 
 READY_TIMEOUT_SECONDS = 30
 

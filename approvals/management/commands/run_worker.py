@@ -5,7 +5,7 @@ import threading
 
 from django.core.management.base import BaseCommand
 
-from approvals.worker import POLL_SECONDS, Worker
+from approvals.worker.loop import POLL_SECONDS, Worker
 
 
 class Command(BaseCommand):

@@ -14,8 +14,19 @@ from django.db import transaction
 from django_otp.oath import TOTP
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
-from approvals import services
-from approvals.models import ApproverGroup, Policy, PolicyVersion, Tenant, TenantMembership, new_token
+from accounts.devices import confirm_totp_enrollment, start_totp_enrollment
+from approvals.models import Policy, PolicyVersion
+from approvals.services.agents import register_agent
+from approvals.services.policies import activate_policy_version, create_policy, create_policy_version
+from approvals.services.tenants import (
+    add_group_member,
+    create_group,
+    create_tenant,
+    grant_admin_site,
+    set_tenant_membership,
+)
+from lib.tokens import new_token
+from tenants.models import ApproverGroup, Tenant, TenantMembership
 
 TENANT = "demo"
 AGENT_SLUG = "refund-demo"
@@ -96,12 +107,12 @@ class Command(BaseCommand):
 
     def handle(self, *args, agent_url, push_token, api_token, password, quiet, **options):
         with transaction.atomic():
-            tenant = Tenant.objects.filter(slug=TENANT).first() or services.create_tenant(
+            tenant = Tenant.objects.filter(slug=TENANT).first() or create_tenant(
                 slug=TENANT, name="Demo Payments"
             )
             for slug in ("finance", "ops"):
                 if not ApproverGroup.objects.filter(tenant=tenant, slug=slug).exists():
-                    services.create_group(tenant, slug=slug, name=slug.title())
+                    create_group(tenant, slug=slug, name=slug.title())
             people = {
                 username: self._person(
                     tenant, username, name, role, groups, principal_id, password or secrets.token_urlsafe(9)
@@ -110,7 +121,7 @@ class Command(BaseCommand):
             }
             self._policies(tenant, author=people["demo-admin"][0], approver=people["demo-admin2"][0])
             push_token, api_token = push_token or new_token(), api_token or new_token()
-            agent = services.register_agent(
+            agent = register_agent(
                 tenant=tenant,
                 slug=AGENT_SLUG,
                 name="Refund agent (demo)",
@@ -138,25 +149,28 @@ class Command(BaseCommand):
         if username == "demo-admin":
             user.is_staff = user.is_superuser = True
         user.save()
-        services.set_tenant_membership(tenant, user, role=role, principal_id=principal_id)
+        set_tenant_membership(tenant, user, role=role, principal_id=principal_id)
         for slug in groups:
-            services.add_group_member(ApproverGroup.objects.get(tenant=tenant, slug=slug), user)
+            add_group_member(ApproverGroup.objects.get(tenant=tenant, slug=slug), user)
+        if role == TenantMembership.Role.ADMIN and not user.is_superuser:
+            # The second admin activates what the first drafts (four eyes): in the browser, too.
+            grant_admin_site(tenant, user)
         device = TOTPDevice.objects.filter(user=user, confirmed=True).first()
         if device is None:
-            services.start_totp_enrollment(user)
-            device, _ = services.confirm_totp_enrollment(
+            start_totp_enrollment(user)
+            device, _ = confirm_totp_enrollment(
                 user, code=current_code(TOTPDevice.objects.get(user=user, confirmed=False))
             )
         return user, password, device
 
     def _policies(self, tenant, *, author, approver):
         for slug, name, fields in POLICIES:
-            policy = Policy.objects.filter(tenant=tenant, slug=slug).first() or services.create_policy(
+            policy = Policy.objects.filter(tenant=tenant, slug=slug).first() or create_policy(
                 tenant, slug=slug, name=name, actor=author
             )
             if policy.active_version is None:
-                draft = services.create_policy_version(policy, fields, actor=author)
-                services.activate_policy_version(draft, actor=approver)
+                draft = create_policy_version(policy, fields, actor=author)
+                activate_policy_version(draft, actor=approver)
 
     def print_summary(self, seeded):
         write = self.stdout.write

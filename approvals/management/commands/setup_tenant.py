@@ -30,8 +30,16 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from approvals import services
-from approvals.models import ApproverGroup, Tenant, TenantMembership
+from approvals.services.tenants import (
+    add_group_member,
+    create_group,
+    create_tenant,
+    grant_admin_site,
+    set_tenant_membership,
+    update_tenant,
+)
+from lib.errors import ServiceError
+from tenants.models import ApproverGroup, GroupMembership, Tenant, TenantMembership
 
 
 @dataclass
@@ -189,17 +197,15 @@ class Command(BaseCommand):
         tenant = Tenant.objects.filter(slug=plan.slug).first()
         try:
             if tenant is None:
-                tenant = services.create_tenant(
+                tenant = create_tenant(
                     slug=plan.slug,
                     name=plan.name or plan.slug,
                     default_ttl_seconds=plan.default_ttl_seconds or 3600,
                 )
                 self.stdout.write(f"created tenant {tenant.slug} (admin group: {tenant.admin_group.slug})")
             elif plan.name or plan.default_ttl_seconds:
-                tenant = services.update_tenant(
-                    tenant, name=plan.name, default_ttl_seconds=plan.default_ttl_seconds
-                )
-        except services.ServiceError as error:
+                tenant = update_tenant(tenant, name=plan.name, default_ttl_seconds=plan.default_ttl_seconds)
+        except ServiceError as error:
             raise CommandError(f"tenant {plan.slug}: {error.message}") from error
         return tenant
 
@@ -208,8 +214,8 @@ class Command(BaseCommand):
             if ApproverGroup.objects.filter(tenant=tenant, slug=slug).exists():
                 continue
             try:
-                services.create_group(tenant, slug=slug, name=name)
-            except services.ServiceError as error:
+                create_group(tenant, slug=slug, name=name)
+            except ServiceError as error:
                 raise CommandError(f"group {slug}: {error.message}") from error
             self.stdout.write(f"created group {slug}")
 
@@ -231,19 +237,31 @@ class Command(BaseCommand):
                 else (current.principal_id if current else "")
             )
             try:
-                services.set_tenant_membership(tenant, user, role=role, principal_id=principal_id)
+                set_tenant_membership(tenant, user, role=role, principal_id=principal_id)
                 for slug in wanted.groups:
                     group = ApproverGroup.objects.filter(tenant=tenant, slug=slug).first()
                     if group is None:
                         raise CommandError(f"{username}: no group {slug!r} (add it with --group {slug})")
-                    services.add_group_member(group, user)
+                    add_group_member(group, user)
                 if role == TenantMembership.Role.ADMIN:
                     # The fail-closed default routes to the admin group: an admin who is not in it
                     # could not decide what no policy matches. And an admin configures in /admin/.
-                    services.add_group_member(tenant.admin_group, user)
-                    services.grant_admin_site(tenant, user)
-            except services.ServiceError as error:
+                    add_group_member(tenant.admin_group, user)
+                    grant_admin_site(tenant, user)
+            except ServiceError as error:
                 raise CommandError(f"{username}: {error.message}") from error
-            groups = ", ".join(wanted.groups) or "no groups"
-            principal = f" (principal {principal_id})" if principal_id else ""
-            self.stdout.write(f"{username}: {role}{principal}; {groups}")
+            self.stdout.write(_what_they_are(tenant, user, role, principal_id))
+
+
+def _what_they_are(tenant: Tenant, user, role: str, principal_id: str) -> str:
+    """What the person is now, read back from the database, not from the command line: "dana: admin;
+    groups: admins; uses /admin/" (an admin is also put in the admins group and given the admin site)."""
+    user.refresh_from_db(fields=["is_staff"])
+    groups = GroupMembership.objects.filter(group__tenant=tenant, user=user).values_list(
+        "group__slug", flat=True
+    )
+    principal = f" (principal {principal_id})" if principal_id else ""
+    admin_site = "; uses /admin/" if user.is_staff else ""
+    return (
+        f"{user.get_username()}: {role}{principal}; groups: {', '.join(sorted(groups)) or 'none'}{admin_site}"
+    )

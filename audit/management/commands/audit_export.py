@@ -9,7 +9,8 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from audit import jobs
-from audit.exports import OUTCOMES, Selection, day_bounds, write_bundle, write_lines
+from audit.bundles import write_bundle
+from audit.exports import OUTCOMES, Selection, day_bounds, write_lines
 from audit.models import ExportJob
 from tenants import queries as tenant_queries
 

@@ -41,6 +41,14 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options):
+        source = options["checkpoints"]
+        if source is not None and not source.exists():
+            # Checked first: a mistyped path would otherwise verify against no checkpoint at all and
+            # report OK, exactly when the shipped copy is what a restore is checked against.
+            raise CommandError(
+                f"no checkpoint files at {source} (--checkpoints takes the shipped folder of "
+                "<chain>.jsonl files, or one such file)"
+            )
         if options["tenant"]:
             tenant = tenant_queries.tenant_by_key(options["tenant"])
             if tenant is None:

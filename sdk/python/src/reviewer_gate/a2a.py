@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import httpx
 from a2a.helpers import new_task_from_user_message, new_text_part
@@ -61,23 +61,24 @@ class AskedRequest:
 
     task_id: str
     context_id: str
-    request: dict
+    request: dict[str, Any]
 
     @property
     def request_id(self) -> str:
-        return self.request["request_id"]
+        return str(self.request["request_id"])
 
     @property
-    def action(self) -> dict:
-        return self.request["action"]
+    def action(self) -> dict[str, Any]:
+        action: dict[str, Any] = self.request["action"]
+        return action
 
     @property
     def action_digest(self) -> str:
-        return self.request["action_digest"]
+        return str(self.request["action_digest"])
 
 
 class RequestStore(Protocol):
-    def save_request(self, task_id: str, context_id: str, request: dict) -> None: ...
+    def save_request(self, task_id: str, context_id: str, request: dict[str, Any]) -> None: ...
 
     def current_request(self, task_id: str) -> AskedRequest | None: ...
 
@@ -117,7 +118,7 @@ class SQLiteRequestStore:
         finally:
             connection.close()
 
-    def save_request(self, task_id: str, context_id: str, request: dict) -> None:
+    def save_request(self, task_id: str, context_id: str, request: dict[str, Any]) -> None:
         with self._connect() as connection:
             connection.execute(
                 "INSERT INTO approval_requests (request_id, task_id, context_id, request_json, created_at)"
@@ -148,7 +149,7 @@ class Released:
     """An approval that was verified and consumed: execute `action` once, then `report` and end the task."""
 
     decision: VerifiedDecision
-    action: dict
+    action: dict[str, Any]
     asked: AskedRequest
     updater: TaskUpdater
     client: ReviewerClient = field(repr=False)
@@ -175,12 +176,13 @@ def approvers_text(decision: VerifiedDecision) -> str:
     return ", ".join(names) or "Reviewer"
 
 
-def text_message(updater: TaskUpdater, text: str, metadata: dict | None = None) -> Message:
+def text_message(updater: TaskUpdater, text: str, metadata: dict[str, Any] | None = None) -> Message:
     return updater.new_agent_message([new_text_part(text)], metadata=metadata)
 
 
-Propose = Callable[[RequestContext, TaskUpdater], Awaitable[dict | None]]
-AnswerQuestion = Callable[[AskedRequest, VerifiedDecision], dict | None]
+Propose = Callable[[RequestContext, TaskUpdater], Awaitable[dict[str, Any] | None]]
+AnswerQuestion = Callable[[AskedRequest, VerifiedDecision], dict[str, Any] | None]
+CanPerform = Callable[[dict[str, Any]], bool]
 StillWanted = Callable[[RequestContext], Awaitable[bool]]
 
 
@@ -192,7 +194,7 @@ class A2AApprovals:
         self.gate = client.gate
         self.store = store
         self.announce = announce  # also POST the request (the push / reconciliation are the others)
-        self._announcing: set[asyncio.Task] = set()
+        self._announcing: set[asyncio.Task[None]] = set()
 
     async def approval(
         self,
@@ -202,7 +204,7 @@ class A2AApprovals:
         propose: Propose,
         answer_question: AnswerQuestion | None = None,
         still_wanted: StillWanted | None = None,
-        can_perform: Callable[[dict], bool] | None = None,
+        can_perform: CanPerform | None = None,
     ) -> Released | None:
         """The one call (see the module doc). Returns a Released only when the agent may act now.
 
@@ -216,8 +218,12 @@ class A2AApprovals:
         """
         task = context.current_task
         if task is None:
-            await event_queue.enqueue_event(new_task_from_user_message(context.message))
-            updater = TaskUpdater(event_queue, context.task_id, context.context_id)
+            message, task_id, context_id = context.message, context.task_id, context.context_id
+            if message is None or task_id is None or context_id is None:
+                # The request handler names both for every message; without them nothing can be parked.
+                raise ValueError("a new task needs the request's message, task id and context id")
+            await event_queue.enqueue_event(new_task_from_user_message(message))
+            updater = TaskUpdater(event_queue, task_id, context_id)
             request = await propose(context, updater)
             if request is not None:
                 await self.park(updater, request)
@@ -229,7 +235,9 @@ class A2AApprovals:
             return None
         return await self._receive(context, updater, answer_question, still_wanted, can_perform)
 
-    async def park(self, updater: TaskUpdater, request: dict, headline: str = "Approval required") -> None:
+    async def park(
+        self, updater: TaskUpdater, request: dict[str, Any], headline: str = "Approval required"
+    ) -> None:
         """Persist the request, then park the task on it, then tell Reviewer (in that order). The request
         names the client's registration (`agent`): Reviewer adopts a parked task it finds by ListTasks
         only into the registration it names."""
@@ -244,7 +252,7 @@ class A2AApprovals:
             "task %s parked on request %s (%s)", updater.task_id, request["request_id"], request["summary"]
         )
 
-    def _announce(self, task_id: str, context_id: str, request: dict) -> None:
+    def _announce(self, task_id: str, context_id: str, request: dict[str, Any]) -> None:
         """POST the request in the background (best effort: the parked task is the source of truth)."""
 
         async def post() -> None:
@@ -265,14 +273,22 @@ class A2AApprovals:
         if close is not None:
             await asyncio.to_thread(close)
 
-    async def _receive(self, context, updater, answer_question, still_wanted, can_perform) -> Released | None:
+    async def _receive(
+        self,
+        context: RequestContext,
+        updater: TaskUpdater,
+        answer_question: AnswerQuestion | None,
+        still_wanted: StillWanted | None,
+        can_perform: CanPerform | None,
+    ) -> Released | None:
         asked = await asyncio.to_thread(self.store.current_request, updater.task_id)
         if asked is None:
             await updater.failed(
                 text_message(updater, "No approval request on record for this task; nothing was executed.")
             )
             return None
-        token = decision_token_from_metadata(MessageToDict(context.message.metadata))
+        metadata = MessageToDict(context.message.metadata) if context.message is not None else {}
+        token = decision_token_from_metadata(metadata)
         if token is None:
             await updater.requires_auth(
                 text_message(
@@ -323,7 +339,15 @@ class A2AApprovals:
             return None
         return await self._release(context, updater, asked, decision, still_wanted, can_perform)
 
-    async def _release(self, context, updater, asked, decision, still_wanted, can_perform) -> Released | None:
+    async def _release(
+        self,
+        context: RequestContext,
+        updater: TaskUpdater,
+        asked: AskedRequest,
+        decision: VerifiedDecision,
+        still_wanted: StillWanted | None,
+        can_perform: CanPerform | None,
+    ) -> Released | None:
         if still_wanted is not None and not await still_wanted(context):
             await updater.cancel(text_message(updater, "Cancelled before acting; nothing was executed."))
             return None

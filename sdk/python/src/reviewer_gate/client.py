@@ -97,7 +97,7 @@ class Submission:
 
     task_id: str
     context_id: str
-    request: dict
+    request: dict[str, Any]
     proposal_id: str
     state: str
     # The signed decision when policy decided at intake (the intake answer's `token`), else None. It is
@@ -106,11 +106,11 @@ class Submission:
 
     @property
     def request_id(self) -> str:
-        return self.request["request_id"]
+        return str(self.request["request_id"])
 
     @property
     def action_digest(self) -> str:
-        return self.request["action_digest"]
+        return str(self.request["action_digest"])
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ class Approval:
     """A verified, consumed approval: execute `action` once, with `idempotency_key`, then `report`."""
 
     decision: VerifiedDecision
-    action: dict  # the reviewer's edit when there was one (decision.edited), else what was asked
+    action: dict[str, Any]  # the reviewer's edit when there was one (decision.edited), else what was asked
     submission: Submission
     client: ReviewerClient = field(repr=False)
 
@@ -177,17 +177,17 @@ def rfc3339(moment: datetime) -> str:
 
 
 def build_request(
-    action: dict,
+    action: dict[str, Any],
     *,
     summary: str,
-    principal: dict,
+    principal: dict[str, Any],
     agent_version: str = "",
-    consequences: dict | None = None,
-    diff: list | None = None,
-    evidence: list | None = None,
+    consequences: dict[str, Any] | None = None,
+    diff: list[dict[str, Any]] | None = None,
+    evidence: list[dict[str, Any]] | None = None,
     ttl_seconds: int | None = None,
     request_id: str | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """The approval request of DESIGN.md "A2A contract" step 1, with a fresh request id and the digest."""
     request: dict[str, Any] = {
         "request_id": request_id or str(uuid.uuid4()),
@@ -256,13 +256,15 @@ class ReviewerClient:
         if close_gate is not None:
             close_gate()
 
-    def _headers(self) -> dict:
+    def _headers(self) -> dict[str, Any]:
         headers = {"Accept": "application/json"}
         if self.api_token:
             headers["Authorization"] = f"Bearer {self.api_token}"
         return headers
 
-    def _call(self, method: str, path: str, *, json: dict | None = None, timeout: float | None = None):
+    def _call(
+        self, method: str, path: str, *, json: dict[str, Any] | None = None, timeout: float | None = None
+    ) -> httpx.Response:
         """One request, retried with exponential backoff on connection errors and 429/502/503/504.
 
         Only idempotent calls go through here (submit is idempotent on task and request id; the pull
@@ -303,13 +305,15 @@ class ReviewerClient:
 
     # --- the steps -------------------------------------------------------------------------------
 
-    def stamped(self, request: dict) -> dict:
+    def stamped(self, request: dict[str, Any]) -> dict[str, Any]:
         """The request naming this agent's registration (`agent`), when the client was given one."""
         if not self.agent or request.get("agent"):
             return request
         return {**request, "agent": self.agent}
 
-    def submit(self, request: dict, *, task_id: str | None = None, context_id: str = "") -> Submission:
+    def submit(
+        self, request: dict[str, Any], *, task_id: str | None = None, context_id: str = ""
+    ) -> Submission:
         """Announce the request. `task_id` names the unit of work the decision is bound to (`sub`)."""
         request = self.stamped(request)
         task_id = task_id or f"task-{uuid.uuid4()}"
@@ -400,10 +404,10 @@ class ReviewerClient:
 
     def request_approval(
         self,
-        action: dict,
+        action: dict[str, Any],
         *,
         summary: str,
-        principal: dict,
+        principal: dict[str, Any],
         task_id: str | None = None,
         context_id: str = "",
         timeout: float | None = None,
@@ -421,10 +425,10 @@ class ReviewerClient:
 
     async def arequest_approval(
         self,
-        action: dict,
+        action: dict[str, Any],
         *,
         summary: str,
-        principal: dict,
+        principal: dict[str, Any],
         task_id: str | None = None,
         context_id: str = "",
         timeout: float | None = None,

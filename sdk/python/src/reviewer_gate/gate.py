@@ -70,7 +70,7 @@ Public API:
         .close() -> None                           closes its kept-alive HTTP connections
     decision_token_from_metadata(metadata) -> str | None
     action_digest(action) -> str
-    approval_request_metadata(request) -> dict
+    approval_request_metadata(request) -> dict[str, Any]
 
 GateError codes: malformed, bad_algorithm, bad_type, unknown_kid, keys_unavailable, bad_signature,
 expired, not_yet_valid, wrong_issuer, wrong_audience, wrong_tenant, missing_claim, bad_claim, wrong_task,
@@ -132,15 +132,15 @@ class VerifiedDecision:
     action_digest: str
     rev: int | None
     consume: bool
-    approvers: list = field(default_factory=list)
-    policy: dict | None = None  # {id, version}: always present in a verified decision
-    policies: list = field(default_factory=list)  # every {id, version} that shaped it
+    approvers: list[dict[str, Any]] = field(default_factory=list)
+    policy: dict[str, Any] | None = None  # {id, version}: always present in a verified decision
+    policies: list[dict[str, Any]] = field(default_factory=list)  # every {id, version} that shaped it
     tenant: str | None = None
     expires_at: int = 0
-    claims: dict = field(default_factory=dict)
+    claims: dict[str, Any] = field(default_factory=dict)
     # The exact action the decision releases. Differs from what the agent asked for only when a
     # reviewer edited it (`edited`): then execute this action, never the original one.
-    action: dict | None = None
+    action: dict[str, Any] | None = None
     edited: bool = False
 
     @property
@@ -151,7 +151,7 @@ class VerifiedDecision:
 # --- keys ---------------------------------------------------------------------------------------
 
 
-def _public_key_from_jwk(jwk: dict) -> Ed25519PublicKey | None:
+def _public_key_from_jwk(jwk: dict[str, Any]) -> Ed25519PublicKey | None:
     """The Ed25519 key of one JWK, or None for a key this gate will never accept."""
     if jwk.get("kty") != "OKP" or jwk.get("crv") != "Ed25519":
         return None
@@ -164,12 +164,12 @@ def _public_key_from_jwk(jwk: dict) -> Ed25519PublicKey | None:
     return key if isinstance(key, Ed25519PublicKey) else None
 
 
-def _keys_by_kid(jwks: dict) -> dict[str, Ed25519PublicKey]:
-    keys = {}
+def _keys_by_kid(jwks: dict[str, Any]) -> dict[str, Ed25519PublicKey]:
+    keys: dict[str, Ed25519PublicKey] = {}
     for jwk in jwks.get("keys", []) if isinstance(jwks, dict) else []:
         kid = jwk.get("kid") if isinstance(jwk, dict) else None
         key = _public_key_from_jwk(jwk) if isinstance(kid, str) else None
-        if key is not None:
+        if isinstance(kid, str) and key is not None:
             keys[kid] = key
     return keys
 
@@ -182,7 +182,7 @@ class KeySource(Protocol):
 class StaticKeySource:
     """Keys from a JWKS document held in memory (tests, or keys pinned in configuration)."""
 
-    def __init__(self, jwks: dict):
+    def __init__(self, jwks: dict[str, Any]):
         self._keys = _keys_by_kid(jwks)
 
     def key_for(self, kid: str) -> Ed25519PublicKey:
@@ -192,10 +192,11 @@ class StaticKeySource:
             raise GateError("unknown_kid", f"no Ed25519 key with kid {kid!r}") from None
 
 
-def _fetch_jwks_over_http(url: str, timeout: float) -> dict:
+def _fetch_jwks_over_http(url: str, timeout: float) -> dict[str, Any]:
     response = httpx.get(url, timeout=timeout, headers={"Accept": "application/json"})
     response.raise_for_status()
-    return response.json()
+    document = response.json()
+    return document if isinstance(document, dict) else {}  # a JWKS that is no object holds no keys
 
 
 class JWKSKeySource:
@@ -214,7 +215,7 @@ class JWKSKeySource:
         cache_seconds: float = 300,
         timeout: float = 5,
         min_refresh_seconds: float = 10,
-        fetch: Callable[[str, float], dict] | None = None,
+        fetch: Callable[[str, float], dict[str, Any]] | None = None,
     ):
         self.jwks_url = jwks_url
         self.cache_seconds = cache_seconds
@@ -238,10 +239,10 @@ class JWKSKeySource:
     def key_for(self, kid: str) -> Ed25519PublicKey:
         with self._lock:
             now = time.monotonic()
-            fresh = self._fetched_at is not None and now - self._fetched_at < self.cache_seconds
-            if not fresh:
+            fetched_at = self._fetched_at
+            if fetched_at is None or now - fetched_at >= self.cache_seconds:
                 self._refresh()
-            elif kid not in self._keys and now - self._fetched_at >= self.min_refresh_seconds:
+            elif kid not in self._keys and now - fetched_at >= self.min_refresh_seconds:
                 self._refresh()  # the one refresh an unknown kid gets
             try:
                 return self._keys[kid]
@@ -262,7 +263,7 @@ class UsedDecisionStore(Protocol):
 class MemoryUsedStore:
     """Single use within one process (tests, single-process agents that may forget on restart)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._used: dict[str, int] = {}
 
@@ -453,7 +454,7 @@ class Gate:
             raise GateError("unknown_kid", "the token names no kid")
         return self.keys.key_for(kid)
 
-    def _signed_claims(self, token: str, key: Ed25519PublicKey) -> dict:
+    def _signed_claims(self, token: str, key: Ed25519PublicKey) -> dict[str, Any]:
         try:
             return jwt.decode(
                 token,
@@ -467,7 +468,7 @@ class Gate:
         except jwt.InvalidTokenError as error:
             raise _gate_error_from_jwt(error) from error
 
-    def _check_tenant(self, claims: dict) -> None:
+    def _check_tenant(self, claims: dict[str, Any]) -> None:
         if self.tenant is not None and claims.get("tenant") != self.tenant:
             raise GateError(
                 "wrong_tenant",
@@ -476,7 +477,7 @@ class Gate:
 
     @staticmethod
     def _check_binding(
-        claims: dict, *, task_id: str, request_id: str, action_digest: str, context_id: str | None
+        claims: dict[str, Any], *, task_id: str, request_id: str, action_digest: str, context_id: str | None
     ) -> None:
         if claims.get("sub") != task_id:
             raise GateError("wrong_task", f"decision is for task {claims.get('sub')!r}, not {task_id!r}")
@@ -507,13 +508,13 @@ class Gate:
             raise GateError("not_configured", "the gate has no reviewer_url")
         return f"{self.reviewer_url}/api/v1/decisions/{quote(decision.jti, safe='')}/{verb}"
 
-    def _headers(self) -> dict:
+    def _headers(self) -> dict[str, Any]:
         headers = {"Accept": "application/json"}
         if self.api_token:
             headers["Authorization"] = f"Bearer {self.api_token}"
         return headers
 
-    def _post(self, url: str, body: dict) -> httpx.Response:
+    def _post(self, url: str, body: dict[str, Any]) -> httpx.Response:
         """POST, sent again while Reviewer answers 503 `overloaded`: its concurrency limit refused the
         request before it ran (nothing happened), so sending it again is safe even for a consume. Waits
         what Retry-After says (at most 10 s each), for at most OVERLOAD_RETRY_SECONDS in all; any other
@@ -607,7 +608,7 @@ def _error_from_body(response: httpx.Response) -> tuple[str | None, str]:
     return code, str(error.get("message") or f"HTTP {response.status_code}")
 
 
-def _is_policy_ref(value) -> bool:
+def _is_policy_ref(value: object) -> bool:
     return (
         isinstance(value, dict)
         and isinstance(value.get("id"), str)
@@ -617,7 +618,7 @@ def _is_policy_ref(value) -> bool:
     )
 
 
-def _check_policy(claims: dict) -> None:
+def _check_policy(claims: dict[str, Any]) -> None:
     """Every decision names the policy that decided it (DESIGN: `policy: {id, version}`); a token
     without one is malformed, whatever else it says. `policies` (every version that shaped it) is
     optional for older tokens, but when present it is a list of such objects naming `policy` too."""
@@ -633,7 +634,7 @@ def _check_policy(claims: dict) -> None:
         raise GateError("bad_policy", "policies must be a list of {id, version} objects that includes policy")
 
 
-def _epoch_seconds(moment) -> float:
+def _epoch_seconds(moment: object) -> float:
     if isinstance(moment, datetime):
         if moment.tzinfo is None:
             raise GateError("not_configured", "expires_at must be timezone-aware")
@@ -648,7 +649,7 @@ def _epoch_seconds(moment) -> float:
     raise GateError("not_configured", f"expires_at is not a time: {moment!r}")
 
 
-def _check_request_deadline(claims: dict, deadline: float) -> None:
+def _check_request_deadline(claims: dict[str, Any], deadline: float) -> None:
     """The agent's own deadline binds whatever Reviewer signed: no clock skew is granted on it (it is
     the agent's clock), and a token that would outlive it is refused as Reviewer should never sign one."""
     if time.time() >= deadline:
@@ -657,7 +658,7 @@ def _check_request_deadline(claims: dict, deadline: float) -> None:
         raise GateError("request_expired", "the decision's exp is later than the request's expires_at")
 
 
-def _optional_int(value) -> int | None:
+def _optional_int(value: object) -> int | None:
     # Struct round trips and JSON producers may turn integers into floats; accept only whole numbers.
     if isinstance(value, bool) or value is None:
         return None
@@ -668,7 +669,7 @@ def _optional_int(value) -> int | None:
     raise GateError("bad_claim", f"expected an integer, got {value!r}")
 
 
-def _decision_from_claims(claims: dict) -> VerifiedDecision:
+def _decision_from_claims(claims: dict[str, Any]) -> VerifiedDecision:
     jti = claims.get("jti")
     if not isinstance(jti, str) or not jti:
         raise GateError("bad_claim", "jti must be a non-empty string")
@@ -699,7 +700,7 @@ def _decision_from_claims(claims: dict) -> VerifiedDecision:
 # --- helpers for the A2A messages ---------------------------------------------------------------
 
 
-def decision_token_from_metadata(metadata: dict | None) -> str | None:
+def decision_token_from_metadata(metadata: dict[str, Any] | None) -> str | None:
     """The decision JWT in a continuation message's metadata, or None.
 
     Pass `MessageToDict(context.message.metadata)`.
@@ -713,7 +714,7 @@ def decision_token_from_metadata(metadata: dict | None) -> str | None:
     return token if isinstance(token, str) and token else None
 
 
-def action_digest(action: dict) -> str:
+def action_digest(action: dict[str, Any]) -> str:
     """`sha256:` + hex SHA-256 of the RFC 8785 (JCS) form of the action: key order does not matter,
     Unicode is kept as is, and `"40.00"` differs from `40.0` (send amounts as strings)."""
     return "sha256:" + hashlib.sha256(rfc8785.dumps(action)).hexdigest()
@@ -722,7 +723,7 @@ def action_digest(action: dict) -> str:
 _digest_of = action_digest  # Gate methods take a parameter named action_digest
 
 
-def approval_request_metadata(request: dict) -> dict:
+def approval_request_metadata(request: dict[str, Any]) -> dict[str, Any]:
     """The status-message metadata that asks Reviewer for approval of `request`."""
     # A JSON round trip catches values a protobuf Struct cannot carry before the SDK does.
     return {EXTENSION_URI: {"request": json.loads(json.dumps(request))}}

@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, ToolCall, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.types import Command, interrupt
@@ -57,7 +57,7 @@ class ReviewedToolNode:
         gated: Iterable[str] = (),
         open: Iterable[str] = (),  # noqa: A002 - the name the other adapters use
         use_risk_hint: bool = True,
-        principal: dict | None = None,
+        principal: dict[str, Any] | None = None,
         agent_version: str = "langgraph",
         descriptions: Mapping[str, ToolDescription] | None = None,
     ):
@@ -75,13 +75,13 @@ class ReviewedToolNode:
             for name, description in (descriptions or {}).items()
         }
 
-    def __call__(self, state: dict, config: RunnableConfig) -> dict:
+    def __call__(self, state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
         message = state["messages"][-1]
         calls = message.tool_calls if isinstance(message, AIMessage) else []
         thread = str((config.get("configurable") or {}).get("thread_id") or "no-thread")
         return {"messages": [self._run(call, thread, config) for call in calls]}
 
-    def _run(self, call: dict, thread: str, config: RunnableConfig) -> ToolMessage:
+    def _run(self, call: ToolCall, thread: str, config: RunnableConfig) -> ToolMessage:
         tool = self.tools.get(call["name"])
         if tool is None:
             return ToolMessage(f"Unknown tool {call['name']!r}.", tool_call_id=call["id"], status="error")
@@ -89,7 +89,9 @@ class ReviewedToolNode:
             return ToolMessage(str(tool.invoke(call["args"], config)), tool_call_id=call["id"])
         return self._run_approved(tool, call, thread, config)
 
-    def _run_approved(self, tool: BaseTool, call: dict, thread: str, config: RunnableConfig) -> ToolMessage:
+    def _run_approved(
+        self, tool: BaseTool, call: ToolCall, thread: str, config: RunnableConfig
+    ) -> ToolMessage:
         key = str(uuid.uuid5(_NAMESPACE, f"{thread}/{call['id']}"))
         fields = self.descriptions.get(tool.name, ToolDescription()).request_fields(
             tool.name,
@@ -146,7 +148,7 @@ class ReviewedToolNode:
         )
 
     @staticmethod
-    def _refused(call: dict, refusal: NotApproved) -> ToolMessage:
+    def _refused(call: ToolCall, refusal: NotApproved) -> ToolMessage:
         if refusal.code == "rejected":
             text = f"Rejected by the reviewer: {refusal.reason or 'no reason given'}. Nothing was run."
         else:
@@ -154,7 +156,7 @@ class ReviewedToolNode:
         return ToolMessage(text, tool_call_id=call["id"], status="error")
 
 
-def pending_approvals(graph: Any, config: RunnableConfig) -> list[dict]:
+def pending_approvals(graph: Any, config: RunnableConfig) -> list[dict[str, Any]]:
     """The Reviewer approvals the paused graph waits for (the interrupt values of this adapter)."""
     snapshot = graph.get_state(config)
     return [

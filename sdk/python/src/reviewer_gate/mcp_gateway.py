@@ -41,12 +41,14 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Final
 
 import mcp_types as types
 from mcp import Client, StdioServerParameters
+from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
+from starlette.applications import Starlette
 
 from reviewer_gate import __version__
 from reviewer_gate.client import (
@@ -78,9 +80,11 @@ from reviewer_gate.risk import GatingRules, risk_hint
 
 logger = logging.getLogger(__name__)
 
+# What a tool handler is given: its session, and the lifespan dict of _connected.
+Context = ServerRequestContext[dict[str, Any]]
 # The decision id, sent upstream in the call's _meta: an upstream that keys its side effect on it
 # never acts twice for one approval.
-IDEMPOTENCY_META = "io.github.reviewer/idempotency-key"
+IDEMPOTENCY_META: Final = "io.github.reviewer/idempotency-key"
 
 
 def _error(text: str, path: str | None = None) -> types.CallToolResult:
@@ -161,7 +165,9 @@ class MCPGateway:
                 self.upstream_name = info.name[:200]
             yield {"upstream": upstream}
 
-    async def _list_tools(self, ctx, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+    async def _list_tools(
+        self, ctx: Context, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
         upstream: Client = ctx.lifespan_context["upstream"]
         listed = await upstream.list_tools(cursor=params.cursor if params else None)
         self._tools.update({tool.name: tool for tool in listed.tools})
@@ -179,7 +185,7 @@ class MCPGateway:
                     break
         return self._tools.get(name)
 
-    async def _call_tool(self, ctx, params: types.CallToolRequestParams):
+    async def _call_tool(self, ctx: Context, params: types.CallToolRequestParams) -> types.CallToolResult:
         upstream: Client = ctx.lifespan_context["upstream"]
         arguments = dict(params.arguments or {})
         if not self.rules.is_gated(params.name):
@@ -205,7 +211,9 @@ class MCPGateway:
             return await self._while_showing(ctx, upstream, params.name, submission, message, url)
         return await self._released_and_run(ctx, upstream, params.name, submission, path)
 
-    async def _submit(self, ctx, upstream: Client, tool: str, arguments: dict) -> Submission:
+    async def _submit(
+        self, ctx: Context, upstream: Client, tool: str, arguments: dict[str, Any]
+    ) -> Submission:
         """The call as a Reviewer proposal: the upstream by its name, the tool by its name and
         description, the MCP client as the requester, the target from the arguments."""
         definition = await self._tool(upstream, tool)
@@ -311,7 +319,8 @@ class MCPGateway:
             result = await upstream.call_tool(
                 tool,
                 approval.action.get("arguments") or {},
-                meta={IDEMPOTENCY_META: approval.idempotency_key},
+                # RequestParamsMeta is an open map (PEP 728 extra_items), which mypy does not read yet.
+                meta={IDEMPOTENCY_META: approval.idempotency_key},  # type: ignore[arg-type]
             )
         except Exception as error:  # the call may or may not have happened upstream: never retried
             await approval.areport("unknown", detail=f"upstream call failed: {error!r}"[:2000])
@@ -325,7 +334,7 @@ class MCPGateway:
         async with stdio_server() as (read_stream, write_stream):
             await self.server.run(read_stream, write_stream, self.server.create_initialization_options())
 
-    def http_app(self, path: str = "/mcp"):
+    def http_app(self, path: str = "/mcp") -> Starlette:
         """A Starlette app serving the gateway over streamable HTTP at `path`."""
         return self.server.streamable_http_app(streamable_http_path=path)
 

@@ -39,10 +39,13 @@ def _argument_names(tool: FunctionTool) -> tuple[str, ...]:
     return tuple((tool.params_json_schema or {}).get("properties") or {})
 
 
-def _call_of(item: Any) -> tuple[str, str, dict]:
+def _call_of(item: Any) -> tuple[str, str, dict[str, Any]]:
     """(call id, tool name, parsed arguments) of a ToolApprovalItem's raw function call."""
     raw = item.raw_item
-    field = raw.get if isinstance(raw, dict) else lambda name: getattr(raw, name, None)
+
+    def field(name: str) -> Any:  # the raw call is a dict or a model object, depending on the model
+        return raw.get(name) if isinstance(raw, dict) else getattr(raw, name, None)
+
     arguments = field("arguments") or "{}"
     parsed = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
     return str(field("call_id") or field("id")), str(item.name or field("name")), parsed
@@ -53,7 +56,7 @@ class ReviewerApprovals:
         self,
         client: ReviewerClient,
         *,
-        principal: dict | None = None,
+        principal: dict[str, Any] | None = None,
         agent_version: str = "openai-agents",
         decision_timeout: float | None = None,
     ):

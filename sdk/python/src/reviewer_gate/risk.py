@@ -37,7 +37,12 @@ class GatingRules:
     use_risk_hint: bool = True
 
     @classmethod
-    def of(cls, gated: Iterable[str] = (), open: Iterable[str] = (), use_risk_hint: bool = True):  # noqa: A002
+    def of(
+        cls,
+        gated: Iterable[str] = (),
+        open: Iterable[str] = (),  # noqa: A002
+        use_risk_hint: bool = True,
+    ) -> "GatingRules":
         return cls(tuple(gated), tuple(open), use_risk_hint)
 
     def is_gated(self, tool_name: str) -> bool:

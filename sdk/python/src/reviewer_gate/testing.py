@@ -13,6 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import jwt
@@ -36,7 +37,7 @@ class ReviewerKey:
             serialization.Encoding.Raw, serialization.PublicFormat.Raw
         )
 
-    def jwk(self) -> dict:
+    def jwk(self) -> dict[str, Any]:
         return {
             "kty": "OKP",
             "crv": "Ed25519",
@@ -46,7 +47,7 @@ class ReviewerKey:
             "use": "sig",
         }
 
-    def sign(self, claims: dict, *, kid: str | None = None, typ: str = TOKEN_TYPE) -> str:
+    def sign(self, claims: dict[str, Any], *, kid: str | None = None, typ: str = TOKEN_TYPE) -> str:
         """Sign as approvals/signing.py does: EdDSA, headers kid and typ."""
         return jwt.encode(
             claims, self.private_key, algorithm="EdDSA", headers={"kid": kid or self.kid, "typ": typ}
@@ -66,8 +67,8 @@ def decision_claims(
     reason: str = "",
     lifetime: int = 600,
     now: int | None = None,
-    **overrides,
-) -> dict:
+    **overrides: Any,
+) -> dict[str, Any]:
     """The claims of DESIGN.md "A2A contract" (the same keys approvals/signing.py writes)."""
     now = int(time.time()) if now is None else now
     claims = {
@@ -124,16 +125,16 @@ class FakeReviewer:
         self.keys = list(keys)
         self.lock = threading.Lock()
         self.jwks_fetches = 0
-        self.proposals: list[dict] = []
-        self.consumes: list[dict] = []
-        self.outcomes: list[dict] = []
-        self.pushes: list[dict] = []
-        self.consume_answers: dict[str, tuple[int, dict]] = {}
+        self.proposals: list[dict[str, Any]] = []
+        self.consumes: list[dict[str, Any]] = []
+        self.outcomes: list[dict[str, Any]] = []
+        self.pushes: list[dict[str, Any]] = []
+        self.consume_answers: dict[str, tuple[int, dict[str, Any]]] = {}
         self.pulls: list[str] = []
         self.unavailable_answers = 0  # answer this many next API calls with 503 (retry tests)
         # ... with 503 "overloaded" and Retry-After, as Reviewer's concurrency limit refuses a request
         self.overloaded_answers = 0
-        self._outcome_of: dict[str, dict] = {}  # proposal_id -> {"token", "state"}
+        self._outcome_of: dict[str, dict[str, Any]] = {}  # proposal_id -> {"token", "state"}
         self._proposal_ids: dict[tuple[str, str], str] = {}  # (task_id, request_id) -> proposal_id
         self._changed = threading.Condition(self.lock)
         # body -> (token, state) or None: what policy decides at intake (decide_at_intake)
@@ -147,6 +148,7 @@ class FakeReviewer:
     @property
     def url(self) -> str:
         host, port = self.httpd.server_address[:2]
+        assert isinstance(host, str)  # an AF_INET server's address
         return f"http://{host}:{port}"
 
     def start(self) -> "FakeReviewer":
@@ -162,7 +164,7 @@ class FakeReviewer:
         with self.lock:
             return [call["body"]["status"] for call in self.outcomes if call["jti"] == jti]
 
-    def consumes_for(self, jti: str) -> list[dict]:
+    def consumes_for(self, jti: str) -> list[dict[str, Any]]:
         with self.lock:
             return [call for call in self.consumes if call["jti"] == jti]
 
@@ -189,7 +191,7 @@ class FakeReviewer:
                     return proposal_id
         return None
 
-    def _pull(self, proposal_id: str, wait: float) -> dict:
+    def _pull(self, proposal_id: str, wait: float) -> dict[str, Any]:
         deadline = time.monotonic() + wait
         with self._changed:
             self.pulls.append(proposal_id)
@@ -197,18 +199,18 @@ class FakeReviewer:
                 self._changed.wait(timeout=deadline - time.monotonic())
             return dict(self._outcome_of.get(proposal_id) or {"token": None, "state": "awaiting_review"})
 
-    def proposals_for(self, task_id: str) -> list[dict]:
+    def proposals_for(self, task_id: str) -> list[dict[str, Any]]:
         with self.lock:
             return [call["body"] for call in self.proposals if call["body"].get("task_id") == task_id]
 
-    def _handler(self):
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
         reviewer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format, *args):  # noqa: A002 - quiet test server
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet test server
                 return
 
-            def _send(self, status: int, body: dict, headers: dict | None = None) -> None:
+            def _send(self, status: int, body: dict[str, Any], headers: dict[str, Any] | None = None) -> None:
                 payload = json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -234,7 +236,7 @@ class FakeReviewer:
                     self._send(503, {"error": {"code": "unavailable", "message": "try again"}})
                 return True
 
-            def do_GET(self):  # noqa: N802 - http.server's naming
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
                 url = urlsplit(self.path)
                 pull = _PULL_PATH.match(url.path)
                 if pull and not self._unavailable():
@@ -250,7 +252,7 @@ class FakeReviewer:
                 else:
                     self._send(404, {"error": {"code": "not_found", "message": self.path}})
 
-            def do_POST(self):  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
                 call = {"body": body, "authorization": self.headers.get("Authorization")}
@@ -339,7 +341,7 @@ def decide_next_proposal(
     decision: str = "approved",
     close: str | None = None,
     seen: int | None = None,
-    **overrides,
+    **overrides: Any,
 ) -> threading.Thread:
     """A reviewer in another thread: waits for the next proposal (after `seen` of them; default: those
     recorded now), then signs a decision bound to it, or closes it (`close="expired"`, ...). As Reviewer
@@ -347,11 +349,13 @@ def decide_next_proposal(
     seen = len(reviewer.proposals) if seen is None else seen
     ready = threading.Event()
 
-    def run():
+    def run() -> None:
         while len(reviewer.proposals) <= seen:
             ready.wait(0.01)  # bounded poll of the fake's record
         body = reviewer.proposals[-1]["body"]
         proposal_id = reviewer.proposal_id_of(body["task_id"])
+        if proposal_id is None:
+            raise AssertionError(f"no proposal recorded for task {body['task_id']!r}")
         if close:
             reviewer.close(proposal_id, close)
             return

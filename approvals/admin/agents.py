@@ -1,0 +1,129 @@
+"""Agents in the admin: registering one (its tokens shown once), editing it, rotating its tokens."""
+
+from django import forms
+from django.contrib import admin, messages
+from django.utils.html import format_html
+
+from approvals.admin.common import TenantScopedAdmin, adopt_stored
+from approvals.models import Agent
+from approvals.services.agents import (
+    AGENT_EDITABLE,
+    delivery_for,
+    refuse_shared_identity,
+    register_agent,
+    rotate_agent_tokens,
+    update_agent,
+)
+from lib.errors import ServiceError
+from lib.tokens import new_token
+
+# ---------------------------------------------------------------------------------------------------
+# Agents
+
+
+class AgentForm(forms.ModelForm):
+    card_url = forms.URLField(
+        assume_scheme="https",
+        max_length=200,
+        required=False,
+        help_text="The agent card URL, e.g. https://agent.example/.well-known/agent-card.json. Leave it "
+        "empty for an agent that is not an A2A server (a pull agent): Reviewer then never calls it, and "
+        "it must have an audience of its own.",
+    )
+    outbound_auth_credentials = forms.CharField(
+        required=False,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="What Reviewer presents when it calls the agent. Never shown; leave empty to keep it.",
+    )
+
+    class Meta:
+        model = Agent
+        fields = [
+            "tenant",
+            "slug",
+            "name",
+            "card_url",
+            "audience",
+            "outbound_auth_scheme",
+            "outbound_auth_credentials",
+        ]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "audience" in self.fields:
+            self.fields["audience"].required = False
+            self.fields["audience"].help_text = (
+                "The `aud` of its decisions; empty means the agent card URL. Like the card URL, it is this "
+                "agent's own: no other agent, in any tenant, may have it."
+            )
+
+    def clean(self):
+        cleaned = super().clean()
+        card_url = cleaned.get("card_url") or ""
+        audience = cleaned.get("audience") or card_url
+        try:
+            # Pull exactly without a card URL; the model's constraint checks the pair.
+            self.instance.delivery = delivery_for(card_url, audience)
+            refuse_shared_identity(card_url, audience, other_than=self.instance.pk)
+        except ServiceError as refusal:
+            self.add_error(refusal.field, refusal.message)
+        return cleaned
+
+
+def _show_tokens_once(request, agent: Agent, push_token: str, api_token: str) -> None:
+    messages.warning(
+        request,
+        format_html(
+            "Tokens for {}: push token <code>{}</code>, API token <code>{}</code>. They are shown this once "
+            "(only their hashes are stored): give them to the agent now.",
+            agent.slug,
+            push_token,
+            api_token,
+        ),
+    )
+
+
+@admin.register(Agent)
+class AgentAdmin(TenantScopedAdmin):
+    form = AgentForm
+    list_display = ["slug", "name", "tenant", "delivery", "card_url", "created_at"]
+    list_filter = ["tenant"]
+    search_fields = ["slug", "name", "card_url"]
+    actions = ["rotate_tokens"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["tenant", "slug", "created_at"] if obj else []
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            changes = {name: form.cleaned_data[name] for name in AGENT_EDITABLE if name in form.cleaned_data}
+            if not changes.get("outbound_auth_credentials"):
+                changes.pop("outbound_auth_credentials", None)
+            changes["audience"] = changes.get("audience") or obj.card_url
+            adopt_stored(obj, update_agent(Agent.objects.get(pk=obj.pk), actor=request.user, **changes))
+            return
+        push_token, api_token = new_token(), new_token()
+        agent = register_agent(
+            tenant=obj.tenant,
+            slug=obj.slug,
+            name=obj.name,
+            card_url=obj.card_url,
+            audience=obj.audience,
+            push_token=push_token,
+            api_token=api_token,
+            outbound_auth_scheme=obj.outbound_auth_scheme,
+            outbound_auth_credentials=form.cleaned_data.get("outbound_auth_credentials", ""),
+            actor=request.user,
+        )
+        adopt_stored(obj, agent)
+        _show_tokens_once(request, agent, push_token, api_token)
+
+    @admin.action(description="Rotate tokens (the old ones stop working now)")
+    def rotate_tokens(self, request, queryset):
+        for agent in queryset:
+            try:
+                push_token, api_token = rotate_agent_tokens(agent, actor=request.user)
+            except ServiceError as error:
+                messages.error(request, f"{agent.slug}: {error.message}")
+                continue
+            _show_tokens_once(request, agent, push_token, api_token)

@@ -1,0 +1,79 @@
+"""The A2A push webhook, /a2a/push/<agent slug>/ (DESIGN.md "A2A contract" step 2).
+
+The agent's A2A server POSTs every task event here (`MessageToDict(StreamResponse)`), with the push
+token it was given in `X-A2A-Notification-Token`. An approval request becomes a proposal (idempotent:
+the same request by push and by REST is one proposal); a terminal task state settles an execution;
+anything else is acknowledged and ignored. Nothing is stored for an unauthenticated push.
+"""
+
+import hmac
+import logging
+
+from django.http import JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from approvals.a2a.push import PushError, parse_push, submit
+from approvals.agent_api.api import intake_token, receipt
+from approvals.models import Agent
+from approvals.services.intake import record_intake_refusal
+from approvals.services.reconcile import apply_task_state
+from approvals.wire import HostileInput, body_too_large, load_json, too_large_message
+from lib.errors import IntakeError, ServiceError, error_body
+from lib.tokens import hash_token
+
+log = logging.getLogger(__name__)
+
+# Compared against when the slug is unknown, so both refusals take the same time.
+_NO_AGENT_HASH = hash_token("no such agent")
+
+
+def _error(status: int, code: str, message: str, field: str | None = None) -> JsonResponse:
+    return JsonResponse(error_body(code, message, field), status=status)
+
+
+def _authenticated_agent(slug: str, token: str) -> Agent | None:
+    agent = Agent.objects.select_related("tenant").filter(slug=slug).first()
+    expected = agent.push_token_hash if agent else _NO_AGENT_HASH
+    matches = hmac.compare_digest(hash_token(token), expected)
+    return agent if agent is not None and matches and token else None
+
+
+def _refused(agent: Agent, error: HostileInput | PushError) -> JsonResponse:
+    """400 for a push body intake refuses; an authenticated agent's refused request is audited."""
+    log.info("push from %s refused: %s %s", agent.slug, error.code, error.message)
+    record_intake_refusal(agent, IntakeError(error.code, error.message, error.field), via="push")
+    return JsonResponse(error.as_dict(), status=400)
+
+
+@csrf_exempt
+@require_POST
+def push(request, agent_slug):
+    agent = _authenticated_agent(agent_slug, request.headers.get("X-A2A-Notification-Token", ""))
+    if agent is None:
+        # One answer for an unknown agent and a wrong token: a caller learns nothing about which agents exist.
+        return _error(401, "unauthorized", "unknown agent or wrong X-A2A-Notification-Token")
+    if body_too_large(request):
+        return _error(413, "too_large", too_large_message())
+    try:
+        # NaN, huge integers, NUL and deep nesting are refused here, anywhere in the body (metadata too).
+        body = load_json(request.body)
+        event = parse_push(body)
+    except (HostileInput, PushError) as error:
+        return _refused(agent, error)
+    except ValueError:
+        return _error(400, "invalid_json", "the body is not valid JSON")
+
+    if event is not None and event.submission is not None:
+        try:
+            proposal, created = submit(agent, event.submission, via="push")
+        except ServiceError as error:
+            log.info("push from %s refused: %s %s", agent.slug, error.code, error.message)
+            return JsonResponse(error.as_dict(), status=error.http_status)
+        return JsonResponse(
+            receipt(proposal, intake_token(proposal, created)), status=201 if created else 200
+        )
+    if event is not None and event.is_terminal:
+        changed = apply_task_state(agent, event.task_id, event.state, detail=event.detail)
+        return JsonResponse({"task_state": event.state, "changed": [str(p.id) for p in changed]})
+    return JsonResponse({"ignored": "neither an approval request nor a final task state"})

@@ -1,0 +1,230 @@
+"""WebSockets of the reviewer pages: ws/queue/ (the queue and the watching list) and ws/proposals/<id>/.
+
+Thin on purpose. connect() authenticates (session user, verified with a one-time code, member of the
+tenant) and accepts last; anyone else is closed without a handshake. Right after accepting, and on every
+`proposal.changed` event (a hint to re-read), the consumer reads the database and sends the page's own
+partials with hx-swap-oob, rendered from the same templates and page builders as the views. The send on
+connect is what keeps a page true after a reconnect: events sent while the socket was down are lost, and
+one may slip between the page load and the connect. A proposal page's update is made once per event for
+all the page sockets of the process (approvals/live/fanout.py), which checks each socket's person again.
+
+The pages vote with their HTTP form. The socket also accepts a vote as a JSON message (for a client
+without forms): validated by schemas.VoteMessage, authorized again per message, and written through
+services.votes.cast_vote, the same service as the form (its step-up is `otp_code` or `passkey`, the
+browser's answer to this vote's challenge); a refusal comes back as
+{"type": "error", "error": {code, message, field}}.
+"""
+
+import json
+import uuid
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
+from django.http import QueryDict
+from django.template.loader import render_to_string
+from pydantic import ValidationError
+
+from accounts import stepup
+from approvals import events
+from approvals.live.fanout import Viewer, live_updates, verified_user
+from approvals.schemas import VoteMessage
+from approvals.selectors import proposal_for_user
+from approvals.services.votes import cast_vote
+from approvals.web.list_pages import queue_context, watching_context
+from approvals.web.lists import LIST_PAGES
+from approvals.web.pages import page_hash
+from lib.errors import NotFound, ServiceError, error_body
+from tenants.models import TenantMembership
+
+
+def _error(code: str, message: str, field: str | None = None, **extra) -> dict:
+    return {"type": "error", **extra, **error_body(code, message, field)}
+
+
+class ReviewerSocket(AsyncJsonWebsocketConsumer):
+    """What both sockets share: authentication, joining groups, and votes."""
+
+    async def connect(self):
+        groups = await database_sync_to_async(self.authorize)()
+        if not groups:
+            await self.close()
+            return
+        self.groups = groups  # websocket_disconnect leaves these
+        for group in groups:
+            await self.channel_layer.group_add(group, self.channel_name)
+        await self.accept()
+        await self.send_current()
+
+    async def send_current(self) -> None:
+        """Send the page's partials as they are now, or close the socket if the person lost access."""
+        html = await database_sync_to_async(self.render_current)()
+        if html is None:
+            await self.close()
+        else:
+            await self.send(text_data=html)
+
+    def authorize(self) -> list[str]:
+        """The groups to join, or nothing to refuse the connection (runs in a thread)."""
+        raise NotImplementedError
+
+    def render_current(self) -> str | None:
+        """The page's partials now (runs in a thread), or None when the person may no longer see them."""
+        raise NotImplementedError
+
+    async def receive(self, text_data=None, bytes_data=None, **kwargs):
+        try:
+            content = json.loads(text_data or "")
+        except ValueError:
+            await self.send_json(_error("bad_json", 'send a JSON object, e.g. {"type": "vote", ...}'))
+            return
+        await self.receive_json(content)
+
+    async def receive_json(self, content, **kwargs):
+        kind = content.get("type") if isinstance(content, dict) else None
+        handler = self.handlers.get(kind)
+        if handler is None:
+            await self.send_json(
+                _error(
+                    "unknown_type",
+                    f"unknown message type {kind!r}; this socket accepts: "
+                    + ", ".join(sorted(self.handlers)),
+                )
+            )
+            return
+        await handler(self, content)
+
+    async def handle_vote(self, content):
+        try:
+            message = VoteMessage.model_validate(content)
+        except ValidationError as error:
+            first = error.errors()[0]
+            field = ".".join(str(part) for part in first["loc"]) or None
+            await self.send_json(
+                _error("invalid_message", f"{field}: {first['msg']}", field, in_reply_to="vote")
+            )
+            return
+        reply = await database_sync_to_async(self._vote)(message)
+        await self.send_json(reply)
+
+    def _vote(self, message: VoteMessage) -> dict:
+        user = verified_user(self.scope)  # the session may have ended since connect()
+        if user is None:
+            return _error("not_verified", "sign in again with your one-time code", in_reply_to="vote")
+        try:
+            proposal_id = uuid.UUID(message.proposal_id)
+        except ValueError:  # as unknown as another tenant's proposal
+            return _error("not_found", "no such proposal", in_reply_to="vote")
+        session = self.scope["session"]
+        try:
+            proposal = proposal_for_user(proposal_id, user)
+            vote = cast_vote(
+                proposal.id,
+                user,
+                verdict=message.verdict,
+                digest_seen=message.digest,
+                reason=message.reason,
+                step_up=stepup.step_up_for(
+                    user,
+                    message.otp_code,
+                    session,
+                    passkey=message.passkey,
+                    proposal_id=proposal.id,
+                    digest=message.digest,
+                ),
+                page_hash=page_hash(proposal),
+            )
+        except ServiceError as error:
+            return {"type": "error", "in_reply_to": "vote", **error.as_dict()}
+        finally:
+            if session.modified:  # a good code refreshes the step-up time
+                session.save()
+        proposal.refresh_from_db(fields=["state"])
+        return {
+            "type": "vote.recorded",
+            "proposal_id": str(proposal.id),
+            "verdict": vote.verdict,
+            "state": proposal.state,
+        }
+
+    handlers = {"vote": handle_vote}
+
+    def _csrf_token(self) -> str:
+        """For forms in partials sent over the socket: the browser's CSRF cookie value is a valid token."""
+        return self.scope.get("cookies", {}).get(settings.CSRF_COOKIE_NAME, "")
+
+
+class QueueConsumer(ReviewerSocket):
+    """The queue (or, with ?view=watching, the watching list) of one person, with their filters."""
+
+    def authorize(self) -> list[str]:
+        user = verified_user(self.scope)
+        if user is None:
+            return []
+        tenant_ids = list(TenantMembership.objects.filter(user=user).values_list("tenant_id", flat=True))
+        self.user = user
+        query = QueryDict(self.scope.get("query_string", b""))
+        self.view = "watching" if query.get("view") == "watching" else "queue"
+        self.params = {
+            key: query.get(key)
+            for key in ("q", "tenant", "agent", "policy", "risk", "state", "after", "opened")
+            if query.get(key)
+        }
+        return [events.tenant_group(tenant_id) for tenant_id in tenant_ids]
+
+    async def proposal_changed(self, event):
+        await self.send_current()
+
+    def render_current(self) -> str | None:
+        if verified_user(self.scope) is None or not TenantMembership.objects.filter(user=self.user).exists():
+            return None  # signed out, or removed from every tenant, since connecting
+        build = watching_context if self.view == "watching" else queue_context
+        context = build(self.user, self.params)
+        context.update(list_page=LIST_PAGES[self.view], oob=True)
+        return render_to_string("approvals/proposal_list.html#list", context)
+
+
+class ProposalConsumer(ReviewerSocket):
+    """One proposal page: state, quorum and votes live; the decision panel when its controls change.
+    An event's update is rendered once per process and audience, not per socket (approvals/live/fanout.py)."""
+
+    def authorize(self) -> list[str]:
+        user = verified_user(self.scope)
+        if user is None:
+            return []
+        try:
+            proposal = proposal_for_user(self.scope["url_route"]["kwargs"]["proposal_id"], user)
+        except NotFound:
+            return []
+        self.user, self.proposal_id = user, proposal.id
+        self.mode = None  # the decision panel's controls, as last sent (the first send includes it)
+        return [events.proposal_group(proposal.id)]
+
+    async def connect(self):
+        await super().connect()
+        if getattr(self, "proposal_id", None) is not None:
+            live_updates.join(self)
+
+    async def disconnect(self, code):
+        if getattr(self, "proposal_id", None) is not None:
+            live_updates.leave(self)
+
+    async def proposal_changed(self, event):
+        if event.get("proposal_id") != str(self.proposal_id):
+            return
+        await self.send_update(event.get("event"))
+
+    async def send_current(self) -> None:
+        await self.send_update(None)
+
+    async def send_update(self, event_id: str | None) -> None:
+        """This socket's part of the event's update, or close it if the person lost access."""
+        update = await live_updates.update_for(self, event_id)
+        if update is None:
+            await self.close()
+            return
+        self.mode = update.mode
+        await self.send(text_data=update.html)
+
+    def viewer(self) -> Viewer:
+        return Viewer(self.channel_name, self.scope, self._csrf_token(), self.mode)

@@ -1,0 +1,157 @@
+"""Reviewer's own headline of an action: what it does, how much, to what and to whom, written from the
+canonical arguments (what the digest binds and what runs), never from the agent's summary. The page's
+heading, "What happens", the queue row, chat messages and e-mails lead with it; the agent's summary is
+shown after it as the agent's words, quoted, with `summary_mismatch()` beside it when the two differ.
+
+A value that mixes scripts (a look-alike recipient such as "pаypal.com" with a Cyrillic "а") or holds
+hidden characters is flagged in the headline itself: `Headline.warnings` says so in words, and the
+HTML form (the `agent_text` filter over each part) marks it where it stands.
+
+Pure Python over the action dict: the web pages, the notifications and the chat messages call it alike.
+"""
+
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+
+from approvals.policy.history import KEY_ARGUMENTS
+from lib import agent_text
+
+# Arguments that name who receives what the action sends, in the order they are tried.
+RECIPIENT_ARGUMENTS = ("recipient", "to", "email", "payee", "beneficiary", "destination", "iban", "account")
+PART_CAP = 200
+# An amount as agents write it in prose: "EUR 4.00", "4.00 EUR", "€4.00", "$ 1,850.00".
+_CURRENCY = r"(?:[A-Z]{3}|[€$£¥])"
+_FIGURE = r"\d[\d,']*(?:\.\d+)?"
+_AMOUNT_IN_TEXT = re.compile(
+    rf"(?P<pre>{_CURRENCY})\s?(?P<a>{_FIGURE})|(?P<b>{_FIGURE})\s?(?P<post>{_CURRENCY})(?![A-Za-z])"
+)
+_SYMBOLS = {"€": "EUR", "$": "USD", "£": "GBP", "¥": "JPY"}
+
+
+def _text(value) -> str:
+    if value is None or isinstance(value, dict | list):
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)[:PART_CAP]
+
+
+def money(amount, currency=None) -> str:
+    """An amount as a reviewer reads it: the currency first, then the figure with thousands grouping and
+    the decimals the agent sent ("EUR 1,850.00"). A value that is not a number is shown as it came."""
+    text = _text(amount)
+    try:
+        figure = format(Decimal(text.strip()), ",f")
+    except (InvalidOperation, ValueError):
+        figure = text
+    return f"{_text(currency or '')} {figure}".strip()
+
+
+def _verb(tool: str) -> str:
+    """ "payments.refund" -> "Refund"; "files.delete_tree" -> "Delete tree"."""
+    last = (tool or "").rsplit(".", 1)[-1].replace("_", " ").replace("-", " ").strip()
+    return last[:1].upper() + last[1:] if last else "Run"
+
+
+@dataclass(frozen=True)
+class Headline:
+    tool: str
+    verb: str
+    amount: str = ""
+    target: str = ""
+    recipient: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        """One line of plain text ("Refund EUR 4,000.00 · order:1500 · to billing@example.com"), hidden
+        characters written out as [U+XXXX]: for chat messages, e-mails and page titles."""
+        parts = [f"{self.verb} {self.amount}".strip()]
+        if self.target:
+            parts.append(self.target)
+        if self.recipient:
+            parts.append(f"to {self.recipient}")
+        return agent_text.visible(" · ".join(parts))
+
+    @property
+    def flagged(self) -> bool:
+        return bool(self.warnings)
+
+
+def _first(arguments: dict, names) -> str:
+    for name in names:
+        value = _text(arguments.get(name))
+        if value.strip():
+            return value
+    return ""
+
+
+def action_headline(action: dict) -> Headline:
+    """Reviewer's headline of an action (its tool, `target` and arguments, as the digest binds them)."""
+    tool = _text(action.get("tool"))
+    arguments = action.get("arguments") or {}
+    amount = arguments.get("amount")
+    recipient = _first(arguments, RECIPIENT_ARGUMENTS)
+    target = _text(action.get("target")) or next(
+        (
+            f"{name} {_text(arguments[name])}"
+            for name in KEY_ARGUMENTS
+            if name not in RECIPIENT_ARGUMENTS and _text(arguments.get(name)).strip()
+        ),
+        "",
+    )
+    if recipient and recipient in target:
+        target = ""  # the recipient is the target ("to": an address): named once
+    shown_amount = money(amount, arguments.get("currency")) if _text(amount).strip() else ""
+    warnings = []
+    for what, value in (
+        ("tool", tool),
+        ("amount", shown_amount),
+        ("target", target),
+        ("recipient", recipient),
+    ):
+        warnings += [f"The {what}: {note}" for note in agent_text.warnings(value)]
+    return Headline(
+        tool=tool,
+        verb=_verb(tool),
+        amount=shown_amount,
+        target=target,
+        recipient=recipient,
+        warnings=warnings,
+    )
+
+
+def _decimal(figure: str) -> Decimal | None:
+    try:
+        return Decimal(figure.replace(",", "").replace("'", ""))
+    except InvalidOperation:
+        return None
+
+
+def summary_mismatch(summary: str, action: dict, consequences: dict | None = None) -> str:
+    """What the agent's words say that the action does not: an amount or currency other than the
+    arguments' ("The agent's words name EUR 4.00; the action moves EUR 4,000.00"), or "" when they
+    agree or name no amount. Reads the summary and the consequences' `amount`/`currency`."""
+    arguments = action.get("arguments") or {}
+    bound = _decimal(_text(arguments.get("amount"))) if _text(arguments.get("amount")).strip() else None
+    if bound is None:
+        return ""
+    currency = _text(arguments.get("currency")).strip().upper()
+    claims = []
+    for match in _AMOUNT_IN_TEXT.finditer(summary or ""):
+        code = match.group("pre") or match.group("post")
+        value = _decimal(match.group("a") or match.group("b"))
+        claims.append((_SYMBOLS.get(code, code), value, match.group(0)))
+    consequences = consequences or {}
+    if _text(consequences.get("amount")).strip():
+        stated = _decimal(_text(consequences.get("amount")))
+        stated_currency = _text(consequences.get("currency")).strip().upper() or currency
+        claims.append((stated_currency, stated, money(consequences.get("amount"), stated_currency)))
+    wrong = [
+        shown for code, value, shown in claims if value != bound or (currency and code and code != currency)
+    ]
+    if not wrong:
+        return ""
+    named = ", ".join(dict.fromkeys(wrong))
+    return f"The agent's words name {named}; the action moves {money(arguments.get('amount'), currency)}"

@@ -1,0 +1,92 @@
+"""Who may see and decide a proposal."""
+
+from approvals.models import Proposal
+from lib.errors import NotFound
+from tenants.models import ApproverGroup, GroupMembership, TenantMembership
+
+
+def tenant_role(user, tenant_id) -> str | None:
+    membership = TenantMembership.objects.filter(user=user, tenant_id=tenant_id).only("role").first()
+    return membership.role if membership else None
+
+
+def proposal_for_user(proposal_id, user) -> Proposal:
+    """The proposal, if the user belongs to its tenant; NotFound otherwise (outsiders learn nothing)."""
+    proposal = (
+        Proposal.objects.select_related("agent", "tenant", "supersedes")
+        .filter(pk=proposal_id, tenant__memberships__user=user)
+        .first()
+    )
+    if proposal is None:
+        raise NotFound("not_found", "no such proposal")
+    return proposal
+
+
+def lock_proposal_for(proposal_id, actor, *, roles=None) -> Proposal:
+    """The proposal row locked for this transaction, if `actor` belongs to its tenant (with one of
+    `roles`, when given); NotFound otherwise, so outsiders learn nothing. Call inside transaction.atomic."""
+    proposal = (
+        Proposal.objects.select_for_update(of=("self",))
+        .select_related("agent", "tenant")
+        .filter(pk=proposal_id)
+        .first()
+    )
+    role = tenant_role(actor, proposal.tenant_id) if proposal is not None else None
+    if role is None or (roles is not None and role not in roles):
+        raise NotFound("not_found", "no such proposal")
+    return proposal
+
+
+def threshold_groups(proposal: Proposal, requirements: dict | None = None) -> dict[str, ApproverGroup]:
+    requirements = proposal.requirements if requirements is None else requirements
+    slugs = [t["group"] for t in requirements.get("thresholds", [])]
+    return {g.slug: g for g in ApproverGroup.objects.filter(tenant_id=proposal.tenant_id, slug__in=slugs)}
+
+
+def user_groups_for(
+    proposal: Proposal, user, groups: dict[str, ApproverGroup] | None = None
+) -> list[ApproverGroup]:
+    """Threshold groups the user is a member of right now."""
+    groups = groups if groups is not None else threshold_groups(proposal)
+    ids = set(
+        GroupMembership.objects.filter(user=user, group__in=groups.values()).values_list(
+            "group_id", flat=True
+        )
+    )
+    return [g for g in groups.values() if g.id in ids]
+
+
+def is_principal(proposal: Proposal, user) -> bool:
+    return TenantMembership.objects.filter(
+        tenant_id=proposal.tenant_id, user=user, principal_id=proposal.principal_id
+    ).exists()
+
+
+def ineligibility(proposal: Proposal, user) -> tuple[str, str] | None:
+    """Why this user may not decide this proposal now, as (code, message); None if they may."""
+    return ineligibility_from(
+        proposal,
+        user.id,
+        tenant_role(user, proposal.tenant_id),
+        is_principal=lambda: is_principal(proposal, user),
+        in_a_group=lambda: bool(user_groups_for(proposal, user)),
+    )
+
+
+def ineligibility_from(
+    proposal: Proposal, user_id, role: str | None, *, is_principal, in_a_group
+) -> tuple[str, str] | None:
+    """The rule of ineligibility() over facts read elsewhere (the socket fan-out reads them for every open
+    page at once): the person's role in the tenant, and callables answering whether they are the
+    proposal's principal and whether they are in a group it needs (asked only when the rule gets there)."""
+    if role is None:
+        return "not_found", "no such proposal"
+    if role == TenantMembership.Role.COMPLIANCE:
+        return "not_eligible", "compliance staff read and export; they do not vote"
+    if is_principal() and not proposal.requirements.get("self_approval"):
+        return "self_approval", "you are the person this action is for; someone else must decide it"
+    if proposal.edited_by_id == user_id:
+        return "edit_author", "you edited this proposal; someone else must decide it"
+    if not in_a_group():
+        return "not_eligible", "you are not a member of a group this proposal needs"
+    return None

@@ -1,0 +1,36 @@
+"""Chain names, event times and the hashed body of an event: pure functions that the models, the chain and the
+records share (no Django models here, so none of them imports another to get these)."""
+
+from datetime import UTC, datetime
+
+SYSTEM_CHAIN = "system"
+
+
+def chain_for_tenant(tenant_id: int | None) -> str:
+    return f"tenant:{tenant_id}" if tenant_id is not None else SYSTEM_CHAIN
+
+
+def tenant_of_chain(chain: str) -> int | None:
+    return int(chain.split(":", 1)[1]) if chain.startswith("tenant:") else None
+
+
+def format_time(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def event_body(chain, seq, at, actor, verb, subject, data, prev_hash) -> dict:
+    """Exactly what an event's hash covers (audit.hashing.HASHED_FIELDS), with `at` in the hashed form."""
+    return {
+        "chain": chain,
+        "seq": seq,
+        "at": at if isinstance(at, str) else format_time(at),
+        "actor": actor,
+        "verb": str(verb),
+        "subject": subject,
+        "data": data,
+        "prev_hash": prev_hash,
+    }

@@ -1,0 +1,219 @@
+"""Verifying an audit bundle offline: the manifest's signature, every file's digest, each chain segment from a
+signed checkpoint, and (with --previous) that an earlier bundle's history still holds."""
+
+import hashlib
+import json
+import zipfile
+from collections.abc import Iterable, Iterator
+
+from audit.hashing import checkpoint_payload
+from audit.verify.chains import (
+    BUNDLE_FORMAT,
+    ChainVerifier,
+    Result,
+    VouchedHashes,
+    manifest_payload,
+    public_keys,
+    signature_problem,
+)
+
+# --------------------------------------------------------------------------------------------------
+# Bundles
+
+
+class BundleError(Exception):
+    """The bundle cannot be read at all (not a zip, no manifest, unknown format)."""
+
+
+class _HashingLines:
+    """Iterate the lines of a zip member while computing its sha256 and size."""
+
+    def __init__(self, raw):
+        self.raw, self.digest, self.size, self.lines = raw, hashlib.sha256(), 0, 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        for line in self.raw:
+            self.digest.update(line)
+            self.size += len(line)
+            self.lines += 1
+            yield line
+
+
+def _member_digest(bundle: zipfile.ZipFile, name: str) -> tuple[str, int]:
+    digest, size = hashlib.sha256(), 0
+    with bundle.open(name) as raw:
+        for block in iter(lambda: raw.read(1 << 16), b""):
+            digest.update(block)
+            size += len(block)
+    return digest.hexdigest(), size
+
+
+def read_manifest(bundle: zipfile.ZipFile) -> dict:
+    try:
+        manifest = json.loads(bundle.read("manifest.json"))
+    except KeyError:
+        raise BundleError("no manifest.json in the bundle") from None
+    except ValueError as error:
+        raise BundleError(f"manifest.json is not JSON: {error}") from None
+    if manifest.get("format") != BUNDLE_FORMAT:
+        raise BundleError(
+            f"unknown bundle format {manifest.get('format')!r} (this verifier reads {BUNDLE_FORMAT})"
+        )
+    return manifest
+
+
+def jsonl_records(lines: Iterable[bytes]) -> Iterator[dict]:
+    for line in lines:
+        if line.strip():
+            yield json.loads(line)
+
+
+def _checkpoints_by_chain(bundle: zipfile.ZipFile) -> dict[str, list[dict]]:
+    by_chain: dict[str, list[dict]] = {}
+    with bundle.open("checkpoints.jsonl") as raw:
+        for checkpoint in jsonl_records(raw):
+            by_chain.setdefault(checkpoint["chain"], []).append(checkpoint)
+    return by_chain
+
+
+def earlier_hashes(
+    path, keys: dict, result: Result
+) -> tuple[dict[str, dict[int, str]], dict[str, VouchedHashes]]:
+    """What an earlier bundle vouches for: {chain: {seq: hash}} of its checkpoints and its segments' ends,
+    and {chain: VouchedHashes} of every event it holds (when its events.jsonl is the one its signed
+    manifest names)."""
+    expected = _earlier_checkpoints(path, keys, result)
+    vouched: dict[str, VouchedHashes] = {}
+    if not result.ok:
+        return expected, vouched
+    with zipfile.ZipFile(path) as bundle:
+        manifest = read_manifest(bundle)
+        with bundle.open("events.jsonl") as raw:
+            lines = _HashingLines(raw)
+            for event in jsonl_records(lines):
+                vouched.setdefault(event["chain"], VouchedHashes()).add(event["seq"], event["hash"])
+        if manifest.get("files", {}).get("events.jsonl", {}).get("sha256") != lines.digest.hexdigest():
+            result.notes.append(
+                "the earlier bundle's events.jsonl is not the one its manifest signed: ignored"
+            )
+            vouched = {}
+    return expected, vouched
+
+
+def _earlier_checkpoints(path: str, keys: dict, result: Result) -> dict[str, dict[int, str]]:
+    """{chain: {seq: hash}} that an earlier bundle vouches for: its checkpoints and its segments' ends."""
+    with zipfile.ZipFile(path) as bundle:
+        manifest = read_manifest(bundle)
+        signature = manifest.get("signature", {})
+        problem = signature_problem(
+            keys, signature.get("kid", ""), signature.get("value", ""), manifest_payload(manifest)
+        )
+        if problem:
+            result.fail(None, f"the earlier bundle's manifest: {problem}")
+            return {}
+        expected: dict[str, dict[int, str]] = {}
+        for chain, checkpoints in _checkpoints_by_chain(bundle).items():
+            for checkpoint in checkpoints:
+                if not signature_problem(
+                    keys,
+                    checkpoint["kid"],
+                    checkpoint["signature"],
+                    checkpoint_payload(chain, checkpoint["seq"], checkpoint["hash"], checkpoint["at"]),
+                ):
+                    expected.setdefault(chain, {})[checkpoint["seq"]] = checkpoint["hash"]
+        for segment in manifest.get("chains", []):
+            if segment.get("last_seq"):
+                expected.setdefault(segment["chain"], {})[segment["last_seq"]] = segment["last_hash"]
+    return expected
+
+
+def verify_bundle(path, *, jwks: dict | None = None, previous: str | None = None) -> Result:
+    """Verify a bundle written by audit/exports.py. `jwks` pins the keys to trust; without it the keys in
+    the bundle are used (which proves integrity against the exporter's keys, not who the exporter was)."""
+    result = Result()
+    try:
+        bundle = zipfile.ZipFile(path)
+    except (OSError, zipfile.BadZipFile) as error:
+        raise BundleError(f"{path} is not a readable zip file: {error}") from None
+    with bundle:
+        manifest = read_manifest(bundle)
+        if jwks is None:
+            jwks = json.loads(bundle.read("keys.json"))
+            result.notes.append(
+                "keys: taken from the bundle (--trust-bundle-keys); pass --jwks with keys you obtained "
+                "independently to also prove who signed it"
+            )
+        else:
+            result.notes.append("keys: pinned by --jwks")
+        keys = public_keys(jwks)
+
+        signature = manifest.get("signature", {})
+        problem = signature_problem(
+            keys, signature.get("kid", ""), signature.get("value", ""), manifest_payload(manifest)
+        )
+        if problem:
+            result.fail(None, f"manifest: {problem} (the manifest or a file list was changed)")
+        files = manifest.get("files", {})
+        for name in ("checkpoints.jsonl", "keys.json"):
+            digest, size = _member_digest(bundle, name)
+            if files.get(name, {}).get("sha256") != digest:
+                result.fail(None, f"{name}: its sha256 differs from the manifest (the file was changed)")
+
+        expected, vouched = earlier_hashes(previous, keys, result) if previous else ({}, {})
+        checkpoints = _checkpoints_by_chain(bundle)
+        segments = {segment["chain"]: segment for segment in manifest.get("chains", [])}
+        seen_chains: set[str] = set()
+        verifier: ChainVerifier | None = None
+
+        def finish(current: ChainVerifier) -> None:
+            segment = segments[current.chain]
+            expected_last = (segment["last_seq"], segment["last_hash"]) if segment["last_seq"] else None
+            current.finish(
+                expected_last=expected_last, head=(segment["head"]["seq"], segment["head"]["hash"])
+            )
+
+        with bundle.open("events.jsonl") as raw:
+            lines = _HashingLines(raw)
+            for event in jsonl_records(lines):
+                chain = event.get("chain")
+                if verifier is None or chain != verifier.chain:
+                    if verifier is not None:
+                        finish(verifier)
+                    if chain not in segments or chain in seen_chains:
+                        result.fail(
+                            event.get("seq"),
+                            f"{chain}: events not announced by the manifest, or not grouped by chain",
+                            chain,
+                        )
+                        verifier = None
+                        break
+                    seen_chains.add(chain)
+                    segment = segments[chain]
+                    verifier = ChainVerifier(
+                        chain,
+                        keys=keys,
+                        checkpoints=checkpoints.get(chain, ()),
+                        result=result,
+                        start_seq=segment["first_seq"],
+                        start_prev_hash=segment["prev_hash"],
+                        expected=expected.get(chain),
+                        vouched=vouched.get(chain),
+                    )
+                verifier.feed(event)
+        if verifier is not None:
+            finish(verifier)
+        if files.get("events.jsonl", {}).get("sha256") != lines.digest.hexdigest():
+            result.fail(
+                None,
+                "events.jsonl: its sha256 differs from the manifest (events were changed, added or removed)",
+            )
+        for chain, segment in segments.items():
+            if chain not in seen_chains and segment.get("last_seq"):
+                result.fail(
+                    segment["first_seq"],
+                    f"{chain}: the manifest lists events "
+                    f"{segment['first_seq']}..{segment['last_seq']} but the bundle "
+                    "holds none",
+                    chain,
+                )
+    return result

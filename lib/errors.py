@@ -1,0 +1,86 @@
+"""Refusals the services raise. Each carries a stable `code` (used by the API, the socket and the tests)."""
+
+
+class ServiceError(Exception):
+    http_status = 400
+
+    def __init__(self, code: str, message: str, field: str | None = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.field = field
+
+    def as_dict(self) -> dict:
+        return error_body(self.code, self.message, self.field)
+
+
+class IntakeError(ServiceError):
+    http_status = 400
+
+
+class HaltedError(ServiceError):
+    http_status = 503
+
+
+class NotFound(ServiceError):
+    http_status = 404
+
+
+class VoteRefused(ServiceError):
+    http_status = 403
+
+
+class ActionRefused(ServiceError):
+    """A person may not do this (other than vote): revoke, note a compensation, edit, reset devices."""
+
+    http_status = 403
+
+
+class RevokeRefused(ActionRefused):
+    pass
+
+
+class CompensationRefused(ActionRefused):
+    pass
+
+
+class EditRefused(ActionRefused):
+    pass
+
+
+class DeviceResetRefused(ActionRefused):
+    pass
+
+
+class ConsumeRefused(ServiceError):
+    http_status = 409
+
+
+class Conflict(ServiceError):
+    http_status = 409
+
+
+class ConfigRefused(ServiceError):
+    http_status = 403
+
+
+class PolicyInvalid(ServiceError):
+    """A draft that cannot be stored; `errors` maps each field to what is wrong with it."""
+
+    def __init__(self, errors: dict[str, str]):
+        field = next(iter(errors))
+        message = "; ".join(f"{name}: {text}" for name, text in errors.items())
+        super().__init__("invalid_policy", message, field)
+        self.errors = errors
+
+
+class BreakGlassRefused(ActionRefused):
+    """A break-glass release this person may not make now (not named, over budget or cap, ...)."""
+
+
+class PostHocReviewRefused(ActionRefused):
+    pass
+
+
+def error_body(code: str, message: str, field: str | None = None) -> dict:
+    return {"error": {"code": code, "message": message, "field": field}}

@@ -1,0 +1,84 @@
+"""The admin of single sign-on: a tenant's identity provider, its group mappings, and (read-only) the
+people it provisioned. Superusers only: a provider decides who may approve. Changes go through
+sso/services.py with their audit event; SCIM records change only through SCIM."""
+
+from django.contrib import admin
+
+from sso import services
+from sso.models import ExternalIdentity, IdentityProvider, ScimGroup, ScimUser
+from tenants.models import ProviderGroupMapping
+
+
+class SuperuserOnly(admin.ModelAdmin):
+    def has_module_permission(self, request):
+        return request.user.is_active and request.user.is_superuser
+
+    def has_view_permission(self, request, obj=None):
+        return self.has_module_permission(request)
+
+    has_add_permission = has_change_permission = has_delete_permission = has_view_permission
+
+
+class AuditedConfiguration(SuperuserOnly):
+    def save_model(self, request, obj, form, change):
+        services.save_provider_configuration(obj, actor=request.user, changed=list(form.changed_data))
+
+    def delete_model(self, request, obj):
+        services.delete_provider_configuration(obj, actor=request.user)
+
+    def delete_queryset(self, request, queryset):
+        for obj in queryset:
+            services.delete_provider_configuration(obj, actor=request.user)
+
+
+@admin.register(IdentityProvider)
+class IdentityProviderAdmin(AuditedConfiguration):
+    list_display = ["tenant", "display_name", "issuer", "enabled", "require_sso", "step_up"]
+    fieldsets = [
+        (None, {"fields": ["tenant", "enabled", "display_name"]}),
+        (
+            "OpenID Connect",
+            {"fields": ["issuer", "client_id", "client_secret_env", "client_secret_file", "scopes"]},
+        ),
+        (
+            "Who signs in",
+            {"fields": ["allowed_email_domains", "subject_claim", "groups_claim", "create_users"]},
+        ),
+        ("Local passwords", {"fields": ["require_sso", "break_glass_user"]}),
+        ("Step-up for votes", {"fields": ["step_up", "step_up_acr", "step_up_amr"]}),
+    ]
+    raw_id_fields = ["break_glass_user"]
+
+
+@admin.register(ProviderGroupMapping)
+class ProviderGroupMappingAdmin(AuditedConfiguration):
+    list_display = ["tenant", "external_name", "group"]
+    list_filter = ["tenant"]
+
+
+class ReadOnly(SuperuserOnly):
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(ExternalIdentity)
+class ExternalIdentityAdmin(ReadOnly):
+    list_display = ["user", "issuer", "subject", "last_sign_in_at"]
+    search_fields = ["user__username", "subject", "email"]
+
+
+@admin.register(ScimUser)
+class ScimUserAdmin(ReadOnly):
+    list_display = ["user_name", "tenant", "external_id", "active", "updated_at"]
+    list_filter = ["tenant", "active"]
+
+
+@admin.register(ScimGroup)
+class ScimGroupAdmin(ReadOnly):
+    list_display = ["display_name", "tenant", "updated_at"]
