@@ -1,7 +1,7 @@
 """The approval domain. Rows here are written only by approvals/services/.
 
 Tenant (tenants/models.py, with TenantMembership, ApproverGroup and GroupMembership)
-        ├─ Agent (registered A2A agent; tokens stored hashed)
+        ├─ Agent (an A2A server, or a pull agent without a card URL; tokens stored hashed)
         ├─ Policy ── PolicyVersion (immutable; active after a second admin approves)
         └─ Proposal ─┬─ Vote
                      ├─ Decision (the signed token; one per proposal)
@@ -25,11 +25,26 @@ class Agent(models.Model):
         NONE = "none", "No authentication"
         BEARER = "bearer", "Bearer token"
 
+    class Delivery(models.TextChoices):
+        # An A2A server: Reviewer continues, cancels, reconciles and lists its tasks at its card URL.
+        A2A = "a2a", "A2A continuation"
+        # Not an A2A server (MCP gateway, LangGraph, a script): no card URL, and Reviewer never calls it;
+        # it reads its decisions from the intake answer or the decision pull.
+        PULL = "pull", "Pull (no card URL)"
+
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="agents")
     slug = models.SlugField(unique=True)
     name = models.CharField(max_length=200)
     card_url = models.URLField(
-        help_text="The agent card URL, e.g. http://127.0.0.1:8001/.well-known/agent-card.json"
+        blank=True,
+        help_text="The agent card URL, e.g. http://127.0.0.1:8001/.well-known/agent-card.json; "
+        "empty for an agent that is not an A2A server (it pulls its decisions)",
+    )
+    delivery = models.CharField(
+        max_length=10,
+        choices=Delivery.choices,
+        default=Delivery.A2A,
+        help_text="how the agent gets its decisions: pull exactly when it has no card URL",
     )
     audience = models.CharField(max_length=500, help_text="The `aud` of this agent's decisions.")
     push_token_hash = models.CharField(max_length=64, help_text="sha256 of the token its pushes carry")
@@ -45,12 +60,23 @@ class Agent(models.Model):
         # An agent's card URL and audience are its own across all tenants (approvals/services/agents.py
         # also refuses spelling variants of them).
         constraints = [
-            models.UniqueConstraint(fields=["card_url"], name="agent_card_url_unique"),
+            # Pull agents have no card URL (""): only card URLs that exist are unique.
+            models.UniqueConstraint(
+                fields=["card_url"], condition=~Q(card_url=""), name="agent_card_url_unique"
+            ),
             models.UniqueConstraint(fields=["audience"], name="agent_audience_unique"),
+            models.CheckConstraint(
+                condition=Q(delivery="pull", card_url="") | (Q(delivery="a2a") & ~Q(card_url="")),
+                name="agent_delivery_matches_card_url",
+            ),
         ]
 
     def __str__(self):
         return self.slug
+
+    @property
+    def is_pull(self) -> bool:
+        return self.delivery == self.Delivery.PULL
 
 
 class Policy(models.Model):

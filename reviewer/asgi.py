@@ -25,13 +25,16 @@ else:
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from approvals.agent_api.decision_wait import DecisionWaits  # noqa: E402
 from approvals.live.origin import SameOriginValidator  # noqa: E402
 from approvals.live.routing import websocket_urlpatterns  # noqa: E402
 from reviewer.overload import ConcurrencyLimit  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": ConcurrencyLimit(django_asgi_app),  # 503 + Retry-After past MAX_CONCURRENT_REQUESTS
+        # Decision waits are answered on the event loop, outside the limit (they hold no slot); every
+        # other request gets 503 + Retry-After past MAX_CONCURRENT_REQUESTS.
+        "http": DecisionWaits(ConcurrencyLimit(django_asgi_app)),
         # Scheme, host and port of the Origin are checked (approvals/live/origin.py), not the host alone.
         "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }

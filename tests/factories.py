@@ -79,13 +79,18 @@ def make_agent(
     push_token="push-secret",
     api_token="api-secret",
     card_url=None,
+    audience="",
 ):
+    """An A2A agent; with card_url="" a pull agent (audience urn:agent:<slug> unless given)."""
     # Card URLs are unique per installation: by default each agent has its own.
+    if card_url is None:
+        card_url = f"http://127.0.0.1:8001/{slug}/.well-known/agent-card.json"
     return register_agent(
         tenant=tenant,
         slug=slug,
         name=slug.replace("-", " ").title(),
-        card_url=card_url or f"http://127.0.0.1:8001/{slug}/.well-known/agent-card.json",
+        card_url=card_url,
+        audience=audience or ("" if card_url else f"urn:agent:{slug}"),
         push_token=push_token,
         api_token=api_token,
     )

@@ -59,7 +59,8 @@ class ParkedTaskLister:
     def reconcile(self, report, now: datetime | None = None) -> None:
         """One bounded pass; adds the proposals it created to report.reconciled."""
         clock = now or timezone.now()
-        agents = Agent.objects.select_related("tenant").order_by("pk")
+        # Pull agents are not A2A servers: there is nothing to list.
+        agents = Agent.objects.filter(delivery=Agent.Delivery.A2A).select_related("tenant").order_by("pk")
         due = [agent for agent in agents if self._turn(agent.id, clock).next_at <= clock]
         # A halted agent's requests would be refused: ask it again once it is resumed.
         due = [agent for agent in due if active_halt(agent.tenant_id, agent.id) is None]

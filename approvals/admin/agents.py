@@ -8,12 +8,13 @@ from approvals.admin.common import TenantScopedAdmin, adopt_stored
 from approvals.models import Agent
 from approvals.services.agents import (
     AGENT_EDITABLE,
+    delivery_for,
     refuse_shared_identity,
     register_agent,
     rotate_agent_tokens,
     update_agent,
 )
-from lib.errors import Conflict, ServiceError
+from lib.errors import ServiceError
 from lib.tokens import new_token
 
 # ---------------------------------------------------------------------------------------------------
@@ -24,7 +25,10 @@ class AgentForm(forms.ModelForm):
     card_url = forms.URLField(
         assume_scheme="https",
         max_length=200,
-        help_text="The agent card URL, e.g. https://agent.example/.well-known/agent-card.json",
+        required=False,
+        help_text="The agent card URL, e.g. https://agent.example/.well-known/agent-card.json. Leave it "
+        "empty for an agent that is not an A2A server (a pull agent): Reviewer then never calls it, and "
+        "it must have an audience of its own.",
     )
     outbound_auth_credentials = forms.CharField(
         required=False,
@@ -55,13 +59,14 @@ class AgentForm(forms.ModelForm):
 
     def clean(self):
         cleaned = super().clean()
-        card_url = cleaned.get("card_url") or (self.instance.card_url if self.instance.pk else "")
-        if card_url:
-            audience = cleaned.get("audience") or card_url
-            try:
-                refuse_shared_identity(card_url, audience, other_than=self.instance.pk)
-            except Conflict as refusal:
-                self.add_error(refusal.field, refusal.message)
+        card_url = cleaned.get("card_url") or ""
+        audience = cleaned.get("audience") or card_url
+        try:
+            # Pull exactly without a card URL; the model's constraint checks the pair.
+            self.instance.delivery = delivery_for(card_url, audience)
+            refuse_shared_identity(card_url, audience, other_than=self.instance.pk)
+        except ServiceError as refusal:
+            self.add_error(refusal.field, refusal.message)
         return cleaned
 
 
@@ -81,7 +86,7 @@ def _show_tokens_once(request, agent: Agent, push_token: str, api_token: str) ->
 @admin.register(Agent)
 class AgentAdmin(TenantScopedAdmin):
     form = AgentForm
-    list_display = ["slug", "name", "tenant", "card_url", "created_at"]
+    list_display = ["slug", "name", "tenant", "delivery", "card_url", "created_at"]
     list_filter = ["tenant"]
     search_fields = ["slug", "name", "card_url"]
     actions = ["rotate_tokens"]

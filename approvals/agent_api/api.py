@@ -18,10 +18,11 @@ from ninja.parser import Parser
 from ninja.security import HttpBearer
 
 from approvals.a2a.push import submit
-from approvals.models import Agent, Proposal
+from approvals.models import Agent, Decision, Proposal
 from approvals.schemas import ConsumeBody, OutcomeBody, ProposalSubmission, first_problem
 from approvals.services.decisions import consume_decision, record_outcome
 from approvals.services.intake import record_intake_refusal
+from approvals.states import State
 from approvals.wire import HostileInput, body_too_large, load_json, too_large_message
 from lib.errors import IntakeError, ServiceError, error_body
 from lib.tokens import hash_token
@@ -86,6 +87,9 @@ class ProposalReceipt(Schema):
     proposal_id: str
     state: str
     status_url: str
+    # The signed decision when there is one: at intake, when policy allowed or denied the request (so an
+    # allowed call is submit, verify, consume: no pull); null while people decide.
+    token: str | None = None
 
 
 class DecisionStatus(Schema):
@@ -174,12 +178,26 @@ def not_found(request, exc):
 # Endpoints
 
 
-def receipt(proposal: Proposal) -> dict:
+def receipt(proposal: Proposal, token: str | None = None) -> dict:
     return {
         "proposal_id": str(proposal.id),
         "state": proposal.state,
         "status_url": f"{settings.REVIEWER_ISSUER}/api/v1/proposals/{proposal.id}",
+        "token": token,
     }
+
+
+DECIDED_AT_INTAKE = frozenset({State.ALLOWED, State.DENIED})
+
+
+def intake_token(proposal: Proposal, created: bool) -> str | None:
+    """The decision's token for the intake answer. A proposal just created and decided by policy holds
+    the decision it was stored with (no read); one waiting for people has none (no read either); a
+    replay reads the decision made since, if any."""
+    if created:
+        # Intake stored the decision with the proposal (services.intake), so it is already at hand.
+        return proposal.decision.token if proposal.state in DECIDED_AT_INTAKE else None
+    return Decision.objects.filter(proposal=proposal).values_list("token", flat=True).first()
 
 
 def uuid_or_404(value: str) -> uuid.UUID:
@@ -197,7 +215,7 @@ def uuid_or_404(value: str) -> uuid.UUID:
 )
 def submit_proposal(request, submission: ProposalSubmission):
     proposal, created = submit(request.auth, submission, via="api")
-    return Status(201 if created else 200, receipt(proposal))
+    return Status(201 if created else 200, receipt(proposal, intake_token(proposal, created)))
 
 
 @api.get(
@@ -215,7 +233,7 @@ def proposal_status(request, proposal_id: str):
         raise Http404
     decision = getattr(proposal, "decision", None)
     return {
-        **receipt(proposal),
+        **receipt(proposal, decision.token if decision is not None else None),
         "task_id": proposal.task_id,
         "context_id": proposal.context_id,
         "request_id": proposal.request_id,

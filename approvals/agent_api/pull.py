@@ -10,30 +10,28 @@ A reviewer's edit supersedes the agent's proposal with a new one, whose decision
 request in `replaces`: the pull follows the supersession chain (same agent only), so polling the id
 the agent was given finds the decision of the edit too.
 
-The wait is a bounded long poll: the view re-reads the proposal every POLL_INTERVALS seconds (0.2 s,
-growing to 1 s) until the decision exists, the proposal closes without one, or `wait` (at most
-MAX_WAIT_SECONDS) runs out. Simple and correct on SQLite and PostgreSQL alike; the cost is one small
-indexed query per interval per waiting agent and a worker thread held for the wait. Waking on the
-channel layer's proposal group instead of polling is the next step if many agents wait at once.
+Waiting is done on the event loop by approvals/decision_wait.py, which answers this path in front of
+Django (reviewer/asgi.py): a wait there holds no request slot, thread or connection, and is woken by
+the decision instead of polling. The operation below describes the endpoint in the OpenAPI document and
+answers the same shape where the ASGI app is not in front (Django's test client, WSGI): at once, with
+what is there, whatever `wait` says.
 """
-
-import itertools
-import time
 
 from django.http import Http404
 from ninja import Query, Schema
 from pydantic import Field
 
-from approvals.agent_api.api import ERRORS, api, uuid_or_404
+from approvals.agent_api.api import ERRORS, ErrorBody, api, uuid_or_404
 from approvals.models import Proposal
-from approvals.states import TERMINAL, State
+from approvals.states import State
 
 MAX_WAIT_SECONDS = 60
-POLL_INTERVALS = (0.2, 0.3, 0.5, 0.75, 1.0)  # seconds between reads; the last repeats
 # Longest supersession chain followed (edits and answered questions); far beyond any real review.
 MAX_CHAIN = 50
 
-pause = time.sleep  # module-level so tests can observe that the view is waiting
+
+class NoSuchProposal(Http404):
+    """The agent has no proposal with this id (another agent's is not its own)."""
 
 
 class DecisionWait(Schema):
@@ -46,11 +44,11 @@ class DecisionToken(Schema):
     proposal_id: str = Field(description="that proposal: a reviewer's edit supersedes the one submitted")
 
 
-def _latest_with_decision(agent, proposal_id) -> Proposal:
+def latest_with_decision(agent, proposal_id) -> Proposal:
     """The agent's proposal, or the newest proposal that superseded it, with its decision (if any)."""
     proposal = Proposal.objects.select_related("decision").filter(pk=proposal_id, agent=agent).first()
     if proposal is None:
-        raise Http404
+        raise NoSuchProposal
     for _ in range(MAX_CHAIN):
         if getattr(proposal, "decision", None) is not None or proposal.state != State.SUPERSEDED:
             return proposal
@@ -63,7 +61,7 @@ def _latest_with_decision(agent, proposal_id) -> Proposal:
     return proposal
 
 
-def _answer(proposal: Proposal) -> dict:
+def answer(proposal: Proposal) -> dict:
     decision = getattr(proposal, "decision", None)
     return {
         "token": decision.token if decision is not None else None,
@@ -74,19 +72,14 @@ def _answer(proposal: Proposal) -> dict:
 
 @api.get(
     "/proposals/{proposal_id}/decision",
-    response={200: DecisionToken, **ERRORS},
+    response={200: DecisionToken, 429: ErrorBody, **ERRORS},
     summary="The signed decision for one of this agent's proposals, waiting up to `wait` seconds for it",
     description="200 with `token` once decided (approved, rejected or needs_info: verify it with the gate "
     "before acting); 200 with `token: null` and the proposal's `state` when the wait ends first or the "
-    "proposal closed without a decision (expired, cancelled). Only the proposal's own agent may read it.",
+    "proposal closed without a decision (expired, cancelled). Only the proposal's own agent may read it. "
+    "A wait holds no server resources: it is woken by the decision. 429 `too_many_waits` with "
+    "Retry-After when this agent already has DECISION_WAITS_PER_AGENT waits open.",
 )
 def decision_token(request, proposal_id: str, params: Query[DecisionWait]):
-    wanted = uuid_or_404(proposal_id)
-    deadline = time.monotonic() + params.wait
-    for attempt in itertools.count():
-        proposal = _latest_with_decision(request.auth, wanted)
-        answer = _answer(proposal)
-        remaining = deadline - time.monotonic()
-        if answer["token"] or proposal.state in TERMINAL or remaining <= 0:
-            return answer
-        pause(min(POLL_INTERVALS[min(attempt, len(POLL_INTERVALS) - 1)], remaining))
+    # Reached only without the ASGI app in front (see the module doc): the wait is decision_wait.py's.
+    return answer(latest_with_decision(request.auth, uuid_or_404(proposal_id)))

@@ -14,7 +14,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from approvals.a2a.push import PushError, parse_push, submit
-from approvals.agent_api.api import receipt
+from approvals.agent_api.api import intake_token, receipt
 from approvals.models import Agent
 from approvals.services.intake import record_intake_refusal
 from approvals.services.reconcile import apply_task_state
@@ -70,7 +70,9 @@ def push(request, agent_slug):
         except ServiceError as error:
             log.info("push from %s refused: %s %s", agent.slug, error.code, error.message)
             return JsonResponse(error.as_dict(), status=error.http_status)
-        return JsonResponse(receipt(proposal), status=201 if created else 200)
+        return JsonResponse(
+            receipt(proposal, intake_token(proposal, created)), status=201 if created else 200
+        )
     if event is not None and event.is_terminal:
         changed = apply_task_state(agent, event.task_id, event.state, detail=event.detail)
         return JsonResponse({"task_state": event.state, "changed": [str(p.id) for p in changed]})

@@ -50,7 +50,7 @@ def refuse_shared_identity(card_url: str, audience: str, *, other_than: int | No
     card_key, audience_key = identity_key(card_url), identity_key(audience)
     others = Agent.objects.exclude(pk=other_than) if other_than else Agent.objects.all()
     for slug, other_card, other_audience in others.values_list("slug", "card_url", "audience"):
-        if identity_key(other_card) == card_key:
+        if card_key and identity_key(other_card) == card_key:  # pull agents have none to share
             raise Conflict(
                 "card_url_taken",
                 f"the card URL {card_url!r} is already agent {slug!r}'s: an agent's card URL is its own",
@@ -75,22 +75,44 @@ def _saved(agent_write):
         ) from error
 
 
+def delivery_for(card_url: str, audience: str, delivery: str | None = None) -> str:
+    """How an agent with this card URL gets its decisions: pull exactly when it has none. A pull agent
+    names its audience itself (there is no card URL to default it to)."""
+    if not card_url:
+        if delivery == Agent.Delivery.A2A:
+            raise ServiceError("card_url_required", "an A2A agent needs its card URL", "card_url")
+        if not audience.strip():
+            raise ServiceError(
+                "audience_required",
+                "an agent without a card URL (a pull agent) needs an audience, e.g. urn:agent:refunds",
+                "audience",
+            )
+        return Agent.Delivery.PULL
+    if delivery == Agent.Delivery.PULL:
+        raise ServiceError("card_url_with_pull", "a pull agent has no card URL: leave it empty", "card_url")
+    return Agent.Delivery.A2A
+
+
 def register_agent(
     *,
     tenant: Tenant,
     slug: str,
     name: str,
-    card_url: str,
+    card_url: str = "",
     audience: str = "",
+    delivery: str | None = None,
     push_token: str,
     api_token: str,
     outbound_auth_scheme: str = Agent.AuthScheme.NONE,
     outbound_auth_credentials: str = "",
     actor=None,
 ) -> Agent:
-    """Create or update an agent's registration; tokens are stored as sha256 hashes only."""
+    """Create or update an agent's registration; tokens are stored as sha256 hashes only. Without a card
+    URL the agent is a pull agent (`delivery` pull), which must give its `audience`."""
     from lib.tokens import hash_token
 
+    card_url = (card_url or "").strip()
+    delivery = delivery_for(card_url, audience or "", delivery)
     with transaction.atomic():
         owner = Agent.objects.select_for_update().filter(slug=slug).first()
         if owner is not None and owner.tenant_id != tenant.id:
@@ -105,6 +127,7 @@ def register_agent(
                     "tenant": tenant,
                     "name": name,
                     "card_url": card_url,
+                    "delivery": delivery,
                     "audience": audience,
                     "push_token_hash": hash_token(push_token),
                     "api_token_hash": hash_token(api_token),
@@ -118,7 +141,12 @@ def register_agent(
             actor=actor_label(actor),
             verb=Verb.AGENT_REGISTERED,
             subject=f"agent:{slug}",
-            data={"created": created, "card_url": card_url, "audience": agent.audience},
+            data={
+                "created": created,
+                "card_url": card_url,
+                "delivery": delivery,
+                "audience": agent.audience,
+            },
         )
     return agent
 
@@ -136,7 +164,14 @@ def rotate_signing_key(*, actor=None) -> str:
     return new_key.kid
 
 
-AGENT_EDITABLE = ("name", "card_url", "audience", "outbound_auth_scheme", "outbound_auth_credentials")
+AGENT_EDITABLE = (
+    "name",
+    "card_url",
+    "delivery",
+    "audience",
+    "outbound_auth_scheme",
+    "outbound_auth_credentials",
+)
 
 
 def update_agent(agent: Agent, *, actor=None, **changes) -> Agent:
@@ -152,6 +187,12 @@ def update_agent(agent: Agent, *, actor=None, **changes) -> Agent:
             return agent
         for name in changed:
             setattr(agent, name, changes[name])
+        if {"card_url", "delivery", "audience"} & set(changed):
+            # The delivery follows the card URL (pull exactly without one); a contradiction is refused.
+            delivery = delivery_for(agent.card_url, agent.audience, changes.get("delivery"))
+            if delivery != agent.delivery:
+                agent.delivery = delivery
+                changed = [*changed, "delivery"] if "delivery" not in changed else changed
         if {"card_url", "audience"} & set(changed):
             refuse_shared_identity(agent.card_url, agent.audience, other_than=agent.pk)
         _saved(lambda: agent.save(update_fields=changed))
@@ -163,7 +204,7 @@ def update_agent(agent: Agent, *, actor=None, **changes) -> Agent:
             subject=f"agent:{agent.slug}",
             data={
                 "changed": changed,
-                **{name: changes[name] for name in changed if name != "outbound_auth_credentials"},
+                **{name: getattr(agent, name) for name in changed if name != "outbound_auth_credentials"},
             },
         )
     return agent

@@ -358,6 +358,9 @@ def _policy_approvers(evaluation) -> list[dict]:
             "name": v.policy.name,
             "group": None,
             "auth": {"method": "policy"},
+            # The keys every approver has; a policy's reason is the decision's own `reason`.
+            "reason": "",
+            "reservation": "",
         }
         for v in evaluation.versions
     ]

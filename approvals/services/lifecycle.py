@@ -86,10 +86,13 @@ def supersession_chain(proposal: Proposal) -> list[str]:
 
 def enqueue_message(
     proposal: Proposal, kind: str, *, message_id: str, payload: dict, new: bool = False
-) -> OutboxMessage:
+) -> OutboxMessage | None:
     """Queue a message for the worker (idempotent on message_id) and wake it when this commits.
     `new`: the message id was made just now (a fresh decision's jti), so there is nothing to look up:
-    one INSERT instead of get_or_create's read, savepoint, insert and release."""
+    one INSERT instead of get_or_create's read, savepoint, insert and release. Nothing for a pull agent
+    (no card URL): Reviewer never calls it, it reads its decision by pull (None is returned)."""
+    if proposal.agent.is_pull:  # the agent is at hand: intake and the decision paths load it
+        return None
     fields = {
         "agent_id": proposal.agent_id,
         "proposal": proposal,
@@ -126,7 +129,7 @@ def revoke_proposal(proposal: Proposal, *, actor: str, reason: str, revoked_by=N
     enqueue_cancel(proposal, reason=reason)
 
 
-def enqueue_cancel(proposal: Proposal, *, reason: str) -> OutboxMessage:
+def enqueue_cancel(proposal: Proposal, *, reason: str) -> OutboxMessage | None:
     """Queue CancelTask for the proposal's task (one per proposal: a second cancel is the same message)."""
     return enqueue_message(
         proposal, OutboxMessage.Kind.CANCEL, message_id=f"cancel-{proposal.id}", payload={"reason": reason}

@@ -285,20 +285,24 @@ def request_info(
                 proposal,
                 Decision.Kind.NEEDS_INFO,
                 reason=question,
-                approvers=[_person(actor, step)],
+                approvers=[_asker(actor, step, question)],
             )
     if refusal is not None:
         raise refusal  # after the commit: the step-up failure stays recorded
     return decision
 
 
-def _person(user, step: tuple[str, datetime]) -> dict:
+def _asker(user, step: tuple[str, datetime], question: str) -> dict:
+    """The approver entry of a needs_info decision: the person who asked, with the same keys as every
+    approver (their words in `reason`: the question; no reservation)."""
     method, auth_at = step
     return {
         "sub": f"user:{user.get_username()}",
         "name": user.get_full_name() or user.get_username(),
         "group": None,
         "auth": {"method": method, "at": audit_time(auth_at)},
+        "reason": question[:2000],
+        "reservation": "",
     }
 
 

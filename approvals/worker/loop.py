@@ -39,7 +39,7 @@ from django.utils import timezone
 from approvals import wakeup
 from approvals.a2a.client import DeliveryError, get_task_state
 from approvals.a2a.parked_tasks import ParkedTaskLister
-from approvals.models import OutboxMessage, Proposal
+from approvals.models import Agent, OutboxMessage, Proposal
 from approvals.notify import steps as notify_steps
 from approvals.services.break_glass import note_overdue_reviews
 from approvals.services.outbox import claim_due_outbox
@@ -192,7 +192,8 @@ class Worker:
     def reconcile(self, report: TickReport, now: datetime | None = None) -> None:
         clock = now or timezone.now()
         overdue = clock - timedelta(seconds=settings.EXECUTING_RECONCILE_SECONDS)
-        proposals = Proposal.objects.select_related("agent")
+        # A pull agent has no task state to ask for (no card URL): its outcome is what it reports.
+        proposals = Proposal.objects.select_related("agent").filter(agent__delivery=Agent.Delivery.A2A)
         executions = list(proposals.filter(state=State.EXECUTING, executing_since__lte=overdue)) + list(
             proposals.filter(state=State.UNKNOWN)
         )

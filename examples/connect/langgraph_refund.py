@@ -15,7 +15,23 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 
 from examples.connect.common import Ledger, client_from, parse_settings
 from reviewer_gate import ReviewerClient, current_approval
+from reviewer_gate.describe import ToolDescription
 from reviewer_gate.langgraph import ReviewedToolNode, pending_approvals, resume_with_decisions
+
+# How the refund reads for the reviewers: the tool name a `payments.*` policy matches, a summary with the
+# currency, what it does and that it cannot be undone, and the person the run acts for.
+REFUND = ToolDescription(
+    name="payments.refund",
+    summary="Refund {currency} {amount} for order {order_id}",
+    consequences="Money goes back to the customer's card",
+    target="order_id",
+    currency="EUR",
+    reversible=False,
+    principal=lambda config: {
+        "id": config["configurable"].get("user_id", "requester"),
+        "display": config["configurable"].get("user_name", "Rita Requester"),
+    },
+)
 
 
 def build_graph(client: ReviewerClient, ledger: Ledger, order_id: str, amount: str):
@@ -44,7 +60,8 @@ def build_graph(client: ReviewerClient, ledger: Ledger, order_id: str, amount: s
 
     builder = StateGraph(MessagesState)
     builder.add_node("planner", planner)
-    builder.add_node("tools", ReviewedToolNode([refund, lookup_order], client, gated=["refund"]))
+    node = ReviewedToolNode([refund, lookup_order], client, gated=["refund"], descriptions={"refund": REFUND})
+    builder.add_node("tools", node)
     builder.add_edge(START, "planner")
     builder.add_conditional_edges(
         "planner", lambda s: "tools" if s["messages"][-1].tool_calls else END, ["tools", END]

@@ -14,7 +14,19 @@ from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessa
 
 from examples.connect.common import Ledger, client_from, parse_settings
 from reviewer_gate import current_approval
+from reviewer_gate.describe import ToolDescription
 from reviewer_gate.openai_agents import ReviewerApprovals
+
+# How the refund reads for the reviewers (see examples/connect/langgraph_refund.py); the principal comes
+# from the run's context (`Runner.run(..., context=...)`) when it names one.
+REFUND = ToolDescription(
+    name="payments.refund",
+    summary="Refund {currency} {amount} for order {order_id}",
+    consequences="Money goes back to the customer's card",
+    currency="EUR",
+    reversible=False,
+    principal=lambda context: (context or {}).get("principal") or {"id": "requester", "display": "Rita"},
+)
 
 
 class ScriptedModel(Model):
@@ -55,7 +67,7 @@ def build_agent(approvals: ReviewerApprovals, ledger: Ledger, model) -> Agent:
         name="refunds",
         instructions="Refund what you are asked to.",
         model=model,
-        tools=[approvals.gate(refund)],
+        tools=[approvals.gate(refund, REFUND)],
     )
 
 

@@ -69,6 +69,7 @@ def test_submitting_a_request_creates_a_proposal(client, agent, refund_policy):
         "proposal_id": str(proposal.id),
         "state": State.AWAITING_REVIEW,
         "status_url": f"http://127.0.0.1:8000/api/v1/proposals/{proposal.id}",
+        "token": None,  # people decide: no decision yet
     }
     assert AuditEvent.objects.filter(verb=Verb.PROPOSAL_SUBMITTED, data__via="api").count() == 1
 

@@ -452,6 +452,8 @@ def test_a_deny_at_intake_denies_and_sends_a_signed_rejection_naming_the_policy(
             "name": "no big refunds",
             "group": None,
             "auth": {"method": "policy"},
+            "reason": "",
+            "reservation": "",
         }
     ]
     assert claims["policy"] == {"id": "no-big-refunds", "version": 1}

@@ -37,7 +37,7 @@ def reviewer_user(reviewer_stack):
         tenant=tenant,
         slug="connect-demo",
         name="Connect demo",
-        card_url="http://127.0.0.1:9/.well-known/agent-card.json",  # pull-only: no A2A server
+        card_url="",  # a pull agent: no A2A server, Reviewer never calls it
         audience=AUDIENCE,
         push_token="unused",
         api_token=API_TOKEN,
@@ -107,7 +107,13 @@ def test_langgraph(reviewer_stack, reviewer_user, client, tmp_path):
     run.start()
     proposal = approve_the_proposal(reviewer_stack, reviewer_user)
     assert "order 1182: delivered" in run.result()
-    assert proposal.action == {"tool": "refund", "arguments": {"order_id": "1182", "amount": "40.00"}}
+    assert proposal.action == {
+        "tool": "payments.refund",  # the example's ToolDescription: what a payments.* policy matches
+        "arguments": {"order_id": "1182", "amount": "40.00"},
+        "target": "order_id:1182",
+    }
+    assert proposal.summary == "Refund EUR 40.00 for order 1182"
+    assert proposal.consequences["currency"] == "EUR" and proposal.reversibility == "R3"
     assert_refunded_once(reviewer_stack, proposal, ledger)
 
 
@@ -118,4 +124,5 @@ def test_openai_agents(reviewer_stack, reviewer_user, client, tmp_path):
     run.start()
     proposal = approve_the_proposal(reviewer_stack, reviewer_user)
     assert run.result().startswith("refunded EUR 40.00 for order 1182")
+    assert (proposal.tool, proposal.summary) == ("payments.refund", "Refund EUR 40.00 for order 1182")
     assert_refunded_once(reviewer_stack, proposal, ledger)

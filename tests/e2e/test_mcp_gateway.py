@@ -35,13 +35,12 @@ def registered(reviewer_stack):
     factories.make_policy(
         tenant, "file-deletes", tool_pattern="delete_file", thresholds=[{"group": "finance", "count": 1}]
     )
-    # A pull-only agent: nothing listens at its card URL (Reviewer's continuation attempts fail and
-    # are retried in its outbox; the gateway reads the decision by pull).
+    # A pull agent (no card URL): Reviewer never calls it; it reads its decisions by pull.
     register_agent(
         tenant=tenant,
         slug="mcp-gateway",
         name="MCP gateway",
-        card_url="http://127.0.0.1:9/.well-known/agent-card.json",
+        card_url="",
         audience=AUDIENCE,
         push_token="unused",
         api_token=API_TOKEN,

@@ -55,12 +55,12 @@ def test_past_the_limit_intake_is_refused_cleanly_and_every_accepted_proposal_se
     tenant = factories.make_tenant()
     factories.make_user("requester", tenant=tenant, principal_id="requester")
     factories.make_policy(tenant, "refunds", tool_pattern="payments.refund", outcome="allow")
-    # A pull-only agent: nothing listens at its card URL; it reads its decisions by pull.
+    # A pull agent (no card URL): Reviewer never calls it; it reads its decisions by pull.
     register_agent(
         tenant=tenant,
         slug="overload-agent",
         name="Overload agent",
-        card_url="http://127.0.0.1:9/.well-known/agent-card.json",
+        card_url="",
         audience=AUDIENCE,
         push_token="unused",  # noqa: S106
         api_token=API_TOKEN,

@@ -6,7 +6,7 @@ import threading
 import pytest
 
 from reviewer_gate import NotApproved, ReviewerClient, ReviewerUnavailable, gate
-from reviewer_gate.testing import decide_next_proposal
+from reviewer_gate.testing import decide_at_intake, decide_next_proposal
 
 AUDIENCE = "https://agent.example"
 ACTION = {"tool": "payments.refund", "arguments": {"order_id": "1182", "amount": "40.00", "currency": "EUR"}}
@@ -42,6 +42,38 @@ def test_an_approval_is_submitted_verified_consumed_and_reported(client, reviewe
     assert [call["body"] for call in reviewer.consumes_for(approval.idempotency_key)] == [{"rev": 2}]
     assert approval.report("succeeded", transaction_id="tx-1")
     assert reviewer.outcomes_for(approval.idempotency_key) == ["succeeded"]
+
+
+def test_a_decision_in_the_intake_answer_is_verified_and_consumed_without_a_pull(client, reviewer, key):
+    decide_at_intake(reviewer, key, audience=AUDIENCE)
+    approval = client.request_approval(ACTION, summary="Refund EUR 40.00", principal=PRINCIPAL, **DEADLINE)
+
+    assert reviewer.pulls == []  # submit, verify, consume: no round trip for the decision
+    assert approval.decision.approved and approval.action == ACTION
+    assert [call["body"] for call in reviewer.consumes_for(approval.idempotency_key)] == [{"rev": 2}]
+
+
+def test_a_denial_in_the_intake_answer_raises_without_a_pull(client, reviewer, key):
+    decide_at_intake(reviewer, key, audience=AUDIENCE, decision="rejected", reason="policy says no")
+    with pytest.raises(NotApproved) as refusal:
+        client.request_approval(ACTION, summary="Refund", principal=PRINCIPAL, **DEADLINE)
+    assert (refusal.value.code, refusal.value.reason) == ("rejected", "policy says no")
+    assert reviewer.pulls == [] and reviewer.consumes == []
+
+
+def test_a_forged_token_in_the_intake_answer_is_refused_like_a_pulled_one(client, reviewer, key):
+    other = gate.action_digest({**ACTION, "arguments": {**ACTION["arguments"], "amount": "4000.00"}})
+    decide_at_intake(reviewer, key, audience=AUDIENCE, action_digest=other)
+    with pytest.raises(NotApproved) as refusal:
+        client.request_approval(ACTION, summary="Refund", principal=PRINCIPAL, **DEADLINE)
+    assert refusal.value.code == "wrong_digest"
+    assert reviewer.consumes == []
+
+
+async def test_the_async_form_uses_the_intake_answers_decision(client, reviewer, key):
+    decide_at_intake(reviewer, key, audience=AUDIENCE)
+    approval = await client.arequest_approval(ACTION, summary="Refund", principal=PRINCIPAL, **DEADLINE)
+    assert approval.decision.approved and reviewer.pulls == []
 
 
 def test_a_client_that_knows_its_registration_names_it_and_refuses_another_tenants_decision(reviewer, key):

@@ -15,8 +15,9 @@ from langgraph.graph import END, START, MessagesState, StateGraph  # noqa: E402
 from langgraph.types import Command  # noqa: E402
 
 from reviewer_gate import ReviewerClient, gate  # noqa: E402
+from reviewer_gate.describe import ToolDescription, ToolDescriptionError  # noqa: E402
 from reviewer_gate.langgraph import ReviewedToolNode, pending_approvals, resume_with_decisions  # noqa: E402
-from reviewer_gate.testing import ReviewerKey, decision_claims  # noqa: E402
+from reviewer_gate.testing import ReviewerKey, decide_at_intake, decision_claims  # noqa: E402
 
 AUDIENCE = "urn:agent:langgraph"
 
@@ -92,7 +93,11 @@ def test_a_gated_call_pauses_the_graph_and_runs_once_after_approval(graph, clien
     graph.invoke({"messages": [HumanMessage("refund order 1182")]}, cfg)
 
     (pending,) = pending_approvals(graph, cfg)
-    assert pending["action"] == {"tool": "refund", "arguments": {"order_id": "1182", "amount": "40.00"}}
+    assert pending["action"] == {
+        "tool": "refund",
+        "arguments": {"order_id": "1182", "amount": "40.00"},
+        "target": "order_id:1182",  # by default, from the arguments that name what a call acts on
+    }
     assert refunds == []  # paused before the side effect
     assert len(reviewer.proposals) == 1
 
@@ -165,3 +170,107 @@ def test_a_forged_resume_value_is_refused_by_the_gate(graph, reviewer, refunds):
     state = graph.invoke(Command(resume={interruption.id: {"token": forged}}), cfg)
     assert "unknown_kid" in tool_messages(state)["call-refund"].content
     assert refunds == []
+
+
+def described_graph(client, refunds, descriptions):
+    @tool
+    def refund(order_id: str, amount: str) -> str:
+        """Refund an order to the customer's card.
+
+        Irreversible once the bank has it."""
+        refunds.append((order_id, amount))
+        return f"refunded {amount} for {order_id}"
+
+    def planner(state: MessagesState):
+        if isinstance(state["messages"][-1], ToolMessage):
+            return {"messages": [AIMessage("done")]}
+        call = {"name": "refund", "args": {"order_id": "7002", "amount": "22.00"}, "id": "call-refund"}
+        return {"messages": [AIMessage("", tool_calls=[call])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("planner", planner)
+    builder.add_node("tools", ReviewedToolNode([refund], client, gated=["refund"], descriptions=descriptions))
+    builder.add_edge(START, "planner")
+    builder.add_conditional_edges(
+        "planner", lambda state: "tools" if state["messages"][-1].tool_calls else END, ["tools", END]
+    )
+    builder.add_edge("tools", "planner")
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+REFUND = ToolDescription(
+    name="payments.refund",
+    summary="Refund {currency} {amount} for order {order_id}",
+    consequences="Money goes back to the customer's card",
+    currency="EUR",
+    reversible=False,
+    principal=lambda config: {"id": config["configurable"]["user_id"], "display": "Casey Customer"},
+)
+
+
+def test_a_described_tool_reads_like_a_request_from_the_a2a_agent(client, reviewer, refunds):
+    graph = described_graph(client, refunds, {"refund": REFUND})
+    cfg = {"configurable": {"thread_id": str(uuid.uuid4()), "user_id": "u-7"}}
+    graph.invoke({"messages": [HumanMessage("refund order 7002")]}, cfg)
+
+    request = reviewer.proposals[-1]["body"]["request"]
+    assert request["summary"] == "Refund EUR 22.00 for order 7002"
+    assert request["action"] == {
+        "tool": "payments.refund",  # what a payments.* policy matches
+        "arguments": {"order_id": "7002", "amount": "22.00"},
+        "target": "order_id:7002",
+    }
+    assert request["principal"] == {"id": "u-7", "display": "Casey Customer"}
+    consequences = request["consequences"]
+    assert consequences["effect"] == "Money goes back to the customer's card"
+    assert (consequences["amount"], consequences["currency"], consequences["reversible"]) == (
+        "22.00",
+        "EUR",
+        False,
+    )
+    assert consequences["tool"] == "refund"
+
+
+def test_without_a_description_the_defaults_come_from_the_tools_own_text_and_schema(
+    client, reviewer, refunds
+):
+    graph = described_graph(client, refunds, None)
+    graph.invoke({"messages": [HumanMessage("refund")]}, config())
+    request = reviewer.proposals[-1]["body"]["request"]
+    assert request["summary"] == "Refund an order to the customer's card: order_id 7002, amount 22.00"
+    assert request["action"]["target"] == "order_id:7002"
+    assert request["consequences"]["tool_description"].startswith("Refund an order to the customer's card.")
+
+
+def test_a_described_call_allowed_by_policy_at_intake_runs_without_pausing(client, reviewer, key, refunds):
+    decide_at_intake(reviewer, key, audience=AUDIENCE)
+    graph = described_graph(client, refunds, {"refund": REFUND})
+    cfg = {"configurable": {"thread_id": str(uuid.uuid4()), "user_id": "u-7"}}
+    state = graph.invoke({"messages": [HumanMessage("refund")]}, cfg)
+
+    assert pending_approvals(graph, cfg) == [] and refunds == [("7002", "22.00")]
+    assert reviewer.pulls == []
+    assert state["messages"][-1].content == "done"
+
+
+@pytest.mark.parametrize(
+    ("description", "field"),
+    [
+        (ToolDescription(summary="Refund {amount} to {iban}"), "summary"),
+        (ToolDescription(summary="x" * 501), "summary"),
+        (ToolDescription(target="iban"), "target"),
+        (ToolDescription(currency="euro"), "currency"),
+        (ToolDescription(name=""), "name"),
+    ],
+)
+def test_a_description_that_cannot_work_is_refused_when_the_node_is_built(
+    client, refunds, description, field
+):
+    with pytest.raises(ToolDescriptionError) as refused:
+        described_graph(client, refunds, {"refund": description})
+    assert refused.value.field == field
+
+
+def test_a_description_for_a_tool_the_node_does_not_run_is_refused(client, refunds):
+    with pytest.raises(ValueError, match="lookup"):
+        described_graph(client, refunds, {"lookup": ToolDescription()})

@@ -16,10 +16,12 @@ from openai.types.responses import (  # noqa: E402
 )
 
 from reviewer_gate import ReviewerClient, gate  # noqa: E402
+from reviewer_gate.describe import ToolDescription, ToolDescriptionError  # noqa: E402
 from reviewer_gate.openai_agents import ReviewerApprovals  # noqa: E402
-from reviewer_gate.testing import (
+from reviewer_gate.testing import (  # noqa: E402
+    decide_at_intake,
     decide_next_proposal,
-    decision_claims,  # noqa: E402
+    decision_claims,
 )
 
 AUDIENCE = "urn:agent:openai-agents"
@@ -94,6 +96,7 @@ async def test_an_approved_call_runs_once_through_the_sdks_approval_hook(
     assert proposal["body"]["request"]["action"] == {
         "tool": "refund",
         "arguments": {"order_id": "1182", "amount": "40.00"},
+        "target": "order_id:1182",
     }
     assert proposal["body"]["task_id"] == "openai-agents-call-1"
     (consume,) = reviewer.consumes
@@ -149,3 +152,48 @@ async def test_approving_by_hand_does_not_run_a_gated_tool(agent, refunds):
     resumed = await Runner.run(agent, state)
     assert "not approved by Reviewer" in resumed.final_output
     assert refunds == []
+
+
+def described_agent(approvals, refunds, description):
+    @function_tool
+    def refund(order_id: str, amount: str) -> str:
+        """Refund an order to the customer's card."""
+        refunds.append((order_id, amount))
+        return f"refunded {amount} for {order_id}"
+
+    return Agent(
+        name="ops",
+        instructions="refund things",
+        model=ScriptedModel(),
+        tools=[approvals.gate(refund, description)],
+    )
+
+
+async def test_a_described_tool_names_the_policy_tool_the_currency_and_the_runs_principal(
+    approvals, reviewer, key, refunds
+):
+    description = ToolDescription(
+        name="payments.refund",
+        summary="Refund {currency} {amount} for order {order_id}",
+        currency="EUR",
+        reversible=False,
+        principal=lambda context: {"id": context["user_id"], "display": context["user_name"]},
+    )
+    decide_at_intake(reviewer, key, audience=AUDIENCE)  # a payments.* policy allows it
+    agent = described_agent(approvals, refunds, description)
+
+    result = await approvals.run(agent, "refund order 1182", context={"user_id": "u-9", "user_name": "Dana"})
+
+    request = reviewer.proposals[-1]["body"]["request"]
+    assert request["summary"] == "Refund EUR 40.00 for order 1182"
+    assert request["action"]["tool"] == "payments.refund"
+    assert request["principal"] == {"id": "u-9", "display": "Dana"}
+    assert (request["consequences"]["currency"], request["consequences"]["reversible"]) == ("EUR", False)
+    assert result.final_output == "refunded 40.00 for 1182" and refunds == [("1182", "40.00")]
+    assert reviewer.pulls == []  # the intake answer carried the decision
+
+
+def test_a_description_naming_an_argument_the_tool_lacks_is_refused_at_gate(approvals, refunds):
+    with pytest.raises(ToolDescriptionError) as refused:
+        described_agent(approvals, refunds, ToolDescription(summary="Refund to {iban}"))
+    assert refused.value.field == "summary"

@@ -3,9 +3,11 @@
 It does what DESIGN.md "A2A contract" asks of an agent, over Reviewer's REST API:
 
 1. submit the approval request: `POST /api/v1/proposals` (idempotent on task id and request id, so
-   retrying after a lost answer is safe);
-2. wait for the signed decision: `GET /api/v1/proposals/<id>/decision?wait=<s>` (a bounded long poll,
-   repeated until the decision exists or the proposal closed without one);
+   retrying after a lost answer is safe); when policy decided at intake (allowed or denied) the answer
+   carries the signed decision as `token`, and step 2 is skipped;
+2. otherwise wait for the signed decision: `GET /api/v1/proposals/<id>/decision?wait=<s>` (a bounded
+   long poll that holds no server resources while it waits, repeated until the decision exists or the
+   proposal closed without one);
 3. verify it with the gate against what the agent asked for (never against anything in the answer);
 4. consume it right before the side effect (approved decisions only);
 5. report the outcome afterwards.
@@ -98,6 +100,9 @@ class Submission:
     request: dict[str, Any]
     proposal_id: str
     state: str
+    # The signed decision when policy decided at intake (the intake answer's `token`), else None. It is
+    # verified like a pulled one: the answer only carries it.
+    token: str | None = None
 
     @property
     def request_id(self) -> str:
@@ -317,7 +322,14 @@ class ReviewerClient:
         if response.status_code not in (200, 201):
             raise ValueError(f"Reviewer refused the request: {self._error(response)}")
         receipt = response.json()
-        return Submission(task_id, context_id, request, receipt["proposal_id"], receipt["state"])
+        return Submission(
+            task_id,
+            context_id,
+            request,
+            receipt["proposal_id"],
+            receipt["state"],
+            receipt.get("token") or None,
+        )
 
     def poll_decision(self, proposal_id: str, *, wait: int | None = None) -> tuple[str | None, str]:
         """One long poll: (token, state). The token is None while undecided or when it never will be."""
@@ -342,8 +354,11 @@ class ReviewerClient:
         timeout: float | None = None,
         on_wait: Callable[[str, float], None] | None = None,
     ) -> str:
-        """Long-poll until the decision exists. Raises NotApproved when the proposal closed without one
-        (expired, cancelled, ...) or `timeout` seconds passed. `on_wait(state, elapsed)` after each poll."""
+        """The decision's token: the one the intake answer carried, or long-poll until it exists. Raises
+        NotApproved when the proposal closed without one (expired, cancelled, ...) or `timeout` seconds
+        passed. `on_wait(state, elapsed)` after each poll."""
+        if submission.token:
+            return submission.token
         return self.wait_for_proposal(submission.proposal_id, timeout=timeout, on_wait=on_wait)
 
     def wait_for_proposal(
@@ -399,7 +414,8 @@ class ReviewerClient:
         on_wait: Callable[[str, float], None] | None = None,
         **request_fields: Any,
     ) -> Approval:
-        """Submit, wait, verify, consume: returns only when the agent may act (see the module doc)."""
+        """Submit, wait (unless policy decided at intake), verify, consume: returns only when the agent
+        may act (see the module doc)."""
         request = build_request(action, summary=summary, principal=principal, **request_fields)
         submission = self.submit(request, task_id=task_id, context_id=context_id)
         token = self.wait_for_token(submission, timeout=timeout, on_wait=on_wait)
@@ -432,7 +448,10 @@ class ReviewerClient:
         timeout: float | None = None,
         on_wait: Callable[[str, float], Awaitable[None]] | None = None,
     ) -> Approval:
-        """Wait for the decision of a submitted request, then verify and consume it (asyncio)."""
+        """Wait for the decision of a submitted request (unless the intake answer carried it), then verify
+        and consume it (asyncio)."""
+        if submission.token:
+            return await asyncio.to_thread(self.release, submission, submission.token)
         started = time.monotonic()
         while True:
             wait = self._next_wait(started, timeout)

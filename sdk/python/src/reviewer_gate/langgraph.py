@@ -1,7 +1,8 @@
 """Reviewer in a LangGraph graph: a tool node that turns gated tool calls into proposals and pauses the
 graph with `interrupt()` until the signed decision arrives (extra `langgraph`).
 
-    node = ReviewedToolNode([refund, lookup_order], client, gated=["refund"])
+    node = ReviewedToolNode([refund, lookup_order], client, gated=["refund"],
+                            descriptions={"refund": ToolDescription(name="payments.refund", currency="EUR")})
     builder.add_node("tools", node)                      # where a ToolNode would go
     graph = builder.compile(checkpointer=SqliteSaver(...))   # interrupts need a checkpointer
 
@@ -10,13 +11,16 @@ graph with `interrupt()` until the signed decision arrives (extra `langgraph`).
         state = resume_with_decisions(graph, config, client)   # long-polls Reviewer, then resumes
 
 For each tool call of the last AI message, the node runs an ungated tool at once; for a gated one it
-submits the call as a proposal (the tool and its arguments are the action) and calls `interrupt()`
-with the proposal's id. The graph resumes with the decision token (`Command(resume=...)`, what
-`resume_with_decisions` sends); the node then verifies it with the gate against the request IT
-built (the resume value is only a carrier: a forged or replayed token is refused), consumes it, runs
-the tool once with the approved arguments (a reviewer's edit when there was one; inside the tool,
-`reviewer_gate.current_approval().idempotency_key` is the key to send downstream) and reports the
-outcome. A rejection, an expiry or any refusal becomes the tool's message instead: the model reads why.
+submits the call as a proposal (the tool and its arguments are the action, described for the reviewers by
+the tool's `ToolDescription`, reviewer_gate/describe.py, or by defaults from the tool's own description
+and schema) and calls `interrupt()` with the proposal's id. When policy decided at intake (allowed or
+denied) the intake answer carries the decision and the node does not interrupt. The graph resumes with
+the decision token (`Command(resume=...)`, what `resume_with_decisions` sends); the node then verifies it
+with the gate against the request IT built (the resume value is only a carrier: a forged or replayed
+token is refused), consumes it, runs the tool once with the approved arguments (a reviewer's edit when
+there was one; inside the tool, `reviewer_gate.current_approval().idempotency_key` is the key to send
+downstream) and reports the outcome. A rejection, an expiry or any refusal becomes the tool's message
+instead: the model reads why.
 
 On resume LangGraph re-runs the node from its start, so the request is deterministic (its ids derive
 from the thread id and the tool call id, it carries no expiry) and submitting it again answers the
@@ -25,9 +29,8 @@ same proposal.
 
 from __future__ import annotations
 
-import json
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage, ToolCall, ToolMessage
@@ -36,6 +39,7 @@ from langchain_core.tools import BaseTool
 from langgraph.types import Command, interrupt
 
 from reviewer_gate.client import NotApproved, ReviewerClient, build_request, running_under
+from reviewer_gate.describe import ToolDescription
 from reviewer_gate.risk import GatingRules, risk_hint
 
 INTERRUPT_KIND = "reviewer_approval"
@@ -55,12 +59,21 @@ class ReviewedToolNode:
         use_risk_hint: bool = True,
         principal: dict[str, Any] | None = None,
         agent_version: str = "langgraph",
+        descriptions: Mapping[str, ToolDescription] | None = None,
     ):
         self.tools = {tool.name: tool for tool in tools}
         self.client = client
         self.rules = GatingRules.of(gated, open, use_risk_hint)
         self.principal = principal or {"id": "langgraph", "display": "LangGraph graph"}
         self.agent_version = agent_version
+        unknown = sorted(set(descriptions or {}) - set(self.tools))
+        if unknown:
+            raise ValueError(f"descriptions name tools this node does not run: {', '.join(unknown)}")
+        # Checked now against each tool's arguments, so a bad template fails here, not at a call.
+        self.descriptions = {
+            name: description.checked(name, tuple(self.tools[name].args))
+            for name, description in (descriptions or {}).items()
+        }
 
     def __call__(self, state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
         message = state["messages"][-1]
@@ -80,36 +93,41 @@ class ReviewedToolNode:
         self, tool: BaseTool, call: ToolCall, thread: str, config: RunnableConfig
     ) -> ToolMessage:
         key = str(uuid.uuid5(_NAMESPACE, f"{thread}/{call['id']}"))
-        request = build_request(
-            {"tool": tool.name, "arguments": call["args"]},
-            summary=f"{tool.name} {json.dumps(call['args'], sort_keys=True)[:200]}",
-            principal=self.principal,
-            agent_version=self.agent_version,
-            consequences={"effect": f"runs the tool {tool.name}", "risk": risk_hint(tool.name) or "gated"},
-            request_id=f"langgraph-{key}",
+        fields = self.descriptions.get(tool.name, ToolDescription()).request_fields(
+            tool.name,
+            call["args"],
+            tool_text=tool.description,
+            argument_order=tuple(tool.args),
+            context=config,
+            default_principal=self.principal,
+            effect=f"runs the tool {tool.name}",
         )
+        fields["consequences"].setdefault("risk", risk_hint(tool.name) or "gated")
+        request = build_request(**fields, agent_version=self.agent_version, request_id=f"langgraph-{key}")
         # Submitting again (the node re-runs on resume) answers the same proposal.
         submission = self.client.submit(request, task_id=f"langgraph-{key}", context_id=thread)
-        resumed = interrupt(
-            {
-                "kind": INTERRUPT_KIND,
-                "proposal_id": submission.proposal_id,
-                "tool_call_id": call["id"],
-                "summary": request["summary"],
-                "action": request["action"],
-            }
-        )
-        token = resumed.get("token") if isinstance(resumed, dict) else None
-        refusal = resumed.get("refusal") if isinstance(resumed, dict) else None
+        token = submission.token  # policy decided at intake: no pause
         if not token:
-            return self._refused(
-                call, NotApproved(refusal or "no_decision", "the graph resumed without a decision")
+            resumed = interrupt(
+                {
+                    "kind": INTERRUPT_KIND,
+                    "proposal_id": submission.proposal_id,
+                    "tool_call_id": call["id"],
+                    "summary": request["summary"],
+                    "action": request["action"],
+                }
             )
+            token = resumed.get("token") if isinstance(resumed, dict) else None
+            refusal = resumed.get("refusal") if isinstance(resumed, dict) else None
+            if not token:
+                return self._refused(
+                    call, NotApproved(refusal or "no_decision", "the graph resumed without a decision")
+                )
         try:
             approval = self.client.release(submission, token)
         except NotApproved as error:
             return self._refused(call, error)
-        if approval.action.get("tool") != tool.name:
+        if approval.action.get("tool") != request["action"]["tool"]:
             approval.report("failed", detail="the approved action names another tool; nothing was run")
             return ToolMessage(
                 "The approved action names another tool; nothing was run.",

@@ -1,7 +1,8 @@
 """The OpenAI Agents SDK's tool approvals, decided by Reviewer (extra `openai-agents`).
 
     approvals = ReviewerApprovals(client, principal={"id": "u-7", "display": "Casey"})
-    agent = Agent(name="ops", tools=[approvals.gate(refund), lookup_order])
+    refund = approvals.gate(refund, ToolDescription(name="payments.refund", currency="EUR"))
+    agent = Agent(name="ops", tools=[refund, lookup_order])
     result = await approvals.run(agent, "Refund order 1182")     # Runner.run + Reviewer's decisions
 
 `gate(tool)` turns on the SDK's approval hook for a `FunctionTool` (`needs_approval=True`), so the run
@@ -12,7 +13,10 @@ was consumed, with the approved arguments (a reviewer's edit when there was one)
 approved any other way (`state.approve(item)` by hand) returns an error to the model and runs nothing.
 
 `run(agent, input)` is `Runner.run` that, at each interruption for a gated tool, submits the call as a
-proposal (the tool and its parsed arguments are the action), waits for the decision (long poll), and
+proposal (the tool and its parsed arguments are the action, described for the reviewers by the tool's
+`ToolDescription`, reviewer_gate/describe.py, whose `principal` gets the run's `context`, or by
+defaults from the tool's description and JSON schema), waits for the decision (long poll; none when
+policy decided at intake), and
 approves the item (Reviewer approved: the tool will run) or rejects it with the reviewer's reason as
 the message the model reads. Interruptions of tools it does not gate are left to the caller.
 """
@@ -26,7 +30,13 @@ from agents import Agent, FunctionTool, Runner, RunResult
 from agents.tool_context import ToolContext
 
 from reviewer_gate.client import Approval, NotApproved, ReviewerClient, running_under
+from reviewer_gate.describe import ToolDescription
 from reviewer_gate.risk import risk_hint
+
+
+def _argument_names(tool: FunctionTool) -> tuple[str, ...]:
+    """The tool's arguments in its JSON schema's order."""
+    return tuple((tool.params_json_schema or {}).get("properties") or {})
 
 
 def _call_of(item: Any) -> tuple[str, str, dict[str, Any]]:
@@ -54,11 +64,13 @@ class ReviewerApprovals:
         self.principal = principal or {"id": "openai-agents", "display": "OpenAI Agents SDK run"}
         self.agent_version = agent_version
         self.decision_timeout = decision_timeout
-        self._gated: set[str] = set()
+        self._gated: dict[str, tuple[FunctionTool, ToolDescription]] = {}
         self._released: dict[str, Approval] = {}  # call id -> verified, consumed, not yet used
 
-    def gate(self, tool: FunctionTool) -> FunctionTool:
-        """Make `tool` ask Reviewer (the SDK's approval hook) and run only on a released approval."""
+    def gate(self, tool: FunctionTool, description: ToolDescription | None = None) -> FunctionTool:
+        """Make `tool` ask Reviewer (the SDK's approval hook) and run only on a released approval;
+        `description` says how its calls read for the reviewers (checked now against its schema)."""
+        description = (description or ToolDescription()).checked(tool.name, _argument_names(tool))
         original = tool.on_invoke_tool
 
         async def invoke_with_approval(context: ToolContext[Any], _arguments: str) -> Any:
@@ -77,7 +89,7 @@ class ReviewerApprovals:
 
         tool.on_invoke_tool = invoke_with_approval
         tool.needs_approval = True
-        self._gated.add(tool.name)
+        self._gated[tool.name] = (tool, description)
         return tool
 
     async def run(self, agent: Agent, input: Any, **run_options: Any) -> RunResult:  # noqa: A002 - Runner's name
@@ -89,23 +101,29 @@ class ReviewerApprovals:
                 return result  # approvals for tools this object does not gate: the caller's
             state = result.to_state()
             for item in ours:
-                await self._decide(state, item)
+                await self._decide(state, item, run_options.get("context"))
             result = await Runner.run(agent, state, **run_options)
         return result
 
-    async def _decide(self, state: Any, item: Any) -> None:
+    async def _decide(self, state: Any, item: Any, context: Any) -> None:
         call_id, tool_name, arguments = _call_of(item)
+        tool, description = self._gated[tool_name]
+        fields = description.request_fields(
+            tool_name,
+            arguments,
+            tool_text=tool.description or "",
+            argument_order=_argument_names(tool),
+            context=context,
+            default_principal=self.principal,
+            effect=f"runs the tool {tool_name}",
+        )
+        fields["consequences"].setdefault("risk", risk_hint(tool_name) or "gated")
         try:
             approval = await self.client.arequest_approval(
-                {"tool": tool_name, "arguments": arguments},
-                summary=f"{tool_name} {json.dumps(arguments, sort_keys=True)[:200]}",
-                principal=self.principal,
+                fields.pop("action"),
+                **fields,
                 task_id=f"openai-agents-{call_id}",
                 agent_version=self.agent_version,
-                consequences={
-                    "effect": f"runs the tool {tool_name}",
-                    "risk": risk_hint(tool_name) or "gated",
-                },
                 timeout=self.decision_timeout,
             )
         except NotApproved as refusal:
@@ -115,7 +133,7 @@ class ReviewerApprovals:
                 message = f"Not approved ({refusal.code}): {refusal.reason}. Nothing was run."
             state.reject(item, rejection_message=message)
             return
-        if approval.action.get("tool") != tool_name:
+        if approval.action.get("tool") != (description.name or tool_name):
             await approval.areport("failed", detail="the approved action names another tool; nothing was run")
             state.reject(item, rejection_message="The approved action names another tool; nothing was run.")
             return

@@ -111,7 +111,9 @@ class FakeReviewer:
     """Reviewer's agent-facing HTTP surface on a loopback port, recording every call.
 
     - GET /.well-known/jwks.json (counted in `jwks_fetches`)
-    - POST /api/v1/proposals → 201 with a new proposal_id (200 and the same id for a known request)
+    - POST /api/v1/proposals → 201 with a new proposal_id (200 and the same id for a known request);
+      with `token` set when `intake_decision(body)` returns one (policy deciding at intake:
+      `decide_at_intake(...)`), `null` otherwise
     - GET /api/v1/proposals/<id>/decision?wait=N → {"token", "state"}: what `decide(...)` or `close(...)`
       set, waiting up to N seconds for it (the long poll)
     - POST /api/v1/decisions/<jti>/consume → 200, or what `consume_answers[jti]` says
@@ -135,6 +137,8 @@ class FakeReviewer:
         self._outcome_of: dict[str, dict[str, Any]] = {}  # proposal_id -> {"token", "state"}
         self._proposal_ids: dict[tuple[str, str], str] = {}  # (task_id, request_id) -> proposal_id
         self._changed = threading.Condition(self.lock)
+        # body -> (token, state) or None: what policy decides at intake (decide_at_intake)
+        self.intake_decision = None
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.httpd.daemon_threads = True
         self._thread = threading.Thread(
@@ -267,12 +271,17 @@ class FakeReviewer:
                         reviewer.proposals.append(call)
                         known = key in reviewer._proposal_ids
                         proposal_id = reviewer._proposal_ids.setdefault(key, str(uuid.uuid4()))
+                        decided = reviewer.intake_decision(body) if reviewer.intake_decision else None
+                        if decided and not known:
+                            reviewer._outcome_of[proposal_id] = {"token": decided[0], "state": decided[1]}
+                        outcome = reviewer._outcome_of.get(proposal_id) or {}
                     self._send(
                         200 if known else 201,
                         {
                             "proposal_id": proposal_id,
-                            "state": "awaiting_review",
+                            "state": outcome.get("state", "awaiting_review"),
                             "status_url": f"/api/v1/proposals/{proposal_id}",
+                            "token": outcome.get("token"),
                         },
                     )
                     return
@@ -292,6 +301,36 @@ class FakeReviewer:
                 self._send(status, answer)
 
         return Handler
+
+
+def _claims_for(reviewer: "FakeReviewer", body: dict, *, audience: str, decision: str, **overrides) -> dict:
+    """Claims bound to a submitted body; an approval ends no later than the request's own expires_at."""
+    binding = {
+        "task_id": body["task_id"],
+        "request_id": body["request"]["request_id"],
+        "action_digest": body["request"]["action_digest"],
+        "context_id": body["context_id"],
+        "decision": decision,
+    }
+    claims = decision_claims(issuer=reviewer.url, audience=audience, **{**binding, **overrides})
+    if "expires_at" in body["request"]:
+        deadline = datetime.fromisoformat(body["request"]["expires_at"].replace("Z", "+00:00"))
+        claims["exp"] = min(claims["exp"], int(deadline.timestamp()))
+    return claims
+
+
+def decide_at_intake(
+    reviewer: "FakeReviewer", key: "ReviewerKey", *, audience: str, decision: str = "approved", **overrides
+) -> None:
+    """Policy deciding at intake: every new proposal's answer carries its signed decision (`approved`
+    is Reviewer's state `allowed`, `rejected` is `denied`), as Reviewer answers when a policy allows or
+    denies. `overrides` replace claims."""
+
+    def decide(body: dict) -> tuple[str, str]:
+        claims = _claims_for(reviewer, body, audience=audience, decision=decision, **overrides)
+        return key.sign(claims), "allowed" if decision == "approved" else "denied"
+
+    reviewer.intake_decision = decide
 
 
 def decide_next_proposal(
@@ -320,17 +359,7 @@ def decide_next_proposal(
         if close:
             reviewer.close(proposal_id, close)
             return
-        binding = {
-            "task_id": body["task_id"],
-            "request_id": body["request"]["request_id"],
-            "action_digest": body["request"]["action_digest"],
-            "context_id": body["context_id"],
-            "decision": decision,
-        }
-        claims = decision_claims(issuer=reviewer.url, audience=audience, **{**binding, **overrides})
-        if "expires_at" in body["request"]:
-            deadline = datetime.fromisoformat(body["request"]["expires_at"].replace("Z", "+00:00"))
-            claims["exp"] = min(claims["exp"], int(deadline.timestamp()))
+        claims = _claims_for(reviewer, body, audience=audience, decision=decision, **overrides)
         reviewer.decide(proposal_id, key.sign(claims))
 
     thread = threading.Thread(target=run, daemon=True)
