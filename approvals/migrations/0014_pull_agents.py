@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('approvals', '0012_target_identity'),
+        ('approvals', '0013_notifications'),
         ('tenants', '0002_admin_labels'),
     ]
 

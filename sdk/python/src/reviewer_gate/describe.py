@@ -109,7 +109,7 @@ class ToolDescription:
         context: Any = None,
         default_principal: Mapping[str, str] | None = None,
         effect: str = "",
-    ) -> dict:
+    ) -> dict[str, Any]:
         """`action`, `summary`, `consequences` and `principal` for ReviewerClient.submit/request_approval
         (`build_request`'s fields): what a reviewer reads about this call."""
         arguments = dict(arguments)
@@ -146,7 +146,7 @@ class ToolDescription:
         return fields
 
 
-def _principal(value: Mapping[str, str]) -> dict:
+def _principal(value: Mapping[str, str]) -> dict[str, str]:
     if not isinstance(value, Mapping) or not str(value.get("id") or "").strip():
         raise ToolDescriptionError("principal", "returns {'id': ..., 'display': ...} with a non-empty id")
     return {"id": str(value["id"])[:200], "display": str(value.get("display") or value["id"])[:200]}
@@ -164,12 +164,12 @@ def _shown(value: Any) -> str:
     return str(value) if _plain(value) else json.dumps(value, ensure_ascii=False, sort_keys=True)[:200]
 
 
-def _fill(template: str, values: dict) -> str:
+def _fill(template: str, values: dict[str, Any]) -> str:
     """The template with the call's values; a name the call did not send shows as "?" (never raises)."""
     return string.Formatter().vformat(template, (), _Missing(values))
 
 
-class _Missing(dict):
+class _Missing(dict[str, Any]):
     def __missing__(self, key: str) -> str:
         return "?"
 
