@@ -25,8 +25,8 @@ from django.http import QueryDict
 from django.template.loader import render_to_string
 from pydantic import ValidationError
 
-from accounts import stepup
 from approvals import events
+from approvals import stepup as vote_step_up
 from approvals.live.fanout import Viewer, live_updates, verified_user
 from approvals.schemas import VoteMessage
 from approvals.selectors import proposal_for_user
@@ -124,13 +124,14 @@ class ReviewerSocket(AsyncJsonWebsocketConsumer):
                 verdict=message.verdict,
                 digest_seen=message.digest,
                 reason=message.reason,
-                step_up=stepup.step_up_for(
+                step_up=vote_step_up.step_up_for(
                     user,
                     message.otp_code,
                     session,
                     passkey=message.passkey,
-                    proposal_id=proposal.id,
+                    proposal=proposal,
                     digest=message.digest,
+                    reread=True,
                 ),
                 page_hash=page_hash(proposal),
             )
