@@ -38,6 +38,12 @@ from lib.errors import NotFound, ServiceError, error_body
 from tenants.models import TenantMembership
 
 
+# The close code of a socket whose person lost access since it opened (signed out, deprovisioned, removed
+# from the tenant): the page says so instead of "reconnecting", and htmx does not reconnect (4000-4999 are
+# the application's own codes; htmx retries only 1006, 1011, 1012 and 1013).
+ACCESS_ENDED = 4403
+
+
 def _error(code: str, message: str, field: str | None = None, **extra) -> dict:
     return {"type": "error", **extra, **error_body(code, message, field)}
 
@@ -60,7 +66,7 @@ class ReviewerSocket(AsyncJsonWebsocketConsumer):
         """Send the page's partials as they are now, or close the socket if the person lost access."""
         html = await database_sync_to_async(self.render_current)()
         if html is None:
-            await self.close()
+            await self.close(code=ACCESS_ENDED)
         else:
             await self.send(text_data=html)
 
@@ -222,7 +228,7 @@ class ProposalConsumer(ReviewerSocket):
         """This socket's part of the event's update, or close it if the person lost access."""
         update = await live_updates.update_for(self, event_id)
         if update is None:
-            await self.close()
+            await self.close(code=ACCESS_ENDED)
             return
         self.mode = update.mode
         await self.send(text_data=update.html)
