@@ -13,7 +13,10 @@ from sso.models import IdentityProvider
 def confirms_at_provider(tenant_id) -> IdentityProvider | None:
     """The tenant's provider when the tenant confirms votes by a fresh sign-in there."""
     return IdentityProvider.objects.filter(
-        tenant_id=tenant_id, enabled=True, step_up=IdentityProvider.StepUp.IDP
+        tenant_id=tenant_id,
+        enabled=True,
+        protocol=IdentityProvider.Protocol.OIDC,  # a SAML provider offers no bound re-authentication
+        step_up=IdentityProvider.StepUp.IDP,
     ).first()
 
 

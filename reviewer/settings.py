@@ -123,12 +123,16 @@ INSTALLED_APPS = [
     "approvals",
     "sso",
     "django_scim",
+    "djangosaml2",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # A SAML response is a cross-site POST, which the Lax session cookie does not reach: djangosaml2 keeps
+    # the requests a browser started (InResponseTo) in a session of its own (SameSite=None).
+    "djangosaml2.middleware.SamlSessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -461,6 +465,8 @@ LOGGING = {
         "daphne": {"level": "WARNING"},
         "a2a": {"level": "WARNING"},
         "axes": {"level": "WARNING"},  # every sign-in attempt at INFO
+        "xmlschema": {"level": "WARNING"},  # pysaml2's schemas, announced at INFO on every start
+        "saml2": {"level": "WARNING"},  # pysaml2 logs whole assertions at INFO
     },
 }
 
@@ -489,3 +495,11 @@ SCIM_SERVICE_PROVIDER = {
     "AUTH_CHECK_MIDDLEWARE": "sso.scim_auth.BearerTokenCheck",
     "SCHEMAS_GETTER": "sso.scim_schemas.published_schemas",
 }
+
+# SAML 2.0 sign-in (sso/saml.py on djangosaml2 and pysaml2), configured per tenant in the admin (no
+# SAML_CONFIG here: each tenant's service provider is built from its IdentityProvider). pysaml2 checks
+# XML signatures with xmlsec1 (Debian's package xmlsec1); a SAML sign-in fails closed without it.
+SAML_XMLSEC_BINARY = env_str("SAML_XMLSEC_BINARY", "")  # empty: xmlsec1 on PATH
+# The AuthnRequest goes as a link (HTTP-Redirect): the sign-in pages' CSP allows no inline form posting.
+SAML_DEFAULT_BINDING = "urn:oasis:names:tc:SAML:2.0:bindings:HTTP-Redirect"
+SAML_SESSION_COOKIE_NAME = "saml_session"
