@@ -37,7 +37,6 @@ from approvals.web.pages import page_hash
 from lib.errors import NotFound, ServiceError, error_body
 from tenants.models import TenantMembership
 
-
 # The close code of a socket whose person lost access since it opened (signed out, deprovisioned, removed
 # from the tenant): the page says so instead of "reconnecting", and htmx does not reconnect (4000-4999 are
 # the application's own codes; htmx retries only 1006, 1011, 1012 and 1013).
