@@ -35,7 +35,7 @@ OPS_ACTION = {"tool": "ops.restart", "arguments": {"service": "api"}, "target": 
 
 @pytest.fixture(scope="module")
 def provider_process(live_server_url):
-    idp = OidcProvider().start()
+    idp = OidcProvider().start(timeout=120)  # beside Daphne and Chromium: a loaded machine starts it slowly
     idp.add_client(CLIENT_ID, CLIENT_SECRET, [f"{live_server_url}/accounts/sso/callback"])
     yield idp
     idp.stop()
