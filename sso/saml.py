@@ -251,6 +251,10 @@ class SamlAssertionConsumer(TenantConfig, AssertionConsumerServiceView):
                     "replayed", "this assertion was used already (a replayed sign-in)"
                 ) from None
             user, device = services.sign_in(provider, claims)
+            # Past its NotOnOrAfter (and the clock skew) an assertion is refused as expired anyway.
+            SamlAssertionSeen.objects.filter(
+                expires_at__lt=timezone.now() - timedelta(seconds=2 * CLOCK_SKEW_SECONDS)
+            ).delete()
         auth.login(request, user, backend=BACKEND)
         otp_login(request, device)
         return user

@@ -121,6 +121,17 @@ def test_a_bad_assertion_is_refused_and_changes_nothing(
     assert AuditEvent.objects.get(verb=Verb.SSO_REFUSED).data["code"] == code
 
 
+def test_assertions_past_their_lifetime_are_forgotten_at_the_next_sign_in(client, saml_idp, saml_provider):
+    old = SamlAssertionSeen.objects.create(
+        issuer=saml_idp.entity_id, assertion_id="id-old", expires_at=timezone.now() - timedelta(hours=2)
+    )
+
+    assert post_back(client, *provider_form(client, saml_idp)).status_code == 302
+
+    assert not SamlAssertionSeen.objects.filter(pk=old.pk).exists()
+    assert SamlAssertionSeen.objects.count() == 1
+
+
 def test_an_expired_assertion_is_refused(client, saml_idp, saml_provider):
     action, fields = provider_form(client, saml_idp)
 
