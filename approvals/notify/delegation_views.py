@@ -17,7 +17,7 @@ from tenants.models import Tenant, TenantMembership
 
 
 class DelegationForm(forms.Form):
-    tenant: forms.ModelChoiceField[Tenant] = forms.ModelChoiceField(queryset=None, empty_label=None)
+    tenant: "forms.ModelChoiceField[Tenant]" = forms.ModelChoiceField(queryset=None, empty_label=None)
     delegate = forms.CharField(label="Delegate (their username)", max_length=150)
     starts_at = forms.DateTimeField(
         label="From (UTC)", widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
