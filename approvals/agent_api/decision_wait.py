@@ -58,12 +58,10 @@ class DecisionWaits:
         self.app = app
         self.per_agent = per_agent if per_agent is not None else settings.DECISION_WAITS_PER_AGENT
         self.per_process = per_process if per_process is not None else settings.DECISION_WAITS_PER_PROCESS
-        self.waiting: Counter[int] = (
-            Counter()
-        )  # agent id -> open pulls; one event loop per process: no lock needed
-        self.subscribed: Counter[str] = (
-            Counter()
-        )  # proposal id -> waits asleep on its group (what tests observe)
+        # agent id -> open pulls; one event loop per process: no lock needed
+        self.waiting: Counter[int] = Counter()
+        # proposal id -> waits asleep on its group (what tests observe)
+        self.subscribed: Counter[str] = Counter()
         self._reads: asyncio.Semaphore | None = (
             None  # asyncio.Semaphore(READ_SLOTS), made on the loop that uses it
         )
