@@ -62,9 +62,8 @@ class DecisionWaits:
         self.waiting: Counter[int] = Counter()
         # proposal id -> waits asleep on its group (what tests observe)
         self.subscribed: Counter[str] = Counter()
-        self._reads: asyncio.Semaphore | None = (
-            None  # asyncio.Semaphore(READ_SLOTS), made on the loop that uses it
-        )
+        # asyncio.Semaphore(READ_SLOTS), made on the loop that uses it
+        self._reads: asyncio.Semaphore | None = None
 
     async def __call__(self, scope, receive, send):
         match = PATH.match(scope.get("path", "")) if scope["type"] == "http" else None

@@ -197,9 +197,8 @@ class ProposalConsumer(ReviewerSocket):
         except NotFound:
             return []
         self.user, self.proposal_id = user, proposal.id
-        self.mode: tuple[str, str] | None = (
-            None  # the decision panel's controls, as last sent (the first send includes it)
-        )
+        # the decision panel's controls, as last sent (the first send includes it)
+        self.mode: tuple[str, str] | None = None
         return [events.proposal_group(proposal.id)]
 
     async def connect(self):
