@@ -36,7 +36,7 @@ def passkey_answer_field() -> forms.CharField:
     return forms.CharField(required=False, max_length=passkeys.MAX_ANSWER_CHARS, widget=PasskeyAnswerInput)
 
 
-def normalized_code(value: str) -> str:
+def normalized_code(value: str | None) -> str:
     return (value or "").strip().replace(" ", "")
 
 

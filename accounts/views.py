@@ -57,7 +57,7 @@ def login_view(request):
             return redirect("approvals:enroll")
         otp_login(request, form.device)
         return redirect(_next_url(request))
-    if form.code_refused:
+    if form.code_refused and form.user_cache is not None:
         # The password was right, the code was not: counted by axes like a wrong password, and recorded.
         throttle.count_code_failure(request, form.user_cache.get_username())
         record_sign_in_code_refused(form.user_cache)

@@ -46,7 +46,8 @@ def _check_step_up(proposal: Proposal, step_up: StepUp | None) -> tuple[str, dat
     if step_up.method != stepup.SESSION:
         return step_up.method, timezone.now()
     window = step_up_window(mode)
-    if window is not None and timezone.now() - step_up.verified_at <= timedelta(seconds=window):
+    at = step_up.verified_at  # always set for a session step-up (accounts/stepup.py)
+    if window is not None and at is not None and timezone.now() - at <= timedelta(seconds=window):
         return f"session_step_up_{mode}s", timezone.now()
     return None
 
@@ -132,7 +133,8 @@ def cast_vote(
             elif refusal.code == "halted" and proposal.state in WAITING_FOR_PEOPLE:
                 # Submitted while the halt was committing, so the halt did not see it: cancel it as the
                 # halt would have, so a resume never brings it back (issue 13.8).
-                reason = f"halt: {active_halt(proposal.tenant_id, proposal.agent_id).reason}"
+                halt = active_halt(proposal.tenant_id, proposal.agent_id)  # None if lifted since the check
+                reason = f"halt: {halt.reason}" if halt is not None else "halt"
                 transition(proposal, State.CANCELLED, actor=SYSTEM, reason=reason)
                 enqueue_cancel(proposal, reason=reason)
             if refusal.code not in STEP_UP_REFUSALS:
@@ -279,7 +281,7 @@ def request_info(
         if refusal:
             raise refusal
         step, refusal = check_step_up(proposal, actor, step_up, "question")
-        if refusal is None:
+        if step is not None:  # no refusal
             transition(proposal, State.INFO_REQUESTED, actor=actor_label(actor), reason=question)
             decision = issue_decision(
                 proposal,
