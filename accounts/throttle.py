@@ -18,10 +18,10 @@ from accounts.devices import record_sign_in_throttled
 
 
 def client_address(request) -> str | None:
-    """The address failures are counted under: the connection's peer (REMOTE_ADDR). Behind a proxy, run
-    Daphne with --proxy-headers so REMOTE_ADDR is the client's; a header the client sends is never read
-    here, so it cannot pick a fresh address per guess. None when there is none (a request built in code,
-    e.g. a test's force_login); axes stores addresses in an IP column, so no placeholder text."""
+    """The address failures are counted under: REMOTE_ADDR, the connection's peer, or the client a
+    TRUSTED_PROXIES proxy names (reviewer/proxies.py). A header the client sends is never read here, so
+    it cannot pick a fresh address per guess. None when there is none (a request built in code, e.g. a
+    test's force_login); axes stores addresses in an IP column, so no placeholder text."""
     return request.META.get("REMOTE_ADDR") or None
 
 

@@ -5,6 +5,7 @@ channel layer, a generated SECRET_KEY and signing key. With DEBUG off every secr
 `.env.example` lists every variable read here.
 """
 
+import ipaddress
 import os
 import secrets
 from datetime import timedelta
@@ -319,10 +320,19 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 
 # Behind a TLS-terminating proxy (the production set-up), the proxy says the request came over https with
-# X-Forwarded-Proto. Only trust this header when the proxy always sets it (it overwrites what a client
-# sends); set SECURE_PROXY_SSL_HEADER to an empty value when Daphne terminates TLS itself.
+# X-Forwarded-Proto. It is read only from TRUSTED_PROXIES (below), and the proxy must always set it
+# (overwriting what a client sent); set SECURE_PROXY_SSL_HEADER to an empty value when Daphne terminates
+# TLS itself.
 _proxy_ssl_header = env_str("SECURE_PROXY_SSL_HEADER", "" if DEBUG else "HTTP_X_FORWARDED_PROTO")
 SECURE_PROXY_SSL_HEADER = (_proxy_ssl_header, "https") if _proxy_ssl_header else None
+# The proxies whose X-Forwarded-For and X-Forwarded-Proto are believed (reviewer/proxies.py): addresses
+# or CIDRs of the peers Daphne sees. From anyone else those headers are dropped before Django reads them.
+TRUSTED_PROXIES = env_list("TRUSTED_PROXIES", [])
+for _proxy in TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_proxy, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(f"TRUSTED_PROXIES: {_proxy!r} is not an IP address or network") from None
 # With DEBUG off, http is redirected to https and browsers are told to use https only (HSTS). The
 # defaults make `manage.py check --deploy` clean; HSTS preload is a promise to browsers: keep it only for a
 # domain that will always serve https (SECURE_HSTS_PRELOAD=false to opt out).
