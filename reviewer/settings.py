@@ -298,12 +298,25 @@ OTP_WEBAUTHN_ALLOWED_ORIGINS = WEBAUTHN_ORIGINS
 OTP_WEBAUTHN_ALLOW_PASSWORDLESS_LOGIN = False
 
 # Sign-in throttling (django-axes, accounts/throttle.py): after SIGN_IN_FAILURE_LIMIT failures (a wrong
-# password, or a right one with a wrong code) an account, and separately a client address, is refused
-# for SIGN_IN_COOL_OFF_SECONDS. Short on purpose: an attacker's failures keep the person out only briefly.
+# password, or a right one with a wrong code) a pair (account, client address), and separately a client
+# address, is refused for SIGN_IN_COOL_OFF_SECONDS: a guesser elsewhere does not keep the person out.
+# Across addresses, SIGN_IN_ACCOUNT_FAILURE_LIMIT failures within SIGN_IN_ACCOUNT_WINDOW_SECONDS make the
+# account sign in only with a passkey or a backup code (which unlocks it) until the window holds fewer.
 SIGN_IN_COOL_OFF_SECONDS = env_int("SIGN_IN_COOL_OFF_SECONDS", 120)
 AXES_FAILURE_LIMIT = env_int("SIGN_IN_FAILURE_LIMIT", 5)
+SIGN_IN_ACCOUNT_FAILURE_LIMIT = env_int("SIGN_IN_ACCOUNT_FAILURE_LIMIT", 30)
+SIGN_IN_ACCOUNT_WINDOW_SECONDS = env_int("SIGN_IN_ACCOUNT_WINDOW_SECONDS", 900)
+if SIGN_IN_ACCOUNT_FAILURE_LIMIT <= AXES_FAILURE_LIMIT:
+    raise ImproperlyConfigured(
+        "SIGN_IN_ACCOUNT_FAILURE_LIMIT must be above SIGN_IN_FAILURE_LIMIT: else one address's failures "
+        "lock the account everywhere"
+    )
 AXES_COOLOFF_TIME = timedelta(seconds=SIGN_IN_COOL_OFF_SECONDS)
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each on its own: per account and per address
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]
+# Refused attempts neither count nor extend the cool-down; every counted failure is in AccessFailureLog,
+# which the account limit counts.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_ENABLE_ACCESS_FAILURE_LOG = True
 AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "accounts.throttle.client_address"
 AXES_LOCKOUT_CALLABLE = "accounts.views.refused_page"
