@@ -355,15 +355,15 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", not 
 SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", not DEBUG)
 
 # Content-Security-Policy (django-csp): scripts and styles only from this origin, no inline script at
-# all (the pages have none; htmx's own indicator styles are off in base.html), no plugins, no framing,
-# forms post only here. Style attributes stay allowed (the audit charts' SVG and the admin use a few);
-# they cannot run code. connect-src 'self' covers the page's own WebSocket.
+# all (the pages have none; htmx's own indicator styles are off in base.html), no inline style either (no
+# page has a style attribute or a <style> block, so one injected into a page does nothing), no plugins,
+# no framing, forms post only here. Scripts still set styles through the DOM (element.style), which CSP
+# allows. connect-src 'self' covers the page's own WebSocket.
 CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
         "default-src": ["'self'"],
         "script-src": ["'self'"],
         "style-src": ["'self'"],
-        "style-src-attr": ["'unsafe-inline'"],
         "img-src": ["'self'", "data:"],
         "connect-src": ["'self'"],
         "object-src": ["'none'"],
