@@ -90,7 +90,7 @@ def hostile_world(tenant, agent, refund_policy, requester, reviewer_a, reviewer_
         action=hostile_action(),
         supersedes=first.request_id,
     )
-    # A tool name an agent made up (no policy names it: its own outcome) and a second agent's proposal.
+    # A tool name an agent made up (no policy names it: the default outcome).
     factories.submit(
         agent, action={**hostile_action(), "tool": hostile("payments.refund")}, summary=hostile("odd")
     )
