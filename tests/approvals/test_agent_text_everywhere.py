@@ -182,3 +182,19 @@ def test_no_admin_page_shows_a_raw_control_character(hostile_world, tenant):
             for pk in model.objects.values_list("pk", flat=True):
                 urls.append(reverse("admin:approvals_policyversion_dry_run", args=[pk]))
     assert raw_characters(client, urls) == []
+
+
+def test_the_edit_form_keeps_a_hidden_character_as_a_reference_and_says_where_it_is(
+    agent, refund_policy, reviewer_a
+):
+    """A value the reviewer leaves alone must be submitted as the agent sent it: the browser turns
+    &#x200B; back into U+200B. Beside the field, the plain-text form shows where it is."""
+    action = factories.refund_action()
+    action["arguments"]["account"] = "DE00\u200b1234"
+    proposal = factories.submit(agent, action=action)
+
+    page = verified_client(reviewer_a).get(reverse("approvals:edit", args=[proposal.id])).content.decode()
+
+    assert 'value="DE00&#x200B;1234"' in page
+    assert "The agent&#x27;s value holds hidden characters: DE00[U+200B]1234" in page
+    assert RAW.search(page) is None
