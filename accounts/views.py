@@ -52,6 +52,10 @@ def _next_url(request) -> str:
 def login_view(request):
     form = LoginForm(request, data=request.POST if request.method == "POST" else None)
     if form.is_bound and form.is_valid():
+        if form.account_locked:  # a passkey or a backup code: the count starts again with this sign-in
+            throttle.record_unlocked(
+                form.get_user(), factor="passkey" if form.cleaned_data["passkey"] else "backup code"
+            )
         auth_login(request, form.get_user())
         if form.device is None:
             return redirect("approvals:enroll")
@@ -61,6 +65,8 @@ def login_view(request):
         # The password was right, the code was not: counted by axes like a wrong password, and recorded.
         throttle.count_code_failure(request, form.user_cache.get_username())
         record_sign_in_code_refused(form.user_cache)
+    if form.is_bound and throttle.account_locked(form.cleaned_data.get("username")):
+        throttle.record_account_lock(form.cleaned_data["username"])
     return _sign_in_page(request, form, status=400 if form.is_bound else 200)
 
 

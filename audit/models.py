@@ -78,6 +78,7 @@ class Verb(models.TextChoices):
     DEVICE_RESET = "device.reset"
     SIGN_IN_CODE_REFUSED = "sign_in.code_refused"
     SIGN_IN_THROTTLED = "sign_in.throttled"
+    SIGN_IN_UNLOCKED = "sign_in.unlocked"
     PERSON_CHANGED = "person.changed"
     INTAKE_REFUSED = "intake.refused"
     SIGNING_KEY_ROTATED = "signing_key.rotated"
