@@ -31,7 +31,6 @@ from accounts.devices import (
     register_passkey,
     remove_passkey,
     rename_passkey,
-    require_confirmation,
     start_totp_enrollment,
 )
 from accounts.forms import ConfirmForm, EnrollForm, LoginForm, PasskeyNameForm
@@ -313,10 +312,9 @@ def authenticator(request):
     """Set up an authenticator app in place of the current one (a new phone), after confirming."""
     user = request.user
     confirmation = factors.confirmation_in(request.session)
-    try:
-        require_confirmation(user, confirmation, "adding an authenticator app")
-    except FactorChangeRefused as error:
-        messages.error(request, error.message)
+    refusal = factors.refusal(user, confirmation, "adding an authenticator app")
+    if refusal is not None:  # recorded when a code is sent (add_authenticator), not for a look
+        messages.error(request, refusal)
         return redirect("accounts:devices")
     device = start_totp_enrollment(user)
     form = EnrollForm(request.POST if request.method == "POST" else None)
