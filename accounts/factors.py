@@ -33,12 +33,14 @@ STRENGTH = {BACKUP_CODE: 1, TOTP: 2, NEW_PASSKEY: 2, PASSKEY: 3}
 ASK_FOR = {
     BACKUP_CODE: "one of your backup codes",
     TOTP: "a code from your authenticator app",
+    NEW_PASSKEY: "one of your passkeys",
     PASSKEY: "one of your passkeys",
 }
 # Why, in the same terms.
 BECAUSE = {
     BACKUP_CODE: "backup codes are the only factor you have",
     TOTP: "your authenticator app is your strongest factor (a backup code is weaker)",
+    NEW_PASSKEY: "a passkey is your strongest factor (it counts like a code while it is new)",
     PASSKEY: "you have a passkey, so a change to your factors must not rest on anything weaker: a "
     "stolen password and code must never be enough to add one",
 }
@@ -76,13 +78,18 @@ def passkey_kind(device) -> str:
 
 
 def needed_for_change(user) -> str | None:
-    """The weakest factor that may confirm a change to this person's factors (a key of ASK_FOR), or None
-    for someone who has none yet (their first enrollment needs only the password)."""
+    """The factor a change to this person's factors needs (a key of ASK_FOR; any as strong will do), or
+    None for someone who has none yet (their first enrollment needs only the password)."""
     kinds = factors_of(user)
     if not kinds:
         return None
     strongest = max(STRENGTH[kind] for kind in kinds)
-    return {1: BACKUP_CODE, 2: TOTP, 3: PASSKEY}[strongest]
+    # Of two factors as strong, the one people have most often is named (either confirms).
+    return next(
+        kind
+        for kind in (PASSKEY, TOTP, NEW_PASSKEY, BACKUP_CODE)
+        if kind in kinds and STRENGTH[kind] == strongest
+    )
 
 
 def refusal(user, confirmation: Confirmation | None, what: str) -> str | None:

@@ -66,6 +66,12 @@ def test_the_factor_a_change_needs_is_the_strongest_the_person_has(tenant, revie
     assert factors.needed_for_change(reviewer_a) == factors.TOTP  # a new passkey counts as a code
     register_passkey(reviewer_a)
     assert factors.needed_for_change(reviewer_a) == factors.PASSKEY
+    only_new_passkey = factories.make_user("passkey_only", tenant=tenant, totp=False)
+    register_passkey(only_new_passkey, established=False)
+    assert factors.needed_for_change(only_new_passkey) == factors.NEW_PASSKEY
+    assert factors.refusal(only_new_passkey, None, "adding a passkey").startswith(
+        "Adding a passkey needs you to confirm with one of your passkeys first"
+    )
 
 
 def test_the_services_refuse_a_weaker_confirmation_and_record_it(reviewer_a):

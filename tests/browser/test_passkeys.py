@@ -114,3 +114,9 @@ def test_a_reviewer_adds_a_passkey_signs_in_with_it_and_approves_a_passkey_polic
     assert Vote.objects.get(proposal=proposal).auth_method == "passkey"
     claims = jwt.decode(Decision.objects.get(proposal=proposal).token, options={"verify_signature": False})
     assert [approver["auth"]["method"] for approver in claims["approvers"]] == ["passkey"]
+
+    # Vouched for, the passkey is the strongest factor: Your devices asks for it before any change.
+    page.goto("/accounts/devices/")
+    expect(page.locator("#confirm")).to_contain_text("confirm with one of your passkeys first")
+    page.locator("#confirm").get_by_role("button", name="Confirm with a passkey").click()
+    expect(page.locator("#confirm")).to_contain_text("Confirmed with one of your passkeys")
