@@ -126,3 +126,22 @@ class PasskeyNameForm(forms.Form):
         if not self.cleaned_data.get("passkey"):
             raise forms.ValidationError("your browser did not create a passkey; press Add a passkey again")
         return self.cleaned_data["passkey"]
+
+
+class ConfirmForm(forms.Form):
+    """Confirm it is you before changing your factors: a code (authenticator or backup), or a passkey's
+    answer to the confirm challenge (hidden; static/js/passkeys.js)."""
+
+    otp_token = forms.CharField(
+        label="Code from your authenticator app (or a backup code)",
+        required=False,
+        max_length=16,
+        widget=forms.TextInput(attrs=ONE_TIME_CODE),
+    )
+    passkey = passkey_answer_field()
+
+    def clean(self):
+        cleaned = super().clean()
+        if not cleaned.get("passkey") and not normalized_code(cleaned.get("otp_token")):
+            raise forms.ValidationError("type a code, or press Confirm with a passkey")
+        return cleaned

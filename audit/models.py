@@ -76,6 +76,8 @@ class Verb(models.TextChoices):
     MEMBERSHIP_CHANGED = "membership.changed"
     DEVICE_ENROLLED = "device.enrolled"
     DEVICE_RESET = "device.reset"
+    DEVICE_CHANGE_REFUSED = "device.change_refused"
+    PASSKEY_VOUCHED = "passkey.vouched"
     SIGN_IN_CODE_REFUSED = "sign_in.code_refused"
     SIGN_IN_THROTTLED = "sign_in.throttled"
     SIGN_IN_UNLOCKED = "sign_in.unlocked"

@@ -296,6 +296,17 @@ OTP_WEBAUTHN_RP_ID = WEBAUTHN_RP_ID
 OTP_WEBAUTHN_RP_NAME = env_str("WEBAUTHN_RP_NAME", "Reviewer")
 OTP_WEBAUTHN_ALLOWED_ORIGINS = WEBAUTHN_ORIGINS
 OTP_WEBAUTHN_ALLOW_PASSWORDLESS_LOGIN = False
+# A passkey added less than this long ago does not satisfy a `step_up: "passkey"` policy (nor count as
+# a passkey when the person changes their factors) unless an admin vouched for it: its registration
+# rested on a weaker factor, and the person has this long, after the e-mail that says it was added, to
+# have it reset. 0 turns the cool-off off.
+PASSKEY_COOL_OFF_SECONDS = env_int("PASSKEY_COOL_OFF_SECONDS", 24 * 3600)
+# How long confirming with a factor on Your devices lets the person change their factors.
+FACTOR_CHANGE_WINDOW_SECONDS = env_int("FACTOR_CHANGE_WINDOW_SECONDS", 300)
+if PASSKEY_COOL_OFF_SECONDS < 0 or FACTOR_CHANGE_WINDOW_SECONDS <= 0:
+    raise ImproperlyConfigured(
+        "PASSKEY_COOL_OFF_SECONDS must be 0 or more and FACTOR_CHANGE_WINDOW_SECONDS more than 0 (seconds)"
+    )
 
 # Sign-in throttling (django-axes, accounts/throttle.py): after SIGN_IN_FAILURE_LIMIT failures (a wrong
 # password, or a right one with a wrong code) a pair (account, client address), and separately a client
