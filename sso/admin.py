@@ -39,7 +39,7 @@ class IdentityProviderForm(forms.ModelForm):
         exclude: list[str] = []  # every field; the fieldsets below order them
 
     def clean(self):
-        data = super().clean()
+        data = super().clean() or {}
         if data.get("protocol") == IdentityProvider.Protocol.SAML:
             declared = metadata_entity_id(data.get("saml_metadata") or "")
             if not declared:

@@ -26,6 +26,7 @@ from django.http import Http404
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
+from django.views import View
 from django_otp import login as otp_login
 from djangosaml2.views import AssertionConsumerServiceView, LoginView, MetadataView
 from saml2.config import SPConfig
@@ -171,7 +172,9 @@ def _expiry(value: str | None) -> datetime:
         return timezone.now() + SEEN_FALLBACK
 
 
-class TenantConfig:
+class TenantConfig(View):
+    """The tenant's SAML provider, from the URL, for djangosaml2's views (which read settings otherwise)."""
+
     def dispatch(self, request, *args, tenant_slug: str, **kwargs):
         self.provider = saml_provider(tenant_slug)
         return super().dispatch(request, *args, **kwargs)

@@ -151,9 +151,9 @@ class GroupMembershipFormSet(ServiceInlineFormSet):
         for form in self.forms:
             data = getattr(form, "cleaned_data", None)
             if data and data.get("DELETE") and form.instance.pk:
-                refusal = provider_kept_refusal(form.instance)
-                if refusal is not None:
-                    kept.append(refusal.message)
+                kept_refusal = provider_kept_refusal(form.instance)
+                if kept_refusal is not None:
+                    kept.append(kept_refusal.message)
             if not data or data.get("DELETE") or not data.get("user") or form.instance.pk:
                 continue
             refusal = group_member_refusal(tenant_id, data["user"])

@@ -285,8 +285,10 @@ def remove_group_member(group: ApproverGroup, user, *, actor=None) -> bool:
     require_config_admin(actor, group.tenant_id)
     with transaction.atomic():
         if actor is not None:
-            kept = GroupMembership.objects.filter(group=group, user=user).select_related("group", "user")
-            refusal = provider_kept_refusal(kept.first()) if kept.exists() else None
+            kept = (
+                GroupMembership.objects.filter(group=group, user=user).select_related("group", "user").first()
+            )
+            refusal = provider_kept_refusal(kept) if kept is not None else None
             if refusal is not None:
                 raise refusal
         return _remove_group_member(group, user, actor=actor)

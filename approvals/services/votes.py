@@ -186,9 +186,17 @@ def cast_vote(
                     subject=proposal_subject(proposal),
                     data={"code": refusal.code, "verdict": verdict},
                 )
-        else:
-            step = (*step, auth_detail(step_up))
-            vote = _store_vote(proposal, actor, verdict, digest_seen, reason, page_hash, step, reservation)
+        elif step is not None:
+            vote = _store_vote(
+                proposal,
+                actor,
+                verdict,
+                digest_seen,
+                reason,
+                page_hash,
+                (*step, auth_detail(step_up)),
+                reservation,
+            )
     if refusal is not None:
         raise refusal
     return vote
