@@ -70,6 +70,7 @@ AGENT_TEXT_FIELDS = [
     "task_id",
     "context_id",
     "request_id",
+    "target_key",
     "transaction_id",
     "outcome_detail",
     "action",

@@ -8,6 +8,22 @@ from django import forms
 
 from accounts.forms import ONE_TIME_CODE, normalized_code, passkey_answer_field
 from approvals.models import Proposal
+from approvals.templatetags.agent_text import agent_text_value
+from lib import agent_text as rules
+
+
+class AgentValueInput(forms.TextInput):
+    """A text input holding an agent's value: hidden characters travel as character references."""
+
+    def format_value(self, value):
+        formatted = super().format_value(value)
+        return None if formatted is None else agent_text_value(formatted)
+
+
+class AgentValueTextarea(forms.Textarea):
+    def format_value(self, value):
+        formatted = super().format_value(value)
+        return None if formatted is None else agent_text_value(formatted)
 
 
 def one_time_code_field() -> forms.CharField:
@@ -96,18 +112,20 @@ class EditArgumentsForm(forms.Form):
         for index, (key, value) in enumerate(sorted(self.original.items())):
             is_text = isinstance(value, str)
             initial = value if is_text else json.dumps(value, ensure_ascii=False)
-            widget = forms.Textarea(attrs={"rows": 3}) if len(initial) > 80 else forms.TextInput()
+            widget = AgentValueTextarea(attrs={"rows": 3}) if len(initial) > 80 else AgentValueInput()
             name = f"arg_{index}"
+            hints = [] if is_text else ['a JSON value, e.g. true or ["a", "b"] (numbers are written as text)']
+            if any(piece.hidden for piece in rules.pieces(initial)):
+                # The field keeps them as they are; this says where they are.
+                hints.append(f"The agent's value holds hidden characters: {rules.visible(initial)}")
             self.fields[name] = forms.CharField(
-                label=key,
+                label=rules.visible(key),
                 initial=initial,
                 required=False,
                 strip=is_text,
                 max_length=20000,
                 widget=widget,
-                help_text=""
-                if is_text
-                else 'a JSON value, e.g. true or ["a", "b"] (numbers are written as text)',
+                help_text="; ".join(hints),
             )
             self.argument_fields.append((name, key, is_text))
         self.fields["digest"].initial = proposal.action_digest
