@@ -79,6 +79,8 @@ class Verb(models.TextChoices):
     SIGN_IN_THROTTLED = "sign_in.throttled"
     PERSON_CHANGED = "person.changed"
     INTAKE_REFUSED = "intake.refused"
+    INTAKE_THROTTLED = "intake.throttled"
+    QUOTA_CHANGED = "quota.changed"
     SIGNING_KEY_ROTATED = "signing_key.rotated"
     EXPORT_CREATED = "export.created"
     TENANT_CREATED = "tenant.created"
