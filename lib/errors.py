@@ -28,7 +28,7 @@ class QuotaExceeded(ServiceError):
     http_status = 429
 
     def __init__(self, code: str, message: str, *, retry_after: int):
-        super().__init__(code, message)
+        super().__init__(code, f"{message}; retry after {retry_after} s")
         self.retry_after = retry_after
 
 

@@ -14,6 +14,7 @@ from approvals.services.agents import (
     rotate_agent_tokens,
     update_agent,
 )
+from approvals.services.quotas import LIMIT_FIELDS, set_agent_limits
 from lib.errors import ServiceError
 from lib.tokens import new_token
 
@@ -46,6 +47,7 @@ class AgentForm(forms.ModelForm):
             "audience",
             "outbound_auth_scheme",
             "outbound_auth_credentials",
+            *LIMIT_FIELDS,
         ]
 
     def __init__(self, *args, **kwargs):
@@ -95,12 +97,15 @@ class AgentAdmin(TenantScopedAdmin):
         return ["tenant", "slug", "created_at"] if obj else []
 
     def save_model(self, request, obj, form, change):
+        # Empty: the installation's default (settings), which the field's help text names.
+        limits = {name: form.cleaned_data.get(name) for name in LIMIT_FIELDS}
         if change:
             changes = {name: form.cleaned_data[name] for name in AGENT_EDITABLE if name in form.cleaned_data}
             if not changes.get("outbound_auth_credentials"):
                 changes.pop("outbound_auth_credentials", None)
             changes["audience"] = changes.get("audience") or obj.card_url
-            adopt_stored(obj, update_agent(Agent.objects.get(pk=obj.pk), actor=request.user, **changes))
+            agent = update_agent(Agent.objects.get(pk=obj.pk), actor=request.user, **changes)
+            adopt_stored(obj, set_agent_limits(agent, actor=request.user, **limits))
             return
         push_token, api_token = new_token(), new_token()
         agent = register_agent(
@@ -115,7 +120,7 @@ class AgentAdmin(TenantScopedAdmin):
             outbound_auth_credentials=form.cleaned_data.get("outbound_auth_credentials", ""),
             actor=request.user,
         )
-        adopt_stored(obj, agent)
+        adopt_stored(obj, set_agent_limits(agent, actor=request.user, **limits))
         _show_tokens_once(request, agent, push_token, api_token)
 
     @admin.action(description="Rotate tokens (the old ones stop working now)")

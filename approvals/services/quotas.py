@@ -200,7 +200,6 @@ def spend_or_refuse(
             retry_after=_seconds_to_a_token(tenant_tokens, tenant_limit),
         )
     if refusal is not None:
-        refusal.message = f"{refusal.message}; retry after {refusal.retry_after} s"
         _note_refusal(hold, refusal, now=now, via=via)
         return refusal
     # One UPDATE for both rows, already locked.
