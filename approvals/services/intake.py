@@ -29,6 +29,7 @@ from approvals.services.follow_ups import open_follow_up
 from approvals.services.halts import active_halt_expression, refuse_halted
 from approvals.services.lifecycle import expiry_for, first_transition, record_transition, transition
 from approvals.services.quotas import (
+    Hold,
     OpenCounts,
     hold_quotas,
     open_counts_expressions,
@@ -115,7 +116,7 @@ def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -
                 diff=[d.model_dump() for d in request.diff],
                 evidence=[e.model_dump() for e in request.evidence],
             )
-            found = _read_for_intake(agent, proposal)
+            found = _read_for_intake(agent, proposal, hold)
             if found.existing_id is not None:
                 return _same_request_or_error(Proposal.objects.get(pk=found.existing_id), request), False
             if refusal:
@@ -167,7 +168,7 @@ _HALT = "intake_halt_id"
 _HISTORY = "intake_history"
 
 
-def _read_for_intake(agent: Agent, proposal: Proposal) -> _Found:
+def _read_for_intake(agent: Agent, proposal: Proposal, hold: Hold) -> _Found:
     """One round trip for everything intake decides on: the tenant's active policy versions, each row
     annotated with the replay check, the halt check, the open-proposal counts of the quotas (read after
     their lock, services/quotas.py) and the target's history counts (uncorrelated
@@ -177,7 +178,7 @@ def _read_for_intake(agent: Agent, proposal: Proposal) -> _Found:
     annotations = {
         _EXISTING: _replay_expression(agent.id, proposal.task_id, proposal.request_id),
         _HALT: active_halt_expression(agent.tenant_id, agent.id),
-        **open_counts_expressions(agent),
+        **open_counts_expressions(hold),
     }
     history = policy_counts_expression(proposal)
     if history is not None:

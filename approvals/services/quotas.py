@@ -78,11 +78,20 @@ def _limits(owner, prefix: str) -> Limits:
 
 @dataclass
 class Hold:
-    """The two locked rows of one intake: the tenant's bucket and the agent's bucket and throttle window."""
+    """The two locked rows of one intake (the tenant's bucket; the agent's bucket and throttle window) and
+    the limits as they are now (read with the rows: an admin's change counts from the next intake)."""
 
     agent: Agent
     tenant_state: QuotaState
     agent_state: QuotaState
+
+    @property
+    def agent_limit(self) -> Limits:
+        return agent_limits(self.agent_state.agent)
+
+    @property
+    def tenant_limit(self) -> Limits:
+        return tenant_limits(self.tenant_state.tenant)
 
 
 def hold_quotas(agent: Agent, now: datetime) -> Hold:
@@ -107,9 +116,11 @@ def hold_quotas(agent: Agent, now: datetime) -> Hold:
 
 
 def _locked(agent: Agent) -> list[QuotaState]:
-    # Rows are locked in the order they are returned: the tenant's (agent null) first, for everyone.
+    # Rows are locked in the order they are returned: the tenant's (agent null) first, for everyone. Only
+    # the quota rows are locked; the agent and the tenant are read with them for their current limits.
     return list(
-        QuotaState.objects.select_for_update()
+        QuotaState.objects.select_for_update(of=("self",))
+        .select_related("agent", "tenant")
         .filter(Q(tenant_id=agent.tenant_id, agent__isnull=True) | Q(agent_id=agent.id))
         .order_by(F("agent_id").asc(nulls_first=True))
     )
@@ -123,14 +134,14 @@ AGENT_OPEN = "quota_agent_open"
 TENANT_OPEN = "quota_tenant_open"
 
 
-def open_counts_expressions(agent: Agent) -> dict[str, RawSQL]:
+def open_counts_expressions(hold: Hold) -> dict[str, RawSQL]:
     """Annotations counting the agent's and the tenant's proposals that wait for people, each capped just
     past its ceiling (so a count costs at most the ceiling's rows of an index, whatever the history)."""
     waiting = sorted(WAITING_FOR_PEOPLE)
-    caps = agent_limits(agent).open_max + 1, tenant_limits(agent.tenant).open_max + 1
+    agent = hold.agent
     return {
-        AGENT_OPEN: _capped_count("agent", agent.id, waiting, caps[0]),
-        TENANT_OPEN: _capped_count("tenant", agent.tenant_id, waiting, caps[1]),
+        AGENT_OPEN: _capped_count("agent", agent.id, waiting, hold.agent_limit.open_max + 1),
+        TENANT_OPEN: _capped_count("tenant", agent.tenant_id, waiting, hold.tenant_limit.open_max + 1),
     }
 
 
@@ -169,7 +180,7 @@ def spend_or_refuse(
     """Let one new proposal in (spend a token of both buckets) or refuse it: returns the refusal, already
     counted and (once per window) audited, for the caller to raise after its transaction commits. A
     proposal policy decides at intake (`waiting` false) never enters the queue: only the rates count it."""
-    agent_limit, tenant_limit = agent_limits(hold.agent), tenant_limits(hold.agent.tenant)
+    agent_limit, tenant_limit = hold.agent_limit, hold.tenant_limit
     refusal = None
     if waiting and counts.agent >= agent_limit.open_max:
         refusal = QuotaExceeded(
