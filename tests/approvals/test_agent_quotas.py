@@ -13,13 +13,22 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounts.stepup import step_up_for
+from approvals.a2a.parked_tasks import ParkedTaskLister
 from approvals.models import PolicyVersion, Proposal, QuotaState
 from approvals.services.quotas import agent_limits, set_agent_limits, set_tenant_limits
 from approvals.services.votes import cast_vote
 from approvals.states import State
+from approvals.worker.loop import TickReport
 from audit.models import AuditEvent, Verb
 from lib.errors import QuotaExceeded, ServiceError
 from tests import factories
+from tests.approvals.test_cross_tenant_agents import (  # noqa: F401 (fixtures: the real refund agent of globex)
+    globex,
+    globex_agent_process,
+    loopback_agents,
+    park_refund,
+    register,
+)
 from tests.approvals.test_push import parked
 from tests.factories import approval_request, submit, totp_code, verified_client
 
@@ -279,7 +288,8 @@ def test_the_admin_sets_an_agents_and_a_tenants_limits(client, tenant, agent):
 def test_the_queue_tells_the_tenants_admins_which_agent_hit_its_limit(
     limited, admin_user, reviewer_a, outsider
 ):
-    with time_machine.travel(timezone.now().replace(hour=14, minute=7), tick=False):
+    at = timezone.now().replace(hour=14, minute=7)
+    with time_machine.travel(at, tick=False):
         for _ in range(3):
             submit(limited)
         for _ in range(4):
@@ -299,6 +309,34 @@ def test_the_queue_tells_the_tenants_admins_which_agent_hit_its_limit(
             "data-throttled" not in verified_client(outsider).get(reverse("approvals:queue")).content.decode()
         )
 
-    with time_machine.travel(timezone.now() + timedelta(hours=2), tick=False):
+    with time_machine.travel(at + timedelta(hours=1, minutes=1), tick=False):
         page = verified_client(admin_user).get(reverse("approvals:queue")).content.decode()
         assert "data-throttled" not in page  # an hour after the last refusal it is no longer news
+
+
+# --- ListTasks -----------------------------------------------------------------------------------
+
+
+def test_a_parked_task_found_over_the_quota_stays_parked_and_is_taken_in_on_a_later_turn(
+    globex,  # noqa: F811 (the fixtures imported above)
+    globex_agent_process,  # noqa: F811
+    loopback_agents,  # noqa: F811
+):
+    """The real refund agent parks a task and never POSTs it: Reviewer learns of it only by ListTasks."""
+    task_id = park_refund(globex_agent_process)
+    factories.make_policy(globex, "refunds", tool_pattern="payments.refund")
+    agent = register(globex, "globex-refunds", globex_agent_process.audience + "?globex")
+    set_agent_limits(agent, intake_burst=0, intake_per_minute=0)  # stopped: nothing may come in
+    lister, clock = ParkedTaskLister(every_seconds=60), timezone.now()
+
+    assert lister.list_agent(agent, clock) == 0
+
+    assert not Proposal.objects.filter(task_id=task_id).exists()
+    assert lister.refused == set()  # not refused for good: a quota passes
+    assert lister.turns[agent.id].next_at == clock + timedelta(seconds=3600)  # no sooner than Retry-After
+    assert events(Verb.INTAKE_THROTTLED)[0].data["via"] == "list_tasks"
+
+    set_agent_limits(agent, intake_burst=5, intake_per_minute=60)
+    report = TickReport()
+    lister.reconcile(report, clock + timedelta(seconds=3600))
+    assert report.reconciled == 1 and Proposal.objects.filter(task_id=task_id).exists()
