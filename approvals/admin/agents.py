@@ -5,7 +5,7 @@ from django.contrib import admin, messages
 from django.utils.html import format_html
 
 from approvals.admin.common import TenantScopedAdmin, adopt_stored
-from approvals.models import Agent
+from approvals.models import Agent, QuotaState
 from approvals.services.agents import (
     AGENT_EDITABLE,
     delivery_for,
@@ -14,7 +14,7 @@ from approvals.services.agents import (
     rotate_agent_tokens,
     update_agent,
 )
-from approvals.services.quotas import LIMIT_FIELDS, set_agent_limits
+from approvals.services.quotas import LIMIT_FIELDS, agent_limits, set_agent_limits
 from lib.errors import ServiceError
 from lib.tokens import new_token
 
@@ -94,7 +94,27 @@ class AgentAdmin(TenantScopedAdmin):
     actions = ["rotate_tokens"]
 
     def get_readonly_fields(self, request, obj=None):
-        return ["tenant", "slug", "created_at"] if obj else []
+        return ["tenant", "slug", "created_at", "intake_quotas"] if obj else []
+
+    @admin.display(description="Intake quotas in force")
+    def intake_quotas(self, obj):
+        """What counts now (its own limits, else the settings'), and its latest throttle window."""
+        limits = agent_limits(obj)
+        state = QuotaState.objects.filter(agent=obj).first()
+        throttled = (
+            format_html(
+                "; refused {} since {} ({})", state.refused, state.throttled_at, state.throttled_limit
+            )
+            if state is not None and state.throttled_at is not None
+            else ""
+        )
+        return format_html(
+            "{} at once, {} a minute, {} waiting for people at most{}",
+            limits.burst,
+            limits.per_minute,
+            limits.open_max,
+            throttled,
+        )
 
     def save_model(self, request, obj, form, change):
         # Empty: the installation's default (settings), which the field's help text names.

@@ -262,6 +262,8 @@ def test_the_admin_sets_an_agents_and_a_tenants_limits(client, tenant, agent):
     assert response.status_code == 302, response.content.decode()[:2000]
     agent.refresh_from_db()
     assert (agent.intake_burst, agent.intake_per_minute, agent.open_proposals_max) == (5, 30, None)
+    page = client.get(reverse("admin:approvals_agent_change", args=[agent.pk])).content.decode()
+    assert "5 at once, 30 a minute, 500 waiting for people at most" in page  # 500: AGENT_OPEN_PROPOSALS
 
     response = client.post(
         reverse("admin:tenants_tenant_change", args=[tenant.pk]),
