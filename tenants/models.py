@@ -27,6 +27,17 @@ class Tenant(models.Model):
         "ApproverGroup", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     default_ttl_seconds = models.PositiveIntegerField("default TTL (seconds)", default=3600)
+    # Intake quotas for all the tenant's agents together (approvals/services/quotas.py); empty: the
+    # installation's default (settings TENANT_INTAKE_BURST, TENANT_INTAKE_PER_MINUTE, TENANT_OPEN_PROPOSALS).
+    intake_burst = models.PositiveIntegerField(
+        null=True, blank=True, help_text="proposals its agents may send at once; empty: TENANT_INTAKE_BURST"
+    )
+    intake_per_minute = models.PositiveIntegerField(
+        null=True, blank=True, help_text="their sustained rate together; empty: TENANT_INTAKE_PER_MINUTE"
+    )
+    open_proposals_max = models.PositiveIntegerField(
+        null=True, blank=True, help_text="proposals waiting for people at most; empty: TENANT_OPEN_PROPOSALS"
+    )
 
     class Meta:
         db_table = "approvals_tenant"
