@@ -36,7 +36,7 @@ def passkey_answer_field() -> forms.CharField:
     return forms.CharField(required=False, max_length=passkeys.MAX_ANSWER_CHARS, widget=PasskeyAnswerInput)
 
 
-def normalized_code(value: str) -> str:
+def normalized_code(value: str | None) -> str:
     return (value or "").strip().replace(" ", "")
 
 
@@ -126,3 +126,23 @@ class PasskeyNameForm(forms.Form):
         if not self.cleaned_data.get("passkey"):
             raise forms.ValidationError("your browser did not create a passkey; press Add a passkey again")
         return self.cleaned_data["passkey"]
+
+
+class ConfirmForm(forms.Form):
+    """Confirm it is you before changing your factors: a code (authenticator or backup), or a passkey's
+    answer to the confirm challenge (hidden; static/js/passkeys.js)."""
+
+    otp_token = forms.CharField(
+        label="Code from your authenticator app (or a backup code)",
+        required=False,
+        max_length=16,
+        widget=forms.TextInput(attrs=ONE_TIME_CODE),
+    )
+    passkey = passkey_answer_field()
+
+    def clean(self):
+        super().clean()
+        cleaned = self.cleaned_data
+        if not cleaned.get("passkey") and not normalized_code(cleaned.get("otp_token")):
+            raise forms.ValidationError("type a code, or press Confirm with a passkey")
+        return cleaned

@@ -39,7 +39,9 @@ application = TrustedProxies(
             # other request gets 503 + Retry-After past MAX_CONCURRENT_REQUESTS.
             "http": DecisionWaits(ConcurrencyLimit(django_asgi_app)),
             # Scheme, host and port of the Origin are checked (approvals/live/origin.py), not the host alone.
-            "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+            "websocket": SameOriginValidator(
+                AuthMiddlewareStack(URLRouter(websocket_urlpatterns))  # type: ignore[arg-type]  # approvals/live/routing.py
+            ),
         }
     )
 )

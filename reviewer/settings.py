@@ -296,6 +296,17 @@ OTP_WEBAUTHN_RP_ID = WEBAUTHN_RP_ID
 OTP_WEBAUTHN_RP_NAME = env_str("WEBAUTHN_RP_NAME", "Reviewer")
 OTP_WEBAUTHN_ALLOWED_ORIGINS = WEBAUTHN_ORIGINS
 OTP_WEBAUTHN_ALLOW_PASSWORDLESS_LOGIN = False
+# A passkey added less than this long ago does not satisfy a `step_up: "passkey"` policy (nor count as
+# a passkey when the person changes their factors) unless an admin vouched for it: its registration
+# rested on a weaker factor, and the person has this long, after the e-mail that says it was added, to
+# have it reset. 0 turns the cool-off off.
+PASSKEY_COOL_OFF_SECONDS = env_int("PASSKEY_COOL_OFF_SECONDS", 24 * 3600)
+# How long confirming with a factor on Your devices lets the person change their factors.
+FACTOR_CHANGE_WINDOW_SECONDS = env_int("FACTOR_CHANGE_WINDOW_SECONDS", 300)
+if PASSKEY_COOL_OFF_SECONDS < 0 or FACTOR_CHANGE_WINDOW_SECONDS <= 0:
+    raise ImproperlyConfigured(
+        "PASSKEY_COOL_OFF_SECONDS must be 0 or more and FACTOR_CHANGE_WINDOW_SECONDS more than 0 (seconds)"
+    )
 
 # Sign-in throttling (django-axes, accounts/throttle.py): after SIGN_IN_FAILURE_LIMIT failures (a wrong
 # password, or a right one with a wrong code) a pair (account, client address), and separately a client
@@ -404,6 +415,20 @@ NOTIFICATION_DIGEST_SECONDS = env_int("NOTIFICATION_DIGEST_SECONDS", 60)
 
 # Intake limits: agent-provided text is untrusted and capped.
 PROPOSAL_MAX_BYTES = env_int("PROPOSAL_MAX_BYTES", 64 * 1024)
+# Intake quotas (approvals/services/quotas.py): the defaults of an agent's and a tenant's limits, which
+# the admin may set per agent and per tenant. A token bucket per agent and per tenant: BURST proposals
+# at once, refilled at PER_MINUTE; and a ceiling of open proposals (waiting for people). Over a limit
+# intake answers 429 with Retry-After and stores nothing; one audit event per agent per
+# QUOTA_AUDIT_WINDOW_SECONDS says it was throttled and how many were refused in the window before.
+AGENT_INTAKE_BURST = env_int("AGENT_INTAKE_BURST", 60)
+AGENT_INTAKE_PER_MINUTE = env_int("AGENT_INTAKE_PER_MINUTE", 120)
+AGENT_OPEN_PROPOSALS = env_int("AGENT_OPEN_PROPOSALS", 500)
+TENANT_INTAKE_BURST = env_int("TENANT_INTAKE_BURST", 600)
+TENANT_INTAKE_PER_MINUTE = env_int("TENANT_INTAKE_PER_MINUTE", 1200)
+TENANT_OPEN_PROPOSALS = env_int("TENANT_OPEN_PROPOSALS", 5000)
+QUOTA_AUDIT_WINDOW_SECONDS = env_int("QUOTA_AUDIT_WINDOW_SECONDS", 300)
+# What a refusal at an open-proposal ceiling asks the agent to wait (a slot frees when people decide).
+QUOTA_OPEN_RETRY_AFTER_SECONDS = env_int("QUOTA_OPEN_RETRY_AFTER_SECONDS", 60)
 # Outbox delivery: attempts before a message is dead-lettered, and the backoff cap in seconds.
 OUTBOX_MAX_ATTEMPTS = env_int("OUTBOX_MAX_ATTEMPTS", 8)
 OUTBOX_BACKOFF_CAP_SECONDS = env_int("OUTBOX_BACKOFF_CAP_SECONDS", 300)

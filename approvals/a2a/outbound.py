@@ -131,7 +131,7 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
             raise HostNotAllowed(f"{request.url.scheme} URLs are not called")
         original = request.url
         request.extensions = {**request.extensions, "sni_hostname": host}
-        failure = None
+        failure: httpx.ConnectError | None = None
         # Connect to a checked address (in resolver order, the next one if it refuses, as a client
         # trying "localhost" on ::1 and then 127.0.0.1 would). The Host header (set when the request was
         # built) and the TLS server name stay the original host: virtual hosts and certificates work.
@@ -141,7 +141,7 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
                 return await super().handle_async_request(request)
             except httpx.ConnectError as error:
                 failure = error
-        raise failure
+        raise failure or httpx.ConnectError(f"{host} resolves to no address")
 
 
 def async_client(*, verify=True, **options) -> httpx.AsyncClient:
@@ -150,7 +150,7 @@ def async_client(*, verify=True, **options) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=GuardedTransport(verify=verify), **options)
 
 
-def not_allowed(error: BaseException) -> bool:
+def not_allowed(error: BaseException | None) -> bool:
     """True if `error`, or anything that caused it, is a HostNotAllowed refusal (the a2a SDK wraps
     transport errors in its own)."""
     seen = set()

@@ -2,6 +2,7 @@
 services, whose refusals the views put back on these forms next to the field they name."""
 
 import json
+from typing import cast
 
 from django import forms
 
@@ -133,7 +134,8 @@ class EditArgumentsForm(forms.Form):
         return [(self[name], key, is_text) for name, key, is_text in self.argument_fields]
 
     def clean(self):
-        cleaned = super().clean()
+        super().clean()
+        cleaned = self.cleaned_data
         arguments = {}
         for name, key, is_text in self.argument_fields:
             raw = cleaned.get(name, "")
@@ -170,10 +172,10 @@ class QueueFilterForm(forms.Form):
 
     def __init__(self, data, *, tenants, agents, policies, states=()):
         super().__init__(data)
-        self.fields["tenant"].choices = [("", "All tenants"), *tenants]
-        self.fields["agent"].choices = [("", "All agents"), *agents]
-        self.fields["policy"].choices = [("", "All policies"), *policies]
-        self.fields["state"].choices = [("", "Any state"), *states]
+        cast(forms.ChoiceField, self.fields["tenant"]).choices = [("", "All tenants"), *tenants]
+        cast(forms.ChoiceField, self.fields["agent"]).choices = [("", "All agents"), *agents]
+        cast(forms.ChoiceField, self.fields["policy"]).choices = [("", "All policies"), *policies]
+        cast(forms.ChoiceField, self.fields["state"]).choices = [("", "Any state"), *states]
 
     def filters(self) -> dict:
         """The valid filters; an unknown value (another tenant's slug, a typo) filters nothing."""

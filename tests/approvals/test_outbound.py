@@ -155,6 +155,19 @@ def test_an_explicitly_allowed_loopback_network_is_called(listener, settings):
     assert listener.was_connected()
 
 
+def test_a_name_that_resolves_to_no_address_is_a_connect_error(monkeypatch, settings):
+    # A resolver that answers with no address at all cannot be caused on loopback: mocked.
+    settings.AGENT_ALLOWED_HOSTS, settings.AGENT_ALLOWED_NETWORKS = ["agents.example.com"], []
+
+    async def no_addresses(host, port):
+        return []
+
+    monkeypatch.setattr(outbound, "allowed_addresses", no_addresses)
+
+    with pytest.raises(httpx.ConnectError, match="resolves to no address"):
+        _get("http://agents.example.com/")
+
+
 @pytest.mark.parametrize(
     "address",
     [
