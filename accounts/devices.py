@@ -2,8 +2,9 @@
 
 from django.db import transaction
 
+from audit.labels import SYSTEM, actor_label, user_label
 from audit.models import Verb
-from audit.trail import SYSTEM, actor_label, record
+from audit.trail import record
 from lib.errors import Conflict, DeviceResetRefused, NotFound, ServiceError
 from tenants.models import TenantMembership
 
@@ -19,7 +20,7 @@ def record_for_person(person, *, actor: str, verb: str, data: dict) -> None:
     """One event about `person` (subject user:<username>) in the chain of every tenant they work in, or
     the system chain for someone in none; inside the caller's transaction."""
     for tenant_id in person_chains(person):
-        record(tenant_id, actor=actor, verb=verb, subject=f"user:{person.get_username()}", data=data)
+        record(tenant_id, actor=actor, verb=verb, subject=user_label(person), data=data)
 
 
 def record_sign_in_code_refused(user) -> None:

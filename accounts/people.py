@@ -6,8 +6,8 @@ recorded; a password never is, only that it changed."""
 from django.db import transaction
 
 from accounts.devices import record_for_person
+from audit.labels import actor_label
 from audit.models import Verb
-from audit.trail import actor_label
 
 # Fields whose old and new values go into the event; any other changed field is named only.
 RECORDED_VALUES = ("is_active", "is_staff", "is_superuser", "username", "email")

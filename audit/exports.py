@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from audit.chain import archive_public_key, sequence_chain
 from audit.hashing import GENESIS_HASH
+from audit.labels import agent_label, tenant_chain, username_label
 from audit.models import AuditEvent, ChainHead, Verb
 from audit.records import event_pages
 from audit.shapes import format_time
@@ -73,7 +74,7 @@ class Selection:
     def for_tenant(cls, tenant, filters: dict | None = None, up_to_seq: int | None = None) -> "Selection":
         filters = filters or {}
         return cls(
-            chain=f"tenant:{tenant.id}",
+            chain=tenant_chain(tenant.id),
             tenant_id=tenant.id,
             tenant_slug=tenant.slug,
             tenant_name=tenant.name,
@@ -135,7 +136,7 @@ class Selection:
         if self.policy:
             yield _policy_subjects(chain_events, self.policy)
         if self.agent:
-            actor = f"agent:{self.agent}"
+            actor = agent_label(self.agent)
             own = chain_events.filter(actor=actor, subject__startswith=PROPOSAL_PREFIX)
             submitted = chain_events.filter(actor=actor, verb=Verb.PROPOSAL_SUBMITTED)
             edits = (
@@ -152,7 +153,7 @@ class Selection:
             )
         if self.reviewer:
             yield chain_events.filter(
-                actor=f"user:{self.reviewer}", subject__startswith=PROPOSAL_PREFIX
+                actor=username_label(self.reviewer), subject__startswith=PROPOSAL_PREFIX
             ).values("subject")
         if self.outcome:
             yield chain_events.filter(verb=Verb.PROPOSAL_TRANSITIONED, data__to=self.outcome).values(

@@ -23,8 +23,9 @@ from approvals.services.lifecycle import (
 from approvals.services.quorum import Quorum
 from approvals.signing import decision_claims, sign_decision
 from approvals.states import RELEASED, STARTED, State
+from audit.labels import SYSTEM, actor_label
 from audit.models import Verb
-from audit.trail import SYSTEM, actor_label, audit_time, record
+from audit.trail import audit_time, record
 from lib.errors import CompensationRefused, Conflict, ConsumeRefused, NotFound, RevokeRefused, ServiceError
 from tenants.models import TenantMembership
 from tenants.queries import DECIDING_ROLES

@@ -15,8 +15,9 @@ from approvals.notification_models import FollowUp, StandIn
 from approvals.reach import reachability
 from approvals.services.common import proposal_subject
 from approvals.states import WAITING_FOR_PEOPLE
+from audit.labels import SYSTEM
 from audit.models import Verb
-from audit.trail import SYSTEM, audit_time, record
+from audit.trail import audit_time, record
 from tenants.models import ApproverGroup, TenantMembership
 
 

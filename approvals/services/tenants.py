@@ -7,8 +7,9 @@ from approvals import events
 from approvals.models import Proposal
 from approvals.selectors import tenant_role
 from approvals.states import OPEN_FOR_VOTES
+from audit.labels import actor_label, tenant_label, user_label
 from audit.models import Verb
-from audit.trail import actor_label, record
+from audit.trail import record
 from lib.errors import ConfigRefused, Conflict, ServiceError
 from tenants.models import ApproverGroup, GroupMembership, Tenant, TenantMembership
 
@@ -62,7 +63,7 @@ def create_tenant(*, slug: str, name: str, actor=None, default_ttl_seconds: int 
             tenant.id,
             actor=actor_label(actor),
             verb=Verb.TENANT_CREATED,
-            subject=f"tenant:{slug}",
+            subject=tenant_label(slug),
             data={
                 "slug": slug,
                 "name": tenant.name,
@@ -118,7 +119,7 @@ def update_tenant(
             tenant.id,
             actor=actor_label(actor),
             verb=Verb.TENANT_CHANGED,
-            subject=f"tenant:{tenant.slug}",
+            subject=tenant_label(tenant.slug),
             data={"changes": changes},
         )
     return tenant
@@ -150,7 +151,7 @@ def set_tenant_membership(
             tenant.id,
             actor=actor_label(actor),
             verb=Verb.MEMBERSHIP_CHANGED,
-            subject=f"user:{user.get_username()}",
+            subject=user_label(user),
             data={
                 "user": user.get_username(),
                 "role": role,
@@ -202,7 +203,7 @@ def remove_tenant_membership(tenant: Tenant, user, *, actor=None) -> bool:
             tenant.id,
             actor=actor_label(actor),
             verb=Verb.MEMBERSHIP_CHANGED,
-            subject=f"user:{user.get_username()}",
+            subject=user_label(user),
             data={"user": user.get_username(), "role": None, "principal_id": "", "previous": previous},
         )
     return True
@@ -342,6 +343,6 @@ def grant_admin_site(tenant: Tenant, user, *, actor=None) -> None:
             tenant.id,
             actor=actor_label(actor),
             verb=Verb.MEMBERSHIP_CHANGED,
-            subject=f"user:{user.get_username()}",
+            subject=user_label(user),
             data={"user": user.get_username(), "admin_site": True},
         )

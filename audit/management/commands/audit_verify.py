@@ -8,6 +8,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from audit.labels import tenant_chain
 from audit.verify_db import all_chains, verify_chain
 from tenants import queries as tenant_queries
 
@@ -53,7 +54,7 @@ class Command(BaseCommand):
             tenant = tenant_queries.tenant_by_key(options["tenant"])
             if tenant is None:
                 raise CommandError(f"no tenant {options['tenant']!r}")
-            chains = [tenant.chain]
+            chains = [tenant_chain(tenant.id)]
         elif options["chain"]:
             chains = [options["chain"]]
         else:
