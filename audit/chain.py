@@ -27,9 +27,11 @@ from django.utils import timezone
 
 from audit import checkpoint_files
 from audit.hashing import GENESIS_HASH, checkpoint_payload, hash_body
-from audit.models import AuditEvent, AuditPending, AuditSeal, ChainHead, Checkpoint, PublicKey
+from audit.models import AuditEvent, AuditPending, AuditSeal, ChainHead, Checkpoint, PublicKey, Verb
 from audit.shapes import format_time, parse_time
 from lib.commit_hooks import on_commit_once
+
+KNOWN_VERBS = frozenset(Verb.values)
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +99,9 @@ def append_many(chain: str, events: list[dict]) -> list[AuditEvent]:
     now = timezone.now()  # microsecond precision survives every round trip: the hash can be recomputed
     accepted = []
     for event in events:
+        if event["verb"] not in KNOWN_VERBS:
+            # Checked here, not by the column's choices: a new verb then needs no migration.
+            raise ValueError(f"unknown audit verb {event['verb']!r}: add it to audit.models.Verb")
         data = event.get("data") or {}
         refuse_secrets(data)
         accepted.append(

@@ -141,7 +141,7 @@ class AuditEvent(AppendOnlyModel):
     actor = models.CharField(
         max_length=200, help_text="user:<username> | agent:<slug> | policy:<id>@<v> | system"
     )
-    verb = models.CharField(max_length=50, choices=Verb.choices)
+    verb = models.CharField(max_length=50, help_text="one of Verb; checked by audit.chain.append_many")
     subject = models.CharField(max_length=200, help_text="e.g. proposal:<uuid>")
     data = models.JSONField(default=dict)
 
