@@ -17,6 +17,7 @@ from audit.chain import archive_public_key, sequence_chain, verification_jwks, w
 from audit.exports import Selection, jsonl_page
 from audit.hashing import GENESIS_HASH
 from audit.models import AuditEvent, ChainHead, Checkpoint
+from audit.people import display_names, pseudonyms_in
 from audit.records import checkpoint_dict, event_pages
 from audit.shapes import format_time
 from audit.verify.chains import BUNDLE_FORMAT, manifest_payload
@@ -125,7 +126,7 @@ def write_bundle(
     path = Path(path)
     with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
         events_path = Path(scratch) / "events.jsonl"
-        digest, size, written = hashlib.sha256(), 0, 0
+        digest, size, written, mentioned = hashlib.sha256(), 0, 0, set()
         events = AuditEvent.objects.chained(segment.chain).filter(
             seq__gte=segment.first_seq, seq__lte=segment.last_seq
         )
@@ -136,6 +137,7 @@ def write_bundle(
                 digest.update(block)
                 size += len(block)
                 written += len(page)
+                mentioned |= pseudonyms_in(page)
                 yield written
         checkpoints_bytes = "".join(json.dumps(c) + "\n" for c in bundle_checkpoints(segment)).encode()
         keys_bytes = json.dumps(verification_jwks(), indent=2).encode()
@@ -163,6 +165,9 @@ def write_bundle(
             },
             "hash_rule": "sha256(RFC 8785 of {chain, seq, at, actor, verb, subject, data, prev_hash})",
             "checkpoint_rule": "Ed25519 over RFC 8785 of {chain, seq, hash, at}",
+            # Names of the pseudonyms in the events, as the directory knows them now (not hashed: an
+            # erased person is absent from later bundles, and every event still verifies).
+            "people": display_names(mentioned),
         }
         signature = signing_key.private_key.sign(manifest_payload(manifest))
         manifest["signature"] = {"alg": "EdDSA", "kid": signing_key.kid, "value": _b64url(signature)}

@@ -14,14 +14,14 @@ import json
 
 import jwt
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
 from audit.chain import sequence_chain, verification_jwks
 from audit.hashing import canonical_digest
-from audit.labels import tenant_chain, user_label, username_of
+from audit.labels import tenant_chain
 from audit.models import AuditEvent, Checkpoint, Verb
+from audit.people import display_names
 from audit.records import checkpoint_dict, event_dict
 from audit.shapes import format_time
 from audit.verify.chains import event_hash
@@ -40,9 +40,7 @@ CHECK_LABELS = {
 
 
 def _display_names(actors: set[str]) -> dict[str, str]:
-    usernames = {username_of(actor) for actor in actors} - {None}
-    users = get_user_model().objects.filter(username__in=usernames)
-    return {user_label(u): (u.get_full_name() or u.get_username()) for u in users}
+    return display_names(actors)
 
 
 def _token_checks(decision: dict | None, signed_event: dict | None) -> dict:

@@ -29,6 +29,7 @@ from audit.chain import archive_public_key, sequence_chain
 from audit.hashing import GENESIS_HASH
 from audit.labels import agent_label, tenant_chain, username_label
 from audit.models import AuditEvent, ChainHead, Verb
+from audit.people import display_names, pseudonyms_in
 from audit.records import event_pages
 from audit.shapes import format_time
 from audit.verify.chains import (
@@ -253,10 +254,14 @@ def export_head(selection: Selection) -> tuple[int, str]:
     return seq, found or GENESIS_HASH
 
 
-def head_record(selection: Selection, head: tuple[int, str], digest: str, events: int) -> dict:
+def head_record(
+    selection: Selection, head: tuple[int, str], digest: str, events: int, people: dict | None = None
+) -> dict:
     """The signed head that ends a CSV or JSON Lines export (verify.EXPORT_HEAD_FORMAT): the chain head
-    it was cut at, and the sha256 and number of the event lines before it, signed with Ed25519 over RFC
-    8785 of everything but the signature. `python -m audit.verify export.jsonl --jwks ...` checks it."""
+    it was cut at, the sha256 and number of the event lines before it, and `people`, the names of the
+    pseudonyms the events mention as the directory knows them now (an erased person is absent), signed
+    with Ed25519 over RFC 8785 of everything but the signature. `python -m audit.verify export.jsonl
+    --jwks ...` checks it."""
     from signing_keys import sign_bytes
 
     record = {
@@ -268,6 +273,7 @@ def head_record(selection: Selection, head: tuple[int, str], digest: str, events
         "events": events,
         "sha256": digest,
         "filters": selection.filters(),
+        "people": people or {},
     }
     kid, signature = sign_bytes(export_head_payload(record))
     archive_public_key(kid)
@@ -286,7 +292,7 @@ def _blocks(selection: Selection, fmt: str, page_size: int | None = None) -> Ite
     """(bytes, events written so far) page by page, then the signed head line."""
     head = export_head(selection)
     selection = replace(selection, up_to_seq=head[0])
-    digest, done = hashlib.sha256(), 0
+    digest, done, mentioned = hashlib.sha256(), 0, set()
     if fmt == "csv":
         header = csv_header()
         digest.update(header)
@@ -296,8 +302,10 @@ def _blocks(selection: Selection, fmt: str, page_size: int | None = None) -> Ite
         block = render(page)
         digest.update(block)
         done += len(page)
+        mentioned |= pseudonyms_in(page)
         yield block, done
-    yield head_line(fmt, head_record(selection, head, digest.hexdigest(), done)), done
+    people = display_names(mentioned)
+    yield head_line(fmt, head_record(selection, head, digest.hexdigest(), done, people)), done
 
 
 def chunks(selection: Selection, fmt: str, page_size: int | None = None) -> Iterator[bytes]:

@@ -1,9 +1,12 @@
 """How the audit trail names who acted, what was acted on, and each chain: every label is spelled here
-and parsed back here, so a caller never writes `f"user:{...}"` or `"tenant:"` itself.
+and parsed back here, so a caller never writes `f"agent:{...}"` or `"tenant:"` itself.
 
-Actors: `user:<username>` (a person), `agent:<slug>`, `policy:<slug>@<version>` (written by the policy
-engine), `system` (scripts, the worker). Chains: `tenant:<id>` per tenant, `system` for the rest.
+Actors: `person:<random id>` (a person, pseudonymous: the directory in audit/people.py names them),
+`agent:<slug>`, `policy:<slug>@<version>` (written by the policy engine), `system` (scripts, the
+worker). Chains: `tenant:<id>` per tenant, `system` for the rest.
 """
+
+from audit.people import pseudonym_of, pseudonym_of_username
 
 SYSTEM = "system"
 SYSTEM_CHAIN = "system"
@@ -11,13 +14,14 @@ _TENANT_CHAIN = "tenant:"
 
 
 def user_label(user) -> str:
-    """The trail's name for a person (actor, subject, or inside event data)."""
-    return username_label(user.get_username())
+    """The trail's name for a person (actor, subject, or inside event data): their pseudonym, never a
+    name or an e-mail address, so erasing the person leaves every hash intact."""
+    return pseudonym_of(user)
 
 
 def username_label(username: str) -> str:
     """The label of the person signed in as `username` (an export's reviewer filter)."""
-    return f"user:{username}"
+    return pseudonym_of_username(username)
 
 
 def actor_label(actor) -> str:
@@ -43,12 +47,6 @@ def tenant_of_chain(chain: str) -> int | None:
 
 
 def parse_label(label: str) -> tuple[str, str]:
-    """("user", "alice") for `user:alice`; ("system", "") for `system`."""
+    """("agent", "refunds") for `agent:refunds`; ("system", "") for `system`."""
     kind, _, value = label.partition(":")
     return kind, value
-
-
-def username_of(label: str) -> str | None:
-    """The username a `user:` label names, None for any other label."""
-    kind, value = parse_label(label)
-    return value if kind == "user" else None

@@ -25,6 +25,7 @@ from audit.forms import ExportForm, PeriodForm, SelectionForm
 from audit.labels import actor_label, tenant_chain
 from audit.metrics import collect, format_duration, rubber_stamp_min_sample
 from audit.models import ChainHead, Checkpoint, ExportJob
+from audit.people import display_names, pseudonyms_in
 from audit.prometheus import exposition
 from audit.records import event_dict
 from lib.decorators import verified_required
@@ -207,6 +208,9 @@ def events(request, tenant):
     rows = [event_dict(e) for e in page.order_by("-seq")[: EVENTS_PER_PAGE + 1]]
     more = len(rows) > EVENTS_PER_PAGE
     rows = rows[:EVENTS_PER_PAGE]
+    names = display_names(pseudonyms_in(rows))  # the trail holds pseudonyms; the directory names them
+    for row in rows:
+        row["actor_name"], row["subject_name"] = names.get(row["actor"], ""), names.get(row["subject"], "")
     query = request.GET.copy()
     query.pop("before", None)
     return render(

@@ -88,7 +88,7 @@ def provision_user(tenant, values: dict) -> ScimUser:
             actor=actor(tenant),
             verb=Verb.PERSON_PROVISIONED,
             subject=user_label(user),
-            data={"by": "scim", "user_name": values["user_name"], "external_id": values["external_id"]},
+            data={"by": "scim", "external_id": values["external_id"]},
         )
         if values.get("active") is False:
             _deactivate(scim_user)
@@ -120,12 +120,13 @@ def update_user(scim_user: ScimUser, values: dict) -> ScimUser:
         user.save(update_fields=["first_name", "last_name", "email"])
         after = {"user_name": scim_user.user_name, "email": user.email, "active": scim_user.active}
         if before != after:
+            # Which fields changed, not their values: names and addresses stay out of the trail.
             record(
                 tenant.id,
                 actor=actor(tenant),
                 verb=Verb.PERSON_CHANGED,
                 subject=user_label(user),
-                data={"by": "scim", "before": before, "after": after},
+                data={"by": "scim", "fields": sorted(key for key in after if before[key] != after[key])},
             )
         if values.get("active") is False and scim_user.active:
             _deactivate(scim_user)
@@ -146,7 +147,7 @@ def delete_user(scim_user: ScimUser) -> None:
             actor=actor(scim_user.tenant),
             verb=Verb.PERSON_DEPROVISIONED,
             subject=user_label(scim_user.user),
-            data={"by": "scim", "deleted": True, "user_name": scim_user.user_name},
+            data={"by": "scim", "deleted": True},
         )
         scim_user.delete()
 
@@ -195,7 +196,7 @@ def _reactivate(scim_user: ScimUser) -> None:
         actor=actor(tenant),
         verb=Verb.PERSON_PROVISIONED,
         subject=user_label(user),
-        data={"by": "scim", "reactivated": True, "user_name": scim_user.user_name},
+        data={"by": "scim", "reactivated": True},
     )
     _sync_scim_groups(scim_user)
 

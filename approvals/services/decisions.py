@@ -31,6 +31,15 @@ from tenants.models import TenantMembership
 from tenants.queries import DECIDING_ROLES
 
 
+def unnamed(approver: dict) -> dict:
+    """An approver entry as the trail keeps it: the token names people (`name`), the trail only by
+    pseudonym (`sub`), so erasing a person leaves every hash intact (docs/compliance.md)."""
+    entry = {key: value for key, value in approver.items() if key != "name"}
+    if isinstance(entry.get("on_behalf_of"), dict):
+        entry["on_behalf_of"] = {"sub": entry["on_behalf_of"].get("sub")}
+    return entry
+
+
 def issue_decision(
     proposal: Proposal,
     kind: str,
@@ -90,7 +99,7 @@ def issue_decision(
             "action_digest": proposal.action_digest,
             "rev": decision.rev,
             "consume": consume,
-            "approvers": approvers,
+            "approvers": [unnamed(approver) for approver in approvers],
             "policy": policy_ref,
             "policies": policy_refs,
             "expires_at": audit_time(decision.expires_at),

@@ -153,7 +153,7 @@ def set_tenant_membership(
             verb=Verb.MEMBERSHIP_CHANGED,
             subject=user_label(user),
             data={
-                "user": user.get_username(),
+                "user": user_label(user),
                 "role": role,
                 "principal_id": principal_id,
                 "previous": previous,
@@ -204,7 +204,7 @@ def remove_tenant_membership(tenant: Tenant, user, *, actor=None) -> bool:
             actor=actor_label(actor),
             verb=Verb.MEMBERSHIP_CHANGED,
             subject=user_label(user),
-            data={"user": user.get_username(), "role": None, "principal_id": "", "previous": previous},
+            data={"user": user_label(user), "role": None, "principal_id": "", "previous": previous},
         )
     return True
 
@@ -261,7 +261,7 @@ def add_group_member(group: ApproverGroup, user, *, actor=None) -> GroupMembersh
                 actor=actor_label(actor),
                 verb=Verb.GROUP_MEMBER_ADDED,
                 subject=f"group:{group.slug}",
-                data={"group": group.slug, "user": user.get_username()},
+                data={"group": group.slug, "user": user_label(user)},
             )
     return membership
 
@@ -283,7 +283,7 @@ def _remove_group_member(group: ApproverGroup, user, *, actor) -> bool:
         actor=actor_label(actor),
         verb=Verb.GROUP_MEMBER_REMOVED,
         subject=f"group:{group.slug}",
-        data={"group": group.slug, "user": user.get_username()},
+        data={"group": group.slug, "user": user_label(user)},
     )
     # Quorum pages showing this person's approval must re-read: it no longer counts.
     for proposal in Proposal.objects.filter(
@@ -344,5 +344,5 @@ def grant_admin_site(tenant: Tenant, user, *, actor=None) -> None:
             actor=actor_label(actor),
             verb=Verb.MEMBERSHIP_CHANGED,
             subject=user_label(user),
-            data={"user": user.get_username(), "admin_site": True},
+            data={"user": user_label(user), "admin_site": True},
         )
