@@ -26,9 +26,9 @@ from django.db.models import Exists, Max, OuterRef
 from django.utils import timezone
 
 from audit import checkpoint_files
-from audit.hashing import GENESIS_HASH, checkpoint_payload, hash_body
 from audit.models import AuditEvent, AuditPending, AuditSeal, ChainHead, Checkpoint, PublicKey, Verb
 from audit.shapes import format_time, parse_time
+from audit.verify.hashing import GENESIS_HASH, checkpoint_payload, hash_body
 from lib.commit_hooks import on_commit_once
 
 KNOWN_VERBS = frozenset(Verb.values)

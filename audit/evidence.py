@@ -18,13 +18,13 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
 from audit.chain import sequence_chain, verification_jwks
-from audit.hashing import canonical_digest
 from audit.labels import tenant_chain
 from audit.models import AuditEvent, Checkpoint, Verb
 from audit.people import display_names
 from audit.records import checkpoint_dict, event_dict
 from audit.shapes import format_time
 from audit.verify.chains import event_hash
+from audit.verify.hashing import canonical_digest
 from lib import agent_text
 
 PACKET_FORMAT = "reviewer-evidence/1"

@@ -26,7 +26,6 @@ from django.db.models.functions import Substr
 from django.utils import timezone
 
 from audit.chain import archive_public_key, sequence_chain
-from audit.hashing import GENESIS_HASH
 from audit.labels import agent_label, tenant_chain, username_label
 from audit.models import AuditEvent, ChainHead, Verb
 from audit.people import display_names, pseudonyms_in
@@ -37,6 +36,7 @@ from audit.verify.chains import (
     EXPORT_HEAD_MARK,
     export_head_payload,
 )
+from audit.verify.hashing import GENESIS_HASH
 
 CSV_COLUMNS = ("seq", "at", "chain", "actor", "verb", "subject", "data", "prev_hash", "hash")
 OUTCOMES = (

@@ -13,7 +13,7 @@ def parse_time(text: str) -> datetime:
 
 
 def event_body(chain, seq, at, actor, verb, subject, data, prev_hash) -> dict:
-    """Exactly what an event's hash covers (audit.hashing.HASHED_FIELDS), with `at` in the hashed form."""
+    """Exactly what an event's hash covers (audit.verify.hashing.HASHED_FIELDS), `at` in the hashed form."""
     return {
         "chain": chain,
         "seq": seq,

@@ -12,11 +12,11 @@ from django.db import DatabaseError
 
 from audit import checkpoint_files
 from audit.chain import sequence_chain, verification_jwks
-from audit.hashing import checkpoint_payload
 from audit.models import AuditEvent, AuditPending, AuditSeal, ChainHead, Checkpoint
 from audit.records import checkpoint_dict, event_pages
 from audit.verify.bundle import earlier_hashes
 from audit.verify.chains import ChainVerifier, Result, public_keys, signature_problem
+from audit.verify.hashing import checkpoint_payload
 
 EXTERNAL = "the checkpoint file kept outside the database"
 

@@ -317,7 +317,7 @@ def test_the_bundle_readme_names_the_bundle_not_its_temporary_file(mixed, tenant
     export_bundle(tenant, partial)
     with zipfile.ZipFile(partial) as archive:
         readme = archive.read("README.txt").decode()
-    assert "python -m audit.verify acme.zip" in readme and ".part" not in readme
+    assert "reviewer-verify acme.zip --jwks" in readme and ".part" not in readme
 
 
 def _pinned_jwks(tmp_path):

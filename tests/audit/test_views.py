@@ -297,7 +297,7 @@ def test_a_finished_bundle_page_names_the_file_the_download_saves(decided, tenan
     download = client.get(url("export_download", job_id=job.id))
     filename = download["Content-Disposition"].split('filename="')[1].rstrip('"')
     assert filename.startswith("audit-acme-") and filename.endswith(".zip")
-    assert f"python -m audit.verify {filename}" in page
+    assert f"reviewer-verify {filename}" in page
 
 
 def test_the_evidence_page_shows_structured_data_as_json_not_python(decided, compliance):
