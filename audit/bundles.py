@@ -172,7 +172,7 @@ def write_bundle(
             # erased person is absent from later bundles, and every event still verifies).
             "people": display_names(mentioned),
         }
-        signature = signing_key.private_key.sign(manifest_payload(manifest))
+        signature = signing_key.signer().sign(manifest_payload(manifest))
         manifest["signature"] = {"alg": "EdDSA", "kid": signing_key.kid, "value": _b64url(signature)}
         partial = path.with_name(path.name + ".part")
         with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as bundle:

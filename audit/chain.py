@@ -19,10 +19,11 @@ left for audit_verify to name: it never stops the chain's later events from bein
 import logging
 import threading
 from datetime import datetime, timedelta
+from typing import Any, cast
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
-from django.db.models import Exists, Max, OuterRef
+from django.db.models import Exists, Field, Max, OuterRef
 from django.utils import timezone
 
 from audit import checkpoint_files
@@ -129,7 +130,8 @@ _EVENT_COLUMNS = ("chain", "at", "actor", "verb", "subject", "data")
 
 def _insert_with_pending(events: list[AuditEvent]) -> None:
     """The events and their pending rows in one statement (PostgreSQL): a data-modifying CTE."""
-    fields = [AuditEvent._meta.get_field(name) for name in _EVENT_COLUMNS]
+    # Columns, no relations: get_field gives Fields here.
+    fields = [cast(Field, AuditEvent._meta.get_field(name)) for name in _EVENT_COLUMNS]
     rows = ", ".join(["(" + ", ".join(["%s"] * len(fields)) + ")"] * len(events))
     params = [
         field.get_db_prep_save(getattr(event, field.attname), connection)
@@ -255,7 +257,11 @@ def _seal(chain: str, events: list[AuditEvent], head_seq: int, head_hash: str, d
     insert = f"INSERT INTO {seal_table} (event_id, chain, seq, prev_hash, hash) VALUES {rows}"  # noqa: S608
     delete = f"DELETE FROM {pending_table} WHERE event_id IN ({marks})"  # noqa: S608
     move = f"UPDATE {head_table} SET seq = %s, hash = %s WHERE chain = %s"  # noqa: S608
-    statements = [(insert, params), (delete, ids), (move, [head_seq, head_hash, chain])]
+    statements: list[tuple[str, list[Any]]] = [
+        (insert, params),
+        (delete, ids),
+        (move, [head_seq, head_hash, chain]),
+    ]
     with sequencer.cursor() as cursor:
         if sequencer.vendor == "postgresql":
             # One round trip: psycopg binds client-side here (Django's default), so several statements
@@ -297,7 +303,7 @@ def _sequence_batch(chain: str) -> int:
             event.seq, event.prev_hash = seq, prev_hash
             event.hash = prev_hash = hash_body(event.hashed_fields())
             if seq % settings.AUDIT_CHECKPOINT_EVERY == 0:
-                due.append((seq, event.hash))
+                due.append((seq, prev_hash))
         _seal(chain, batch, seq, prev_hash, db)
         for checkpoint_seq, checkpoint_hash in due:
             write_checkpoint(chain, checkpoint_seq, checkpoint_hash, using=db)

@@ -161,7 +161,7 @@ def activate_policy_version(version: PolicyVersion, *, actor, now: datetime | No
             data={
                 "policy": locked_policy.slug,
                 "version": draft.version,
-                "author": user_label(draft.author),
+                "author": user_label(draft.author) if draft.author else None,
                 "retired": current.version if current else None,
             },
         )
