@@ -67,7 +67,9 @@ def account_failures(username: str) -> int:
 
 def account_locked(username: str | None) -> bool:
     """True while `username` signs in only with a passkey or a backup code (see the module docstring)."""
-    return bool(username) and account_failures(username) >= settings.SIGN_IN_ACCOUNT_FAILURE_LIMIT
+    if not username:
+        return False
+    return account_failures(username) >= settings.SIGN_IN_ACCOUNT_FAILURE_LIMIT
 
 
 def record_lockout(sender, request, username, ip_address, **kwargs) -> None:

@@ -83,6 +83,8 @@ class Verb(models.TextChoices):
     SIGN_IN_UNLOCKED = "sign_in.unlocked"
     PERSON_CHANGED = "person.changed"
     INTAKE_REFUSED = "intake.refused"
+    INTAKE_THROTTLED = "intake.throttled"
+    QUOTA_CHANGED = "quota.changed"
     SIGNING_KEY_ROTATED = "signing_key.rotated"
     EXPORT_CREATED = "export.created"
     TENANT_CREATED = "tenant.created"
