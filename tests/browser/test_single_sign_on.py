@@ -15,6 +15,7 @@ from scim2_client.engines.httpx2 import SyncSCIMClient
 from scim2_models import SearchRequest
 
 from approvals.models import Decision, Vote
+from audit.labels import actor_label
 from audit.models import AuditEvent, Verb
 from sso.models import IdentityProvider
 from sso.scim_auth import issue_token
@@ -191,11 +192,11 @@ def test_a_provisioned_person_signs_in_approves_with_a_fresh_sign_in_and_is_depr
         (Verb.PERSON_PROVISIONED, "scim:acme"),
         (Verb.GROUP_MEMBER_ADDED, None),
         (Verb.SSO_SIGNED_IN, None),
-        (Verb.VOTE_CAST, f"user:{vote.voter.username}"),
+        (Verb.VOTE_CAST, actor_label(vote.voter)),
         (Verb.GROUP_MEMBER_REMOVED, None),  # deprovisioning: out of the group first, then the record
         (Verb.PERSON_DEPROVISIONED, "scim:acme"),
     ]
-    uma = vote.voter.username
+    uma = actor_label(vote.voter)  # the person's pseudonym in the trail
     trail = list(AuditEvent.objects.filter(chain=f"tenant:{tenant.id}").order_by("id"))
     positions = []
     for verb, actor in steps:

@@ -14,6 +14,7 @@ from django.utils.http import urlencode
 
 from approvals.models import Decision, Proposal, Vote
 from approvals.states import State
+from audit.labels import actor_label
 from audit.models import AuditEvent, Verb
 from sso import idp_step_up
 from sso.models import ExternalIdentity
@@ -82,7 +83,7 @@ def test_a_vote_confirmed_at_the_provider_is_recorded_as_idp_in_the_decision_tok
     auth = approver_auth(proposal)
     assert {key: auth[key] for key in ("method", "acr", "amr")} == {"method": "idp", "acr": ACR, "amr": AMR}
     assert auth["at"].endswith("Z")
-    cast = AuditEvent.objects.get(verb=Verb.VOTE_CAST, actor=f"user:{user.username}")
+    cast = AuditEvent.objects.get(verb=Verb.VOTE_CAST, actor=actor_label(user))
     assert cast.data["auth"]["method"] == "idp" and cast.data["auth"]["amr"] == AMR
 
 
