@@ -9,6 +9,8 @@ Tenant ─┬─ TenantMembership (role: reviewer | compliance | admin, principa
         └─ ProviderGroupMapping (a group name at the identity provider → ApproverGroup)
 """
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -74,7 +76,7 @@ class ApproverGroup(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="groups")
     slug = models.SlugField()
     name = models.CharField(max_length=200)
-    members = models.ManyToManyField(
+    members: "models.ManyToManyField[Any, GroupMembership]" = models.ManyToManyField(
         settings.AUTH_USER_MODEL, through="GroupMembership", related_name="approver_groups"
     )
 
