@@ -158,6 +158,8 @@ class Stack:
             # One data folder and key set for the run: Django's settings are read once in this process.
             "REVIEWER_DATA_DIR": str(SCRATCH / "data"),
             "REVIEWER_SIGNING_KEY_DIR": str(SCRATCH / "keys"),
+            # Each configuration's own: its database is new, so are the checkpoints kept outside it.
+            "AUDIT_CHECKPOINT_DIR": str(self.work / "checkpoints"),
             "EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend",
             "SECURE_SSL_REDIRECT": "false",  # plain http on loopback (a proxy terminates TLS in production)
             "SESSION_COOKIE_SECURE": "false",
@@ -190,8 +192,10 @@ class Stack:
         import django
 
         django.setup()
+        from django.conf import settings
         from django.core.management import call_command
 
+        settings.AUDIT_CHECKPOINT_DIR = self.work / "checkpoints"  # read once at setup: set per run
         call_command("migrate", verbosity=0)
         call_command("collectstatic", interactive=False, verbosity=0)  # DEBUG is off: the pages need it
         from django_otp.plugins.otp_totp.models import TOTPDevice
