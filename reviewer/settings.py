@@ -204,9 +204,9 @@ DECISION_WAIT_READS = max(1, env_int("DECISION_WAIT_READS", 2))
 # A Daphne needs MAX_CONCURRENT_REQUESTS for requests, OUTBOX_DIRECT_SEND_THREADS for the continuations
 # it sends after commit, one for the after-commit thread, DECISION_WAIT_READS for the decision waits'
 # reads, plus what its WebSockets use: their database work (channels' database_sync_to_async) runs on
-# one shared thread per process, so one connection, and two more are slack. The overload limit answers 503 before the pool is empty,
-# so nothing waits on it in practice; should it be empty, a request waits DB_POOL_TIMEOUT seconds for a
-# connection (then 500).
+# one shared thread per process, so one connection, and two more are slack. The overload limit answers
+# 503 before the pool is empty, so nothing waits on it in practice; should it be empty, a request waits
+# DB_POOL_TIMEOUT seconds for a connection (then 500).
 # PostgreSQL's max_connections must hold N Daphnes x DB_POOL_MAX_SIZE + M workers x (DB_POOL_MIN_SIZE
 # + 1 for LISTEN) + the admin's few (README "Running several processes"). DB_POOL_MAX_SIZE=0: no pool.
 _DIRECT_SENDERS = OUTBOX_DIRECT_SEND_THREADS if OUTBOX_DIRECT_SEND else 0
