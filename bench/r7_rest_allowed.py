@@ -12,7 +12,9 @@ the same Daphne.
 On a scratch PostgreSQL database, one Daphne (bench/settings.py), one pull agent (registered without
 a card URL: no continuation, no outbox row), one allow policy; no worker runs (the audit sequencer runs
 after commit in the request's process, as deployed; the worker's tick is only its safety net).
-Phases alternate (bare, allowed; ROUNDS times) so the machine's other load falls on both alike.
+R1r alternates one bare request and one call; R7's phases alternate (bare, allowed; ROUNDS times), so
+the machine's other load falls on both alike. COMMIT_HOOKS_IN_BACKGROUND in the environment reaches
+the Daphne (false: the after-commit work runs before the answer, as before it had a thread).
 """
 
 import os
@@ -60,14 +62,17 @@ class Agent:
         return consumed.status_code == 200
 
 
-def sequential(agent: Agent, call) -> list[float]:
-    latencies = []
+def interleaved(agent: Agent, proposal_id: str) -> tuple[list[float], list[float]]:
+    """One bare request, then one allowed call, CALLS times: a swing of the machine's load falls on
+    both sides of the ratio."""
+    bare, calls = [], []
     for _ in range(CALLS):
-        started = time.perf_counter()
-        if not call():
-            raise SystemExit("a call failed")
-        latencies.append(time.perf_counter() - started)
-    return latencies
+        for call, samples in ((lambda: agent.bare(proposal_id), bare), (agent.allowed_call, calls)):
+            started = time.perf_counter()
+            if not call():
+                raise SystemExit("a call failed")
+            samples.append(time.perf_counter() - started)
+    return bare, calls
 
 
 def concurrent(agents: list[Agent], name: str, proposal_id: str) -> tuple[float, int]:
@@ -124,12 +129,13 @@ def main() -> list[dict]:
             "/api/v1/proposals", json={"task_id": "task-bare", "request": factories.approval_request()}
         )
         proposal_id = first.json()["proposal_id"]
-        sequential(one, one.allowed_call)  # warm-up
+        interleaved(one, proposal_id)  # warm-up
         bare_lat, call_lat, bare_rates, call_rates, failures, load = [], [], [], [], [0, 0], []
         for _ in range(ROUNDS):
             load.append(os.getloadavg()[0])
-            bare_lat += sequential(one, lambda: one.bare(proposal_id))
-            call_lat += sequential(one, one.allowed_call)
+            bare, calls = interleaved(one, proposal_id)
+            bare_lat += bare
+            call_lat += calls
             rate, failed = concurrent(agents, "bare", proposal_id)
             bare_rates.append(rate)
             failures[0] += failed

@@ -308,9 +308,14 @@ class Watchers:
         self.stats = {"sockets": count, "opened": 0, "disconnects": 0, "messages": 0, "close_codes": []}
         self.stopping = threading.Event()
 
-    def start(self) -> "Watchers":
+    def start(self, seconds: float = 120) -> "Watchers":
+        """Open them, and wait (at most `seconds`: each signs in first) until every one is open, so the
+        first step runs with its sockets."""
         self.thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
         self.thread.start()
+        deadline = time.monotonic() + seconds
+        while self.stats["opened"] < self.count and time.monotonic() < deadline:
+            time.sleep(0.5)  # polling the watchers' own counter, with a deadline
         return self
 
     def stop(self) -> dict:
