@@ -348,7 +348,8 @@ class Watchers:
             except websockets.ConnectionClosed as closed:
                 self.stats["disconnects"] += 1
                 self.stats["close_codes"].append(getattr(closed.rcvd, "code", None))
-            except OSError as error:
+            except (OSError, websockets.exceptions.WebSocketException) as error:
+                # Refused or a failed handshake (a Daphne too busy to answer it): counted, and reopened.
                 self.stats["disconnects"] += 1
                 self.stats["close_codes"].append(repr(error)[:80])
                 await asyncio.sleep(1)  # backoff before reopening a refused socket
