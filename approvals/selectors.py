@@ -33,7 +33,7 @@ def lock_proposal_for(proposal_id, actor, *, roles=None) -> Proposal:
         .first()
     )
     role = tenant_role(actor, proposal.tenant_id) if proposal is not None else None
-    if role is None or (roles is not None and role not in roles):
+    if proposal is None or role is None or (roles is not None and role not in roles):
         raise NotFound("not_found", "no such proposal")
     return proposal
 

@@ -13,9 +13,7 @@ TOKEN_TYPE = "approval-decision+jwt"  # noqa: S105 - a JOSE typ, not a secret
 def sign_decision(claims: dict) -> tuple[str, str]:
     """Sign claims with the active key. Returns (token, kid)."""
     key = keys.active_key()
-    token = jwt.encode(
-        claims, key.private_key, algorithm="EdDSA", headers={"kid": key.kid, "typ": TOKEN_TYPE}
-    )
+    token = jwt.encode(claims, key.signer(), algorithm="EdDSA", headers={"kid": key.kid, "typ": TOKEN_TYPE})
     return token, key.kid
 
 

@@ -164,7 +164,7 @@ def write_bundle(
             "hash_rule": "sha256(RFC 8785 of {chain, seq, at, actor, verb, subject, data, prev_hash})",
             "checkpoint_rule": "Ed25519 over RFC 8785 of {chain, seq, hash, at}",
         }
-        signature = signing_key.private_key.sign(manifest_payload(manifest))
+        signature = signing_key.signer().sign(manifest_payload(manifest))
         manifest["signature"] = {"alg": "EdDSA", "kid": signing_key.kid, "value": _b64url(signature)}
         partial = path.with_name(path.name + ".part")
         with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as bundle:

@@ -14,17 +14,20 @@ tick (`sequence_pending()`), for an event whose process died between its commit 
 import logging
 import threading
 from datetime import datetime, timedelta
+from typing import Any, cast
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Max
+from django.db.models import Field, Max
 from django.utils import timezone
 
 from audit import checkpoint_files
 from audit.hashing import GENESIS_HASH, checkpoint_payload, hash_body
-from audit.models import AuditEvent, AuditPending, AuditSeal, ChainHead, Checkpoint, PublicKey
+from audit.models import AuditEvent, AuditPending, AuditSeal, ChainHead, Checkpoint, PublicKey, Verb
 from audit.shapes import format_time, parse_time
 from lib.commit_hooks import on_commit_in_background
+
+KNOWN_VERBS = frozenset(Verb.values)
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +87,9 @@ def append_many(chain: str, events: list[dict]) -> list[AuditEvent]:
     now = timezone.now()  # microsecond precision survives every round trip: the hash can be recomputed
     accepted = []
     for event in events:
+        if event["verb"] not in KNOWN_VERBS:
+            # Checked here, not by the column's choices: a new verb then needs no migration.
+            raise ValueError(f"unknown audit verb {event['verb']!r}: add it to audit.models.Verb")
         data = event.get("data") or {}
         refuse_secrets(data)
         accepted.append(
@@ -113,7 +119,8 @@ _EVENT_COLUMNS = ("chain", "at", "actor", "verb", "subject", "data")
 
 def _insert_with_pending(events: list[AuditEvent]) -> None:
     """The events and their pending rows in one statement (PostgreSQL): a data-modifying CTE."""
-    fields = [AuditEvent._meta.get_field(name) for name in _EVENT_COLUMNS]
+    # Columns, no relations: get_field gives Fields here.
+    fields = [cast(Field, AuditEvent._meta.get_field(name)) for name in _EVENT_COLUMNS]
     rows = ", ".join(["(" + ", ".join(["%s"] * len(fields)) + ")"] * len(events))
     params = [
         field.get_db_prep_save(getattr(event, field.attname), connection)
@@ -204,7 +211,11 @@ def _seal(chain: str, events: list[AuditEvent], head_seq: int, head_hash: str) -
     insert = f"INSERT INTO {seal_table} (event_id, chain, seq, prev_hash, hash) VALUES {rows}"  # noqa: S608
     delete = f"DELETE FROM {pending_table} WHERE event_id IN ({marks})"  # noqa: S608
     move = f"UPDATE {head_table} SET seq = %s, hash = %s WHERE chain = %s"  # noqa: S608
-    statements = [(insert, params), (delete, ids), (move, [head_seq, head_hash, chain])]
+    statements: list[tuple[str, list[Any]]] = [
+        (insert, params),
+        (delete, ids),
+        (move, [head_seq, head_hash, chain]),
+    ]
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             # One round trip: psycopg binds client-side here (Django's default), so several statements
@@ -243,7 +254,7 @@ def _sequence_batch(chain: str) -> int:
             event.seq, event.prev_hash = seq, prev_hash
             event.hash = prev_hash = hash_body(event.hashed_fields())
             if seq % settings.AUDIT_CHECKPOINT_EVERY == 0:
-                due.append((seq, event.hash))
+                due.append((seq, prev_hash))
         _seal(chain, batch, seq, prev_hash)
         for checkpoint_seq, checkpoint_hash in due:
             write_checkpoint(chain, checkpoint_seq, checkpoint_hash)

@@ -218,4 +218,7 @@ def build_packet(tenant, proposal_id) -> dict | None:
 
 
 def packet_json(packet: dict) -> bytes:
-    return json.dumps(packet, cls=DjangoJSONEncoder, indent=2, ensure_ascii=False).encode()
+    # Hidden characters an agent sent stay in the values but travel as escapes (lib/agent_text.py).
+    return agent_text.json_escaped(
+        json.dumps(packet, cls=DjangoJSONEncoder, indent=2, ensure_ascii=False)
+    ).encode()

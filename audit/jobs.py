@@ -113,7 +113,7 @@ def _steps(job: ExportJob) -> Iterator[None]:
         if tenant is None:
             raise ValueError(f"tenant {job.tenant_id} no longer exists")
         selection = Selection.for_tenant(tenant, job.filters, up_to_seq=job.up_to_seq)
-        created_by = f"user:{job.requested_by.get_username()}" if job.requested_by_id else "system"
+        created_by = f"user:{job.requested_by.get_username()}" if job.requested_by else "system"
         final.parent.mkdir(parents=True, exist_ok=True)
         _save(job, total=_total(job, selection), done=0)
         yield

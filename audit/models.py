@@ -11,6 +11,7 @@ the hash sealed at its seq.
 """
 
 import uuid
+from typing import ClassVar
 
 from django.conf import settings
 from django.db import models
@@ -75,8 +76,11 @@ class Verb(models.TextChoices):
     MEMBERSHIP_CHANGED = "membership.changed"
     DEVICE_ENROLLED = "device.enrolled"
     DEVICE_RESET = "device.reset"
+    DEVICE_CHANGE_REFUSED = "device.change_refused"
+    PASSKEY_VOUCHED = "passkey.vouched"
     SIGN_IN_CODE_REFUSED = "sign_in.code_refused"
     SIGN_IN_THROTTLED = "sign_in.throttled"
+    SIGN_IN_UNLOCKED = "sign_in.unlocked"
     PERSON_CHANGED = "person.changed"
     INTAKE_REFUSED = "intake.refused"
     SIGNING_KEY_ROTATED = "signing_key.rotated"
@@ -118,7 +122,10 @@ class AuditEventQuerySet(AppendOnlyQuerySet):
         return self.filter(seal__chain=chain)
 
 
-class AuditEventManager(models.Manager.from_queryset(AuditEventQuerySet)):
+_AuditEventManagerBase = models.Manager.from_queryset(AuditEventQuerySet)
+
+
+class AuditEventManager(_AuditEventManagerBase):
     """Every queryset carries the event's place in its chain from its seal (NULL until sealed), under
     the names the events had as columns before the seal table: `seq`, `prev_hash`, `hash`. So
     `.filter(seq__lte=...)`, `.order_by("seq")` and `.values("seq", "hash")` read as they always did."""
@@ -141,16 +148,16 @@ class AuditEvent(AppendOnlyModel):
     actor = models.CharField(
         max_length=200, help_text="user:<username> | agent:<slug> | policy:<id>@<v> | system"
     )
-    verb = models.CharField(max_length=50, choices=Verb.choices)
+    verb = models.CharField(max_length=50, help_text="one of Verb; checked by audit.chain.append_many")
     subject = models.CharField(max_length=200, help_text="e.g. proposal:<uuid>")
     data = models.JSONField(default=dict)
 
-    objects = AuditEventManager()
+    objects: ClassVar[AuditEventManager] = AuditEventManager()
 
     # Until sealed (and on an instance read without the manager's annotations).
-    seq = None
-    prev_hash = None
-    hash = None
+    seq: int | None = None
+    prev_hash: str | None = None
+    hash: str | None = None
 
     class Meta:
         # Chain order; events not sealed yet last, in the order the sequencer will take them.

@@ -52,6 +52,10 @@ class DeviceResetRefused(ActionRefused):
     pass
 
 
+class FactorChangeRefused(ActionRefused):
+    """A change to a person's factors without a fresh confirmation by a strong enough factor."""
+
+
 class ConsumeRefused(ServiceError):
     http_status = 409
 

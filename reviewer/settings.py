@@ -5,6 +5,7 @@ channel layer, a generated SECRET_KEY and signing key. With DEBUG off every secr
 `.env.example` lists every variable read here.
 """
 
+import ipaddress
 import os
 import secrets
 from datetime import timedelta
@@ -299,14 +300,38 @@ OTP_WEBAUTHN_RP_ID = WEBAUTHN_RP_ID
 OTP_WEBAUTHN_RP_NAME = env_str("WEBAUTHN_RP_NAME", "Reviewer")
 OTP_WEBAUTHN_ALLOWED_ORIGINS = WEBAUTHN_ORIGINS
 OTP_WEBAUTHN_ALLOW_PASSWORDLESS_LOGIN = False
+# A passkey added less than this long ago does not satisfy a `step_up: "passkey"` policy (nor count as
+# a passkey when the person changes their factors) unless an admin vouched for it: its registration
+# rested on a weaker factor, and the person has this long, after the e-mail that says it was added, to
+# have it reset. 0 turns the cool-off off.
+PASSKEY_COOL_OFF_SECONDS = env_int("PASSKEY_COOL_OFF_SECONDS", 24 * 3600)
+# How long confirming with a factor on Your devices lets the person change their factors.
+FACTOR_CHANGE_WINDOW_SECONDS = env_int("FACTOR_CHANGE_WINDOW_SECONDS", 300)
+if PASSKEY_COOL_OFF_SECONDS < 0 or FACTOR_CHANGE_WINDOW_SECONDS <= 0:
+    raise ImproperlyConfigured(
+        "PASSKEY_COOL_OFF_SECONDS must be 0 or more and FACTOR_CHANGE_WINDOW_SECONDS more than 0 (seconds)"
+    )
 
 # Sign-in throttling (django-axes, accounts/throttle.py): after SIGN_IN_FAILURE_LIMIT failures (a wrong
-# password, or a right one with a wrong code) an account, and separately a client address, is refused
-# for SIGN_IN_COOL_OFF_SECONDS. Short on purpose: an attacker's failures keep the person out only briefly.
+# password, or a right one with a wrong code) a pair (account, client address), and separately a client
+# address, is refused for SIGN_IN_COOL_OFF_SECONDS: a guesser elsewhere does not keep the person out.
+# Across addresses, SIGN_IN_ACCOUNT_FAILURE_LIMIT failures within SIGN_IN_ACCOUNT_WINDOW_SECONDS make the
+# account sign in only with a passkey or a backup code (which unlocks it) until the window holds fewer.
 SIGN_IN_COOL_OFF_SECONDS = env_int("SIGN_IN_COOL_OFF_SECONDS", 120)
 AXES_FAILURE_LIMIT = env_int("SIGN_IN_FAILURE_LIMIT", 5)
+SIGN_IN_ACCOUNT_FAILURE_LIMIT = env_int("SIGN_IN_ACCOUNT_FAILURE_LIMIT", 30)
+SIGN_IN_ACCOUNT_WINDOW_SECONDS = env_int("SIGN_IN_ACCOUNT_WINDOW_SECONDS", 900)
+if SIGN_IN_ACCOUNT_FAILURE_LIMIT <= AXES_FAILURE_LIMIT:
+    raise ImproperlyConfigured(
+        "SIGN_IN_ACCOUNT_FAILURE_LIMIT must be above SIGN_IN_FAILURE_LIMIT: else one address's failures "
+        "lock the account everywhere"
+    )
 AXES_COOLOFF_TIME = timedelta(seconds=SIGN_IN_COOL_OFF_SECONDS)
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each on its own: per account and per address
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]
+# Refused attempts neither count nor extend the cool-down; every counted failure is in AccessFailureLog,
+# which the account limit counts.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_ENABLE_ACCESS_FAILURE_LOG = True
 AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "accounts.throttle.client_address"
 AXES_LOCKOUT_CALLABLE = "accounts.views.refused_page"
@@ -323,10 +348,19 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 
 # Behind a TLS-terminating proxy (the production set-up), the proxy says the request came over https with
-# X-Forwarded-Proto. Only trust this header when the proxy always sets it (it overwrites what a client
-# sends); set SECURE_PROXY_SSL_HEADER to an empty value when Daphne terminates TLS itself.
+# X-Forwarded-Proto. It is read only from TRUSTED_PROXIES (below), and the proxy must always set it
+# (overwriting what a client sent); set SECURE_PROXY_SSL_HEADER to an empty value when Daphne terminates
+# TLS itself.
 _proxy_ssl_header = env_str("SECURE_PROXY_SSL_HEADER", "" if DEBUG else "HTTP_X_FORWARDED_PROTO")
 SECURE_PROXY_SSL_HEADER = (_proxy_ssl_header, "https") if _proxy_ssl_header else None
+# The proxies whose X-Forwarded-For and X-Forwarded-Proto are believed (reviewer/proxies.py): addresses
+# or CIDRs of the peers Daphne sees. From anyone else those headers are dropped before Django reads them.
+TRUSTED_PROXIES = env_list("TRUSTED_PROXIES", [])
+for _proxy in TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_proxy, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(f"TRUSTED_PROXIES: {_proxy!r} is not an IP address or network") from None
 # With DEBUG off, http is redirected to https and browsers are told to use https only (HSTS). The
 # defaults make `manage.py check --deploy` clean; HSTS preload is a promise to browsers: keep it only for a
 # domain that will always serve https (SECURE_HSTS_PRELOAD=false to opt out).
@@ -336,15 +370,15 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", not 
 SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", not DEBUG)
 
 # Content-Security-Policy (django-csp): scripts and styles only from this origin, no inline script at
-# all (the pages have none; htmx's own indicator styles are off in base.html), no plugins, no framing,
-# forms post only here. Style attributes stay allowed (the audit charts' SVG and the admin use a few);
-# they cannot run code. connect-src 'self' covers the page's own WebSocket.
+# all (the pages have none; htmx's own indicator styles are off in base.html), no inline style either (no
+# page has a style attribute or a <style> block, so one injected into a page does nothing), no plugins,
+# no framing, forms post only here. Scripts still set styles through the DOM (element.style), which CSP
+# allows. connect-src 'self' covers the page's own WebSocket.
 CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
         "default-src": ["'self'"],
         "script-src": ["'self'"],
         "style-src": ["'self'"],
-        "style-src-attr": ["'unsafe-inline'"],
         "img-src": ["'self'", "data:"],
         "connect-src": ["'self'"],
         "object-src": ["'none'"],

@@ -248,7 +248,7 @@ def save_group(
     try:
         with transaction.atomic():
             created = group is None
-            if created:
+            if group is None:
                 if display_name is None:
                     raise ProvisioningRefused(400, "displayName is required", "invalidValue")
                 group = ScimGroup.objects.create(tenant=tenant, display_name=display_name.strip())

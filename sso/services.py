@@ -52,7 +52,7 @@ def sign_in(provider: IdentityProvider, claims: dict) -> tuple:
             if not provider.create_users:
                 raise SignInRefused("not_provisioned", f"you are not a member of {provider.tenant.name} yet")
             membership = set_tenant_membership(provider.tenant, user)
-        changes = {"added": [], "removed": []}
+        changes: dict[str, list[str]] = {"added": [], "removed": []}
         if group_names is not None and membership.role != TenantMembership.Role.COMPLIANCE:
             changes = sync_groups(
                 provider.tenant, user, group_names, managed_by=GroupMembership.ManagedBy.IDP

@@ -2,6 +2,8 @@
 every change is checked and audited; forms ask the services' own checks first, so that a refusal shows on
 its field."""
 
+from typing import cast
+
 from django import forms
 from django.contrib import admin
 
@@ -61,7 +63,8 @@ class TenantForm(forms.ModelForm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if "admin_group" in self.fields:
-            self.fields["admin_group"].queryset = ApproverGroup.objects.filter(tenant_id=self.instance.pk)
+            admin_group = cast(forms.ModelChoiceField, self.fields["admin_group"])
+            admin_group.queryset = ApproverGroup.objects.filter(tenant_id=self.instance.pk)
             self.fields[
                 "admin_group"
             ].help_text = (

@@ -64,7 +64,11 @@ def make_user(
 def totp_code(user) -> str:
     """The code a person's authenticator shows now; if this step's code was already used, the next
     step's code (django-otp accepts one step of drift, and refuses a code it has seen)."""
-    device = TOTPDevice.objects.get(user=user, confirmed=True)
+    return code_of(TOTPDevice.objects.get(user=user, confirmed=True))
+
+
+def code_of(device) -> str:
+    """The code this authenticator (confirmed or being set up) shows now, as totp_code."""
     totp = TOTP(device.bin_key, device.step, device.t0, device.digits, device.drift)
     totp.time = time.time()
     if totp.t() <= device.last_t:

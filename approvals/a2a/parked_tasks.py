@@ -92,9 +92,9 @@ class ParkedTaskLister:
         turn.page_token = page.next_page_token
         # More pages: continue on the next tick; a full round done: wait the interval.
         turn.next_at = clock if page.next_page_token else clock + self.every
-        for task_id, error in page.malformed:
+        for task_id, problem in page.malformed:
             log.warning(
-                "%s's task %s is parked with a request Reviewer cannot read: %s", agent.slug, task_id, error
+                "%s's task %s is parked with a request Reviewer cannot read: %s", agent.slug, task_id, problem
             )
         return sum(self._take_in(agent, submission) for submission in page.requests)
 

@@ -58,7 +58,8 @@ class AgentForm(forms.ModelForm):
             )
 
     def clean(self):
-        cleaned = super().clean()
+        super().clean()
+        cleaned = self.cleaned_data
         card_url = cleaned.get("card_url") or ""
         audience = cleaned.get("audience") or card_url
         try:

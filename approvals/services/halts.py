@@ -145,7 +145,7 @@ def resume(
             item.lifted_at = timezone.now()
             item.lifted_by = actor
             item.save(update_fields=["lifted_at", "lifted_by"])
-            tenant_id = item.tenant_id or (item.agent.tenant_id if item.agent_id else None)
+            tenant_id = item.tenant_id or (item.agent.tenant_id if item.agent else None)
             record(
                 tenant_id,
                 actor=label,

@@ -1,5 +1,6 @@
 """Taking in an agent's proposal: validation, supersession, policy evaluation and routing."""
 
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -133,7 +134,7 @@ def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -
 class _Found:
     """What intake reads before it writes, in one query (see _read_for_intake)."""
 
-    existing_id: object  # an earlier proposal with this agent, task and request id, or None
+    existing_id: uuid.UUID | None  # an earlier proposal with this agent, task and request id, or None
     halt_id: int | None  # the oldest halt in force on the agent, its tenant or everything, or None
     history: dict  # policy.evaluation_context's `history` counts
     versions: list  # the tenant's active policy versions, with their policies

@@ -11,6 +11,7 @@ from approvals.services.common import proposal_subject
 from approvals.states import OPEN_FOR_VOTES, WAITING_FOR_PEOPLE, State, check_transition
 from audit.models import AuditEvent, Verb
 from audit.trail import SYSTEM, record
+from lib.agent_text import visible
 from lib.errors import Conflict
 
 
@@ -203,7 +204,8 @@ def closed_reason(proposal: Proposal, clock: datetime | None = None) -> str:
         if successor is None:
             return "it was superseded by a newer request"
         edit = f", an edit by {_name(successor.edited_by)}" if successor.edited_by else ""
-        return f"it was superseded by proposal {successor.id} (request {successor.request_id}{edit})"
+        # The request id is the agent's: in its plain-text form, hidden characters written out.
+        return f"it was superseded by proposal {successor.id} (request {visible(successor.request_id)}{edit})"
     if state == State.EXPIRED or (state in WAITING_FOR_PEOPLE and clock >= proposal.expires_at):
         deadline = min(decision.expires_at, proposal.expires_at) if decision else proposal.expires_at
         return f"it expired at {format_moment(deadline)}; nothing will execute, and the agent must ask again"

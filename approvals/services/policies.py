@@ -160,7 +160,7 @@ def activate_policy_version(version: PolicyVersion, *, actor, now: datetime | No
             data={
                 "policy": locked_policy.slug,
                 "version": draft.version,
-                "author": draft.author.get_username(),
+                "author": draft.author.get_username() if draft.author else None,
                 "retired": current.version if current else None,
             },
         )

@@ -98,7 +98,7 @@ def update_tenant(
         current = {
             "name": tenant.name,
             "default_ttl_seconds": tenant.default_ttl_seconds,
-            "admin_group": tenant.admin_group.slug if tenant.admin_group_id else None,
+            "admin_group": tenant.admin_group.slug if tenant.admin_group else None,
         }
         changes = {
             key: [current[key], value]
@@ -134,7 +134,7 @@ def set_tenant_membership(
     with transaction.atomic():
         membership = TenantMembership.objects.select_for_update().filter(tenant=tenant, user=user).first()
         previous = {"role": membership.role, "principal_id": membership.principal_id} if membership else None
-        if previous == {"role": role, "principal_id": principal_id}:
+        if membership is not None and previous == {"role": role, "principal_id": principal_id}:
             return membership
         refusal = membership_refusal(tenant, user, role=role, principal_id=principal_id)
         if refusal is not None:

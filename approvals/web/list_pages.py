@@ -2,6 +2,7 @@
 
 from collections import Counter
 from datetime import datetime
+from typing import Any
 from urllib.parse import urlencode
 
 from django.utils import timezone
@@ -104,7 +105,7 @@ def _list_context(scope, params, queryset, *, order, with_states=False, counted=
 
 def queue_context(user, params) -> dict:
     scope = queries.ReviewerScope.of(user)
-    chips = {}
+    chips: dict[str, Any] = {}
 
     def risks_and_count(filters):
         # The chips count what at most COUNT_CAP of the proposals (without the risk filter) hold:

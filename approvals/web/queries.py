@@ -8,6 +8,7 @@ import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.db import NotSupportedError
@@ -31,6 +32,9 @@ from approvals.policy import history
 from approvals.standins import delegated_group_slugs
 from approvals.states import State
 from tenants.models import TenantMembership
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 class ThresholdNamesAnyGroup(Func):
@@ -64,7 +68,7 @@ class ThresholdNamesAnyGroup(Func):
             "WHERE t.item ->> 'group' IN ({marks}))",
         )
 
-    def as_sql(self, compiler, connection, **extra):
+    def as_sql(self, compiler, connection, *args, **extra):
         raise NotSupportedError("the reviewer queue supports SQLite and PostgreSQL")
 
 
@@ -73,7 +77,7 @@ class ReviewerScope:
     """A person's tenants and groups, read once per page (four queries: memberships, groups, groups lent
     by an active delegation, requests an escalation added them to)."""
 
-    user: object
+    user: "User"
     memberships: list = field(default_factory=list)
     group_slugs: dict = field(default_factory=dict)  # tenant id -> {group slug}
     stand_ins: dict = field(default_factory=dict)  # tenant id -> [proposal ids the escalation added them to]

@@ -179,7 +179,7 @@ def verify_bundle(path, *, jwks: dict | None = None, previous: str | None = None
                 if verifier is None or chain != verifier.chain:
                     if verifier is not None:
                         finish(verifier)
-                    if chain not in segments or chain in seen_chains:
+                    if not isinstance(chain, str) or chain not in segments or chain in seen_chains:
                         result.fail(
                             event.get("seq"),
                             f"{chain}: events not announced by the manifest, or not grouped by chain",

@@ -23,7 +23,6 @@ from audit.models import AuditEvent, Verb
 from audit.verify_db import verify_chain
 from lib.errors import VoteRefused
 from tests import factories
-from tests.audit.pg_flush import audit_triggers_allow_test_flush  # noqa: F401 (flush through the audit trigger)
 from tests.factories import submit, totp_code
 
 pytestmark = [

@@ -29,6 +29,13 @@ def test_append_outside_the_transaction_of_the_change_is_refused():
         append("system", actor="system", verb=Verb.HALT_STARTED, subject="halt:1")
 
 
+def test_a_verb_the_trail_does_not_know_is_refused_and_nothing_is_written():
+    """The verb column has no choices (a new verb needs no migration): append checks it instead."""
+    with pytest.raises(ValueError, match="unknown audit verb 'halt.begun'"), transaction.atomic():
+        append("system", actor="system", verb="halt.begun", subject="halt:1")
+    assert not AuditEvent.objects.exists()
+
+
 @pytest.mark.parametrize(
     "data",
     [

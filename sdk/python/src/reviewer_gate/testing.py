@@ -10,6 +10,7 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -138,7 +139,7 @@ class FakeReviewer:
         self._proposal_ids: dict[tuple[str, str], str] = {}  # (task_id, request_id) -> proposal_id
         self._changed = threading.Condition(self.lock)
         # body -> (token, state) or None: what policy decides at intake (decide_at_intake)
-        self.intake_decision = None
+        self.intake_decision: Callable[[dict[str, Any]], tuple[str, str] | None] | None = None
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.httpd.daemon_threads = True
         self._thread = threading.Thread(
@@ -303,7 +304,9 @@ class FakeReviewer:
         return Handler
 
 
-def _claims_for(reviewer: "FakeReviewer", body: dict, *, audience: str, decision: str, **overrides) -> dict:
+def _claims_for(
+    reviewer: "FakeReviewer", body: dict[str, Any], *, audience: str, decision: str, **overrides: Any
+) -> dict[str, Any]:
     """Claims bound to a submitted body; an approval ends no later than the request's own expires_at."""
     binding = {
         "task_id": body["task_id"],
@@ -320,13 +323,18 @@ def _claims_for(reviewer: "FakeReviewer", body: dict, *, audience: str, decision
 
 
 def decide_at_intake(
-    reviewer: "FakeReviewer", key: "ReviewerKey", *, audience: str, decision: str = "approved", **overrides
+    reviewer: "FakeReviewer",
+    key: "ReviewerKey",
+    *,
+    audience: str,
+    decision: str = "approved",
+    **overrides: Any,
 ) -> None:
     """Policy deciding at intake: every new proposal's answer carries its signed decision (`approved`
     is Reviewer's state `allowed`, `rejected` is `denied`), as Reviewer answers when a policy allows or
     denies. `overrides` replace claims."""
 
-    def decide(body: dict) -> tuple[str, str]:
+    def decide(body: dict[str, Any]) -> tuple[str, str]:
         claims = _claims_for(reviewer, body, audience=audience, decision=decision, **overrides)
         return key.sign(claims), "allowed" if decision == "approved" else "denied"
 
