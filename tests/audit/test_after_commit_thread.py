@@ -24,8 +24,8 @@ def _in_background(settings):
 
 def test_committed_events_are_chained_by_the_after_commit_thread_not_the_committing_one(tenant):
     with transaction.atomic():
-        record(tenant.id, actor="test", verb="proposal.created", subject="proposal:1")
-        record(tenant.id, actor="test", verb="proposal.created", subject="proposal:2")
+        record(tenant.id, actor="test", verb="proposal.submitted", subject="proposal:1")
+        record(tenant.id, actor="test", verb="proposal.submitted", subject="proposal:2")
     wait_for_background_hooks()
     events = AuditEvent.objects.chained(f"tenant:{tenant.id}")
     assert events.count() == 2
