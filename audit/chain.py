@@ -6,7 +6,8 @@ pending row (one statement on PostgreSQL): no lock, so a tenant's writes never q
 the chain's pending events in id order, inserts each one's seal (seq, prev_hash, hash) in one multi-row
 INSERT, drops their pending rows, moves the head and signs a checkpoint every AUDIT_CHECKPOINT_EVERY
 events. No row is ever updated but the head: an event and its seal are each written once. It runs right
-after each appending transaction commits (`transaction.on_commit`, in that process) and on every worker
+after each appending transaction commits (on that process's after-commit thread, lib/commit_hooks.py)
+and on every worker
 tick (`sequence_pending()`), for an event whose process died between its commit and its sequencing.
 
 The sequencer works through its own connection, `sequencer_alias()`: the `sequencer` database alias when
@@ -30,7 +31,7 @@ from audit import checkpoint_files
 from audit.models import AuditEvent, AuditPending, AuditSeal, ChainHead, Checkpoint, PublicKey, Verb
 from audit.shapes import format_time, parse_time
 from audit.verify.hashing import GENESIS_HASH, checkpoint_payload, hash_body
-from lib.commit_hooks import on_commit_once
+from lib.commit_hooks import on_commit_in_background
 
 KNOWN_VERBS = frozenset(Verb.values)
 
@@ -120,8 +121,10 @@ def append_many(chain: str, events: list[dict]) -> list[AuditEvent]:
     else:
         AuditEvent.objects.bulk_create(accepted)
         AuditPending.objects.bulk_create([AuditPending(event=e, chain=chain) for e in accepted])
-    # One hook per transaction and chain: it chains every event the transaction added to the chain.
-    on_commit_once(("audit.sequence", chain), lambda: sequence_after_commit(chain))
+    # One hook per transaction and chain: it chains every event the transaction added to the chain, on
+    # the process's after-commit thread (the request answers without waiting for it), where one queued
+    # run covers every commit before it.
+    on_commit_in_background(lambda: sequence_after_commit(chain), key=("audit.sequence", chain))
     return accepted
 
 

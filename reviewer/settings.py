@@ -192,6 +192,10 @@ MAX_CONCURRENT_REQUESTS = env_int("MAX_CONCURRENT_REQUESTS", 16)
 # instead); the worker stays the retry path (approvals/worker/delivery.py). Off: the worker sends everything.
 OUTBOX_DIRECT_SEND = env_bool("OUTBOX_DIRECT_SEND", True)
 OUTBOX_DIRECT_SEND_THREADS = env_int("OUTBOX_DIRECT_SEND_THREADS", 4)
+# A change's after-commit work that its answer need not wait for (the audit sequencer, the sockets'
+# broadcasts) runs on one background thread per process (lib/commit_hooks.py); the worker's tick chains
+# what a process that died left pending. Off: it runs in the committing request, before its answer.
+COMMIT_HOOKS_IN_BACKGROUND = env_bool("COMMIT_HOOKS_IN_BACKGROUND", True)
 # Decision waits (GET /api/v1/proposals/<id>/decision?wait=N) are served on the event loop, outside
 # MAX_CONCURRENT_REQUESTS (approvals/decision_wait.py): a wait holds no request slot, thread or
 # connection. Each Daphne process keeps at most DECISION_WAITS_PER_AGENT open for one agent (the next
@@ -203,17 +207,17 @@ DECISION_WAIT_READS = max(1, env_int("DECISION_WAIT_READS", 2))
 # On PostgreSQL every process draws its connections from a bounded psycopg pool (Django's "pool" option;
 # it needs CONN_MAX_AGE 0, which returns a request's connection to the pool when the request ends).
 # A Daphne needs MAX_CONCURRENT_REQUESTS for requests, OUTBOX_DIRECT_SEND_THREADS for the continuations
-# it sends after commit, DECISION_WAIT_READS for the decision waits' reads, plus what its WebSockets
-# use: their database work (channels' database_sync_to_async) runs on one shared thread per process,
-# so one connection, and two more are slack. The overload limit answers 503 before the pool is empty,
-# so nothing waits on it in practice; should it be empty, a request waits DB_POOL_TIMEOUT seconds for a
-# connection (then 500).
+# it sends after commit, one for the after-commit thread, DECISION_WAIT_READS for the decision waits'
+# reads, plus what its WebSockets use: their database work (channels' database_sync_to_async) runs on
+# one shared thread per process, so one connection, and two more are slack. The overload limit answers
+# 503 before the pool is empty, so nothing waits on it in practice; should it be empty, a request waits
+# DB_POOL_TIMEOUT seconds for a connection (then 500).
 # PostgreSQL's max_connections must hold N Daphnes x DB_POOL_MAX_SIZE + M workers x (DB_POOL_MIN_SIZE
 # + 1 for LISTEN) + the admin's few (README "Running several processes"). DB_POOL_MAX_SIZE=0: no pool.
 _DIRECT_SENDERS = OUTBOX_DIRECT_SEND_THREADS if OUTBOX_DIRECT_SEND else 0
 DB_POOL_MAX_SIZE = env_int(
     "DB_POOL_MAX_SIZE",
-    MAX_CONCURRENT_REQUESTS + _DIRECT_SENDERS + DECISION_WAIT_READS + 3 if MAX_CONCURRENT_REQUESTS else 0,
+    MAX_CONCURRENT_REQUESTS + _DIRECT_SENDERS + DECISION_WAIT_READS + 4 if MAX_CONCURRENT_REQUESTS else 0,
 )
 if IS_POSTGRES and DB_POOL_MAX_SIZE > 0:
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
