@@ -46,12 +46,14 @@ def display_names(labels) -> dict[str, str]:
     """{pseudonym: name} for the pseudonyms among `labels` the directory still knows (an erased person
     is left out: callers show the pseudonym)."""
     wanted = {label for label in labels if isinstance(label, str) and label.startswith(PREFIX)}
-    entries = PersonDirectoryEntry.objects.filter(pseudonym__in=wanted, user__isnull=False)
-    names = {}
-    for row in entries.select_related("user"):
-        if row.user is not None:
-            names[row.pseudonym] = row.user.get_full_name() or row.user.get_username()
-    return names
+    rows = PersonDirectoryEntry.objects.filter(pseudonym__in=wanted, user__isnull=False).select_related(
+        "user"
+    )
+    return {
+        row.pseudonym: row.user.get_full_name() or row.user.get_username()
+        for row in rows
+        if row.user is not None
+    }
 
 
 def pseudonyms_in(events: list[dict]) -> set[str]:
