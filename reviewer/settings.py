@@ -223,6 +223,17 @@ if IS_POSTGRES and DB_POOL_MAX_SIZE > 0:
     # consume among them (the agent then drops an approved action). tests/faults/test_processes_die.py
     # restarts PostgreSQL mid-loop.
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# The audit sequencer's own role (manage.py setup_database_roles --sequencer; docs/operations.md): set,
+# the sequencer seals events through a second connection as that role, the only one that may insert
+# seals and move chain heads, so the application's role cannot wedge or forge a chain. Give it to every
+# process that sequences (the worker's tick, and the web processes' after-commit sequencing).
+AUDIT_SEQUENCER_DATABASE_URL = env_str("AUDIT_SEQUENCER_DATABASE_URL")
+if AUDIT_SEQUENCER_DATABASE_URL:
+    DATABASES["sequencer"] = {
+        **dj_database_url.parse(AUDIT_SEQUENCER_DATABASE_URL, conn_max_age=60, conn_health_checks=True),
+        # The same database under another role: tests use the default connection's test database.
+        "TEST": {"MIRROR": "default"},
+    }
 
 REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:

@@ -9,11 +9,14 @@ Tenant ─┬─ TenantMembership (role: reviewer | compliance | admin, principa
         └─ ProviderGroupMapping (a group name at the identity provider → ApproverGroup)
 """
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 class Tenant(models.Model):
@@ -76,7 +79,8 @@ class ApproverGroup(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="groups")
     slug = models.SlugField()
     name = models.CharField(max_length=200)
-    members: "models.ManyToManyField[Any, GroupMembership]" = models.ManyToManyField(
+    # Typed by hand: the plugin cannot follow `through` to a model defined further down.
+    members: "models.ManyToManyField[User, GroupMembership]" = models.ManyToManyField(
         settings.AUTH_USER_MODEL, through="GroupMembership", related_name="approver_groups"
     )
 

@@ -39,8 +39,9 @@ from approvals.services.quotas import (
 )
 from approvals.sql import quoted_names
 from approvals.states import ALLOWED, State
+from audit.labels import SYSTEM, agent_label
 from audit.models import Verb
-from audit.trail import SYSTEM, audit_time, record
+from audit.trail import audit_time, record
 from lib.errors import IntakeError, NotFound, ServiceError
 
 
@@ -243,7 +244,7 @@ def record_intake_refusal(
             agent.tenant_id,
             actor=agent_actor(agent),
             verb=Verb.INTAKE_REFUSED,
-            subject=f"agent:{agent.slug}",
+            subject=agent_label(agent.slug),
             data={
                 "via": via,
                 "code": error.code,

@@ -39,8 +39,9 @@ from approvals.services.common import agent_actor
 from approvals.services.tenants import require_config_admin
 from approvals.sql import quoted_names
 from approvals.states import WAITING_FOR_PEOPLE
+from audit.labels import actor_label, agent_label, tenant_label
 from audit.models import Verb
-from audit.trail import actor_label, audit_time, record
+from audit.trail import audit_time, record
 from lib.errors import QuotaExceeded, ServiceError
 from tenants.models import Tenant
 
@@ -246,7 +247,7 @@ def _note_refusal(hold: Hold, refusal: QuotaExceeded, *, now: datetime, via: str
             agent.tenant_id,
             actor=agent_actor(agent),
             verb=Verb.INTAKE_THROTTLED,
-            subject=f"agent:{agent.slug}",
+            subject=agent_label(agent.slug),
             data={
                 "via": via,
                 "code": refusal.code,
@@ -278,7 +279,7 @@ def set_agent_limits(agent: Agent, *, actor=None, **limits: int | None) -> Agent
     require_config_admin(actor, agent.tenant_id)
     with transaction.atomic():
         locked = Agent.objects.select_for_update().get(pk=agent.pk)
-        _set_limits(locked, limits, actor=actor, tenant_id=agent.tenant_id, subject=f"agent:{agent.slug}")
+        _set_limits(locked, limits, actor=actor, tenant_id=agent.tenant_id, subject=agent_label(agent.slug))
     return locked
 
 
@@ -287,7 +288,7 @@ def set_tenant_limits(tenant: Tenant, *, actor=None, **limits: int | None) -> Te
     require_config_admin(actor, tenant.id)
     with transaction.atomic():
         locked = Tenant.objects.select_for_update().get(pk=tenant.pk)
-        _set_limits(locked, limits, actor=actor, tenant_id=tenant.id, subject=f"tenant:{tenant.slug}")
+        _set_limits(locked, limits, actor=actor, tenant_id=tenant.id, subject=tenant_label(tenant.slug))
     return locked
 
 
