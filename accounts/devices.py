@@ -8,8 +8,9 @@ from django.db import transaction
 
 from accounts import factors
 from accounts.notices import tell_person
+from audit.labels import SYSTEM, actor_label, user_label
 from audit.models import Verb
-from audit.trail import SYSTEM, actor_label, record
+from audit.trail import record
 from lib.errors import Conflict, DeviceResetRefused, FactorChangeRefused, NotFound, ServiceError
 from tenants.models import TenantMembership
 
@@ -22,10 +23,10 @@ def person_chains(user) -> list[int | None]:
 
 
 def record_for_person(person, *, actor: str, verb: str, data: dict) -> None:
-    """One event about `person` (subject user:<username>) in the chain of every tenant they work in, or
+    """One event about `person` (subject: their pseudonym) in the chain of every tenant they work in, or
     the system chain for someone in none; inside the caller's transaction."""
     for tenant_id in person_chains(person):
-        record(tenant_id, actor=actor, verb=verb, subject=f"user:{person.get_username()}", data=data)
+        record(tenant_id, actor=actor, verb=verb, subject=user_label(person), data=data)
 
 
 def record_sign_in_code_refused(user) -> None:
@@ -48,13 +49,14 @@ def record_sign_in_throttled(
 
     from audit.models import AuditEvent
 
-    subject = f"sign_in:{username}"
+    person = get_user_model().objects.filter(username=username).first()
+    # A person by pseudonym (erasable); a name nobody has is kept as typed.
+    subject = user_label(person) if person is not None else f"sign_in:{username}"
     with transaction.atomic():
         if AuditEvent.objects.filter(
             subject=subject, verb=Verb.SIGN_IN_THROTTLED, at__gte=since, data__address=address
         ).exists():
             return False
-        person = get_user_model().objects.filter(username=username).first()
         for tenant_id in person_chains(person) if person is not None else [None]:
             record(
                 tenant_id,

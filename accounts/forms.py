@@ -141,7 +141,8 @@ class ConfirmForm(forms.Form):
     passkey = passkey_answer_field()
 
     def clean(self):
-        cleaned = super().clean() or {}
+        super().clean()
+        cleaned = self.cleaned_data
         if not cleaned.get("passkey") and not normalized_code(cleaned.get("otp_token")):
             raise forms.ValidationError("type a code, or press Confirm with a passkey")
         return cleaned

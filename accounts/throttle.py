@@ -26,8 +26,9 @@ from django.db.models import Max
 from django.utils import timezone
 
 from accounts.devices import person_chains, record_for_person, record_sign_in_throttled
+from audit.labels import SYSTEM, actor_label, user_label
 from audit.models import AuditEvent, Verb
-from audit.trail import SYSTEM, actor_label, record
+from audit.trail import record
 
 
 def client_address(request) -> str | None:
@@ -66,7 +67,9 @@ def account_failures(username: str) -> int:
 
 def account_locked(username: str | None) -> bool:
     """True while `username` signs in only with a passkey or a backup code (see the module docstring)."""
-    return bool(username) and account_failures(username) >= settings.SIGN_IN_ACCOUNT_FAILURE_LIMIT
+    if not username:
+        return False
+    return account_failures(username) >= settings.SIGN_IN_ACCOUNT_FAILURE_LIMIT
 
 
 def record_lockout(sender, request, username, ip_address, **kwargs) -> None:
@@ -86,13 +89,14 @@ def record_account_lock(username: str) -> bool:
     limit, in the person's tenants (the system chain for an unknown name); not again while it holds.
     Returns whether it recorded."""
     username = (username or "")[:150]
-    subject = f"sign_in:{username}"
+    person = get_user_model().objects.filter(username=username).first()
+    # A person by pseudonym (erasable); a name nobody has is kept as typed.
+    subject = user_label(person) if person is not None else f"sign_in:{username}"
     with transaction.atomic():
         if AuditEvent.objects.filter(
             subject=subject, verb=Verb.SIGN_IN_THROTTLED, at__gt=_count_since(username), data__limit="account"
         ).exists():
             return False
-        person = get_user_model().objects.filter(username=username).first()
         data = {
             "limit": "account",
             "failure_limit": settings.SIGN_IN_ACCOUNT_FAILURE_LIMIT,

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from approvals.states import State
+from approvals.states import WAITING_FOR_PEOPLE, State
 from lib.agent_text import visible
 from tenants.models import ApproverGroup, Tenant
 
@@ -54,6 +54,18 @@ class Agent(models.Model):
         max_length=20, choices=AuthScheme.choices, default=AuthScheme.NONE
     )
     outbound_auth_credentials = models.CharField(max_length=500, blank=True)
+    # Intake quotas (approvals/services/quotas.py); empty: the installation's default (settings).
+    intake_burst = models.PositiveIntegerField(
+        null=True, blank=True, help_text="proposals it may send at once; empty: AGENT_INTAKE_BURST"
+    )
+    intake_per_minute = models.PositiveIntegerField(
+        null=True, blank=True, help_text="its sustained rate; empty: AGENT_INTAKE_PER_MINUTE"
+    )
+    open_proposals_max = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="its proposals waiting for people at most; empty: AGENT_OPEN_PROPOSALS",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -213,6 +225,10 @@ def risk_rank(risk: str) -> int:
     return RISK_RANKS.get((risk or "").strip().lower(), UNKNOWN_RISK_RANK)
 
 
+# The rows that wait for people (states.WAITING_FOR_PEOPLE), as an index condition.
+WAITING_CONDITION = Q(state__in=sorted(WAITING_FOR_PEOPLE))
+
+
 class Proposal(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="proposals")
@@ -288,6 +304,9 @@ class Proposal(models.Model):
             # The watching list, newest first, read backwards.
             models.Index(fields=["created_at", "id"], name="watching_by_recency"),
             models.Index(fields=["tenant", "target_key", "created_at"], name="history_by_target"),
+            # The open-proposal ceilings (approvals/services/quotas.py): what waits for people, counted.
+            models.Index(fields=["agent"], name="waiting_by_agent", condition=WAITING_CONDITION),
+            models.Index(fields=["tenant"], name="waiting_by_tenant", condition=WAITING_CONDITION),
         ]
 
     def __str__(self):
@@ -526,3 +545,6 @@ from approvals.notification_models import (  # noqa: E402, F401
     TeamsPost,
     WebhookEndpoint,
 )
+
+# The intake quotas' state (approvals/services/quotas.py).
+from approvals.quota_models import QuotaState  # noqa: E402, F401

@@ -83,6 +83,8 @@ class Verb(models.TextChoices):
     SIGN_IN_UNLOCKED = "sign_in.unlocked"
     PERSON_CHANGED = "person.changed"
     INTAKE_REFUSED = "intake.refused"
+    INTAKE_THROTTLED = "intake.throttled"
+    QUOTA_CHANGED = "quota.changed"
     SIGNING_KEY_ROTATED = "signing_key.rotated"
     EXPORT_CREATED = "export.created"
     TENANT_CREATED = "tenant.created"
@@ -113,6 +115,7 @@ class Verb(models.TextChoices):
     WEBHOOK_REGISTERED = "webhook.registered"
     PUSH_DEVICE_ADDED = "push_device.added"
     PUSH_DEVICE_REMOVED = "push_device.removed"
+    PERSON_ERASED = "person.erased"
 
 
 class AuditEventQuerySet(AppendOnlyQuerySet):
@@ -146,7 +149,7 @@ class AuditEvent(AppendOnlyModel):
     chain = models.CharField(max_length=50)
     at = models.DateTimeField(db_index=True)
     actor = models.CharField(
-        max_length=200, help_text="user:<username> | agent:<slug> | policy:<id>@<v> | system"
+        max_length=200, help_text="person:<pseudonym> | agent:<slug> | policy:<id>@<v> | system"
     )
     verb = models.CharField(max_length=50, help_text="one of Verb; checked by audit.chain.append_many")
     subject = models.CharField(max_length=200, help_text="e.g. proposal:<uuid>")
@@ -333,3 +336,19 @@ class SiemCursor(models.Model):
 
     def __str__(self):
         return f"{self.sink} at {self.chain}:{self.seq}"
+
+
+class PersonDirectoryEntry(models.Model):
+    """Who a pseudonym in the trail is. The trail names people only as `person:<random id>`
+    (audit.labels.user_label); this row is the one link from that id to a person, whose name and e-mail
+    are read through it. Not append-only: `manage.py erase_person` deletes it, and the trail, whose
+    hashes never covered a name, then names nobody."""
+
+    pseudonym = models.CharField(max_length=60, unique=True)
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="audit_directory_entry"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self):
+        return self.pseudonym

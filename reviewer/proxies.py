@@ -56,7 +56,7 @@ def forwarded_scope(scope: dict, trusted) -> dict:
     peer = _address((scope.get("client") or ("",))[0] or "")
     if not _trusted(peer, trusted):
         return {**scope, "headers": kept}
-    values = {}
+    values: dict[bytes, list[str]] = {}
     for name, value in headers:
         if name.lower() in FORWARDING_HEADERS:
             values.setdefault(name.lower(), []).append(value.decode("latin-1"))

@@ -223,6 +223,17 @@ if IS_POSTGRES and DB_POOL_MAX_SIZE > 0:
     # consume among them (the agent then drops an approved action). tests/faults/test_processes_die.py
     # restarts PostgreSQL mid-loop.
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# The audit sequencer's own role (manage.py setup_database_roles --sequencer; docs/operations.md): set,
+# the sequencer seals events through a second connection as that role, the only one that may insert
+# seals and move chain heads, so the application's role cannot wedge or forge a chain. Give it to every
+# process that sequences (the worker's tick, and the web processes' after-commit sequencing).
+AUDIT_SEQUENCER_DATABASE_URL = env_str("AUDIT_SEQUENCER_DATABASE_URL")
+if AUDIT_SEQUENCER_DATABASE_URL:
+    DATABASES["sequencer"] = {
+        **dj_database_url.parse(AUDIT_SEQUENCER_DATABASE_URL, conn_max_age=60, conn_health_checks=True),
+        # The same database under another role: tests use the default connection's test database.
+        "TEST": {"MIRROR": "default"},
+    }
 
 REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:
@@ -415,6 +426,20 @@ NOTIFICATION_DIGEST_SECONDS = env_int("NOTIFICATION_DIGEST_SECONDS", 60)
 
 # Intake limits: agent-provided text is untrusted and capped.
 PROPOSAL_MAX_BYTES = env_int("PROPOSAL_MAX_BYTES", 64 * 1024)
+# Intake quotas (approvals/services/quotas.py): the defaults of an agent's and a tenant's limits, which
+# the admin may set per agent and per tenant. A token bucket per agent and per tenant: BURST proposals
+# at once, refilled at PER_MINUTE; and a ceiling of open proposals (waiting for people). Over a limit
+# intake answers 429 with Retry-After and stores nothing; one audit event per agent per
+# QUOTA_AUDIT_WINDOW_SECONDS says it was throttled and how many were refused in the window before.
+AGENT_INTAKE_BURST = env_int("AGENT_INTAKE_BURST", 60)
+AGENT_INTAKE_PER_MINUTE = env_int("AGENT_INTAKE_PER_MINUTE", 120)
+AGENT_OPEN_PROPOSALS = env_int("AGENT_OPEN_PROPOSALS", 500)
+TENANT_INTAKE_BURST = env_int("TENANT_INTAKE_BURST", 600)
+TENANT_INTAKE_PER_MINUTE = env_int("TENANT_INTAKE_PER_MINUTE", 1200)
+TENANT_OPEN_PROPOSALS = env_int("TENANT_OPEN_PROPOSALS", 5000)
+QUOTA_AUDIT_WINDOW_SECONDS = env_int("QUOTA_AUDIT_WINDOW_SECONDS", 300)
+# What a refusal at an open-proposal ceiling asks the agent to wait (a slot frees when people decide).
+QUOTA_OPEN_RETRY_AFTER_SECONDS = env_int("QUOTA_OPEN_RETRY_AFTER_SECONDS", 60)
 # Outbox delivery: attempts before a message is dead-lettered, and the backoff cap in seconds.
 OUTBOX_MAX_ATTEMPTS = env_int("OUTBOX_MAX_ATTEMPTS", 8)
 OUTBOX_BACKOFF_CAP_SECONDS = env_int("OUTBOX_BACKOFF_CAP_SECONDS", 300)

@@ -8,6 +8,7 @@ from django import forms
 from django.contrib import admin
 
 from approvals.admin.common import PeopleScopedInline, ServiceInlineFormSet, TenantScopedAdmin, adopt_stored
+from approvals.services.quotas import LIMIT_FIELDS, set_tenant_limits
 from approvals.services.tenants import (
     add_group_member,
     create_group,
@@ -58,7 +59,7 @@ class TenantMembershipInline(PeopleScopedInline):
 class TenantForm(forms.ModelForm):
     class Meta:
         model = Tenant
-        fields = ["slug", "name", "default_ttl_seconds", "admin_group"]
+        fields = ["slug", "name", "default_ttl_seconds", "admin_group", *LIMIT_FIELDS]
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -82,9 +83,9 @@ class TenantAdmin(TenantScopedAdmin):
 
     def get_fields(self, request, obj=None):
         return (
-            ["slug", "name", "default_ttl_seconds", "admin_group"]
+            ["slug", "name", "default_ttl_seconds", "admin_group", *LIMIT_FIELDS]
             if obj
-            else ["slug", "name", "default_ttl_seconds"]
+            else ["slug", "name", "default_ttl_seconds", *LIMIT_FIELDS]
         )
 
     def get_readonly_fields(self, request, obj=None):
@@ -97,6 +98,7 @@ class TenantAdmin(TenantScopedAdmin):
         return request.user.is_superuser
 
     def save_model(self, request, obj, form, change):
+        limits = {name: form.cleaned_data.get(name) for name in LIMIT_FIELDS}
         if change:
             update_tenant(
                 obj,
@@ -115,6 +117,7 @@ class TenantAdmin(TenantScopedAdmin):
                     default_ttl_seconds=obj.default_ttl_seconds,
                 ),
             )
+        adopt_stored(obj, set_tenant_limits(obj, actor=request.user, **limits))
 
     def save_formset(self, request, form, formset, change):
         if formset.model is not TenantMembership:

@@ -23,10 +23,6 @@ class TenantRef:
     name: str
     role: str = ""
 
-    @property
-    def chain(self) -> str:
-        return f"tenant:{self.id}"
-
 
 def tenants_for(user, roles=AUDIT_ROLES) -> list[TenantRef]:
     """The tenants whose audit pages this user may open, with the role that lets them."""

@@ -290,3 +290,10 @@ def clone_waiting(template, count: int, *, batch: int = 5000) -> None:
             rows.append(Proposal(**row))
         Proposal.objects.bulk_create(rows)
         Pin.objects.bulk_create(Pin(proposal_id=row.id, policyversion_id=pin) for row in rows for pin in pins)
+
+
+def trail_name(username: str) -> str:
+    """How the audit trail and the decision token name this persona: its pseudonym."""
+    from audit.labels import user_label
+
+    return user_label(get_user_model().objects.get(username=username))

@@ -16,8 +16,9 @@ from approvals.notification_models import FollowUp, StandIn
 from approvals.reach import reachability
 from approvals.services.common import proposal_subject
 from approvals.states import WAITING_FOR_PEOPLE
+from audit.labels import SYSTEM, user_label
 from audit.models import Verb
-from audit.trail import SYSTEM, audit_time, record
+from audit.trail import audit_time, record
 from tenants.models import ApproverGroup, TenantMembership
 
 if TYPE_CHECKING:
@@ -157,7 +158,7 @@ def _escalate(proposal: Proposal, steps: list[dict], now: datetime) -> list:
         subject=proposal_subject(proposal),
         data={
             "steps": steps,
-            "added": sorted(u.get_username() for u in chosen.values()),
+            "added": sorted(user_label(u) for u in chosen.values()),
             "expires_at": audit_time(proposal.expires_at),
         },
     )

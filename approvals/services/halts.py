@@ -11,8 +11,9 @@ from approvals.models import Agent, Halt, Proposal
 from approvals.services.lifecycle import enqueue_cancel, revoke_proposal, transition
 from approvals.sql import quoted_names
 from approvals.states import RELEASED, WAITING_FOR_PEOPLE, State
+from audit.labels import actor_label
 from audit.models import Verb
-from audit.trail import actor_label, record
+from audit.trail import record
 from lib.errors import HaltedError, ServiceError
 from tenants.models import Tenant
 

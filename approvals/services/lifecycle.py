@@ -9,8 +9,10 @@ from approvals import events, wakeup
 from approvals.models import Decision, OutboxMessage, Proposal, Vote
 from approvals.services.common import proposal_subject
 from approvals.states import OPEN_FOR_VOTES, WAITING_FOR_PEOPLE, State, check_transition
+from audit.labels import SYSTEM
 from audit.models import AuditEvent, Verb
-from audit.trail import SYSTEM, record
+from audit.people import display_name
+from audit.trail import record
 from lib.agent_text import visible
 from lib.errors import Conflict
 
@@ -178,7 +180,7 @@ def _decided_by(proposal: Proposal, decision: Decision | None) -> str:
         return f"denied by policy at {format_moment(proposal.decided_at)} ({why})"
     if proposal.state == State.INFO_REQUESTED:
         event = _last_transition(proposal)
-        who = event.actor.removeprefix("user:") if event else "a reviewer"
+        who = display_name(event.actor) if event else "a reviewer"
         asked = format_moment(proposal.decided_at)
         return f"{who} asked the agent a question at {asked}; the answer comes as a new proposal"
     approvers = [_name(v.voter) for v in votes.filter(verdict=Vote.Verdict.APPROVE)]

@@ -23,8 +23,9 @@ from approvals.services.lifecycle import closed_reason, enqueue_cancel, expire_p
 from approvals.services.quorum import count_quorum
 from approvals.standins import voice_taken
 from approvals.states import OPEN_FOR_VOTES, WAITING_FOR_PEOPLE, State
+from audit.labels import SYSTEM, actor_label, user_label
 from audit.models import Verb
-from audit.trail import SYSTEM, actor_label, audit_time, record
+from audit.trail import audit_time, record
 from lib.errors import EditRefused, VoteRefused
 
 STEP_UP_REFUSALS = {"step_up_failed", "step_up_required", "passkey_required", "passkey_cooling_off"}
@@ -263,7 +264,7 @@ def _store_vote(proposal, user, verdict, digest_seen, reason, page_hash, step, r
 def _approver(vote: Vote, group_slug: str | None) -> dict:
     voter = vote.voter
     return {
-        "sub": f"user:{voter.get_username()}",
+        "sub": user_label(voter),
         "name": voter.get_full_name() or voter.get_username(),
         "group": group_slug,
         "auth": {"method": vote.auth_method, "at": audit_time(vote.auth_at)},
@@ -277,7 +278,7 @@ def _approver(vote: Vote, group_slug: str | None) -> dict:
 
 
 def _named(user) -> dict:
-    return {"sub": f"user:{user.get_username()}", "name": user.get_full_name() or user.get_username()}
+    return {"sub": user_label(user), "name": user.get_full_name() or user.get_username()}
 
 
 def request_info(
@@ -312,7 +313,7 @@ def _asker(user, step: tuple[str, datetime], question: str) -> dict:
     approver (their words in `reason`: the question; no reservation)."""
     method, auth_at = step
     return {
-        "sub": f"user:{user.get_username()}",
+        "sub": user_label(user),
         "name": user.get_full_name() or user.get_username(),
         "group": None,
         "auth": {"method": method, "at": audit_time(auth_at)},

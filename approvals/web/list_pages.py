@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from approvals.models import Agent, Policy
 from approvals.policy.headline import action_headline, summary_mismatch
+from approvals.selectors import throttled_agents
 from approvals.states import State
 from approvals.web import break_glass_pages, queries
 from approvals.web.forms import QueueFilterForm
@@ -128,7 +129,10 @@ def queue_context(user, params) -> dict:
         if by_risk.get(value)
     ]
     context["post_hoc_reviews"] = break_glass_pages.queue_reviews(user)  # break-glass reviews owed
-    context["is_tenant_admin"] = any(m.role == "admin" for m in scope.memberships)
+    admin_of = [m.tenant_id for m in scope.memberships if m.role == "admin"]
+    context["is_tenant_admin"] = bool(admin_of)
+    # Tenant admins hear that an agent hit a quota (its refused proposals are nowhere in the list).
+    context["throttled"] = throttled_agents(admin_of, timezone.now()) if admin_of else []
     return context
 
 

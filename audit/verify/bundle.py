@@ -6,8 +6,7 @@ import json
 import zipfile
 from collections.abc import Iterable, Iterator
 
-from audit.hashing import checkpoint_payload
-from audit.verify.chains import (
+from .chains import (
     BUNDLE_FORMAT,
     ChainVerifier,
     Result,
@@ -16,6 +15,7 @@ from audit.verify.chains import (
     public_keys,
     signature_problem,
 )
+from .hashing import checkpoint_payload
 
 # --------------------------------------------------------------------------------------------------
 # Bundles

@@ -9,7 +9,7 @@ command refuses to run without `--jwks` (the JWKS you trust, a file or an https 
 /.well-known/jwks.json) or an explicit `--trust-bundle-keys`.
 
 This module must stay importable with no Django settings and no database (compliance runs it offline
-on an exported bundle). The hashing rule comes from audit/hashing.py, which audit/chain.py uses too.
+on an exported bundle). The hashing rule comes from audit/verify/hashing.py, which audit/chain.py uses too.
 
 What it checks, streaming (memory does not grow with the number of events):
 - every event's hash is sha256 of the RFC 8785 form of {chain, seq, at, actor, verb, subject, data,
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import rfc8785
 
-from audit.hashing import GENESIS_HASH, HASHED_FIELDS, checkpoint_payload, hash_body
+from .hashing import GENESIS_HASH, HASHED_FIELDS, checkpoint_payload, hash_body
 
 BUNDLE_FORMAT = "reviewer-audit-bundle/1"
 # The last line of a CSV or JSON Lines export: its signed head (audit/exports.py head_record).

@@ -5,8 +5,8 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from audit.verify.bundle import BundleError, jsonl_records
-from audit.verify.chains import (
+from .bundle import BundleError, jsonl_records
+from .chains import (
     CSV_COLUMNS,
     EXPORT_HEAD_FORMAT,
     EXPORT_HEAD_MARK,

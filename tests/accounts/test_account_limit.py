@@ -15,7 +15,7 @@ from django_otp.plugins.otp_static.models import StaticDevice, StaticToken
 
 from audit.models import AuditEvent, Verb
 from tests.accounts.test_sign_in_throttling import page_without_token, sign_in, signed_in
-from tests.factories import PASSWORD, totp_code
+from tests.factories import PASSWORD, totp_code, trail_name
 from tests.soft_authenticator import register_passkey
 
 pytestmark = pytest.mark.django_db
@@ -65,7 +65,7 @@ def test_a_locked_account_is_unlocked_by_signing_in_with_a_backup_code(reviewer_
     assert signed_in(sign_in("reviewer_a", PASSWORD, code, address="192.0.2.33"))
 
     (event,) = AuditEvent.objects.filter(verb=Verb.SIGN_IN_UNLOCKED)
-    assert event.subject == "user:reviewer_a" and event.data == {"factor": "backup code"}
+    assert event.subject == trail_name("reviewer_a") and event.data == {"factor": "backup code"}
     # Unlocked: the count starts again, and the six-digit code signs in once more.
     assert signed_in(sign_in("reviewer_a", PASSWORD, totp_code(reviewer_a), address="192.0.2.34"))
 
@@ -98,7 +98,7 @@ def test_the_account_limit_is_recorded_once_not_once_per_attempt(reviewer_a):
     distributed_guess("reviewer_a", ACCOUNT_LIMIT + 10)
 
     (event,) = AuditEvent.objects.filter(verb=Verb.SIGN_IN_THROTTLED, data__limit="account")
-    assert event.subject == "sign_in:reviewer_a" and event.actor == "system"
+    assert event.subject == trail_name("reviewer_a") and event.actor == "system"
     assert event.data == {
         "limit": "account",
         "failure_limit": ACCOUNT_LIMIT,

@@ -22,7 +22,7 @@ from approvals.models import Vote
 from audit.models import AuditEvent
 from tests import factories
 from tests.approvals.test_consumers import _own_channel_prefix  # noqa: F401 (fixture)
-from tests.factories import PASSWORD, submit, totp_code
+from tests.factories import PASSWORD, submit, totp_code, trail_name
 from tests.soft_authenticator import SoftAuthenticator, register_passkey
 
 pytestmark = pytest.mark.django_db
@@ -79,7 +79,7 @@ def add_passkey_through_the_page(client, user, name="attacker's key"):
 
 def refusals(user) -> list[dict]:
     return list(
-        AuditEvent.objects.filter(subject=f"user:{user.get_username()}", verb="device.change_refused")
+        AuditEvent.objects.filter(subject=trail_name(user.get_username()), verb="device.change_refused")
         .order_by("seq")
         .values_list("data", flat=True)
     )

@@ -21,7 +21,7 @@ from approvals.services.votes import cast_vote
 from audit.models import AuditEvent, Verb
 from lib.errors import Conflict, DeviceResetRefused, FactorChangeRefused, VoteRefused
 from tests import factories
-from tests.factories import submit, totp_code
+from tests.factories import submit, totp_code, trail_name
 from tests.soft_authenticator import SoftAuthenticator, register_passkey
 
 pytestmark = pytest.mark.django_db
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.django_db
 
 def events(user, verb) -> list[dict]:
     return list(
-        AuditEvent.objects.filter(subject=f"user:{user.get_username()}", verb=verb)
+        AuditEvent.objects.filter(subject=trail_name(user.get_username()), verb=verb)
         .order_by("seq")
         .values_list("data", flat=True)
     )
@@ -350,7 +350,7 @@ def test_an_admin_vouches_for_new_passkeys_audited_and_e_mailed(
     assert passkeys.cool_off_until(phone) is None
     assert PasskeyVouch.objects.get(passkey=phone).vouched_by == admin_user
     [event] = AuditEvent.objects.filter(verb=Verb.PASSKEY_VOUCHED)
-    assert event.actor == "user:admin" and event.data == {
+    assert event.actor == trail_name("admin") and event.data == {
         "passkey": phone.pk,
         "name": "phone",
         "reason": "she called",

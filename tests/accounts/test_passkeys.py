@@ -25,7 +25,7 @@ from lib.errors import Conflict, NotFound, ServiceError, VoteRefused
 from tests import factories
 from tests.approvals.test_consumers import _own_channel_prefix  # noqa: F401 (fixture)
 from tests.concurrency import requires_postgres, run_together
-from tests.factories import PASSWORD, submit, totp_code
+from tests.factories import PASSWORD, submit, totp_code, trail_name
 from tests.soft_authenticator import SoftAuthenticator, register_passkey
 
 pytestmark = pytest.mark.django_db
@@ -252,7 +252,7 @@ def test_a_person_registers_several_named_passkeys_and_each_is_audited(reviewer_
         WebAuthnCredential.objects.filter(user=reviewer_a).order_by("id").values_list("name", flat=True)
     )
     assert names == ["work laptop", "blue key"]
-    enrolled = AuditEvent.objects.filter(verb=Verb.DEVICE_ENROLLED, subject="user:reviewer_a")
+    enrolled = AuditEvent.objects.filter(verb=Verb.DEVICE_ENROLLED, subject=trail_name("reviewer_a"))
     assert [e.data["name"] for e in enrolled.order_by("seq")] == ["work laptop", "blue key"]
 
 
@@ -275,9 +275,9 @@ def test_rename_and_remove_are_audited(reviewer_a):
     remove_passkey(reviewer_a, device.pk, confirmation=BY_PASSKEY)
 
     assert not WebAuthnCredential.objects.filter(user=reviewer_a).exists()
-    renamed = AuditEvent.objects.get(verb=Verb.PERSON_CHANGED, subject="user:reviewer_a")
+    renamed = AuditEvent.objects.get(verb=Verb.PERSON_CHANGED, subject=trail_name("reviewer_a"))
     assert renamed.data["before"] == "laptop" and renamed.data["name"] == "old laptop"
-    removed = AuditEvent.objects.get(verb=Verb.DEVICE_RESET, subject="user:reviewer_a")
+    removed = AuditEvent.objects.get(verb=Verb.DEVICE_RESET, subject=trail_name("reviewer_a"))
     assert removed.data["device"] == "passkey" and removed.data["name"] == "old laptop"
 
 

@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from audit.models import AuditEvent, Verb
-from tests.factories import PASSWORD, totp_code
+from tests.factories import PASSWORD, totp_code, trail_name
 
 pytestmark = pytest.mark.django_db
 
@@ -120,7 +120,7 @@ def test_throttling_is_recorded_once_per_lockout_not_once_per_attempt(reviewer_a
         sign_in("reviewer_a", "wrong", address="203.0.113.70")
 
     (event,) = AuditEvent.objects.filter(verb=Verb.SIGN_IN_THROTTLED)
-    assert event.subject == "sign_in:reviewer_a" and event.actor == "system"
+    assert event.subject == trail_name("reviewer_a") and event.actor == "system"
     assert event.chain == f"tenant:{reviewer_a.tenant_memberships.get().tenant_id}"
     assert event.data == {
         "address": "203.0.113.70",

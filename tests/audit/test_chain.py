@@ -18,7 +18,7 @@ from audit.models import AuditEvent, ChainHead, Checkpoint, PublicKey, Verb
 from audit.verify_db import verify_chain
 from lib.errors import VoteRefused
 from tests.audit.util import lifecycle
-from tests.factories import submit
+from tests.factories import submit, trail_name
 
 pytestmark = pytest.mark.django_db
 
@@ -86,7 +86,7 @@ def test_audit_events_hold_no_codes_tokens_or_private_keys(
         key_pem.splitlines()[1],
     ):
         assert secret not in everything
-    assert AuditEvent.objects.filter(verb=Verb.STEP_UP_FAILED, actor="user:reviewer_b").exists()
+    assert AuditEvent.objects.filter(verb=Verb.STEP_UP_FAILED, actor=trail_name("reviewer_b")).exists()
 
 
 def test_events_record_what_the_reviewer_saw_who_decided_how_the_policy_and_the_jti(

@@ -58,7 +58,8 @@ logger = logging.getLogger(__name__)
 
 # Proposal states after which no decision token will ever appear (DESIGN.md "The proposal lifecycle").
 CLOSED_WITHOUT_DECISION = frozenset({"expired", "cancelled", "revoked", "superseded"})
-RETRIED_STATUSES = frozenset({429, 502, 503, 504})  # with Retry-After honoured (503: overloaded)
+RETRIED_STATUSES = frozenset({502, 503, 504})  # with Retry-After honoured (503: overloaded)
+THROTTLED = 429  # never retried here: Reviewer asks this agent to slow down, and the caller decides
 
 
 def _retry_after(response: httpx.Response) -> float:
@@ -74,6 +75,34 @@ MAX_WAIT_SECONDS = 60  # the server's bound on one long poll
 
 class ReviewerUnavailable(Exception):
     """Reviewer could not be reached or kept answering 5xx after the retries."""
+
+
+class Throttled(ReviewerUnavailable):
+    """Reviewer answered 429: this agent (or its tenant) is over a quota, and nothing was stored. Raised
+    at once, never retried by the client; send the same request again after `retry_after` seconds if
+    you want to (a submit is idempotent on task and request id).
+
+    code: "rate_limited", "tenant_rate_limited" (intake's token buckets), "too_many_open",
+    "tenant_too_many_open" (the ceilings of proposals waiting for people), "too_many_waits" (decision
+    waits); `retry_after`: the Retry-After header in seconds (0 when it had none)."""
+
+    def __init__(self, code: str, message: str, retry_after: float):
+        super().__init__(f"{code}: {message}" if message else code)
+        self.code = code
+        self.message = message
+        self.retry_after = retry_after
+
+    @classmethod
+    def from_response(cls, response: httpx.Response) -> Throttled:
+        try:
+            retry_after = max(float(response.headers.get("Retry-After", "0")), 0.0)
+        except ValueError:  # an HTTP date, which Reviewer does not send
+            retry_after = 0.0
+        try:
+            error = response.json().get("error") or {}
+        except (ValueError, AttributeError):
+            error = {}
+        return cls(str(error.get("code") or "throttled"), str(error.get("message") or ""), retry_after)
 
 
 class NotApproved(Exception):
@@ -265,7 +294,9 @@ class ReviewerClient:
     def _call(
         self, method: str, path: str, *, json: dict[str, Any] | None = None, timeout: float | None = None
     ) -> httpx.Response:
-        """One request, retried with exponential backoff on connection errors and 429/502/503/504.
+        """One request, retried with exponential backoff on connection errors and 502/503/504 (at most
+        `retries` times). A 429 raises Throttled at once: the agent is over a quota and must slow down,
+        which only the caller can decide how to do.
 
         Only idempotent calls go through here (submit is idempotent on task and request id; the pull
         is a read). Consume and outcome are the gate's, which never retries a consume.
@@ -283,6 +314,8 @@ class ReviewerClient:
                     raise ReviewerUnavailable(f"{method} {url}: {error!r}") from error
                 logger.info("%s %s failed (%r); retrying in %.1fs", method, url, error, delay)
             else:
+                if response.status_code == THROTTLED:
+                    raise Throttled.from_response(response)
                 if response.status_code not in RETRIED_STATUSES:
                     return response
                 if last:

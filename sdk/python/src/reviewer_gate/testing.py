@@ -135,6 +135,8 @@ class FakeReviewer:
         self.unavailable_answers = 0  # answer this many next API calls with 503 (retry tests)
         # ... with 503 "overloaded" and Retry-After, as Reviewer's concurrency limit refuses a request
         self.overloaded_answers = 0
+        # ... with 429 and Retry-After, as Reviewer's intake quotas refuse a request (throttle(...))
+        self.throttled_answers: list[tuple[str, int]] = []
         self._outcome_of: dict[str, dict[str, Any]] = {}  # proposal_id -> {"token", "state"}
         self._proposal_ids: dict[tuple[str, str], str] = {}  # (task_id, request_id) -> proposal_id
         self._changed = threading.Condition(self.lock)
@@ -160,6 +162,11 @@ class FakeReviewer:
         self.httpd.shutdown()
         self.httpd.server_close()
         self._thread.join(timeout=5)
+
+    def throttle(self, code: str = "rate_limited", retry_after: int = 30, count: int = 1) -> None:
+        """Answer the next `count` API calls with 429 `code` and `Retry-After: retry_after`."""
+        with self.lock:
+            self.throttled_answers.extend([(code, retry_after)] * count)
 
     def outcomes_for(self, jti: str) -> list[str]:
         with self.lock:
@@ -222,6 +229,17 @@ class FakeReviewer:
                 self.wfile.write(payload)
 
             def _unavailable(self) -> bool:
+                with reviewer.lock:
+                    throttled = reviewer.throttled_answers.pop(0) if reviewer.throttled_answers else None
+                if throttled is not None:
+                    code, retry_after = throttled
+                    message = f"over a quota; retry after {retry_after} s"
+                    self._send(
+                        429,
+                        {"error": {"code": code, "message": message, "field": None}},
+                        {"Retry-After": str(retry_after)},
+                    )
+                    return True
                 with reviewer.lock:
                     overloaded = reviewer.overloaded_answers > 0
                     if overloaded:
