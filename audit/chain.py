@@ -223,7 +223,7 @@ def _adopt_foreign_seals(chain: str, head: ChainHead, db: str) -> None:
         .order_by("seq")
         .values_list("seq", "hash", "event_id")
     )
-    adopted = []
+    adopted: list[tuple[int, str, int]] = []
     for seq, hash_, event_id in foreign:
         if seq != head.seq + len(adopted) + 1:
             break
@@ -290,7 +290,7 @@ def _sequence_batch(chain: str) -> int:
     db = sequencer_alias()
     with transaction.atomic(using=db):
         head = _locked_head(chain, db)
-        if head.overrun:
+        if getattr(head, "overrun", False):  # _locked_head's annotation, which the model does not declare
             _adopt_foreign_seals(chain, head, db)
         # Read after the lock: whatever an earlier holder chained is no longer pending.
         batch = _pending_batch(chain, db)
