@@ -4,6 +4,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
+from typing import cast
 
 import rfc8785
 from django.conf import settings
@@ -133,7 +134,7 @@ def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -
             )
             refused = spend_or_refuse(
                 hold,
-                found.open_counts,
+                cast(OpenCounts, found.open_counts),  # always read by _read_for_intake
                 waiting=_target_state(evaluation) == State.AWAITING_REVIEW,
                 now=created_at,
                 via=via,

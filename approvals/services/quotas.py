@@ -25,6 +25,7 @@ before refused: a flood of refused requests writes one event per agent per windo
 """
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
@@ -147,7 +148,7 @@ def open_counts_expressions(hold: Hold) -> dict[str, RawSQL]:
     }
 
 
-def _capped_count(owner: str, owner_id: int, waiting: list[str], cap: int) -> RawSQL:
+def _capped_count(owner: str, owner_id: int, waiting: Sequence[str], cap: int) -> RawSQL:
     # Only names from the model and placeholders go into the SQL; every value is a parameter.
     return RawSQL(_count_sql(connection.vendor, owner), (owner_id, *waiting, cap), IntegerField())  # noqa: S611
 
