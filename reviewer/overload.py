@@ -4,7 +4,7 @@ database.
 
 Why here, in front of Django: every request Django runs holds a database connection until it ends, and
 Daphne starts a request for every connection it accepts. Without a limit a burst opens connections until
-PostgreSQL refuses them and requests fail with 500 (issue 10). With it, HTTP requests hold at most
+PostgreSQL refuses them and requests fail with 500. With it, HTTP requests hold at most
 MAX_CONCURRENT_REQUESTS connections per process, drawn from its pool of DB_POOL_MAX_SIZE (the limit + 3:
 settings.py, README "Running several processes" for PostgreSQL's max_connections), and callers retry
 after the pause they were told. WebSockets are not counted:

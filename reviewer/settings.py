@@ -6,7 +6,6 @@ channel layer, a generated SECRET_KEY and signing key. With DEBUG off every secr
 """
 
 import os
-import secrets
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -14,64 +13,20 @@ from urllib.parse import urlsplit
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from lib.env import development_secret, env_bool, env_int, env_list, env_str
+
 BASE_DIR = Path(__file__).resolve().parent.parent
-
-
-def env_str(name: str, default: str = "") -> str:
-    """A string from the environment; NAME_FILE (a path) wins over NAME, for container secrets."""
-    file_path = os.environ.get(f"{name}_FILE")
-    if file_path:
-        return Path(file_path).read_text().strip()
-    return os.environ.get(name, default)
-
-
-def env_bool(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    if value.lower() in {"1", "true", "yes", "on"}:
-        return True
-    if value.lower() in {"0", "false", "no", "off"}:
-        return False
-    raise ImproperlyConfigured(f"{name} must be a boolean (true/false), not {value!r}")
-
-
-def env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name} must be an integer, not {value!r}") from None
-
-
-def env_list(name: str, default: list[str]) -> list[str]:
-    value = os.environ.get(name)
-    if not value:
-        return default
-    return [item.strip() for item in value.split(",") if item.strip()]
 
 
 DEBUG = env_bool("DEBUG", True)
 DATA_DIR = Path(env_str("REVIEWER_DATA_DIR", str(BASE_DIR / "data")))
 
 
-def _development_secret(filename: str) -> str:
-    """Generated once into the data folder, so restarts keep sessions; never used with DEBUG off."""
-    DATA_DIR.mkdir(parents=True, exist_ok=True)
-    path = DATA_DIR / filename
-    if not path.exists():
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
-    return path.read_text().strip()
-
-
 SECRET_KEY = env_str("SECRET_KEY")
 if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured("SECRET_KEY (or SECRET_KEY_FILE) is required when DEBUG is off")
-    SECRET_KEY = _development_secret("secret_key")
+    SECRET_KEY = development_secret(DATA_DIR, "secret_key")
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"] if DEBUG else [])
 if not ALLOWED_HOSTS:
@@ -227,7 +182,7 @@ REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:
     # Every open WebSocket waits on a blocking pop (BZPOPMIN) that Redis answers after at most 5 s
     # (channels-redis's brpop_timeout). redis-py 8 made socket_timeout default to 5 s, so the read raced
-    # the pop and idle sockets died with 1011 (channels_redis issue 422, redis-py issue 4091). The read
+    # the pop and idle sockets died with 1011 (channels_redis#422, redis-py#4091). The read
     # timeout must exceed the pop: 30 s never fires against a live Redis, yet a half-open connection
     # (a Redis that vanished without closing it) is still noticed. Connecting keeps a short timeout, so
     # a Redis that is restarting is retried (sockets reconnect) instead of hanging them.

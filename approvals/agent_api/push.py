@@ -15,10 +15,10 @@ from django.views.decorators.http import require_POST
 
 from approvals.a2a.push import PushError, parse_push, submit
 from approvals.agent_api.api import intake_token, receipt
+from approvals.agent_api.wire import HostileInput, body_too_large, load_json, too_large_message
 from approvals.models import Agent
 from approvals.services.intake import record_intake_refusal
 from approvals.services.reconcile import apply_task_state
-from approvals.wire import HostileInput, body_too_large, load_json, too_large_message
 from lib.errors import IntakeError, ServiceError, error_body
 from lib.tokens import hash_token
 

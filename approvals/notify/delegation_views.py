@@ -6,9 +6,9 @@ from django.contrib.auth import get_user_model
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from approvals.notification_models import Delegation
+from approvals.models.notifications import Delegation
+from approvals.selectors.standins import current_delegations
 from approvals.services.delegations import end_delegation, set_delegation
-from approvals.standins import current_delegations
 from lib.decorators import verified_required
 from lib.errors import ServiceError
 from tenants.models import TenantMembership

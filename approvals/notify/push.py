@@ -27,7 +27,7 @@ from py_vapid import Vapid02
 from pywebpush import WebPushException, webpush
 
 from approvals.a2a import outbound
-from approvals.notification_models import FollowUp, PushSubscription
+from approvals.models.notifications import FollowUp, PushSubscription
 from approvals.notify.audience import waiting_reviewers
 from approvals.notify.common import one_line, proposal_link
 from approvals.services.push_devices import (

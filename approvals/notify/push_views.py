@@ -9,7 +9,7 @@ from django.shortcuts import redirect, render
 from django.templatetags.static import static
 from django.views.decorators.http import require_GET, require_POST
 
-from approvals.notification_models import PushSubscription
+from approvals.models.notifications import PushSubscription
 from approvals.notify import push
 from approvals.services.push_devices import remove, subscribe
 from lib.decorators import verified_required

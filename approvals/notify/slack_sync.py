@@ -17,7 +17,7 @@ from django.utils import timezone
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 
-from approvals.notification_models import FollowUp, SlackIdentity, SlackPost, SlackWorkspace
+from approvals.models.notifications import FollowUp, SlackIdentity, SlackPost, SlackWorkspace
 from approvals.notify import slack_messages
 from approvals.notify.audience import waiting_reviewers
 from approvals.notify.secrets import SecretMissing, read_secret

@@ -22,7 +22,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from approvals.a2a import outbound
-from approvals.notification_models import FollowUp, TeamsChannel, TeamsPost
+from approvals.models.notifications import FollowUp, TeamsChannel, TeamsPost
 from approvals.notify.common import one_line, proposal_link, when
 from approvals.notify.secrets import SecretMissing, read_secret
 from approvals.notify.slack_messages import status_line

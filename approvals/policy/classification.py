@@ -2,13 +2,13 @@
 tool no policy names, a risk hint from the tool's name. Both are inputs that can only make review
 stricter: neither ever allows anything.
 
-Reversibility (issue 12 point 9): R0 read-only, R1 reversible, R2 reversible with cost, R3 irreversible.
+Reversibility: R0 read-only, R1 reversible, R2 reversible with cost, R3 irreversible.
 It comes from the agent's consequences (`reversibility: "R0".."R3"`, or `reversible: true/false`) and
 from the admins' classification of the tool (`PolicyVersion.reversibility` on every active version whose
 agent and tool patterns match); the strictest wins, and a tool nobody classifies counts as R2 (fail
 closed), so the agent's statement can only make it stricter. CEL conditions see it as `reversibility`.
 
-Risk hint (point 10): the keyword groups of the HITL plugin's classifier (shared/seeds/
+Risk hint: the keyword groups of the HITL plugin's classifier (shared/seeds/
 hitl-plugin-risk-classifier.txt): a lowercased tool name containing a shell/exec, file-write or
 external-API-write keyword is high risk; anything else gets no hint.
 """

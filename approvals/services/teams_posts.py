@@ -5,7 +5,7 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from approvals.notification_models import TeamsPost
+from approvals.models.notifications import TeamsPost
 
 TEAMS_ATTEMPTS = 6
 

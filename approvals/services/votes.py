@@ -14,6 +14,7 @@ from approvals.policy.evaluation import PASSKEY, PER_VOTE, step_up_window
 from approvals.policy.history import target_key
 from approvals.schemas import NUMBERS_ARE_STRINGS, first_number
 from approvals.selectors import capacity_for, ineligibility, lock_proposal_for, user_groups_for
+from approvals.selectors.standins import voice_taken
 from approvals.services.common import proposal_subject
 from approvals.services.decisions import issue_decision
 from approvals.services.delegations import record_used
@@ -21,7 +22,6 @@ from approvals.services.halts import active_halt
 from approvals.services.intake import evaluate_and_route
 from approvals.services.lifecycle import closed_reason, enqueue_cancel, expire_proposal, transition
 from approvals.services.quorum import count_quorum
-from approvals.standins import voice_taken
 from approvals.states import OPEN_FOR_VOTES, WAITING_FOR_PEOPLE, State
 from audit.models import Verb
 from audit.trail import SYSTEM, actor_label, audit_time, record
@@ -131,7 +131,7 @@ def cast_vote(
                 expire_proposal(proposal, reason="a vote arrived after expiry: silence never approves")
             elif refusal.code == "halted" and proposal.state in WAITING_FOR_PEOPLE:
                 # Submitted while the halt was committing, so the halt did not see it: cancel it as the
-                # halt would have, so a resume never brings it back (issue 13.8).
+                # halt would have, so a resume never brings it back.
                 reason = f"halt: {active_halt(proposal.tenant_id, proposal.agent_id).reason}"
                 transition(proposal, State.CANCELLED, actor=SYSTEM, reason=reason)
                 enqueue_cancel(proposal, reason=reason)
@@ -320,7 +320,7 @@ def edit_proposal(
     the same step-up as a vote (`step_up`), since it changes what reviewers are asked to release."""
     if not isinstance(arguments, dict):
         raise EditRefused("bad_arguments", "arguments must be an object", "arguments")
-    if (number := first_number(arguments, ("arguments",))) is not None:  # the intake rule (issue 13.6)
+    if (number := first_number(arguments, ("arguments",))) is not None:  # the intake rule
         raise EditRefused("json_number", f"{number}: {NUMBERS_ARE_STRINGS}", "arguments")
     with transaction.atomic():
         old = lock_proposal_for(proposal_id, actor)

@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from approvals.models import OutboxMessage, Proposal
-from approvals.notification_models import WebhookEndpoint
+from approvals.models.notifications import WebhookEndpoint
 from audit.models import AuditEvent, ChainHead, SiemCursor, Verb
 from audit.shapes import chain_for_tenant
 from audit.trail import actor_label, audit_time, record

@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from approvals.models import PolicyVersion, Proposal, StandIn, Vote
 from approvals.policy import history
-from approvals.standins import delegated_group_slugs
+from approvals.selectors.standins import delegated_group_slugs
 from approvals.states import State
 from tenants.models import TenantMembership
 

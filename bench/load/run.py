@@ -1,4 +1,4 @@
-"""The load test on the production topology (issue 10, point 8): two Daphne processes, two workers,
+"""The load test on the production topology: two Daphne processes, two workers,
 PostgreSQL + Redis, the demo refund agent, locust driving agents' intake and reviewers' votes.
 
     make load                                   # LOAD_ARGS="--rates 4 --minutes 3"

@@ -1,4 +1,4 @@
-"""Passkeys (issue 9, "Also"): a second device type beside the authenticator app, for sign-in and for each
+"""Passkeys: a second device type beside the authenticator app, for sign-in and for each
 vote; a policy may require one (`step_up: "passkey"`); the signed decision says which was used. Real
 signatures from a software authenticator (tests/soft_authenticator.py) through the real checks."""
 

@@ -1,4 +1,4 @@
-"""Sign-in throttling (issue 9.5), through real HTTP requests to the login view: django-axes counts
+"""Sign-in throttling, through real HTTP requests to the login view: django-axes counts
 failures per account and per client address, a throttled attempt gets the very answer a wrong password
 gets, the victim is back after a short cool-down, guessing codes does not lock the person's device, and
 the audit trail gets one event per lockout, not one per attempt."""

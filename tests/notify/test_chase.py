@@ -9,7 +9,7 @@ import time_machine
 from django.core import mail
 
 from approvals.models import Vote
-from approvals.notification_models import FollowUp, StandIn
+from approvals.models.notifications import FollowUp, StandIn
 from approvals.policy.notifications import notifications_error
 from approvals.services.votes import cast_vote
 from approvals.worker.loop import Worker

@@ -14,7 +14,7 @@ import time_machine
 from django.utils import timezone
 
 from approvals.models import Proposal, Vote
-from approvals.notification_models import SlackIdentity, SlackLinkRequest
+from approvals.models.notifications import SlackIdentity, SlackLinkRequest
 from approvals.notify import slack_sync
 from approvals.services import slack_links
 from approvals.services.reconcile import apply_task_state, expire_due
@@ -119,7 +119,7 @@ def test_the_message_follows_votes_and_the_decision_in_place(
 
 def shown_now(slack, proposal) -> str:
     """What the proposal's Slack message shows now (as the stand-in holds it after every update)."""
-    from approvals.notification_models import SlackPost
+    from approvals.models.notifications import SlackPost
 
     post = SlackPost.objects.get(proposal=proposal)
     return texts(slack.messages[(post.posted_channel, post.ts)]["blocks"])

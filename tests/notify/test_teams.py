@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from approvals.notification_models import TeamsChannel
+from approvals.models.notifications import TeamsChannel
 from approvals.notify import teams
 from approvals.services.votes import cast_vote
 from tests.factories import fresh_step_up, submit

@@ -115,7 +115,7 @@ def test_only_https_endpoints_and_known_events_are_registered(settings, tenant):
 def test_a_tenant_admin_registers_an_endpoint_in_the_admin_and_sees_the_secret_once(tenant):
     from django.contrib.messages import get_messages
 
-    from approvals.notification_models import WebhookEndpoint
+    from approvals.models.notifications import WebhookEndpoint
     from audit.models import AuditEvent, Verb
 
     author, _ = factories.policy_admins()

@@ -17,7 +17,7 @@ from django.utils import timezone
 from django_otp.models import Device
 
 from accounts import passkeys
-from approvals.notification_models import Delegation
+from approvals.models.notifications import Delegation
 from tenants.models import ApproverGroup, GroupMembership, TenantMembership
 
 

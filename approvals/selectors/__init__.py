@@ -1,7 +1,7 @@
 """Who may see and decide a proposal."""
 
-from approvals import standins
 from approvals.models import Proposal
+from approvals.selectors import standins
 from lib.errors import NotFound
 from tenants.models import ApproverGroup, GroupMembership, TenantMembership
 
@@ -48,7 +48,7 @@ def user_groups_for(
     proposal: Proposal, user, groups: dict[str, ApproverGroup] | None = None
 ) -> list[ApproverGroup]:
     """Threshold groups the user may fill a slot of right now: their own, every one if the escalation
-    step added them, and those a delegation lends them (approvals/standins.py)."""
+    step added them, and those a delegation lends them (approvals/selectors/standins.py)."""
     groups = groups if groups is not None else threshold_groups(proposal)
     return [g for g in groups.values() if g.slug in capacity_for(proposal, user, groups).slugs]
 

@@ -32,7 +32,7 @@ def too_large_message() -> str:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Values no agent may send (issue 9, point 8). Python's json module reads NaN, Infinity, integers of
+# Values no agent may send. Python's json module reads NaN, Infinity, integers of
 # any size, NUL characters and nesting as deep as its recursion allows; each of those later broke the
 # canonical JSON, PostgreSQL or the recursion limit with a 500. Both intake paths (REST and push) read
 # bodies with `load_json`, which refuses them with the path of the value at fault.

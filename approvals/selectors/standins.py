@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from django.utils import timezone
 
-from approvals.notification_models import Delegation, StandIn
+from approvals.models.notifications import Delegation, StandIn
 from tenants.models import GroupMembership, TenantMembership
 
 
