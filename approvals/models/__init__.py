@@ -10,7 +10,8 @@ Halt: a kill switch for everything, a tenant, or an agent.
 
 One module per area: agents.py (Agent, Policy, PolicyVersion), proposals.py (Proposal, Vote, Decision,
 OutboxMessage, ReviewNotice), halts.py (Halt, BreakGlassRelease, PostHocReview), notifications.py
-(reminders, escalation, delegation, Slack, Teams, webhooks, push). Import them from here.
+(reminders, escalation, delegation, Slack, Teams, webhooks, push); risk.py (the risk levels and
+their one rank). Import them from here.
 """
 
 from approvals.models.agents import Agent, Policy, PolicyVersion
@@ -30,20 +31,10 @@ from approvals.models.notifications import (
     TeamsPost,
     WebhookEndpoint,
 )
-from approvals.models.proposals import (
-    RISK_RANKS,
-    UNKNOWN_RISK_RANK,
-    Decision,
-    OutboxMessage,
-    Proposal,
-    ReviewNotice,
-    Vote,
-    risk_rank,
-)
+from approvals.models.proposals import Decision, OutboxMessage, Proposal, ReviewNotice, Vote
+from approvals.models.risk import Risk
 
 __all__ = [
-    "RISK_RANKS",
-    "UNKNOWN_RISK_RANK",
     "Agent",
     "BreakGlassRelease",
     "Decision",
@@ -57,6 +48,7 @@ __all__ = [
     "Proposal",
     "PushSent",
     "PushSubscription",
+    "Risk",
     "ReviewNotice",
     "SlackIdentity",
     "SlackLinkRequest",
@@ -68,5 +60,4 @@ __all__ = [
     "TeamsPost",
     "Vote",
     "WebhookEndpoint",
-    "risk_rank",
 ]

@@ -4,6 +4,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from approvals.models.risk import Risk
 from tenants.models import Tenant
 
 
@@ -115,7 +116,7 @@ class PolicyVersion(models.Model):
     risk = models.CharField(
         max_length=20,
         blank=True,
-        choices=[("", "not rated"), ("low", "low"), ("medium", "medium"), ("high", "high")],
+        choices=Risk.choices,
         help_text="label shown in the queue and on the proposal page",
     )
     reservation_needs_second = models.BooleanField(

@@ -6,18 +6,10 @@ from django.conf import settings
 from django.db import models
 
 from approvals.models.agents import Agent, PolicyVersion
+from approvals.models.risk import RANKS, Risk, rank
 from approvals.states import State
 from lib.agent_text import visible
 from tenants.models import ApproverGroup, Tenant
-
-# Risk as a number the queue sorts by (ties in expiry: the riskier first). "Not rated" counts as medium
-# (nobody said it is low) and a label this list does not know as high: unknown risk sorts up, not down.
-RISK_RANKS = {"high": 3, "medium": 2, "": 2, "low": 1}
-UNKNOWN_RISK_RANK = 3
-
-
-def risk_rank(risk: str) -> int:
-    return RISK_RANKS.get((risk or "").strip().lower(), UNKNOWN_RISK_RANK)
 
 
 class Proposal(models.Model):
@@ -56,8 +48,9 @@ class Proposal(models.Model):
     # Merged requirements: {"thresholds": [...], "step_up": ..., "self_approval": bool, "consume": bool}
     requirements = models.JSONField(default=dict, blank=True)
     risk = models.CharField(max_length=20, blank=True)
-    # risk_rank(risk), kept by save() (the queue's order: expires_at, then -risk_rank, then id).
-    risk_rank = models.PositiveSmallIntegerField(default=RISK_RANKS[""], editable=False)
+    # rank(risk) (approvals/models/risk.py), kept by save() (the queue's order: expires_at, then
+    # -risk_rank, then id).
+    risk_rank = models.PositiveSmallIntegerField(default=RANKS[Risk.NOT_RATED], editable=False)
     # The tool and the thing it acts on ("payments.refund|order:1182"), for the history of the same target
     # (approvals/policy/history.py); "" when the action names no target.
     target_key = models.CharField(max_length=255, blank=True, default="")
@@ -102,7 +95,7 @@ class Proposal(models.Model):
 
     def save(self, *args, **kwargs):
         """Keeps risk_rank with risk, also when only "risk" is among update_fields (intake)."""
-        self.risk_rank = risk_rank(self.risk)
+        self.risk_rank = rank(self.risk)
         update_fields = kwargs.get("update_fields")
         if update_fields is not None and "risk" in update_fields and "risk_rank" not in update_fields:
             kwargs["update_fields"] = [*update_fields, "risk_rank"]

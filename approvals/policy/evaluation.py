@@ -22,6 +22,7 @@ from functools import lru_cache
 import cel
 
 from approvals.models import PolicyVersion
+from approvals.models.risk import Risk, riskiest
 from approvals.policy import classification
 from approvals.policy import notifications as notify_rules
 from approvals.policy.classification import UNCLASSIFIED
@@ -160,9 +161,6 @@ def pattern_matches(version: PolicyVersion, agent_slug: str, tool: str) -> bool:
     )
 
 
-RISK_ORDER = {"": 0, "low": 1, "medium": 2, "high": 3}
-
-
 def evaluate(tenant: Tenant, versions: list[PolicyVersion], context: dict) -> Evaluation:
     """Decide over the given active versions (the caller loads them; see active_versions_for). For a tool
     no policy names (only "*"-style patterns matched), a risk hint from the tool's name only makes it
@@ -180,7 +178,7 @@ def evaluate(tenant: Tenant, versions: list[PolicyVersion], context: dict) -> Ev
         )
         return stricter
     if evaluation.outcome == "require_approval":
-        evaluation.risk = "high"
+        evaluation.risk = Risk.HIGH
     return evaluation
 
 
@@ -208,7 +206,7 @@ def _evaluate(tenant: Tenant, versions: list[PolicyVersion], context: dict) -> E
             versions=denies,
             reason=f"denied by policy {names}",
             errors=errors,
-            risk="high",
+            risk=Risk.HIGH,
             consume=False,
         )
 
@@ -224,7 +222,7 @@ def _evaluate(tenant: Tenant, versions: list[PolicyVersion], context: dict) -> E
             reason=f"allowed by policy {allows[0]}",
             ttl_seconds=min(v.ttl_seconds for v in allows),
             consume=any(v.consume_online for v in allows),
-            risk=max((v.risk for v in allows), key=lambda r: RISK_ORDER.get(r, 0)),
+            risk=riskiest(v.risk for v in allows),
             errors=errors,
         )
 
@@ -288,7 +286,7 @@ def _merge_requirements(tenant: Tenant, versions: list[PolicyVersion], errors: l
         consume=merged["consume"],
         reservation_second=merged.get("reservation_second", False),
         follow_up=notify_rules.merged([version_requirements(v) for v in versions]),
-        risk=max((v.risk for v in versions), key=lambda r: RISK_ORDER.get(r, 0)),
+        risk=riskiest(v.risk for v in versions),
         reason="requires approval by " + ", ".join(str(v) for v in versions),
         errors=errors,
         tenant_default=by_default,
@@ -306,7 +304,7 @@ def tenant_default(
         step_up=PER_VOTE,
         ttl_seconds=tenant.default_ttl_seconds,
         reason="no policy matched: the tenant default requires approval by the tenant admins",
-        risk="high",
+        risk=Risk.HIGH,
         errors=errors or [],
         tenant_default=True,
     )

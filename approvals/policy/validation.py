@@ -1,7 +1,7 @@
 """Checking a policy version's fields before it is stored: what each field may hold and which groups its
 thresholds may name."""
 
-from approvals.models import PolicyVersion
+from approvals.models import PolicyVersion, Risk
 from approvals.policy import break_glass
 from approvals.policy import notifications as notify_rules
 from approvals.policy.classification import REVERSIBILITY_CLASSES
@@ -28,7 +28,6 @@ VERSION_FIELDS = (
     "break_glass",
     "notifications",
 )
-RISKS = ("", "low", "medium", "high")
 
 
 def thresholds_error(thresholds, group_slugs: set[str]) -> str | None:
@@ -87,7 +86,7 @@ def version_field_errors(
     ttl = fields.get("ttl_seconds", 3600)
     if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 1:
         errors["ttl_seconds"] = "the time to live is a whole number of seconds, at least 1"
-    if fields.get("risk", "") not in RISKS:
+    if fields.get("risk", "") not in Risk.values:
         errors["risk"] = "risk is empty, low, medium or high"
     if fields.get("reversibility", "") not in ("", *REVERSIBILITY_CLASSES):
         errors["reversibility"] = "reversibility is empty, R0, R1, R2 or R3"

@@ -7,6 +7,7 @@ from django import forms
 
 from accounts.forms import ONE_TIME_CODE, normalized_code, passkey_answer_field
 from approvals.models import Proposal
+from approvals.models.risk import RATED_RISKIEST_FIRST
 
 
 def one_time_code_field() -> forms.CharField:
@@ -136,7 +137,7 @@ class EditArgumentsForm(forms.Form):
 class QueueFilterForm(forms.Form):
     """Filters of the queue and the watching list; choices are limited to the person's own tenants."""
 
-    RISKS = (("", "Any risk"), ("high", "High"), ("medium", "Medium"), ("low", "Low"))
+    RISKS = (("", "Any risk"), *((risk.value, risk.label.capitalize()) for risk in RATED_RISKIEST_FIRST))
 
     q = forms.CharField(
         label="Search target, agent or tool",
