@@ -13,7 +13,6 @@ link and the proposal id as tag: no token, digest or code. Each (proposal, perso
 once (PushSent).
 """
 
-import base64
 import ipaddress
 import json
 import logging
@@ -37,6 +36,7 @@ from approvals.services.push_devices import (
     record_pushed,
 )
 from approvals.states import State
+from lib import base64url
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def application_server_key() -> str:
     raw = vapid().public_key.public_bytes(
         serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint
     )
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return base64url.encode(raw)
 
 
 def configured() -> bool:

@@ -3,7 +3,6 @@ else in their tenants), their filters and the row data the lists show. Read only
 (approvals/web/pages.py) and through them by the views and the WebSocket consumers.
 """
 
-import base64
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from approvals.models import PolicyVersion, Proposal, StandIn, Vote
 from approvals.policy import history
 from approvals.selectors.standins import delegated_group_slugs
 from approvals.states import State
+from lib import base64url
 from tenants.models import TenantMembership
 
 
@@ -221,7 +221,7 @@ def encode_cursor(row, order: tuple[str, ...]) -> str:
     """The position of `row` in `order` as an opaque URL-safe token."""
     values = [getattr(row, name.lstrip("-")) for name in order]
     raw = json.dumps([v.isoformat() if isinstance(v, datetime) else str(v) for v in values])
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+    return base64url.encode(raw.encode())
 
 
 def _field(name: str):
@@ -232,7 +232,7 @@ def _field(name: str):
 def decode_cursor(token: str, order: tuple[str, ...]) -> list | None:
     """The values of a cursor, or None when it is not one of ours (the list then starts at the top)."""
     try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        raw = base64url.decode(token)
         values = json.loads(raw)
         if not isinstance(values, list) or len(values) != len(order):
             return None

@@ -1,6 +1,7 @@
 """The layout's facts, read off the files as a newcomer would: every product module is short enough to
-read at once, `approvals/` keeps its capabilities in sub-packages, and no comment points at an issue
-tracker entry (a number means nothing to whoever reads the code next; a comment says why instead)."""
+read at once, `approvals/` keeps its capabilities in sub-packages, no comment points at an issue
+tracker entry (a number means nothing to whoever reads the code next; a comment says why instead), and
+a fact with one home is not written again elsewhere (two copies drift: the risk rank did)."""
 
 import re
 from pathlib import Path
@@ -69,3 +70,23 @@ def test_no_comment_or_document_cites_an_issue_number():
         if ISSUE_REFERENCE.search(line)
     ]
     assert citations == []
+
+
+def modules_containing(pattern: re.Pattern) -> list[str]:
+    return sorted(
+        str(path.relative_to(ROOT)) for path in product_modules() if pattern.search(path.read_text())
+    )
+
+
+def test_base64url_is_written_once_in_the_app_and_once_in_the_gate_package():
+    """lib/base64url.py for Reviewer; reviewer_gate.testing for the SDK, which cannot import the app."""
+    assert modules_containing(re.compile(r"urlsafe_b64(en|de)code")) == [
+        "lib/base64url.py",
+        "sdk/python/src/reviewer_gate/testing.py",
+    ]
+
+
+def test_the_risk_levels_are_listed_once():
+    """approvals/models/risk.py; every other module names them through Risk."""
+    levels = re.compile(r"""["']low["'][^\n]*["']high["']|["']high["'][^\n]*["']low["']""")
+    assert modules_containing(levels) == []
