@@ -18,6 +18,8 @@ import json
 
 from django.conf import settings
 
+from lib.errors import error_body
+
 RETRY_AFTER_SECONDS = 1
 
 
@@ -45,13 +47,7 @@ class ConcurrencyLimit:
     @staticmethod
     async def refuse(send) -> None:
         body = json.dumps(
-            {
-                "error": {
-                    "code": "overloaded",
-                    "message": f"Reviewer is at capacity; retry after {RETRY_AFTER_SECONDS} s",
-                    "field": None,
-                }
-            }
+            error_body("overloaded", f"Reviewer is at capacity; retry after {RETRY_AFTER_SECONDS} s")
         ).encode()
         await send(
             {

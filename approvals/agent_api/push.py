@@ -19,7 +19,7 @@ from approvals.agent_api.wire import HostileInput, body_too_large, load_json, to
 from approvals.models import Agent
 from approvals.services.intake import record_intake_refusal
 from approvals.services.reconcile import apply_task_state
-from lib.errors import IntakeError, ServiceError, error_body
+from lib.errors import ServiceError, error_body
 from lib.tokens import hash_token
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ def _authenticated_agent(slug: str, token: str) -> Agent | None:
 def _refused(agent: Agent, error: HostileInput | PushError) -> JsonResponse:
     """400 for a push body intake refuses; an authenticated agent's refused request is audited."""
     log.info("push from %s refused: %s %s", agent.slug, error.code, error.message)
-    record_intake_refusal(agent, IntakeError(error.code, error.message, error.field), via="push")
+    record_intake_refusal(agent, error, via="push")
     return JsonResponse(error.as_dict(), status=400)
 
 

@@ -30,7 +30,7 @@ from approvals.web.list_pages import queue_context, watching_context
 from approvals.web.lists import QUEUE, WATCHING
 from approvals.web.pages import code_hint, detail_context, page_hash, reviewed_context
 from lib.decorators import verified_required
-from lib.errors import NotFound, ServiceError
+from lib.errors import NotFound, ServiceError, error_body
 from tenants import queries as tenant_queries
 from tenants.queries import DECIDING_ROLES
 
@@ -167,9 +167,7 @@ def passkey_challenge(request, proposal_id):
     proposal = _proposal_for_reviewer(request, proposal_id)
     digest = request.POST.get("digest", "")[:80]
     if not passkeys.has_passkey(request.user):
-        return JsonResponse(
-            {"error": {"code": "no_passkey", "message": "you have no passkey yet"}}, status=409
-        )
+        return JsonResponse(error_body("no_passkey", "you have no passkey yet"), status=409)
     return JsonResponse(passkeys.vote_options(request.user, proposal.id, digest))
 
 
