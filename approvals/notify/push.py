@@ -35,7 +35,7 @@ from approvals.services.push_devices import (
     not_yet_pushed,
     record_pushed,
 )
-from approvals.states import State
+from approvals.states import OPEN_FOR_VOTES
 from lib import base64url
 
 log = logging.getLogger(__name__)
@@ -154,9 +154,9 @@ def run(now=None) -> int:
     if not configured():
         return 0
     pushed = 0
-    for follow_up in FollowUp.objects.filter(
-        done=False, proposal__state=State.AWAITING_REVIEW
-    ).select_related("proposal__agent")[:BATCH]:
+    for follow_up in FollowUp.objects.filter(done=False, proposal__state__in=OPEN_FOR_VOTES).select_related(
+        "proposal__agent"
+    )[:BATCH]:
         for person in waiting_reviewers(follow_up.proposal):
             pushed += push_to(person, follow_up.proposal, "new")
     return pushed

@@ -10,7 +10,7 @@ from django.utils import timezone
 from approvals.models import BreakGlassRelease, PolicyVersion, PostHocReview, Proposal
 from approvals.policy import break_glass
 from approvals.services.break_glass import WEEK, open_reviews_for, releases_this_week, rule_for_proposal
-from approvals.states import State
+from approvals.states import OPEN_FOR_VOTES
 from approvals.web.forms import BreakGlassForm, PostHocReviewForm
 from tenants.models import TenantMembership
 
@@ -29,7 +29,7 @@ def panel(
         rule = None
     elif rule is READ_RULE:
         rule = rule_for_proposal(proposal)
-    if rule is None or not rule.names(user) or proposal.state != State.AWAITING_REVIEW:
+    if rule is None or not rule.names(user) or proposal.state not in OPEN_FOR_VOTES:
         if form is not None and form.errors:
             return {"refused": [message for messages in form.errors.values() for message in messages]}
         return None

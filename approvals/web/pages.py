@@ -17,7 +17,7 @@ from approvals.policy.headline import action_headline, money, summary_mismatch
 from approvals.selectors import ineligibility, tenant_role, threshold_groups, user_groups_for
 from approvals.services import decisions, lifecycle
 from approvals.services.quorum import count_quorum
-from approvals.states import RELEASED, STARTED, State
+from approvals.states import OPEN_FOR_VOTES, RELEASED, STARTED, State
 from approvals.web import break_glass_pages
 from approvals.web.display import EXCERPT_CAP, capped, display_text, label_text
 from approvals.web.forms import DecisionForm, RevokeForm
@@ -279,7 +279,7 @@ def live_context(proposal: Proposal, groups: dict | None = None) -> dict:
         ],
         "decision": Decision.objects.filter(proposal=proposal).first(),
         "server_now": timezone.now(),
-        "open_for_votes": proposal.state == State.AWAITING_REVIEW,
+        "open_for_votes": proposal.state in OPEN_FOR_VOTES,
         "consequence_heading": CONSEQUENCE_HEADINGS.get(proposal.state, "What was proposed"),
         "break_glass_record": break_glass_pages.release_record(proposal),
     }
@@ -304,7 +304,7 @@ def decision_mode_from(
 ) -> tuple[str, str]:
     """decision_mode() over facts read elsewhere (the socket fan-out reads them once for every open page):
     `may_revoke`, `role` and `closed_reason` are callables, asked only when the rule gets there."""
-    if proposal.state == State.AWAITING_REVIEW:
+    if proposal.state in OPEN_FOR_VOTES:
         if any(item["vote"].voter_id == user_id for item in live["votes"]):
             return "voted", ""
         if why_not:

@@ -28,7 +28,7 @@ from django.utils import timezone
 from approvals.models import PolicyVersion, Proposal, StandIn, Vote
 from approvals.policy import history
 from approvals.selectors.standins import delegated_group_slugs
-from approvals.states import State
+from approvals.states import OPEN_FOR_VOTES
 from lib import base64url
 from tenants.models import TenantMembership
 
@@ -92,7 +92,7 @@ class ReviewerScope:
             slugs[tenant_id].add(slug)
         stand_ins = defaultdict(list)
         for tenant_id, proposal_id in StandIn.objects.filter(
-            user=user, proposal__state=State.AWAITING_REVIEW
+            user=user, proposal__state__in=OPEN_FOR_VOTES
         ).values_list("proposal__tenant_id", "proposal_id")[:1000]:
             stand_ins[tenant_id].append(proposal_id)
         return cls(user=user, memberships=memberships, group_slugs=dict(slugs), stand_ins=dict(stand_ins))
@@ -133,7 +133,7 @@ def _decidable(scope: ReviewerScope) -> Q:
     voted = Vote.objects.filter(proposal=OuterRef("pk"), voter=scope.user)
     return (
         scope.eligible()
-        & Q(state=State.AWAITING_REVIEW, expires_at__gt=timezone.now())
+        & Q(state__in=OPEN_FOR_VOTES, expires_at__gt=timezone.now())
         & ~Q(edited_by=scope.user)
         & ~Q(Exists(voted))
     )

@@ -23,7 +23,7 @@ from approvals.selectors import ineligibility, proposal_for_user
 from approvals.services.break_glass import break_glass_release, complete_post_hoc_review
 from approvals.services.decisions import note_compensation, revoke_decision
 from approvals.services.votes import cast_vote, edit_proposal, request_info
-from approvals.states import State
+from approvals.states import OPEN_FOR_VOTES
 from approvals.web import break_glass_pages
 from approvals.web.forms import BreakGlassForm, DecisionForm, EditArgumentsForm, PostHocReviewForm, RevokeForm
 from approvals.web.list_pages import queue_context, watching_context
@@ -237,7 +237,7 @@ def edit(request, proposal_id):
         **reviewed_context(proposal),
         "form": form,
         "why_not": why_not[1] if why_not else "",
-        "open": proposal.state == State.AWAITING_REVIEW,
+        "open": proposal.state in OPEN_FOR_VOTES,
         "code_hint": code_hint(proposal),
         "needs_passkey": proposal.requirements.get("step_up") == PASSKEY,
         "has_passkey": passkeys.has_passkey(request.user),
