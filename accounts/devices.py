@@ -6,13 +6,14 @@ from audit.models import Verb
 from audit.trail import SYSTEM, actor_label, record
 from lib.errors import Conflict, DeviceResetRefused, NotFound, ServiceError
 from tenants.models import TenantMembership
+from tenants.queries import memberships_of, tenant_ids_of
 
 BACKUP_CODE_COUNT = 10
 
 
 def person_chains(user) -> list[int | None]:
     """A device belongs to a person, not a tenant: every tenant they work in records the change."""
-    return list(TenantMembership.objects.filter(user=user).values_list("tenant_id", flat=True)) or [None]
+    return tenant_ids_of(user) or [None]
 
 
 def record_for_person(person, *, actor: str, verb: str, data: dict) -> None:
@@ -119,11 +120,11 @@ def reset_devices(user, *, actor, reason: str = "") -> int:
     with them stop being verified; the person enrolls again at their next sign-in. Returns how many."""
     from django_otp import devices_for_user
 
-    shared_admin = TenantMembership.objects.filter(
-        user=actor,
-        role=TenantMembership.Role.ADMIN,
-        tenant_id__in=TenantMembership.objects.filter(user=user).values("tenant_id"),
-    ).exists()
+    shared_admin = (
+        memberships_of(actor, {TenantMembership.Role.ADMIN})
+        .filter(tenant_id__in=memberships_of(user).values("tenant_id"))
+        .exists()
+    )
     if actor is None or not (actor.is_superuser or shared_admin):
         raise DeviceResetRefused(
             "not_allowed", "only an admin of one of this person's tenants can reset their devices"

@@ -4,10 +4,11 @@ from approvals.models import Proposal
 from approvals.selectors import standins
 from lib.errors import NotFound
 from tenants.models import ApproverGroup, GroupMembership, TenantMembership
+from tenants.queries import memberships_of
 
 
 def tenant_role(user, tenant_id) -> str | None:
-    membership = TenantMembership.objects.filter(user=user, tenant_id=tenant_id).only("role").first()
+    membership = memberships_of(user).filter(tenant_id=tenant_id).only("role").first()
     return membership.role if membership else None
 
 

@@ -13,6 +13,7 @@ from approvals.services.break_glass import WEEK, open_reviews_for, releases_this
 from approvals.states import OPEN_FOR_VOTES
 from approvals.web.forms import BreakGlassForm, PostHocReviewForm
 from tenants.models import TenantMembership
+from tenants.queries import memberships_of
 
 OVERSIGHT_RECENT = 50
 
@@ -93,7 +94,7 @@ def queue_reviews(user) -> list[dict]:
 def admin_tenants(user) -> list:
     return [
         membership.tenant
-        for membership in TenantMembership.objects.filter(user=user, role=TenantMembership.Role.ADMIN)
+        for membership in memberships_of(user, {TenantMembership.Role.ADMIN})
         .select_related("tenant")
         .order_by("tenant__name")
     ]

@@ -31,6 +31,7 @@ from approvals.selectors.standins import delegated_group_slugs
 from approvals.states import OPEN_FOR_VOTES
 from lib import base64url
 from tenants.models import TenantMembership
+from tenants.queries import memberships_of
 
 
 class ThresholdNamesAnyGroup(Func):
@@ -80,9 +81,7 @@ class ReviewerScope:
 
     @classmethod
     def of(cls, user) -> "ReviewerScope":
-        memberships = list(
-            TenantMembership.objects.filter(user=user).select_related("tenant").order_by("tenant__name")
-        )
+        memberships = list(memberships_of(user).select_related("tenant").order_by("tenant__name"))
         slugs = defaultdict(set)
         for tenant_id, slug in user.approver_groups.values_list("tenant_id", "slug"):
             slugs[tenant_id].add(slug)
