@@ -15,7 +15,6 @@ thresholds naming the tenant's groups) and replay recent proposals against it (`
 """
 
 import fnmatch
-import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -27,11 +26,9 @@ from approvals.policy import classification
 from approvals.policy import notifications as notify_rules
 from approvals.policy.classification import UNCLASSIFIED
 from approvals.policy.history import policy_counts, target_key
+from approvals.policy.step_up import PER_VOTE, mode_of, stricter_step_up
 from tenants.models import Tenant
 
-PER_VOTE = "per_vote"
-# A passkey (WebAuthn) answering this vote's own challenge: phishing-resistant, and stricter than per_vote.
-PASSKEY = "passkey"
 HISTORY_COUNTS = (
     "count_24h",
     "count_succeeded_24h",
@@ -69,33 +66,6 @@ def condition_matches(source: str, context: dict) -> bool:
     if not isinstance(result, bool):
         raise PolicyConditionError(f"condition returned {type(result).__name__}, not bool")
     return result
-
-
-_WINDOW = re.compile(r"[0-9]{1,6}")  # ASCII digits only: "١٢" passes str.isdigit() but is no window
-
-
-def validate_step_up(value: str) -> str:
-    value = str(value).strip()
-    if value in (PER_VOTE, PASSKEY):
-        return value
-    if _WINDOW.fullmatch(value) and int(value) > 0:
-        return str(int(value))
-    raise ValueError(
-        "step-up must be 'per_vote', 'passkey' or a freshness window in seconds (a positive number)"
-    )
-
-
-def stricter_step_up(a: str, b: str) -> str:
-    """passkey is the strictest, then per_vote; between two windows, the shorter one."""
-    for mode in (PASSKEY, PER_VOTE):
-        if mode in (a, b):
-            return mode
-    return str(min(int(a), int(b)))
-
-
-def step_up_window(mode: str) -> int | None:
-    """The seconds an earlier step-up in the session counts for, or None when each vote needs its own."""
-    return None if mode in (PER_VOTE, PASSKEY) else int(mode)
 
 
 @dataclass
@@ -236,9 +206,9 @@ def stricter_requirements(*requirements: dict) -> dict:
     for each in requirements:
         for threshold in each.get("thresholds") or []:
             counts[threshold["group"]] = max(counts.get(threshold["group"], 0), int(threshold["count"]))
-    step_up = requirements[0].get("step_up", PER_VOTE)
+    step_up = mode_of(requirements[0])
     for each in requirements[1:]:
-        step_up = stricter_step_up(step_up, each.get("step_up", PER_VOTE))
+        step_up = stricter_step_up(step_up, mode_of(each))
     merged = {
         "thresholds": [{"group": group, "count": count} for group, count in sorted(counts.items())],
         "step_up": step_up,

@@ -5,7 +5,8 @@ from approvals.models import PolicyVersion, Risk
 from approvals.policy import break_glass
 from approvals.policy import notifications as notify_rules
 from approvals.policy.classification import REVERSIBILITY_CLASSES
-from approvals.policy.evaluation import PER_VOTE, compile_condition, validate_step_up
+from approvals.policy.evaluation import compile_condition
+from approvals.policy.step_up import PER_VOTE, validate_step_up
 
 # ---------------------------------------------------------------------------------------------------
 # Validating a version before it is stored (the service refuses, the admin form shows it on the field)

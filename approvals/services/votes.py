@@ -10,8 +10,8 @@ from accounts.stepup import StepUp
 from approvals import events
 from approvals.canonical import action_digest, canonical_bytes
 from approvals.models import Decision, Proposal, Vote
-from approvals.policy.evaluation import PASSKEY, PER_VOTE, step_up_window
 from approvals.policy.history import target_key
+from approvals.policy.step_up import PASSKEY, mode_of, needs_passkey, step_up_window
 from approvals.schemas import NUMBERS_ARE_STRINGS, first_number
 from approvals.selectors import capacity_for, ineligibility, lock_proposal_for, user_groups_for
 from approvals.selectors.standins import voice_taken
@@ -34,7 +34,7 @@ def _check_step_up(proposal: Proposal, step_up: StepUp | None) -> tuple[str, dat
     """Returns (method, time) when the step-up satisfies the proposal's policy, None when it does not:
     per_vote needs a code or passkey checked for this vote; a window also accepts the session's earlier
     step-up; passkey needs a passkey that answered this proposal's and digest's own challenge."""
-    mode = proposal.requirements.get("step_up", PER_VOTE)
+    mode = mode_of(proposal.requirements)
     if step_up is None or step_up.refused:
         return None
     if step_up.method == stepup.PASSKEY:
@@ -72,12 +72,12 @@ def check_step_up(
 
 
 def _step_up_refusal(proposal: Proposal, step_up: StepUp | None, act: str) -> VoteRefused:
-    needs_passkey = proposal.requirements.get("step_up") == PASSKEY
+    passkey_asked = needs_passkey(proposal.requirements)
     if step_up is not None and step_up.refused:
         return VoteRefused(
             "step_up_failed",
             "that passkey confirmation was not accepted; try again"
-            if needs_passkey
+            if passkey_asked
             else "that code is not valid (or was already used); try the current code",
             "otp_code",
         )
@@ -85,7 +85,7 @@ def _step_up_refusal(proposal: Proposal, step_up: StepUp | None, act: str) -> Vo
         return VoteRefused(
             "step_up_failed", "that passkey confirmation was for another proposal or version; try again"
         )
-    if needs_passkey:
+    if passkey_asked:
         return VoteRefused(
             "passkey_required",
             f"this {act} needs your passkey: its policy accepts no one-time code and no earlier "

@@ -12,8 +12,9 @@ from django.utils import timezone
 from accounts import passkeys, stepup
 from approvals.models import Decision, Proposal, Vote
 from approvals.policy import classification, history
-from approvals.policy.evaluation import PASSKEY, PER_VOTE, TENANT_DEFAULT_REF, step_up_window
+from approvals.policy.evaluation import TENANT_DEFAULT_REF
 from approvals.policy.headline import action_headline, money, summary_mismatch
+from approvals.policy.step_up import PASSKEY, PER_VOTE, mode_of, step_up_window
 from approvals.selectors import ineligibility, tenant_role, threshold_groups, user_groups_for
 from approvals.services import decisions, lifecycle
 from approvals.services.quorum import count_quorum
@@ -205,7 +206,7 @@ def _step_up_text(mode: str) -> str:
 
 def code_hint(proposal: Proposal) -> str:
     """The hint under the one-time code field of the decision and edit forms."""
-    mode = proposal.requirements.get("step_up", PER_VOTE)
+    mode = mode_of(proposal.requirements)
     return f"Six digits from your authenticator app, or a backup code: this needs {_step_up_text(mode)}."
 
 
@@ -218,7 +219,7 @@ def _why_context(proposal: Proposal, user, groups: dict, why_not: tuple[str, str
             {"group": groups.get(t["group"]), "slug": t["group"], "count": t["count"]}
             for t in proposal.requirements.get("thresholds", [])
         ],
-        "step_up_text": _step_up_text(proposal.requirements.get("step_up", PER_VOTE)),
+        "step_up_text": _step_up_text(mode_of(proposal.requirements)),
         "self_approval": proposal.requirements.get("self_approval", False),
         "reversibility": proposal.reversibility,
         "reversibility_text": classification.REVERSIBILITY_CLASSES.get(proposal.reversibility, ""),
@@ -352,7 +353,7 @@ def decision_context(
     """The decision panel of this person; `mode`, `has_passkey` and `break_glass_rule` when the caller
     worked them out already (the fan-out reads them once for all its sockets)."""
     mode, reason = mode or decision_mode(proposal, user, live, why_not)
-    step_up = proposal.requirements.get("step_up", PER_VOTE)
+    step_up = mode_of(proposal.requirements)
     window = step_up_window(step_up)
     fresh = window is not None and stepup.fresh_within(session, window)
     return {

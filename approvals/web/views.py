@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 import signing_keys as keys
 from accounts import passkeys, stepup
 from approvals.models import Proposal
-from approvals.policy.evaluation import PASSKEY
+from approvals.policy.step_up import needs_passkey
 from approvals.selectors import ineligibility, proposal_for_user
 from approvals.services.break_glass import break_glass_release, complete_post_hoc_review
 from approvals.services.decisions import note_compensation, revoke_decision
@@ -239,7 +239,7 @@ def edit(request, proposal_id):
         "why_not": why_not[1] if why_not else "",
         "open": proposal.state in OPEN_FOR_VOTES,
         "code_hint": code_hint(proposal),
-        "needs_passkey": proposal.requirements.get("step_up") == PASSKEY,
+        "needs_passkey": needs_passkey(proposal.requirements),
         "has_passkey": passkeys.has_passkey(request.user),
     }
     return render(request, "approvals/edit.html", context, status=status)
