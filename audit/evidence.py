@@ -25,6 +25,7 @@ from audit.records import checkpoint_dict, event_dict
 from audit.shapes import format_time
 from audit.verify.chains import event_hash
 from lib import agent_text
+from reviewer_gate.decision import ALGORITHMS
 
 PACKET_FORMAT = "reviewer-evidence/1"
 CHECK_LABELS = {
@@ -57,7 +58,7 @@ def _token_checks(decision: dict | None, signed_event: dict | None) -> dict:
             jwt.decode(
                 token,
                 jwt.PyJWK(jwk).key,
-                algorithms=["EdDSA"],
+                algorithms=ALGORITHMS,
                 options={"verify_aud": False, "verify_exp": False, "verify_nbf": False, "verify_iat": False},
             )
             signature_valid = True

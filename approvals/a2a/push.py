@@ -16,8 +16,8 @@ from approvals.schemas import ProposalSubmission, first_problem
 from approvals.services.intake import record_intake_refusal, submit_proposal
 from approvals.services.reconcile import TERMINAL_TASK_STATES
 from lib.errors import HaltedError, IntakeError
+from reviewer_gate.decision import EXTENSION_URI
 
-EXTENSION_URI = "urn:reviewer:a2a:approval:v1"
 AUTH_REQUIRED = TaskState.Name(TaskState.TASK_STATE_AUTH_REQUIRED)
 
 # ---------------------------------------------------------------------------------------------------

@@ -90,3 +90,14 @@ def test_the_risk_levels_are_listed_once():
     """approvals/models/risk.py; every other module names them through Risk."""
     levels = re.compile(r"""["']low["'][^\n]*["']high["']|["']high["'][^\n]*["']low["']""")
     assert modules_containing(levels) == []
+
+
+def test_the_decision_token_constants_come_from_reviewer_gate():
+    """Reviewer signs what the gate accepts: the typ and the extension URI are written only in the gate,
+    and again in the gate package's fake Reviewer (reviewer_gate.testing), on purpose: a fake that signs
+    the typ of its own makes the gate's tests fail should the gate's constant ever change."""
+    constants = re.compile(r"""["'](approval-decision\+jwt|urn:reviewer:a2a:approval:v1)["']""")
+    assert modules_containing(constants) == [
+        "sdk/python/src/reviewer_gate/decision.py",
+        "sdk/python/src/reviewer_gate/testing.py",
+    ]
