@@ -57,7 +57,7 @@ DECISION_TOKEN_MAX_SECONDS = env_int("DECISION_TOKEN_MAX_SECONDS", 3600)
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    "reviewer.apps.ReviewerAdminConfig",  # django.contrib.admin with the OTP site (reviewer/admin_site.py)
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
