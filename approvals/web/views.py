@@ -106,6 +106,23 @@ def _decision_response(request, proposal: Proposal, status: int, **decision_kwar
     return HttpResponse(html, status=status)
 
 
+def _done_response(request, proposal: Proposal, done: str) -> HttpResponse:
+    """After a change from the decision panel: the panel with `done` as its notice for htmx; otherwise
+    the proposal's page again, with `done` as a message."""
+    if request.htmx:
+        return _decision_response(request, proposal, 200, notice=done)
+    messages.success(request, done)
+    return redirect("approvals:detail", proposal_id=proposal.id)
+
+
+def _refused_on(request, proposal: Proposal, error: ServiceError, **form_kwarg) -> HttpResponse:
+    """The decision panel again with the service's refusal on the form field it names (one form, passed
+    under the name the panel knows it by: revoke_form=..., break_glass_form=...)."""
+    (form,) = form_kwarg.values()
+    form.add_error(_field_for(error, form), error.message)
+    return _decision_response(request, proposal, error.http_status, **form_kwarg)
+
+
 DONE_MESSAGES = {
     "approve": "Your approval is recorded.",
     "reject": "Your rejection is recorded; the agent will not act.",
@@ -153,10 +170,7 @@ def decide(request, proposal_id):
     except ServiceError as error:
         form.add_error(_field_for(error, form), error.message)
         return _decision_response(request, proposal, error.http_status, form=form)
-    if request.htmx:
-        return _decision_response(request, proposal, 200, notice=DONE_MESSAGES[data["action"]])
-    messages.success(request, DONE_MESSAGES[data["action"]])
-    return redirect("approvals:detail", proposal_id=proposal.id)
+    return _done_response(request, proposal, DONE_MESSAGES[data["action"]])
 
 
 @require_POST
@@ -188,12 +202,8 @@ def revoke(request, proposal_id):
             revoke_decision(proposal.id, request.user, reason=data["reason"])
             done = "The decision is revoked; the agent's task is being cancelled."
     except ServiceError as error:
-        form.add_error(_field_for(error, form), error.message)
-        return _decision_response(request, proposal, error.http_status, revoke_form=form)
-    if request.htmx:
-        return _decision_response(request, proposal, 200, notice=done)
-    messages.success(request, done)
-    return redirect("approvals:detail", proposal_id=proposal.id)
+        return _refused_on(request, proposal, error, revoke_form=form)
+    return _done_response(request, proposal, done)
 
 
 @require_http_methods(["GET", "POST"])
@@ -268,13 +278,9 @@ def break_glass(request, proposal_id):
             page_hash=page_hash(proposal),
         )
     except ServiceError as error:
-        form.add_error(_field_for(error, form), error.message)
-        return _decision_response(request, proposal, error.http_status, break_glass_form=form)
+        return _refused_on(request, proposal, error, break_glass_form=form)
     done = "Released by break glass. Two other people will review it; you can still revoke it."
-    if request.htmx:
-        return _decision_response(request, proposal, 200, notice=done)
-    messages.success(request, done)
-    return redirect("approvals:detail", proposal_id=proposal.id)
+    return _done_response(request, proposal, done)
 
 
 @require_POST
