@@ -6,12 +6,11 @@ the outbound allow-list. A tenant's real endpoint cannot be reached from here: a
 import pytest
 
 from approvals.models import OutboxMessage
-from approvals.services.votes import cast_vote
 from approvals.services.webhooks import register_endpoint
 from approvals.worker.loop import Worker
 from lib.errors import ConfigRefused
 from tests import factories
-from tests.factories import fresh_step_up, submit
+from tests.factories import submit
 from tests.notify.receivers import WebhookReceiver
 
 pytestmark = pytest.mark.django_db
@@ -37,13 +36,7 @@ def test_a_decision_reaches_the_endpoint_signed_and_verifies(
 ):
     endpoint_for(tenant, receiver)
     proposal = submit(agent)
-    cast_vote(
-        proposal.id,
-        reviewer_a,
-        verdict="approve",
-        digest_seen=proposal.action_digest,
-        step_up=fresh_step_up(reviewer_a),
-    )
+    factories.vote(proposal, reviewer_a)
     Worker().tick()
     types = [v["event"]["type"] for v in receiver.verified]
     assert types == ["proposal.awaiting_review", "proposal.approved"]
