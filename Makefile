@@ -40,6 +40,7 @@ check: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(VENV)/bin/lint-imports  # the layer contracts of pyproject.toml [tool.importlinter]
+	$(PY) -m mypy  # the product with django-stubs, pyproject.toml [tool.mypy]
 	cd $(SDK) && ../../$(PY) -m mypy  # strict, sdk/python/pyproject.toml [tool.mypy]
 	$(MAKE) sdk-test
 

@@ -4,7 +4,7 @@
 
 Who sees the devices: the superuser (tenant admins get no permission on these models). Passkeys are
 shown, not edited: a person names and removes their own on Your devices, and an admin resets a person's
-devices with the audited action on the people list.
+devices, or vouches for their new passkeys, with the audited actions on the people list.
 """
 
 from django.contrib import admin, messages
@@ -18,7 +18,7 @@ from django_otp.plugins.otp_totp.admin import TOTPDeviceAdmin
 from django_otp.plugins.otp_totp.models import TOTPDevice
 from django_otp_webauthn.admin import WebAuthnCredentialAdmin
 
-from accounts.devices import reset_devices
+from accounts.devices import reset_devices, vouch_for_new_passkeys
 from accounts.models import AuthenticatorApp, BackupCodes, Passkey
 from accounts.people import person_values, record_person_changed
 from lib.errors import ServiceError
@@ -60,12 +60,28 @@ def reset_otp_devices(modeladmin, request, queryset):
             modeladmin.message_user(request, f"{user}: {removed} device(s) removed")
 
 
+@admin.action(description="Vouch for their new passkeys (you asked them, not through Reviewer)")
+def vouch_for_passkeys(modeladmin, request, queryset):
+    for user in queryset:
+        try:
+            vouched = vouch_for_new_passkeys(user, actor=request.user, reason="vouched in the admin")
+        except ServiceError as error:
+            modeladmin.message_user(request, f"{user}: {error.message}", level=messages.ERROR)
+        else:
+            modeladmin.message_user(
+                request,
+                f"{user}: {vouched} new passkey(s) vouched for; they confirm passkey-only decisions now"
+                if vouched
+                else f"{user}: no passkey in its cool-off",
+            )
+
+
 # What a tenant admin may change on a person's page.
 TENANT_ADMIN_PERSON_FIELDS = ("first_name", "last_name", "email")
 
 
 class ReviewerUserAdmin(UserAdmin):
-    actions = [reset_otp_devices]
+    actions = [reset_otp_devices, vouch_for_passkeys]
 
     def get_queryset(self, request):
         return people_visible_to(request.user, super().get_queryset(request))

@@ -6,7 +6,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import AuthenticationForm
 from django_otp import devices_for_user
 
-from accounts import passkeys
+from accounts import passkeys, throttle
 from accounts.codes import verify_sign_in_code
 from sso.required import password_refusal
 
@@ -20,7 +20,7 @@ ONE_TIME_CODE = {
 
 SIGN_IN_REFUSED = (
     "That username, password and one-time code do not match, or there were too many attempts. "
-    "Check them and try again in a minute."
+    "Check them and try again in a minute, or sign in with a passkey or a backup code."
 )
 
 
@@ -36,7 +36,7 @@ def passkey_answer_field() -> forms.CharField:
     return forms.CharField(required=False, max_length=passkeys.MAX_ANSWER_CHARS, widget=PasskeyAnswerInput)
 
 
-def normalized_code(value: str) -> str:
+def normalized_code(value: str | None) -> str:
     return (value or "").strip().replace(" ", "")
 
 
@@ -67,6 +67,12 @@ class LoginForm(AuthenticationForm):
     def clean(self):
         if self.throttled:
             raise forms.ValidationError(self.error_messages["invalid_login"], code="invalid_login")
+        # Past the account's limit only a passkey or a backup code signs in: without one, nothing is
+        # checked (so nothing more is learnt or counted).
+        self.account_locked = throttle.account_locked(self.cleaned_data.get("username"))
+        factor_given = self.cleaned_data.get("passkey") or normalized_code(self.cleaned_data.get("otp_token"))
+        if self.account_locked and not factor_given:
+            raise forms.ValidationError(self.error_messages["invalid_login"], code="invalid_login")
         cleaned = super().clean()  # authenticates (axes first); raises invalid_login on a wrong password
         if self.user_cache is None:  # a required field was left empty; its own error says so
             return cleaned
@@ -76,13 +82,18 @@ class LoginForm(AuthenticationForm):
         if cleaned.get("passkey"):
             self.device = passkeys.verify_sign_in(self.user_cache, cleaned["passkey"])
         else:
-            self.device = verify_sign_in_code(self.user_cache, token) if token else None
+            self.device = (
+                verify_sign_in_code(self.user_cache, token, backup_only=self.account_locked)
+                if token
+                else None
+            )
         if self.device is None:
             self.code_refused = True
             raise forms.ValidationError(self.error_messages["invalid_login"], code="invalid_login")
         return cleaned
 
     code_refused = False  # the password was right and the code was not
+    account_locked = False  # past the account's limit (accounts/throttle.py): a passkey or backup code only
 
     def get_invalid_login_error(self):
         """A right password of someone whose tenant requires single sign-on (the password backend refused
@@ -115,3 +126,23 @@ class PasskeyNameForm(forms.Form):
         if not self.cleaned_data.get("passkey"):
             raise forms.ValidationError("your browser did not create a passkey; press Add a passkey again")
         return self.cleaned_data["passkey"]
+
+
+class ConfirmForm(forms.Form):
+    """Confirm it is you before changing your factors: a code (authenticator or backup), or a passkey's
+    answer to the confirm challenge (hidden; static/js/passkeys.js)."""
+
+    otp_token = forms.CharField(
+        label="Code from your authenticator app (or a backup code)",
+        required=False,
+        max_length=16,
+        widget=forms.TextInput(attrs=ONE_TIME_CODE),
+    )
+    passkey = passkey_answer_field()
+
+    def clean(self):
+        super().clean()
+        cleaned = self.cleaned_data
+        if not cleaned.get("passkey") and not normalized_code(cleaned.get("otp_token")):
+            raise forms.ValidationError("type a code, or press Confirm with a passkey")
+        return cleaned

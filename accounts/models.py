@@ -1,5 +1,6 @@
-"""What accounts stores: passkey challenges, and the second-factor devices under names people read in the
-admin (proxies of django-otp's and django-otp-webauthn's models: no tables of their own)."""
+"""What accounts stores: passkey challenges, admins' vouches for new passkeys, and the second-factor
+devices under names people read in the admin (proxies of django-otp's and django-otp-webauthn's models:
+no tables of their own)."""
 
 from django.conf import settings
 from django.db import models
@@ -39,6 +40,7 @@ class PasskeyChallenge(models.Model):
         REGISTER = "register"
         SIGN_IN = "sign_in"
         VOTE = "vote"
+        CONFIRM = "confirm"  # the person confirms it is them before changing their factors
 
     challenge = models.CharField(max_length=255, unique=True)  # base64url, as clientDataJSON carries it
     purpose = models.CharField(max_length=16, choices=Purpose.choices)
@@ -51,3 +53,19 @@ class PasskeyChallenge(models.Model):
 
     def __str__(self):
         return f"{self.purpose} challenge {self.challenge[:8]}…"
+
+
+class PasskeyVouch(models.Model):
+    """An admin confirmed with the person (in person, on a call) that a passkey added during its cool-off
+    is theirs: it then counts as a passkey at once (accounts/factors.py). Written by
+    devices.vouch_for_passkey, with its audit event."""
+
+    passkey = models.OneToOneField(WebAuthnCredential, on_delete=models.CASCADE, related_name="vouch")
+    vouched_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    vouched_at = models.DateTimeField(auto_now_add=True)
+    reason = models.CharField(max_length=200, blank=True)
+
+    def __str__(self):
+        return f"vouch for passkey {self.passkey_id}"

@@ -38,7 +38,7 @@ from webauthn.helpers.structs import (
     UserVerificationRequirement,
 )
 
-from accounts.models import PasskeyChallenge
+from accounts.models import PasskeyChallenge, PasskeyVouch
 from lib import base64url
 
 CHALLENGE_SECONDS = 300
@@ -127,6 +127,22 @@ def vote_options(user, proposal_id, digest: str) -> dict:
     _store(challenge, Purpose.VOTE, user=user, proposal_id=proposal_id, action_digest=digest)
     allow = WebAuthnCredential.get_credential_descriptors_for_user(user)
     return _request_options(challenge, allow)
+
+
+def confirm_options(user) -> dict:
+    """A challenge for this person's passkeys, answered on Your devices before changing their factors."""
+    challenge = secrets.token_bytes(32)
+    _store(challenge, Purpose.CONFIRM, user=user)
+    return _request_options(challenge, WebAuthnCredential.get_credential_descriptors_for_user(user))
+
+
+def cool_off_until(device: WebAuthnCredential):
+    """When this passkey's cool-off ends (PASSKEY_COOL_OFF_SECONDS after it was added), or None once it
+    has ended or an admin vouched for it. Until then it is no stronger than the factor it was added with."""
+    end = device.created_at + timedelta(seconds=settings.PASSKEY_COOL_OFF_SECONDS)
+    if end <= timezone.now() or PasskeyVouch.objects.filter(passkey=device).exists():
+        return None
+    return end
 
 
 def has_passkey(user) -> bool:
@@ -257,6 +273,13 @@ def verify_vote(user, answer, proposal_id, digest: str) -> WebAuthnCredential | 
     ):
         return None
     return _verify_assertion(user, answer, challenge)
+
+
+def verify_confirm(user, answer) -> WebAuthnCredential | None:
+    """The passkey of `user` that answered their own Your devices challenge, or None."""
+    answer = _parse(answer)
+    challenge = _take(answer, Purpose.CONFIRM, user=user) if answer is not None else None
+    return _verify_assertion(user, answer, challenge) if challenge is not None else None
 
 
 def register(user, answer, name: str) -> WebAuthnCredential:

@@ -6,11 +6,13 @@ recorded; a password never is, only that it changed."""
 from django.db import transaction
 
 from accounts.devices import record_for_person
+from audit.labels import actor_label
 from audit.models import Verb
-from audit.trail import actor_label
 
 # Fields whose old and new values go into the event; any other changed field is named only.
-RECORDED_VALUES = ("is_active", "is_staff", "is_superuser", "username", "email")
+# Values the trail keeps; a change of name, username or e-mail is recorded by field name only, so that
+# erasing the person (manage.py erase_person) leaves nothing that names them.
+RECORDED_VALUES = ("is_active", "is_staff", "is_superuser")
 
 
 def record_person_changed(user, *, actor, changed: list[str], before: dict | None = None) -> None:

@@ -7,7 +7,8 @@ second sees the step already used, so a code is usable once even when sent to se
 
 A passkey (accounts/passkeys.py) answers a challenge made for one proposal and one action digest; its
 challenge is usable once and its signature counter must advance. Its StepUp carries what it was bound to,
-and the services accept it only for that proposal and digest.
+and the services accept it only for that proposal and digest. A passkey added recently (its cool-off,
+PASSKEY_COOL_OFF_SECONDS) says so in its StepUp, and a passkey-only policy refuses it.
 
 The view or consumer checks the code or the passkey (`step_up_for`, which touches the session) and hands
 the services a `StepUp`; the services decide whether it satisfies the proposal's policy and never see the
@@ -42,6 +43,9 @@ class StepUp:
     method: str
     verified_at: datetime | None
     bound_to: tuple[str, str] | None = None
+    # A passkey still in its cool-off (accounts/passkeys.cool_off_until): when it ends. Such a passkey
+    # counts like a code: it does not satisfy a policy that accepts only passkeys.
+    cool_off_until: datetime | None = None
 
     @property
     def refused(self) -> bool:
@@ -56,11 +60,17 @@ def step_up_for(
     step-up time counts. None when the person offered nothing. A passkey answer is checked against the
     proposal and digest the request is for (`proposal_id`, `digest`)."""
     if passkey:
-        if proposal_id is None or passkeys.verify_vote(user, passkey, proposal_id, digest) is None:
+        device = None if proposal_id is None else passkeys.verify_vote(user, passkey, proposal_id, digest)
+        if device is None:
             return StepUp("", None)
         if session is not None:
             mark_fresh(session)
-        return StepUp(PASSKEY, timezone.now(), bound_to=(str(proposal_id), digest))
+        return StepUp(
+            PASSKEY,
+            timezone.now(),
+            bound_to=(str(proposal_id), digest),
+            cool_off_until=passkeys.cool_off_until(device),
+        )
     if (otp_code or "").strip():
         method = verify_code(user, otp_code)
         if method is None:

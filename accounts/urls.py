@@ -9,6 +9,10 @@ app_name = "accounts"
 
 urlpatterns = [
     path("devices/", views.devices, name="devices"),
+    path("devices/confirm", views.confirm, name="confirm"),
+    path("devices/authenticator", views.authenticator, name="authenticator"),
+    path("devices/backup-codes", views.backup_codes, name="backup_codes"),
+    path("passkeys/confirm-options", views.passkey_confirm_options, name="passkey_confirm_options"),
     path("passkeys/options", views.passkey_registration_options, name="passkey_registration_options"),
     path("passkeys/", views.passkey_register, name="passkey_register"),
     path("passkeys/<int:passkey_id>/rename", views.passkey_rename, name="passkey_rename"),

@@ -2,7 +2,7 @@
 
 import rfc8785
 
-from audit.hashing import canonical_digest
+from audit.verify.hashing import canonical_digest
 
 
 def canonical_bytes(value) -> bytes:

@@ -4,8 +4,9 @@ pydantic validates them (django-ninja uses the same models for the REST API and 
 Agent-provided text is untrusted: every string and list is capped here, before anything is stored.
 """
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 from pydantic_core import PydanticCustomError
@@ -109,7 +110,7 @@ def _refuse_numbers(value, path: tuple) -> None:
         raise PydanticCustomError("json_number", NUMBERS_ARE_STRINGS, {"path": where})
 
 
-def first_problem(errors: list[dict], skip: int = 0) -> tuple[str | None, str]:
+def first_problem(errors: Sequence[Mapping[str, Any]], skip: int = 0) -> tuple[str | None, str]:
     """(field, message) of pydantic's first error, with the field as a dotted path: the location
     after its first `skip` parts, extended by the `path` context of a nested refusal."""
     first = errors[0] if errors else {"loc": (), "msg": "invalid request"}

@@ -16,7 +16,7 @@ def sign_decision(claims: dict) -> tuple[str, str]:
     """Sign claims with the active key. Returns (token, kid)."""
     key = keys.active_key()
     token = jwt.encode(
-        claims, key.private_key, algorithm=ALGORITHMS[0], headers={"kid": key.kid, "typ": TOKEN_TYPE}
+        claims, key.signer(), algorithm=ALGORITHMS[0], headers={"kid": key.kid, "typ": TOKEN_TYPE}
     )
     return token, key.kid
 

@@ -15,11 +15,12 @@ from django.utils import timezone
 
 from audit.chain import archive_public_key, sequence_chain, verification_jwks, write_checkpoint
 from audit.exports import Selection, jsonl_page
-from audit.hashing import GENESIS_HASH
 from audit.models import AuditEvent, ChainHead, Checkpoint
+from audit.people import display_names, pseudonyms_in
 from audit.records import checkpoint_dict, event_pages
 from audit.shapes import format_time
 from audit.verify.chains import BUNDLE_FORMAT, manifest_payload
+from audit.verify.hashing import GENESIS_HASH
 from lib import base64url
 
 # --------------------------------------------------------------------------------------------------
@@ -90,11 +91,14 @@ def bundle_checkpoints(segment: Segment) -> list[dict]:
 
 BUNDLE_README = """Reviewer audit bundle ({format})
 
-Verify it offline, with no database and no Django settings, from a checkout of Reviewer:
+Verify it offline, with no database and no Reviewer checkout (pip install reviewer-verify, the
+package in sdk/verify/ of Reviewer's repository):
 
-    python -m audit.verify {name} --jwks {jwks}  # pin the keys Reviewer publishes
-    python -m audit.verify {name} --jwks saved-jwks.json --previous earlier-bundle.zip  # not rewritten since
-    python -m audit.verify {name} --trust-bundle-keys   # the keys inside: proves integrity, not authorship
+    reviewer-verify {name} --jwks {jwks}  # pin the keys Reviewer publishes
+    reviewer-verify {name} --jwks saved-jwks.json --previous earlier-bundle.zip  # not rewritten since
+    reviewer-verify {name} --trust-bundle-keys   # the keys inside: proves integrity, not authorship
+
+(In a checkout of Reviewer, `python -m audit.verify` takes the same arguments.)
 
 events.jsonl       one event per line, in chain and seq order: chain, seq, at, actor, verb, subject, data,
                    prev_hash, hash. hash = "sha256:" + hex sha256 of the RFC 8785 (JCS) form of the event
@@ -126,7 +130,7 @@ def write_bundle(
     path = Path(path)
     with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
         events_path = Path(scratch) / "events.jsonl"
-        digest, size, written = hashlib.sha256(), 0, 0
+        digest, size, written, mentioned = hashlib.sha256(), 0, 0, set()
         events = AuditEvent.objects.chained(segment.chain).filter(
             seq__gte=segment.first_seq, seq__lte=segment.last_seq
         )
@@ -137,6 +141,7 @@ def write_bundle(
                 digest.update(block)
                 size += len(block)
                 written += len(page)
+                mentioned |= pseudonyms_in(page)
                 yield written
         checkpoints_bytes = "".join(json.dumps(c) + "\n" for c in bundle_checkpoints(segment)).encode()
         keys_bytes = json.dumps(verification_jwks(), indent=2).encode()
@@ -164,8 +169,11 @@ def write_bundle(
             },
             "hash_rule": "sha256(RFC 8785 of {chain, seq, at, actor, verb, subject, data, prev_hash})",
             "checkpoint_rule": "Ed25519 over RFC 8785 of {chain, seq, hash, at}",
+            # Names of the pseudonyms in the events, as the directory knows them now (not hashed: an
+            # erased person is absent from later bundles, and every event still verifies).
+            "people": display_names(mentioned),
         }
-        signature = signing_key.private_key.sign(manifest_payload(manifest))
+        signature = signing_key.signer().sign(manifest_payload(manifest))
         manifest["signature"] = {"alg": "EdDSA", "kid": signing_key.kid, "value": base64url.encode(signature)}
         partial = path.with_name(path.name + ".part")
         with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as bundle:

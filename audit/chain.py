@@ -8,24 +8,41 @@ INSERT, drops their pending rows, moves the head and signs a checkpoint every AU
 events. No row is ever updated but the head: an event and its seal are each written once. It runs right
 after each appending transaction commits (`transaction.on_commit`, in that process) and on every worker
 tick (`sequence_pending()`), for an event whose process died between its commit and its sequencing.
+
+The sequencer works through its own connection, `sequencer_alias()`: the `sequencer` database alias when
+settings configure one (AUDIT_SEQUENCER_DATABASE_URL, the sequencer's role, which alone may insert seals
+and move chain heads: manage.py setup_database_roles --sequencer), else the default connection.
+A seal it did not write (one inserted past the head by someone else) is adopted, logged as an error, and
+left for audit_verify to name: it never stops the chain's later events from being chained.
 """
 
 import logging
 import threading
 from datetime import datetime, timedelta
+from typing import Any, cast
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
-from django.db.models import Max
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
+from django.db.models import Exists, Field, Max, OuterRef
 from django.utils import timezone
 
 from audit import checkpoint_files
-from audit.hashing import GENESIS_HASH, checkpoint_payload, hash_body
-from audit.models import AuditEvent, AuditPending, AuditSeal, ChainHead, Checkpoint, PublicKey
+from audit.models import AuditEvent, AuditPending, AuditSeal, ChainHead, Checkpoint, PublicKey, Verb
 from audit.shapes import format_time, parse_time
+from audit.verify.hashing import GENESIS_HASH, checkpoint_payload, hash_body
 from lib.commit_hooks import on_commit_once
 
+KNOWN_VERBS = frozenset(Verb.values)
+
 log = logging.getLogger(__name__)
+
+SEQUENCER_ALIAS = "sequencer"
+
+
+def sequencer_alias() -> str:
+    """The connection the sequencer seals through: its own role's when settings configure one."""
+    return SEQUENCER_ALIAS if SEQUENCER_ALIAS in settings.DATABASES else DEFAULT_DB_ALIAS
+
 
 # Events chained per sequencer transaction: the head lock is held for one batch at a time.
 SEQUENCE_BATCH = 500
@@ -83,6 +100,9 @@ def append_many(chain: str, events: list[dict]) -> list[AuditEvent]:
     now = timezone.now()  # microsecond precision survives every round trip: the hash can be recomputed
     accepted = []
     for event in events:
+        if event["verb"] not in KNOWN_VERBS:
+            # Checked here, not by the column's choices: a new verb then needs no migration.
+            raise ValueError(f"unknown audit verb {event['verb']!r}: add it to audit.models.Verb")
         data = event.get("data") or {}
         refuse_secrets(data)
         accepted.append(
@@ -110,7 +130,8 @@ _EVENT_COLUMNS = ("chain", "at", "actor", "verb", "subject", "data")
 
 def _insert_with_pending(events: list[AuditEvent]) -> None:
     """The events and their pending rows in one statement (PostgreSQL): a data-modifying CTE."""
-    fields = [AuditEvent._meta.get_field(name) for name in _EVENT_COLUMNS]
+    # Columns, no relations: get_field gives Fields here.
+    fields = [cast(Field, AuditEvent._meta.get_field(name)) for name in _EVENT_COLUMNS]
     rows = ", ".join(["(" + ", ".join(["%s"] * len(fields)) + ")"] * len(events))
     params = [
         field.get_db_prep_save(getattr(event, field.attname), connection)
@@ -163,31 +184,65 @@ def sequence_after_commit(chain: str) -> None:
         log.exception("sequencing %s after commit failed; the worker's next tick will chain it", chain)
 
 
-def _locked_head(chain: str) -> ChainHead:
+def _locked_head(chain: str, db: str) -> ChainHead:
+    """The chain's head, locked, with `overrun`: whether a seal already exists past it (in the same
+    statement, so the usual path costs no round trip more)."""
+    beyond = AuditSeal.objects.using(db).filter(chain=OuterRef("chain"), seq=OuterRef("seq") + 1)
+    heads = ChainHead.objects.using(db).annotate(overrun=Exists(beyond))
     try:
-        return ChainHead.objects.select_for_update().get(chain=chain)
+        return heads.select_for_update().get(chain=chain)
     except ChainHead.DoesNotExist:
         pass
     try:
-        with transaction.atomic():
-            ChainHead.objects.create(chain=chain, seq=0, hash=GENESIS_HASH)
+        with transaction.atomic(using=db):
+            ChainHead.objects.using(db).create(chain=chain, seq=0, hash=GENESIS_HASH)
     except IntegrityError:
         pass  # another sequencer created it first; the lock below waits for it
-    return ChainHead.objects.select_for_update().get(chain=chain)
+    return heads.select_for_update().get(chain=chain)
 
 
-def _unsequenced(chain: str):
-    return AuditPending.objects.filter(chain=chain)
+def _unsequenced(chain: str, db: str | None = None):
+    return AuditPending.objects.using(db or sequencer_alias()).filter(chain=chain)
 
 
-def _pending_batch(chain: str) -> list[AuditEvent]:
+def _pending_batch(chain: str, db: str) -> list[AuditEvent]:
     """The chain's next pending events in id order, with what their hashes cover."""
-    ids = _unsequenced(chain).order_by("event_id").values_list("event_id", flat=True)[:SEQUENCE_BATCH]
+    ids = _unsequenced(chain, db).order_by("event_id").values_list("event_id", flat=True)[:SEQUENCE_BATCH]
     # The base manager: no seal join (these have none yet); one statement, the ids as a subquery.
-    return list(AuditEvent._base_manager.filter(id__in=ids).order_by("id"))
+    return list(AuditEvent._base_manager.using(db).filter(id__in=ids).order_by("id"))
 
 
-def _seal(chain: str, events: list[AuditEvent], head_seq: int, head_hash: str) -> None:
+def _adopt_foreign_seals(chain: str, head: ChainHead, db: str) -> None:
+    """Seals past the head were not written by a sequencer (which moves the head in the same transaction):
+    someone inserted them. Refusing to go on would leave every later event unchained, so the head moves
+    onto them (the database's trigger already made them continue the chain) and audit_verify names the
+    first whose hash does not match its event. Their events' pending rows go: they are sealed."""
+    foreign = list(
+        AuditSeal.objects.using(db)
+        .filter(chain=chain, seq__gt=head.seq)
+        .order_by("seq")
+        .values_list("seq", "hash", "event_id")
+    )
+    adopted = []
+    for seq, hash_, event_id in foreign:
+        if seq != head.seq + len(adopted) + 1:
+            break
+        adopted.append((seq, hash_, event_id))
+    if not adopted:
+        return
+    log.error(
+        "audit chain %s: %d seal(s) from seq %d were not written by the sequencer; chaining continues "
+        "after them, and audit_verify names any that does not match its event",
+        chain,
+        len(adopted),
+        adopted[0][0],
+    )
+    head.seq, head.hash = adopted[-1][0], adopted[-1][1]
+    ChainHead.objects.using(db).filter(chain=chain).update(seq=head.seq, hash=head.hash)
+    AuditPending.objects.using(db).filter(event_id__in=[event_id for _, _, event_id in adopted]).delete()
+
+
+def _seal(chain: str, events: list[AuditEvent], head_seq: int, head_hash: str, db: str) -> None:
     """The seals of `events` (one multi-row INSERT, which the PostgreSQL trigger checks continues the
     chain), their pending rows dropped and the head moved: the events themselves are not written again."""
     seal_table = connection.ops.quote_name(AuditSeal._meta.db_table)
@@ -196,14 +251,19 @@ def _seal(chain: str, events: list[AuditEvent], head_seq: int, head_hash: str) -
     params = [value for e in events for value in (e.id, chain, e.seq, e.prev_hash, e.hash)]
     ids = [e.id for e in events]
     marks = ", ".join(["%s"] * len(ids))
+    sequencer = connections[db]
     head_table = connection.ops.quote_name(ChainHead._meta.db_table)
     # Table names from the models, values as parameters.
     insert = f"INSERT INTO {seal_table} (event_id, chain, seq, prev_hash, hash) VALUES {rows}"  # noqa: S608
     delete = f"DELETE FROM {pending_table} WHERE event_id IN ({marks})"  # noqa: S608
     move = f"UPDATE {head_table} SET seq = %s, hash = %s WHERE chain = %s"  # noqa: S608
-    statements = [(insert, params), (delete, ids), (move, [head_seq, head_hash, chain])]
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
+    statements: list[tuple[str, list[Any]]] = [
+        (insert, params),
+        (delete, ids),
+        (move, [head_seq, head_hash, chain]),
+    ]
+    with sequencer.cursor() as cursor:
+        if sequencer.vendor == "postgresql":
             # One round trip: psycopg binds client-side here (Django's default), so several statements
             # go in one execute, still in order and in this transaction.
             cursor.execute(";\n".join(sql for sql, _ in statements), [p for _, ps in statements for p in ps])
@@ -227,10 +287,13 @@ def sequence_chain(chain: str) -> int:
 def _sequence_batch(chain: str) -> int:
     """One sequencer transaction: lock the head, seal up to SEQUENCE_BATCH pending events (four round
     trips with the commit, however many); returns how many."""
-    with transaction.atomic():
-        head = _locked_head(chain)
+    db = sequencer_alias()
+    with transaction.atomic(using=db):
+        head = _locked_head(chain, db)
+        if head.overrun:
+            _adopt_foreign_seals(chain, head, db)
         # Read after the lock: whatever an earlier holder chained is no longer pending.
-        batch = _pending_batch(chain)
+        batch = _pending_batch(chain, db)
         if not batch:
             return 0
         seq, prev_hash = head.seq, head.hash
@@ -240,10 +303,10 @@ def _sequence_batch(chain: str) -> int:
             event.seq, event.prev_hash = seq, prev_hash
             event.hash = prev_hash = hash_body(event.hashed_fields())
             if seq % settings.AUDIT_CHECKPOINT_EVERY == 0:
-                due.append((seq, event.hash))
-        _seal(chain, batch, seq, prev_hash)
+                due.append((seq, prev_hash))
+        _seal(chain, batch, seq, prev_hash, db)
         for checkpoint_seq, checkpoint_hash in due:
-            write_checkpoint(chain, checkpoint_seq, checkpoint_hash)
+            write_checkpoint(chain, checkpoint_seq, checkpoint_hash, using=db)
     return len(batch)
 
 
@@ -254,39 +317,41 @@ def sequence_pending() -> int:
 
 
 def _unsequenced_chains() -> list[str]:
-    return sorted(set(AuditPending.objects.values_list("chain", flat=True).distinct()))
+    pending = AuditPending.objects.using(sequencer_alias())
+    return sorted(set(pending.values_list("chain", flat=True).distinct()))
 
 
-def archive_public_key(kid: str) -> None:
+def archive_public_key(kid: str, using: str = DEFAULT_DB_ALIAS) -> None:
     """Keep the public half of a signing key for as long as the checkpoints it signed."""
     from signing_keys import key_by_kid
 
-    if PublicKey.objects.filter(kid=kid).exists():
+    if PublicKey.objects.using(using).filter(kid=kid).exists():
         return
     key = key_by_kid(kid)
     if key is not None:
         try:
-            with transaction.atomic():
-                PublicKey.objects.create(kid=kid, jwk=key.public_jwk())
+            with transaction.atomic(using=using):
+                PublicKey.objects.using(using).create(kid=kid, jwk=key.public_jwk())
         except IntegrityError:
             pass  # archived meanwhile by another writer
 
 
-def write_checkpoint(chain: str, seq: int, head_hash: str) -> Checkpoint:
+def write_checkpoint(chain: str, seq: int, head_hash: str, using: str = DEFAULT_DB_ALIAS) -> Checkpoint:
     from signing_keys import sign_bytes
 
     at = format_time(timezone.now())
     kid, signature = sign_bytes(checkpoint_payload(chain, seq, head_hash, at))
-    archive_public_key(kid)
+    archive_public_key(kid, using)
+    checkpoints = Checkpoint.objects.using(using)
     try:
-        with transaction.atomic():
-            checkpoint = Checkpoint.objects.create(
+        with transaction.atomic(using=using):
+            checkpoint = checkpoints.create(
                 chain=chain, seq=seq, hash=head_hash, at=parse_time(at), kid=kid, signature=signature
             )
     except IntegrityError:
-        return Checkpoint.objects.get(chain=chain, seq=seq)  # another process signed this head first
+        return checkpoints.get(chain=chain, seq=seq)  # another process signed this head first
     # Outside the database too, once the checkpoint is committed (never a line for a rolled-back head).
-    transaction.on_commit(lambda: checkpoint_files.write(checkpoint))
+    transaction.on_commit(lambda: checkpoint_files.write(checkpoint), using=using)
     return checkpoint
 
 

@@ -14,16 +14,17 @@ import json
 
 import jwt
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
 from audit.chain import sequence_chain, verification_jwks
-from audit.hashing import canonical_digest
+from audit.labels import tenant_chain
 from audit.models import AuditEvent, Checkpoint, Verb
+from audit.people import display_names
 from audit.records import checkpoint_dict, event_dict
 from audit.shapes import format_time
 from audit.verify.chains import event_hash
+from audit.verify.hashing import canonical_digest
 from lib import agent_text
 from reviewer_gate.decision import ALGORITHMS
 
@@ -40,9 +41,7 @@ CHECK_LABELS = {
 
 
 def _display_names(actors: set[str]) -> dict[str, str]:
-    usernames = {actor.split(":", 1)[1] for actor in actors if actor.startswith("user:")}
-    users = get_user_model().objects.filter(username__in=usernames)
-    return {f"user:{u.get_username()}": (u.get_full_name() or u.get_username()) for u in users}
+    return display_names(actors)
 
 
 def _token_checks(decision: dict | None, signed_event: dict | None) -> dict:
@@ -98,10 +97,10 @@ def build_packet(tenant, proposal_id) -> dict | None:
     if record is None:
         return None
     subject = f"proposal:{record['id']}"
-    sequence_chain(tenant.chain)  # the packet shows committed events with their place in the chain
+    sequence_chain(tenant_chain(tenant.id))  # the packet shows committed events with their place in the chain
     events = [
         event_dict(e)
-        for e in AuditEvent.objects.chained(tenant.chain).filter(subject=subject).order_by("seq")
+        for e in AuditEvent.objects.chained(tenant_chain(tenant.id)).filter(subject=subject).order_by("seq")
     ]
     names = _display_names({e["actor"] for e in events})
 
@@ -129,7 +128,7 @@ def build_packet(tenant, proposal_id) -> dict | None:
     envelope = record["envelope"]
     last_seq = events[-1]["seq"] if events else 0
     covering = (
-        Checkpoint.objects.filter(chain=tenant.chain, seq__gte=last_seq).order_by("seq").first()
+        Checkpoint.objects.filter(chain=tenant_chain(tenant.id), seq__gte=last_seq).order_by("seq").first()
         if events
         else None
     )
@@ -219,4 +218,7 @@ def build_packet(tenant, proposal_id) -> dict | None:
 
 
 def packet_json(packet: dict) -> bytes:
-    return json.dumps(packet, cls=DjangoJSONEncoder, indent=2, ensure_ascii=False).encode()
+    # Hidden characters an agent sent stay in the values but travel as escapes (lib/agent_text.py).
+    return agent_text.json_escaped(
+        json.dumps(packet, cls=DjangoJSONEncoder, indent=2, ensure_ascii=False)
+    ).encode()

@@ -26,8 +26,9 @@ from django.db.models.functions import Substr
 from django.utils import timezone
 
 from audit.chain import archive_public_key, sequence_chain
-from audit.hashing import GENESIS_HASH
+from audit.labels import agent_label, tenant_chain, username_label
 from audit.models import AuditEvent, ChainHead, Verb
+from audit.people import display_names, pseudonyms_in
 from audit.records import event_pages
 from audit.shapes import format_time
 from audit.verify.chains import (
@@ -35,6 +36,7 @@ from audit.verify.chains import (
     EXPORT_HEAD_MARK,
     export_head_payload,
 )
+from audit.verify.hashing import GENESIS_HASH
 
 CSV_COLUMNS = ("seq", "at", "chain", "actor", "verb", "subject", "data", "prev_hash", "hash")
 OUTCOMES = (
@@ -73,7 +75,7 @@ class Selection:
     def for_tenant(cls, tenant, filters: dict | None = None, up_to_seq: int | None = None) -> "Selection":
         filters = filters or {}
         return cls(
-            chain=f"tenant:{tenant.id}",
+            chain=tenant_chain(tenant.id),
             tenant_id=tenant.id,
             tenant_slug=tenant.slug,
             tenant_name=tenant.name,
@@ -135,7 +137,7 @@ class Selection:
         if self.policy:
             yield _policy_subjects(chain_events, self.policy)
         if self.agent:
-            actor = f"agent:{self.agent}"
+            actor = agent_label(self.agent)
             own = chain_events.filter(actor=actor, subject__startswith=PROPOSAL_PREFIX)
             submitted = chain_events.filter(actor=actor, verb=Verb.PROPOSAL_SUBMITTED)
             edits = (
@@ -152,7 +154,7 @@ class Selection:
             )
         if self.reviewer:
             yield chain_events.filter(
-                actor=f"user:{self.reviewer}", subject__startswith=PROPOSAL_PREFIX
+                actor=username_label(self.reviewer), subject__startswith=PROPOSAL_PREFIX
             ).values("subject")
         if self.outcome:
             yield chain_events.filter(verb=Verb.PROPOSAL_TRANSITIONED, data__to=self.outcome).values(
@@ -252,10 +254,14 @@ def export_head(selection: Selection) -> tuple[int, str]:
     return seq, found or GENESIS_HASH
 
 
-def head_record(selection: Selection, head: tuple[int, str], digest: str, events: int) -> dict:
+def head_record(
+    selection: Selection, head: tuple[int, str], digest: str, events: int, people: dict | None = None
+) -> dict:
     """The signed head that ends a CSV or JSON Lines export (verify.EXPORT_HEAD_FORMAT): the chain head
-    it was cut at, and the sha256 and number of the event lines before it, signed with Ed25519 over RFC
-    8785 of everything but the signature. `python -m audit.verify export.jsonl --jwks ...` checks it."""
+    it was cut at, the sha256 and number of the event lines before it, and `people`, the names of the
+    pseudonyms the events mention as the directory knows them now (an erased person is absent), signed
+    with Ed25519 over RFC 8785 of everything but the signature. `python -m audit.verify export.jsonl
+    --jwks ...` checks it."""
     from signing_keys import sign_bytes
 
     record = {
@@ -267,6 +273,7 @@ def head_record(selection: Selection, head: tuple[int, str], digest: str, events
         "events": events,
         "sha256": digest,
         "filters": selection.filters(),
+        "people": people or {},
     }
     kid, signature = sign_bytes(export_head_payload(record))
     archive_public_key(kid)
@@ -285,7 +292,7 @@ def _blocks(selection: Selection, fmt: str, page_size: int | None = None) -> Ite
     """(bytes, events written so far) page by page, then the signed head line."""
     head = export_head(selection)
     selection = replace(selection, up_to_seq=head[0])
-    digest, done = hashlib.sha256(), 0
+    digest, done, mentioned = hashlib.sha256(), 0, set()
     if fmt == "csv":
         header = csv_header()
         digest.update(header)
@@ -295,8 +302,10 @@ def _blocks(selection: Selection, fmt: str, page_size: int | None = None) -> Ite
         block = render(page)
         digest.update(block)
         done += len(page)
+        mentioned |= pseudonyms_in(page)
         yield block, done
-    yield head_line(fmt, head_record(selection, head, digest.hexdigest(), done)), done
+    people = display_names(mentioned)
+    yield head_line(fmt, head_record(selection, head, digest.hexdigest(), done, people)), done
 
 
 def chunks(selection: Selection, fmt: str, page_size: int | None = None) -> Iterator[bytes]:

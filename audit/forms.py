@@ -28,7 +28,8 @@ class SelectionForm(forms.Form):
     )
 
     def clean(self):
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         since, until = data.get("since"), data.get("until")
         if since and until and until < since:
             self.add_error("until", "The end of the period is before its start.")
@@ -54,7 +55,12 @@ class PeriodForm(forms.Form):
     DAYS = [(7, "7 days"), (30, "30 days"), (90, "90 days"), (365, "365 days")]
 
     days = forms.TypedChoiceField(
-        required=False, coerce=int, choices=DAYS, empty_value=30, initial=30, label="Last"
+        required=False,
+        coerce=int,
+        choices=DAYS,
+        empty_value=30,  # type: ignore[arg-type]  # django-stubs says str; Django returns any value as given
+        initial=30,
+        label="Last",
     )
     since = forms.DateField(required=False, label="or from", widget=forms.DateInput(attrs={"type": "date"}))
     until = forms.DateField(

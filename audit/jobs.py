@@ -24,6 +24,7 @@ from django.utils import timezone
 from audit.bundles import bundle_segment, write_bundle
 from audit.chain import append, sequence_chain, write_due_checkpoints
 from audit.exports import Selection, count, write_lines
+from audit.labels import actor_label, tenant_chain
 from audit.models import AuditSeal, ChainHead, ExportJob, Verb
 from tenants import queries as tenant_queries
 from tenants.models import Tenant
@@ -47,13 +48,13 @@ def record_export(tenant, *, actor: str, kind: str, filters: dict, subject: str,
     event's seq, which bounds the export: it is a snapshot of the chain including its own request."""
     with transaction.atomic():
         event = append(
-            tenant.chain,
+            tenant_chain(tenant.id),
             actor=actor,
             verb=Verb.EXPORT_CREATED,
             subject=subject,
             data={"kind": kind, "filters": filters, "delivery": delivery},
         )
-    sequence_chain(tenant.chain)  # (inside a test's transaction the on-commit hook never runs)
+    sequence_chain(tenant_chain(tenant.id))  # (inside a test's transaction the on-commit hook never runs)
     return AuditSeal.objects.get(event_id=event.id).seq
 
 
@@ -62,14 +63,14 @@ def create_export(tenant, *, user, kind: str, filters: dict) -> ExportJob:
     if kind not in EXTENSIONS:
         raise ValueError(f"unknown export kind {kind!r}")
     job_id = uuid.uuid4()
-    actor = f"user:{user.get_username()}" if user is not None else "system"
+    actor = actor_label(user)
     up_to_seq = record_export(
         tenant, actor=actor, kind=kind, filters=filters, subject=f"export:{job_id}", delivery="background"
     )
     return ExportJob.objects.create(
         id=job_id,
         tenant_id=tenant.id,
-        chain=tenant.chain,
+        chain=tenant_chain(tenant.id),
         requested_by=user,
         kind=kind,
         filters=filters,
@@ -113,7 +114,7 @@ def _steps(job: ExportJob) -> Iterator[None]:
         if tenant is None:
             raise ValueError(f"tenant {job.tenant_id} no longer exists")
         selection = Selection.for_tenant(tenant, job.filters, up_to_seq=job.up_to_seq)
-        created_by = f"user:{job.requested_by.get_username()}" if job.requested_by_id else "system"
+        created_by = actor_label(job.requested_by)
         final.parent.mkdir(parents=True, exist_ok=True)
         _save(job, total=_total(job, selection), done=0)
         yield

@@ -11,6 +11,7 @@ the hash sealed at its seq.
 """
 
 import uuid
+from typing import ClassVar
 
 from django.conf import settings
 from django.db import models
@@ -75,10 +76,15 @@ class Verb(models.TextChoices):
     MEMBERSHIP_CHANGED = "membership.changed"
     DEVICE_ENROLLED = "device.enrolled"
     DEVICE_RESET = "device.reset"
+    DEVICE_CHANGE_REFUSED = "device.change_refused"
+    PASSKEY_VOUCHED = "passkey.vouched"
     SIGN_IN_CODE_REFUSED = "sign_in.code_refused"
     SIGN_IN_THROTTLED = "sign_in.throttled"
+    SIGN_IN_UNLOCKED = "sign_in.unlocked"
     PERSON_CHANGED = "person.changed"
     INTAKE_REFUSED = "intake.refused"
+    INTAKE_THROTTLED = "intake.throttled"
+    QUOTA_CHANGED = "quota.changed"
     SIGNING_KEY_ROTATED = "signing_key.rotated"
     EXPORT_CREATED = "export.created"
     TENANT_CREATED = "tenant.created"
@@ -109,6 +115,7 @@ class Verb(models.TextChoices):
     WEBHOOK_REGISTERED = "webhook.registered"
     PUSH_DEVICE_ADDED = "push_device.added"
     PUSH_DEVICE_REMOVED = "push_device.removed"
+    PERSON_ERASED = "person.erased"
 
 
 class AuditEventQuerySet(AppendOnlyQuerySet):
@@ -118,7 +125,10 @@ class AuditEventQuerySet(AppendOnlyQuerySet):
         return self.filter(seal__chain=chain)
 
 
-class AuditEventManager(models.Manager.from_queryset(AuditEventQuerySet)):
+_AuditEventManagerBase = models.Manager.from_queryset(AuditEventQuerySet)
+
+
+class AuditEventManager(_AuditEventManagerBase):
     """Every queryset carries the event's place in its chain from its seal (NULL until sealed), under
     the names the events had as columns before the seal table: `seq`, `prev_hash`, `hash`. So
     `.filter(seq__lte=...)`, `.order_by("seq")` and `.values("seq", "hash")` read as they always did."""
@@ -139,18 +149,18 @@ class AuditEvent(AppendOnlyModel):
     chain = models.CharField(max_length=50)
     at = models.DateTimeField(db_index=True)
     actor = models.CharField(
-        max_length=200, help_text="user:<username> | agent:<slug> | policy:<id>@<v> | system"
+        max_length=200, help_text="person:<pseudonym> | agent:<slug> | policy:<id>@<v> | system"
     )
-    verb = models.CharField(max_length=50, choices=Verb.choices)
+    verb = models.CharField(max_length=50, help_text="one of Verb; checked by audit.chain.append_many")
     subject = models.CharField(max_length=200, help_text="e.g. proposal:<uuid>")
     data = models.JSONField(default=dict)
 
-    objects = AuditEventManager()
+    objects: ClassVar[AuditEventManager] = AuditEventManager()
 
     # Until sealed (and on an instance read without the manager's annotations).
-    seq = None
-    prev_hash = None
-    hash = None
+    seq: int | None = None
+    prev_hash: str | None = None
+    hash: str | None = None
 
     class Meta:
         # Chain order; events not sealed yet last, in the order the sequencer will take them.
@@ -326,3 +336,19 @@ class SiemCursor(models.Model):
 
     def __str__(self):
         return f"{self.sink} at {self.chain}:{self.seq}"
+
+
+class PersonDirectoryEntry(models.Model):
+    """Who a pseudonym in the trail is. The trail names people only as `person:<random id>`
+    (audit.labels.user_label); this row is the one link from that id to a person, whose name and e-mail
+    are read through it. Not append-only: `manage.py erase_person` deletes it, and the trail, whose
+    hashes never covered a name, then names nobody."""
+
+    pseudonym = models.CharField(max_length=60, unique=True)
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="audit_directory_entry"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self):
+        return self.pseudonym

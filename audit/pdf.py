@@ -67,7 +67,8 @@ def write_report(selection, path: Path, *, created_by: str) -> Iterator[int]:
             selection.chain, since=selection.since, until=selection.until, up_to_seq=selection.up_to_seq
         )
     )
-    decisions, truncated = [], False
+    decisions: list[list[str]] = []
+    truncated = False
     signed = selection.events().filter(verb=Verb.DECISION_SIGNED)
     for page in event_pages(signed, page_size=500):
         for event in page:

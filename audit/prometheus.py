@@ -19,6 +19,7 @@ from django.utils import timezone
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from audit.labels import tenant_chain
 from audit.metrics import FIRST_OUTCOMES, Metrics, collect, percentile
 from audit.models import ChainHead, Checkpoint, ExportJob
 from tenants import queries as tenant_queries
@@ -28,11 +29,11 @@ TIME_TO_DECISION = "reviewer_time_to_decision_seconds"
 
 
 def _tenant_metrics(tenant, head_seq: int) -> Metrics:
-    key = f"audit:prometheus:{tenant.chain}"
+    key = f"audit:prometheus:{tenant_chain(tenant.id)}"
     cached = cache.get(key)
     if cached is not None and cached[0] == head_seq:
         return cached[1]
-    metrics = collect(tenant.chain, up_to_seq=head_seq)
+    metrics = collect(tenant_chain(tenant.id), up_to_seq=head_seq)
     cache.set(key, (head_seq, metrics), settings.AUDIT_METRICS_CACHE_SECONDS)
     return metrics
 
@@ -90,7 +91,7 @@ class ReviewerCollector:
             labels=["tenant", "policy"],
         )
         for tenant in tenant_queries.all_tenants():
-            head = heads.get(tenant.chain)
+            head = heads.get(tenant_chain(tenant.id))
             metrics = _tenant_metrics(tenant, head.seq if head else 0)
             t = tenant.slug
             proposals.add_metric([t], metrics.submitted)

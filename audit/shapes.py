@@ -1,17 +1,7 @@
-"""Chain names, event times and the hashed body of an event: pure functions that the models, the chain and the
-records share (no Django models here, so none of them imports another to get these)."""
+"""Event times and the hashed body of an event: pure functions that the models, the chain and the records
+share (no Django models here, so none of them imports another to get these). Chain names: audit/labels.py."""
 
 from datetime import UTC, datetime
-
-SYSTEM_CHAIN = "system"
-
-
-def chain_for_tenant(tenant_id: int | None) -> str:
-    return f"tenant:{tenant_id}" if tenant_id is not None else SYSTEM_CHAIN
-
-
-def tenant_of_chain(chain: str) -> int | None:
-    return int(chain.split(":", 1)[1]) if chain.startswith("tenant:") else None
 
 
 def format_time(at: datetime) -> str:
@@ -23,7 +13,7 @@ def parse_time(text: str) -> datetime:
 
 
 def event_body(chain, seq, at, actor, verb, subject, data, prev_hash) -> dict:
-    """Exactly what an event's hash covers (audit.hashing.HASHED_FIELDS), with `at` in the hashed form."""
+    """Exactly what an event's hash covers (audit.verify.hashing.HASHED_FIELDS), `at` in the hashed form."""
     return {
         "chain": chain,
         "seq": seq,

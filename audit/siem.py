@@ -1,5 +1,5 @@
 """The audit trail streamed to a SIEM, each event with its chain, seq, prev_hash and hash, so the SIEM's
-copy can be checked against the chain (audit.hashing.hash_body over the hashed fields gives the hash;
+copy can be checked against the chain (audit.verify.hashing.hash_body over the hashed fields gives the hash;
 each prev_hash is the hash before it).
 
 Two sinks, configured by the operator in settings (reviewer/settings.py, "SIEM"):

@@ -8,13 +8,15 @@ not a prefix that happens to be chained already."""
 from collections.abc import Generator
 from pathlib import Path
 
+from django.db import DatabaseError
+
 from audit import checkpoint_files
 from audit.chain import sequence_chain, verification_jwks
-from audit.hashing import checkpoint_payload
-from audit.models import AuditEvent, AuditPending, ChainHead, Checkpoint
+from audit.models import AuditEvent, AuditPending, AuditSeal, ChainHead, Checkpoint
 from audit.records import checkpoint_dict, event_pages
 from audit.verify.bundle import earlier_hashes
 from audit.verify.chains import ChainVerifier, Result, public_keys, signature_problem
+from audit.verify.hashing import checkpoint_payload
 
 EXTERNAL = "the checkpoint file kept outside the database"
 
@@ -47,7 +49,17 @@ def verify_chain_steps(
     holds every checkpoint written outside the database (from `checkpoint_source`, a directory or file;
     default AUDIT_CHECKPOINT_DIR). Yields how many events were checked after each page; returns the Result."""
     result = result if result is not None else Result()
-    sequence_chain(chain)
+    try:
+        sequence_chain(chain)
+    except DatabaseError as error:
+        # What is chained already is still checked; the events left waiting are named below.
+        waiting = AuditPending.objects.filter(chain=chain).count()
+        result.fail(
+            None,
+            f"{chain}: the sequencer could not chain the {waiting} event(s) waiting to be chained: "
+            f"{str(error).strip()}",
+            chain,
+        )
     keys = public_keys(jwks if jwks is not None else verification_jwks())
     # Checkpoints before the head: a checkpoint written meanwhile can then never look like a truncation.
     checkpoints = [checkpoint_dict(c) for c in Checkpoint.objects.filter(chain=chain).order_by("seq")]
@@ -77,6 +89,7 @@ def verify_chain_steps(
             break
         yield result.events
     _unchained(chain, result)
+    _past_the_head(chain, head, result)
     return verifier.finish(expected_last=(head.seq, head.hash) if head else None)
 
 
@@ -95,6 +108,18 @@ def _unchained(chain: str, result: Result) -> None:
             None,
             f"{chain} event id {event_id} ({verb} {subject}) was accepted but is not chained and no longer "
             "waits to be (its row in the sequencer's queue was deleted)",
+            chain,
+        )
+
+
+def _past_the_head(chain: str, head: ChainHead | None, result: Result) -> None:
+    """A seal past the chain head was not written by the sequencer (which moves the head with it)."""
+    beyond = AuditSeal.objects.filter(chain=chain, seq__gt=head.seq if head else 0).order_by("seq").first()
+    if beyond is not None:
+        result.fail(
+            beyond.seq,
+            f"{chain} seq {beyond.seq}: a seal past the chain head (seq {head.seq if head else 0}) that the "
+            f"sequencer did not write (event id {beyond.event_id}, hash {beyond.hash})",
             chain,
         )
 

@@ -22,8 +22,10 @@ from audit import evidence, jobs
 from audit.charts import metric_charts
 from audit.exports import Selection, chunks, count
 from audit.forms import ExportForm, PeriodForm, SelectionForm
+from audit.labels import actor_label, tenant_chain
 from audit.metrics import collect, format_duration, rubber_stamp_min_sample
 from audit.models import ChainHead, Checkpoint, ExportJob
+from audit.people import display_names, pseudonyms_in
 from audit.prometheus import exposition
 from audit.records import event_dict
 from lib.decorators import verified_required
@@ -46,7 +48,7 @@ def _tenant(request, slug: str, roles=tenant_queries.AUDIT_ROLES) -> tenant_quer
 
 
 def _actor(request) -> str:
-    return f"user:{request.user.get_username()}"
+    return actor_label(request.user)
 
 
 def _stamp() -> str:
@@ -102,8 +104,8 @@ def index(request):
 
 
 def _home_context(tenant, form) -> dict:
-    head = ChainHead.objects.filter(chain=tenant.chain).first()
-    checkpoint = Checkpoint.objects.filter(chain=tenant.chain).order_by("-seq").first()
+    head = ChainHead.objects.filter(chain=tenant_chain(tenant.id)).first()
+    checkpoint = Checkpoint.objects.filter(chain=tenant_chain(tenant.id)).order_by("-seq").first()
     unsigned = (head.seq - checkpoint.seq) if head and checkpoint else 0
     return {
         "tenant": tenant,
@@ -136,7 +138,7 @@ def export(request, tenant):
         return render(request, "audit/tenant.html", _home_context(tenant, form), status=400)
     kind, filters = form.cleaned_data["format"], form.filters()
     if kind in (ExportJob.Kind.CSV, ExportJob.Kind.JSONL):
-        selection = Selection.for_tenant(tenant, filters, up_to_seq=jobs.head_seq(tenant.chain))
+        selection = Selection.for_tenant(tenant, filters, up_to_seq=jobs.head_seq(tenant_chain(tenant.id)))
         if count(selection) <= settings.AUDIT_EXPORT_STREAM_MAX_EVENTS:
             up_to_seq = jobs.record_export(
                 tenant,
@@ -206,6 +208,9 @@ def events(request, tenant):
     rows = [event_dict(e) for e in page.order_by("-seq")[: EVENTS_PER_PAGE + 1]]
     more = len(rows) > EVENTS_PER_PAGE
     rows = rows[:EVENTS_PER_PAGE]
+    names = display_names(pseudonyms_in(rows))  # the trail holds pseudonyms; the directory names them
+    for row in rows:
+        row["actor_name"], row["subject_name"] = names.get(row["actor"], ""), names.get(row["subject"], "")
     query = request.GET.copy()
     query.pop("before", None)
     return render(
@@ -283,7 +288,7 @@ def metrics_page(request, tenant):
     tenant = _tenant(request, tenant, tenant_queries.METRICS_ROLES)
     form = PeriodForm(request.GET or None)
     since, until = form.bounds()
-    metrics = collect(tenant.chain, since=since, until=until)
+    metrics = collect(tenant_chain(tenant.id), since=since, until=until)
     return render(
         request,
         "audit/metrics.html",

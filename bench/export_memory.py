@@ -56,9 +56,9 @@ def _generate(events: int) -> dict:
 
     call_command("migrate", verbosity=0)
     from audit.chain import write_checkpoint
-    from audit.hashing import GENESIS_HASH, hash_body
     from audit.models import AuditEvent, AuditSeal, ChainHead
     from audit.shapes import event_body
+    from audit.verify.hashing import GENESIS_HASH, hash_body
     from tenants.models import Tenant
 
     tenant = Tenant.objects.create(slug="bench", name="Bench Corp")

@@ -69,6 +69,22 @@ def pieces(value: str) -> list[Piece]:
     return result
 
 
+def json_escaped(text: str) -> str:
+    """JSON text with every hidden character written as its escape (\\u202e; a pair of surrogate escapes
+    beyond U+FFFF): the same JSON value, which no viewer can show reordered or hidden. Only for JSON
+    text, where such a character can stand only inside a string."""
+    out = []
+    for char in text:
+        if not is_hidden(char):
+            out.append(char)
+        elif ord(char) > 0xFFFF:
+            high, low = divmod(ord(char) - 0x10000, 0x400)
+            out.append(f"\\u{0xD800 + high:04x}\\u{0xDC00 + low:04x}")
+        else:
+            out.append(f"\\u{ord(char):04x}")
+    return "".join(out)
+
+
 def visible(value: str) -> str:
     """Plain text with every hidden character written out as [U+XXXX]."""
     return "".join(f"[{piece.code}]" if piece.hidden else piece.text for piece in pieces(value))

@@ -29,6 +29,16 @@ class HaltedError(ServiceError):
     http_status = 503
 
 
+class QuotaExceeded(ServiceError):
+    """Over an intake quota: 429, and the agent may try again after `retry_after` seconds."""
+
+    http_status = 429
+
+    def __init__(self, code: str, message: str, *, retry_after: int):
+        super().__init__(code, f"{message}; retry after {retry_after} s")
+        self.retry_after = retry_after
+
+
 class NotFound(ServiceError):
     http_status = 404
 
@@ -57,6 +67,10 @@ class EditRefused(ActionRefused):
 
 class DeviceResetRefused(ActionRefused):
     pass
+
+
+class FactorChangeRefused(ActionRefused):
+    """A change to a person's factors without a fresh confirmation by a strong enough factor."""
 
 
 class ConsumeRefused(ServiceError):

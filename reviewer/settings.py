@@ -5,6 +5,7 @@ channel layer, a generated SECRET_KEY and signing key. With DEBUG off every secr
 `.env.example` lists every variable read here.
 """
 
+import ipaddress
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -14,6 +15,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from lib.env import development_secret, env_bool, env_int, env_list, env_str
+from reviewer import fixed_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -177,6 +179,17 @@ if IS_POSTGRES and DB_POOL_MAX_SIZE > 0:
     # consume among them (the agent then drops an approved action). tests/faults/test_processes_die.py
     # restarts PostgreSQL mid-loop.
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# The audit sequencer's own role (manage.py setup_database_roles --sequencer; docs/operations.md): set,
+# the sequencer seals events through a second connection as that role, the only one that may insert
+# seals and move chain heads, so the application's role cannot wedge or forge a chain. Give it to every
+# process that sequences (the worker's tick, and the web processes' after-commit sequencing).
+AUDIT_SEQUENCER_DATABASE_URL = env_str("AUDIT_SEQUENCER_DATABASE_URL")
+if AUDIT_SEQUENCER_DATABASE_URL:
+    DATABASES["sequencer"] = {
+        **dj_database_url.parse(AUDIT_SEQUENCER_DATABASE_URL, conn_max_age=60, conn_health_checks=True),
+        # The same database under another role: tests use the default connection's test database.
+        "TEST": {"MIRROR": "default"},
+    }
 
 REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:
@@ -250,14 +263,38 @@ OTP_WEBAUTHN_RP_ID = WEBAUTHN_RP_ID
 OTP_WEBAUTHN_RP_NAME = env_str("WEBAUTHN_RP_NAME", "Reviewer")
 OTP_WEBAUTHN_ALLOWED_ORIGINS = WEBAUTHN_ORIGINS
 OTP_WEBAUTHN_ALLOW_PASSWORDLESS_LOGIN = False
+# A passkey added less than this long ago does not satisfy a `step_up: "passkey"` policy (nor count as
+# a passkey when the person changes their factors) unless an admin vouched for it: its registration
+# rested on a weaker factor, and the person has this long, after the e-mail that says it was added, to
+# have it reset. 0 turns the cool-off off.
+PASSKEY_COOL_OFF_SECONDS = env_int("PASSKEY_COOL_OFF_SECONDS", 24 * 3600)
+# How long confirming with a factor on Your devices lets the person change their factors.
+FACTOR_CHANGE_WINDOW_SECONDS = env_int("FACTOR_CHANGE_WINDOW_SECONDS", 300)
+if PASSKEY_COOL_OFF_SECONDS < 0 or FACTOR_CHANGE_WINDOW_SECONDS <= 0:
+    raise ImproperlyConfigured(
+        "PASSKEY_COOL_OFF_SECONDS must be 0 or more and FACTOR_CHANGE_WINDOW_SECONDS more than 0 (seconds)"
+    )
 
 # Sign-in throttling (django-axes, accounts/throttle.py): after SIGN_IN_FAILURE_LIMIT failures (a wrong
-# password, or a right one with a wrong code) an account, and separately a client address, is refused
-# for SIGN_IN_COOL_OFF_SECONDS. Short on purpose: an attacker's failures keep the person out only briefly.
+# password, or a right one with a wrong code) a pair (account, client address), and separately a client
+# address, is refused for SIGN_IN_COOL_OFF_SECONDS: a guesser elsewhere does not keep the person out.
+# Across addresses, SIGN_IN_ACCOUNT_FAILURE_LIMIT failures within SIGN_IN_ACCOUNT_WINDOW_SECONDS make the
+# account sign in only with a passkey or a backup code (which unlocks it) until the window holds fewer.
 SIGN_IN_COOL_OFF_SECONDS = env_int("SIGN_IN_COOL_OFF_SECONDS", 120)
 AXES_FAILURE_LIMIT = env_int("SIGN_IN_FAILURE_LIMIT", 5)
+SIGN_IN_ACCOUNT_FAILURE_LIMIT = env_int("SIGN_IN_ACCOUNT_FAILURE_LIMIT", 30)
+SIGN_IN_ACCOUNT_WINDOW_SECONDS = env_int("SIGN_IN_ACCOUNT_WINDOW_SECONDS", 900)
+if SIGN_IN_ACCOUNT_FAILURE_LIMIT <= AXES_FAILURE_LIMIT:
+    raise ImproperlyConfigured(
+        "SIGN_IN_ACCOUNT_FAILURE_LIMIT must be above SIGN_IN_FAILURE_LIMIT: else one address's failures "
+        "lock the account everywhere"
+    )
 AXES_COOLOFF_TIME = timedelta(seconds=SIGN_IN_COOL_OFF_SECONDS)
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each on its own: per account and per address
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]
+# Refused attempts neither count nor extend the cool-down; every counted failure is in AccessFailureLog,
+# which the account limit counts.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_ENABLE_ACCESS_FAILURE_LOG = True
 AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "accounts.throttle.client_address"
 AXES_LOCKOUT_CALLABLE = "accounts.views.refused_page"
@@ -274,10 +311,19 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 
 # Behind a TLS-terminating proxy (the production set-up), the proxy says the request came over https with
-# X-Forwarded-Proto. Only trust this header when the proxy always sets it (it overwrites what a client
-# sends); set SECURE_PROXY_SSL_HEADER to an empty value when Daphne terminates TLS itself.
+# X-Forwarded-Proto. It is read only from TRUSTED_PROXIES (below), and the proxy must always set it
+# (overwriting what a client sent); set SECURE_PROXY_SSL_HEADER to an empty value when Daphne terminates
+# TLS itself.
 _proxy_ssl_header = env_str("SECURE_PROXY_SSL_HEADER", "" if DEBUG else "HTTP_X_FORWARDED_PROTO")
 SECURE_PROXY_SSL_HEADER = (_proxy_ssl_header, "https") if _proxy_ssl_header else None
+# The proxies whose X-Forwarded-For and X-Forwarded-Proto are believed (reviewer/proxies.py): addresses
+# or CIDRs of the peers Daphne sees. From anyone else those headers are dropped before Django reads them.
+TRUSTED_PROXIES = env_list("TRUSTED_PROXIES", [])
+for _proxy in TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_proxy, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(f"TRUSTED_PROXIES: {_proxy!r} is not an IP address or network") from None
 # With DEBUG off, http is redirected to https and browsers are told to use https only (HSTS). The
 # defaults make `manage.py check --deploy` clean; HSTS preload is a promise to browsers: keep it only for a
 # domain that will always serve https (SECURE_HSTS_PRELOAD=false to opt out).
@@ -286,25 +332,7 @@ SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 365 * 24 * 
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
 SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", not DEBUG)
 
-# Content-Security-Policy (django-csp): scripts and styles only from this origin, no inline script at
-# all (the pages have none; htmx's own indicator styles are off in base.html), no plugins, no framing,
-# forms post only here. Style attributes stay allowed (the audit charts' SVG and the admin use a few);
-# they cannot run code. connect-src 'self' covers the page's own WebSocket.
-CONTENT_SECURITY_POLICY = {
-    "DIRECTIVES": {
-        "default-src": ["'self'"],
-        "script-src": ["'self'"],
-        "style-src": ["'self'"],
-        "style-src-attr": ["'unsafe-inline'"],
-        "img-src": ["'self'", "data:"],
-        "connect-src": ["'self'"],
-        "object-src": ["'none'"],
-        "base-uri": ["'none'"],
-        "form-action": ["'self'"],
-        "frame-ancestors": ["'none'"],
-    }
-}
-
+CONTENT_SECURITY_POLICY = fixed_settings.CONTENT_SECURITY_POLICY  # django-csp
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = False
@@ -336,6 +364,20 @@ NOTIFICATION_DIGEST_SECONDS = env_int("NOTIFICATION_DIGEST_SECONDS", 60)
 
 # Intake limits: agent-provided text is untrusted and capped.
 PROPOSAL_MAX_BYTES = env_int("PROPOSAL_MAX_BYTES", 64 * 1024)
+# Intake quotas (approvals/services/quotas.py): the defaults of an agent's and a tenant's limits, which
+# the admin may set per agent and per tenant. A token bucket per agent and per tenant: BURST proposals
+# at once, refilled at PER_MINUTE; and a ceiling of open proposals (waiting for people). Over a limit
+# intake answers 429 with Retry-After and stores nothing; one audit event per agent per
+# QUOTA_AUDIT_WINDOW_SECONDS says it was throttled and how many were refused in the window before.
+AGENT_INTAKE_BURST = env_int("AGENT_INTAKE_BURST", 60)
+AGENT_INTAKE_PER_MINUTE = env_int("AGENT_INTAKE_PER_MINUTE", 120)
+AGENT_OPEN_PROPOSALS = env_int("AGENT_OPEN_PROPOSALS", 500)
+TENANT_INTAKE_BURST = env_int("TENANT_INTAKE_BURST", 600)
+TENANT_INTAKE_PER_MINUTE = env_int("TENANT_INTAKE_PER_MINUTE", 1200)
+TENANT_OPEN_PROPOSALS = env_int("TENANT_OPEN_PROPOSALS", 5000)
+QUOTA_AUDIT_WINDOW_SECONDS = env_int("QUOTA_AUDIT_WINDOW_SECONDS", 300)
+# What a refusal at an open-proposal ceiling asks the agent to wait (a slot frees when people decide).
+QUOTA_OPEN_RETRY_AFTER_SECONDS = env_int("QUOTA_OPEN_RETRY_AFTER_SECONDS", 60)
 # Outbox delivery: attempts before a message is dead-lettered, and the backoff cap in seconds.
 OUTBOX_MAX_ATTEMPTS = env_int("OUTBOX_MAX_ATTEMPTS", 8)
 OUTBOX_BACKOFF_CAP_SECONDS = env_int("OUTBOX_BACKOFF_CAP_SECONDS", 300)
@@ -404,43 +446,5 @@ WEB_PUSH_SERVICE_HOSTS = env_list(
     ["fcm.googleapis.com", "updates.push.services.mozilla.com", ".push.apple.com", ".notify.windows.com"],
 )
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    # The a2a SDK logs whole agent cards at INFO on every fetch.
-    "loggers": {
-        "httpx": {"level": "WARNING"},
-        "daphne": {"level": "WARNING"},
-        "a2a": {"level": "WARNING"},
-        "axes": {"level": "WARNING"},  # every sign-in attempt at INFO
-    },
-}
-
-
-# SCIM 2.0 provisioning (sso/scim_*.py on django-scim2), under /scim/v2/, each tenant with its own bearer
-# token (`manage.py scim_token <tenant>`; README "Single sign-on and provisioning").
-SCIM_SERVICE_PROVIDER = {
-    "NETLOC": "unused",  # locations are built from the request (sso.scim_adapters.base_location)
-    "AUTHENTICATION_SCHEMES": [
-        {
-            "type": "oauthbearertoken",
-            "name": "Bearer token",
-            "description": "The tenant's SCIM token, sent as Authorization: Bearer <token>",
-            "primary": True,
-        }
-    ],
-    "USER_MODEL_GETTER": "sso.scim_adapters.scim_user_model",
-    "USER_ADAPTER": "sso.scim_adapters.ScimUserAdapter",
-    "GROUP_MODEL": "sso.models.ScimGroup",
-    "GROUP_ADAPTER": "sso.scim_adapters.ScimGroupAdapter",
-    "USER_FILTER_PARSER": "sso.scim_filters.UserFilterQuery",
-    "GROUP_FILTER_PARSER": "sso.scim_filters.GroupFilterQuery",
-    "SERVICE_PROVIDER_CONFIG_MODEL": "sso.scim_config.ServiceProviderConfig",
-    "BASE_LOCATION_GETTER": "sso.scim_adapters.base_location",
-    "GET_EXTRA_MODEL_FILTER_KWARGS_GETTER": "sso.scim_adapters.tenant_filter",
-    "AUTH_CHECK_MIDDLEWARE": "sso.scim_auth.BearerTokenCheck",
-    "SCHEMAS_GETTER": "sso.scim_schemas.published_schemas",
-}
+LOGGING = fixed_settings.logging_config(env_str("LOG_LEVEL", "INFO"))
+SCIM_SERVICE_PROVIDER = fixed_settings.SCIM_SERVICE_PROVIDER  # SCIM 2.0 provisioning, under /scim/v2/

@@ -29,6 +29,12 @@ class SigningKey:
     public_key: Ed25519PublicKey
     retired_at: datetime | None = None
 
+    def signer(self) -> Ed25519PrivateKey:
+        """The private half, to sign with; a key read without one (a retired, published key) cannot sign."""
+        if self.private_key is None:
+            raise RuntimeError(f"signing key {self.kid} has no private half")
+        return self.private_key
+
     def public_jwk(self) -> dict:
         raw = self.public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
         x = base64url.encode(raw)
@@ -182,7 +188,7 @@ def prune_expired(now: datetime | None = None) -> list[str]:
 def sign_bytes(payload: bytes) -> tuple[str, str]:
     """Detached Ed25519 signature of payload with the active key: (kid, base64url signature)."""
     key = active_key()
-    signature = key.private_key.sign(payload)
+    signature = key.signer().sign(payload)
     return key.kid, base64url.encode(signature)
 
 

@@ -18,6 +18,7 @@ import requests
 from django.contrib.auth import get_user_model
 from django.contrib.auth.backends import ModelBackend
 from django.core.exceptions import SuspiciousOperation
+from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
@@ -115,8 +116,12 @@ class ProviderCallback(OIDCAuthenticationCallbackView):
     a sign-in it accepts is a verified session (the provider's device), one it refuses a page saying why.
     `on_refused(request, refusal)` and `on_signed_in(request, user)` are the view's (sso/views.py)."""
 
-    on_refused = None
-    on_signed_in = None
+    # Given by as_view (sso/views.py); the instance's attributes then stand in for these.
+    def on_refused(self, request: HttpRequest, refusal: SignInRefused) -> HttpResponse:
+        raise NotImplementedError
+
+    def on_signed_in(self, request: HttpRequest, user) -> HttpResponse | None:
+        raise NotImplementedError
 
     def get_settings(self, name, *default):
         if name == "LOGIN_REDIRECT_URL":
@@ -161,13 +166,14 @@ class ProviderBackend(OIDCAuthenticationBackend):
         request.session.modified = True
         if pending is None:
             raise SignInRefused("unknown_state", "this sign-in was not started here or was used already")
-        self.provider = (
+        provider = (
             IdentityProvider.objects.select_related("tenant")
             .filter(tenant__slug=pending["tenant"], enabled=True)
             .first()
         )
-        if self.provider is None:
+        if provider is None:
             raise SignInRefused("no_provider", "this tenant no longer signs in through a provider")
+        self.provider = provider
         self.pending = pending
         self.document = discovery(self.provider)
         self.OIDC_OP_TOKEN_ENDPOINT = self.document["token_endpoint"]
@@ -182,9 +188,8 @@ class ProviderBackend(OIDCAuthenticationBackend):
         try:
             return super().authenticate(request, nonce=nonce, code_verifier=code_verifier)
         except requests.HTTPError as error:
-            raise SignInRefused(
-                "token_refused", f"the provider refused the code ({error.response.status_code})"
-            ) from None
+            status = error.response.status_code if error.response is not None else "no answer"
+            raise SignInRefused("token_refused", f"the provider refused the code ({status})") from None
 
     def verify_token(self, token, **kwargs):
         return verified_claims(self, token, nonce=kwargs.get("nonce"))
@@ -197,7 +202,7 @@ class ProviderBackend(OIDCAuthenticationBackend):
         if self.pending.get("purpose") == "step_up":
             idp_step_up.complete(self.request, self.provider, payload, self.pending)
             user = self.UserModel.objects.get(pk=self.pending["user"])
-            user.sso_step_up = True
+            user.sso_step_up = True  # type: ignore[attr-defined]  # for the callback view, not a field
             return user
         user, device = sign_in(self.provider, payload)
         user.sso_device = device

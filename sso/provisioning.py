@@ -15,6 +15,7 @@ from django.core.validators import validate_email
 from django.db import IntegrityError, transaction
 
 from approvals.services.tenants import remove_tenant_membership, set_tenant_membership
+from audit.labels import user_label
 from audit.models import Verb
 from audit.trail import record
 from sso.errors import ProvisioningRefused
@@ -87,8 +88,8 @@ def provision_user(tenant, values: dict) -> ScimUser:
             tenant.id,
             actor=actor(tenant),
             verb=Verb.PERSON_PROVISIONED,
-            subject=f"user:{user.get_username()}",
-            data={"by": "scim", "user_name": values["user_name"], "external_id": values["external_id"]},
+            subject=user_label(user),
+            data={"by": "scim", "external_id": values["external_id"]},
         )
         if values.get("active") is False:
             _deactivate(scim_user)
@@ -120,12 +121,13 @@ def update_user(scim_user: ScimUser, values: dict) -> ScimUser:
         user.save(update_fields=["first_name", "last_name", "email"])
         after = {"user_name": scim_user.user_name, "email": user.email, "active": scim_user.active}
         if before != after:
+            # Which fields changed, not their values: names and addresses stay out of the trail.
             record(
                 tenant.id,
                 actor=actor(tenant),
                 verb=Verb.PERSON_CHANGED,
-                subject=f"user:{user.get_username()}",
-                data={"by": "scim", "before": before, "after": after},
+                subject=user_label(user),
+                data={"by": "scim", "fields": sorted(key for key in after if before[key] != after[key])},
             )
         if values.get("active") is False and scim_user.active:
             _deactivate(scim_user)
@@ -145,8 +147,8 @@ def delete_user(scim_user: ScimUser) -> None:
             scim_user.tenant_id,
             actor=actor(scim_user.tenant),
             verb=Verb.PERSON_DEPROVISIONED,
-            subject=f"user:{scim_user.user.get_username()}",
-            data={"by": "scim", "deleted": True, "user_name": scim_user.user_name},
+            subject=user_label(scim_user.user),
+            data={"by": "scim", "deleted": True},
         )
         scim_user.delete()
 
@@ -170,7 +172,7 @@ def _deactivate(scim_user: ScimUser) -> None:
         tenant.id,
         actor=actor(tenant),
         verb=Verb.PERSON_DEPROVISIONED,
-        subject=f"user:{user.get_username()}",
+        subject=user_label(user),
         data={
             "by": "scim",
             "groups_removed": sorted(removed_groups),
@@ -194,8 +196,8 @@ def _reactivate(scim_user: ScimUser) -> None:
         tenant.id,
         actor=actor(tenant),
         verb=Verb.PERSON_PROVISIONED,
-        subject=f"user:{user.get_username()}",
-        data={"by": "scim", "reactivated": True, "user_name": scim_user.user_name},
+        subject=user_label(user),
+        data={"by": "scim", "reactivated": True},
     )
     _sync_scim_groups(scim_user)
 
@@ -249,7 +251,7 @@ def save_group(
     try:
         with transaction.atomic():
             created = group is None
-            if created:
+            if group is None:
                 if display_name is None:
                     raise ProvisioningRefused(400, "displayName is required", "invalidValue")
                 group = ScimGroup.objects.create(tenant=tenant, display_name=display_name.strip())

@@ -7,6 +7,7 @@ value object or a path, `active` as a boolean or as Entra's "False"/"True" strin
 `members` with a value list or a `members[value eq "…"]` path.
 """
 
+from typing import Any
 from urllib.parse import urljoin
 
 from django.urls import reverse
@@ -15,7 +16,7 @@ from django_scim.adapters import SCIMGroup, SCIMUser
 
 from sso import provisioning
 from sso.errors import ProvisioningRefused
-from sso.models import ScimUser
+from sso.models import ScimGroup, ScimUser
 from sso.scim_filters import GroupFilterQuery, UserFilterQuery
 
 
@@ -111,6 +112,7 @@ def _person_values(body: dict) -> dict:
 class ScimUserAdapter(SCIMUser):
     ATTR_MAP = UserFilterQuery.attr_map
     id_field = "scim_id"
+    obj: ScimUser  # django_scim's adapter holds the record it serves (its base class is untyped)
 
     @property
     def location(self):
@@ -226,7 +228,7 @@ def _removed_user_attribute(path: str) -> dict:
 
 
 def _expand_dotted(changes: dict) -> dict:
-    expanded = {}
+    expanded: dict[str, Any] = {}
     for key, value in changes.items():
         head, _, tail = key.partition(".")
         if tail:
@@ -239,6 +241,7 @@ def _expand_dotted(changes: dict) -> dict:
 class ScimGroupAdapter(SCIMGroup):
     ATTR_MAP = GroupFilterQuery.attr_map
     id_field = "scim_id"
+    obj: ScimGroup
 
     @property
     def location(self):
@@ -297,7 +300,7 @@ class ScimGroupAdapter(SCIMGroup):
         provisioning.delete_group(self.obj)
 
     def handle_operations(self, operations):
-        changes = {"add_members": [], "remove_members": []}
+        changes: dict[str, Any] = {"add_members": [], "remove_members": []}
         for operation in operations:
             op = str(operation.get("op", "")).lower()
             path, value = operation.get("path") or "", operation.get("value")

@@ -16,8 +16,9 @@ from approvals.services.tenants import (
     remove_group_member,
     set_tenant_membership,
 )
+from audit.labels import actor_label, user_label
 from audit.models import Verb
-from audit.trail import actor_label, record
+from audit.trail import record
 from sso.errors import SignInRefused
 from sso.models import ExternalIdentity, IdentityProvider, IdentityProviderDevice
 from tenants.models import GroupMembership, ProviderGroupMapping, TenantMembership
@@ -52,7 +53,7 @@ def sign_in(provider: IdentityProvider, claims: dict) -> tuple:
             if not provider.create_users:
                 raise SignInRefused("not_provisioned", f"you are not a member of {provider.tenant.name} yet")
             membership = set_tenant_membership(provider.tenant, user)
-        changes = {"added": [], "removed": []}
+        changes: dict[str, list[str]] = {"added": [], "removed": []}
         if group_names is not None and membership.role != TenantMembership.Role.COMPLIANCE:
             changes = sync_groups(
                 provider.tenant, user, group_names, managed_by=GroupMembership.ManagedBy.IDP
@@ -67,7 +68,7 @@ def sign_in(provider: IdentityProvider, claims: dict) -> tuple:
             provider.tenant_id,
             actor=actor_label(user),
             verb=Verb.SSO_SIGNED_IN,
-            subject=f"user:{user.get_username()}",
+            subject=user_label(user),
             data={
                 "issuer": provider.issuer,
                 "subject": subject,
@@ -146,7 +147,7 @@ def _first_sign_in(provider: IdentityProvider, subject: str, email: str, claims:
         provider.tenant_id,
         actor="system",
         verb=Verb.PERSON_PROVISIONED,
-        subject=f"user:{user.get_username()}",
+        subject=user_label(user),
         data={"by": "sign_in", "issuer": provider.issuer, "subject": subject, "email": email},
     )
     return identity

@@ -2,10 +2,13 @@
 every change is checked and audited; forms ask the services' own checks first, so that a refusal shows on
 its field."""
 
+from typing import cast
+
 from django import forms
 from django.contrib import admin
 
 from approvals.admin.common import PeopleScopedInline, ServiceInlineFormSet, TenantScopedAdmin, adopt_stored
+from approvals.services.quotas import LIMIT_FIELDS, set_tenant_limits
 from approvals.services.tenants import (
     add_group_member,
     create_group,
@@ -56,12 +59,13 @@ class TenantMembershipInline(PeopleScopedInline):
 class TenantForm(forms.ModelForm):
     class Meta:
         model = Tenant
-        fields = ["slug", "name", "default_ttl_seconds", "admin_group"]
+        fields = ["slug", "name", "default_ttl_seconds", "admin_group", *LIMIT_FIELDS]
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if "admin_group" in self.fields:
-            self.fields["admin_group"].queryset = ApproverGroup.objects.filter(tenant_id=self.instance.pk)
+            admin_group = cast(forms.ModelChoiceField, self.fields["admin_group"])
+            admin_group.queryset = ApproverGroup.objects.filter(tenant_id=self.instance.pk)
             self.fields[
                 "admin_group"
             ].help_text = (
@@ -79,9 +83,9 @@ class TenantAdmin(TenantScopedAdmin):
 
     def get_fields(self, request, obj=None):
         return (
-            ["slug", "name", "default_ttl_seconds", "admin_group"]
+            ["slug", "name", "default_ttl_seconds", "admin_group", *LIMIT_FIELDS]
             if obj
-            else ["slug", "name", "default_ttl_seconds"]
+            else ["slug", "name", "default_ttl_seconds", *LIMIT_FIELDS]
         )
 
     def get_readonly_fields(self, request, obj=None):
@@ -94,6 +98,7 @@ class TenantAdmin(TenantScopedAdmin):
         return request.user.is_superuser
 
     def save_model(self, request, obj, form, change):
+        limits = {name: form.cleaned_data.get(name) for name in LIMIT_FIELDS}
         if change:
             update_tenant(
                 obj,
@@ -112,6 +117,7 @@ class TenantAdmin(TenantScopedAdmin):
                     default_ttl_seconds=obj.default_ttl_seconds,
                 ),
             )
+        adopt_stored(obj, set_tenant_limits(obj, actor=request.user, **limits))
 
     def save_formset(self, request, form, formset, change):
         if formset.model is not TenantMembership:

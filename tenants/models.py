@@ -9,9 +9,14 @@ Tenant ─┬─ TenantMembership (role: reviewer | compliance | admin, principa
         └─ ProviderGroupMapping (a group name at the identity provider → ApproverGroup)
 """
 
+from typing import TYPE_CHECKING
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 class Tenant(models.Model):
@@ -22,6 +27,17 @@ class Tenant(models.Model):
         "ApproverGroup", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     default_ttl_seconds = models.PositiveIntegerField("default TTL (seconds)", default=3600)
+    # Intake quotas for all the tenant's agents together (approvals/services/quotas.py); empty: the
+    # installation's default (settings TENANT_INTAKE_BURST, TENANT_INTAKE_PER_MINUTE, TENANT_OPEN_PROPOSALS).
+    intake_burst = models.PositiveIntegerField(
+        null=True, blank=True, help_text="proposals its agents may send at once; empty: TENANT_INTAKE_BURST"
+    )
+    intake_per_minute = models.PositiveIntegerField(
+        null=True, blank=True, help_text="their sustained rate together; empty: TENANT_INTAKE_PER_MINUTE"
+    )
+    open_proposals_max = models.PositiveIntegerField(
+        null=True, blank=True, help_text="proposals waiting for people at most; empty: TENANT_OPEN_PROPOSALS"
+    )
 
     class Meta:
         db_table = "approvals_tenant"
@@ -63,7 +79,8 @@ class ApproverGroup(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="groups")
     slug = models.SlugField()
     name = models.CharField(max_length=200)
-    members = models.ManyToManyField(
+    # Typed by hand: the plugin cannot follow `through` to a model defined further down.
+    members: "models.ManyToManyField[User, GroupMembership]" = models.ManyToManyField(
         settings.AUTH_USER_MODEL, through="GroupMembership", related_name="approver_groups"
     )
 

@@ -27,10 +27,6 @@ class TenantRef:
     name: str
     role: str = ""
 
-    @property
-    def chain(self) -> str:
-        return f"tenant:{self.id}"
-
 
 def memberships_of(user, roles=None):
     """The tenants this person is in, as their membership rows (a queryset; only `roles` when given)."""

@@ -13,7 +13,7 @@ from django.conf import settings as django_settings
 from approvals.a2a.client import forget_cards
 from tenants.models import TenantMembership
 from tests import factories
-from tests.audit.pg_flush import audit_triggers_allow_test_flush  # noqa: F401 (transactional tests flush through the audit trigger)
+from tests.audit.pg_flush import let_the_test_flush_through_audit_triggers
 
 
 @pytest.fixture(autouse=True)
@@ -108,6 +108,7 @@ def pytest_configure(config):
     """Under pytest-xdist each worker has its own test database, so its ids repeat the other's: a
     channel-layer prefix of its own (here and in the servers it starts, which inherit the environment)
     keeps one worker's events out of the other's groups on a shared Redis."""
+    let_the_test_flush_through_audit_triggers()  # tests/audit/pg_flush.py
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     layer = django_settings.CHANNEL_LAYERS["default"]
     if worker and "redis" in layer["BACKEND"]:

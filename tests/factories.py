@@ -64,7 +64,11 @@ def make_user(
 def totp_code(user) -> str:
     """The code a person's authenticator shows now; if this step's code was already used, the next
     step's code (django-otp accepts one step of drift, and refuses a code it has seen)."""
-    device = TOTPDevice.objects.get(user=user, confirmed=True)
+    return code_of(TOTPDevice.objects.get(user=user, confirmed=True))
+
+
+def code_of(device) -> str:
+    """The code this authenticator (confirmed or being set up) shows now, as totp_code."""
     totp = TOTP(device.bin_key, device.step, device.t0, device.digits, device.drift)
     totp.time = time.time()
     if totp.t() <= device.last_t:
@@ -293,3 +297,10 @@ def clone_waiting(template, count: int, *, batch: int = 5000) -> None:
             rows.append(Proposal(**row))
         Proposal.objects.bulk_create(rows)
         Pin.objects.bulk_create(Pin(proposal_id=row.id, policyversion_id=pin) for row in rows for pin in pins)
+
+
+def trail_name(username: str) -> str:
+    """How the audit trail and the decision token name this persona: its pseudonym."""
+    from audit.labels import user_label
+
+    return user_label(get_user_model().objects.get(username=username))

@@ -7,12 +7,16 @@ import base64
 import hashlib
 import json
 import os
+from datetime import timedelta
 
 import cbor2
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
+from django.conf import settings
+from django.utils import timezone
+from django_otp_webauthn.models import WebAuthnCredential
 
-from accounts import devices, passkeys
+from accounts import devices, factors, passkeys
 
 UP, UV, AT = 0x01, 0x04, 0x40
 
@@ -97,9 +101,15 @@ class SoftAuthenticator:
         }
 
 
-def register_passkey(user, name: str = "laptop") -> SoftAuthenticator:
-    """A passkey registered for `user` through the services, as Your devices does."""
+def register_passkey(user, name: str = "laptop", *, established: bool = True) -> SoftAuthenticator:
+    """A passkey registered for `user` through the services, as Your devices does after the person
+    confirmed with their strongest factor. `established`: one they have had for longer than the cool-off
+    (its creation time moved back); otherwise a passkey added just now, in its cool-off."""
     authenticator = SoftAuthenticator()
     answer = authenticator.create(passkeys.registration_options(user))
-    devices.register_passkey(user, answer=answer, name=name)
+    confirmed = factors.Confirmation(factors.PASSKEY, timezone.now())
+    device = devices.register_passkey(user, answer=answer, name=name, confirmation=confirmed)
+    if established:
+        long_ago = timezone.now() - timedelta(seconds=settings.PASSKEY_COOL_OFF_SECONDS + 1)
+        WebAuthnCredential.objects.filter(pk=device.pk).update(created_at=long_ago)
     return authenticator

@@ -10,6 +10,11 @@ The rule (settings `AGENT_ALLOWED_HOSTS`, `AGENT_ALLOWED_NETWORKS`, documented i
 - link-local (169.254.0.0/16, fe80::/10, which holds the cloud metadata service), unspecified,
   multicast and the other metadata addresses are never called;
 - an address inside an allowed network is called (the only way to reach private or loopback ones);
+- an IPv6 address that carries an IPv4 one to a translator (IPv4-mapped ::ffff:a.b.c.d,
+  IPv4-compatible ::a.b.c.d, NAT64 64:ff9b::a.b.c.d) is judged as that IPv4 address, so
+  64:ff9b::127.0.0.1 is loopback; the tunnels and translators whose IPv4 end cannot be judged here
+  (6to4 2002::/16, Teredo 2001::/32, local-use NAT64 64:ff9b:1::/48), documentation, unique-local and
+  site-local ranges are never public: only an allowed network reaches them;
 - otherwise the host name must be allowed and the address public (globally routable);
 - a name is allowed only if every address it resolves to is.
 
@@ -29,6 +34,26 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 # Metadata services outside link-local space (Alibaba Cloud; AWS over IPv6).
 NEVER = [ipaddress.ip_network("100.100.100.200/32"), ipaddress.ip_network("fd00:ec2::254/128")]
 
+# IPv6 ranges that hold an IPv4 address in their last 32 bits, which a translator or the kernel reaches.
+CARRIES_IPV4 = [ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("::/96")]
+
+# IPv6 ranges that are not public whatever this Python's ipaddress tables say (they differ by version:
+# 3.11 calls 6to4, NAT64 and 3fff::/20 global). 6to4 and Teredo tunnel to an IPv4 address that is not
+# checked here; 64:ff9b:1::/48 is a translator's local prefix with no fixed place for the IPv4 address.
+NOT_PUBLIC_IPV6 = [
+    ipaddress.ip_network(network)
+    for network in (
+        "2002::/16",  # 6to4
+        "2001::/32",  # Teredo
+        "64:ff9b:1::/48",  # NAT64, local use
+        "2001:db8::/32",  # documentation
+        "3fff::/20",  # documentation
+        "fc00::/7",  # unique local
+        "fec0::/10",  # site-local (deprecated)
+        "100::/64",  # discard-only
+    )
+]
+
 
 class HostNotAllowed(httpx.ConnectError):
     """An agent URL whose host the operator did not allow. An httpx transport error, so every caller
@@ -42,6 +67,15 @@ def _address(text: str) -> IPAddress:
     return address
 
 
+def carried_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv4-compatible or NAT64 address stands for (:: and ::1 are neither)."""
+    if not isinstance(address, ipaddress.IPv6Address) or int(address) <= 1:
+        return None
+    if any(address in network for network in CARRIES_IPV4):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
 def _host_allowed(host: str) -> bool:
     host = host.lower().rstrip(".")
     for allowed in settings.AGENT_ALLOWED_HOSTS:
@@ -53,6 +87,10 @@ def _host_allowed(host: str) -> bool:
 
 def refusal(host: str, address: IPAddress) -> str | None:
     """Why `address` (one address `host` resolved to) may not be called, or None if it may."""
+    ipv4 = carried_ipv4(address)
+    if ipv4 is not None:
+        why = refusal(host, ipv4)
+        return f"{why} (carried in {address})" if why else None
     if address.is_link_local or address.is_unspecified or address.is_multicast:
         return "link-local, unspecified or multicast address"
     if any(address in network for network in NEVER):
@@ -60,6 +98,8 @@ def refusal(host: str, address: IPAddress) -> str | None:
     networks = [ipaddress.ip_network(n, strict=False) for n in settings.AGENT_ALLOWED_NETWORKS]
     if any(address.version == network.version and address in network for network in networks):
         return None
+    if any(address in network for network in NOT_PUBLIC_IPV6):
+        return "an IPv6 tunnel, translator, documentation or local address outside AGENT_ALLOWED_NETWORKS"
     if not _host_allowed(host):
         return "neither the host is in AGENT_ALLOWED_HOSTS nor the address in AGENT_ALLOWED_NETWORKS"
     if not address.is_global:
@@ -91,7 +131,7 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
             raise HostNotAllowed(f"{request.url.scheme} URLs are not called")
         original = request.url
         request.extensions = {**request.extensions, "sni_hostname": host}
-        failure = None
+        failure: httpx.ConnectError | None = None
         # Connect to a checked address (in resolver order, the next one if it refuses, as a client
         # trying "localhost" on ::1 and then 127.0.0.1 would). The Host header (set when the request was
         # built) and the TLS server name stay the original host: virtual hosts and certificates work.
@@ -101,7 +141,7 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
                 return await super().handle_async_request(request)
             except httpx.ConnectError as error:
                 failure = error
-        raise failure
+        raise failure or httpx.ConnectError(f"{host} resolves to no address")
 
 
 def async_client(*, verify=True, **options) -> httpx.AsyncClient:
@@ -110,7 +150,7 @@ def async_client(*, verify=True, **options) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=GuardedTransport(verify=verify), **options)
 
 
-def not_allowed(error: BaseException) -> bool:
+def not_allowed(error: BaseException | None) -> bool:
     """True if `error`, or anything that caused it, is a HostNotAllowed refusal (the a2a SDK wraps
     transport errors in its own)."""
     seen = set()

@@ -31,7 +31,7 @@ from approvals.a2a.client import DeliveryError, ListingRefused, list_parked_requ
 from approvals.a2a.push import submit
 from approvals.models import Agent
 from approvals.services.halts import active_halt
-from lib.errors import IntakeError
+from lib.errors import IntakeError, QuotaExceeded
 
 log = logging.getLogger(__name__)
 
@@ -92,11 +92,22 @@ class ParkedTaskLister:
         turn.page_token = page.next_page_token
         # More pages: continue on the next tick; a full round done: wait the interval.
         turn.next_at = clock if page.next_page_token else clock + self.every
-        for task_id, error in page.malformed:
+        for task_id, problem in page.malformed:
             log.warning(
-                "%s's task %s is parked with a request Reviewer cannot read: %s", agent.slug, task_id, error
+                "%s's task %s is parked with a request Reviewer cannot read: %s", agent.slug, task_id, problem
             )
-        return sum(self._take_in(agent, submission) for submission in page.requests)
+        taken = 0
+        for submission in page.requests:
+            try:
+                taken += self._take_in(agent, submission)
+            except QuotaExceeded as refusal:
+                # Over a quota: the tasks stay parked and are offered again on the agent's next turn, no
+                # sooner than it may send again (the refusal is counted and audited by the quotas).
+                turn.page_token = ""
+                turn.next_at = max(turn.next_at, clock + timedelta(seconds=refusal.retry_after))
+                log.info("%s's parked tasks wait: %s", agent.slug, refusal.message)
+                break
+        return taken
 
     def _backoff(self, failures: int) -> timedelta:
         seconds = self.every.total_seconds() * 2 ** min(failures, 16)

@@ -5,7 +5,7 @@ from django.contrib import admin, messages
 from django.utils.html import format_html
 
 from approvals.admin.common import TenantScopedAdmin, adopt_stored
-from approvals.models import Agent
+from approvals.models import Agent, QuotaState
 from approvals.services.agents import (
     AGENT_EDITABLE,
     delivery_for,
@@ -14,6 +14,7 @@ from approvals.services.agents import (
     rotate_agent_tokens,
     update_agent,
 )
+from approvals.services.quotas import LIMIT_FIELDS, agent_limits, set_agent_limits
 from lib.errors import ServiceError
 from lib.tokens import new_token
 
@@ -46,6 +47,7 @@ class AgentForm(forms.ModelForm):
             "audience",
             "outbound_auth_scheme",
             "outbound_auth_credentials",
+            *LIMIT_FIELDS,
         ]
 
     def __init__(self, *args, **kwargs):
@@ -58,7 +60,8 @@ class AgentForm(forms.ModelForm):
             )
 
     def clean(self):
-        cleaned = super().clean()
+        super().clean()
+        cleaned = self.cleaned_data
         card_url = cleaned.get("card_url") or ""
         audience = cleaned.get("audience") or card_url
         try:
@@ -92,15 +95,38 @@ class AgentAdmin(TenantScopedAdmin):
     actions = ["rotate_tokens"]
 
     def get_readonly_fields(self, request, obj=None):
-        return ["tenant", "slug", "created_at"] if obj else []
+        return ["tenant", "slug", "created_at", "intake_quotas"] if obj else []
+
+    @admin.display(description="Intake quotas in force")
+    def intake_quotas(self, obj):
+        """What counts now (its own limits, else the settings'), and its latest throttle window."""
+        limits = agent_limits(obj)
+        state = QuotaState.objects.filter(agent=obj).first()
+        throttled = (
+            format_html(
+                "; refused {} since {} ({})", state.refused, state.throttled_at, state.throttled_limit
+            )
+            if state is not None and state.throttled_at is not None
+            else ""
+        )
+        return format_html(
+            "{} at once, {} a minute, {} waiting for people at most{}",
+            limits.burst,
+            limits.per_minute,
+            limits.open_max,
+            throttled,
+        )
 
     def save_model(self, request, obj, form, change):
+        # Empty: the installation's default (settings), which the field's help text names.
+        limits = {name: form.cleaned_data.get(name) for name in LIMIT_FIELDS}
         if change:
             changes = {name: form.cleaned_data[name] for name in AGENT_EDITABLE if name in form.cleaned_data}
             if not changes.get("outbound_auth_credentials"):
                 changes.pop("outbound_auth_credentials", None)
             changes["audience"] = changes.get("audience") or obj.card_url
-            adopt_stored(obj, update_agent(Agent.objects.get(pk=obj.pk), actor=request.user, **changes))
+            agent = update_agent(Agent.objects.get(pk=obj.pk), actor=request.user, **changes)
+            adopt_stored(obj, set_agent_limits(agent, actor=request.user, **limits))
             return
         push_token, api_token = new_token(), new_token()
         agent = register_agent(
@@ -115,7 +141,7 @@ class AgentAdmin(TenantScopedAdmin):
             outbound_auth_credentials=form.cleaned_data.get("outbound_auth_credentials", ""),
             actor=request.user,
         )
-        adopt_stored(obj, agent)
+        adopt_stored(obj, set_agent_limits(agent, actor=request.user, **limits))
         _show_tokens_once(request, agent, push_token, api_token)
 
     @admin.action(description="Rotate tokens (the old ones stop working now)")

@@ -22,7 +22,8 @@ class HaltForm(forms.ModelForm):
         fields = ["scope", "tenant", "agent", "reason"]
 
     def clean(self):
-        cleaned = super().clean()
+        super().clean()
+        cleaned = self.cleaned_data
         scope, tenant, agent = cleaned.get("scope"), cleaned.get("tenant"), cleaned.get("agent")
         if scope == Halt.Scope.TENANT and (tenant is None or agent is not None):
             self.add_error("tenant", "a tenant halt names a tenant (and no agent)")
@@ -59,8 +60,8 @@ class HaltAdmin(TenantScopedAdmin):
     def has_resume_permission(self, request):
         return request.user.is_active and request.user.is_staff
 
-    def get_form(self, request, obj=None, **kwargs):
-        form_class = super().get_form(request, obj, **kwargs)
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form_class = super().get_form(request, obj, change, **kwargs)
         return type(form_class.__name__, (form_class,), {"user": request.user})
 
     def save_model(self, request, obj, form, change):

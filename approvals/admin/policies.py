@@ -44,7 +44,7 @@ UNSAVED_DRAFT = "policyversion_unsaved_draft"
 
 class PolicyVersionInline(admin.TabularInline):
     model = PolicyVersion
-    fields = [
+    fields = readonly_fields = (
         "version",
         "status",
         "outcome",
@@ -56,8 +56,7 @@ class PolicyVersionInline(admin.TabularInline):
         "author",
         "activated_by",
         "activated_at",
-    ]
-    readonly_fields = fields
+    )
     show_change_link = True
     extra = 0
     can_delete = False
@@ -129,7 +128,8 @@ class PolicyVersionForm(forms.ModelForm):
         }
 
     def clean(self):
-        cleaned = super().clean()
+        super().clean()
+        cleaned = self.cleaned_data
         chosen = cleaned.get("policy")
         if chosen is not None and self.user is not None and not is_config_admin(self.user, chosen.tenant_id):
             self.add_error("policy", "you are not an admin of this policy's tenant")
@@ -200,8 +200,8 @@ class PolicyVersionAdmin(TenantScopedAdmin):
     def get_fields(self, request, obj=None):
         return self.readonly_after_creation if obj else ["policy", *VERSION_FIELDS]
 
-    def get_form(self, request, obj=None, **kwargs):
-        form_class = super().get_form(request, obj, **kwargs)
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form_class = super().get_form(request, obj, change, **kwargs)
         return type(form_class.__name__, (form_class,), {"user": request.user})
 
     def get_changeform_initial_data(self, request):

@@ -40,8 +40,16 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
 
 class VoteInline(admin.TabularInline):
     model = Vote
-    fields = ["voter", "verdict", "group", "reason", "auth_method", "auth_at", "digest_seen", "created_at"]
-    readonly_fields = fields
+    fields = readonly_fields = (
+        "voter",
+        "verdict",
+        "group",
+        "reason",
+        "auth_method",
+        "auth_at",
+        "digest_seen",
+        "created_at",
+    )
     extra = 0
     can_delete = False
 
@@ -62,6 +70,7 @@ AGENT_TEXT_FIELDS = [
     "task_id",
     "context_id",
     "request_id",
+    "target_key",
     "transaction_id",
     "outcome_detail",
     "action",
@@ -78,9 +87,8 @@ def _agent_text_column(name: str):
             value = json.dumps(value, ensure_ascii=False, indent=1)
         return agent_text_html(value)
 
-    column.short_description = name.replace("_", " ")
     column.__name__ = f"shown_{name}"
-    return column
+    return admin.display(description=name.replace("_", " "))(column)
 
 
 @admin.register(Proposal)

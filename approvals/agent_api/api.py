@@ -24,7 +24,7 @@ from approvals.schemas import ConsumeBody, OutcomeBody, ProposalSubmission, firs
 from approvals.services.decisions import consume_decision, record_outcome
 from approvals.services.intake import record_intake_refusal
 from approvals.states import State
-from lib.errors import IntakeError, ServiceError, error_body
+from lib.errors import IntakeError, QuotaExceeded, ServiceError, error_body
 from lib.tokens import hash_token
 
 
@@ -129,7 +129,10 @@ def _error_response(request, status: int, code: str, message: str, field: str | 
 
 @api.exception_handler(ServiceError)
 def service_error(request, exc: ServiceError):
-    return api.create_response(request, exc.as_dict(), status=exc.http_status)
+    response = api.create_response(request, exc.as_dict(), status=exc.http_status)
+    if isinstance(exc, QuotaExceeded):
+        response["Retry-After"] = str(exc.retry_after)
+    return response
 
 
 @api.exception_handler(ValidationError)
@@ -209,8 +212,18 @@ def uuid_or_404(value: str) -> uuid.UUID:
 
 @api.post(
     "/proposals",
-    response={200: ProposalReceipt, 201: ProposalReceipt, 413: ErrorBody, 503: ErrorBody, **ERRORS},
+    response={
+        200: ProposalReceipt,
+        201: ProposalReceipt,
+        413: ErrorBody,
+        429: ErrorBody,
+        503: ErrorBody,
+        **ERRORS,
+    },
     summary="Announce an approval request (idempotent on task_id and request_id)",
+    description="429 (`rate_limited`, `tenant_rate_limited`, `too_many_open`, `tenant_too_many_open`) "
+    "with Retry-After when the agent or its tenant is over an intake quota: nothing was stored; send the "
+    "same request again after Retry-After seconds.",
     url_name="submit_proposal",
 )
 def submit_proposal(request, submission: ProposalSubmission):

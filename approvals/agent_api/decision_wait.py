@@ -58,9 +58,12 @@ class DecisionWaits:
         self.app = app
         self.per_agent = per_agent if per_agent is not None else settings.DECISION_WAITS_PER_AGENT
         self.per_process = per_process if per_process is not None else settings.DECISION_WAITS_PER_PROCESS
-        self.waiting = Counter()  # agent id -> open pulls; one event loop per process: no lock needed
-        self.subscribed = Counter()  # proposal id -> waits asleep on its group (what tests observe)
-        self._reads = None  # asyncio.Semaphore(READ_SLOTS), made on the loop that uses it
+        # agent id -> open pulls; one event loop per process: no lock needed
+        self.waiting: Counter[int] = Counter()
+        # proposal id -> waits asleep on its group (what tests observe)
+        self.subscribed: Counter[str] = Counter()
+        # asyncio.Semaphore(READ_SLOTS), made on the loop that uses it
+        self._reads: asyncio.Semaphore | None = None
 
     async def __call__(self, scope, receive, send):
         match = PATH.match(scope.get("path", "")) if scope["type"] == "http" else None
@@ -114,7 +117,8 @@ class DecisionWaits:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         channel = await layer.new_channel()
-        group = subscribed_to = None
+        group: str | None = None
+        subscribed_to = ""  # the proposal whose group this wait is in, while `group` is set
         disconnected = asyncio.ensure_future(_disconnect(receive))
         try:
             while True:

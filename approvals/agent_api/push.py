@@ -19,7 +19,7 @@ from approvals.agent_api.wire import HostileInput, body_too_large, load_json, to
 from approvals.models import Agent
 from approvals.services.intake import record_intake_refusal
 from approvals.services.reconcile import apply_task_state
-from lib.errors import ServiceError, error_body
+from lib.errors import QuotaExceeded, ServiceError, error_body
 from lib.tokens import hash_token
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,10 @@ def push(request, agent_slug):
             proposal, created = submit(agent, event.submission, via="push")
         except ServiceError as error:
             log.info("push from %s refused: %s %s", agent.slug, error.code, error.message)
-            return JsonResponse(error.as_dict(), status=error.http_status)
+            response = JsonResponse(error.as_dict(), status=error.http_status)
+            if isinstance(error, QuotaExceeded):
+                response["Retry-After"] = str(error.retry_after)
+            return response
         return JsonResponse(
             receipt(proposal, intake_token(proposal, created)), status=201 if created else 200
         )

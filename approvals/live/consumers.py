@@ -82,7 +82,7 @@ class ReviewerSocket(AsyncJsonWebsocketConsumer):
 
     async def receive_json(self, content, **kwargs):
         kind = content.get("type") if isinstance(content, dict) else None
-        handler = self.handlers.get(kind)
+        handler = self.handlers.get(kind) if isinstance(kind, str) else None  # a list is unhashable
         if handler is None:
             await self.send_json(
                 _error(
@@ -197,7 +197,8 @@ class ProposalConsumer(ReviewerSocket):
         except NotFound:
             return []
         self.user, self.proposal_id = user, proposal.id
-        self.mode = None  # the decision panel's controls, as last sent (the first send includes it)
+        # the decision panel's controls, as last sent (the first send includes it)
+        self.mode: tuple[str, str] | None = None
         return [events.proposal_group(proposal.id)]
 
     async def connect(self):

@@ -23,7 +23,9 @@ event without an id, gets an update of its own (the same function, for one socke
 import asyncio
 import functools
 from collections import OrderedDict, defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from channels.db import database_sync_to_async
 from django.apps import apps
@@ -89,7 +91,7 @@ def _existing_sessions(sessions: list) -> set[str]:
 
 def _devices(persistent_ids: list) -> dict:
     """Device.from_persistent_id for many ids: {persistent id: device}; unknown ids are left out."""
-    by_model = defaultdict(dict)  # model -> {pk: persistent id}
+    by_model: defaultdict[type[Device], dict[int, str]] = defaultdict(dict)  # model -> {pk: persistent id}
     for persistent_id in set(filter(None, persistent_ids)):
         try:
             label, pk = persistent_id.rsplit("/", 1)
@@ -111,7 +113,7 @@ class Viewer:
     """What an update needs of one open socket (taken on the event loop, read in the update's thread)."""
 
     channel: str
-    scope: dict
+    scope: Mapping[str, Any]
     csrf_token: str
     sent_mode: tuple | None  # the decision panel's controls as last sent
 
@@ -206,7 +208,7 @@ def render_updates(proposal_id, viewers: list[Viewer]) -> dict[str, Update | Non
             audiences[audience] = "".join(
                 render_to_string(f"approvals/detail.html#{name}", context) for name in AUDIENCE_PARTIALS
             )
-        parts = (shared_html, audiences[audience])
+        parts: tuple[str, ...] = (shared_html, audiences[audience])
         controls = (mode[0], proposal.state)
         if controls != viewer.sent_mode:
             # On connect (the page may be older than the socket), then only when the controls change: a

@@ -10,7 +10,8 @@ Halt: a kill switch for everything, a tenant, or an agent.
 
 One module per area: agents.py (Agent, Policy, PolicyVersion), proposals.py (Proposal, Vote, Decision,
 OutboxMessage, ReviewNotice), halts.py (Halt, BreakGlassRelease, PostHocReview), notifications.py
-(reminders, escalation, delegation, Slack, Teams, webhooks, push); risk.py (the risk levels and
+(reminders, escalation, delegation, Slack, Teams, webhooks, push); quotas.py (intake quotas' state);
+risk.py (the risk levels and
 their one rank). Import them from here.
 """
 
@@ -32,6 +33,7 @@ from approvals.models.notifications import (
     WebhookEndpoint,
 )
 from approvals.models.proposals import Decision, OutboxMessage, Proposal, ReviewNotice, Vote
+from approvals.models.quotas import QuotaState
 from approvals.models.risk import Risk
 
 __all__ = [
@@ -48,6 +50,7 @@ __all__ = [
     "Proposal",
     "PushSent",
     "PushSubscription",
+    "QuotaState",
     "Risk",
     "ReviewNotice",
     "SlackIdentity",

@@ -42,6 +42,18 @@ class Agent(models.Model):
         max_length=20, choices=AuthScheme.choices, default=AuthScheme.NONE
     )
     outbound_auth_credentials = models.CharField(max_length=500, blank=True)
+    # Intake quotas (approvals/services/quotas.py); empty: the installation's default (settings).
+    intake_burst = models.PositiveIntegerField(
+        null=True, blank=True, help_text="proposals it may send at once; empty: AGENT_INTAKE_BURST"
+    )
+    intake_per_minute = models.PositiveIntegerField(
+        null=True, blank=True, help_text="its sustained rate; empty: AGENT_INTAKE_PER_MINUTE"
+    )
+    open_proposals_max = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="its proposals waiting for people at most; empty: AGENT_OPEN_PROPOSALS",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -28,6 +28,8 @@ class Halt(models.Model):
     lifted_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
+    # Not a column: what halt() stopped, set on the halt it returns for its caller's report.
+    stopped: list["Proposal"]
 
     def __str__(self):
         target = self.tenant or self.agent or "everything"

@@ -4,12 +4,16 @@ import uuid
 
 from django.conf import settings
 from django.db import models
+from django.db.models import Q
 
 from approvals.models.agents import Agent, PolicyVersion
 from approvals.models.risk import RANKS, Risk, rank
-from approvals.states import State
+from approvals.states import WAITING_FOR_PEOPLE, State
 from lib.agent_text import visible
 from tenants.models import ApproverGroup, Tenant
+
+# The rows that wait for people (states.WAITING_FOR_PEOPLE), as an index condition.
+WAITING_CONDITION = Q(state__in=sorted(WAITING_FOR_PEOPLE))
 
 
 class Proposal(models.Model):
@@ -88,6 +92,9 @@ class Proposal(models.Model):
             # The watching list, newest first, read backwards.
             models.Index(fields=["created_at", "id"], name="watching_by_recency"),
             models.Index(fields=["tenant", "target_key", "created_at"], name="history_by_target"),
+            # The open-proposal ceilings (approvals/services/quotas.py): what waits for people, counted.
+            models.Index(fields=["agent"], name="waiting_by_agent", condition=WAITING_CONDITION),
+            models.Index(fields=["tenant"], name="waiting_by_tenant", condition=WAITING_CONDITION),
         ]
 
     def __str__(self):

@@ -1,6 +1,8 @@
 """Out of office: the page where a person lends their eligibility to a delegate for a period, sees their
 delegations and ends one early; tenant admins also see every active delegation in their tenants."""
 
+from typing import cast
+
 from django import forms
 from django.contrib.auth import get_user_model
 from django.shortcuts import redirect, render
@@ -11,12 +13,12 @@ from approvals.selectors.standins import current_delegations
 from approvals.services.delegations import end_delegation, set_delegation
 from lib.decorators import verified_required
 from lib.errors import ServiceError
-from tenants.models import TenantMembership
+from tenants.models import Tenant, TenantMembership
 from tenants.queries import tenant_ids_of
 
 
 class DelegationForm(forms.Form):
-    tenant = forms.ModelChoiceField(queryset=None, empty_label=None)
+    tenant: "forms.ModelChoiceField[Tenant]" = forms.ModelChoiceField(queryset=None, empty_label=None)
     delegate = forms.CharField(label="Delegate (their username)", max_length=150)
     starts_at = forms.DateTimeField(
         label="From (UTC)", widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
@@ -28,9 +30,8 @@ class DelegationForm(forms.Form):
 
     def __init__(self, user, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        from tenants.models import Tenant
-
-        self.fields["tenant"].queryset = Tenant.objects.filter(memberships__user=user).order_by("name")
+        tenant_field = cast(forms.ModelChoiceField, self.fields["tenant"])
+        tenant_field.queryset = Tenant.objects.filter(memberships__user=user).order_by("name")
 
     def clean_delegate(self):
         name = self.cleaned_data["delegate"].strip()

@@ -88,13 +88,15 @@ def _addresses_allowed(endpoint: str) -> bool:
     """Every address the push host resolves to is public, or inside the operator's allowed networks
     (outbound.refusal: never link-local or a metadata address)."""
     parts = urlsplit(endpoint)
+    if not parts.hostname:
+        return False
     port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
         answers = socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)
     except OSError:
         return False
     for answer in answers:
-        address = ipaddress.ip_address(answer[4][0].split("%", 1)[0])
+        address = ipaddress.ip_address(str(answer[4][0]).split("%", 1)[0])
         if not address.is_global and outbound.refusal(parts.hostname, address) is not None:
             return False
     return True

@@ -16,6 +16,7 @@ the page. It is offered and accepted only where the proposal's policy allows cha
 import json
 import logging
 import uuid
+from typing import Any
 from urllib.parse import parse_qs
 
 from django.conf import settings
@@ -92,10 +93,11 @@ def _signed(secret: str, body: bytes, timestamp: str, signature: str) -> bool:
 
 
 def _person(workspace, slack_user: str):
-    identity = SlackIdentity.objects.select_related("user").filter(
-        workspace=workspace, slack_user_id=slack_user
+    identity = (
+        SlackIdentity.objects.select_related("user")
+        .filter(workspace=workspace, slack_user_id=slack_user)
+        .first()
     )
-    identity = identity.first()
     return identity.user if identity and identity.user.is_active else None
 
 
@@ -107,9 +109,9 @@ def _open(workspace, trigger_id: str, view: dict) -> None:
 
 
 def _button(workspace, slack_user: str, payload: dict) -> HttpResponse:
-    action = next(iter(payload.get("actions") or []), {})
+    action: dict[str, Any] = next(iter(payload.get("actions") or []), {})
     verdict = {slack_messages.APPROVE: "approve", slack_messages.REJECT: "reject"}.get(
-        action.get("action_id")
+        action.get("action_id", "")
     )
     if verdict is None:
         return HttpResponse(status=200)
@@ -205,7 +207,7 @@ def _absolute(path: str) -> str:
 def confirm_link(request, token: str):
     """The person sees which Slack user will act as them, and confirms (POST) or leaves."""
     offer = slack_links.pending_link(token)
-    context = {"offer": offer, "error": None, "linked": None}
+    context: dict[str, Any] = {"offer": offer, "error": None, "linked": None}
     if request.method == "POST" and offer is not None:
         try:
             context["linked"] = slack_links.confirm_link(token, actor=request.user)

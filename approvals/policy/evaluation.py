@@ -300,7 +300,7 @@ def shaping_refs(versions: list[PolicyVersion], requirements: dict) -> tuple[dic
 
 def _admin_group_slug(tenant: Tenant) -> str:
     # Without an admin group nobody can approve: still closed, never open.
-    return tenant.admin_group.slug if tenant.admin_group_id else "admins"
+    return tenant.admin_group.slug if tenant.admin_group else "admins"
 
 
 def active_versions_query(tenant: Tenant):

@@ -91,11 +91,11 @@ def version_field_errors(
         errors["risk"] = "risk is empty, low, medium or high"
     if fields.get("reversibility", "") not in ("", *REVERSIBILITY_CLASSES):
         errors["reversibility"] = "reversibility is empty, R0, R1, R2 or R3"
-    problem = target_classification_error(
+    target_problem = target_classification_error(
         fields.get("target_argument", ""), fields.get("equivalent_tools", [])
     )
-    if problem:
-        errors[problem[0]] = problem[1]
+    if target_problem:
+        errors[target_problem[0]] = target_problem[1]
     problem = break_glass.rule_error(fields.get("break_glass", {}), people)
     if problem:
         errors["break_glass"] = problem

@@ -1,6 +1,8 @@
-"""Who may see and decide a proposal."""
+"""Who may see and decide a proposal; which agents intake throttled lately."""
 
-from approvals.models import Proposal
+from datetime import datetime, timedelta
+
+from approvals.models import Proposal, QuotaState
 from approvals.selectors import standins
 from lib.errors import NotFound
 from tenants.models import ApproverGroup, GroupMembership, TenantMembership
@@ -34,7 +36,7 @@ def lock_proposal_for(proposal_id, actor, *, roles=None) -> Proposal:
         .first()
     )
     role = tenant_role(actor, proposal.tenant_id) if proposal is not None else None
-    if role is None or (roles is not None and role not in roles):
+    if proposal is None or role is None or (roles is not None and role not in roles):
         raise NotFound("not_found", "no such proposal")
     return proposal
 
@@ -102,3 +104,19 @@ def ineligibility_from(
     if not in_a_group():
         return "not_eligible", "you are not a member of a group this proposal needs"
     return None
+
+
+# How long the queue tells a tenant's admins that an agent was throttled, after its last refusal.
+THROTTLE_SHOWN_FOR = timedelta(hours=1)
+
+
+def throttled_agents(tenant_ids, now: datetime) -> list[QuotaState]:
+    """The agents of these tenants that intake refused over a quota in the last hour, the latest first,
+    with their agent: when the window began, by which limit, how many it refused (services/quotas.py)."""
+    return list(
+        QuotaState.objects.filter(
+            tenant_id__in=tenant_ids, agent__isnull=False, last_refused_at__gte=now - THROTTLE_SHOWN_FOR
+        )
+        .select_related("agent")
+        .order_by("-last_refused_at")[:20]
+    )

@@ -51,7 +51,7 @@ def factor_owners(user_ids, needs_passkey: bool) -> set:
     for model in apps.get_models():
         if issubclass(model, Device) and not model._meta.abstract:
             owners |= set(
-                model.objects.filter(user_id__in=user_ids - owners, confirmed=True).values_list(
+                model._default_manager.filter(user_id__in=user_ids - owners, confirmed=True).values_list(
                     "user_id", flat=True
                 )
             )

@@ -14,11 +14,15 @@ and a delegator and their delegate are one voice: once one of them voted, the ot
 """
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
 from approvals.models.notifications import Delegation, StandIn
 from tenants.models import GroupMembership, TenantMembership
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 def stand_in_users(proposal) -> set[int]:
@@ -53,7 +57,7 @@ def _lends_nothing(proposal, delegator_id) -> bool:
     )
 
 
-def delegated_groups(proposal, delegate, groups: dict, at=None) -> tuple[object | None, set[str]]:
+def delegated_groups(proposal, delegate, groups: dict, at=None) -> tuple["User | None", set[str]]:
     """(delegator, the threshold slugs lent) for the first active delegation to `delegate` whose
     delegator could fill a slot of this proposal; (None, set()) when none lends anything."""
     ids = {group.id: slug for slug, group in groups.items()}
@@ -118,7 +122,7 @@ class Capacity:
     eligibility they use (None when they vote as themselves)."""
 
     slugs: frozenset = field(default_factory=frozenset)
-    on_behalf_of: object = None
+    on_behalf_of: "User | None" = None
 
 
 def capacity(proposal, user, groups: dict, own: set[str]) -> Capacity:

@@ -14,8 +14,9 @@ from django.db import IntegrityError, transaction
 import signing_keys as keys
 from approvals.models import Agent
 from approvals.services.tenants import require_config_admin
+from audit.labels import actor_label, agent_label
 from audit.models import Verb
-from audit.trail import actor_label, record
+from audit.trail import record
 from lib.errors import Conflict, NotFound, ServiceError
 from tenants.models import Tenant
 
@@ -140,7 +141,7 @@ def register_agent(
             tenant.id,
             actor=actor_label(actor),
             verb=Verb.AGENT_REGISTERED,
-            subject=f"agent:{slug}",
+            subject=agent_label(slug),
             data={
                 "created": created,
                 "card_url": card_url,
@@ -201,7 +202,7 @@ def update_agent(agent: Agent, *, actor=None, **changes) -> Agent:
             agent.tenant_id,
             actor=actor_label(actor),
             verb=Verb.AGENT_CHANGED,
-            subject=f"agent:{agent.slug}",
+            subject=agent_label(agent.slug),
             data={
                 "changed": changed,
                 **{name: getattr(agent, name) for name in changed if name != "outbound_auth_credentials"},
@@ -227,7 +228,7 @@ def rotate_agent_tokens(agent: Agent, *, actor=None) -> tuple[str, str]:
             agent.tenant_id,
             actor=actor_label(actor),
             verb=Verb.AGENT_TOKENS_ROTATED,
-            subject=f"agent:{agent.slug}",
+            subject=agent_label(agent.slug),
             data={"rotated": ["push_token", "api_token"]},
         )
     return push_token, api_token

@@ -26,8 +26,9 @@ from approvals.services.lifecycle import expire_proposal, transition
 from approvals.services.quorum import count_quorum
 from approvals.services.votes import check_step_up, refusal_to_vote
 from approvals.states import State
+from audit.labels import SYSTEM, actor_label, user_label
 from audit.models import Verb
-from audit.trail import SYSTEM, actor_label, audit_time, record
+from audit.trail import audit_time, record
 from lib.errors import BreakGlassRefused, PostHocReviewRefused
 from tenants.models import TenantMembership
 from tenants.queries import DECIDING_ROLES
@@ -192,7 +193,7 @@ def _release(proposal, actor, rule, reason, step, reviewers, used, page_hash, cl
         reviews_due_at=due,
         created_at=clock,
     )
-    subs = [f"user:{person.get_username()}" for person in reviewers]
+    subs = [user_label(person) for person in reviewers]
     record(
         proposal.tenant_id,
         actor=actor_label(actor),
@@ -221,10 +222,10 @@ def _release(proposal, actor, rule, reason, step, reviewers, used, page_hash, cl
             actor=SYSTEM,
             verb=Verb.POST_HOC_REVIEW_ASSIGNED,
             subject=proposal_subject(proposal),
-            data={"reviewer": f"user:{person.get_username()}", "due_at": audit_time(due)},
+            data={"reviewer": user_label(person), "due_at": audit_time(due)},
         )
     approver = {
-        "sub": f"user:{actor.get_username()}",
+        "sub": user_label(actor),
         "name": actor.get_full_name() or actor.get_username(),
         "group": groups[0].slug if len(groups) == 1 else None,
         # The one release that did not wait for the quorum says so where agents read how people signed.
@@ -309,7 +310,7 @@ def note_overdue_reviews(now: datetime | None = None, *, limit: int = 500) -> in
                 verb=Verb.POST_HOC_REVIEW_OVERDUE,
                 subject=f"proposal:{review.release.proposal_id}",
                 data={
-                    "reviewer": f"user:{review.reviewer.get_username()}",
+                    "reviewer": user_label(review.reviewer),
                     "due_at": audit_time(review.due_at),
                 },
             )

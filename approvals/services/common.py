@@ -1,10 +1,11 @@
 """Actors and the audit record every service writes in its own transaction."""
 
 from approvals.models import Agent
+from audit.labels import agent_label
 
 
 def agent_actor(agent: Agent) -> str:
-    return f"agent:{agent.slug}"
+    return agent_label(agent.slug)
 
 
 def proposal_subject(proposal) -> str:

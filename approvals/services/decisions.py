@@ -23,11 +23,21 @@ from approvals.services.lifecycle import (
 from approvals.services.quorum import Quorum
 from approvals.signing import decision_claims, sign_decision
 from approvals.states import RELEASED, STARTED, State
+from audit.labels import SYSTEM, actor_label
 from audit.models import Verb
-from audit.trail import SYSTEM, actor_label, audit_time, record
+from audit.trail import audit_time, record
 from lib.errors import CompensationRefused, Conflict, ConsumeRefused, NotFound, RevokeRefused, ServiceError
 from tenants.models import TenantMembership
 from tenants.queries import DECIDING_ROLES
+
+
+def unnamed(approver: dict) -> dict:
+    """An approver entry as the trail keeps it: the token names people (`name`), the trail only by
+    pseudonym (`sub`), so erasing a person leaves every hash intact (docs/compliance.md)."""
+    entry = {key: value for key, value in approver.items() if key != "name"}
+    if isinstance(entry.get("on_behalf_of"), dict):
+        entry["on_behalf_of"] = {"sub": entry["on_behalf_of"].get("sub")}
+    return entry
 
 
 def issue_decision(
@@ -89,7 +99,7 @@ def issue_decision(
             "action_digest": proposal.action_digest,
             "rev": decision.rev,
             "consume": consume,
-            "approvers": approvers,
+            "approvers": [unnamed(approver) for approver in approvers],
             "policy": policy_ref,
             "policies": policy_refs,
             "expires_at": audit_time(decision.expires_at),

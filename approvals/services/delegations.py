@@ -9,8 +9,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.models.notifications import Delegation
+from audit.labels import SYSTEM, actor_label, user_label
 from audit.models import Verb
-from audit.trail import SYSTEM, actor_label, audit_time, record
+from audit.trail import audit_time, record
 from lib.errors import ActionRefused
 from tenants.models import TenantMembership
 
@@ -24,10 +25,6 @@ class DelegationRefused(ActionRefused):
 
 def _subject(delegation: Delegation) -> str:
     return f"delegation:{delegation.pk}"
-
-
-def _name(user) -> str:
-    return f"user:{user.get_username()}"
 
 
 def set_delegation(
@@ -74,8 +71,8 @@ def set_delegation(
             verb=Verb.DELEGATION_CREATED,
             subject=_subject(delegation),
             data={
-                "delegator": _name(actor),
-                "delegate": _name(delegate),
+                "delegator": user_label(actor),
+                "delegate": user_label(delegate),
                 "starts_at": audit_time(starts_at),
                 "ends_at": audit_time(ends_at),
                 "note": delegation.note,
@@ -118,7 +115,7 @@ def record_used(delegation_user, delegate, proposal) -> None:
         actor=actor_label(delegate),
         verb=Verb.DELEGATION_USED,
         subject=f"proposal:{proposal.id}",
-        data={"delegate": _name(delegate), "on_behalf_of": _name(delegation_user)},
+        data={"delegate": user_label(delegate), "on_behalf_of": user_label(delegation_user)},
     )
 
 

@@ -5,6 +5,7 @@ worker (approvals/notify/chase.py) calls them at their times and then tells the 
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -15,9 +16,13 @@ from approvals.models.notifications import FollowUp, StandIn
 from approvals.selectors.reach import reachability
 from approvals.services.common import proposal_subject
 from approvals.states import WAITING_FOR_PEOPLE
+from audit.labels import SYSTEM, user_label
 from audit.models import Verb
-from audit.trail import SYSTEM, audit_time, record
+from audit.trail import audit_time, record
 from tenants.models import ApproverGroup, TenantMembership
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 def open_follow_up(proposal: Proposal) -> FollowUp:
@@ -134,7 +139,7 @@ def _escalate(proposal: Proposal, steps: list[dict], now: datetime) -> list:
     people outside the tenant are never added; separation of duties is checked when they vote."""
     users = get_user_model().objects.filter(is_active=True, tenant_memberships__tenant_id=proposal.tenant_id)
     users = users.exclude(tenant_memberships__role=TenantMembership.Role.COMPLIANCE)
-    chosen: dict[int, object] = {}
+    chosen: dict[int, User] = {}
     for step in steps:
         if "group" in step:
             group = ApproverGroup.objects.filter(tenant_id=proposal.tenant_id, slug=step["group"]).first()
@@ -153,7 +158,7 @@ def _escalate(proposal: Proposal, steps: list[dict], now: datetime) -> list:
         subject=proposal_subject(proposal),
         data={
             "steps": steps,
-            "added": sorted(u.get_username() for u in chosen.values()),
+            "added": sorted(user_label(u) for u in chosen.values()),
             "expires_at": audit_time(proposal.expires_at),
         },
     )

@@ -11,8 +11,9 @@ from approvals.models import Agent, Halt, Proposal
 from approvals.services.lifecycle import enqueue_cancel, revoke_proposal, transition
 from approvals.sql import quoted_names
 from approvals.states import RELEASED, WAITING_FOR_PEOPLE, State
+from audit.labels import actor_label
 from audit.models import Verb
-from audit.trail import actor_label, record
+from audit.trail import record
 from lib.errors import HaltedError, ServiceError
 from tenants.models import Tenant
 
@@ -145,7 +146,7 @@ def resume(
             item.lifted_at = timezone.now()
             item.lifted_by = actor
             item.save(update_fields=["lifted_at", "lifted_by"])
-            tenant_id = item.tenant_id or (item.agent.tenant_id if item.agent_id else None)
+            tenant_id = item.tenant_id or (item.agent.tenant_id if item.agent else None)
             record(
                 tenant_id,
                 actor=label,

@@ -1,5 +1,6 @@
 """Taking in an agent's proposal: validation, supersession, policy evaluation and routing."""
 
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -28,10 +29,19 @@ from approvals.services.decisions import issue_decision
 from approvals.services.follow_ups import open_follow_up
 from approvals.services.halts import active_halt_expression, refuse_halted
 from approvals.services.lifecycle import expiry_for, first_transition, record_transition, transition
+from approvals.services.quotas import (
+    Hold,
+    OpenCounts,
+    hold_quotas,
+    open_counts_expressions,
+    read_open_counts,
+    spend_or_refuse,
+)
 from approvals.sql import quoted_names
 from approvals.states import ALLOWED, State
+from audit.labels import SYSTEM, agent_label
 from audit.models import Verb
-from audit.trail import SYSTEM, audit_time, record
+from audit.trail import audit_time, record
 from lib.errors import IntakeError, NotFound, ServiceError
 
 
@@ -74,8 +84,12 @@ def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -
     elif request.expires_at and request.expires_at <= created_at:
         refusal = IntakeError("already_expired", "expires_at is in the past", "request.expires_at")
 
+    refused = None
     try:
         with transaction.atomic():
+            # First, before any read intake decides on: the quota rows' lock, so that the counts read
+            # below see every proposal the intakes before this one committed (services/quotas.py).
+            hold = hold_quotas(agent, created_at)
             old = None
             if request.supersedes:
                 # Lock the request this one replaces before anything else, the order a vote on it takes
@@ -104,7 +118,7 @@ def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -
                 diff=[d.model_dump() for d in request.diff],
                 evidence=[e.model_dump() for e in request.evidence],
             )
-            found = _read_for_intake(agent, proposal)
+            found = _read_for_intake(agent, proposal, hold)
             if found.existing_id is not None:
                 return _same_request_or_error(Proposal.objects.get(pk=found.existing_id), request), False
             if refusal:
@@ -117,7 +131,15 @@ def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -
             evaluation = _evaluate(
                 proposal, found, requested_expiry=request.expires_at, created_at=created_at
             )
-            _store_and_route(proposal, evaluation, old, via=via, supersedes=request.supersedes)
+            refused = spend_or_refuse(
+                hold,
+                found.open_counts,
+                waiting=_target_state(evaluation) == State.AWAITING_REVIEW,
+                now=created_at,
+                via=via,
+            )
+            if refused is None:
+                _store_and_route(proposal, evaluation, old, via=via, supersedes=request.supersedes)
     except IntegrityError:
         # The same request arrived twice at once (push and REST): the other one created it.
         existing = Proposal.objects.filter(
@@ -126,6 +148,9 @@ def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -
         if existing is None:
             raise
         return _same_request_or_error(existing, request), False
+    if refused is not None:
+        # Raised after the commit: the refusal's count and audit event stay, and nothing else was written.
+        raise refused
     return proposal, True
 
 
@@ -133,10 +158,11 @@ def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -
 class _Found:
     """What intake reads before it writes, in one query (see _read_for_intake)."""
 
-    existing_id: object  # an earlier proposal with this agent, task and request id, or None
+    existing_id: uuid.UUID | None  # an earlier proposal with this agent, task and request id, or None
     halt_id: int | None  # the oldest halt in force on the agent, its tenant or everything, or None
     history: dict  # policy.evaluation_context's `history` counts
     versions: list  # the tenant's active policy versions, with their policies
+    open_counts: OpenCounts | None  # what waits for people, the agent's and the tenant's (quotas)
 
 
 _EXISTING = "intake_existing_id"
@@ -144,15 +170,17 @@ _HALT = "intake_halt_id"
 _HISTORY = "intake_history"
 
 
-def _read_for_intake(agent: Agent, proposal: Proposal) -> _Found:
+def _read_for_intake(agent: Agent, proposal: Proposal, hold: Hold) -> _Found:
     """One round trip for everything intake decides on: the tenant's active policy versions, each row
-    annotated with the replay check, the halt check and the target's history counts (uncorrelated
+    annotated with the replay check, the halt check, the open-proposal counts of the quotas (read after
+    their lock, services/quotas.py) and the target's history counts (uncorrelated
     scalar subqueries: PostgreSQL and SQLite compute each once). Nothing is cached across requests, so a
     halt or a policy change committed before this read counts at once, in every process. A tenant with
     no active version gets no row: then the same annotations are read on the agent's row instead."""
     annotations = {
         _EXISTING: _replay_expression(agent.id, proposal.task_id, proposal.request_id),
         _HALT: active_halt_expression(agent.tenant_id, agent.id),
+        **open_counts_expressions(hold),
     }
     history = policy_counts_expression(proposal)
     if history is not None:
@@ -173,6 +201,7 @@ def _read_for_intake(agent: Agent, proposal: Proposal) -> _Found:
         halt_id=getattr(row, _HALT),
         history=counts,
         versions=versions,
+        open_counts=read_open_counts(row),
     )
 
 
@@ -215,7 +244,7 @@ def record_intake_refusal(
             agent.tenant_id,
             actor=agent_actor(agent),
             verb=Verb.INTAKE_REFUSED,
-            subject=f"agent:{agent.slug}",
+            subject=agent_label(agent.slug),
             data={
                 "via": via,
                 "code": error.code,
@@ -293,7 +322,9 @@ def evaluate_and_route(proposal: Proposal, *, requested_expiry: datetime | None,
     versions = active_versions_for(proposal.tenant)
     # Keyed as intake keys it: the admins' classification may name the target or a family of tools.
     proposal.target_key = classified_target_key(proposal.action, proposal.agent.slug, versions)
-    found = _Found(existing_id=None, halt_id=None, history=policy_counts(proposal), versions=versions)
+    found = _Found(
+        existing_id=None, halt_id=None, history=policy_counts(proposal), versions=versions, open_counts=None
+    )
     evaluation = _evaluate(proposal, found, requested_expiry=requested_expiry, created_at=proposal.created_at)
     proposal.save(update_fields=["target_key", "requirements", "risk", "reversibility", "expires_at"])
     _pin_and_route(proposal, evaluation, _target_state(evaluation), first=None)

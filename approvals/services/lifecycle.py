@@ -9,8 +9,11 @@ from approvals import events, wakeup
 from approvals.models import Decision, OutboxMessage, Proposal, Vote
 from approvals.services.common import proposal_subject
 from approvals.states import OPEN_FOR_VOTES, WAITING_FOR_PEOPLE, State, check_transition
+from audit.labels import SYSTEM
 from audit.models import AuditEvent, Verb
-from audit.trail import SYSTEM, record
+from audit.people import display_name
+from audit.trail import record
+from lib.agent_text import visible
 from lib.errors import Conflict
 
 
@@ -177,7 +180,7 @@ def _decided_by(proposal: Proposal, decision: Decision | None) -> str:
         return f"denied by policy at {format_moment(proposal.decided_at)} ({why})"
     if proposal.state == State.INFO_REQUESTED:
         event = _last_transition(proposal)
-        who = event.actor.removeprefix("user:") if event else "a reviewer"
+        who = display_name(event.actor) if event else "a reviewer"
         asked = format_moment(proposal.decided_at)
         return f"{who} asked the agent a question at {asked}; the answer comes as a new proposal"
     approvers = [_name(v.voter) for v in votes.filter(verdict=Vote.Verdict.APPROVE)]
@@ -203,7 +206,8 @@ def closed_reason(proposal: Proposal, clock: datetime | None = None) -> str:
         if successor is None:
             return "it was superseded by a newer request"
         edit = f", an edit by {_name(successor.edited_by)}" if successor.edited_by else ""
-        return f"it was superseded by proposal {successor.id} (request {successor.request_id}{edit})"
+        # The request id is the agent's: in its plain-text form, hidden characters written out.
+        return f"it was superseded by proposal {successor.id} (request {visible(successor.request_id)}{edit})"
     if state == State.EXPIRED or (state in WAITING_FOR_PEOPLE and clock >= proposal.expires_at):
         deadline = min(decision.expires_at, proposal.expires_at) if decision else proposal.expires_at
         return f"it expired at {format_moment(deadline)}; nothing will execute, and the agent must ask again"

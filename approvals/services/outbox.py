@@ -9,8 +9,9 @@ from django.utils import timezone
 
 from approvals.models import OutboxMessage, Proposal
 from approvals.services.common import proposal_subject
+from audit.labels import SYSTEM
 from audit.models import Verb
-from audit.trail import SYSTEM, audit_time, record
+from audit.trail import audit_time, record
 
 
 def outbox_backoff_seconds(attempts: int) -> int:

@@ -21,8 +21,9 @@ from approvals.services.lifecycle import enqueue_cancel, revoke_proposal, transi
 from approvals.services.quorum import count_quorum
 from approvals.services.tenants import require_config_admin, require_slug
 from approvals.states import ALLOWED, RELEASED, WAITING_FOR_PEOPLE, State
+from audit.labels import actor_label, user_label
 from audit.models import Verb
-from audit.trail import actor_label, record
+from audit.trail import record
 from lib.errors import ConfigRefused, Conflict, PolicyInvalid
 from tenants.models import ApproverGroup, Tenant, TenantMembership
 from tenants.queries import DECIDING_ROLES
@@ -159,7 +160,7 @@ def activate_policy_version(version: PolicyVersion, *, actor, now: datetime | No
             data={
                 "policy": locked_policy.slug,
                 "version": draft.version,
-                "author": draft.author.get_username(),
+                "author": user_label(draft.author) if draft.author else None,
                 "retired": current.version if current else None,
             },
         )

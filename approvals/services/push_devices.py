@@ -5,8 +5,9 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from approvals.models.notifications import PushSent, PushSubscription
+from audit.labels import SYSTEM, actor_label, user_label
 from audit.models import Verb
-from audit.trail import SYSTEM, actor_label, record
+from audit.trail import record
 from lib.errors import ActionRefused
 
 MAX_DEVICES = 10
@@ -36,7 +37,7 @@ def subscribe(
             None,
             actor=actor_label(user),
             verb=Verb.PUSH_DEVICE_ADDED,
-            subject=f"user:{user.get_username()}",
+            subject=user_label(user),
             data={"device": device.pk, "name": name, "service": endpoint.split("/")[2]},
         )
     return device
@@ -51,7 +52,7 @@ def remove(user, device_id: int) -> None:
             None,
             actor=actor_label(user),
             verb=Verb.PUSH_DEVICE_REMOVED,
-            subject=f"user:{user.get_username()}",
+            subject=user_label(user),
             data={"device": device_id},
         )
 
@@ -63,7 +64,7 @@ def forget_subscription(device: PushSubscription, why: str) -> None:
             None,
             actor=SYSTEM,
             verb=Verb.PUSH_DEVICE_REMOVED,
-            subject=f"user:{device.user.get_username()}",
+            subject=user_label(device.user),
             data={"device": device.pk, "reason": why},
         )
 

@@ -11,7 +11,7 @@ from approvals.services.common import agent_actor
 from approvals.services.decisions import record_outcome
 from approvals.services.lifecycle import expire_proposal, transition
 from approvals.states import RELEASED, WAITING_FOR_PEOPLE, State
-from audit.trail import SYSTEM
+from audit.labels import SYSTEM
 from lib.errors import ServiceError
 
 log = logging.getLogger(__name__)

@@ -18,8 +18,9 @@ from approvals.models.notifications import (
     SlackRequestSeen,
     SlackWorkspace,
 )
+from audit.labels import SYSTEM, actor_label
 from audit.models import Verb
-from audit.trail import SYSTEM, actor_label, record
+from audit.trail import record
 from lib.errors import ActionRefused
 
 LINK_SECONDS = 15 * 60

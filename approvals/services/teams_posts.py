@@ -2,6 +2,7 @@
 marks; the audit trail holds the proposal's own events)."""
 
 from datetime import datetime
+from typing import Any
 
 from django.utils import timezone
 
@@ -17,7 +18,7 @@ def plan_teams_posts(proposal, channels) -> None:
 
 
 def record_teams_sent(post: TeamsPost, *, requested: bool, outcome_state: str) -> None:
-    fields = {"attempts": 0, "next_attempt_at": None}
+    fields: dict[str, Any] = {"attempts": 0, "next_attempt_at": None}
     if requested:
         fields["requested_at"] = timezone.now()
     if outcome_state:

@@ -7,8 +7,9 @@ from approvals import events
 from approvals.models import Proposal
 from approvals.selectors import tenant_role
 from approvals.states import OPEN_FOR_VOTES
+from audit.labels import actor_label, tenant_label, user_label
 from audit.models import Verb
-from audit.trail import actor_label, record
+from audit.trail import record
 from lib.errors import ConfigRefused, Conflict, ServiceError
 from tenants.models import ApproverGroup, GroupMembership, Tenant, TenantMembership
 
@@ -62,7 +63,7 @@ def create_tenant(*, slug: str, name: str, actor=None, default_ttl_seconds: int 
             tenant.id,
             actor=actor_label(actor),
             verb=Verb.TENANT_CREATED,
-            subject=f"tenant:{slug}",
+            subject=tenant_label(slug),
             data={
                 "slug": slug,
                 "name": tenant.name,
@@ -98,7 +99,7 @@ def update_tenant(
         current = {
             "name": tenant.name,
             "default_ttl_seconds": tenant.default_ttl_seconds,
-            "admin_group": tenant.admin_group.slug if tenant.admin_group_id else None,
+            "admin_group": tenant.admin_group.slug if tenant.admin_group else None,
         }
         changes = {
             key: [current[key], value]
@@ -118,7 +119,7 @@ def update_tenant(
             tenant.id,
             actor=actor_label(actor),
             verb=Verb.TENANT_CHANGED,
-            subject=f"tenant:{tenant.slug}",
+            subject=tenant_label(tenant.slug),
             data={"changes": changes},
         )
     return tenant
@@ -134,7 +135,7 @@ def set_tenant_membership(
     with transaction.atomic():
         membership = TenantMembership.objects.select_for_update().filter(tenant=tenant, user=user).first()
         previous = {"role": membership.role, "principal_id": membership.principal_id} if membership else None
-        if previous == {"role": role, "principal_id": principal_id}:
+        if membership is not None and previous == {"role": role, "principal_id": principal_id}:
             return membership
         refusal = membership_refusal(tenant, user, role=role, principal_id=principal_id)
         if refusal is not None:
@@ -150,9 +151,9 @@ def set_tenant_membership(
             tenant.id,
             actor=actor_label(actor),
             verb=Verb.MEMBERSHIP_CHANGED,
-            subject=f"user:{user.get_username()}",
+            subject=user_label(user),
             data={
-                "user": user.get_username(),
+                "user": user_label(user),
                 "role": role,
                 "principal_id": principal_id,
                 "previous": previous,
@@ -202,8 +203,8 @@ def remove_tenant_membership(tenant: Tenant, user, *, actor=None) -> bool:
             tenant.id,
             actor=actor_label(actor),
             verb=Verb.MEMBERSHIP_CHANGED,
-            subject=f"user:{user.get_username()}",
-            data={"user": user.get_username(), "role": None, "principal_id": "", "previous": previous},
+            subject=user_label(user),
+            data={"user": user_label(user), "role": None, "principal_id": "", "previous": previous},
         )
     return True
 
@@ -260,7 +261,7 @@ def add_group_member(group: ApproverGroup, user, *, actor=None) -> GroupMembersh
                 actor=actor_label(actor),
                 verb=Verb.GROUP_MEMBER_ADDED,
                 subject=f"group:{group.slug}",
-                data={"group": group.slug, "user": user.get_username()},
+                data={"group": group.slug, "user": user_label(user)},
             )
     return membership
 
@@ -282,7 +283,7 @@ def _remove_group_member(group: ApproverGroup, user, *, actor) -> bool:
         actor=actor_label(actor),
         verb=Verb.GROUP_MEMBER_REMOVED,
         subject=f"group:{group.slug}",
-        data={"group": group.slug, "user": user.get_username()},
+        data={"group": group.slug, "user": user_label(user)},
     )
     # Quorum pages showing this person's approval must re-read: it no longer counts.
     for proposal in Proposal.objects.filter(
@@ -342,6 +343,6 @@ def grant_admin_site(tenant: Tenant, user, *, actor=None) -> None:
             tenant.id,
             actor=actor_label(actor),
             verb=Verb.MEMBERSHIP_CHANGED,
-            subject=f"user:{user.get_username()}",
-            data={"user": user.get_username(), "admin_site": True},
+            subject=user_label(user),
+            data={"user": user_label(user), "admin_site": True},
         )

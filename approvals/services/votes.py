@@ -1,6 +1,6 @@
 """Votes, questions and edits by reviewers."""
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db import transaction
 from django.utils import timezone
@@ -23,11 +23,12 @@ from approvals.services.intake import evaluate_and_route
 from approvals.services.lifecycle import closed_reason, enqueue_cancel, expire_proposal, transition
 from approvals.services.quorum import count_quorum
 from approvals.states import OPEN_FOR_VOTES, WAITING_FOR_PEOPLE, State
+from audit.labels import SYSTEM, actor_label, user_label
 from audit.models import Verb
-from audit.trail import SYSTEM, actor_label, audit_time, record
+from audit.trail import audit_time, record
 from lib.errors import EditRefused, VoteRefused
 
-STEP_UP_REFUSALS = {"step_up_failed", "step_up_required", "passkey_required"}
+STEP_UP_REFUSALS = {"step_up_failed", "step_up_required", "passkey_required", "passkey_cooling_off"}
 
 
 def _check_step_up(proposal: Proposal, step_up: StepUp | None) -> tuple[str, datetime] | None:
@@ -40,13 +41,16 @@ def _check_step_up(proposal: Proposal, step_up: StepUp | None) -> tuple[str, dat
     if step_up.method == stepup.PASSKEY:
         if step_up.bound_to != (str(proposal.id), proposal.action_digest):
             return None
+        if mode == PASSKEY and step_up.cool_off_until is not None:
+            return None  # a passkey added with a code is no stronger than the code yet
         return step_up.method, timezone.now()
     if mode == PASSKEY:
         return None
     if step_up.method != stepup.SESSION:
         return step_up.method, timezone.now()
     window = step_up_window(mode)
-    if window is not None and timezone.now() - step_up.verified_at <= timedelta(seconds=window):
+    at = step_up.verified_at  # always set for a session step-up (accounts/stepup.py)
+    if window is not None and at is not None and timezone.now() - at <= timedelta(seconds=window):
         return f"session_step_up_{mode}s", timezone.now()
     return None
 
@@ -81,6 +85,17 @@ def _step_up_refusal(proposal: Proposal, step_up: StepUp | None, act: str) -> Vo
             else "that code is not valid (or was already used); try the current code",
             "otp_code",
         )
+    if step_up is not None and step_up.method == stepup.PASSKEY and step_up.cool_off_until is not None:
+        if step_up.bound_to == (str(proposal.id), proposal.action_digest):
+            ends = step_up.cool_off_until.astimezone(UTC)
+            return VoteRefused(
+                "passkey_cooling_off",
+                f"this {act} needs a passkey you have had longer: the one you used is new, and its "
+                f"policy accepts it from {ends:%Y-%m-%d %H:%M} UTC on (a new passkey waits a while, so one "
+                "added with a stolen code cannot release anything at once). Use "
+                "another of your passkeys, or ask a tenant admin to vouch for this one",
+                "otp_code",
+            )
     if step_up is not None and step_up.method == stepup.PASSKEY:
         return VoteRefused(
             "step_up_failed", "that passkey confirmation was for another proposal or version; try again"
@@ -132,7 +147,8 @@ def cast_vote(
             elif refusal.code == "halted" and proposal.state in WAITING_FOR_PEOPLE:
                 # Submitted while the halt was committing, so the halt did not see it: cancel it as the
                 # halt would have, so a resume never brings it back.
-                reason = f"halt: {active_halt(proposal.tenant_id, proposal.agent_id).reason}"
+                halt = active_halt(proposal.tenant_id, proposal.agent_id)  # None if lifted since the check
+                reason = f"halt: {halt.reason}" if halt is not None else "halt"
                 transition(proposal, State.CANCELLED, actor=SYSTEM, reason=reason)
                 enqueue_cancel(proposal, reason=reason)
             if refusal.code not in STEP_UP_REFUSALS:
@@ -248,7 +264,7 @@ def _store_vote(proposal, user, verdict, digest_seen, reason, page_hash, step, r
 def _approver(vote: Vote, group_slug: str | None) -> dict:
     voter = vote.voter
     return {
-        "sub": f"user:{voter.get_username()}",
+        "sub": user_label(voter),
         "name": voter.get_full_name() or voter.get_username(),
         "group": group_slug,
         "auth": {"method": vote.auth_method, "at": audit_time(vote.auth_at)},
@@ -262,7 +278,7 @@ def _approver(vote: Vote, group_slug: str | None) -> dict:
 
 
 def _named(user) -> dict:
-    return {"sub": f"user:{user.get_username()}", "name": user.get_full_name() or user.get_username()}
+    return {"sub": user_label(user), "name": user.get_full_name() or user.get_username()}
 
 
 def request_info(
@@ -279,7 +295,7 @@ def request_info(
         if refusal:
             raise refusal
         step, refusal = check_step_up(proposal, actor, step_up, "question")
-        if refusal is None:
+        if step is not None:  # no refusal
             transition(proposal, State.INFO_REQUESTED, actor=actor_label(actor), reason=question)
             decision = issue_decision(
                 proposal,
@@ -297,7 +313,7 @@ def _asker(user, step: tuple[str, datetime], question: str) -> dict:
     approver (their words in `reason`: the question; no reservation)."""
     method, auth_at = step
     return {
-        "sub": f"user:{user.get_username()}",
+        "sub": user_label(user),
         "name": user.get_full_name() or user.get_username(),
         "group": None,
         "auth": {"method": method, "at": audit_time(auth_at)},

@@ -18,9 +18,9 @@ from django.utils import timezone
 
 from approvals.models import OutboxMessage, Proposal
 from approvals.models.notifications import WebhookEndpoint
+from audit.labels import actor_label, tenant_chain
 from audit.models import AuditEvent, ChainHead, SiemCursor, Verb
-from audit.shapes import chain_for_tenant
-from audit.trail import actor_label, audit_time, record
+from audit.trail import audit_time, record
 from lib.agent_text import visible
 from lib.errors import ConfigRefused
 
@@ -68,7 +68,7 @@ def register_endpoint(*, tenant, url: str, events=(), actor=None) -> WebhookEndp
         raise refusal
     with transaction.atomic():
         endpoint = WebhookEndpoint.objects.create(tenant=tenant, url=url, events=events, secret=new_secret())
-        _start_cursor(chain_for_tenant(tenant.pk))
+        _start_cursor(tenant_chain(tenant.pk))
         record(
             tenant.pk,
             actor=actor_label(actor),
@@ -114,7 +114,7 @@ def feed_from_chain(now=None, batch: int = 200) -> int:
     queued = 0
     tenants = set(WebhookEndpoint.objects.filter(enabled=True).values_list("tenant_id", flat=True))
     for tenant_id in sorted(tenants):
-        chain = chain_for_tenant(tenant_id)
+        chain = tenant_chain(tenant_id)
         _start_cursor(chain)
         with transaction.atomic():
             cursor = SiemCursor.objects.select_for_update().get(sink=FEED, chain=chain)

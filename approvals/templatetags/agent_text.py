@@ -44,6 +44,19 @@ def agent_text_html(value) -> SafeString:
     return format_html('<bdi class="agent-text{}">{}</bdi>{}', flagged, body, warnings)
 
 
+def agent_text_value(value) -> SafeString:
+    """An agent-written value for a form field's value (an attribute or a textarea), where a badge cannot
+    go: escaped, with every hidden character as a character reference (&#x200B;). The browser turns the
+    reference back into the character, so a value the reviewer leaves alone is submitted unchanged, and
+    no raw control character is in the page."""
+    text = "" if value is None else str(value)
+    return format_html_join(
+        "",
+        "{}",
+        ((format_html("&#x{};", f"{ord(p.text):X}") if p.hidden else p.text,) for p in rules.pieces(text)),
+    )
+
+
 @register.filter(name="agent_text")
 def agent_text(value) -> SafeString:
     return agent_text_html(value)

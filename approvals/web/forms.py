@@ -2,12 +2,29 @@
 services, whose refusals the views put back on these forms next to the field they name."""
 
 import json
+from typing import cast
 
 from django import forms
 
 from accounts.forms import ONE_TIME_CODE, normalized_code, passkey_answer_field
 from approvals.models import Proposal
 from approvals.models.risk import RATED_RISKIEST_FIRST
+from approvals.templatetags.agent_text import agent_text_value
+from lib import agent_text as rules
+
+
+class AgentValueInput(forms.TextInput):
+    """A text input holding an agent's value: hidden characters travel as character references."""
+
+    def format_value(self, value):
+        formatted = super().format_value(value)
+        return None if formatted is None else agent_text_value(formatted)
+
+
+class AgentValueTextarea(forms.Textarea):
+    def format_value(self, value):
+        formatted = super().format_value(value)
+        return None if formatted is None else agent_text_value(formatted)
 
 
 def one_time_code_field() -> forms.CharField:
@@ -96,18 +113,20 @@ class EditArgumentsForm(forms.Form):
         for index, (key, value) in enumerate(sorted(self.original.items())):
             is_text = isinstance(value, str)
             initial = value if is_text else json.dumps(value, ensure_ascii=False)
-            widget = forms.Textarea(attrs={"rows": 3}) if len(initial) > 80 else forms.TextInput()
+            widget = AgentValueTextarea(attrs={"rows": 3}) if len(initial) > 80 else AgentValueInput()
             name = f"arg_{index}"
+            hints = [] if is_text else ['a JSON value, e.g. true or ["a", "b"] (numbers are written as text)']
+            if any(piece.hidden for piece in rules.pieces(initial)):
+                # The field keeps them as they are; this says where they are.
+                hints.append(f"The agent's value holds hidden characters: {rules.visible(initial)}")
             self.fields[name] = forms.CharField(
-                label=key,
+                label=rules.visible(key),
                 initial=initial,
                 required=False,
                 strip=is_text,
                 max_length=20000,
                 widget=widget,
-                help_text=""
-                if is_text
-                else 'a JSON value, e.g. true or ["a", "b"] (numbers are written as text)',
+                help_text="; ".join(hints),
             )
             self.argument_fields.append((name, key, is_text))
         self.fields["digest"].initial = proposal.action_digest
@@ -116,7 +135,8 @@ class EditArgumentsForm(forms.Form):
         return [(self[name], key, is_text) for name, key, is_text in self.argument_fields]
 
     def clean(self):
-        cleaned = super().clean()
+        super().clean()
+        cleaned = self.cleaned_data
         arguments = {}
         for name, key, is_text in self.argument_fields:
             raw = cleaned.get(name, "")
@@ -153,10 +173,10 @@ class QueueFilterForm(forms.Form):
 
     def __init__(self, data, *, tenants, agents, policies, states=()):
         super().__init__(data)
-        self.fields["tenant"].choices = [("", "All tenants"), *tenants]
-        self.fields["agent"].choices = [("", "All agents"), *agents]
-        self.fields["policy"].choices = [("", "All policies"), *policies]
-        self.fields["state"].choices = [("", "Any state"), *states]
+        cast(forms.ChoiceField, self.fields["tenant"]).choices = [("", "All tenants"), *tenants]
+        cast(forms.ChoiceField, self.fields["agent"]).choices = [("", "All agents"), *agents]
+        cast(forms.ChoiceField, self.fields["policy"]).choices = [("", "All policies"), *policies]
+        cast(forms.ChoiceField, self.fields["state"]).choices = [("", "Any state"), *states]
 
     def filters(self) -> dict:
         """The valid filters; an unknown value (another tenant's slug, a typo) filters nothing."""

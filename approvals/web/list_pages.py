@@ -2,12 +2,14 @@
 
 from collections import Counter
 from datetime import datetime
+from typing import Any
 from urllib.parse import urlencode
 
 from django.utils import timezone
 
 from approvals.models import Agent, Policy
 from approvals.policy.headline import action_headline, summary_mismatch
+from approvals.selectors import throttled_agents
 from approvals.states import State
 from approvals.web import break_glass_pages, queries
 from approvals.web.forms import QueueFilterForm
@@ -104,7 +106,7 @@ def _list_context(scope, params, queryset, *, order, with_states=False, counted=
 
 def queue_context(user, params) -> dict:
     scope = queries.ReviewerScope.of(user)
-    chips = {}
+    chips: dict[str, Any] = {}
 
     def risks_and_count(filters):
         # The chips count what at most COUNT_CAP of the proposals (without the risk filter) hold:
@@ -127,7 +129,10 @@ def queue_context(user, params) -> dict:
         if by_risk.get(value)
     ]
     context["post_hoc_reviews"] = break_glass_pages.queue_reviews(user)  # break-glass reviews owed
-    context["is_tenant_admin"] = any(m.role == "admin" for m in scope.memberships)
+    admin_of = [m.tenant_id for m in scope.memberships if m.role == "admin"]
+    context["is_tenant_admin"] = bool(admin_of)
+    # Tenant admins hear that an agent hit a quota (its refused proposals are nowhere in the list).
+    context["throttled"] = throttled_agents(admin_of, timezone.now()) if admin_of else []
     return context
 
 

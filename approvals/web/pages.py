@@ -231,7 +231,7 @@ def _why_context(proposal: Proposal, user, groups: dict, why_not: tuple[str, str
 
 # The heading of "what happens" follows the state: before a decision it is conditional, after it it says
 # what was decided (the reviewer must not read "if this is approved" on a proposal already approved).
-CONSEQUENCE_HEADINGS = {
+CONSEQUENCE_HEADINGS: dict[str, str] = {
     State.PROPOSED: "If this is approved",
     State.AWAITING_REVIEW: "If this is approved",
     State.INFO_REQUESTED: "If this is approved (waiting for the agent's answer)",
@@ -275,7 +275,11 @@ def live_context(proposal: Proposal, groups: dict | None = None) -> dict:
         "progress": progress,
         "missing_total": sum(item["missing"] for item in progress),
         "votes": [
-            {"vote": vote, "group": groups.get(placed.get(vote.pk)), "counts": vote.pk in placed}
+            {
+                "vote": vote,
+                "group": groups.get(placed[vote.pk]) if vote.pk in placed else None,
+                "counts": vote.pk in placed,
+            }
             for vote in votes
         ],
         "decision": Decision.objects.filter(proposal=proposal).first(),
@@ -352,13 +356,13 @@ def decision_context(
 ) -> dict:
     """The decision panel of this person; `mode`, `has_passkey` and `break_glass_rule` when the caller
     worked them out already (the fan-out reads them once for all its sockets)."""
-    mode, reason = mode or decision_mode(proposal, user, live, why_not)
+    shown, reason = mode or decision_mode(proposal, user, live, why_not)
     step_up = mode_of(proposal.requirements)
     window = step_up_window(step_up)
     fresh = window is not None and stepup.fresh_within(session, window)
     return {
         "proposal": proposal,
-        "mode": mode,
+        "mode": shown,
         "why_not": reason,
         "form": form or DecisionForm(initial={"digest": proposal.action_digest}),
         "revoke_form": revoke_form or RevokeForm(),
@@ -374,7 +378,7 @@ def decision_context(
         "missing_total": live["missing_total"],
         "decision": live["decision"],
         "notice": notice,
-        "break_glass": break_glass_pages.panel(proposal, user, mode, break_glass_form, break_glass_rule),
+        "break_glass": break_glass_pages.panel(proposal, user, shown, break_glass_form, break_glass_rule),
     }
 
 

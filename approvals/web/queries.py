@@ -7,6 +7,7 @@ import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.db import NotSupportedError
@@ -32,6 +33,9 @@ from approvals.states import OPEN_FOR_VOTES
 from lib import base64url
 from tenants.models import TenantMembership
 from tenants.queries import memberships_of
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 class ThresholdNamesAnyGroup(Func):
@@ -65,7 +69,7 @@ class ThresholdNamesAnyGroup(Func):
             "WHERE t.item ->> 'group' IN ({marks}))",
         )
 
-    def as_sql(self, compiler, connection, **extra):
+    def as_sql(self, compiler, connection, *args, **extra):
         raise NotSupportedError("the reviewer queue supports SQLite and PostgreSQL")
 
 
@@ -74,7 +78,7 @@ class ReviewerScope:
     """A person's tenants and groups, read once per page (four queries: memberships, groups, groups lent
     by an active delegation, requests an escalation added them to)."""
 
-    user: object
+    user: "User"
     memberships: list = field(default_factory=list)
     group_slugs: dict = field(default_factory=dict)  # tenant id -> {group slug}
     stand_ins: dict = field(default_factory=dict)  # tenant id -> [proposal ids the escalation added them to]

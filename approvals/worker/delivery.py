@@ -144,7 +144,7 @@ class DirectSender:
 
     def _pool_and_slots(self) -> tuple[ThreadPoolExecutor, threading.BoundedSemaphore]:
         with self._lock:
-            if self._pool is None:
+            if self._pool is None or self._slots is None:
                 threads = max(1, settings.OUTBOX_DIRECT_SEND_THREADS)
                 self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="outbox-direct")
                 self._slots = threading.BoundedSemaphore(threads)

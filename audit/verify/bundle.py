@@ -6,8 +6,7 @@ import json
 import zipfile
 from collections.abc import Iterable, Iterator
 
-from audit.hashing import checkpoint_payload
-from audit.verify.chains import (
+from .chains import (
     BUNDLE_FORMAT,
     ChainVerifier,
     Result,
@@ -16,6 +15,7 @@ from audit.verify.chains import (
     public_keys,
     signature_problem,
 )
+from .hashing import checkpoint_payload
 
 # --------------------------------------------------------------------------------------------------
 # Bundles
@@ -179,7 +179,7 @@ def verify_bundle(path, *, jwks: dict | None = None, previous: str | None = None
                 if verifier is None or chain != verifier.chain:
                     if verifier is not None:
                         finish(verifier)
-                    if chain not in segments or chain in seen_chains:
+                    if not isinstance(chain, str) or chain not in segments or chain in seen_chains:
                         result.fail(
                             event.get("seq"),
                             f"{chain}: events not announced by the manifest, or not grouped by chain",

@@ -9,7 +9,7 @@ command refuses to run without `--jwks` (the JWKS you trust, a file or an https 
 /.well-known/jwks.json) or an explicit `--trust-bundle-keys`.
 
 This module must stay importable with no Django settings and no database (compliance runs it offline
-on an exported bundle). The hashing rule comes from audit/hashing.py, which audit/chain.py uses too.
+on an exported bundle). The hashing rule comes from audit/verify/hashing.py, which audit/chain.py uses too.
 
 What it checks, streaming (memory does not grow with the number of events):
 - every event's hash is sha256 of the RFC 8785 form of {chain, seq, at, actor, verb, subject, data,
@@ -25,13 +25,13 @@ What it checks, streaming (memory does not grow with the number of events):
 Exit status: 0 verified, 1 a problem was found (the first bad event is named), 2 the bundle is unreadable.
 """
 
+import base64
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import rfc8785
 
-from audit.hashing import GENESIS_HASH, HASHED_FIELDS, checkpoint_payload, hash_body
-from lib import base64url
+from .hashing import GENESIS_HASH, HASHED_FIELDS, checkpoint_payload, hash_body
 
 BUNDLE_FORMAT = "reviewer-audit-bundle/1"
 # The last line of a CSV or JSON Lines export: its signed head (audit/exports.py head_record).
@@ -82,6 +82,10 @@ def export_head_payload(record: dict) -> bytes:
     return rfc8785.dumps({key: value for key, value in record.items() if key not in ("kid", "signature")})
 
 
+def b64url_decode(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
 def public_keys(jwks: dict) -> dict:
     """{kid: Ed25519PublicKey} from a JWKS document; other key types are ignored."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -89,7 +93,7 @@ def public_keys(jwks: dict) -> dict:
     keys = {}
     for jwk in jwks.get("keys", []):
         if jwk.get("kty") == "OKP" and jwk.get("crv") == "Ed25519" and jwk.get("kid"):
-            keys[jwk["kid"]] = Ed25519PublicKey.from_public_bytes(base64url.decode(jwk["x"]))
+            keys[jwk["kid"]] = Ed25519PublicKey.from_public_bytes(b64url_decode(jwk["x"]))
     return keys
 
 
@@ -100,7 +104,7 @@ def signature_problem(keys: dict, kid: str, signature: str, payload: bytes) -> s
     if key is None:
         return f"signed by unknown key {kid}"
     try:
-        key.verify(base64url.decode(signature), payload)
+        key.verify(b64url_decode(signature), payload)
     except (InvalidSignature, ValueError):
         return "signature does not verify"
     return None

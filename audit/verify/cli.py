@@ -7,8 +7,8 @@ import json
 import sys
 import zipfile
 
-from audit.verify.bundle import BundleError, read_manifest, verify_bundle
-from audit.verify.export import verify_export
+from .bundle import BundleError, read_manifest, verify_bundle
+from .export import verify_export
 
 
 def _describe(manifest: dict) -> list[str]:
@@ -41,7 +41,7 @@ def load_jwks(source: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m audit.verify",
+        prog="reviewer-verify" if __package__ == "reviewer_verify" else "python -m audit.verify",
         description="Verify a Reviewer audit bundle offline (no database, no Django).",
     )
     parser.add_argument(

@@ -3,9 +3,10 @@
 import hashlib
 import json
 from collections.abc import Iterable, Iterator
+from typing import Any
 
-from audit.verify.bundle import BundleError, jsonl_records
-from audit.verify.chains import (
+from .bundle import BundleError, jsonl_records
+from .chains import (
     CSV_COLUMNS,
     EXPORT_HEAD_FORMAT,
     EXPORT_HEAD_MARK,
@@ -32,7 +33,7 @@ def _csv_events(lines: Iterable[bytes]) -> Iterator[dict]:
     if next(rows, None) != list(CSV_COLUMNS):
         raise BundleError("not a Reviewer CSV export: its header differs")
     for row in rows:
-        event = dict(zip(CSV_COLUMNS, row, strict=True))
+        event: dict[str, Any] = dict(zip(CSV_COLUMNS, row, strict=True))
         event["seq"] = int(event["seq"])
         for name in ("actor", "subject"):
             event[name] = _csv_value(event[name])
@@ -80,7 +81,7 @@ def verify_export(path, *, jwks: dict) -> Result:
     with open(path, "rb") as raw:
         lines = body(raw)
         events = _csv_events(lines) if csv_format else jsonl_records(lines)
-        checked = []  # (seq, hash) of the previous event only; constant memory
+        checked: list[tuple[int, str]] = []  # (seq, hash) of the previous event only; constant memory
         first_seq = last_seq = None
         gaps = False
         head_chain = None

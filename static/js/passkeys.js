@@ -1,7 +1,8 @@
 // Passkeys (WebAuthn) in the browser: the server makes every challenge (accounts/passkeys.py) and checks
 // every answer; this file only passes options to navigator.credentials and puts the answer, as JSON, in
 // the form's hidden "passkey" field.
-// 1. Your devices: "Add a passkey" (form[data-passkey-register]) creates one.
+// 1. Your devices: "Add a passkey" (form[data-passkey-register]) creates one; "Confirm with a passkey"
+//    (button[data-passkey-confirm-button]) answers the confirm challenge a change to your factors needs.
 // 2. Sign-in: "Use a passkey instead of a code" (button[data-passkey-sign-in]) answers instead of a code.
 // 3. A vote or an edit (form[data-passkey-challenge]): on Approve, Reject, Ask or Create, a challenge
 //    bound to this proposal and the digest on the page is answered, when the policy needs a passkey or
@@ -63,8 +64,12 @@
       headers: { "X-CSRFToken": token ? token.value : "" },
       body: body,
     }).then(function (response) {
-      if (!response.ok) throw new Error("the server gave no passkey challenge (" + response.status + ")");
-      return response.json();
+      if (response.ok) return response.json();
+      // A refusal names what is needed (e.g. confirm with a passkey first): say it as the server does.
+      return response.json().catch(function () { return {}; }).then(function (body) {
+        var message = body && body.error && body.error.message;
+        throw new Error(message || "the server gave no passkey challenge (" + response.status + ")");
+      });
     });
   }
 
@@ -100,6 +105,22 @@
       return navigator.credentials.create({ publicKey: options });
     }).then(function (credential) {
       form.querySelector("input[name=passkey]").value = answerJSON(credential);
+      form.submit();
+    }).catch(function (error) { failed(form, error); });
+  });
+
+  // 1b. Your devices: confirm it is you with a passkey before changing your factors.
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest && event.target.closest("button[data-passkey-confirm-button]");
+    if (!button) return;
+    var form = button.form;
+    event.preventDefault();
+    if (!supported) return say(form, "This browser cannot use passkeys.");
+    say(form, "Follow your browser's prompt to use your passkey…");
+    fetchOptions(form.dataset.passkeyConfirm, form).then(getAssertion).then(function (answer) {
+      form.querySelector("input[name=passkey]").value = answer;
+      var code = form.querySelector("input[name=otp_token]");
+      if (code) code.value = "";
       form.submit();
     }).catch(function (error) { failed(form, error); });
   });

@@ -9,10 +9,11 @@ import pytest
 from django.contrib.sessions.backends.db import SessionStore
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 from django_otp import DEVICE_ID_SESSION_KEY
 from django_otp_webauthn.models import WebAuthnCredential
 
-from accounts import devices, passkeys, stepup
+from accounts import devices, factors, passkeys, stepup
 from accounts.devices import remove_passkey, rename_passkey, reset_devices
 from accounts.models import PasskeyChallenge
 from accounts.stepup import StepUp, step_up_for
@@ -24,10 +25,13 @@ from lib.errors import Conflict, NotFound, ServiceError, VoteRefused
 from tests import factories
 from tests.approvals.test_consumers import _own_channel_prefix  # noqa: F401 (fixture)
 from tests.concurrency import requires_postgres, run_together
-from tests.factories import PASSWORD, submit, totp_code
+from tests.factories import PASSWORD, submit, totp_code, trail_name
 from tests.soft_authenticator import SoftAuthenticator, register_passkey
 
 pytestmark = pytest.mark.django_db
+
+# What Your devices' "Confirm it is you" gives someone who just used an established passkey.
+BY_PASSKEY = factors.Confirmation(factors.PASSKEY, timezone.now())
 
 
 @pytest.fixture
@@ -248,17 +252,17 @@ def test_a_person_registers_several_named_passkeys_and_each_is_audited(reviewer_
         WebAuthnCredential.objects.filter(user=reviewer_a).order_by("id").values_list("name", flat=True)
     )
     assert names == ["work laptop", "blue key"]
-    enrolled = AuditEvent.objects.filter(verb=Verb.DEVICE_ENROLLED, subject="user:reviewer_a")
+    enrolled = AuditEvent.objects.filter(verb=Verb.DEVICE_ENROLLED, subject=trail_name("reviewer_a"))
     assert [e.data["name"] for e in enrolled.order_by("seq")] == ["work laptop", "blue key"]
 
 
 def test_a_registration_answer_is_usable_once(reviewer_a):
     authenticator = SoftAuthenticator()
     answer = authenticator.create(passkeys.registration_options(reviewer_a))
-    devices.register_passkey(reviewer_a, answer=answer, name="laptop")
+    devices.register_passkey(reviewer_a, answer=answer, name="laptop", confirmation=BY_PASSKEY)
 
     with pytest.raises(ServiceError) as refused:
-        devices.register_passkey(reviewer_a, answer=answer, name="again")
+        devices.register_passkey(reviewer_a, answer=answer, name="again", confirmation=BY_PASSKEY)
     assert refused.value.code == "passkey_refused"
     assert WebAuthnCredential.objects.filter(user=reviewer_a).count() == 1
 
@@ -268,12 +272,12 @@ def test_rename_and_remove_are_audited(reviewer_a):
     device = WebAuthnCredential.objects.get(user=reviewer_a)
 
     rename_passkey(reviewer_a, device.pk, name="old laptop")
-    remove_passkey(reviewer_a, device.pk)
+    remove_passkey(reviewer_a, device.pk, confirmation=BY_PASSKEY)
 
     assert not WebAuthnCredential.objects.filter(user=reviewer_a).exists()
-    renamed = AuditEvent.objects.get(verb=Verb.PERSON_CHANGED, subject="user:reviewer_a")
+    renamed = AuditEvent.objects.get(verb=Verb.PERSON_CHANGED, subject=trail_name("reviewer_a"))
     assert renamed.data["before"] == "laptop" and renamed.data["name"] == "old laptop"
-    removed = AuditEvent.objects.get(verb=Verb.DEVICE_RESET, subject="user:reviewer_a")
+    removed = AuditEvent.objects.get(verb=Verb.DEVICE_RESET, subject=trail_name("reviewer_a"))
     assert removed.data["device"] == "passkey" and removed.data["name"] == "old laptop"
 
 
@@ -283,7 +287,7 @@ def test_a_person_cannot_remove_their_only_second_factor(tenant):
     device = WebAuthnCredential.objects.get(user=person)
 
     with pytest.raises(Conflict) as refused:
-        remove_passkey(person, device.pk)
+        remove_passkey(person, device.pk, confirmation=BY_PASSKEY)
 
     assert "only second factor" in refused.value.message
     assert WebAuthnCredential.objects.filter(pk=device.pk).exists()
@@ -296,7 +300,7 @@ def test_nobody_renames_or_removes_someone_elses_passkey(reviewer_a, reviewer_b)
     with pytest.raises(NotFound):
         rename_passkey(reviewer_b, device.pk, name="mine now")
     with pytest.raises(NotFound):
-        remove_passkey(reviewer_b, device.pk)
+        remove_passkey(reviewer_b, device.pk, confirmation=BY_PASSKEY)
 
 
 def test_the_admin_device_reset_removes_passkeys_too(reviewer_a, admin_user):
@@ -336,6 +340,7 @@ def test_your_devices_renames_and_refuses_someone_elses_passkey(client, reviewer
 
 def test_registration_through_the_page(client, reviewer_a):
     factories.sign_in_verified(client, reviewer_a)
+    client.post(reverse("accounts:confirm"), {"otp_token": totp_code(reviewer_a)})  # no passkey yet
     authenticator = SoftAuthenticator()
     options = client.post(reverse("accounts:passkey_registration_options")).json()
 

@@ -19,7 +19,7 @@ from audit.models import AuditEvent, Verb
 from lib.tokens import hash_token
 from tenants.models import GroupMembership, TenantMembership
 from tests import factories
-from tests.factories import submit, totp_code
+from tests.factories import submit, totp_code, trail_name
 
 pytestmark = pytest.mark.django_db
 
@@ -447,11 +447,11 @@ def test_group_members_are_added_and_removed_through_the_audited_services(
         for e in AuditEvent.objects.filter(subject="group:finance", chain=f"tenant:{tenant.id}").order_by(
             "seq"
         )
-        if e.actor == "user:policy-author"
+        if e.actor == trail_name("policy-author")
     ]
     assert trail == [
-        (Verb.GROUP_MEMBER_REMOVED, "reviewer_a", "user:policy-author"),
-        (Verb.GROUP_MEMBER_ADDED, "reviewer_c", "user:policy-author"),
+        (Verb.GROUP_MEMBER_REMOVED, trail_name("reviewer_a"), trail_name("policy-author")),
+        (Verb.GROUP_MEMBER_ADDED, trail_name("reviewer_c"), trail_name("policy-author")),
     ]
 
 
@@ -512,7 +512,7 @@ def test_tenant_members_are_set_through_the_audited_service(as_author, tenant, a
     assert response.status_code == 302
     assert TenantMembership.objects.get(tenant=tenant, user=dana).principal_id == "dana-ext"
     assert AuditEvent.objects.filter(
-        verb=Verb.MEMBERSHIP_CHANGED, subject="user:dana", actor="user:policy-author"
+        verb=Verb.MEMBERSHIP_CHANGED, subject=trail_name("dana"), actor=trail_name("policy-author")
     ).exists()
 
 
@@ -611,7 +611,7 @@ def test_an_admin_resets_a_persons_devices_from_the_user_list_and_it_is_audited(
 
     assert response.status_code == 200
     assert not TOTPDevice.objects.filter(user=reviewer_a).exists()
-    assert AuditEvent.objects.filter(verb=Verb.DEVICE_RESET, subject="user:reviewer_a").exists()
+    assert AuditEvent.objects.filter(verb=Verb.DEVICE_RESET, subject=trail_name("reviewer_a")).exists()
 
 
 def test_the_admin_refuses_a_session_not_verified_with_a_one_time_code(client, admin_user):
@@ -666,8 +666,8 @@ def test_a_tenant_admin_cannot_make_herself_superuser_or_change_flags(people_adm
     assert not admin_user.is_superuser
     assert admin_user.user_permissions.count() < Permission.objects.count()
     assert admin_user.first_name == "Dana"  # the part she may change
-    changed = AuditEvent.objects.get(verb=Verb.PERSON_CHANGED, subject="user:admin")
-    assert changed.actor == "user:admin" and changed.data["fields"] == ["first_name"]
+    changed = AuditEvent.objects.get(verb=Verb.PERSON_CHANGED, subject=trail_name("admin"))
+    assert changed.actor == trail_name("admin") and changed.data["fields"] == ["first_name"]
     assert people_admin.get(person_url("password_change", admin_user.pk)).status_code == 403
     assert people_admin.get(person_url("add")).status_code == 403
 
@@ -716,9 +716,9 @@ def test_a_superusers_change_of_staff_flags_is_recorded_in_the_persons_tenants(a
     response = as_author.post(person_url("change", reviewer_a.pk), form)
 
     assert response.status_code == 302
-    event = AuditEvent.objects.get(verb=Verb.PERSON_CHANGED, subject="user:reviewer_a")
+    event = AuditEvent.objects.get(verb=Verb.PERSON_CHANGED, subject=trail_name("reviewer_a"))
     assert (
-        event.actor == "user:policy-author"
+        event.actor == trail_name("policy-author")
         and event.chain == f"tenant:{reviewer_a.tenant_memberships.get().tenant_id}"
     )
     assert event.data["values"]["is_staff"] == {"from": False, "to": True}

@@ -21,7 +21,7 @@ from audit.chain import sequence_pending
 from audit.models import AuditEvent, Verb
 from lib.errors import BreakGlassRefused, PolicyInvalid, PostHocReviewRefused
 from tests import factories
-from tests.factories import submit, totp_code
+from tests.factories import submit, totp_code, trail_name
 
 pytestmark = pytest.mark.django_db
 
@@ -72,13 +72,13 @@ def test_a_named_person_releases_alone_and_the_token_says_break_glass(agent, gla
     claims = jwt.decode(Decision.objects.get(proposal=proposal).token, options={"verify_signature": False})
     assert claims["decision"] == "approved"
     [approver] = claims["approvers"]
-    assert approver["sub"] == "user:reviewer_a"
+    assert approver["sub"] == trail_name("reviewer_a")
     assert approver["auth"]["method"] == "break_glass"
     assert approver["auth"]["step_up"]["method"] == "totp"
     assert approver["reason"] == "the customer's card is being charged twice right now"
-    assert approver["break_glass"]["reviewers"] == ["user:admin", "user:reviewer_b"]
+    assert approver["break_glass"]["reviewers"] == [trail_name("admin"), trail_name("reviewer_b")]
     assert approver["break_glass"]["reviews_due_at"]
-    assert claims["quorum"]["approved_by"] == ["user:reviewer_a"]
+    assert claims["quorum"]["approved_by"] == [trail_name("reviewer_a")]
     assert claims["reason"].startswith("break-glass release by Alice: ")
 
     vote = Vote.objects.get(proposal=proposal)
@@ -252,7 +252,7 @@ def test_a_review_records_agree_or_disagree_with_a_note_once_by_its_reviewer(age
     assert refused.value.code == "already_done"
     sequence_pending()
     event = AuditEvent.objects.get(subject=f"proposal:{proposal.id}", verb=Verb.POST_HOC_REVIEW_DONE)
-    assert event.actor == "user:admin"
+    assert event.actor == trail_name("admin")
     assert event.data == {"verdict": "disagree", "note": "this could have waited an hour", "late": False}
 
 
@@ -271,7 +271,7 @@ def test_overdue_reviews_are_recorded_once(agent, glass_policy, people):
     sequence_pending()
     [overdue] = AuditEvent.objects.filter(verb=Verb.POST_HOC_REVIEW_OVERDUE)
     assert overdue.subject == f"proposal:{proposal.id}"
-    assert overdue.data["reviewer"] == "user:reviewer_b"
+    assert overdue.data["reviewer"] == trail_name("reviewer_b")
 
 
 def test_a_policy_activation_does_not_revoke_a_break_glass_release(tenant, agent, glass_policy, people):

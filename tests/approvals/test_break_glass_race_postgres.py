@@ -17,7 +17,6 @@ from approvals.states import State
 from audit.models import AuditEvent, Verb
 from lib.errors import BreakGlassRefused
 from tests import factories
-from tests.audit.pg_flush import audit_triggers_allow_test_flush  # noqa: F401 (flush through the audit trigger)
 from tests.concurrency import requires_postgres, run_together
 from tests.factories import submit
 

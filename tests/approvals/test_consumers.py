@@ -292,6 +292,17 @@ async def test_malformed_messages_get_a_typed_error(proposal, reviewer_a):
     await communicator.disconnect()
 
 
+async def test_a_message_type_that_is_not_text_gets_a_typed_error_and_the_socket_stays_open(
+    proposal, reviewer_a
+):
+    communicator = await connected(proposal_path(proposal), await database_sync_to_async(sign_in)(reviewer_a))
+    reply = await reply_to(communicator, {"type": ["vote"]})
+    assert reply["error"]["code"] == "unknown_type"
+    reply = await reply_to(communicator, {"type": "approve_everything"})  # still answering
+    assert reply["error"]["code"] == "unknown_type"
+    await communicator.disconnect()
+
+
 # ---------------------------------------------------------------------------------------------------
 # Live updates: the page's own partials, out of band
 

@@ -13,12 +13,10 @@ the three layers below refuses it on its own:
 """
 
 import asyncio
-import importlib
 
 import jwt
 import pytest
 from a2a.types import TaskState
-from django.apps import apps
 from django.core.management import CommandError, call_command
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -140,30 +138,6 @@ def test_the_register_agent_command_refuses_a_card_url_already_registered(globex
             *("--tenant", "acme", "--slug", "acme-refunds", "--name", "Acme refunds"),
             *("--card-url", CARD_URL),
         )
-
-
-def test_migrating_refuses_while_agents_share_a_card_url_or_audience_and_names_them(globex, acme):
-    migration = importlib.import_module("approvals.migrations.0011_agent_identity_unique")
-    register(globex, "globex-refunds", CARD_URL)
-    migration.refuse_shared_identities(apps, None)  # no clash: nothing to say
-    # A spelling variant the exact constraint lets through, written straight to the table.
-    Agent.objects.create(
-        tenant=acme, slug="acme-refunds", name="x", card_url=CARD_URL + "/", audience="urn:acme"
-    )
-    with pytest.raises(RuntimeError, match="agents acme-refunds \\(tenant acme\\), globex-refunds"):
-        migration.refuse_shared_identities(apps, None)
-
-    rows = [  # (slug, tenant, card URL, audience), as the migration reads them
-        ("globex-refunds", "globex", CARD_URL, CARD_URL),
-        ("acme-refunds", "acme", "HTTPS://REFUNDS.globex.example/.well-known/agent-card.json/", "urn:acme"),
-        ("acme-other", "acme", "https://other.example/.well-known/agent-card.json", "urn:acme"),
-    ]
-    clashes = migration.shared_identities(rows)
-
-    assert clashes == [
-        "audience 'urn:acme': agents acme-other (tenant acme), acme-refunds (tenant acme)",
-        f"card URL {CARD_URL!r}: agents acme-refunds (tenant acme), globex-refunds (tenant globex)",
-    ]
 
 
 # --- 2. reconciliation --------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from audit.models import AuditEvent, Verb
 from lib.errors import ConsumeRefused, HaltedError, ServiceError, VoteRefused
 from tests import factories
 from tests.concurrency import requires_postgres, run_together
-from tests.factories import approve, submit, totp_code
+from tests.factories import approve, submit, totp_code, trail_name
 
 pytestmark = pytest.mark.django_db
 
@@ -286,7 +286,7 @@ def test_halt_is_audited_with_operator_reason_and_what_it_stopped(
 
     event = AuditEvent.objects.get(verb=Verb.HALT_STARTED)
     assert event.chain == f"tenant:{tenant.id}"
-    assert event.actor == "user:admin"
+    assert event.actor == trail_name("admin")
     assert event.subject == f"halt:{halt.id}"
     assert event.data == {
         "scope": "tenant",
@@ -365,7 +365,7 @@ def test_resume_lifts_the_halt_and_intake_and_votes_work_again(
     proposal.refresh_from_db()
     assert proposal.state == State.APPROVED
     lifted_event = AuditEvent.objects.get(verb=Verb.HALT_LIFTED)
-    assert lifted_event.actor == "user:admin"
+    assert lifted_event.actor == trail_name("admin")
     assert lifted_event.data == {"reason": "fixed"}
 
 

@@ -13,15 +13,17 @@ from tests.factories import submit
 
 pytestmark = pytest.mark.django_db
 
-# Exactly, per path: one query reads the replay check, the halt check, the target's history and the
-# active policy versions (approvals/services/intake.py _read_for_intake); the proposal is inserted once,
+# Exactly, per path: one query locks the tenant's and the agent's quota rows (approvals/services/quotas.py),
+# one reads the replay check, the halt check, the open-proposal counts, the target's history and the
+# active policy versions (approvals/services/intake.py _read_for_intake), one spends both quota buckets
+# (one UPDATE); the proposal is inserted once,
 # already evaluated; then its pinned versions (one INSERT) and one INSERT per audit event (3 to review,
 # 4 to allow or deny: audit/chain.py sequences them after commit; on PostgreSQL the event and its place
 # in the sequencer's queue are one statement, on SQLite two). To review: the review notice and the
 # follow-up row the worker chases it by (approvals/notify/chase.py). To allow or
 # deny: the decision and its outbox row, and on PostgreSQL the worker's NOTIFY. Plus the transaction's
 # savepoint and release (a test runs inside a transaction). No mail, no per-reviewer or per-policy query.
-QUERIES = {"review": 10, "allow": 11, "deny": 11}
+QUERIES = {"review": 12, "allow": 13, "deny": 13}
 NOTIFY = {"review": 0, "allow": 1, "deny": 1}  # SELECT pg_notify(...), PostgreSQL only (approvals/wakeup.py)
 AUDIT_EVENTS = {"review": 3, "allow": 4, "deny": 4}  # SQLite: one more INSERT each (audit_auditpending)
 ACTIONS = {

@@ -28,7 +28,7 @@ from approvals.signing import TOKEN_TYPE, sign_decision
 from audit.models import AuditEvent, Verb
 from audit.verify_db import verify_chain
 from lib.env import env_str
-from tests.factories import submit, totp_code
+from tests.factories import submit, totp_code, trail_name
 
 MAX = timedelta(seconds=3600)
 
@@ -136,7 +136,7 @@ def test_rotation_is_audited_without_key_material(admin_user):
 
     event = AuditEvent.objects.get(verb=Verb.SIGNING_KEY_ROTATED)
     assert event.chain == "system"
-    assert event.actor == "user:admin"
+    assert event.actor == trail_name("admin")
     assert event.data == {"kid": new_kid, "retired": [old.kid]}
 
 
@@ -363,7 +363,7 @@ def test_the_rotate_command_prints_key_ids_only(db):
 def test_rotate_command_records_the_operator(db, admin_user):
     call_command("rotate_signing_key", "--operator", "admin", stdout=StringIO())
 
-    assert AuditEvent.objects.get(verb=Verb.SIGNING_KEY_ROTATED).actor == "user:admin"
+    assert AuditEvent.objects.get(verb=Verb.SIGNING_KEY_ROTATED).actor == trail_name("admin")
 
 
 def test_rotate_command_with_prune_rotates_and_prunes_long_retired_keys(db, key_dir):

@@ -8,6 +8,7 @@ for Redis or an internal service accepts nothing.
 """
 
 import asyncio
+import ipaddress
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -152,3 +153,62 @@ def test_an_explicitly_allowed_loopback_network_is_called(listener, settings):
         _get(f"http://127.0.0.1:{listener.port}/", timeout=httpx.Timeout(5, read=0.5))
 
     assert listener.was_connected()
+
+
+def test_a_name_that_resolves_to_no_address_is_a_connect_error(monkeypatch, settings):
+    # A resolver that answers with no address at all cannot be caused on loopback: mocked.
+    settings.AGENT_ALLOWED_HOSTS, settings.AGENT_ALLOWED_NETWORKS = ["agents.example.com"], []
+
+    async def no_addresses(host, port):
+        return []
+
+    monkeypatch.setattr(outbound, "allowed_addresses", no_addresses)
+
+    with pytest.raises(httpx.ConnectError, match="resolves to no address"):
+        _get("http://agents.example.com/")
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "64:ff9b::7f00:1",  # NAT64 of 127.0.0.1
+        "64:ff9b::a00:5",  # NAT64 of 10.0.0.5
+        "64:ff9b::a9fe:a9fe",  # NAT64 of 169.254.169.254
+        "64:ff9b:1::7f00:1",  # NAT64, local-use prefix
+        "2002:7f00:1::1",  # 6to4 of 127.0.0.1
+        "2002:808:808::1",  # 6to4, even of a public address: the tunnel's far end is not checked
+        "2001:0:4136:e378:8000:63bf:3fff:fdd2",  # Teredo
+        "::127.0.0.1",  # IPv4-compatible
+        "::a00:5",  # IPv4-compatible 10.0.0.5
+        "::ffff:127.0.0.1",  # IPv4-mapped
+        "2001:db8::1",  # documentation
+        "3fff::1",  # documentation
+        "fd12:3456::1",  # unique local
+        "fec0::1",  # site-local
+        "100::1",  # discard-only
+    ],
+)
+def test_ipv6_addresses_that_reach_an_ipv4_or_a_local_one_are_refused_for_an_allowed_host(address, settings):
+    """The host is allowed, so only the address decides: each of these leads to loopback, a private
+    network, the metadata service or an unchecked tunnel, though Python 3.11 calls several "global"."""
+    settings.AGENT_ALLOWED_HOSTS, settings.AGENT_ALLOWED_NETWORKS = [address], []
+
+    assert outbound.refusal(address, ipaddress.ip_address(address)) is not None
+    with pytest.raises(outbound.HostNotAllowed):
+        _get(f"http://[{address}]/")
+
+
+def test_an_ipv6_address_carrying_the_metadata_address_is_refused_even_inside_an_allowed_network(settings):
+    settings.AGENT_ALLOWED_HOSTS, settings.AGENT_ALLOWED_NETWORKS = [], ["::/0"]
+
+    assert "link-local" in outbound.refusal("x", ipaddress.ip_address("64:ff9b::a9fe:a9fe"))
+    assert "link-local" in outbound.refusal("x", ipaddress.ip_address("::a9fe:a9fe"))
+
+
+def test_a_nat64_address_of_a_public_ipv4_one_is_judged_as_that_address(settings):
+    """An IPv6-only network with DNS64 reaches public IPv4 agents this way: allowed like 8.8.8.8."""
+    settings.AGENT_ALLOWED_HOSTS, settings.AGENT_ALLOWED_NETWORKS = ["agents.example.com"], []
+
+    assert outbound.refusal("agents.example.com", ipaddress.ip_address("64:ff9b::808:808")) is None
+    assert outbound.refusal("agents.example.com", ipaddress.ip_address("2620:4f:8000::1")) is None
+    assert outbound.refusal("elsewhere.example", ipaddress.ip_address("64:ff9b::808:808")) is not None

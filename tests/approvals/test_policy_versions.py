@@ -21,7 +21,7 @@ from audit.models import AuditEvent, Verb
 from audit.trail import record
 from lib.errors import ConfigRefused, Conflict, PolicyInvalid
 from tests import factories
-from tests.factories import submit, totp_code
+from tests.factories import submit, totp_code, trail_name
 
 pytestmark = pytest.mark.django_db
 
@@ -167,8 +167,13 @@ def test_a_second_admin_activates_and_the_previous_version_is_retired(refunds, a
     assert status_of(first) == RETIRED
     assert refunds.active_version == activated
     event = AuditEvent.objects.get(verb=Verb.POLICY_VERSION_ACTIVATED, data__version=2)
-    assert event.actor == "user:admin"
-    assert event.data == {"policy": "refunds", "version": 2, "author": "second_admin", "retired": 1}
+    assert event.actor == trail_name("admin")
+    assert event.data == {
+        "policy": "refunds",
+        "version": 2,
+        "author": trail_name("second_admin"),
+        "retired": 1,
+    }
 
 
 def test_a_failed_activation_changes_nothing(refunds, admin_user, second_admin, monkeypatch):
@@ -240,10 +245,10 @@ def test_writing_and_activating_are_audited_with_the_whole_version(refunds, admi
     activate_policy_version(draft, actor=second_admin)
 
     created = AuditEvent.objects.get(verb=Verb.POLICY_VERSION_CREATED, subject="policy:refunds@1")
-    assert created.actor == "user:admin"
+    assert created.actor == trail_name("admin")
     assert created.data["condition"] == "double(args.amount) > 10.0"
     assert created.data["thresholds"] == [{"group": "finance", "count": 1}]
-    assert AuditEvent.objects.get(verb=Verb.POLICY_VERSION_ACTIVATED).actor == "user:second_admin"
+    assert AuditEvent.objects.get(verb=Verb.POLICY_VERSION_ACTIVATED).actor == trail_name("second_admin")
 
 
 def test_new_proposals_pin_the_new_version_after_activation(
@@ -444,7 +449,7 @@ def test_policies_are_created_through_the_service_and_audited(tenant, admin_user
     created = create_policy(tenant, slug="deploys", name="Deploys", actor=admin_user)
 
     assert Policy.objects.get(tenant=tenant, slug="deploys") == created
-    assert AuditEvent.objects.filter(subject="policy:deploys", actor="user:admin").exists()
+    assert AuditEvent.objects.filter(subject="policy:deploys", actor=trail_name("admin")).exists()
     with pytest.raises(Conflict):
         create_policy(tenant, slug="deploys", actor=admin_user)
 

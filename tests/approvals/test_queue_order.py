@@ -66,24 +66,3 @@ def test_ties_in_expiry_show_the_riskier_first_across_a_page_boundary(
         str(p.pk) for p in riskier_first
     ]
     assert [p.risk for p in riskier_first][0] == "high" and riskier_first[-1].risk == "low"
-
-
-def test_the_migration_ranks_the_proposals_that_were_there_before(agent, refund_policy, requester):
-    """Rows made before the rank existed get the rank of their risk (the data step of the migration)."""
-    import importlib
-    from pathlib import Path
-
-    from django.apps import apps
-
-    import approvals.migrations
-
-    (migration,) = Path(approvals.migrations.__file__).parent.glob("*_proposal_risk_rank_queue_order.py")
-    fill = importlib.import_module(f"approvals.migrations.{migration.stem}").fill_risk_rank
-    made = {risk: submit(agent) for risk in ("high", "medium", "", "low", "severe")}
-    for risk, proposal in made.items():
-        Proposal.objects.filter(pk=proposal.pk).update(risk=risk, risk_rank=0)  # as before the migration
-    fill(apps, None)
-    ranks = dict(
-        Proposal.objects.filter(pk__in=[p.pk for p in made.values()]).values_list("risk", "risk_rank")
-    )
-    assert ranks == {"high": 3, "medium": 2, "": 2, "low": 1, "severe": 3}

@@ -12,7 +12,7 @@ from approvals.services.votes import cast_vote
 from approvals.states import State
 from lib.errors import VoteRefused
 from tests import factories
-from tests.factories import submit, totp_code
+from tests.factories import submit, totp_code, trail_name
 
 pytestmark = pytest.mark.django_db
 
@@ -62,14 +62,14 @@ def test_all_thresholds_are_required_one_finance_and_two_ops(
     claims = jwt.decode(Decision.objects.get(proposal=proposal).token, options={"verify_signature": False})
     assert claims["quorum"]["required"] == FINANCE_1_OPS_2
     assert sorted(claims["quorum"]["approved_by"]) == [
-        "user:reviewer_a",
-        "user:reviewer_c",
-        "user:reviewer_d",
+        trail_name("reviewer_a"),
+        trail_name("reviewer_c"),
+        trail_name("reviewer_d"),
     ]
     assert sorted((a["sub"], a["group"]) for a in claims["approvers"]) == [
-        ("user:reviewer_a", "finance"),
-        ("user:reviewer_c", "ops"),
-        ("user:reviewer_d", "ops"),
+        (trail_name("reviewer_a"), "finance"),
+        (trail_name("reviewer_c"), "ops"),
+        (trail_name("reviewer_d"), "ops"),
     ]
 
 
@@ -197,7 +197,7 @@ def test_each_approvers_reason_is_in_the_signed_decision(
     vote(proposal, reviewer_c)
     claims = jwt.decode(Decision.objects.get(proposal=proposal).token, options={"verify_signature": False})
     reasons = {a["sub"]: a["reason"] for a in claims["approvers"]}
-    assert reasons == {"user:reviewer_a": "Matches ticket 1182", "user:reviewer_c": ""}
+    assert reasons == {trail_name("reviewer_a"): "Matches ticket 1182", trail_name("reviewer_c"): ""}
 
 
 def test_an_approval_with_a_reservation_is_signed_and_can_ask_for_a_second_approver(
@@ -225,7 +225,10 @@ def test_an_approval_with_a_reservation_is_signed_and_can_ask_for_a_second_appro
     assert state_of(proposal) == State.APPROVED
     claims = jwt.decode(Decision.objects.get(proposal=proposal).token, options={"verify_signature": False})
     reservations = {a["sub"]: a["reservation"] for a in claims["approvers"]}
-    assert reservations == {"user:reviewer_a": "Amount looks high for this customer", "user:reviewer_b": ""}
+    assert reservations == {
+        trail_name("reviewer_a"): "Amount looks high for this customer",
+        trail_name("reviewer_b"): "",
+    }
     cast = AuditEvent.objects.filter(verb=Verb.VOTE_CAST, data__reservation__startswith="Amount")
     assert cast.count() == 1
     sequence_pending()  # metrics read the chained trail (the sequencer runs after commit)

@@ -23,8 +23,7 @@ from audit.models import AuditEvent, Verb
 from audit.verify_db import verify_chain
 from lib.errors import VoteRefused
 from tests import factories
-from tests.audit.pg_flush import audit_triggers_allow_test_flush  # noqa: F401 (flush through the audit trigger)
-from tests.factories import submit, totp_code
+from tests.factories import submit, totp_code, trail_name
 
 pytestmark = [
     pytest.mark.postgres,
@@ -123,7 +122,7 @@ def test_twenty_simultaneous_votes_end_in_the_one_state_their_commit_order_impli
     # No vote was recorded after the one that decided; the Vote rows agree with the chain.
     assert len(cast) == votes_taken == outcomes.count("voted")
     rows = Vote.objects.filter(proposal=proposal).select_related("voter").order_by("created_at")
-    assert [f"user:{row.voter.username}" for row in rows] == [event.actor for event in cast]
+    assert [trail_name(row.voter.username) for row in rows] == [event.actor for event in cast]
 
     assert expected_state in {State.APPROVED, State.REJECTED}  # twenty voters always decide it
     proposal.refresh_from_db()

@@ -14,7 +14,7 @@ from audit.verify_db import verify_chain
 from lib.errors import Conflict, ConsumeRefused, NotFound, RevokeRefused
 from tests import factories
 from tests.concurrency import requires_postgres, run_together
-from tests.factories import approve, submit, totp_code
+from tests.factories import approve, submit, totp_code, trail_name
 
 pytestmark = pytest.mark.django_db
 
@@ -31,7 +31,7 @@ def test_approver_revokes_an_unconsumed_decision(agent, refund_policy, requester
     assert decision.revoke_reason == "the customer withdrew the request"
     assert decision.revoked_at is not None
     event = AuditEvent.objects.get(verb=Verb.DECISION_REVOKED)
-    assert event.actor == "user:reviewer_a"
+    assert event.actor == trail_name("reviewer_a")
     assert event.data == {"jti": str(decision.jti), "reason": "the customer withdrew the request"}
     assert verify_chain(f"tenant:{proposal.tenant_id}").ok
 

@@ -15,6 +15,8 @@ from django.conf import settings
 from django.test import Client
 from django.urls import reverse
 
+from audit.chain import sequence_pending
+from tests import factories
 from tests.factories import submit, verified_client
 
 pytestmark = pytest.mark.django_db
@@ -138,3 +140,25 @@ def test_with_debug_off_http_is_redirected_and_https_gets_hsts_behind_the_proxy(
     assert lines["plain"] == "301 https://reviewer.example/accounts/login/"
     assert lines["proxied"] == "200 max-age=31536000; includeSubDomains; preload"
     assert lines["cookies"] == "True"
+
+
+def test_no_page_has_an_inline_style_and_the_policy_allows_none(pages, admin_user, reviewer_a, tenant):
+    """Neither a style attribute nor a <style> block in a page, so the policy can refuse both."""
+    factories.approve(factories.make_agent(tenant, slug="charts"), reviewer_a)  # the metrics draw charts
+    sequence_pending()  # what the on-commit hook does outside a test's transaction
+    client, superuser = verified_client(admin_user), verified_client(factories.policy_admins()[0])
+    admin_pages = ["/admin/", "/admin/approvals/proposal/", "/admin/approvals/policy/add/"]
+    urls = [(client, url) for url in [*pages, reverse("audit:metrics", args=[tenant.slug]) + "?days=7"]]
+    for browser, url in [*urls, *((superuser, url) for url in admin_pages), (Client(), reverse("login"))]:
+        response = browser.get(url)
+        assert response.status_code == 200, url
+        assert "'unsafe-inline'" not in response["Content-Security-Policy"], url
+        assert csp_directives(response)["style-src"] == ["'self'"]
+        html = response.content.decode()
+        assert not re.search(r"\sstyle\s*=", html, re.IGNORECASE), (
+            url,
+            re.findall(r".{60}\sstyle=.{60}", html),
+        )
+        assert not re.search(r"<style\b", html, re.IGNORECASE), url
+    metrics = client.get(reverse("audit:metrics", args=[tenant.slug]) + "?days=7").content.decode()
+    assert '<svg role="img"' in metrics and 'class="chart"' in metrics  # a chart was drawn, without style

@@ -2,12 +2,8 @@
 and the A2A agent's `order:1182` are one order; the admins' classification may name a tool's target
 argument and declare tools equivalent; history, the duplicate warning and CEL `history` use it."""
 
-import importlib
-
 import pytest
-from django.apps import apps
 
-from approvals.models import Proposal
 from approvals.policy import history
 from approvals.states import State
 from approvals.web.pages import detail_context
@@ -113,12 +109,3 @@ def test_cel_history_counts_the_other_spelling(tenant, agent, requester, reviewe
     )
     again = submit(agent, action=_rest_spelling())
     assert again.state == State.DENIED
-
-
-def test_the_data_migration_re_keys_existing_rows(agent, refund_policy, requester):
-    proposal = submit(agent, action=_rest_spelling())
-    Proposal.objects.filter(pk=proposal.pk).update(target_key="payments.refund|order_id=1182")  # the old key
-    migration = importlib.import_module("approvals.migrations.0012_target_identity")
-    migration.re_key_targets(apps, None)
-    proposal.refresh_from_db()
-    assert proposal.target_key == "payments.refund|order:1182"

@@ -27,7 +27,7 @@ from approvals.web.pages import page_hash
 from audit.models import AuditEvent, Verb
 from lib.errors import DeviceResetRefused
 from tests import factories
-from tests.factories import PASSWORD, fresh_step_up, submit, totp_code, verified_client
+from tests.factories import PASSWORD, fresh_step_up, submit, totp_code, trail_name, verified_client
 
 pytestmark = pytest.mark.django_db
 
@@ -104,7 +104,7 @@ def test_a_right_password_with_a_wrong_code_is_audited_and_a_wrong_password_is_n
     Client().post(reverse("login"), {"username": "reviewer_a", "password": PASSWORD, "otp_token": "000000"})
 
     (event,) = AuditEvent.objects.filter(verb=Verb.SIGN_IN_CODE_REFUSED)
-    assert event.subject == "user:reviewer_a" and "000000" not in str(event.data)
+    assert event.subject == trail_name("reviewer_a") and "000000" not in str(event.data)
 
 
 def test_login_without_a_code_is_refused_for_a_person_with_an_authenticator(reviewer_a):
@@ -154,7 +154,7 @@ def test_enrollment_shows_a_qr_code_confirms_a_code_and_shows_backup_codes_once(
     assert all(code in done.content.decode() for code in codes)
     assert done.wsgi_request.user.is_verified()
     event = AuditEvent.objects.get(verb=Verb.DEVICE_ENROLLED)
-    assert event.subject == "user:newcomer" and not any(code in str(event.data) for code in codes)
+    assert event.subject == trail_name("newcomer") and not any(code in str(event.data) for code in codes)
 
     again = client.get(reverse("approvals:enroll"))
     assert "Your authenticator is set up" in again.content.decode()

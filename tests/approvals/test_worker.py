@@ -23,7 +23,6 @@ from audit.models import AuditEvent, Verb
 from audit.verify_db import verify_chain
 from tests import factories
 from tests.approvals.fake_agent import FakeAgent
-from tests.audit.pg_flush import audit_triggers_allow_test_flush  # noqa: F401 (flush through the audit trigger)
 from tests.factories import totp_code
 
 pytestmark = pytest.mark.django_db

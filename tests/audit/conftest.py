@@ -3,7 +3,6 @@
 import pytest
 
 from audit import jobs
-from tests.audit.pg_flush import audit_triggers_allow_test_flush  # noqa: F401 (registers the fixture here)
 
 
 @pytest.fixture(autouse=True)

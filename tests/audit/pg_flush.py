@@ -1,43 +1,44 @@
-"""Let Django's test flush through the append-only trigger on PostgreSQL.
+"""Let Django's test flush through the append-only triggers on PostgreSQL.
 
-Transactional tests (django_db(transaction=True), transactional_db, live_server) end with Django's
-flush: one TRUNCATE of every table, which the audit trigger refuses, as it must for the application.
-This fixture switches triggers off (`session_replication_role = replica`, superuser only) on the
-connection that is about to flush, after the test body and before the flush; Django closes that
-connection right after flushing, so the next test starts with the triggers on again.
+Transactional tests (django_db(transaction=True), transactional_db, live_server) end with Django's flush:
+one TRUNCATE of every table, which the audit triggers refuse, as they must for the application. The
+flush is wrapped so that its own connection switches triggers off (`session_replication_role =
+replica`, superuser only) for the flush alone and back on right after it, on the very connection that
+flushed, whether or not Django closes it then.
 
-Registered for every test by `from tests.audit.pg_flush import audit_triggers_allow_test_flush` in
-tests/conftest.py (tests/audit/conftest.py imports it for this folder).
+An earlier version switched them off from a fixture's teardown and relied on Django closing that
+connection after the flush; some connection survived, and under pytest-xdist the tests that a worker ran
+next (hundreds of them) had the audit triggers off, so the owner-attack tests, which need the triggers,
+did not raise. tests/conftest.py calls `let_the_test_flush_through_audit_triggers()` once.
 """
 
-import pytest
+import functools
+
 from django.db import connections
-
-TRANSACTIONAL_FIXTURES = {
-    "transactional_db",
-    "live_server",
-    "django_db_reset_sequences",
-    "django_db_serialized_rollback",
-}
+from django.test import TransactionTestCase
 
 
-def _is_transactional(request) -> bool:
-    marker = request.node.get_closest_marker("django_db")
-    if marker and (marker.kwargs.get("transaction") or marker.kwargs.get("reset_sequences")):
-        return True
-    return bool(TRANSACTIONAL_FIXTURES & set(request.fixturenames))
-
-
-@pytest.fixture(autouse=True)
-def audit_triggers_allow_test_flush(request):
-    if not _is_transactional(request):
-        yield
-        return
-    # Depending on the database helper makes pytest tear this fixture down before the flush.
-    request.getfixturevalue("_django_db_helper")
-    yield
-    for connection in connections.all():
-        if connection.vendor == "postgresql":
-            # cursor() connects if the test never did: the flush runs on this very connection.
+def _set_triggers(flushed_connections, role: str) -> None:
+    for connection in flushed_connections:
+        if connection.connection is not None or role == "replica":  # replica: connect if need be
             with connection.cursor() as cursor:
-                cursor.execute("SET session_replication_role = replica")
+                cursor.execute(f"SET session_replication_role = {role}")
+
+
+def let_the_test_flush_through_audit_triggers() -> None:
+    original = TransactionTestCase._fixture_teardown
+    if getattr(original, "flushes_through_audit_triggers", False):
+        return
+
+    @functools.wraps(original)
+    def fixture_teardown(self):
+        names = self._databases_names(include_mirrors=False)
+        postgres = [connections[name] for name in names if connections[name].vendor == "postgresql"]
+        _set_triggers(postgres, "replica")
+        try:
+            original(self)
+        finally:
+            _set_triggers(postgres, "origin")
+
+    fixture_teardown.flushes_through_audit_triggers = True
+    TransactionTestCase._fixture_teardown = fixture_teardown

@@ -18,7 +18,7 @@ from audit.models import AuditEvent, ChainHead, Checkpoint, PublicKey, Verb
 from audit.verify_db import verify_chain
 from lib.errors import VoteRefused
 from tests.audit.util import lifecycle
-from tests.factories import submit
+from tests.factories import submit, trail_name
 
 pytestmark = pytest.mark.django_db
 
@@ -27,6 +27,13 @@ pytestmark = pytest.mark.django_db
 def test_append_outside_the_transaction_of_the_change_is_refused():
     with pytest.raises(RuntimeError, match="inside the transaction"):
         append("system", actor="system", verb=Verb.HALT_STARTED, subject="halt:1")
+
+
+def test_a_verb_the_trail_does_not_know_is_refused_and_nothing_is_written():
+    """The verb column has no choices (a new verb needs no migration): append checks it instead."""
+    with pytest.raises(ValueError, match="unknown audit verb 'halt.begun'"), transaction.atomic():
+        append("system", actor="system", verb="halt.begun", subject="halt:1")
+    assert not AuditEvent.objects.exists()
 
 
 @pytest.mark.parametrize(
@@ -79,7 +86,7 @@ def test_audit_events_hold_no_codes_tokens_or_private_keys(
         key_pem.splitlines()[1],
     ):
         assert secret not in everything
-    assert AuditEvent.objects.filter(verb=Verb.STEP_UP_FAILED, actor="user:reviewer_b").exists()
+    assert AuditEvent.objects.filter(verb=Verb.STEP_UP_FAILED, actor=trail_name("reviewer_b")).exists()
 
 
 def test_events_record_what_the_reviewer_saw_who_decided_how_the_policy_and_the_jti(

@@ -36,7 +36,7 @@ def test_the_bundles_readme_names_the_downloaded_file_and_the_pinned_key_command
     filename = download["Content-Disposition"].split('filename="')[1].rstrip('"')
     with zipfile.ZipFile(jobs.export_path(job)) as bundle:
         readme = bundle.read("README.txt").decode()
-    command = f"python -m audit.verify {filename} --jwks https://reviewer.example/.well-known/jwks.json"
+    command = f"reviewer-verify {filename} --jwks https://reviewer.example/.well-known/jwks.json"
     assert command in readme
     assert str(job.id) not in readme  # the server's own file name is not the one the reader has
     assert command in client.get(url("export_job", job_id=job.id)).content.decode()

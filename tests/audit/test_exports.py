@@ -17,7 +17,7 @@ from audit.exports import Selection, chunks
 from audit.models import AuditEvent, ExportJob, Verb
 from audit.verify.bundle import verify_bundle
 from tests.audit.util import export_bundle, lifecycle, raw, rewrite_from, tenant_ref, verify_offline
-from tests.factories import fresh_step_up, make_agent, make_policy, refund_action
+from tests.factories import fresh_step_up, make_agent, make_policy, refund_action, trail_name
 
 pytestmark = pytest.mark.django_db
 
@@ -226,7 +226,7 @@ def test_a_background_export_job_runs_to_done_with_progress_and_a_checksum(
     monkeypatch.setattr(records, "PAGE_SIZE", 7)
     job = jobs.create_export(tenant_ref(tenant), user=compliance, kind="jsonl", filters={})
     assert AuditEvent.objects.filter(
-        verb=Verb.EXPORT_CREATED, subject=f"export:{job.id}", actor="user:compliance"
+        verb=Verb.EXPORT_CREATED, subject=f"export:{job.id}", actor=trail_name("compliance")
     ).exists()
     steps = jobs._steps(jobs._claim(job.pk))
     next(steps)
@@ -317,7 +317,7 @@ def test_the_bundle_readme_names_the_bundle_not_its_temporary_file(mixed, tenant
     export_bundle(tenant, partial)
     with zipfile.ZipFile(partial) as archive:
         readme = archive.read("README.txt").decode()
-    assert "python -m audit.verify acme.zip" in readme and ".part" not in readme
+    assert "reviewer-verify acme.zip --jwks" in readme and ".part" not in readme
 
 
 def _pinned_jwks(tmp_path):

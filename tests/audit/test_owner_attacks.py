@@ -27,6 +27,10 @@ def shipped_trail(
         for voter in (reviewer_a, reviewer_b, reviewer_a):
             lifecycle(agent, voter)
     chain = f"tenant:{agent.tenant_id}"
+    if connection.vendor == "postgresql":  # these attacks meet the triggers only if they are on
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW session_replication_role")
+            assert cursor.fetchone() == ("origin",), "an earlier test left the audit triggers off"
     assert [c["seq"] for c in checkpoint_files.read(chain)] == [10, 20, 30]
     assert verify_chain(chain).ok
     return chain

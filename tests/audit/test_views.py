@@ -17,7 +17,7 @@ from audit.chain import checkpoint_head
 from audit.models import AuditEvent, ExportJob, Verb
 from tenants.models import TenantMembership
 from tests.audit.util import lifecycle, tenant_ref, verified_client
-from tests.factories import make_user, submit, totp_code
+from tests.factories import make_user, submit, totp_code, trail_name
 
 pytestmark = pytest.mark.django_db
 
@@ -108,7 +108,7 @@ def test_compliance_cannot_vote_over_http(agent, refund_policy, requester, revie
     assert not Vote.objects.filter(proposal=proposal).exists()
     proposal.refresh_from_db()
     assert proposal.state == "awaiting_review"
-    refused = AuditEvent.objects.get(verb=Verb.VOTE_REFUSED, actor="user:compliance")
+    refused = AuditEvent.objects.get(verb=Verb.VOTE_REFUSED, actor=trail_name("compliance"))
     assert refused.data["code"] == "not_eligible"
 
 
@@ -119,7 +119,7 @@ def test_compliance_can_export_over_http(decided, compliance):
     body = b"".join(response.streaming_content).decode()
     assert body.startswith("seq,at,chain,actor,verb,subject,data,prev_hash,hash")
     event = AuditEvent.objects.get(verb=Verb.EXPORT_CREATED)
-    assert event.actor == "user:compliance" and event.data["delivery"] == "stream"
+    assert event.actor == trail_name("compliance") and event.data["delivery"] == "stream"
     # the header, everything up to the request, then the signed head
     assert len(body.strip().splitlines()) == 1 + event.seq + 1
     assert body.strip().splitlines()[-1].startswith("export_head,")
@@ -222,7 +222,7 @@ def test_the_evidence_packet_json_holds_envelope_votes_token_delivery_consumptio
     assert packet["proposal"]["envelope"]["action"] == decided.action
     assert packet["shown"]["action_digest"] == decided.action_digest
     vote = packet["votes"][0]
-    assert vote["reviewer"] == "user:reviewer_a" and vote["name"] == "Alice"
+    assert vote["reviewer"] == trail_name("reviewer_a") and vote["name"] == "Alice"
     assert vote["counted_in_group"] == "finance" and vote["authentication"]["method"] == "totp"
     assert vote["page_hash"] == "sha256:" + "ab" * 32
     # The hash and the checked claims, never the token (a bearer credential until used or expired).
@@ -297,7 +297,7 @@ def test_a_finished_bundle_page_names_the_file_the_download_saves(decided, tenan
     download = client.get(url("export_download", job_id=job.id))
     filename = download["Content-Disposition"].split('filename="')[1].rstrip('"')
     assert filename.startswith("audit-acme-") and filename.endswith(".zip")
-    assert f"python -m audit.verify {filename}" in page
+    assert f"reviewer-verify {filename}" in page
 
 
 def test_the_evidence_page_shows_structured_data_as_json_not_python(decided, compliance):

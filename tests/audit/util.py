@@ -124,9 +124,9 @@ def verify_offline(*args) -> subprocess.CompletedProcess:
 def rewrite_from(chain: str, first_seq: int, change, *, every: bool = False) -> None:
     """Change the event at `first_seq` (or every event from there on) with `change(data) -> data` and
     recompute every hash after it, as someone with database access could."""
-    from audit.hashing import hash_body
     from audit.models import AuditEvent
     from audit.shapes import event_body
+    from audit.verify.hashing import hash_body
 
     cast = "::jsonb" if connection.vendor == "postgresql" else ""
     prev_hash = AuditEvent.objects.get(chain=chain, seq=first_seq - 1).hash

@@ -1,6 +1,7 @@
 """Passkeys in a real browser: Chromium's virtual authenticator (CDP WebAuthn domain) stands in for the
-person's device. A reviewer adds a passkey under Your devices, signs in with it instead of a code, and
-approves a proposal whose policy says step_up "passkey"; the signed decision says so.
+person's device. A reviewer confirms with a code and adds a passkey under Your devices, signs in with it
+instead of a code, is refused on a proposal whose policy says step_up "passkey" while the passkey is new,
+and approves it once an admin vouched for the passkey; the signed decision says so.
 
 WebAuthn needs a secure context and a relying party id that is a host name: the pages are opened at
 http://localhost:<port>, which is the development default (WEBAUTHN_RP_ID "localhost", origin
@@ -12,6 +13,7 @@ import pytest
 from django_otp_webauthn.models import WebAuthnCredential
 from playwright.sync_api import expect
 
+from accounts.devices import vouch_for_new_passkeys
 from approvals.models import Decision, Proposal, Vote
 from approvals.states import State
 from tests import factories
@@ -68,6 +70,11 @@ def test_a_reviewer_adds_a_passkey_signs_in_with_it_and_approves_a_passkey_polic
     page.get_by_role("button", name="Sign in", exact=True).click()
     expect(page.get_by_role("heading", name="To decide", level=1)).to_be_visible()
     page.get_by_role("link", name="Your devices").click()
+    # Being signed in is not enough to add a factor: the page asks for a fresh code first.
+    expect(page.locator("#confirm")).to_contain_text("being signed in is not enough")
+    page.get_by_label("Code from your authenticator app (or a backup code)").fill(totp_code(reviewer_a))
+    page.get_by_role("button", name="Confirm with the code").click()
+    expect(page.locator("#confirm")).to_contain_text("Confirmed with a code from your authenticator app")
     page.get_by_label("Name of the new passkey").fill("Work laptop")
     page.get_by_role("button", name="Add a passkey").click()
     expect(page.get_by_text("Your passkey “Work laptop” is registered.")).to_be_visible()
@@ -90,6 +97,15 @@ def test_a_reviewer_adds_a_passkey_signs_in_with_it_and_approves_a_passkey_polic
     expect(page.get_by_label("One-time code")).to_have_count(0)
     page.get_by_label("Reason").fill("Matches the support ticket")
     screenshot(page, "passkey-vote")
+    # The passkey is new: a passkey-only policy refuses it, and says why and what to do.
+    page.locator("#decision").get_by_role("button", name="Approve").click()
+    expect(page.locator("#decision")).to_contain_text("needs a passkey you have had longer")
+    assert not Vote.objects.filter(proposal=proposal).exists()
+
+    # A tenant admin, who asked the reviewer on the phone, vouches for it: now it is accepted.
+    admin = beside_the_browser(factories.make_user, "dana", tenant=tenant, role="admin", groups=["admins"])
+    beside_the_browser(vouch_for_new_passkeys, reviewer_a, actor=admin, reason="asked her by phone")
+    page.get_by_label("Reason").fill("Matches the support ticket")
     page.locator("#decision").get_by_role("button", name="Approve").click()
     expect(page.get_by_text("Your approval is recorded.")).to_be_visible()
     screenshot(page, "passkey-approved")
@@ -98,3 +114,9 @@ def test_a_reviewer_adds_a_passkey_signs_in_with_it_and_approves_a_passkey_polic
     assert Vote.objects.get(proposal=proposal).auth_method == "passkey"
     claims = jwt.decode(Decision.objects.get(proposal=proposal).token, options={"verify_signature": False})
     assert [approver["auth"]["method"] for approver in claims["approvers"]] == ["passkey"]
+
+    # Vouched for, the passkey is the strongest factor: Your devices asks for it before any change.
+    page.goto("/accounts/devices/")
+    expect(page.locator("#confirm")).to_contain_text("confirm with one of your passkeys first")
+    page.locator("#confirm").get_by_role("button", name="Confirm with a passkey").click()
+    expect(page.locator("#confirm")).to_contain_text("Confirmed with one of your passkeys")

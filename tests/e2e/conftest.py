@@ -33,7 +33,6 @@ from django.test import override_settings
 
 import signing_keys as keys
 from examples.downstream import FakePaymentsServer
-from tests.audit.pg_flush import audit_triggers_allow_test_flush  # noqa: F401 (flush through the audit trigger)
 from tests.examples.harness import CHECKOUT_PYTHONPATH, AgentProcess, stop_process, stop_processes
 from tests.waiting import wait_until
 

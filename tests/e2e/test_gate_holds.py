@@ -33,6 +33,7 @@ from tenants.models import GroupMembership
 from tests import factories
 from tests.e2e.test_a2a_loop import ask_refund, ledger, task_state, wait_for
 from tests.examples.harness import AgentClient, AgentProcess
+from tests.factories import trail_name
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -552,7 +553,7 @@ def test_12_the_audit_trail_links_principal_task_digest_policy_reviewer_decision
     )
     assert events[Verb.POLICY_EVALUATED].data["policies"] == [{"id": "customer-money", "version": 1}]
     vote = events[Verb.VOTE_CAST]
-    assert vote.actor == "user:reviewer_a" and vote.data["digest_seen"] == proposal.action_digest
+    assert vote.actor == trail_name("reviewer_a") and vote.data["digest_seen"] == proposal.action_digest
     assert vote.data["auth"]["method"] == "totp"
     signed = events[Verb.DECISION_SIGNED].data
     assert signed["jti"] == str(decision.jti) and signed["action_digest"] == proposal.action_digest

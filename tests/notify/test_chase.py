@@ -15,7 +15,7 @@ from approvals.worker.loop import Worker
 from audit.models import AuditEvent, Verb
 from lib.errors import PolicyInvalid, VoteRefused
 from tests import factories
-from tests.factories import submit
+from tests.factories import submit, trail_name
 
 pytestmark = pytest.mark.django_db
 
@@ -159,7 +159,7 @@ def test_the_escalation_step_adds_people_to_the_eligible_set_at_its_time(
     proposal.refresh_from_db()
     assert proposal.state == "approved"
     escalated = AuditEvent.objects.get(verb=Verb.PROPOSAL_ESCALATED, subject=f"proposal:{proposal.id}")
-    assert escalated.data["added"] == ["reviewer_c"]
+    assert escalated.data["added"] == [trail_name("reviewer_c")]
 
 
 def test_escalation_never_adds_the_requester_as_a_decider(tenant, agent, requester, reviewer_a):

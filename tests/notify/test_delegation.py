@@ -14,7 +14,7 @@ from approvals.worker.loop import Worker
 from audit.models import AuditEvent, Verb
 from lib.errors import VoteRefused
 from tests import factories
-from tests.factories import submit
+from tests.factories import submit, trail_name
 
 pytestmark = pytest.mark.django_db
 
@@ -40,10 +40,10 @@ def test_a_delegate_decides_within_the_period_and_the_token_names_both(
     proposal.refresh_from_db()
     assert proposal.state == "approved"
     (approver,) = jwt.decode(proposal.decision.token, options={"verify_signature": False})["approvers"]
-    assert approver["sub"] == "user:reviewer_c"
-    assert approver["on_behalf_of"] == {"sub": "user:reviewer_a", "name": "Alice"}
+    assert approver["sub"] == trail_name("reviewer_c")
+    assert approver["on_behalf_of"] == {"sub": trail_name("reviewer_a"), "name": "Alice"}
     used = AuditEvent.objects.get(verb=Verb.DELEGATION_USED, subject=f"proposal:{proposal.id}")
-    assert used.data == {"delegate": "user:reviewer_c", "on_behalf_of": "user:reviewer_a"}
+    assert used.data == {"delegate": trail_name("reviewer_c"), "on_behalf_of": trail_name("reviewer_a")}
 
 
 def test_a_delegate_cannot_decide_after_the_period(
@@ -146,7 +146,7 @@ def test_people_set_delegations_on_their_page_and_admins_see_the_active_ones(
     )
     assert response.status_code == 302
     created = AuditEvent.objects.get(verb=Verb.DELEGATION_CREATED)
-    assert created.data["delegate"] == "user:reviewer_c"
+    assert created.data["delegate"] == trail_name("reviewer_c")
     page = factories.verified_client(admin_user).get("/out-of-office/")
     assert b"Active delegations in your tenants" in page.content
     assert b"reviewer_a" in page.content and b"reviewer_c" in page.content

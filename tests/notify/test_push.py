@@ -13,7 +13,7 @@ from approvals.models.notifications import PushSubscription
 from approvals.notify import push
 from audit.models import AuditEvent, Verb
 from tests import factories
-from tests.factories import submit
+from tests.factories import submit, trail_name
 from tests.notify.receivers import PushService
 
 pytestmark = pytest.mark.django_db
@@ -53,7 +53,7 @@ def test_a_subscribed_phone_gets_the_new_proposal_encrypted_and_signed(
 ):
     settings.REVIEWER_ISSUER = "https://reviewer.example.test"
     assert subscribe(reviewer_a, push_service.subscription()).status_code == 201
-    assert AuditEvent.objects.filter(verb=Verb.PUSH_DEVICE_ADDED, actor="user:reviewer_a").exists()
+    assert AuditEvent.objects.filter(verb=Verb.PUSH_DEVICE_ADDED, actor=trail_name("reviewer_a")).exists()
     proposal = submit(agent, summary="Refund EUR 40.00 \u202eto order 1182")
     assert push.push_to(reviewer_a, proposal, "new") == 1
     assert push.push_to(reviewer_a, proposal, "new") == 0  # once per proposal, person and reason

@@ -9,8 +9,8 @@ import pytest
 
 from audit import siem
 from audit.chain import sequence_pending
-from audit.hashing import GENESIS_HASH, HASHED_FIELDS, hash_body
 from audit.models import AuditEvent, SiemCursor
+from audit.verify.hashing import GENESIS_HASH, HASHED_FIELDS, hash_body
 from tests.factories import submit
 from tests.notify.receivers import HttpCollector, SyslogCollector
 from tests.waiting import wait_until

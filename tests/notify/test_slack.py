@@ -21,7 +21,7 @@ from approvals.services.reconcile import apply_task_state, expire_due
 from audit.models import AuditEvent, Verb
 from lib.errors import ActionRefused
 from tests import factories
-from tests.factories import totp_code
+from tests.factories import totp_code, trail_name
 from tests.notify.slack_requests import FINANCE_CHANNEL, button, link, signed_post, submission
 from tests.notify.slack_standin import BOT_TOKEN
 
@@ -153,12 +153,15 @@ def test_a_chat_approval_with_a_fresh_code_counts_toward_the_quorum_like_a_page_
     )
     assert vote.page_hash.startswith("slack:")
     cast = AuditEvent.objects.get(verb=Verb.VOTE_CAST, subject=f"proposal:{proposal.id}")
-    assert cast.actor == "user:reviewer_a" and cast.data["auth"]["method"] == "totp"
+    assert cast.actor == trail_name("reviewer_a") and cast.data["auth"]["method"] == "totp"
     # The second approval, on the page, completes the same quorum.
     factories.vote(proposal, reviewer_b)
     proposal.refresh_from_db()
     assert proposal.state == "approved"
-    assert sorted(a["sub"] for a in _approvers(proposal)) == ["user:reviewer_a", "user:reviewer_b"]
+    assert sorted(a["sub"] for a in _approvers(proposal)) == [
+        trail_name("reviewer_a"),
+        trail_name("reviewer_b"),
+    ]
 
 
 def _approvers(proposal):
@@ -277,7 +280,7 @@ def test_an_unlinked_slack_user_gets_a_one_time_link_the_person_confirms_in_revi
     page.post(f"/slack/link/{token}/")
     identity = SlackIdentity.objects.get()
     assert (identity.slack_user_id, identity.user) == ("U0ALICE", reviewer_a)
-    assert AuditEvent.objects.filter(verb=Verb.SLACK_LINKED, actor="user:reviewer_a").exists()
+    assert AuditEvent.objects.filter(verb=Verb.SLACK_LINKED, actor=trail_name("reviewer_a")).exists()
     # The link works once: another person cannot take it afterwards.
     other = factories.verified_client(reviewer_b)
     assert other.get(f"/slack/link/{token}/").status_code == 410

@@ -10,7 +10,7 @@ from approvals.services.webhooks import register_endpoint
 from approvals.worker.loop import Worker
 from lib.errors import ConfigRefused
 from tests import factories
-from tests.factories import submit
+from tests.factories import submit, trail_name
 from tests.notify.receivers import WebhookReceiver
 
 pytestmark = pytest.mark.django_db
@@ -122,5 +122,5 @@ def test_a_tenant_admin_registers_an_endpoint_in_the_admin_and_sees_the_secret_o
     assert endpoint.events == ["proposal.approved"] and endpoint.secret.startswith("whsec_")
     shown = [str(m) for m in get_messages(response.wsgi_request)]
     assert any(endpoint.secret in m for m in shown)
-    assert AuditEvent.objects.filter(verb=Verb.WEBHOOK_REGISTERED, actor="user:policy-author").exists()
+    assert AuditEvent.objects.filter(verb=Verb.WEBHOOK_REGISTERED, actor=trail_name("policy-author")).exists()
     assert endpoint.secret not in str(AuditEvent.objects.get(verb=Verb.WEBHOOK_REGISTERED).data)

@@ -13,6 +13,7 @@ from audit.models import AuditEvent, Verb
 from sso.models import ExternalIdentity
 from tenants.models import TenantMembership
 from tests import factories
+from tests.factories import trail_name
 from tests.sso.conftest import sign_in_through_provider
 
 pytestmark = pytest.mark.django_db
@@ -31,7 +32,9 @@ def test_first_sign_in_creates_the_person_just_in_time_and_verifies_the_session(
     assert not identity.user.has_usable_password()
     assert TenantMembership.objects.get(tenant=tenant, user=identity.user).role == "reviewer"
     assert client.get("/").status_code == 200  # the queue: a verified session (the provider's device)
-    verbs = list(AuditEvent.objects.filter(subject="user:dana@acme.example").values_list("verb", flat=True))
+    verbs = list(
+        AuditEvent.objects.filter(subject=trail_name("dana@acme.example")).values_list("verb", flat=True)
+    )
     assert Verb.PERSON_PROVISIONED in verbs and Verb.SSO_SIGNED_IN in verbs
 
 

@@ -43,7 +43,7 @@ class Child:
         self.log_path = log_dir / f"{name}.log"
         self.process: subprocess.Popen | None = None
 
-    def start(self) -> None:
+    def start(self) -> subprocess.Popen:
         with self.log_path.open("ab") as log:
             # A session of its own: the terminal's Ctrl-C reaches run_demo only, which stops the
             # children in order instead of all of them dying at once.
@@ -55,6 +55,7 @@ class Child:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        return self.process
 
     def is_ready(self) -> bool:
         if self.ready_url:
@@ -152,8 +153,8 @@ class Command(BaseCommand):
         }
         try:
             for child in children:
-                child.start()
-                self.stdout.write(f"started {child.name} (pid {child.process.pid}), log {child.log_path}")
+                process = child.start()
+                self.stdout.write(f"started {child.name} (pid {process.pid}), log {child.log_path}")
             self._wait_ready(children, stop)
             if requests and not stop.is_set():
                 self._send_demo_requests(agent_url, reviewer_url, push_token, requests, log_dir, env)
@@ -240,7 +241,8 @@ class Command(BaseCommand):
     @staticmethod
     def _crash_report(children: list[Child]) -> str:
         return "\n".join(
-            f"{child.name} (exit {child.process.returncode if child.exited() else 'running'}), "
+            f"{child.name} (exit "
+            f"{child.process.returncode if child.process and child.exited() else 'running'}), "
             f"last lines of {child.log_path}:\n{child.log_tail()}"
             for child in children
         )

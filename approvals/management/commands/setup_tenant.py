@@ -202,7 +202,8 @@ class Command(BaseCommand):
                     name=plan.name or plan.slug,
                     default_ttl_seconds=plan.default_ttl_seconds or 3600,
                 )
-                self.stdout.write(f"created tenant {tenant.slug} (admin group: {tenant.admin_group.slug})")
+                admin_group = tenant.admin_group.slug if tenant.admin_group else "none"
+                self.stdout.write(f"created tenant {tenant.slug} (admin group: {admin_group})")
             elif plan.name or plan.default_ttl_seconds:
                 tenant = update_tenant(tenant, name=plan.name, default_ttl_seconds=plan.default_ttl_seconds)
         except ServiceError as error:
@@ -246,6 +247,8 @@ class Command(BaseCommand):
                 if role == TenantMembership.Role.ADMIN:
                     # The fail-closed default routes to the admin group: an admin who is not in it
                     # could not decide what no policy matches. And an admin configures in /admin/.
+                    if tenant.admin_group is None:
+                        raise CommandError(f"{tenant.slug} has no admin group: choose one in /admin/ first")
                     add_group_member(tenant.admin_group, user)
                     grant_admin_site(tenant, user)
             except ServiceError as error:

@@ -4,6 +4,7 @@ does this on its own every AUDIT_CHECKPOINT_SECONDS; this is for an operator (e.
 from django.core.management.base import BaseCommand, CommandError
 
 from audit.chain import checkpoint_head, write_due_checkpoints
+from audit.labels import tenant_chain
 from audit.verify_db import all_chains
 from tenants import queries as tenant_queries
 
@@ -29,7 +30,7 @@ class Command(BaseCommand):
                 tenant = tenant_queries.tenant_by_key(options["tenant"])
                 if tenant is None:
                     raise CommandError(f"no tenant {options['tenant']!r}")
-                chains = [tenant.chain]
+                chains = [tenant_chain(tenant.id)]
             else:
                 chains = [options["chain"]] if options["chain"] else all_chains()
             written = [c for c in map(checkpoint_head, chains) if c is not None]

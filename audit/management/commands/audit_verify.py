@@ -8,6 +8,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from audit.labels import tenant_chain
 from audit.verify_db import all_chains, verify_chain
 from tenants import queries as tenant_queries
 
@@ -53,7 +54,7 @@ class Command(BaseCommand):
             tenant = tenant_queries.tenant_by_key(options["tenant"])
             if tenant is None:
                 raise CommandError(f"no tenant {options['tenant']!r}")
-            chains = [tenant.chain]
+            chains = [tenant_chain(tenant.id)]
         elif options["chain"]:
             chains = [options["chain"]]
         else:
@@ -64,16 +65,20 @@ class Command(BaseCommand):
                 jwks = json.load(file)
         broken = []
         for chain in chains:
-            result = verify_chain(
-                chain, jwks, checkpoint_source=options["checkpoints"], previous=options["previous"]
-            )
+            try:
+                result = verify_chain(
+                    chain, jwks, checkpoint_source=options["checkpoints"], previous=options["previous"]
+                )
+            except Exception as error:  # noqa: BLE001 - a trail this broken is a finding, not a traceback
+                broken.append(chain)
+                self.stdout.write(self.style.ERROR(f"{chain}: FAILED, could not be verified: {error!r}"))
+                continue
             if result.ok:
                 self.stdout.write(f"{chain}: OK, {result.events} events, {result.checkpoints} checkpoints")
                 continue
             broken.append(chain)
-            self.stdout.write(
-                self.style.ERROR(f"{chain}: FAILED, first bad event: seq {result.first_bad_seq}")
-            )
+            where = f"seq {result.first_bad_seq}" if result.first_bad_seq is not None else "none named"
+            self.stdout.write(self.style.ERROR(f"{chain}: FAILED, first bad event: {where}"))
             for problem in result.problems:
                 self.stdout.write(f"  {problem}")
         if not chains:

@@ -1,6 +1,6 @@
-"""`manage.py setup_database_roles --owner reviewer_owner --app reviewer_app`: the two PostgreSQL roles
-that keep the audit trail out of the application's reach (README "Audit trail: database roles and
-checkpoints").
+"""`manage.py setup_database_roles --owner reviewer_owner --app reviewer_app [--sequencer reviewer_seq]`:
+the PostgreSQL roles that keep the audit trail out of the application's reach (docs/operations.md
+"Audit trail: database roles and checkpoints").
 
 - The owner owns the schema's tables, sequences and the audit triggers' functions, and runs `migrate`.
 - The application role owns nothing, so it cannot ALTER a table, or DISABLE or DROP a trigger. It may
@@ -9,6 +9,10 @@ checkpoints").
   never UPDATE, DELETE or TRUNCATE; on chain heads the UPDATE of seq and hash (the trigger checks the
   hash is the one sealed at that seq); on the sequencer's queue (pending events) INSERT, SELECT and
   DELETE (a deleted pending row hides nothing: audit_verify reports the event it named).
+- With `--sequencer`, a third role, the sequencer's (AUDIT_SEQUENCER_DATABASE_URL), alone inserts seals
+  and moves chain heads: the application role then only reads seals and heads and only inserts pending
+  rows, so it cannot put a seal of its own at the next seq. The sequencer role reads events, inserts
+  seals, checkpoints and archived keys, deletes pending rows and moves heads; nothing else.
 
 Run it connected as a superuser (or a role with CREATEROLE that owns the tables now). Idempotent: run it
 again after each `migrate` (new tables get the owner's default privileges; this re-applies the audit
@@ -24,6 +28,21 @@ AUDIT_GRANTS = {
     "audit_auditevent": ("SELECT, INSERT", ()),
     "audit_auditseal": ("SELECT, INSERT", ()),
     "audit_auditpending": ("SELECT, INSERT, DELETE", ()),
+    "audit_chainhead": ("SELECT, INSERT", ("seq", "hash")),
+    "audit_checkpoint": ("SELECT, INSERT", ()),
+    "audit_publickey": ("SELECT, INSERT", ()),
+}
+# With a sequencer role, sealing is the sequencer's alone.
+APP_GRANTS_WITH_SEQUENCER = {
+    **AUDIT_GRANTS,
+    "audit_auditseal": ("SELECT", ()),
+    "audit_auditpending": ("SELECT, INSERT", ()),
+    "audit_chainhead": ("SELECT", ()),
+}
+SEQUENCER_GRANTS = {
+    "audit_auditevent": ("SELECT", ()),
+    "audit_auditseal": ("SELECT, INSERT", ()),
+    "audit_auditpending": ("SELECT, DELETE", ()),
     "audit_chainhead": ("SELECT, INSERT", ("seq", "hash")),
     "audit_checkpoint": ("SELECT, INSERT", ()),
     "audit_publickey": ("SELECT, INSERT", ()),
@@ -44,20 +63,46 @@ class Command(BaseCommand):
         parser.add_argument("--app", required=True, help="the role the application connects as")
         parser.add_argument("--owner-password", default="", help="set the owner's password (LOGIN role)")
         parser.add_argument("--app-password", default="", help="set the application role's password")
+        parser.add_argument(
+            "--sequencer",
+            default="",
+            help="the audit sequencer's role (AUDIT_SEQUENCER_DATABASE_URL): alone may insert seals",
+        )
+        parser.add_argument("--sequencer-password", default="", help="set the sequencer role's password")
         parser.add_argument("--schema", default="public")
 
-    def handle(self, *args, owner, app, owner_password, app_password, schema, **options):
+    def handle(
+        self,
+        *args,
+        owner,
+        app,
+        owner_password,
+        app_password,
+        sequencer,
+        sequencer_password,
+        schema,
+        **options,
+    ):
         if connection.vendor != "postgresql":
             raise CommandError(
                 "database roles are a PostgreSQL feature; this database is " + connection.vendor
             )
         if owner == app:
             raise CommandError("the owner and the application role must differ: that is the point")
+        if sequencer in (owner, app):
+            raise CommandError("the sequencer role must differ from the owner and the application role")
+        roles = [(owner, owner_password), (app, app_password)] + (
+            [(sequencer, sequencer_password)] if sequencer else []
+        )
         with transaction.atomic(), connection.cursor() as cursor:
             self.cursor = cursor
-            for role, password in ((owner, owner_password), (app, app_password)):
+            for role, password in roles:
                 self._ensure_role(role, password)
-            self._run("REVOKE {} FROM {}", sql.Identifier(owner), sql.Identifier(app))
+            for member in [app] + ([sequencer] if sequencer else []):
+                self._run("REVOKE {} FROM {}", sql.Identifier(owner), sql.Identifier(member))
+            if sequencer:
+                self._run("REVOKE {} FROM {}", sql.Identifier(sequencer), sql.Identifier(app))
+                self._run("REVOKE {} FROM {}", sql.Identifier(app), sql.Identifier(sequencer))
             self._run("GRANT USAGE, CREATE ON SCHEMA {} TO {}", sql.Identifier(schema), sql.Identifier(owner))
             self._run("GRANT USAGE ON SCHEMA {} TO {}", sql.Identifier(schema), sql.Identifier(app))
             self._run("REVOKE CREATE ON SCHEMA {} FROM {}", sql.Identifier(schema), sql.Identifier(app))
@@ -71,13 +116,22 @@ class Command(BaseCommand):
             for function in AUDIT_FUNCTIONS:
                 if self._exists("SELECT to_regprocedure(%s) IS NOT NULL", f"{schema}.{function}"):
                     self._run(f"ALTER FUNCTION {schema}.{function} OWNER TO {{}}", sql.Identifier(owner))
+            app_grants = APP_GRANTS_WITH_SEQUENCER if sequencer else AUDIT_GRANTS
             for table in tables:
-                self._grant_app(schema, table, app)
+                self._grant(schema, table, app, app_grants, everything_else=True)
+                if sequencer:
+                    self._grant(schema, table, sequencer, SEQUENCER_GRANTS, everything_else=False)
             for sequence in sequences:
+                for role in [app] + ([sequencer] if sequencer else []):
+                    self._run(
+                        "GRANT USAGE, SELECT ON SEQUENCE {} TO {}",
+                        sql.Identifier(schema, sequence),
+                        sql.Identifier(role),
+                    )
+            if sequencer:
+                self._run("GRANT USAGE ON SCHEMA {} TO {}", sql.Identifier(schema), sql.Identifier(sequencer))
                 self._run(
-                    "GRANT USAGE, SELECT ON SEQUENCE {} TO {}",
-                    sql.Identifier(schema, sequence),
-                    sql.Identifier(app),
+                    "REVOKE CREATE ON SCHEMA {} FROM {}", sql.Identifier(schema), sql.Identifier(sequencer)
                 )
             # Tables a later migration creates: the app may use them (re-run this for audit tables).
             self._run(
@@ -95,18 +149,22 @@ class Command(BaseCommand):
             )
         self.stdout.write(
             self.style.SUCCESS(
-                f"done: run `manage.py migrate` as {owner}, the application as {app} "
-                "(and this command again after each migrate)"
+                f"done: run `manage.py migrate` as {owner}, the application as {app}"
+                + (f", the sequencer (AUDIT_SEQUENCER_DATABASE_URL) as {sequencer}" if sequencer else "")
+                + " (and this command again after each migrate)"
             )
         )
 
-    def _grant_app(self, schema: str, table: str, app: str) -> None:
-        target, role = sql.Identifier(schema, table), sql.Identifier(app)
+    def _grant(self, schema: str, table: str, name: str, grants: dict, *, everything_else: bool) -> None:
+        """`grants` on the audit tables; on every other table full read and write (the application) or
+        nothing (the sequencer)."""
+        target, role = sql.Identifier(schema, table), sql.Identifier(name)
         self._run("REVOKE ALL ON TABLE {} FROM {}", target, role)
-        if table not in AUDIT_GRANTS:
-            self._run("GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE {} TO {}", target, role)
+        if table not in grants:
+            if everything_else:
+                self._run("GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE {} TO {}", target, role)
             return
-        privileges, columns = AUDIT_GRANTS[table]
+        privileges, columns = grants[table]
         self._run(f"GRANT {privileges} ON TABLE {{}} TO {{}}", target, role)
         if columns:
             self._run(

@@ -5,7 +5,8 @@ import threading
 
 import pytest
 
-from reviewer_gate import NotApproved, ReviewerClient, ReviewerUnavailable, gate
+from reviewer_gate import NotApproved, ReviewerClient, ReviewerUnavailable, Throttled, gate
+from reviewer_gate.client import build_request
 from reviewer_gate.testing import decide_at_intake, decide_next_proposal
 
 AUDIENCE = "https://agent.example"
@@ -137,6 +138,31 @@ def test_submit_and_pull_are_retried_on_503(client, reviewer, key):
     approval = client.request_approval(ACTION, summary="Refund", principal=PRINCIPAL, **DEADLINE)
     assert approval.decision.approved
     assert len(reviewer.proposals) == 1  # the two 503s were answered before recording
+
+
+def test_a_429_raises_throttled_at_once_with_its_code_and_retry_after(client, reviewer):
+    reviewer.throttle("too_many_open", retry_after=60, count=5)
+
+    with pytest.raises(Throttled) as refusal:
+        client.request_approval(ACTION, summary="Refund", principal=PRINCIPAL, **DEADLINE)
+
+    assert (refusal.value.code, refusal.value.retry_after) == ("too_many_open", 60.0)
+    assert "retry after 60 s" in str(refusal.value)
+    assert isinstance(refusal.value, ReviewerUnavailable)  # callers that catch that still catch it
+    assert len(reviewer.throttled_answers) == 4  # one call, no retry the caller did not ask for
+    assert reviewer.proposals == []
+
+
+def test_after_retry_after_the_same_request_goes_through(client, reviewer, key):
+    reviewer.throttle("rate_limited", retry_after=1)
+    request = build_request(ACTION, summary="Refund", principal=PRINCIPAL)
+    with pytest.raises(Throttled) as refusal:
+        client.submit(request, task_id="task-throttled")
+    assert refusal.value.retry_after == 1.0
+
+    submission = client.submit(request, task_id="task-throttled")  # the caller's own retry, when it chose
+
+    assert submission.request_id == request["request_id"] and len(reviewer.proposals) == 1
 
 
 def test_consume_and_outcome_wait_out_an_overloaded_reviewer(client, reviewer, key):

@@ -16,6 +16,7 @@ from reviewer_gate.client import (
     ReviewerClient,
     ReviewerUnavailable,
     Submission,
+    Throttled,
     build_request,
     current_approval,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "SQLiteUsedStore",
     "StaticKeySource",
     "Submission",
+    "Throttled",
     "VerifiedDecision",
     "__version__",
     "action_digest",

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+import httpx
+
 from reviewer_gate.decision import VerifiedDecision, action_digest
 
 if TYPE_CHECKING:
@@ -24,6 +26,34 @@ CLOSED_WITHOUT_DECISION = frozenset({"expired", "cancelled", "revoked", "superse
 
 class ReviewerUnavailable(Exception):
     """Reviewer could not be reached or kept answering 5xx after the retries."""
+
+
+class Throttled(ReviewerUnavailable):
+    """Reviewer answered 429: this agent (or its tenant) is over a quota, and nothing was stored. Raised
+    at once, never retried by the client; send the same request again after `retry_after` seconds if
+    you want to (a submit is idempotent on task and request id).
+
+    code: "rate_limited", "tenant_rate_limited" (intake's token buckets), "too_many_open",
+    "tenant_too_many_open" (the ceilings of proposals waiting for people), "too_many_waits" (decision
+    waits); `retry_after`: the Retry-After header in seconds (0 when it had none)."""
+
+    def __init__(self, code: str, message: str, retry_after: float):
+        super().__init__(f"{code}: {message}" if message else code)
+        self.code = code
+        self.message = message
+        self.retry_after = retry_after
+
+    @classmethod
+    def from_response(cls, response: httpx.Response) -> Throttled:
+        try:
+            retry_after = max(float(response.headers.get("Retry-After", "0")), 0.0)
+        except ValueError:  # an HTTP date, which Reviewer does not send
+            retry_after = 0.0
+        try:
+            error = response.json().get("error") or {}
+        except (ValueError, AttributeError):
+            error = {}
+        return cls(str(error.get("code") or "throttled"), str(error.get("message") or ""), retry_after)
 
 
 class NotApproved(Exception):

@@ -44,6 +44,7 @@ from reviewer_gate.approval import (
     NotApproved,
     ReviewerUnavailable,
     Submission,
+    Throttled,
     build_request,
     current_approval,
     rfc3339,
@@ -65,6 +66,7 @@ __all__ = [
     "ReviewerClient",
     "ReviewerUnavailable",
     "Submission",
+    "Throttled",
     "build_request",
     "current_approval",
     "rfc3339",
@@ -73,7 +75,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-RETRIED_STATUSES = frozenset({429, 502, 503, 504})  # with Retry-After honoured (503: overloaded)
+RETRIED_STATUSES = frozenset({502, 503, 504})  # with Retry-After honoured (503: overloaded)
+THROTTLED = 429  # never retried here: Reviewer asks this agent to slow down, and the caller decides
 
 
 def _retry_after(response: httpx.Response) -> float:
@@ -147,7 +150,9 @@ class ReviewerClient:
     def _call(
         self, method: str, path: str, *, json: dict[str, Any] | None = None, timeout: float | None = None
     ) -> httpx.Response:
-        """One request, retried with exponential backoff on connection errors and 429/502/503/504.
+        """One request, retried with exponential backoff on connection errors and 502/503/504 (at most
+        `retries` times). A 429 raises Throttled at once: the agent is over a quota and must slow down,
+        which only the caller can decide how to do.
 
         Only idempotent calls go through here (submit is idempotent on task and request id; the pull
         is a read). Consume and outcome are the gate's, which never retries a consume.
@@ -165,6 +170,8 @@ class ReviewerClient:
                     raise ReviewerUnavailable(f"{method} {url}: {error!r}") from error
                 logger.info("%s %s failed (%r); retrying in %.1fs", method, url, error, delay)
             else:
+                if response.status_code == THROTTLED:
+                    raise Throttled.from_response(response)
                 if response.status_code not in RETRIED_STATUSES:
                     return response
                 if last:

@@ -29,8 +29,10 @@ import secrets
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 import mcp_types as types
+from mcp.server.context import ServerRequestContext
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from reviewer_gate.client import Submission
@@ -47,7 +49,7 @@ PENDING_MAX = 1000  # approvals waiting for a client's retry; the oldest is drop
 PENDING_SECONDS = 24 * 3600  # a retry later than this finds nothing (Reviewer's proposals expire sooner)
 
 
-def approval_path(ctx) -> str:
+def approval_path(ctx: ServerRequestContext[Any]) -> str:
     """The path this call's client gets (see the module doc)."""
     capabilities = ctx.session.client_capabilities
     elicitation = capabilities.elicitation if capabilities else None
@@ -59,7 +61,7 @@ def approval_path(ctx) -> str:
     return PROGRESS
 
 
-def client_identity(ctx) -> dict:
+def client_identity(ctx: ServerRequestContext[Any]) -> dict[str, str]:
     """Who is calling: the MCP client's name, title and version as it introduced itself."""
     info = ctx.session.client_params.client_info if ctx.session.client_params else None
     name = (info.name if info else "") or "unknown MCP client"
@@ -90,7 +92,7 @@ class Pending:
 
     submission: Submission
     tool: str  # the tool the client called (the upstream's name)
-    arguments: dict
+    arguments: dict[str, Any]
     created: float
 
 
@@ -98,10 +100,10 @@ class PendingApprovals:
     """request_state -> Pending, in memory: the state is a random single-use key, never data the
     client could forge or replay onto another call."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._items: OrderedDict[str, Pending] = OrderedDict()
 
-    def put(self, submission: Submission, tool: str, arguments: dict) -> str:
+    def put(self, submission: Submission, tool: str, arguments: dict[str, Any]) -> str:
         state = secrets.token_urlsafe(24)
         self._items[state] = Pending(submission, tool, dict(arguments), time.monotonic())
         while len(self._items) > PENDING_MAX:
@@ -131,4 +133,4 @@ def answer_of(params: types.CallToolRequestParams) -> str:
             f"the retry carries no answer to the elicitation {ELICITATION_KEY!r} "
             "(an elicitation result with action accept, decline or cancel)"
         )
-    return action
+    return str(action)

@@ -7,7 +7,6 @@
         [--listen stdio | --listen http://127.0.0.1:8765/mcp] \\
         (--upstream-url http://127.0.0.1:9000/mcp | -- python -m my_tools_server)
     # the API token comes from REVIEWER_API_TOKEN
-
 - `tools/list` answers the upstream's tools unchanged.
 - A gated call's proposal names the upstream by `--upstream-name`, the tool by its name and its
   upstream description, the MCP client (its clientInfo) as the requester, and the target from the
@@ -19,14 +18,12 @@
 - A call to a tool that is not gated goes straight upstream.
 - A call to a gated tool (`--gate` name patterns; by default the risk hint by tool name: shell/exec,
   file writes, external API writes; `--open` patterns never) becomes a Reviewer proposal: the tool and
-  its arguments are the action, the calling MCP client is the principal. Only an
-  approved decision that verified with the gate and was consumed calls the upstream tool, once, with
-  the approved arguments (a reviewer's edit when there was one). The outcome goes back to Reviewer.
-- A rejection returns a tool error with the reviewer's reason; an expiry, a revocation, a refused
-  or forged decision returns a tool error too, and nothing is called upstream.
-
-Every gated call is its own proposal: a client that repeats a call asks again (a decision is single
-use), so an approval can never be replayed onto a second call.
+  its arguments are the action, the calling MCP client is the principal. Only an approved decision
+  that verified with the gate and was consumed calls the upstream tool, once, with the approved
+  arguments (a reviewer's edit when there was one). The outcome goes back to Reviewer. A rejection,
+  an expiry, a revocation, a refused or forged decision returns a tool error (with the reviewer's
+  reason for a rejection), and nothing is called upstream. Every gated call is its own proposal: a
+  client that repeats a call asks again (a decision is single use), so no approval is replayed.
 """
 
 from __future__ import annotations
@@ -39,7 +36,7 @@ import logging
 import os
 import sys
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
@@ -91,7 +88,7 @@ def _error(text: str, path: str | None = None) -> types.CallToolResult:
     return types.CallToolResult(
         content=[types.TextContent(text=text)],
         is_error=True,
-        meta={APPROVAL_PATH_META: path} if path else None,
+        _meta={APPROVAL_PATH_META: path} if path else None,
     )
 
 
@@ -185,7 +182,9 @@ class MCPGateway:
                     break
         return self._tools.get(name)
 
-    async def _call_tool(self, ctx: Context, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def _call_tool(
+        self, ctx: Context, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
         upstream: Client = ctx.lifespan_context["upstream"]
         arguments = dict(params.arguments or {})
         if not self.rules.is_gated(params.name):
@@ -241,14 +240,16 @@ class MCPGateway:
         )
         return await asyncio.to_thread(self.reviewer.submit, request, task_id=f"mcp-call-{uuid.uuid4()}")
 
-    def _progress(self, ctx):
+    def _progress(self, ctx: Context) -> Callable[[str, float], Awaitable[None]]:
         async def keep_informed(state: str, elapsed: float) -> None:
             # A no-op unless the client sent a progress token with its call.
             await ctx.session.report_progress(elapsed, None, f"waiting for a reviewer's decision ({state})")
 
         return keep_informed
 
-    async def _released_and_run(self, ctx, upstream: Client, tool: str, submission: Submission, path: str):
+    async def _released_and_run(
+        self, ctx: Context, upstream: Client, tool: str, submission: Submission, path: str
+    ) -> types.CallToolResult:
         try:
             approval = await self.reviewer.await_release(
                 submission, timeout=self.decision_timeout, on_wait=self._progress(ctx)
@@ -257,7 +258,9 @@ class MCPGateway:
             return _refused(refusal, path)
         return await self._run_once(upstream, tool, approval, path)
 
-    async def _while_showing(self, ctx, upstream, tool: str, submission: Submission, message: str, url: str):
+    async def _while_showing(
+        self, ctx: Context, upstream: Client, tool: str, submission: Submission, message: str, url: str
+    ) -> types.CallToolResult:
         """URL elicitation on a handshake-era connection: show the page while waiting for the decision;
         a user who declines or cancels ends the wait (nothing runs)."""
         elicitation_id = f"reviewer-{submission.proposal_id}"
@@ -289,9 +292,12 @@ class MCPGateway:
             await ctx.session.send_elicit_complete(elicitation_id, related_request_id=ctx.request_id)
         return await self._run_once(upstream, tool, approval, URL_ELICITATION)
 
-    async def _resumed(self, ctx, upstream: Client, params: types.CallToolRequestParams, arguments: dict):
+    async def _resumed(
+        self, ctx: Context, upstream: Client, params: types.CallToolRequestParams, arguments: dict[str, Any]
+    ) -> types.CallToolResult:
         """A 2026-07-28 client's retry after it showed the page: wait for the decision, then run."""
-        pending = self.pending.take(params.request_state)
+        state = params.request_state
+        pending = self.pending.take(state) if state is not None else None
         if pending is None:
             return _error(
                 "This approval request is unknown or was already used; call the tool again.", INPUT_REQUIRED

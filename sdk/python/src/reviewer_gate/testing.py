@@ -10,6 +10,7 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -134,11 +135,13 @@ class FakeReviewer:
         self.unavailable_answers = 0  # answer this many next API calls with 503 (retry tests)
         # ... with 503 "overloaded" and Retry-After, as Reviewer's concurrency limit refuses a request
         self.overloaded_answers = 0
+        # ... with 429 and Retry-After, as Reviewer's intake quotas refuse a request (throttle(...))
+        self.throttled_answers: list[tuple[str, int]] = []
         self._outcome_of: dict[str, dict[str, Any]] = {}  # proposal_id -> {"token", "state"}
         self._proposal_ids: dict[tuple[str, str], str] = {}  # (task_id, request_id) -> proposal_id
         self._changed = threading.Condition(self.lock)
         # body -> (token, state) or None: what policy decides at intake (decide_at_intake)
-        self.intake_decision = None
+        self.intake_decision: Callable[[dict[str, Any]], tuple[str, str] | None] | None = None
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.httpd.daemon_threads = True
         self._thread = threading.Thread(
@@ -159,6 +162,11 @@ class FakeReviewer:
         self.httpd.shutdown()
         self.httpd.server_close()
         self._thread.join(timeout=5)
+
+    def throttle(self, code: str = "rate_limited", retry_after: int = 30, count: int = 1) -> None:
+        """Answer the next `count` API calls with 429 `code` and `Retry-After: retry_after`."""
+        with self.lock:
+            self.throttled_answers.extend([(code, retry_after)] * count)
 
     def outcomes_for(self, jti: str) -> list[str]:
         with self.lock:
@@ -221,6 +229,17 @@ class FakeReviewer:
                 self.wfile.write(payload)
 
             def _unavailable(self) -> bool:
+                with reviewer.lock:
+                    throttled = reviewer.throttled_answers.pop(0) if reviewer.throttled_answers else None
+                if throttled is not None:
+                    code, retry_after = throttled
+                    message = f"over a quota; retry after {retry_after} s"
+                    self._send(
+                        429,
+                        {"error": {"code": code, "message": message, "field": None}},
+                        {"Retry-After": str(retry_after)},
+                    )
+                    return True
                 with reviewer.lock:
                     overloaded = reviewer.overloaded_answers > 0
                     if overloaded:
@@ -303,7 +322,9 @@ class FakeReviewer:
         return Handler
 
 
-def _claims_for(reviewer: "FakeReviewer", body: dict, *, audience: str, decision: str, **overrides) -> dict:
+def _claims_for(
+    reviewer: "FakeReviewer", body: dict[str, Any], *, audience: str, decision: str, **overrides: Any
+) -> dict[str, Any]:
     """Claims bound to a submitted body; an approval ends no later than the request's own expires_at."""
     binding = {
         "task_id": body["task_id"],
@@ -320,13 +341,18 @@ def _claims_for(reviewer: "FakeReviewer", body: dict, *, audience: str, decision
 
 
 def decide_at_intake(
-    reviewer: "FakeReviewer", key: "ReviewerKey", *, audience: str, decision: str = "approved", **overrides
+    reviewer: "FakeReviewer",
+    key: "ReviewerKey",
+    *,
+    audience: str,
+    decision: str = "approved",
+    **overrides: Any,
 ) -> None:
     """Policy deciding at intake: every new proposal's answer carries its signed decision (`approved`
     is Reviewer's state `allowed`, `rejected` is `denied`), as Reviewer answers when a policy allows or
     denies. `overrides` replace claims."""
 
-    def decide(body: dict) -> tuple[str, str]:
+    def decide(body: dict[str, Any]) -> tuple[str, str]:
         claims = _claims_for(reviewer, body, audience=audience, decision=decision, **overrides)
         return key.sign(claims), "allowed" if decision == "approved" else "denied"
 

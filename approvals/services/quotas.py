@@ -1,0 +1,315 @@
+"""Intake quotas: a token bucket per agent and per tenant (a burst, refilled at a sustained rate) and a
+ceiling of open proposals (those waiting for people) per agent and per tenant. Intake asks them inside
+its own transaction (approvals/services/intake.py); the admin sets the limits (`set_agent_limits`,
+`set_tenant_limits`; empty: the settings' defaults).
+
+Where the state lives: in PostgreSQL (QuotaState rows), not in Redis or in a process. Every Daphne
+process shares the database, so the limit holds across all of them; the bucket is spent in the same
+transaction as the proposal it lets in, so a rolled-back intake spends nothing and a committed one
+cannot escape the count; and the ceiling has to be counted in the database anyway, under a lock that
+the bucket then shares for free. Redis is optional (the in-memory channel layer), and a bucket there
+would be a second store that can disagree with the rows after a rollback.
+
+Concurrency: `hold_quotas` locks the tenant's QuotaState row and then the agent's (one statement, in
+that order everywhere, so two intakes cannot deadlock), before intake reads anything it decides on. On
+PostgreSQL's READ COMMITTED the counts intake reads next (its one read, `open_counts_expressions`) are a
+new statement, so they see every proposal committed by the intakes that held the lock before; the lock
+is held to commit, so no two intakes of a tenant count at once, and N parallel submissions never take it
+past its ceiling. The price: one tenant's intakes are serialized (each holds the lock for its own
+transaction, a few milliseconds).
+
+Over a limit, intake stores nothing and raises QuotaExceeded (429, Retry-After). The refusal is
+counted on the agent's row (the queue's banner reads it), and only the first refusal of a window
+(QUOTA_AUDIT_WINDOW_SECONDS) writes an audit event, `intake.throttled`, carrying how many the window
+before refused: a flood of refused requests writes one event per agent per window, not one per request.
+"""
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import lru_cache
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Case, F, IntegerField, Q, Value, When
+from django.db.models.expressions import RawSQL
+
+from approvals.models import Agent, Proposal, QuotaState
+from approvals.services.common import agent_actor
+from approvals.services.tenants import require_config_admin
+from approvals.sql import quoted_names
+from approvals.states import WAITING_FOR_PEOPLE
+from audit.labels import actor_label, agent_label, tenant_label
+from audit.models import Verb
+from audit.trail import audit_time, record
+from lib.errors import QuotaExceeded, ServiceError
+from tenants.models import Tenant
+
+LIMIT_FIELDS = ("intake_burst", "intake_per_minute", "open_proposals_max")
+# A rate of 0 stops intake; the agent is told to come back after this long (an admin must raise it).
+STOPPED_RETRY_AFTER_SECONDS = 3600
+
+
+@dataclass(frozen=True)
+class Limits:
+    burst: int
+    per_minute: int
+    open_max: int
+
+
+def agent_limits(agent: Agent) -> Limits:
+    return _limits(agent, "AGENT")
+
+
+def tenant_limits(tenant: Tenant) -> Limits:
+    return _limits(tenant, "TENANT")
+
+
+def _limits(owner, prefix: str) -> Limits:
+    def value(field: str, setting: str) -> int:
+        own = getattr(owner, field)
+        return own if own is not None else getattr(settings, f"{prefix}_{setting}")
+
+    return Limits(
+        burst=value("intake_burst", "INTAKE_BURST"),
+        per_minute=value("intake_per_minute", "INTAKE_PER_MINUTE"),
+        open_max=value("open_proposals_max", "OPEN_PROPOSALS"),
+    )
+
+
+@dataclass
+class Hold:
+    """The two locked rows of one intake (the tenant's bucket; the agent's bucket and throttle window) and
+    the limits as they are now (read with the rows: an admin's change counts from the next intake)."""
+
+    agent: Agent
+    tenant_state: QuotaState
+    agent_state: QuotaState
+
+    @property
+    def agent_limit(self) -> Limits:
+        return agent_limits(self.agent_state.agent)
+
+    @property
+    def tenant_limit(self) -> Limits:
+        return tenant_limits(self.tenant_state.tenant)
+
+
+def hold_quotas(agent: Agent, now: datetime) -> Hold:
+    """Lock the tenant's and the agent's quota rows, tenant first, in the caller's transaction (creating
+    them, full, on the agent's first intake)."""
+    rows = _locked(agent)
+    if len(rows) < 2:
+        # ON CONFLICT DO NOTHING: a concurrent first intake may create them too; then read both, locked.
+        tenant_full = tenant_limits(agent.tenant).burst
+        QuotaState.objects.bulk_create(
+            [
+                QuotaState(tenant_id=agent.tenant_id, agent=None, tokens=tenant_full, refilled_at=now),
+                QuotaState(
+                    tenant_id=agent.tenant_id, agent=agent, tokens=agent_limits(agent).burst, refilled_at=now
+                ),
+            ],
+            ignore_conflicts=True,
+        )
+        rows = _locked(agent)
+    tenant_state, agent_state = rows
+    return Hold(agent=agent, tenant_state=tenant_state, agent_state=agent_state)
+
+
+def _locked(agent: Agent) -> list[QuotaState]:
+    # Rows are locked in the order they are returned: the tenant's (agent null) first, for everyone. Only
+    # the quota rows are locked; the agent and the tenant are read with them for their current limits.
+    return list(
+        QuotaState.objects.select_for_update(of=("self",))
+        .select_related("agent", "tenant")
+        .filter(Q(tenant_id=agent.tenant_id, agent__isnull=True) | Q(agent_id=agent.id))
+        .order_by(F("agent_id").asc(nulls_first=True))
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# The open-proposal counts, read in intake's one read after the lock
+
+
+AGENT_OPEN = "quota_agent_open"
+TENANT_OPEN = "quota_tenant_open"
+
+
+def open_counts_expressions(hold: Hold) -> dict[str, RawSQL]:
+    """Annotations counting the agent's and the tenant's proposals that wait for people, each capped just
+    past its ceiling (so a count costs at most the ceiling's rows of an index, whatever the history)."""
+    waiting = sorted(WAITING_FOR_PEOPLE)
+    agent = hold.agent
+    return {
+        AGENT_OPEN: _capped_count("agent", agent.id, waiting, hold.agent_limit.open_max + 1),
+        TENANT_OPEN: _capped_count("tenant", agent.tenant_id, waiting, hold.tenant_limit.open_max + 1),
+    }
+
+
+def _capped_count(owner: str, owner_id: int, waiting: list[str], cap: int) -> RawSQL:
+    # Only names from the model and placeholders go into the SQL; every value is a parameter.
+    return RawSQL(_count_sql(connection.vendor, owner), (owner_id, *waiting, cap), IntegerField())  # noqa: S611
+
+
+@lru_cache
+def _count_sql(vendor: str, owner: str) -> str:
+    table, column = quoted_names(Proposal)
+    states = ", ".join(["%s"] * len(WAITING_FOR_PEOPLE))
+    return (
+        f"SELECT COUNT(*) FROM (SELECT 1 FROM {table}"  # noqa: S608
+        f" WHERE {column(owner)} = %s AND {column('state')} IN ({states}) LIMIT %s) AS waiting"
+    )
+
+
+@dataclass(frozen=True)
+class OpenCounts:
+    agent: int
+    tenant: int
+
+
+def read_open_counts(row) -> OpenCounts:
+    return OpenCounts(agent=getattr(row, AGENT_OPEN), tenant=getattr(row, TENANT_OPEN))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Spending, refusing
+
+
+def spend_or_refuse(
+    hold: Hold, counts: OpenCounts, *, waiting: bool, now: datetime, via: str
+) -> QuotaExceeded | None:
+    """Let one new proposal in (spend a token of both buckets) or refuse it: returns the refusal, already
+    counted and (once per window) audited, for the caller to raise after its transaction commits. A
+    proposal policy decides at intake (`waiting` false) never enters the queue: only the rates count it."""
+    agent_limit, tenant_limit = hold.agent_limit, hold.tenant_limit
+    refusal = None
+    if waiting and counts.agent >= agent_limit.open_max:
+        refusal = QuotaExceeded(
+            "too_many_open",
+            f"this agent has {agent_limit.open_max} proposals waiting for people, its ceiling",
+            retry_after=settings.QUOTA_OPEN_RETRY_AFTER_SECONDS,
+        )
+    elif waiting and counts.tenant >= tenant_limit.open_max:
+        refusal = QuotaExceeded(
+            "tenant_too_many_open",
+            f"this agent's tenant has {tenant_limit.open_max} proposals waiting for people, its ceiling",
+            retry_after=settings.QUOTA_OPEN_RETRY_AFTER_SECONDS,
+        )
+    agent_tokens = _available(hold.agent_state, agent_limit, now)
+    tenant_tokens = _available(hold.tenant_state, tenant_limit, now)
+    if refusal is None and agent_tokens < 1:
+        refusal = QuotaExceeded(
+            "rate_limited",
+            f"this agent may send {agent_limit.burst} proposals at once and {agent_limit.per_minute} "
+            "a minute",
+            retry_after=_seconds_to_a_token(agent_tokens, agent_limit),
+        )
+    elif refusal is None and tenant_tokens < 1:
+        refusal = QuotaExceeded(
+            "tenant_rate_limited",
+            f"this agent's tenant may take {tenant_limit.burst} proposals at once and "
+            f"{tenant_limit.per_minute} a minute",
+            retry_after=_seconds_to_a_token(tenant_tokens, tenant_limit),
+        )
+    if refusal is not None:
+        _note_refusal(hold, refusal, now=now, via=via)
+        return refusal
+    # One UPDATE for both rows, already locked.
+    QuotaState.objects.filter(pk__in=[hold.agent_state.pk, hold.tenant_state.pk]).update(
+        tokens=Case(
+            When(pk=hold.agent_state.pk, then=Value(agent_tokens - 1)), default=Value(tenant_tokens - 1)
+        ),
+        refilled_at=now,
+    )
+    return None
+
+
+def _available(state: QuotaState, limit: Limits, now: datetime) -> float:
+    # A clock that went back (another process's) refills nothing rather than draining the bucket.
+    elapsed = max((now - state.refilled_at).total_seconds(), 0.0)
+    return min(float(limit.burst), state.tokens + elapsed * limit.per_minute / 60)
+
+
+def _seconds_to_a_token(tokens: float, limit: Limits) -> int:
+    if limit.per_minute <= 0 or limit.burst < 1:
+        return STOPPED_RETRY_AFTER_SECONDS
+    return max(1, math.ceil((1 - tokens) * 60 / limit.per_minute))
+
+
+def _note_refusal(hold: Hold, refusal: QuotaExceeded, *, now: datetime, via: str) -> None:
+    """Count the refusal in the agent's throttle window; the window's first refusal writes the audit event,
+    with what the window before refused."""
+    state, agent = hold.agent_state, hold.agent
+    window = timedelta(seconds=settings.QUOTA_AUDIT_WINDOW_SECONDS)
+    if state.throttled_at is None or now - state.throttled_at >= window:
+        record(
+            agent.tenant_id,
+            actor=agent_actor(agent),
+            verb=Verb.INTAKE_THROTTLED,
+            subject=agent_label(agent.slug),
+            data={
+                "via": via,
+                "code": refusal.code,
+                "retry_after": refusal.retry_after,
+                "window_seconds": settings.QUOTA_AUDIT_WINDOW_SECONDS,
+                # The refusals of the window before, which had no event of their own after its first.
+                "previous_window": None
+                if state.throttled_at is None
+                else {
+                    "at": audit_time(state.throttled_at),
+                    "code": state.throttled_limit,
+                    "refused": state.refused,
+                },
+            },
+        )
+        state.throttled_at, state.throttled_limit, state.refused = now, refusal.code, 1
+    else:
+        state.refused += 1
+    state.last_refused_at = now
+    state.save(update_fields=["throttled_at", "throttled_limit", "refused", "last_refused_at"])
+
+
+# ---------------------------------------------------------------------------------------------------
+# Setting the limits (the admin)
+
+
+def set_agent_limits(agent: Agent, *, actor=None, **limits: int | None) -> Agent:
+    """Set an agent's own limits (None: the installation's default)."""
+    require_config_admin(actor, agent.tenant_id)
+    with transaction.atomic():
+        locked = Agent.objects.select_for_update().get(pk=agent.pk)
+        _set_limits(locked, limits, actor=actor, tenant_id=agent.tenant_id, subject=agent_label(agent.slug))
+    return locked
+
+
+def set_tenant_limits(tenant: Tenant, *, actor=None, **limits: int | None) -> Tenant:
+    """Set the limits of all a tenant's agents together (None: the installation's default)."""
+    require_config_admin(actor, tenant.id)
+    with transaction.atomic():
+        locked = Tenant.objects.select_for_update().get(pk=tenant.pk)
+        _set_limits(locked, limits, actor=actor, tenant_id=tenant.id, subject=tenant_label(tenant.slug))
+    return locked
+
+
+def _set_limits(owner, limits: dict, *, actor, tenant_id: int, subject: str) -> None:
+    unknown = set(limits) - set(LIMIT_FIELDS)
+    if unknown:
+        raise ServiceError("bad_field", "not a quota: " + ", ".join(sorted(unknown)))
+    for name, value in limits.items():
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise ServiceError("bad_quota", f"{name} is a whole number, 0 or more, or empty", name)
+    changes = {
+        name: [getattr(owner, name), value] for name, value in limits.items() if getattr(owner, name) != value
+    }
+    if not changes:
+        return
+    for name, (_, value) in changes.items():
+        setattr(owner, name, value)
+    owner.save(update_fields=list(changes))
+    record(
+        tenant_id,
+        actor=actor_label(actor),
+        verb=Verb.QUOTA_CHANGED,
+        subject=subject,
+        data={"changes": changes},
+    )

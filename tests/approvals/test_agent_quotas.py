@@ -1,0 +1,344 @@
+"""Intake quotas (approvals/services/quotas.py): a token bucket per agent and per tenant and a ceiling of
+open proposals per agent and per tenant. Over a limit every intake path answers 429 with Retry-After and
+a documented code, stores no proposal, and one audit event per agent per window says so; the queue tells
+the tenant's admins. The PostgreSQL race is tests/approvals/test_quota_race_postgres.py."""
+
+import json
+import uuid
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.urls import reverse
+from django.utils import timezone
+
+from accounts.stepup import step_up_for
+from approvals.a2a.parked_tasks import ParkedTaskLister
+from approvals.models import PolicyVersion, Proposal, QuotaState
+from approvals.services.quotas import agent_limits, set_agent_limits, set_tenant_limits
+from approvals.services.votes import cast_vote
+from approvals.states import State
+from approvals.worker.loop import TickReport
+from audit.models import AuditEvent, Verb
+from lib.errors import QuotaExceeded, ServiceError
+from tests import factories
+from tests.approvals.test_cross_tenant_agents import (  # noqa: F401 (fixtures: the real refund agent of globex)
+    globex,
+    globex_agent_process,
+    loopback_agents,
+    park_refund,
+    register,
+)
+from tests.approvals.test_push import parked
+from tests.factories import approval_request, submit, totp_code, verified_client
+
+pytestmark = pytest.mark.django_db
+
+AUTH = {"HTTP_AUTHORIZATION": "Bearer api-secret"}
+ALLOWED = {"tool": "tickets.close", "arguments": {"id": "7"}}
+
+
+def post_proposal(client, *, task_id=None, request=None):
+    body = {
+        "task_id": task_id or f"task-{uuid.uuid4()}",
+        "context_id": "",
+        "request": request or approval_request(),
+    }
+    return client.post("/api/v1/proposals", json.dumps(body), content_type="application/json", **AUTH)
+
+
+def events(verb) -> list[AuditEvent]:
+    return list(AuditEvent.objects.filter(verb=verb).order_by("pk"))
+
+
+@pytest.fixture
+def limited(agent, refund_policy):
+    """The agent may send 3 at once, then one every 10 seconds; at most 100 may wait for people."""
+    return set_agent_limits(agent, intake_burst=3, intake_per_minute=6, open_proposals_max=100)
+
+
+def test_an_agent_over_its_burst_gets_429_with_retry_after_and_nothing_is_stored(client, limited):
+    assert [post_proposal(client).status_code for _ in range(3)] == [201, 201, 201]
+    submitted = len(events(Verb.PROPOSAL_SUBMITTED))
+
+    response = post_proposal(client)
+
+    assert response.status_code == 429
+    assert response["Retry-After"] == "10"  # one token comes back every 10 s
+    error = response.json()["error"]
+    assert error["code"] == "rate_limited" and error["field"] is None
+    assert "3 proposals at once and 6 a minute" in error["message"] and "retry after 10 s" in error["message"]
+    assert Proposal.objects.count() == 3
+    assert len(events(Verb.PROPOSAL_SUBMITTED)) == submitted
+    assert events(Verb.INTAKE_REFUSED) == []  # a throttled request is not an intake refusal
+    (throttled,) = events(Verb.INTAKE_THROTTLED)
+    assert throttled.subject == f"agent:{limited.slug}" and throttled.actor == f"agent:{limited.slug}"
+    assert throttled.data["code"] == "rate_limited" and throttled.data["via"] == "api"
+
+
+def test_the_bucket_refills_at_the_sustained_rate(client, limited):
+    with time_machine.travel(timezone.now(), tick=False) as clock:
+        for _ in range(3):
+            submit(limited)
+        with pytest.raises(QuotaExceeded) as refused:
+            submit(limited)
+        assert refused.value.retry_after == 10
+        clock.shift(timedelta(seconds=10))
+        submit(limited)  # one token back
+        with pytest.raises(QuotaExceeded):
+            submit(limited)
+        clock.shift(timedelta(minutes=5))  # refilled, but never past the burst
+        for _ in range(3):
+            submit(limited)
+        with pytest.raises(QuotaExceeded):
+            submit(limited)
+    assert Proposal.objects.count() == 7
+
+
+def test_a_flood_writes_one_audit_event_per_agent_per_window(settings, limited):
+    settings.QUOTA_AUDIT_WINDOW_SECONDS = 300
+    with time_machine.travel(timezone.now(), tick=False) as clock:
+        for _ in range(3):
+            submit(limited)
+        for _ in range(50):
+            with pytest.raises(QuotaExceeded):
+                submit(limited)
+        assert len(events(Verb.INTAKE_THROTTLED)) == 1
+        state = QuotaState.objects.get(agent=limited)
+        assert (state.refused, state.throttled_limit) == (50, "rate_limited")
+
+        clock.shift(timedelta(seconds=301))  # a new window: the first refusal in it is audited
+        for _ in range(3):
+            submit(limited)
+        with pytest.raises(QuotaExceeded):
+            submit(limited)
+
+    first, second = events(Verb.INTAKE_THROTTLED)
+    assert first.data["previous_window"] is None
+    assert second.data["previous_window"]["refused"] == 50
+    assert second.data["previous_window"]["code"] == "rate_limited"
+    assert QuotaState.objects.get(agent=limited).refused == 1
+
+
+def test_the_open_ceiling_counts_only_what_waits_for_people(client, agent, refund_policy, reviewer_a):
+    factories.make_policy(
+        agent.tenant, "tickets", tool_pattern="tickets.*", outcome=PolicyVersion.Outcome.ALLOW
+    )
+    set_agent_limits(agent, open_proposals_max=2)
+    first = submit(agent)
+    submit(agent)
+
+    response = post_proposal(client)
+    assert response.status_code == 429 and response["Retry-After"] == "60"
+    assert response.json()["error"]["code"] == "too_many_open"
+    # Policy allows this one at intake: it never enters the queue, so the ceiling does not stop it.
+    assert post_proposal(client, request=approval_request(action=ALLOWED)).status_code == 201
+
+    cast_vote(
+        first.id,
+        reviewer_a,
+        verdict="reject",
+        reason="no",
+        digest_seen=first.action_digest,
+        step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
+    )
+    assert post_proposal(client).status_code == 201  # a slot freed
+    assert Proposal.objects.filter(state=State.AWAITING_REVIEW).count() == 2
+
+
+def test_the_tenant_ceiling_counts_all_its_agents_together(tenant, agent, refund_policy):
+    other = factories.make_agent(tenant, slug="other-agent", push_token="p2", api_token="a2")
+    set_tenant_limits(tenant, open_proposals_max=2)
+    submit(agent)
+    submit(other)
+    with pytest.raises(QuotaExceeded) as refused:
+        submit(other)
+    assert refused.value.code == "tenant_too_many_open"
+    assert QuotaState.objects.get(agent=other).throttled_limit == "tenant_too_many_open"
+    assert QuotaState.objects.get(agent=agent).throttled_at is None  # only the agent refused is marked
+
+
+def test_the_tenant_rate_counts_all_its_agents_together(tenant, agent, refund_policy, other_tenant):
+    other = factories.make_agent(tenant, slug="other-agent", push_token="p2", api_token="a2")
+    outside = factories.make_agent(other_tenant, slug="globex-agent", push_token="p3", api_token="a3")
+    set_tenant_limits(tenant, intake_burst=2, intake_per_minute=60)
+    submit(agent)
+    submit(other)
+    with pytest.raises(QuotaExceeded) as refused:
+        submit(agent)
+    assert (refused.value.code, refused.value.retry_after) == ("tenant_rate_limited", 1)
+    submit(outside)  # another tenant's bucket is its own
+
+
+def test_the_limits_default_to_the_settings_and_the_agents_own_win(settings, agent, refund_policy):
+    settings.AGENT_INTAKE_BURST = 2
+    assert agent_limits(agent).burst == 2
+    with time_machine.travel(timezone.now(), tick=False) as clock:
+        submit(agent)
+        submit(agent)
+        with pytest.raises(QuotaExceeded):
+            submit(agent)
+        assert agent_limits(set_agent_limits(agent, intake_burst=5)).burst == 5
+        clock.shift(timedelta(minutes=1))  # refilled to the new burst
+        for _ in range(5):
+            submit(agent)  # the stale `agent` object: intake reads the limits with its lock
+        with pytest.raises(QuotaExceeded):
+            submit(agent)
+
+
+def test_a_replay_of_a_known_request_is_answered_even_when_throttled(client, limited):
+    request = approval_request()
+    first = post_proposal(client, task_id="task-replayed", request=request)
+    for _ in range(2):
+        post_proposal(client)
+    assert post_proposal(client).status_code == 429
+
+    again = post_proposal(client, task_id="task-replayed", request=request)
+
+    assert again.status_code == 200 and again.json()["proposal_id"] == first.json()["proposal_id"]
+
+
+def test_a_push_over_the_quota_gets_429_with_retry_after_and_stores_nothing(client, limited):
+    token = {"HTTP_X_A2A_NOTIFICATION_TOKEN": "push-secret"}
+
+    def push():
+        body = json.dumps(parked(task_id=f"task-{uuid.uuid4()}"))
+        return client.post("/a2a/push/refund-demo/", body, content_type="application/json", **token)
+
+    assert [push().status_code for _ in range(3)] == [201, 201, 201]
+    response = push()
+
+    assert response.status_code == 429 and response["Retry-After"] == "10"
+    assert response.json()["error"]["code"] == "rate_limited"
+    assert Proposal.objects.count() == 3
+    assert events(Verb.INTAKE_THROTTLED)[0].data["via"] == "push"
+
+
+def test_the_openapi_document_names_the_429_of_intake(client):
+    document = client.get("/api/v1/openapi.json").json()
+    operation = document["paths"]["/api/v1/proposals"]["post"]
+    assert "429" in operation["responses"] and "Retry-After" in operation["description"]
+
+
+# --- setting the limits --------------------------------------------------------------------------
+
+
+def test_setting_limits_is_audited_and_refuses_what_is_not_a_count(agent, admin_user):
+    set_agent_limits(agent, actor=admin_user, intake_burst=10, intake_per_minute=None)
+    (changed,) = events(Verb.QUOTA_CHANGED)
+    assert changed.data == {"changes": {"intake_burst": [None, 10]}}
+    with pytest.raises(ServiceError) as bad:
+        set_agent_limits(agent, actor=admin_user, intake_burst=-1)
+    assert (bad.value.code, bad.value.field) == ("bad_quota", "intake_burst")
+    with pytest.raises(ServiceError) as unknown:
+        set_agent_limits(agent, actor=admin_user, tokens=3)
+    assert unknown.value.code == "bad_field"
+    agent.refresh_from_db()
+    assert agent.intake_burst == 10
+
+
+def test_a_reviewer_cannot_set_limits(agent, reviewer_a):
+    with pytest.raises(ServiceError) as refused:
+        set_agent_limits(agent, actor=reviewer_a, intake_burst=1000)
+    assert refused.value.code == "not_admin"
+
+
+def test_the_admin_sets_an_agents_and_a_tenants_limits(client, tenant, agent):
+    author = factories.policy_admins()[0]
+    factories.sign_in_verified(client, author)
+    response = client.post(
+        reverse("admin:approvals_agent_change", args=[agent.pk]),
+        {
+            "name": agent.name,
+            "card_url": agent.card_url,
+            "audience": agent.audience,
+            "outbound_auth_scheme": "none",
+            "outbound_auth_credentials": "",
+            "intake_burst": "5",
+            "intake_per_minute": "30",
+            "open_proposals_max": "",
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    agent.refresh_from_db()
+    assert (agent.intake_burst, agent.intake_per_minute, agent.open_proposals_max) == (5, 30, None)
+    page = client.get(reverse("admin:approvals_agent_change", args=[agent.pk])).content.decode()
+    assert "5 at once, 30 a minute, 500 waiting for people at most" in page  # 500: AGENT_OPEN_PROPOSALS
+
+    response = client.post(
+        reverse("admin:tenants_tenant_change", args=[tenant.pk]),
+        {
+            "name": tenant.name,
+            "default_ttl_seconds": "3600",
+            "admin_group": tenant.admin_group_id or "",
+            "open_proposals_max": "250",
+            "intake_burst": "",
+            "intake_per_minute": "",
+            "memberships-TOTAL_FORMS": "0",
+            "memberships-INITIAL_FORMS": "0",
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    tenant.refresh_from_db()
+    assert tenant.open_proposals_max == 250
+    assert [e.subject for e in events(Verb.QUOTA_CHANGED)] == [f"agent:{agent.slug}", f"tenant:{tenant.slug}"]
+
+
+# --- the queue -----------------------------------------------------------------------------------
+
+
+def test_the_queue_tells_the_tenants_admins_which_agent_hit_its_limit(
+    limited, admin_user, reviewer_a, outsider
+):
+    at = timezone.now().replace(hour=14, minute=7)
+    with time_machine.travel(at, tick=False):
+        for _ in range(3):
+            submit(limited)
+        for _ in range(4):
+            with pytest.raises(QuotaExceeded):
+                submit(limited)
+
+        page = verified_client(admin_user).get(reverse("approvals:queue")).content.decode()
+        assert "data-throttled" in page
+        assert f"Agent <strong>{limited.name}</strong>" in page
+        assert "hit its rate limit at" in page and ">14:07</time>, 4 refused" in page
+
+        assert (
+            "data-throttled"
+            not in verified_client(reviewer_a).get(reverse("approvals:queue")).content.decode()
+        )
+        assert (
+            "data-throttled" not in verified_client(outsider).get(reverse("approvals:queue")).content.decode()
+        )
+
+    with time_machine.travel(at + timedelta(hours=1, minutes=1), tick=False):
+        page = verified_client(admin_user).get(reverse("approvals:queue")).content.decode()
+        assert "data-throttled" not in page  # an hour after the last refusal it is no longer news
+
+
+# --- ListTasks -----------------------------------------------------------------------------------
+
+
+def test_a_parked_task_found_over_the_quota_stays_parked_and_is_taken_in_on_a_later_turn(
+    globex,  # noqa: F811 (the fixtures imported above)
+    globex_agent_process,  # noqa: F811
+    loopback_agents,  # noqa: F811
+):
+    """The real refund agent parks a task and never POSTs it: Reviewer learns of it only by ListTasks."""
+    task_id = park_refund(globex_agent_process)
+    factories.make_policy(globex, "refunds", tool_pattern="payments.refund")
+    agent = register(globex, "globex-refunds", globex_agent_process.audience + "?globex")
+    set_agent_limits(agent, intake_burst=0, intake_per_minute=0)  # stopped: nothing may come in
+    lister, clock = ParkedTaskLister(every_seconds=60), timezone.now()
+
+    assert lister.list_agent(agent, clock) == 0
+
+    assert not Proposal.objects.filter(task_id=task_id).exists()
+    assert lister.refused == set()  # not refused for good: a quota passes
+    assert lister.turns[agent.id].next_at == clock + timedelta(seconds=3600)  # no sooner than Retry-After
+    assert events(Verb.INTAKE_THROTTLED)[0].data["via"] == "list_tasks"
+
+    set_agent_limits(agent, intake_burst=5, intake_per_minute=60)
+    report = TickReport()
+    lister.reconcile(report, clock + timedelta(seconds=3600))
+    assert report.reconciled == 1 and Proposal.objects.filter(task_id=task_id).exists()
