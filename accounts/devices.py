@@ -20,7 +20,8 @@ BACKUP_CODE_COUNT = 10
 
 def person_chains(user) -> list[int | None]:
     """A device belongs to a person, not a tenant: every tenant they work in records the change."""
-    return tenant_ids_of(user) or [None]
+    chains: list[int | None] = list(tenant_ids_of(user))
+    return chains or [None]
 
 
 def record_for_person(person, *, actor: str, verb: str, data: dict) -> None:

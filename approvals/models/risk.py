@@ -27,7 +27,7 @@ class Risk(models.TextChoices):
     HIGH = "high", "high"
 
 
-RANKS = {Risk.LOW: 1, Risk.MEDIUM: 2, Risk.NOT_RATED: 2, Risk.HIGH: 3}
+RANKS: dict[str, int] = {Risk.LOW: 1, Risk.MEDIUM: 2, Risk.NOT_RATED: 2, Risk.HIGH: 3}
 UNKNOWN_RANK = 3
 # The rated levels, riskiest first: the order the queue's filter and its counts list them in.
 RATED_RISKIEST_FIRST = (Risk.HIGH, Risk.MEDIUM, Risk.LOW)
