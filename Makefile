@@ -68,11 +68,18 @@ sdk-test: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/run.py $(BENCH)
 
-# The load test (not part of `make test`): two Daphnes, two workers, the demo agent and locust on
-# PostgreSQL + Redis (bench/load/run.py; LOAD_DATABASE_URL, LOAD_REDIS_URL, LOAD_BASE_PORT). Needs the
-# `bench` extra (locust). Report in bench/load/results/<name>/.
-LOAD_ARGS ?= --rates 1 --minutes 3 --agent-users 40
-load: $(STAMP)
+# The load test of Reviewer itself (not part of `make test`): REST pull agents at stepped rates,
+# reviewers through the pages, sockets open, on one and then two Daphnes (PostgreSQL + Redis;
+# bench/load/run.py; LOAD_DATABASE_URL, LOAD_REDIS_URL, LOAD_BASE_PORT). It installs the `bench`
+# extra (locust) into .venv first, and fails when a step sent less than 90% of what it offered.
+# Report in bench/load/results/<name>/.
+BENCH_STAMP := $(VENV)/.installed-bench-extra
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[bench]'
+	@touch $(BENCH_STAMP)
+
+LOAD_ARGS ?= --processes 1,2 --rates 0.5,1,2,4,8,12,16,24,32 --step-seconds 30
+load: $(BENCH_STAMP)
 	$(PY) bench/load/run.py $(LOAD_ARGS)
 
 lint: $(STAMP)

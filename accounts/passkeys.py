@@ -26,6 +26,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.core import signing
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 from django_otp_webauthn.helpers import WebAuthnHelper
 from django_otp_webauthn.models import WebAuthnCredential
@@ -143,6 +144,17 @@ def cool_off_until(device: WebAuthnCredential):
     if end <= timezone.now() or PasskeyVouch.objects.filter(passkey=device).exists():
         return None
     return end
+
+
+def established_owners_among(user_ids) -> set:
+    """Which of these people have a passkey past its cool-off or vouched for: what a passkey-only policy
+    accepts (one query, for the reachability of a quorum)."""
+    cutoff = timezone.now() - timedelta(seconds=settings.PASSKEY_COOL_OFF_SECONDS)
+    return set(
+        WebAuthnCredential.objects.filter(user_id__in=user_ids, confirmed=True)
+        .filter(Q(created_at__lte=cutoff) | Q(vouch__isnull=False))
+        .values_list("user_id", flat=True)
+    )
 
 
 def has_passkey(user) -> bool:

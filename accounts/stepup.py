@@ -119,3 +119,20 @@ def fresh_within(session, window_seconds: int) -> bool:
 
 def user_has_device(user) -> bool:
     return any(True for _ in devices_for_user(user, confirmed=True))
+
+
+# StepUp.method when the tenant's identity provider confirmed this vote by a fresh sign-in.
+IDP = "idp"
+
+
+@dataclass(frozen=True)
+class ProviderStepUp(StepUp):
+    """A fresh sign-in at the tenant's identity provider for the (proposal id, action digest) in
+    `bound_to` (sso/idp_step_up.py checked it), with the acr and amr its ID token carried."""
+
+    acr: str = ""
+    amr: tuple[str, ...] = ()
+
+    def detail(self) -> dict:
+        """What the decision token adds to approvers[].auth for this vote."""
+        return {"acr": self.acr, "amr": list(self.amr)}

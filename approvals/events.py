@@ -11,7 +11,8 @@ import uuid
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-from django.db import transaction
+
+from lib.commit_hooks import on_commit_in_background
 
 
 def tenant_group(tenant_id) -> str:
@@ -37,7 +38,9 @@ def proposal_changed(proposal) -> None:
         _send(proposal_group(proposal_id), message)
         _send(tenant_group(tenant_id), message)
 
-    transaction.on_commit(send, robust=True)  # robust: a failed hint is logged, not raised
+    # After commit, on the process's after-commit thread: the change's answer does not wait for Redis.
+    # A failed hint is logged, not raised.
+    on_commit_in_background(send)
 
 
 def changed_message(proposal_id) -> dict:

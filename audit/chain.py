@@ -6,7 +6,8 @@ pending row (one statement on PostgreSQL): no lock, so a tenant's writes never q
 the chain's pending events in id order, inserts each one's seal (seq, prev_hash, hash) in one multi-row
 INSERT, drops their pending rows, moves the head and signs a checkpoint every AUDIT_CHECKPOINT_EVERY
 events. No row is ever updated but the head: an event and its seal are each written once. It runs right
-after each appending transaction commits (`transaction.on_commit`, in that process) and on every worker
+after each appending transaction commits (on that process's after-commit thread, lib/commit_hooks.py)
+and on every worker
 tick (`sequence_pending()`), for an event whose process died between its commit and its sequencing.
 
 The sequencer works through its own connection, `sequencer_alias()`: the `sequencer` database alias when
@@ -30,7 +31,7 @@ from audit import checkpoint_files
 from audit.models import AuditEvent, AuditPending, AuditSeal, ChainHead, Checkpoint, PublicKey, Verb
 from audit.shapes import format_time, parse_time
 from audit.verify.hashing import GENESIS_HASH, checkpoint_payload, hash_body
-from lib.commit_hooks import on_commit_once
+from lib.commit_hooks import on_commit_in_background
 
 KNOWN_VERBS = frozenset(Verb.values)
 
@@ -120,8 +121,10 @@ def append_many(chain: str, events: list[dict]) -> list[AuditEvent]:
     else:
         AuditEvent.objects.bulk_create(accepted)
         AuditPending.objects.bulk_create([AuditPending(event=e, chain=chain) for e in accepted])
-    # One hook per transaction and chain: it chains every event the transaction added to the chain.
-    on_commit_once(("audit.sequence", chain), lambda: sequence_after_commit(chain))
+    # One hook per transaction and chain: it chains every event the transaction added to the chain, on
+    # the process's after-commit thread (the request answers without waiting for it), where one queued
+    # run covers every commit before it.
+    on_commit_in_background(lambda: sequence_after_commit(chain), key=("audit.sequence", chain))
     return accepted
 
 
@@ -223,7 +226,7 @@ def _adopt_foreign_seals(chain: str, head: ChainHead, db: str) -> None:
         .order_by("seq")
         .values_list("seq", "hash", "event_id")
     )
-    adopted = []
+    adopted: list[tuple[int, str, int]] = []  # (seq, hash, event id)
     for seq, hash_, event_id in foreign:
         if seq != head.seq + len(adopted) + 1:
             break
@@ -290,7 +293,7 @@ def _sequence_batch(chain: str) -> int:
     db = sequencer_alias()
     with transaction.atomic(using=db):
         head = _locked_head(chain, db)
-        if head.overrun:
+        if head.overrun:  # type: ignore[attr-defined]  # _locked_head's annotate(); its return type is the model
             _adopt_foreign_seals(chain, head, db)
         # Read after the lock: whatever an earlier holder chained is no longer pending.
         batch = _pending_batch(chain, db)

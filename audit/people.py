@@ -49,7 +49,11 @@ def display_names(labels) -> dict[str, str]:
     rows = PersonDirectoryEntry.objects.filter(pseudonym__in=wanted, user__isnull=False).select_related(
         "user"
     )
-    return {row.pseudonym: row.user.get_full_name() or row.user.get_username() for row in rows}
+    return {
+        row.pseudonym: row.user.get_full_name() or row.user.get_username()
+        for row in rows
+        if row.user is not None
+    }
 
 
 def pseudonyms_in(events: list[dict]) -> set[str]:

@@ -1,6 +1,6 @@
 """The settings no environment variable changes, kept apart so that reviewer/settings.py stays readable:
-the Content-Security-Policy, the loggers and SCIM's wiring. reviewer/settings.py imports them; it is
-still the one settings module."""
+the Content-Security-Policy, the loggers, SCIM's wiring and SAML's binding, and the notes on the pool
+and the outbound allow-list. reviewer/settings.py imports them; it is still the one settings module."""
 
 # Content-Security-Policy (django-csp): scripts and styles only from this origin, no inline script at
 # all (the pages have none; htmx's own indicator styles are off in base.html), no inline style either (no
@@ -36,6 +36,8 @@ def logging_config(level: str) -> dict:
             "daphne": {"level": "WARNING"},
             "a2a": {"level": "WARNING"},
             "axes": {"level": "WARNING"},  # every sign-in attempt at INFO
+            "xmlschema": {"level": "WARNING"},  # pysaml2's schemas, announced at INFO on every start
+            "saml2": {"level": "WARNING"},  # pysaml2 logs whole assertions at INFO
         },
     }
 
@@ -64,3 +66,27 @@ SCIM_SERVICE_PROVIDER = {
     "AUTH_CHECK_MIDDLEWARE": "sso.scim_auth.BearerTokenCheck",
     "SCHEMAS_GETTER": "sso.scim_schemas.published_schemas",
 }
+
+# The SAML AuthnRequest goes as a link (HTTP-Redirect): the sign-in pages' CSP allows no inline form posting.
+SAML_DEFAULT_BINDING = "urn:oasis:names:tc:SAML:2.0:bindings:HTTP-Redirect"
+
+# Database pool (DB_POOL_* in reviewer/settings.py).
+# On PostgreSQL every process draws its connections from a bounded psycopg pool (Django's "pool" option;
+# it needs CONN_MAX_AGE 0, which returns a request's connection to the pool when the request ends).
+# A Daphne needs MAX_CONCURRENT_REQUESTS for requests, OUTBOX_DIRECT_SEND_THREADS for the continuations
+# it sends after commit, one for the after-commit thread, DECISION_WAIT_READS for the decision waits'
+# reads, plus what its WebSockets use: their database work (channels' database_sync_to_async) runs on
+# one shared thread per process, so one connection, and two more are slack. The overload limit answers
+# 503 before the pool is empty, so nothing waits on it in practice; should it be empty, a request waits
+# DB_POOL_TIMEOUT seconds for a connection (then 500).
+# PostgreSQL's max_connections must hold N Daphnes x DB_POOL_MAX_SIZE + M workers x (DB_POOL_MIN_SIZE
+# + 1 for LISTEN) + the admin's few (README "Running several processes"). DB_POOL_MAX_SIZE=0: no pool.
+
+# Outbound calls (AGENT_ALLOWED_* in reviewer/settings.py).
+# Outbound calls to agents (approvals/a2a/outbound.py). Reviewer calls an agent's card URL and A2A
+# interface with the agent's credentials, so a card URL must not reach anything else (SSRF). A call
+# goes out only when, after DNS resolution, every address of the host is allowed: the host name is in
+# AGENT_ALLOWED_HOSTS ("agents.example.com", or ".example.com" for its subdomains) and the address is
+# public, or the address is inside AGENT_ALLOWED_NETWORKS (CIDRs; the only way to allow private or
+# loopback addresses, e.g. "127.0.0.0/8,::1/128" for the demo). Link-local and cloud metadata
+# addresses are never allowed. Both empty: no outbound call at all (fail closed).

@@ -80,12 +80,16 @@ INSTALLED_APPS = [
     "approvals",
     "sso",
     "django_scim",
+    "djangosaml2",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # A SAML response is a cross-site POST, which the Lax session cookie does not reach: djangosaml2 keeps
+    # the requests a browser started (InResponseTo) in a session of its own (SameSite=None).
+    "djangosaml2.middleware.SamlSessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -144,6 +148,10 @@ MAX_CONCURRENT_REQUESTS = env_int("MAX_CONCURRENT_REQUESTS", 16)
 # instead); the worker stays the retry path (approvals/worker/delivery.py). Off: the worker sends everything.
 OUTBOX_DIRECT_SEND = env_bool("OUTBOX_DIRECT_SEND", True)
 OUTBOX_DIRECT_SEND_THREADS = env_int("OUTBOX_DIRECT_SEND_THREADS", 4)
+# A change's after-commit work that its answer need not wait for (the audit sequencer, the sockets'
+# broadcasts) runs on one background thread per process (lib/commit_hooks.py); the worker's tick chains
+# what a process that died left pending. Off: it runs in the committing request, before its answer.
+COMMIT_HOOKS_IN_BACKGROUND = env_bool("COMMIT_HOOKS_IN_BACKGROUND", True)
 # Decision waits (GET /api/v1/proposals/<id>/decision?wait=N) are served on the event loop, outside
 # MAX_CONCURRENT_REQUESTS (approvals/decision_wait.py): a wait holds no request slot, thread or
 # connection. Each Daphne process keeps at most DECISION_WAITS_PER_AGENT open for one agent (the next
@@ -152,20 +160,11 @@ OUTBOX_DIRECT_SEND_THREADS = env_int("OUTBOX_DIRECT_SEND_THREADS", 4)
 DECISION_WAITS_PER_AGENT = env_int("DECISION_WAITS_PER_AGENT", 50)
 DECISION_WAITS_PER_PROCESS = env_int("DECISION_WAITS_PER_PROCESS", 5000)
 DECISION_WAIT_READS = max(1, env_int("DECISION_WAIT_READS", 2))
-# On PostgreSQL every process draws its connections from a bounded psycopg pool (Django's "pool" option;
-# it needs CONN_MAX_AGE 0, which returns a request's connection to the pool when the request ends).
-# A Daphne needs MAX_CONCURRENT_REQUESTS for requests, OUTBOX_DIRECT_SEND_THREADS for the continuations
-# it sends after commit, DECISION_WAIT_READS for the decision waits' reads, plus what its WebSockets
-# use: their database work (channels' database_sync_to_async) runs on one shared thread per process,
-# so one connection, and two more are slack. The overload limit answers 503 before the pool is empty,
-# so nothing waits on it in practice; should it be empty, a request waits DB_POOL_TIMEOUT seconds for a
-# connection (then 500).
-# PostgreSQL's max_connections must hold N Daphnes x DB_POOL_MAX_SIZE + M workers x (DB_POOL_MIN_SIZE
-# + 1 for LISTEN) + the admin's few (README "Running several processes"). DB_POOL_MAX_SIZE=0: no pool.
+# The pool's size and PostgreSQL's max_connections: reviewer/fixed_settings.py, "Database pool".
 _DIRECT_SENDERS = OUTBOX_DIRECT_SEND_THREADS if OUTBOX_DIRECT_SEND else 0
 DB_POOL_MAX_SIZE = env_int(
     "DB_POOL_MAX_SIZE",
-    MAX_CONCURRENT_REQUESTS + _DIRECT_SENDERS + DECISION_WAIT_READS + 3 if MAX_CONCURRENT_REQUESTS else 0,
+    MAX_CONCURRENT_REQUESTS + _DIRECT_SENDERS + DECISION_WAIT_READS + 4 if MAX_CONCURRENT_REQUESTS else 0,
 )
 if IS_POSTGRES and DB_POOL_MAX_SIZE > 0:
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
@@ -411,13 +410,7 @@ AUDIT_RUBBER_STAMP_MIN_SAMPLE = env_int("AUDIT_RUBBER_STAMP_MIN_SAMPLE", 300)
 AUDIT_METRICS_CACHE_SECONDS = env_int("AUDIT_METRICS_CACHE_SECONDS", 60)
 
 # ---------------------------------------------------------------------------------------------------
-# Outbound calls to agents (approvals/a2a/outbound.py). Reviewer calls an agent's card URL and A2A
-# interface with the agent's credentials, so a card URL must not reach anything else (SSRF). A call
-# goes out only when, after DNS resolution, every address of the host is allowed: the host name is in
-# AGENT_ALLOWED_HOSTS ("agents.example.com", or ".example.com" for its subdomains) and the address is
-# public, or the address is inside AGENT_ALLOWED_NETWORKS (CIDRs; the only way to allow private or
-# loopback addresses, e.g. "127.0.0.0/8,::1/128" for the demo). Link-local and cloud metadata
-# addresses are never allowed. Both empty: no outbound call at all (fail closed).
+# Outbound calls to agents: reviewer/fixed_settings.py, "Outbound calls" (the SSRF allow-list).
 AGENT_ALLOWED_HOSTS = env_list("AGENT_ALLOWED_HOSTS", [])
 AGENT_ALLOWED_NETWORKS = env_list("AGENT_ALLOWED_NETWORKS", [])
 
@@ -448,3 +441,9 @@ WEB_PUSH_SERVICE_HOSTS = env_list(
 
 LOGGING = fixed_settings.logging_config(env_str("LOG_LEVEL", "INFO"))
 SCIM_SERVICE_PROVIDER = fixed_settings.SCIM_SERVICE_PROVIDER  # SCIM 2.0 provisioning, under /scim/v2/
+# SAML 2.0 sign-in (sso/saml.py on djangosaml2 and pysaml2), configured per tenant in the admin (no
+# SAML_CONFIG: each tenant's service provider is built from its IdentityProvider). pysaml2 checks XML
+# signatures with xmlsec1 (Debian's package xmlsec1); a SAML sign-in fails closed without it.
+SAML_XMLSEC_BINARY = env_str("SAML_XMLSEC_BINARY", "")  # empty: xmlsec1 on PATH
+SAML_DEFAULT_BINDING = fixed_settings.SAML_DEFAULT_BINDING
+SAML_SESSION_COOKIE_NAME = "saml_session"

@@ -2,10 +2,12 @@
 people it provisioned. Superusers only: a provider decides who may approve. Changes go through
 sso/services.py with their audit event; SCIM records change only through SCIM."""
 
+from django import forms
 from django.contrib import admin
 
 from sso import services
 from sso.models import ExternalIdentity, IdentityProvider, ScimGroup, ScimUser
+from sso.saml import metadata_entity_id
 from tenants.models import ProviderGroupMapping
 
 
@@ -31,14 +33,50 @@ class AuditedConfiguration(SuperuserOnly):
             services.delete_provider_configuration(obj, actor=request.user)
 
 
+class IdentityProviderForm(forms.ModelForm):
+    class Meta:
+        model = IdentityProvider
+        exclude: list[str] = []  # every field; the fieldsets below order them
+
+    def clean(self):
+        data = super().clean() or {}
+        if data.get("protocol") == IdentityProvider.Protocol.SAML:
+            declared = metadata_entity_id(data.get("saml_metadata") or "")
+            if not declared:
+                self.add_error(
+                    "saml_metadata", "paste the identity provider's SAML metadata XML (an EntityDescriptor)"
+                )
+            elif data.get("issuer") and declared != data["issuer"]:
+                self.add_error(
+                    "issuer", f"the metadata's entityID is {declared}: the issuer must be exactly that"
+                )
+            if data.get("step_up") == IdentityProvider.StepUp.IDP:
+                self.add_error(
+                    "step_up", "a SAML provider cannot confirm a vote: choose Reviewer's own factors"
+                )
+        elif not (data.get("client_id") or "").strip():
+            self.add_error("client_id", "an OpenID Connect provider needs the client id Reviewer has there")
+        return data
+
+
 @admin.register(IdentityProvider)
 class IdentityProviderAdmin(AuditedConfiguration):
-    list_display = ["tenant", "display_name", "issuer", "enabled", "require_sso", "step_up"]
+    form = IdentityProviderForm
+    list_display = ["tenant", "display_name", "protocol", "issuer", "enabled", "require_sso", "step_up"]
     fieldsets = [
-        (None, {"fields": ["tenant", "enabled", "display_name"]}),
+        (None, {"fields": ["tenant", "enabled", "display_name", "protocol", "issuer"]}),
         (
             "OpenID Connect",
-            {"fields": ["issuer", "client_id", "client_secret_env", "client_secret_file", "scopes"]},
+            {"fields": ["client_id", "client_secret_env", "client_secret_file", "scopes"]},
+        ),
+        (
+            "SAML 2.0",
+            {
+                "fields": ["saml_metadata", "saml_email_attribute"],
+                "description": "Reviewer's metadata for the provider: /accounts/sso/saml/<tenant>/metadata/ "
+                "(entity ID); its assertion consumer URL: /accounts/sso/saml/<tenant>/acs/. The NameID "
+                "(persistent) names the person; the groups claim below is the SAML attribute of group names.",
+            },
         ),
         (
             "Who signs in",

@@ -105,6 +105,16 @@ def complete(request, provider, claims: dict, pending: dict) -> dict:
     return proved
 
 
+def held(session, proposal_id, digest: str) -> bool:
+    """Whether the session holds a usable confirmation for this proposal and digest (without using it)."""
+    value = session.get(SESSION_KEY) if session is not None else None
+    try:
+        proved = signing.loads(value, salt=_SALT, max_age=USABLE_SECONDS) if value else None
+    except signing.BadSignature:
+        return False
+    return proved is not None and (proved["proposal"], proved["digest"]) == (str(proposal_id), digest)
+
+
 def take(session, proposal_id, digest: str) -> dict | None:
     """The provider's fresh confirmation for this proposal and digest, removed from the session (usable
     once); None when there is none, it is for something else, forged, or older than USABLE_SECONDS."""

@@ -25,13 +25,19 @@ class IdentityProvider(models.Model):
         LOCAL = "local", "a code or passkey of Reviewer's (default)"
         IDP = "idp", "a fresh sign-in at the identity provider"
 
+    class Protocol(models.TextChoices):
+        OIDC = "oidc", "OpenID Connect"
+        SAML = "saml", "SAML 2.0"
+
     tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="identity_provider")
     enabled = models.BooleanField(default=True)
+    protocol = models.CharField(max_length=10, choices=Protocol.choices, default=Protocol.OIDC)
     display_name = models.CharField(max_length=100, help_text="shown on the sign-in button, e.g. “Acme Okta”")
     issuer = models.URLField(
-        max_length=300, help_text="exactly as in the provider's discovery document and its ID tokens"
+        max_length=300,
+        help_text="exactly as in the provider's discovery document and its ID tokens (SAML: its entity ID)",
     )
-    client_id = models.CharField(max_length=300)
+    client_id = models.CharField(max_length=300, blank=True, help_text="OpenID Connect only")
     client_secret_env = models.CharField(
         "client secret: environment variable",
         max_length=100,
@@ -76,6 +82,16 @@ class IdentityProvider(models.Model):
     )
     step_up_amr = models.CharField(
         "step-up amr", max_length=200, blank=True, help_text="space-separated amr values it must all carry"
+    )
+
+    # SAML 2.0 (sso/saml.py): the provider's metadata gives its signing certificate and sign-in URL.
+    saml_metadata = models.TextField(
+        "SAML metadata",
+        blank=True,
+        help_text="the identity provider's metadata XML (its entityID must be the issuer above)",
+    )
+    saml_email_attribute = models.CharField(
+        "SAML e-mail attribute", max_length=200, default="email", blank=True
     )
 
     class Meta:
@@ -197,3 +213,22 @@ class ScimGroup(models.Model):
 
     def __str__(self):
         return f"{self.display_name} ({self.tenant.slug})"
+
+
+class SamlAssertionSeen(models.Model):
+    """Every SAML assertion accepted, by its issuer and ID, until it expires: the same assertion posted
+    again (a replay) is refused. Rows past `expires_at` may go (the assertion is refused as expired then)."""
+
+    issuer = models.CharField(max_length=300)
+    assertion_id = models.CharField(max_length=256)
+    expires_at = models.DateTimeField()
+    seen_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "SAML assertion seen"
+        constraints = [
+            models.UniqueConstraint(fields=["issuer", "assertion_id"], name="one_use_per_saml_assertion")
+        ]
+
+    def __str__(self):
+        return f"{self.assertion_id} from {self.issuer}"

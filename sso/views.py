@@ -6,7 +6,7 @@ import time
 from django import forms
 from django.db.models import Q
 from django.http import Http404
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import urlencode
 from django.views.decorators.cache import never_cache
@@ -72,6 +72,11 @@ def start(request, tenant_slug):
     )
     if provider is None:
         raise Http404("this organisation does not sign in through an identity provider")
+    if provider.protocol == IdentityProvider.Protocol.SAML:
+        target = reverse("sso:saml_login", kwargs={"tenant_slug": tenant_slug})
+        if request.GET.get("next"):
+            target += "?" + urlencode({"next": request.GET["next"]})
+        return redirect(target)
     try:
         return ProviderSignInStart.as_view()(request, provider=provider)
     except SignInRefused as refusal:
@@ -102,7 +107,12 @@ def step_up(request, proposal_id):
         raise Http404("no such proposal")
     provider = (
         IdentityProvider.objects.select_related("tenant")
-        .filter(tenant_id=proposal.tenant_id, enabled=True, step_up=IdentityProvider.StepUp.IDP)
+        .filter(
+            tenant_id=proposal.tenant_id,
+            enabled=True,
+            protocol=IdentityProvider.Protocol.OIDC,
+            step_up=IdentityProvider.StepUp.IDP,
+        )
         .first()
     )
     if provider is None:

@@ -15,6 +15,7 @@ from approvals.services.tenants import (
     create_tenant,
     group_member_refusal,
     membership_refusal,
+    provider_kept_refusal,
     remove_group_member,
     remove_tenant_membership,
     set_tenant_membership,
@@ -141,23 +142,36 @@ class TenantAdmin(TenantScopedAdmin):
 
 
 class GroupMembershipFormSet(ServiceInlineFormSet):
+    def add_fields(self, form, index):
+        super().add_fields(form, index)
+        if form.instance.pk and form.instance.managed_by and "user" in form.fields:
+            form.fields["user"].disabled = True  # the provider keeps it: shown, never edited here
+
     def clean(self):
         super().clean()
         tenant_id = self.instance.tenant_id
+        kept = []
         for form in self.forms:
             data = getattr(form, "cleaned_data", None)
+            if data and data.get("DELETE") and form.instance.pk:
+                kept_refusal = provider_kept_refusal(form.instance)
+                if kept_refusal is not None:
+                    kept.append(kept_refusal.message)
             if not data or data.get("DELETE") or not data.get("user") or form.instance.pk:
                 continue
             refusal = group_member_refusal(tenant_id, data["user"])
             if refusal is not None:
                 form.add_error(refusal.field, refusal.message)
+        if kept:
+            # The formset's own error: Django ignores the errors of a row marked for deletion.
+            raise forms.ValidationError(kept)
 
 
 class GroupMembershipInline(PeopleScopedInline):
     model = GroupMembership
     formset = GroupMembershipFormSet
-    fields = ["user", "added_at"]
-    readonly_fields = ["added_at"]
+    fields = ["user", "managed_by", "added_at"]
+    readonly_fields = ["managed_by", "added_at"]  # who keeps it: an admin, sign-in or SCIM
     autocomplete_fields = ["user"]  # by username or name, among the people she may see
     extra = 0
 

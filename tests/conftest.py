@@ -44,6 +44,9 @@ def _worker_delivers(settings):
     (approvals/worker/delivery.py), so a test that runs the worker sees what it delivers. Tests of the direct
     send turn it on; servers started as processes (tests/e2e) send directly, as deployed."""
     settings.OUTBOX_DIRECT_SEND = False
+    # After-commit work runs in the committing thread, so a test reads the chained trail and gets its
+    # broadcasts when the call returns; tests of the background thread turn it on.
+    settings.COMMIT_HOOKS_IN_BACKGROUND = False
 
 
 @pytest.fixture

@@ -25,8 +25,8 @@ from django.http import QueryDict
 from django.template.loader import render_to_string
 from pydantic import ValidationError
 
-from accounts import stepup
 from approvals import events
+from approvals import stepup as vote_step_up
 from approvals.live.fanout import Viewer, live_updates, verified_user
 from approvals.schemas import VoteMessage
 from approvals.selectors import proposal_for_user
@@ -36,6 +36,11 @@ from approvals.web.lists import LIST_PAGES
 from approvals.web.pages import page_hash
 from lib.errors import NotFound, ServiceError, error_body
 from tenants.queries import memberships_of, tenant_ids_of
+
+# The close code of a socket whose person lost access since it opened (signed out, deprovisioned, removed
+# from the tenant): the page says so instead of "reconnecting", and htmx does not reconnect (4000-4999 are
+# the application's own codes; htmx retries only 1006, 1011, 1012 and 1013).
+ACCESS_ENDED = 4403
 
 
 def _error(code: str, message: str, field: str | None = None, **extra) -> dict:
@@ -60,7 +65,7 @@ class ReviewerSocket(AsyncJsonWebsocketConsumer):
         """Send the page's partials as they are now, or close the socket if the person lost access."""
         html = await database_sync_to_async(self.render_current)()
         if html is None:
-            await self.close()
+            await self.close(code=ACCESS_ENDED)
         else:
             await self.send(text_data=html)
 
@@ -124,13 +129,14 @@ class ReviewerSocket(AsyncJsonWebsocketConsumer):
                 verdict=message.verdict,
                 digest_seen=message.digest,
                 reason=message.reason,
-                step_up=stepup.step_up_for(
+                step_up=vote_step_up.step_up_for(
                     user,
                     message.otp_code,
                     session,
                     passkey=message.passkey,
-                    proposal_id=proposal.id,
+                    proposal=proposal,
                     digest=message.digest,
+                    reread=True,
                 ),
                 page_hash=page_hash(proposal),
             )
@@ -222,7 +228,7 @@ class ProposalConsumer(ReviewerSocket):
         """This socket's part of the event's update, or close it if the person lost access."""
         update = await live_updates.update_for(self, event_id)
         if update is None:
-            await self.close()
+            await self.close(code=ACCESS_ENDED)
             return
         self.mode = update.mode
         await self.send(text_data=update.html)

@@ -35,6 +35,7 @@ from django_otp import DEVICE_ID_SESSION_KEY
 from django_otp.models import Device
 
 from accounts import passkeys
+from approvals import stepup as vote_step_up
 from approvals.models import Proposal, Vote
 from approvals.selectors import ineligibility_from, threshold_groups
 from approvals.services import lifecycle
@@ -169,6 +170,7 @@ def render_updates(proposal_id, viewers: list[Viewer]) -> dict[str, Update | Non
     # What the decision panels need beyond the page's reads, read once for every socket.
     break_glass_rule = functools.cache(lambda: rule_for_proposal(proposal))
     passkey_owners = functools.cache(lambda: passkeys.owners_among({user.pk for _, user in readers}))
+    provider = functools.cache(lambda: vote_step_up.confirms_at_provider(proposal.tenant_id))
     audiences: dict[tuple, str] = {}
     for viewer, user in readers:
         membership = memberships[user.pk]
@@ -223,6 +225,7 @@ def render_updates(proposal_id, viewers: list[Viewer]) -> dict[str, Update | Non
                 mode=mode,
                 has_passkey=user.pk in passkey_owners(),
                 break_glass_rule=break_glass_rule() if mode[0] == "vote" else None,
+                provider=provider() if mode[0] == "vote" else None,
             )
             context = {
                 "proposal": proposal,

@@ -130,6 +130,8 @@ class Vote(models.Model):
     reservation = models.TextField(blank=True, default="")
     auth_method = models.CharField(max_length=30)
     auth_at = models.DateTimeField()
+    # What the factor itself attested, beside the method: a provider's confirmation has its acr and amr.
+    auth_detail = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

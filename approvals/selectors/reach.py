@@ -5,8 +5,8 @@ A person can fill a slot of a threshold group when they are an active user, a me
 reviewer or admin of the tenant (not compliance), not the proposal's principal (unless the policy allows
 self-approval), not the author of its edit, not out of office (an active delegation *from* them: then
 their delegate counts in their place, if the delegate could vote), and have a factor the policy accepts
-(a passkey where it asks for one, else a one-time code device or a passkey). Each person fills one slot
-(a matching, as the quorum count does). Read-only.
+(a passkey past its cool-off where it asks for one, else a one-time code device or a passkey). Each
+person fills one slot (a matching, as the quorum count does). Read-only.
 """
 
 from dataclasses import dataclass
@@ -45,9 +45,9 @@ def factor_owners(user_ids, needs_passkey: bool) -> set:
     confirmed django-otp device (an authenticator app, backup codes) or a passkey. A few queries for
     everyone at once (intake asks this on its hot path)."""
     user_ids = set(user_ids)
+    if needs_passkey:  # a passkey in its cool-off does not pass a passkey-only policy yet
+        return passkeys.established_owners_among(user_ids)
     owners = set(passkeys.owners_among(user_ids))
-    if needs_passkey:
-        return owners
     for model in apps.get_models():
         if issubclass(model, Device) and not model._meta.abstract:
             owners |= set(

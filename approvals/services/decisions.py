@@ -237,15 +237,20 @@ def consume_decision(agent: Agent, jti, *, rev: int, now: datetime | None = None
 
 
 def _lock_decision(agent: Agent, jti) -> tuple[Proposal, Decision]:
-    """Lock a decision of this agent for a write: its proposal row first, then the decision, the order
-    revoke, halt and expiry take them in (the other order deadlocks against them on PostgreSQL). Only the
-    proposal row is locked, not the agent and tenant rows it is read with."""
-    found = Decision.objects.filter(jti=jti, proposal__agent=agent).values_list("proposal_id", flat=True)
-    proposal_id = found.first()
-    if proposal_id is None:
+    """Lock a decision of this agent for a write, and read it with its proposal (and the proposal's
+    agent and tenant), in one statement. It locks the proposal row first, then the decision (FOR UPDATE
+    OF in that order: PostgreSQL locks a joined row's tables in the order they are named), the order
+    revoke, halt and expiry take them in (the other order deadlocks against them). Only those two rows
+    are locked, not the agent and tenant rows read with them."""
+    locked = (
+        Proposal.objects.select_for_update(of=("self", "decision"))
+        .select_related("decision", "agent", "tenant")
+        .filter(decision__jti=jti, agent=agent)
+        .first()
+    )
+    if locked is None:
         raise NotFound("not_found", "no decision with this id for this agent")
-    locked = Proposal.objects.select_for_update(of=("self",)).select_related("agent", "tenant")
-    return locked.get(pk=proposal_id), Decision.objects.select_for_update().get(jti=jti)
+    return locked, locked.decision
 
 
 def _consume_refusal(

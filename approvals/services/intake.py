@@ -162,7 +162,7 @@ class _Found:
     halt_id: int | None  # the oldest halt in force on the agent, its tenant or everything, or None
     history: dict  # policy.evaluation_context's `history` counts
     versions: list  # the tenant's active policy versions, with their policies
-    open_counts: OpenCounts | None  # what waits for people, the agent's and the tenant's (quotas)
+    open_counts: OpenCounts  # what waits for people, the agent's and the tenant's (quotas)
 
 
 _EXISTING = "intake_existing_id"
@@ -323,7 +323,11 @@ def evaluate_and_route(proposal: Proposal, *, requested_expiry: datetime | None,
     # Keyed as intake keys it: the admins' classification may name the target or a family of tools.
     proposal.target_key = classified_target_key(proposal.action, proposal.agent.slug, versions)
     found = _Found(
-        existing_id=None, halt_id=None, history=policy_counts(proposal), versions=versions, open_counts=None
+        existing_id=None,
+        halt_id=None,
+        history=policy_counts(proposal),
+        versions=versions,
+        open_counts=OpenCounts(agent=0, tenant=0),  # a reviewer's edit is not intake: no quota asks
     )
     evaluation = _evaluate(proposal, found, requested_expiry=requested_expiry, created_at=proposal.created_at)
     proposal.save(update_fields=["target_key", "requirements", "risk", "reversibility", "expires_at"])

@@ -88,7 +88,8 @@ class Hold:
 
     @property
     def agent_limit(self) -> Limits:
-        return agent_limits(self.agent_state.agent)
+        # The agent as read with its locked row (never missing there: the row is the agent's).
+        return agent_limits(self.agent_state.agent or self.agent)
 
     @property
     def tenant_limit(self) -> Limits:
@@ -138,7 +139,7 @@ TENANT_OPEN = "quota_tenant_open"
 def open_counts_expressions(hold: Hold) -> dict[str, RawSQL]:
     """Annotations counting the agent's and the tenant's proposals that wait for people, each capped just
     past its ceiling (so a count costs at most the ceiling's rows of an index, whatever the history)."""
-    waiting = sorted(WAITING_FOR_PEOPLE)
+    waiting = [str(state) for state in sorted(WAITING_FOR_PEOPLE)]
     agent = hold.agent
     return {
         AGENT_OPEN: _capped_count("agent", agent.id, waiting, hold.agent_limit.open_max + 1),

@@ -266,11 +266,32 @@ def add_group_member(group: ApproverGroup, user, *, actor=None) -> GroupMembersh
     return membership
 
 
+def provider_kept_refusal(membership: GroupMembership) -> Conflict | None:
+    """Why an admin may not remove this membership by hand: the identity provider keeps it (at sign-in or
+    through SCIM), and its next call would put it back. None for a membership an admin made."""
+    if not membership.managed_by:
+        return None
+    return Conflict(
+        "provider_managed",
+        f"{membership.user.get_username()}'s membership of {membership.group.slug} is kept by "
+        f"{membership.get_managed_by_display()}: change it at the identity provider, not here",
+        "user",
+    )
+
+
 def remove_group_member(group: ApproverGroup, user, *, actor=None) -> bool:
     """Take a user out of a group. Their approvals on open proposals stop counting at once (the quorum is
-    counted with current memberships); returns whether they were a member."""
+    counted with current memberships); returns whether they were a member. A person (an admin) cannot
+    remove a membership the identity provider keeps; the provider's own calls come without an actor."""
     require_config_admin(actor, group.tenant_id)
     with transaction.atomic():
+        if actor is not None:
+            kept = (
+                GroupMembership.objects.filter(group=group, user=user).select_related("group", "user").first()
+            )
+            refusal = provider_kept_refusal(kept) if kept is not None else None
+            if refusal is not None:
+                raise refusal
         return _remove_group_member(group, user, actor=actor)
 
 

@@ -61,10 +61,13 @@ def check_step_up(
     """(method, time) when the step-up satisfies the proposal's policy, else a refusal whose audit event
     is already recorded. Approve, reject, ask and edit all change what the agent receives, so all four
     need it. The caller lets the transaction commit (the refusal is evidence) and raises afterwards."""
-    step = _check_step_up(proposal, step_up)
+    if step_up is not None and step_up.method == stepup.IDP:
+        step, refusal = _provider_step(proposal, step_up), _provider_refusal(act)
+    else:
+        step, refusal = _check_step_up(proposal, step_up), None
     if step is not None:
         return step, None
-    refusal = _step_up_refusal(proposal, step_up, act)
+    refusal = refusal or _step_up_refusal(proposal, step_up, act)
     record(
         proposal.tenant_id,
         actor=actor_label(actor),
@@ -73,6 +76,31 @@ def check_step_up(
         data={"code": refusal.code},
     )
     return None, refusal
+
+
+def _provider_step(proposal: Proposal, step_up: StepUp) -> tuple[str, datetime] | None:
+    """A fresh sign-in at the tenant's provider (approvals/stepup.py took it from the session only where
+    the tenant confirms votes there) counts for the proposal and digest it was made for, and for no
+    policy that asks for a passkey."""
+    if needs_passkey(proposal.requirements):
+        return None
+    if step_up.bound_to != (str(proposal.id), proposal.action_digest):
+        return None
+    return step_up.method, timezone.now()
+
+
+def _provider_refusal(act: str) -> VoteRefused:
+    return VoteRefused(
+        "step_up_failed",
+        f"that confirmation at your identity provider does not count for this {act} (another proposal "
+        "or version, or a policy that needs a passkey); confirm again",
+    )
+
+
+def auth_detail(step_up: StepUp | None) -> dict:
+    """What the factor attested besides its method (a provider's acr and amr), for approvers[].auth."""
+    detail = getattr(step_up, "detail", None)
+    return detail() if callable(detail) else {}
 
 
 def _step_up_refusal(proposal: Proposal, step_up: StepUp | None, act: str) -> VoteRefused:
@@ -159,8 +187,17 @@ def cast_vote(
                     subject=proposal_subject(proposal),
                     data={"code": refusal.code, "verdict": verdict},
                 )
-        else:
-            vote = _store_vote(proposal, actor, verdict, digest_seen, reason, page_hash, step, reservation)
+        elif step is not None:
+            vote = _store_vote(
+                proposal,
+                actor,
+                verdict,
+                digest_seen,
+                reason,
+                page_hash,
+                (*step, auth_detail(step_up)),
+                reservation,
+            )
     if refusal is not None:
         raise refusal
     return vote
@@ -196,7 +233,7 @@ def refusal_to_vote(
 
 
 def _store_vote(proposal, user, verdict, digest_seen, reason, page_hash, step, reservation="") -> Vote:
-    method, auth_at = step
+    method, auth_at, detail = step
     capacity = capacity_for(proposal, user)
     groups = user_groups_for(proposal, user)
     vote = Vote.objects.create(
@@ -210,6 +247,7 @@ def _store_vote(proposal, user, verdict, digest_seen, reason, page_hash, step, r
         reason=reason,
         auth_method=method,
         auth_at=auth_at,
+        auth_detail=detail,
         group=groups[0] if len(groups) == 1 else None,
     )
     record(
@@ -224,7 +262,7 @@ def _store_vote(proposal, user, verdict, digest_seen, reason, page_hash, step, r
             "reason": reason,
             "reservation": reservation,
             "groups": [g.slug for g in groups],
-            "auth": {"method": method, "at": audit_time(auth_at)},
+            "auth": {"method": method, "at": audit_time(auth_at), **detail},
             **({"on_behalf_of": actor_label(capacity.on_behalf_of)} if capacity.on_behalf_of else {}),
         },
     )
@@ -267,7 +305,7 @@ def _approver(vote: Vote, group_slug: str | None) -> dict:
         "sub": user_label(voter),
         "name": voter.get_full_name() or voter.get_username(),
         "group": group_slug,
-        "auth": {"method": vote.auth_method, "at": audit_time(vote.auth_at)},
+        "auth": {"method": vote.auth_method, "at": audit_time(vote.auth_at), **vote.auth_detail},
         # The reason the form promises goes into the signed decision: each approver's own words.
         "reason": (vote.reason or "")[:2000],
         # Approve with reservation: a dissent that did not block, signed with the decision.
@@ -301,22 +339,22 @@ def request_info(
                 proposal,
                 Decision.Kind.NEEDS_INFO,
                 reason=question,
-                approvers=[_asker(actor, step, question)],
+                approvers=[_asker(actor, (*step, auth_detail(step_up)), question)],
             )
     if refusal is not None:
         raise refusal  # after the commit: the step-up failure stays recorded
     return decision
 
 
-def _asker(user, step: tuple[str, datetime], question: str) -> dict:
+def _asker(user, step: tuple[str, datetime, dict], question: str) -> dict:
     """The approver entry of a needs_info decision: the person who asked, with the same keys as every
     approver (their words in `reason`: the question; no reservation)."""
-    method, auth_at = step
+    method, auth_at, detail = step
     return {
         "sub": user_label(user),
         "name": user.get_full_name() or user.get_username(),
         "group": None,
-        "auth": {"method": method, "at": audit_time(auth_at)},
+        "auth": {"method": method, "at": audit_time(auth_at), **detail},
         "reason": question[:2000],
         "reservation": "",
     }

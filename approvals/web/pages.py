@@ -10,6 +10,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 
 from accounts import passkeys, stepup
+from approvals import stepup as vote_step_up
 from approvals.models import Decision, Proposal, Vote
 from approvals.policy import classification, history
 from approvals.policy.evaluation import TENANT_DEFAULT_REF
@@ -353,9 +354,10 @@ def decision_context(
     mode: tuple[str, str] | None = None,
     has_passkey: bool | None = None,
     break_glass_rule=break_glass_pages.READ_RULE,
+    provider=vote_step_up.NOT_READ,
 ) -> dict:
-    """The decision panel of this person; `mode`, `has_passkey` and `break_glass_rule` when the caller
-    worked them out already (the fan-out reads them once for all its sockets)."""
+    """The decision panel of this person; `mode`, `has_passkey`, `break_glass_rule` and `provider` when
+    the caller worked them out already (the fan-out reads them once for all its sockets)."""
     shown, reason = mode or decision_mode(proposal, user, live, why_not)
     step_up = mode_of(proposal.requirements)
     window = step_up_window(step_up)
@@ -373,6 +375,7 @@ def decision_context(
         "needs_passkey": step_up == PASSKEY,
         "has_passkey": passkeys.has_passkey(user) if has_passkey is None else has_passkey,
         "step_up_text": _step_up_text(step_up),
+        "provider": vote_step_up.provider_panel(proposal, session, provider),
         "code_hint": code_hint(proposal),
         "my_vote": my_vote(live, user.pk),
         "missing_total": live["missing_total"],

@@ -17,6 +17,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 import signing_keys as keys
 from accounts import passkeys, stepup
+from approvals import stepup as vote_step_up
 from approvals.models import Proposal
 from approvals.policy.step_up import needs_passkey
 from approvals.selectors import ineligibility, proposal_for_user
@@ -140,12 +141,12 @@ def decide(request, proposal_id):
     data = form.cleaned_data
     try:
         # Approve, reject and ask all need the same step-up: each signs a decision for the agent.
-        step_up = stepup.step_up_for(
+        step_up = vote_step_up.step_up_for(
             request.user,
             data["otp_code"],
             request.session,
             passkey=data["passkey"],
-            proposal_id=proposal.id,
+            proposal=proposal,
             digest=data["digest"],
         )
         if data["action"] == "ask":

@@ -1,22 +1,26 @@
-"""The load test's users (bench/load/run.py starts everything and runs this headless; README "Performance").
+"""The load test's users (bench/load/run.py starts everything and runs this headless; bench/README.md).
 
-Two kinds of users, over two Daphne processes (LOAD_SEED names the seed file run.py writes):
+Reviewer itself is what is driven: no demo agent in the path. LOAD_SEED names the seed file run.py
+writes; the users spread over every Daphne it lists.
 
-- `Agent`: what the demo client does. It sends a refund request to the demo refund agent over A2A
-  (JSON-RPC `SendMessage`, return immediately, Reviewer's webhook as push config); the agent parks the
-  task and tells Reviewer (its push, and `POST /api/v1/proposals` through reviewer-gate, which retries
-  503 with Retry-After). Most amounts are small and allowed by policy (the common path: decision at
-  intake, delivered by a worker, consumed by the agent); one in REVIEW_EVERY needs a reviewer.
-  Every task id sent is written to the sent file, so run.py can check that each reached Reviewer.
+- `Agent`: a REST agent registered without a card URL (a pull agent), as reviewer-gate's
+  `ReviewerClient.request_approval` calls Reviewer. Each call: `POST /api/v1/proposals`; when policy
+  decided at intake the signed decision is in the answer (`token`), so an allowed call is submit →
+  verify (reviewer-gate's `Gate`, keys read once from the JWKS) → consume → outcome. One call in
+  REVIEW_EVERY needs a reviewer: its continuation (long poll of the decision, verify, consume, outcome)
+  runs in a greenlet of its own, as an agent waits on a person without holding up its other calls.
+  Calls arrive open-loop (each in a greenlet of its own, on schedule, however slow the earlier
+  ones are). Every call is written to the calls file once Reviewer answered its first request
+  (run.py counts them against what it offered) and every consumed decision to the acts file (run.py
+  checks that none acted twice).
 - `Reviewer`: a person with a TOTP device who signs in (password + code from the device secret), then
-  loops: the queue page, one waiting proposal's page, approve it (`POST .../decide`).
+  loops: the queue page, one waiting proposal's page, approve it through the page's form
+  (`POST .../decide`, with a fresh code on the first vote; the policy's step-up window is 900 s, so
+  later votes ride on it, as at a desk).
 
-Votes need a step-up: the policy's window is 900 s (`step_up="900"`), so a reviewer's first vote carries
-a fresh code and the next ones ride on it, as at a desk. Per-vote codes are single-use per 30 s step and
-device, so one person could vote twice a minute at most: that measures the authenticator, not Reviewer.
-
-Overload: a 503 is recorded as a failure (so it shows in errors by status) and the user waits what
-Retry-After says before its next request, like the SDK.
+Overload: a 429 or 503 is recorded as a failure under its own name and the call waits what
+Retry-After says before sending again, like the SDK; nothing is given up, so every accepted
+proposal can settle.
 """
 
 import itertools
@@ -31,84 +35,209 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from locust import FastHttpUser, HttpUser, between, constant_throughput, task
+import gevent
+import gevent.pool
+from locust import FastHttpUser, HttpUser, between, constant, events, task
+from locust.exception import StopUser
 
 from bench.load.totp import code_for
+from reviewer_gate.gate import Gate, GateError, MemoryUsedStore, StaticKeySource, action_digest
 
 SEED = json.loads(open(os.environ["LOAD_SEED"]).read())  # noqa: SIM115, PTH123 (read once at import)
-RATE = float(os.environ.get("LOAD_RATE", "5"))  # refund requests per second, all agent users together
-AGENT_USERS = int(os.environ.get("LOAD_AGENT_USERS", "40"))
+RATE = float(os.environ.get("LOAD_RATE", "5"))  # agent calls per second, over every Daphne together
 REVIEW_EVERY = int(os.environ.get("LOAD_REVIEW_EVERY", "10"))
-SENT_FILE = SEED["sent_file"]
+STAGE = os.environ.get("LOAD_STAGE", "stage")
+STAGE_SECONDS = float(os.environ.get("LOAD_SECONDS", "30"))  # how long calls arrive
 CSRF = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
 DIGEST = re.compile(r'name="digest" value="([^"]+)"')
 PROPOSAL = re.compile(r'href="/proposals/([0-9a-f-]{36})/"')
+RETRIED = (429, 503)
 
 _reviewers = itertools.count()
 _agents = itertools.count()
+# One agent process: one gate, one single-use store (a decision verified twice is refused here too).
+GATE = Gate(
+    issuer=SEED["issuer"],
+    audience=SEED["audience"],
+    keys=StaticKeySource(SEED["jwks"]),
+    used_store=MemoryUsedStore(),
+    tenant=SEED["tenant"],
+)
+CALLS = open(SEED["calls_file"], "a", buffering=1)  # noqa: SIM115, PTH123 (one line per call)
+ACTS = open(SEED["acts_file"], "a", buffering=1)  # noqa: SIM115, PTH123 (one line per side effect)
+CALLS_IN_FLIGHT = gevent.pool.Group()
+# When the stage's time is up, calls under way may finish (run.py's drain settles the rest).
+FINISH_SECONDS = float(os.environ.get("LOAD_FINISH_SECONDS", "20"))
 
 
-def _pause_after(response) -> None:
-    if response.status_code == 503:
-        try:
-            time.sleep(min(float(response.headers.get("Retry-After", "1")), 10))
-        except ValueError:
-            time.sleep(1)
+TOTP_FILE = Path(SEED["totp_file"])
+TOTP_STEPS = json.loads(TOTP_FILE.read_text()) if TOTP_FILE.exists() else {}
+
+
+@events.test_stop.add_listener
+def _finish_calls(**_kwargs) -> None:
+    CALLS_IN_FLIGHT.join(timeout=FINISH_SECONDS)
+    TOTP_FILE.write_text(json.dumps(TOTP_STEPS))
+
+
+def _retry_after(response) -> float:
+    try:
+        return min(float(response.headers.get("Retry-After", "1")), 10)
+    except (TypeError, ValueError):
+        return 1.0
+
+
+def _fire(name: str, started: float, exception=None) -> None:
+    """A whole call (not one request) as its own line of locust's table."""
+    events.request.fire(
+        request_type="CALL",
+        name=name,
+        response_time=(time.perf_counter() - started) * 1000,
+        response_length=0,
+        exception=exception,
+        context={},
+    )
 
 
 class Agent(FastHttpUser):
-    """Intake through the demo refund agent (A2A), as examples/demo_client.py sends it."""
+    """A pull agent's gated tool calls over the REST API (reviewer-gate's request_approval, step by step
+    through locust's client so every request is timed). One such user per Daphne, each offering its
+    share of RATE to its own Daphne."""
 
-    weight = AGENT_USERS
-    host = SEED["agent_url"]
-    wait_time = constant_throughput(RATE / AGENT_USERS)
+    fixed_count = len(SEED["daphnes"])
+    host = SEED["daphnes"][0]
+    wait_time = constant(0)
+    concurrency = 64  # connections: calls overlap when Reviewer is slow
+    network_timeout = connection_timeout = 60.0
 
     def on_start(self):
-        # Start somewhere in one period, not all at once: a steady stream of requests, not a burst of
-        # AGENT_USERS at the first second (which the overload limit would answer with 503s).
-        time.sleep(random.uniform(0, AGENT_USERS / RATE))
         self.number = next(_agents)
-        self.webhook = SEED["webhooks"][self.number % len(SEED["webhooks"])]
-        self.sent = open(SENT_FILE, "a", buffering=1)  # noqa: SIM115, PTH123 (one line per task)
+        self.base = SEED["daphnes"][self.number % len(SEED["daphnes"])]
+        self.headers = {"Authorization": f"Bearer {SEED['api_token']}"}
+        self.period = len(SEED["daphnes"]) / RATE
+        # The Daphnes' schedules interleave; each is a fixed schedule from the stage's start, so a
+        # stalled load generator catches up instead of offering less.
+        self.next_at = time.monotonic() + self.period * self.number / len(SEED["daphnes"])
+        self.last_at = time.monotonic() + STAGE_SECONDS  # the schedule's end: LOAD_SECONDS of arrivals
 
     @task
-    def refund(self):
-        n = random.randrange(10**9)
+    def arrive(self):
+        """Open-loop arrivals: a call starts on schedule whatever the earlier ones are doing (each in a
+        greenlet of its own), so a slow Reviewer meets the load it was offered instead of a closed loop
+        slowing down with it."""
+        if self.next_at >= self.last_at:
+            raise StopUser  # the schedule is done; locust's run time lets the calls under way finish
+        delay = self.next_at - time.monotonic()
+        if delay > 0:
+            gevent.sleep(delay)
+        self.next_at += self.period
+        CALLS_IN_FLIGHT.spawn(self.gated_call)
+
+    def _send(self, method: str, path: str, name: str, body: dict | None = None, sent: str = ""):
+        """One request, sent again after Retry-After while it is refused with 429/503; the answer, or
+        None when it failed otherwise (recorded). `sent`: the calls file's line, written once Reviewer
+        answered the first attempt (a call that never reached Reviewer is not counted as sent)."""
+        while True:
+            with self.client.request(
+                method, self.base + path, json=body, headers=self.headers, name=name, catch_response=True
+            ) as response:
+                if sent and response.status_code:
+                    CALLS.write(sent + "\n")
+                    sent = ""
+                if response.status_code in RETRIED:
+                    response.failure(f"HTTP {response.status_code} (retried)")
+                    pause = _retry_after(response)
+                elif response.status_code >= 400 or response.status_code == 0:
+                    response.failure(f"HTTP {response.status_code}: {(response.text or '')[:200]}")
+                    return None
+                else:
+                    return response
+            gevent.sleep(pause)
+
+    def gated_call(self):
         review = random.randrange(REVIEW_EVERY) == 0
         amount = f"{random.randint(101, 900)}.00" if review else f"{random.randint(5, 99)}.00"
-        body = {
-            "jsonrpc": "2.0",
-            "id": str(uuid.uuid4()),
-            "method": "SendMessage",
-            "params": {
-                "message": {
-                    "messageId": str(uuid.uuid4()),
-                    "role": "ROLE_USER",
-                    "parts": [{"text": f"Please refund EUR {amount} for order {n} (load test)"}],
-                    "metadata": {"principal": {"id": "requester", "display": "Rita Requester"}},
-                },
-                "configuration": {
-                    "returnImmediately": True,
-                    "taskPushNotificationConfig": {"url": self.webhook, "token": SEED["push_token"]},
-                },
-            },
+        action = {
+            "tool": "payments.refund",
+            "arguments": {"order_id": str(random.randrange(10**9)), "amount": amount, "currency": "EUR"},
         }
-        name = "A2A SendMessage (review)" if review else "A2A SendMessage (allowed)"
-        with self.client.post(
-            "/", json=body, headers={"A2A-Version": "1.0"}, name=name, catch_response=True
-        ) as response:
-            try:
-                task_id = response.json()["result"]["task"]["id"]
-            except (ValueError, KeyError, TypeError):
-                response.failure(f"no task in the reply: HTTP {response.status_code} {response.text[:200]}")
+        request = {
+            "request_id": str(uuid.uuid4()),
+            "summary": f"Refund EUR {amount} (load test)",
+            "action": action,
+            "action_digest": action_digest(action),
+            "principal": {"id": "requester", "display": "Rita Requester"},
+        }
+        task_id = f"task-{uuid.uuid4()}"
+        started = time.perf_counter()
+        answer = self._send(
+            "POST",
+            "/api/v1/proposals",
+            "POST /api/v1/proposals (review)" if review else "POST /api/v1/proposals (allowed)",
+            {"task_id": task_id, "context_id": "", "request": request},
+            sent=f"{STAGE} {task_id} {'review' if review else 'allowed'} {time.time():.3f}",
+        )
+        if answer is None:
+            return
+        receipt = answer.json()
+        if receipt.get("token"):
+            self._release(task_id, request, receipt["token"], started, "allowed call")
+        elif review:
+            gevent.spawn(self._await_decision, task_id, request, receipt["proposal_id"], started)
+        else:
+            _fire("allowed call", started, RuntimeError(f"no decision at intake: {receipt.get('state')}"))
+
+    def _await_decision(self, task_id: str, request: dict, proposal_id: str, started: float) -> None:
+        """A reviewed call's continuation: long-poll the decision until a reviewer approved it."""
+        while True:
+            answer = self._send(
+                "GET", f"/api/v1/proposals/{proposal_id}/decision?wait=30", "GET decision (long poll)"
+            )
+            if answer is None:
                 return
-            self.sent.write(f"{task_id} {'review' if review else 'allowed'}\n")
+            body = answer.json()
+            if body.get("token"):
+                self._release(task_id, request, body["token"], started, "reviewed call")
+                return
+            if body.get("state") not in ("awaiting_review", "pending"):
+                _fire("reviewed call", started, RuntimeError(f"closed without a decision: {body}"))
+                return
+
+    def _release(self, task_id: str, request: dict, token: str, started: float, name: str) -> None:
+        try:
+            decision = GATE.verify(
+                token,
+                task_id=task_id,
+                request_id=request["request_id"],
+                action_digest=request["action_digest"],
+            )
+        except GateError as error:
+            _fire(name, started, error)
+            return
+        if not decision.approved:
+            _fire(name, started, RuntimeError(f"not approved: {decision.decision}"))
+            return
+        if decision.consume:
+            consumed = self._send(
+                "POST", f"/api/v1/decisions/{decision.jti}/consume", "POST consume", {"rev": decision.rev}
+            )
+            if consumed is None:
+                _fire(name, started, RuntimeError("consume refused"))
+                return
+        ACTS.write(f"{decision.jti} {task_id}\n")  # the side effect, once per verified decision
+        reported = self._send(
+            "POST",
+            f"/api/v1/decisions/{decision.jti}/outcome",
+            "POST outcome",
+            {"status": "succeeded", "transaction_id": f"tx-{decision.jti}"},
+        )
+        _fire(name, started, None if reported is not None else RuntimeError("outcome refused"))
 
 
 class Reviewer(HttpUser):
     """A reviewer at the queue: sign in once, then open a waiting proposal and approve it."""
 
-    weight = int(os.environ.get("LOAD_REVIEWER_USERS", "4"))
+    fixed_count = int(os.environ.get("LOAD_REVIEWER_USERS", "2"))
     host = SEED["daphnes"][0]
     wait_time = between(0.5, 1.5)
 
@@ -116,7 +245,9 @@ class Reviewer(HttpUser):
         number = next(_reviewers)
         self.person = SEED["reviewers"][number % len(SEED["reviewers"])]
         self.base = SEED["daphnes"][number % len(SEED["daphnes"])]
-        self.last_t = [0]
+        # The last step a code of this device was used in, kept across the stages (each a new locust):
+        # django-otp refuses a code it has seen.
+        self.last_t = TOTP_STEPS.setdefault(self.person["username"], [0])
         self.fresh = False
         page = self.client.get(f"{self.base}/accounts/login/", name="GET /accounts/login/")
         form = {
@@ -125,7 +256,7 @@ class Reviewer(HttpUser):
             "password": self.person["password"],
             "otp_token": code_for(self.person["key"], self.last_t),
         }
-        for _attempt in range(2):  # a code this device already used (an earlier stage) is refused once
+        for _attempt in range(2):  # a code refused (the clock's step just turned): the next step's
             with self.client.post(
                 f"{self.base}/accounts/login/",
                 data=form,
@@ -139,18 +270,21 @@ class Reviewer(HttpUser):
                 response.failure(f"HTTP {response.status_code}")
             form["otp_token"] = code_for(self.person["key"], self.last_t)  # the next step's code
 
+    def _page(self, url: str, name: str):
+        response = self.client.get(url, name=name)
+        if response.status_code in RETRIED:
+            time.sleep(_retry_after(response))
+        return response
+
     @task
     def vote(self):
-        queue = self.client.get(f"{self.base}/", name="GET / (queue)")
-        _pause_after(queue)
-        waiting = list(dict.fromkeys(PROPOSAL.findall(queue.text)))[:10]
+        queue = self._page(f"{self.base}/", "GET / (queue)")
+        waiting = list(dict.fromkeys(PROPOSAL.findall(queue.text or "")))[:10]
         if not waiting:
             return
-        proposal = random.choice(waiting)
-        url = f"{self.base}/proposals/{proposal}/"
-        page = self.client.get(url, name="GET /proposals/[id]/")
-        _pause_after(page)
-        csrf, digest = CSRF.search(page.text), DIGEST.search(page.text)
+        url = f"{self.base}/proposals/{random.choice(waiting)}/"
+        page = self._page(url, "GET /proposals/[id]/")
+        csrf, digest = CSRF.search(page.text or ""), DIGEST.search(page.text or "")
         if page.status_code != 200 or not (csrf and digest):
             return  # decided meanwhile (no form any more)
         form = {
@@ -173,7 +307,8 @@ class Reviewer(HttpUser):
             elif response.status_code == 403 and "No decision is open here" in response.text:
                 response.success()  # another reviewer decided it first: a normal answer, not an error
             else:
-                errors = re.findall(r'class="[^"]*error[^"]*"[^>]*>([^<]{3,200})<', response.text)
+                errors = re.findall(r'class="[^"]*error[^"]*"[^>]*>([^<]{3,200})<', response.text or "")
                 response.failure(f"HTTP {response.status_code}: {' / '.join(errors)[:200]}")
                 self.fresh = False
-            _pause_after(response)
+        if response.status_code in RETRIED:
+            time.sleep(_retry_after(response))

@@ -1,94 +1,137 @@
-"""The load test on the production topology: two Daphne processes, two workers,
-PostgreSQL + Redis, the demo refund agent, locust driving agents' intake and reviewers' votes.
+"""The load test of Reviewer itself: REST agents (pull agents, no demo agent in the path) at stepped
+rates, reviewers through the pages, sockets open; the knee for one HTTP process and for two, then a
+run at four times the knee whose checks must pass.
 
-    make load                                   # LOAD_ARGS="--rates 4 --minutes 3"
-    .venv/bin/python bench/load/run.py --rates 2,4,6,8 --minutes 0.75    # a ramp: one stack, rising rates
-    .venv/bin/python bench/load/run.py --rates 4 --minutes 3 --name sustainable
+    make load                                                   # LOAD_ARGS="--processes 1,2 ..."
+    .venv/bin/python bench/load/run.py --processes 1,2 --rates 0.5,1,2,4,8,16 --step-seconds 30
+    .venv/bin/python bench/load/run.py --processes 2 --rates 8 --quad-rate 32 --name quick
 
-What it does: drops and creates the scratch database (LOAD_DATABASE_URL, its name must contain "load"),
-migrates, seeds a tenant, an agent, reviewers with TOTP devices and two policies (refunds up to 100
-allowed, larger ones need one finance approval; step-up window 900 s), then starts on loopback
-(--base-port: Daphne on base and base+1, the agent on base+2) two Daphnes, two `run_worker`s and the
-agent, holds a few reviewer WebSockets open on both Daphnes for the whole run, and runs locust headless
-(bench/load/locustfile.py) at each rate for --minutes. Then it drains (approves what reviewers left
-waiting, through the services, and waits for the workers and the agent), stops every process by PID
-and checks:
+For each process count (`--processes`): a fresh scratch database (LOAD_DATABASE_URL, its name must
+contain "load"; dropped and created), migrated and seeded (a tenant, a pull agent registered without
+a card URL, reviewers with TOTP devices, two policies: refunds up to 100 allowed, larger ones need one
+finance approval, step-up window 900 s); that many Daphnes on loopback (--base-port onwards) and one
+`run_worker`; WebSockets held open on every Daphne for the whole run; then locust headless
+(bench/load/locustfile.py) at each rate of `--rates` for --step-seconds, stopping after the first
+step past the knee. The knee is the highest rate whose step had p95 < --p95-ms on every timed line
+(each endpoint's requests; the decision's long poll, which waits for a person, and the reviewers'
+one sign-in per step aside), not one failed or refused request, and sent at least 90% of what it
+offered. Calls arrive open-loop on a fixed schedule (bench/load/locustfile.py). On the last process
+count, one more step at four times its knee (--quad-rate overrides) for --quad-seconds. Then it
+drains (approves what reviewers left, and plays the agent for the calls locust stopped in the middle
+of), stops every process by PID and checks (bench/load/checks.py):
 
-- every task the users sent reached Reviewer, and every proposal is in a terminal state;
-- no decision delivered twice or lost: one continuation per decision, delivered; the agent's ledger has
-  one refund per succeeded proposal and no decision twice;
-- no HTTP 500 (locust's and both Daphnes' access logs): overload answers 503;
-- the WebSockets stayed up (disconnects counted).
+- the load was offered: every step sent at least 90% of the calls it offered (a harness that could
+  not send, e.g. locust missing or starved, fails here instead of passing on no load);
+- nothing lost: every call that reached Reviewer has its proposal, every accepted proposal settled;
+- nothing twice: one proposal per call, no decision acted on twice, one act per succeeded proposal;
+- the audit chain verifies;
+- overload is answered 429 or 503, never a 500 (locust's view and every Daphne's access log);
+- the WebSockets stayed up.
 
-The report (markdown + JSON + locust's CSVs) goes to bench/load/results/<name>/. Exit status 1 when a
+The report (markdown + JSON + locust's CSVs) goes to bench/load/results/<name>/; exit status 1 when a
 check failed.
 """
 
 import argparse
-import asyncio
-import csv
+import importlib.util
 import json
+import math
 import os
-import re
 import secrets
 import shutil
 import signal
 import subprocess
 import sys
-import threading
+import tempfile
 import time
-from collections import Counter
 from pathlib import Path
-
-from approvals.services.votes import cast_vote
-from lib.errors import ServiceError
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from tests.examples.harness import CHECKOUT_PYTHONPATH  # noqa: E402 (after the path)
+from bench.load import checks  # noqa: E402 (after the path)
+from tests.examples.harness import CHECKOUT_PYTHONPATH  # noqa: E402
 
 RESULTS = ROOT / "bench" / "load" / "results"
 DEFAULT_DATABASE = "postgres://postgres@127.0.0.1:5432/reviewer_load"
-TERMINAL = {"succeeded", "failed", "rejected", "denied", "expired", "revoked", "cancelled", "superseded"}
-PUSH_TOKEN = "load-push-token"  # noqa: S105 (a scratch stack's token)
-API_TOKEN = "load-api-token"  # noqa: S105
-ACCESS = re.compile(r'"(GET|POST|PUT|DELETE|HEAD|OPTIONS) ([^ ?"]+)[^"]*" (\d{3}) ')
+# Locust runs this much longer than the arrivals: its start (spawning, the reviewers' sign-in) and the
+# calls still under way when the schedule ends.
+SLACK = 15
+API_TOKEN = "load-api-token"  # noqa: S105 (a scratch stack's token)
+AGENT = "load-agent"
+SECRET = secrets.token_urlsafe(40)
+# Outside the results folder (which is kept): the servers' logs, data folder and signing keys.
+SCRATCH = Path(tempfile.mkdtemp(prefix="reviewer-load-"))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rates", default="4", help="refund requests per second, comma-separated steps")
-    parser.add_argument("--minutes", type=float, default=3, help="how long each rate runs")
-    parser.add_argument("--name", default="", help="results folder name (default: the rates)")
+    parser.add_argument("--processes", default="1,2", help="HTTP process counts, comma-separated")
+    parser.add_argument("--rates", default="0.5,1,2,4,8,12,16,24,32", help="agent calls/s, the steps")
+    parser.add_argument("--step-seconds", type=float, default=30)
+    parser.add_argument("--quad-seconds", type=float, default=45)
+    parser.add_argument("--quad-rate", type=float, default=0, help="the overload step's rate (4x the knee)")
+    parser.add_argument("--p95-ms", type=float, default=250)
+    parser.add_argument("--name", default="", help="results folder name")
     parser.add_argument("--base-port", type=int, default=int(os.environ.get("LOAD_BASE_PORT", "8240")))
-    parser.add_argument("--agent-users", type=int, default=40, help="enough that latency cannot cap the rate")
-    parser.add_argument("--reviewer-users", type=int, default=4)
-    parser.add_argument("--review-every", type=int, default=10, help="one request in N needs a reviewer")
-    parser.add_argument("--watchers", type=int, default=4, help="WebSockets held open for the whole run")
-    parser.add_argument("--drain", type=float, default=300, help="seconds to let everything settle")
+    parser.add_argument("--reviewer-users", type=int, default=3)
+    parser.add_argument("--review-every", type=int, default=10, help="one call in N needs a reviewer")
+    parser.add_argument("--watchers", type=int, default=2, help="WebSockets held open per Daphne")
+    parser.add_argument("--drain", type=float, default=180, help="seconds to let everything settle")
     args = parser.parse_args()
+    if importlib.util.find_spec("locust") is None:  # found, not imported: it patches the process
+        print("FAIL: locust is not installed (the `bench` extra; `make load` installs it)", file=sys.stderr)
+        return 2
+    counts = [int(n) for n in args.processes.split(",")]
     rates = [float(r) for r in args.rates.split(",")]
-    out = RESULTS / (args.name or "rates-" + "-".join(f"{r:g}" for r in rates))
+    out = RESULTS / (args.name or "knee-" + "-".join(map(str, counts)))
     shutil.rmtree(out, ignore_errors=True)
-    (out / "logs").mkdir(parents=True)
-    stack = Stack(out, args.base_port)
-    report = {"rates": rates, "minutes": args.minutes, "load_before": os.getloadavg(), "stages": []}
+    out.mkdir(parents=True)
+    report = {"args": vars(args), "load_before": os.getloadavg(), "configurations": []}
+    for number, count in enumerate(counts):
+        last = number == len(counts) - 1
+        report["configurations"].append(run_configuration(out / f"{count}-process", count, rates, args, last))
+    report["load_after"] = os.getloadavg()
+    checks.write_report(out, report)
+    print((out / "report.md").read_text())
+    failed = [
+        f"{c['processes']} process(es): {name}"
+        for c in report["configurations"]
+        for name, check in c["checks"].items()
+        if not check["ok"]
+    ]
+    for line in failed:
+        print(f"FAIL {line}", file=sys.stderr)
+    print(f"servers' logs: {SCRATCH}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def run_configuration(out: Path, count: int, rates: list[float], args, overload: bool) -> dict:
+    out.mkdir(parents=True)
+    stack = Stack(out, args.base_port, count)
+    result = {"processes": count, "stages": [], "knee": None}
     try:
         seed = stack.prepare(args)
         stack.start()
-        watchers = Watchers(seed, args.watchers).start()
+        watchers = checks.Watchers(seed, args.watchers * count).start()
         for rate in rates:
-            report["stages"].append(stack.locust(rate, args, seed))
-        report["load_after_locust"] = os.getloadavg()
-        report["drain"] = stack.drain(args.drain)
-        report["watchers"] = watchers.stop()
+            stage = stack.locust(rate, args.step_seconds, args, seed)
+            stage["under_knee"] = checks.under_knee(stage, args.p95_ms)
+            result["stages"].append(stage)
+            if not stage["under_knee"]:
+                break
+            result["knee"] = rate
+        if overload:
+            quad = args.quad_rate or 4 * (result["knee"] or rates[0])
+            stage = stack.locust(quad, args.quad_seconds, args, seed, name="4x knee")
+            stage["under_knee"] = checks.under_knee(stage, args.p95_ms)
+            result["stages"].append(stage)
+        result["drain"] = checks.drain(seed, args.drain)
+        result["watchers"] = watchers.stop()
     finally:
         stack.stop()
-    report["checks"] = stack.check(seed)
-    report["reviewer_status"] = stack.access_statuses()
-    write_report(out, report)
-    print((out / "report.md").read_text())
-    return 0 if all(c["ok"] for c in report["checks"].values()) else 1
+    result["checks"] = checks.check(seed, stack.access_logs(), result)
+    result["reviewer_status"] = checks.access_statuses(stack.access_logs())
+    return result
 
 
 QUOTA_SETTINGS = (
@@ -102,13 +145,13 @@ QUOTA_SETTINGS = (
 
 
 class Stack:
-    def __init__(self, out: Path, base_port: int):
-        self.out = out
-        self.ports = [base_port, base_port + 1]
-        self.agent_port = base_port + 2
+    def __init__(self, out: Path, base_port: int, count: int):
+        self.out = out  # what is kept: the locust CSVs (the report is written next to them)
+        self.work = SCRATCH / out.name  # logs, seed, the calls and acts files: a scratch folder
+        (self.work / "logs").mkdir(parents=True)
+        self.ports = [base_port + n for n in range(count)]
         self.processes: list[tuple[str, subprocess.Popen]] = []
         self.daphnes = [f"http://127.0.0.1:{p}" for p in self.ports]
-        self.agent_state = out / "agent"
 
     def env(self) -> dict:
         env = {
@@ -116,20 +159,22 @@ class Stack:
             "PYTHONPATH": CHECKOUT_PYTHONPATH,
             "PYTHONUNBUFFERED": "1",
             "DEBUG": "false",
-            "SECRET_KEY": self.secret,
+            "SECRET_KEY": SECRET,
             "ALLOWED_HOSTS": "127.0.0.1,localhost",
             "DATABASE_URL": self.database,
             "REDIS_URL": os.environ.get("LOAD_REDIS_URL", "redis://127.0.0.1:6379/15"),
             "CHANNELS_PREFIX": os.environ.get("LOAD_CHANNELS_PREFIX", "reviewer-load"),
             "REVIEWER_ISSUER": self.daphnes[0],
-            "REVIEWER_DATA_DIR": str(self.out / "data"),
-            "REVIEWER_SIGNING_KEY_DIR": str(self.out / "keys"),
+            # One data folder and key set for the run: Django's settings are read once in this process.
+            "REVIEWER_DATA_DIR": str(SCRATCH / "data"),
+            "REVIEWER_SIGNING_KEY_DIR": str(SCRATCH / "keys"),
+            # Each configuration's own: its database is new, so are the checkpoints kept outside it.
+            "AUDIT_CHECKPOINT_DIR": str(self.work / "checkpoints"),
             "EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend",
             "SECURE_SSL_REDIRECT": "false",  # plain http on loopback (a proxy terminates TLS in production)
             "SESSION_COOKIE_SECURE": "false",
             "CSRF_COOKIE_SECURE": "false",
             "LOG_LEVEL": "WARNING",
-            "AGENT_ALLOWED_NETWORKS": "127.0.0.0/8,::1/128",
             # One agent stands for many here, far past one real agent's intake quota: the limits are
             # raised out of the way (their cost, one lock and one UPDATE per intake, is still paid).
             **{name: "1000000000" for name in QUOTA_SETTINGS},
@@ -146,18 +191,26 @@ class Stack:
         name = self.database.rsplit("/", 1)[1]
         if "load" not in name:
             raise SystemExit(f"refusing to drop {name!r}: the load test's database name contains 'load'")
+        from django.conf import settings
+
+        if settings.configured:  # a configuration before this one: its connections go first
+            from django.db import connections
+
+            connections.close_all()
         with psycopg.connect(self.database.rsplit("/", 1)[0] + "/postgres", autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             admin.execute(f'CREATE DATABASE "{name}"')
-        self.secret = secrets.token_urlsafe(40)
         os.environ.update({k: v for k, v in self.env().items() if k not in ("PYTHONPATH",)})
         os.environ["DJANGO_SETTINGS_MODULE"] = "reviewer.settings"
         import django
 
         django.setup()
+        from django.conf import settings
         from django.core.management import call_command
 
+        settings.AUDIT_CHECKPOINT_DIR = self.work / "checkpoints"  # read once at setup: set per run
         call_command("migrate", verbosity=0)
+        call_command("collectstatic", interactive=False, verbosity=0)  # DEBUG is off: the pages need it
         from django_otp.plugins.otp_totp.models import TOTPDevice
 
         import signing_keys as keys
@@ -168,11 +221,10 @@ class Stack:
         tenant = factories.make_tenant()
         factories.make_user("requester", tenant=tenant, principal_id="requester", groups=["sales"])
         people = []
-        for n in range(max(args.reviewer_users, 1) + args.watchers + 1):
+        for n in range(max(args.reviewer_users, 1) + args.watchers * len(self.ports) + 1):
             user = factories.make_user(f"reviewer{n}", tenant=tenant, groups=["finance"])
             key = TOTPDevice.objects.get(user=user).key
             people.append({"username": user.username, "password": factories.PASSWORD, "key": key})
-        self.drainer = people[-1]["username"]
         common = {"tool_pattern": "payments.refund", "step_up": "900", "ttl_seconds": 3600}
         factories.make_policy(
             tenant, "small-refunds", outcome="allow", condition="double(args.amount) <= 100.0", **common
@@ -185,57 +237,50 @@ class Stack:
             thresholds=[{"group": "finance", "count": 1}],
             **common,
         )
-        factories.make_agent(
-            tenant,
-            push_token=PUSH_TOKEN,
-            api_token=API_TOKEN,
-            card_url=f"http://127.0.0.1:{self.agent_port}/.well-known/agent-card.json",
-        )
+        agent = factories.make_agent(tenant, slug=AGENT, api_token=API_TOKEN, card_url="")
         seed = {
             "daphnes": self.daphnes,
-            "agent_url": f"http://127.0.0.1:{self.agent_port}",
-            "webhooks": [f"{d}/a2a/push/refund-demo/" for d in self.daphnes],
-            "push_token": PUSH_TOKEN,
+            "issuer": self.daphnes[0],
+            "audience": agent.audience,
+            "tenant": tenant.slug,
+            "jwks": keys.jwks(),
+            "api_token": API_TOKEN,
             "reviewers": people[: args.reviewer_users],
-            "watchers": people[args.reviewer_users : args.reviewer_users + args.watchers],
-            "sent_file": str(self.out / "sent.txt"),
+            "watchers": people[args.reviewer_users : -1],
+            "drainer": people[-1]["username"],
+            "calls_file": str(self.work / "calls.txt"),
+            "acts_file": str(self.work / "acts.txt"),
+            "totp_file": str(self.work / "totp-steps.json"),
         }
-        (self.out / "seed.json").write_text(json.dumps(seed))
-        from django.db import connection
+        (self.work / "seed.json").write_text(json.dumps(seed))
+        from django.db import connections
 
-        connection.close()
+        connections.close_all()
         return seed
 
     def _spawn(self, name: str, command: list[str]) -> subprocess.Popen:
-        log = open(self.out / "logs" / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
+        log = open(self.work / "logs" / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
         process = subprocess.Popen(  # noqa: S603 (our own interpreter and modules)
             command, cwd=ROOT, env=self.env(), stdout=log, stderr=subprocess.STDOUT
         )
         self.processes.append((name, process))
         return process
 
+    def access_logs(self) -> list[Path]:
+        return [self.work / "logs" / f"daphne{n}-access.log" for n in range(len(self.ports))]
+
     def start(self) -> None:
-        python = sys.executable
-        for n, port in enumerate(self.ports):
-            access = self.out / "logs" / f"daphne{n}-access.log"
-            self._spawn(
-                f"daphne{n}",
-                [python, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "--access-log", str(access)]
-                + ["reviewer.asgi:application"],
-            )
-        for n in range(2):
-            self._spawn(f"worker{n}", [python, "manage.py", "run_worker"])
-        self._spawn(
-            "agent",
-            [python, "-m", "examples.refund_agent", "--port", str(self.agent_port)]
-            + ["--reviewer-url", self.daphnes[0], "--api-token", API_TOKEN]
-            + ["--state-dir", str(self.agent_state), "--log-level", "warning"],
-        )
         import httpx
 
-        for url in [f"{d}/.well-known/jwks.json" for d in self.daphnes] + [
-            f"http://127.0.0.1:{self.agent_port}/.well-known/agent-card.json"
-        ]:
+        python = sys.executable
+        for n, port in enumerate(self.ports):
+            self._spawn(
+                f"daphne{n}",
+                [python, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+                + ["--access-log", str(self.access_logs()[n]), "reviewer.asgi:application"],
+            )
+        self._spawn("worker", [python, "manage.py", "run_worker"])
+        for url in [f"{d}/.well-known/jwks.json" for d in self.daphnes]:
             deadline = time.monotonic() + 60
             while True:
                 try:
@@ -245,24 +290,25 @@ class Stack:
                     pass
                 for name, process in self.processes:
                     if process.poll() is not None:
-                        raise RuntimeError(
-                            f"{name} exited: {(self.out / 'logs' / f'{name}.log').read_text()}"
-                        )
+                        log = (self.work / "logs" / f"{name}.log").read_text()
+                        raise RuntimeError(f"{name} exited: {log[-2000:]}")
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{url} did not answer within 60 s")
                 time.sleep(0.2)  # waiting for a server to start listening
 
-    def locust(self, rate: float, args, seed: dict) -> dict:
-        prefix = self.out / f"locust-{rate:g}"
+    def locust(self, rate: float, seconds: float, args, seed: dict, name: str = "") -> dict:
+        tag = name.replace(" ", "-") or f"{rate:g}rps"
+        prefix = self.out / f"locust-{tag}"
         env = {
             **self.env(),
-            "LOAD_SEED": str(self.out / "seed.json"),
+            "LOAD_SEED": str(self.work / "seed.json"),
             "LOAD_RATE": str(rate),
-            "LOAD_AGENT_USERS": str(args.agent_users),
+            "LOAD_STAGE": tag,
+            "LOAD_SECONDS": str(seconds),
             "LOAD_REVIEWER_USERS": str(args.reviewer_users),
             "LOAD_REVIEW_EVERY": str(args.review_every),
         }
-        users = args.agent_users + args.reviewer_users
+        users = len(self.ports) + args.reviewer_users  # one agent user per Daphne (fixed counts)
         command = [sys.executable, "-m", "locust", "-f", str(ROOT / "bench" / "load" / "locustfile.py")]
         command += [
             "--headless",
@@ -271,62 +317,31 @@ class Stack:
             "-r",
             str(users),
             "--run-time",
-            f"{int(args.minutes * 60)}s",
+            f"{math.ceil(seconds) + SLACK}s",
         ]
-        command += ["--csv", str(prefix), "--only-summary", "--stop-timeout", "10", "--loglevel", "WARNING"]
+        command += ["--csv", str(prefix), "--only-summary", "--stop-timeout", "5", "--loglevel", "WARNING"]
         load = []
         started = time.monotonic()
-        with open(self.out / "logs" / f"locust-{rate:g}.log", "wb") as log:
+        with open(self.work / "logs" / f"locust-{tag}.log", "wb") as log:
             process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)  # noqa: S603
             while process.poll() is None:
                 load.append(os.getloadavg()[0])
-                time.sleep(5)  # sampling the load average while locust runs
+                time.sleep(2)  # sampling the load average while locust runs
+        # The agent users' schedule (one call every 1/rate seconds from the stage's start).
+        offered = rate * seconds
         return {
+            "name": name or f"{rate:g}/s",
             "rate": rate,
-            "seconds": round(time.monotonic() - started, 1),
+            "seconds": seconds,
+            "wall_seconds": round(time.monotonic() - started, 1),
+            "locust_exit": process.returncode,
+            "offered": round(offered),
+            "sent": checks.sent_calls(seed, tag),
             "load_avg_1m_max": max(load, default=0),
             "load_avg_1m_mean": round(sum(load) / len(load), 2) if load else 0,
-            "endpoints": read_stats(Path(f"{prefix}_stats.csv")),
-            "failures": read_failures(Path(f"{prefix}_failures.csv")),
+            "endpoints": checks.read_stats(Path(f"{prefix}_stats.csv")),
+            "failures": checks.read_failures(Path(f"{prefix}_failures.csv")),
         }
-
-    def drain(self, seconds: float) -> dict:
-        """Approve what the reviewers left waiting (through the services, as a reviewer), then wait until
-        every proposal is terminal or `seconds` passed."""
-        from django.contrib.auth import get_user_model
-        from django.db import close_old_connections
-        from django.utils import timezone
-
-        from accounts.stepup import SESSION, StepUp
-        from approvals.models import Proposal
-
-        drainer = get_user_model().objects.get(username=self.drainer)
-        started = time.monotonic()
-        voted = 0
-        while True:
-            close_old_connections()
-            for proposal in Proposal.objects.filter(state="awaiting_review"):
-                try:
-                    cast_vote(
-                        proposal.id,
-                        drainer,
-                        verdict="approve",
-                        digest_seen=proposal.action_digest,
-                        step_up=StepUp(SESSION, timezone.now()),
-                    )
-                    voted += 1
-                except ServiceError:
-                    pass  # decided meanwhile
-            open_states = Counter(
-                Proposal.objects.exclude(state__in=TERMINAL).values_list("state", flat=True)
-            )
-            if not open_states or time.monotonic() - started > seconds:
-                return {
-                    "seconds": round(time.monotonic() - started, 1),
-                    "approved_by_drain": voted,
-                    "still_open": dict(open_states),
-                }
-            time.sleep(1)  # giving the workers and the agent time to settle what is in flight
 
     def stop(self) -> None:
         for _name, process in reversed(self.processes):
@@ -338,221 +353,6 @@ class Stack:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-
-    def access_statuses(self) -> dict:
-        statuses: Counter = Counter()
-        by_path: Counter = Counter()
-        for n in range(len(self.ports)):
-            path = self.out / "logs" / f"daphne{n}-access.log"
-            if not path.exists():
-                continue
-            for line in path.read_text(errors="replace").splitlines():
-                match = ACCESS.search(line)
-                if match:
-                    statuses[match.group(3)] += 1
-                    if match.group(3) >= "500":
-                        route = re.sub(r"[0-9a-f-]{36}", "[id]", match.group(2))
-                        by_path[f"{match.group(1)} {route} {match.group(3)}"] += 1
-        return {"by_status": dict(sorted(statuses.items())), "5xx_by_path": dict(by_path)}
-
-    def check(self, seed: dict) -> dict:
-        from django.db import close_old_connections
-
-        from approvals.models import Decision, OutboxMessage, Proposal
-
-        close_old_connections()
-        sent = (
-            [line.split()[0] for line in Path(seed["sent_file"]).read_text().splitlines() if line.strip()]
-            if Path(seed["sent_file"]).exists()
-            else []
-        )
-        known = set(Proposal.objects.filter(task_id__in=sent).values_list("task_id", flat=True))
-        states = Counter(Proposal.objects.values_list("state", flat=True))
-        not_terminal = {s: c for s, c in states.items() if s not in TERMINAL}
-        continuations = Counter(
-            OutboxMessage.objects.filter(kind="continue").values_list("proposal_id", flat=True)
-        )
-        undelivered = OutboxMessage.objects.filter(kind="continue").exclude(status="delivered").count()
-        decisions = Decision.objects.count()
-        ledger = self.agent_state / "ledger.jsonl"
-        lines = [json.loads(line) for line in ledger.read_text().splitlines()] if ledger.exists() else []
-        keys = Counter(str(line.get("idempotency_key") or line.get("jti") or line) for line in lines)
-        statuses = self.access_statuses()["by_status"]
-        return {
-            "every sent task reached Reviewer": {
-                "ok": len(known) == len(set(sent)),
-                "sent": len(set(sent)),
-                "in Reviewer": len(known),
-            },
-            "every proposal terminal": {"ok": not not_terminal, "states": dict(states), "open": not_terminal},
-            "one continuation per decision, delivered": {
-                "ok": len(continuations) == decisions
-                and max(continuations.values(), default=1) == 1
-                and undelivered == 0,
-                "decisions": decisions,
-                "continuations": sum(continuations.values()),
-                "undelivered": undelivered,
-            },
-            "agent ledger: one refund per succeeded proposal, none twice": {
-                "ok": len(lines) == states.get("succeeded", 0) and max(keys.values(), default=1) == 1,
-                "ledger lines": len(lines),
-                "succeeded": states.get("succeeded", 0),
-                "twice": sum(1 for c in keys.values() if c > 1),
-            },
-            "no HTTP 500": {
-                "ok": not any(s.startswith("5") and s != "503" for s in statuses),
-                "statuses": statuses,
-            },
-        }
-
-
-class Watchers:
-    """Reviewers' queue pages left open: WebSockets on both Daphnes for the whole run, counting what they
-    receive and every time one closes (each is reopened at once, so a flapping socket shows)."""
-
-    def __init__(self, seed: dict, count: int):
-        self.seed = seed
-        self.count = count
-        self.stats = {"sockets": count, "opened": 0, "disconnects": 0, "messages": 0, "close_codes": []}
-        self.stopping = threading.Event()
-
-    def start(self) -> "Watchers":
-        self.thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
-        self.thread.start()
-        return self
-
-    def stop(self) -> dict:
-        self.stopping.set()
-        self.thread.join(timeout=15)
-        return self.stats
-
-    async def _run(self) -> None:
-        await asyncio.gather(*(self._watch(n) for n in range(self.count)))
-
-    async def _watch(self, n: int) -> None:
-        import websockets
-
-        base = self.seed["daphnes"][n % len(self.seed["daphnes"])]
-        person = self.seed["watchers"][n]
-        cookie = await asyncio.to_thread(sign_in, base, person)
-        while not self.stopping.is_set():
-            try:
-                async with websockets.connect(
-                    base.replace("http", "ws") + "/ws/queue/",
-                    additional_headers={"Cookie": cookie, "Origin": base},
-                ) as socket:
-                    self.stats["opened"] += 1
-                    while not self.stopping.is_set():
-                        try:
-                            await asyncio.wait_for(socket.recv(), timeout=1)
-                            self.stats["messages"] += 1
-                        except TimeoutError:
-                            continue
-            except websockets.ConnectionClosed as closed:
-                self.stats["disconnects"] += 1
-                self.stats["close_codes"].append(getattr(closed.rcvd, "code", None))
-            except OSError as error:
-                self.stats["disconnects"] += 1
-                self.stats["close_codes"].append(repr(error)[:80])
-                await asyncio.sleep(1)  # backoff before reopening a refused socket
-
-
-def sign_in(base: str, person: dict) -> str:
-    """Sign in with password and a code from the device secret; returns the Cookie header."""
-    import httpx
-
-    from bench.load.totp import code_now
-
-    with httpx.Client(base_url=base, timeout=30) as client:
-        page = client.get("/accounts/login/")
-        csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
-        client.post(
-            "/accounts/login/",
-            data={
-                "csrfmiddlewaretoken": csrf,
-                "username": person["username"],
-                "password": person["password"],
-                "otp_token": code_now(person["key"]),
-            },
-            headers={"Referer": f"{base}/accounts/login/"},
-        )
-        return "; ".join(f"{k}={v}" for k, v in client.cookies.items())
-
-
-def read_stats(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    rows = []
-    with path.open() as f:
-        for row in csv.DictReader(f):
-            rows.append(
-                {
-                    "name": f"{row['Type']} {row['Name']}".strip(),
-                    "requests": int(row["Request Count"]),
-                    "failures": int(row["Failure Count"]),
-                    "p50_ms": row["50%"],
-                    "p95_ms": row["95%"],
-                    "rps": round(float(row["Requests/s"]), 2),
-                }
-            )
-    return rows
-
-
-def read_failures(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    with path.open() as f:
-        return [
-            {"name": f"{r['Method']} {r['Name']}", "error": r["Error"][:160], "count": int(r["Occurrences"])}
-            for r in csv.DictReader(f)
-        ]
-
-
-def write_report(out: Path, report: dict) -> None:
-    (out / "report.json").write_text(json.dumps(report, indent=2, default=str))
-    status = report["reviewer_status"]
-    lines = [
-        f"# Load test: {', '.join(f'{r:g}' for r in report['rates'])} refund requests/s, "
-        f"{report['minutes']:g} min each",
-        "",
-        "Two Daphne processes, two workers, PostgreSQL + Redis, the demo refund agent, locust; all on one",
-        f"shared 2-core machine (other sessions were running). Load average before: "
-        f"{', '.join(f'{x:.2f}' for x in report['load_before'])}.",
-        "",
-    ]
-    for stage in report["stages"]:
-        lines += [
-            f"## {stage['rate']:g} requests/s offered ({stage['seconds']} s; load average 1 min: mean "
-            f"{stage['load_avg_1m_mean']}, max {stage['load_avg_1m_max']:.2f})",
-            "",
-            "| endpoint | requests | failures | req/s | p50 ms | p95 ms |",
-            "|---|---|---|---|---|---|",
-        ]
-        lines += [
-            f"| {e['name']} | {e['requests']} | {e['failures']} | {e['rps']} | {e['p50_ms']} "
-            f"| {e['p95_ms']} |"
-            for e in stage["endpoints"]
-        ]
-        if stage["failures"]:
-            lines += ["", "| failure | count |", "|---|---|"]
-            lines += [f"| {f['name']}: {f['error']} | {f['count']} |" for f in stage["failures"]]
-        lines.append("")
-    lines += [
-        "## Reviewer's answers (both Daphnes' access logs: locust, the agent, the workers)",
-        "",
-        f"{status['by_status']}; 5xx by path: {status['5xx_by_path'] or 'none'}",
-        "",
-        f"Drain: {report.get('drain')}",
-        "",
-        f"WebSockets held open: {report.get('watchers')}",
-        "",
-        "## Checks",
-        "",
-    ]
-    for name, check in report["checks"].items():
-        detail = {k: v for k, v in check.items() if k != "ok"}
-        lines.append(f"- {'PASS' if check['ok'] else 'FAIL'} {name}: {detail}")
-    (out / "report.md").write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -44,7 +44,15 @@
     status.querySelector("[data-live-text]").textContent = text;
   }
 
+  // approvals/live/consumers.py ACCESS_ENDED: the person lost access (signed out, deprovisioned).
+  var ACCESS_ENDED = 4403;
+
   document.addEventListener("htmx:wsClose", function (event) {
+    var closed = event.detail && event.detail.event;
+    if (closed && closed.code === ACCESS_ENDED) {
+      showLiveStatus(event.target, "ended", "Closed: you no longer have access here. Sign in again to continue.");
+      return;
+    }
     showLiveStatus(event.target, "down", "Reconnecting… this page may be out of date");
   });
 

@@ -415,3 +415,18 @@ def test_no_vote_is_left_when_the_cool_off_refuses(agent, passkey_policy, reques
 
     assert "ask a tenant admin to vouch for this one" in refused.value.message
     assert not Vote.objects.filter(proposal=proposal).exists()
+
+
+def test_a_person_whose_only_passkey_is_new_cannot_fill_a_passkey_quorum_until_vouched(
+    reviewer_a, reviewer_b, admin_user
+):
+    from approvals.reach import factor_owners
+
+    register_passkey(reviewer_a, established=False)
+    register_passkey(reviewer_b)
+    people = {reviewer_a.pk, reviewer_b.pk}
+
+    assert factor_owners(people, needs_passkey=True) == {reviewer_b.pk}
+    assert factor_owners(people, needs_passkey=False) == people  # a new passkey counts like a code
+    devices.vouch_for_new_passkeys(reviewer_a, actor=admin_user)
+    assert factor_owners(people, needs_passkey=True) == people

@@ -12,7 +12,6 @@ from audit.models import AuditEvent, Verb
 from audit.verify_db import verify_chain
 from lib.errors import QuotaExceeded
 from tests import factories
-from tests.audit.pg_flush import audit_triggers_allow_test_flush  # noqa: F401 (flush through the audit trigger)
 from tests.concurrency import requires_postgres, run_together
 from tests.factories import submit
 

@@ -19,7 +19,7 @@ CALLBACK = "http://testserver/accounts/sso/callback"
 
 @pytest.fixture(scope="module")
 def oidc_idp():
-    idp = OidcProvider().start()
+    idp = OidcProvider().start(timeout=120)  # a timeout, not a wait: a loaded machine starts it slowly
     idp.add_client(CLIENT_ID, CLIENT_SECRET, [CALLBACK])
     yield idp
     idp.stop()

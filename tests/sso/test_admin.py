@@ -26,6 +26,7 @@ def test_a_superuser_adds_a_provider_and_the_change_is_audited(superuser_client,
             "tenant": tenant.pk,
             "enabled": "on",
             "display_name": "Acme Okta",
+            "protocol": "oidc",
             "issuer": "https://acme.okta.example",
             "client_id": "reviewer",
             "client_secret_env": "ACME_OKTA_SECRET",
@@ -61,3 +62,79 @@ def test_tenant_admins_who_are_not_superusers_see_none_of_it(admin_user, tenant)
     grant_admin_site(tenant, admin_user)
     client = factories.verified_client(admin_user)
     assert client.get("/admin/sso/identityprovider/").status_code == 403
+
+
+# ---------------------------------------------------------------------------------------------------
+# Memberships the provider keeps: shown as such, never edited by hand
+
+
+@pytest.fixture
+def kept_and_made(tenant, reviewer_a, reviewer_b):
+    """In finance: reviewer_a by SCIM, reviewer_b by an admin."""
+    from tenants.models import GroupMembership
+
+    finance = factories.make_group(tenant, "finance")
+    GroupMembership.objects.filter(group=finance, user=reviewer_a).update(managed_by="scim")
+    return (
+        finance,
+        GroupMembership.objects.get(group=finance, user=reviewer_a),
+        GroupMembership.objects.get(group=finance, user=reviewer_b),
+    )
+
+
+def test_the_group_page_shows_which_memberships_the_provider_keeps(superuser_client, kept_and_made):
+    finance, kept, made = kept_and_made
+
+    answer = superuser_client.get(f"/admin/tenants/approvergroup/{finance.pk}/change/")
+
+    page = answer.content.decode()
+    assert "SCIM provisioning" in page and "an admin" in page
+    formset = answer.context["inline_admin_formsets"][0].formset
+    rows = {form.instance.user_id: form for form in formset.forms if form.instance.pk}
+    assert rows[kept.user_id].fields["user"].disabled  # shown, not editable
+    assert not rows[made.user_id].fields["user"].disabled
+
+
+def test_an_admin_cannot_remove_a_membership_the_provider_keeps(superuser_client, kept_and_made):
+    from tests.approvals.test_admin import _group_form
+
+    finance, kept, made = kept_and_made
+
+    answer = superuser_client.post(
+        f"/admin/tenants/approvergroup/{finance.pk}/change/", _group_form(finance, delete=[kept], keep=[made])
+    )
+
+    assert answer.status_code == 200
+    assert (
+        "kept by SCIM provisioning: change it at the identity provider, not here" in answer.content.decode()
+    )
+    assert finance.members.filter(pk=kept.user_id).exists()
+    assert not AuditEvent.objects.filter(verb=Verb.GROUP_MEMBER_REMOVED).exists()
+
+
+def test_an_admin_still_removes_a_membership_an_admin_made(superuser_client, kept_and_made):
+    from tests.approvals.test_admin import _group_form
+
+    finance, kept, made = kept_and_made
+
+    answer = superuser_client.post(
+        f"/admin/tenants/approvergroup/{finance.pk}/change/", _group_form(finance, delete=[made], keep=[kept])
+    )
+
+    assert answer.status_code == 302
+    assert set(finance.members.values_list("username", flat=True)) == {"reviewer_a"}
+
+
+def test_the_service_refuses_a_person_removing_a_provider_membership(kept_and_made, tenant):
+    from approvals.services.tenants import remove_group_member
+    from lib.errors import Conflict
+
+    finance, kept, _ = kept_and_made
+    root = get_user_model().objects.create_superuser("root2", "root2@example.test", factories.PASSWORD)
+
+    with pytest.raises(Conflict) as refused:
+        remove_group_member(finance, kept.user, actor=root)
+
+    assert refused.value.code == "provider_managed"
+    assert finance.members.filter(pk=kept.user_id).exists()
+    assert remove_group_member(finance, kept.user)  # the provider's own call (no actor) still does

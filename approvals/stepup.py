@@ -1,0 +1,71 @@
+"""The step-up a decision request carries: a fresh sign-in at the tenant's identity provider for this
+proposal and digest (sso/idp_step_up.py kept it in the session) where the tenant confirms votes there,
+else Reviewer's own factors (accounts/stepup.py). The services decide whether it satisfies the policy."""
+
+from django.utils import timezone
+
+from accounts import stepup
+from accounts.stepup import ProviderStepUp, StepUp
+from sso import idp_step_up
+from sso.models import IdentityProvider
+
+
+def confirms_at_provider(tenant_id) -> IdentityProvider | None:
+    """The tenant's provider when the tenant confirms votes by a fresh sign-in there."""
+    return IdentityProvider.objects.filter(
+        tenant_id=tenant_id,
+        enabled=True,
+        protocol=IdentityProvider.Protocol.OIDC,  # a SAML provider offers no bound re-authentication
+        step_up=IdentityProvider.StepUp.IDP,
+    ).first()
+
+
+def provider_step_up(session, proposal, digest: str, *, reread: bool = False) -> ProviderStepUp | None:
+    """The provider's confirmation for this proposal and digest, taken from the session (usable once).
+    `reread`: a socket's session was read when it connected, and the confirmation came later through
+    the page's requests, so it is read again from the session store first."""
+    if session is None or confirms_at_provider(proposal.tenant_id) is None:
+        return None
+    if reread:
+        store = getattr(session, "_wrapped", session)
+        store.__dict__.pop("_session_cache", None)  # SessionBase reads the store again on next access
+    proved = idp_step_up.take(session, proposal.id, digest)
+    if proved is None:
+        return None
+    return ProviderStepUp(
+        stepup.IDP,
+        timezone.now(),
+        bound_to=(proved["proposal"], proved["digest"]),
+        acr=proved["acr"],
+        amr=tuple(proved["amr"]),
+    )
+
+
+def step_up_for(
+    user, otp_code: str, session, *, passkey=None, proposal, digest: str, reread: bool = False
+) -> StepUp | None:
+    """The provider's confirmation when the session holds one for this proposal and digest, else what
+    accounts.stepup.step_up_for makes of the code, the passkey or the session's earlier step-up."""
+    confirmed = provider_step_up(session, proposal, digest, reread=reread)
+    if confirmed is not None:
+        return confirmed
+    return stepup.step_up_for(
+        user, otp_code, session, passkey=passkey, proposal_id=proposal.id, digest=digest
+    )
+
+
+NOT_READ = object()
+
+
+def provider_panel(proposal, session, provider=NOT_READ) -> dict | None:
+    """What the decision form shows where the tenant confirms votes at its provider: the provider's name,
+    and whether this session holds a confirmation for this proposal's digest now. `provider`: what
+    confirms_at_provider answered, when the caller read it already (the fan-out, once for all sockets)."""
+    if provider is NOT_READ:
+        provider = confirms_at_provider(proposal.tenant_id)
+    if provider is None:
+        return None
+    return {
+        "name": provider.display_name,
+        "confirmed": idp_step_up.held(session, proposal.id, proposal.action_digest),
+    }
