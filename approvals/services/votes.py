@@ -82,9 +82,7 @@ def _provider_step(proposal: Proposal, step_up: StepUp) -> tuple[str, datetime] 
     """A fresh sign-in at the tenant's provider (approvals/stepup.py took it from the session only where
     the tenant confirms votes there) counts for the proposal and digest it was made for, and for no
     policy that asks for a passkey."""
-    if needs_passkey(proposal.requirements):
-        return None
-    if step_up.bound_to != (str(proposal.id), proposal.action_digest):
+    if needs_passkey(proposal.requirements) or step_up.bound_to != (str(proposal.id), proposal.action_digest):
         return None
     return step_up.method, timezone.now()
 
