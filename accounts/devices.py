@@ -13,13 +13,15 @@ from audit.models import Verb
 from audit.trail import record
 from lib.errors import Conflict, DeviceResetRefused, FactorChangeRefused, NotFound, ServiceError
 from tenants.models import TenantMembership
+from tenants.queries import memberships_of, tenant_ids_of
 
 BACKUP_CODE_COUNT = 10
 
 
 def person_chains(user) -> list[int | None]:
     """A device belongs to a person, not a tenant: every tenant they work in records the change."""
-    return list(TenantMembership.objects.filter(user=user).values_list("tenant_id", flat=True)) or [None]
+    chains: list[int | None] = list(tenant_ids_of(user))
+    return chains or [None]
 
 
 def record_for_person(person, *, actor: str, verb: str, data: dict) -> None:
@@ -233,11 +235,11 @@ def reset_devices(user, *, actor, reason: str = "") -> int:
 
 
 def _may_administer(actor, user) -> bool:
-    shared_admin = TenantMembership.objects.filter(
-        user=actor,
-        role=TenantMembership.Role.ADMIN,
-        tenant_id__in=TenantMembership.objects.filter(user=user).values("tenant_id"),
-    ).exists()
+    shared_admin = (
+        memberships_of(actor, {TenantMembership.Role.ADMIN})
+        .filter(tenant_id__in=memberships_of(user).values("tenant_id"))
+        .exists()
+    )
     return actor is not None and (actor.is_superuser or shared_admin)
 
 

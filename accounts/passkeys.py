@@ -18,7 +18,6 @@ their device. Passkeys must be discoverable, so that sign-in asks for "a passkey
 revealing which accounts have one; the password typed in the same form says whose passkey it must be.
 """
 
-import base64
 import hashlib
 import json
 import secrets
@@ -41,6 +40,7 @@ from webauthn.helpers.structs import (
 )
 
 from accounts.models import PasskeyChallenge, PasskeyVouch
+from lib import base64url
 
 CHALLENGE_SECONDS = 300
 MAX_ANSWER_CHARS = 16_000  # a browser's answer is a few KB; anything longer is refused unread
@@ -81,14 +81,6 @@ class _Helper(WebAuthnHelper):
         return kwargs
 
 
-def _b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def _b64url_decode(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
 def _vote_binding(proposal_id, digest: str) -> bytes:
     return hashlib.sha256(_VOTE_CONTEXT + str(proposal_id).encode() + b"\x00" + digest.encode()).digest()
 
@@ -96,7 +88,7 @@ def _vote_binding(proposal_id, digest: str) -> bytes:
 def _store(challenge: bytes, purpose: str, **fields) -> str:
     stale = timezone.now() - timedelta(seconds=2 * CHALLENGE_SECONDS)
     PasskeyChallenge.objects.filter(created_at__lt=stale).delete()  # housekeeping: used or abandoned
-    text = _b64url(challenge)
+    text = base64url.encode(challenge)
     PasskeyChallenge.objects.create(challenge=text, purpose=purpose, **fields)
     return text
 
@@ -117,7 +109,7 @@ def _request_options(challenge: bytes, allow: list[PublicKeyCredentialDescriptor
 
 def registration_options(user) -> dict:
     options, state = _Helper(request=None).register_begin(user)
-    _store(_b64url_decode(options["challenge"]), Purpose.REGISTER, user=user, state=state)
+    _store(base64url.decode(options["challenge"]), Purpose.REGISTER, user=user, state=state)
     return options
 
 
@@ -125,7 +117,7 @@ def sign_in_options() -> dict:
     """Any passkey of this site (discoverable): the server does not say whether an account has one.
     Anyone may ask, so nothing is stored: the challenge is a random nonce signed with its time, and it
     is recorded as used only when an answer comes with the right password (`verify_sign_in`)."""
-    nonce = _b64url(secrets.token_bytes(16))
+    nonce = base64url.encode(secrets.token_bytes(16))
     challenge = signing.TimestampSigner(salt=_SIGN_IN_SALT).sign(nonce).encode()
     return _request_options(challenge, [])
 
@@ -197,7 +189,7 @@ def _parse(answer) -> dict | None:
 def _client_challenge(answer: dict) -> str | None:
     """The challenge the browser says it answered (its signature is checked later against the row)."""
     try:
-        client_data = json.loads(_b64url_decode(answer["response"]["clientDataJSON"]))
+        client_data = json.loads(base64url.decode(answer["response"]["clientDataJSON"]))
         challenge = client_data["challenge"]
     except (KeyError, TypeError, ValueError):
         return None
@@ -243,7 +235,7 @@ def _verify_assertion(user, answer: dict, challenge: PasskeyChallenge) -> WebAut
         try:
             checked = verify_authentication_response(
                 credential=credential,
-                expected_challenge=_b64url_decode(challenge.challenge),
+                expected_challenge=base64url.decode(challenge.challenge),
                 expected_rp_id=rp_id(),
                 expected_origin=origins(),
                 credential_public_key=bytes(device.public_key),
@@ -268,7 +260,7 @@ def verify_sign_in(user, answer) -> WebAuthnCredential | None:
     if text is None:
         return None
     try:
-        signed = _b64url_decode(text).decode()
+        signed = base64url.decode(text).decode()
         signing.TimestampSigner(salt=_SIGN_IN_SALT).unsign(signed, max_age=CHALLENGE_SECONDS)
     except (signing.BadSignature, UnicodeDecodeError, ValueError):
         return None
@@ -288,7 +280,7 @@ def verify_vote(user, answer, proposal_id, digest: str) -> WebAuthnCredential | 
     if answer is None:
         return None
     challenge = _take(answer, Purpose.VOTE, user=user, proposal_id=proposal_id, action_digest=digest)
-    if challenge is None or not _b64url_decode(challenge.challenge).endswith(
+    if challenge is None or not base64url.decode(challenge.challenge).endswith(
         _vote_binding(proposal_id, digest)
     ):
         return None

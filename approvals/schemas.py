@@ -45,7 +45,7 @@ class EvidenceItem(BaseModel):
 
 
 class ApprovalRequest(BaseModel):
-    """`metadata["urn:reviewer:a2a:approval:v1"]["request"]` (DESIGN.md "A2A contract", step 1)."""
+    """`metadata[EXTENSION_URI]["request"]` (`reviewer_gate.decision`; DESIGN.md "A2A contract", step 1)."""
 
     model_config = ConfigDict(extra="forbid")
     request_id: Identifier

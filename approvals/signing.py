@@ -7,13 +7,17 @@ from django.conf import settings
 
 import signing_keys as keys
 
-TOKEN_TYPE = "approval-decision+jwt"  # noqa: S105 - a JOSE typ, not a secret
+# The token's typ and algorithm are the gate's (reviewer_gate.decision): what Reviewer signs is what the
+# agent's gate accepts, by construction.
+from reviewer_gate.decision import ALGORITHMS, TOKEN_TYPE
 
 
 def sign_decision(claims: dict) -> tuple[str, str]:
     """Sign claims with the active key. Returns (token, kid)."""
     key = keys.active_key()
-    token = jwt.encode(claims, key.signer(), algorithm="EdDSA", headers={"kid": key.kid, "typ": TOKEN_TYPE})
+    token = jwt.encode(
+        claims, key.signer(), algorithm=ALGORITHMS[0], headers={"kid": key.kid, "typ": TOKEN_TYPE}
+    )
     return token, key.kid
 
 

@@ -21,6 +21,7 @@ from audit.records import checkpoint_dict, event_pages
 from audit.shapes import format_time
 from audit.verify.chains import BUNDLE_FORMAT, manifest_payload
 from audit.verify.hashing import GENESIS_HASH
+from lib import base64url
 
 # --------------------------------------------------------------------------------------------------
 # The verifiable bundle
@@ -173,7 +174,7 @@ def write_bundle(
             "people": display_names(mentioned),
         }
         signature = signing_key.signer().sign(manifest_payload(manifest))
-        manifest["signature"] = {"alg": "EdDSA", "kid": signing_key.kid, "value": _b64url(signature)}
+        manifest["signature"] = {"alg": "EdDSA", "kid": signing_key.kid, "value": base64url.encode(signature)}
         partial = path.with_name(path.name + ".part")
         with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as bundle:
             bundle.writestr("manifest.json", json.dumps(manifest, indent=2))
@@ -189,9 +190,3 @@ def write_bundle(
                 ),
             )
         os.replace(partial, path)
-
-
-def _b64url(raw: bytes) -> str:
-    import base64
-
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()

@@ -26,6 +26,7 @@ from audit.shapes import format_time
 from audit.verify.chains import event_hash
 from audit.verify.hashing import canonical_digest
 from lib import agent_text
+from reviewer_gate.decision import ALGORITHMS
 
 PACKET_FORMAT = "reviewer-evidence/1"
 CHECK_LABELS = {
@@ -56,7 +57,7 @@ def _token_checks(decision: dict | None, signed_event: dict | None) -> dict:
             jwt.decode(
                 token,
                 jwt.PyJWK(jwk).key,
-                algorithms=["EdDSA"],
+                algorithms=ALGORITHMS,
                 options={"verify_aud": False, "verify_exp": False, "verify_nbf": False, "verify_iat": False},
             )
             signature_valid = True

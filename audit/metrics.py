@@ -134,7 +134,7 @@ class Metrics:
     still_unknown: int = 0
     revocations: int = 0
     open: int = 0
-    # Break-glass (issue 12.8), counted by the events in the period: releases, refusals over budget,
+    # Break-glass, counted by the events in the period: releases, refusals over budget,
     # post-hoc reviews done (and how many disagreed) and reviews that went past their deadline undone.
     break_glass_releases: int = 0
     break_glass_budget_refusals: int = 0

@@ -1,5 +1,5 @@
 """R4: chained audit append with 8 concurrent writers on one tenant, against a plain insert of the same
-row, on PostgreSQL (issue 10 point 6).
+row, on PostgreSQL.
 
     .venv/bin/python bench/r4_audit_append.py      # scratch database $BENCH_DB_PREFIX + bench_audit_append
     BENCH_POSTGRES=postgres://postgres@127.0.0.1:5432 .venv/bin/python bench/r4_audit_append.py --events 4000

@@ -1,4 +1,4 @@
-"""What Reviewer does with text an agent wrote before a person reads it (issue 9, point 4).
+"""What Reviewer does with text an agent wrote before a person reads it.
 
 Agent text is hostile. Escaping stops markup; it does not stop Unicode from changing what a reviewer
 reads: a right-to-left override (U+202E) makes "…00<RLO>1234" display as "…00 4321" and reverses

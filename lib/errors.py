@@ -1,4 +1,11 @@
-"""Refusals the services raise. Each carries a stable `code` (used by the API, the socket and the tests)."""
+"""The one error type and the one error body.
+
+Every refusal Reviewer answers is a ServiceError (or a subclass): the services' refusals, and the
+agent-facing parsers' (`HostileInput` in approvals/agent_api/wire.py, `PushError` in
+approvals/a2a/push.py, both IntakeErrors). Each carries a stable `code` (used by the API, the socket and
+the tests), a message, and the dotted path of the input at fault (`field`, or None). Whatever answers
+one (the REST API, the push webhook, the decision wait, the sockets, the overload guard, the pages'
+JSON) builds the body with `error_body`: `{"error": {"code": ..., "message": ..., "field": ...}}`."""
 
 
 class ServiceError(Exception):

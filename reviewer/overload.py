@@ -4,7 +4,7 @@ database.
 
 Why here, in front of Django: every request Django runs holds a database connection until it ends, and
 Daphne starts a request for every connection it accepts. Without a limit a burst opens connections until
-PostgreSQL refuses them and requests fail with 500 (issue 10). With it, HTTP requests hold at most
+PostgreSQL refuses them and requests fail with 500. With it, HTTP requests hold at most
 MAX_CONCURRENT_REQUESTS connections per process, drawn from its pool of DB_POOL_MAX_SIZE (the limit + 3:
 settings.py, README "Running several processes" for PostgreSQL's max_connections), and callers retry
 after the pause they were told. WebSockets are not counted:
@@ -17,6 +17,8 @@ anyway).
 import json
 
 from django.conf import settings
+
+from lib.errors import error_body
 
 RETRY_AFTER_SECONDS = 1
 
@@ -45,13 +47,7 @@ class ConcurrencyLimit:
     @staticmethod
     async def refuse(send) -> None:
         body = json.dumps(
-            {
-                "error": {
-                    "code": "overloaded",
-                    "message": f"Reviewer is at capacity; retry after {RETRY_AFTER_SECONDS} s",
-                    "field": None,
-                }
-            }
+            error_body("overloaded", f"Reviewer is at capacity; retry after {RETRY_AFTER_SECONDS} s")
         ).encode()
         await send(
             {

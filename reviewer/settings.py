@@ -7,7 +7,6 @@ channel layer, a generated SECRET_KEY and signing key. With DEBUG off every secr
 
 import ipaddress
 import os
-import secrets
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -15,64 +14,21 @@ from urllib.parse import urlsplit
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from lib.env import development_secret, env_bool, env_int, env_list, env_str
+from reviewer import fixed_settings
+
 BASE_DIR = Path(__file__).resolve().parent.parent
-
-
-def env_str(name: str, default: str = "") -> str:
-    """A string from the environment; NAME_FILE (a path) wins over NAME, for container secrets."""
-    file_path = os.environ.get(f"{name}_FILE")
-    if file_path:
-        return Path(file_path).read_text().strip()
-    return os.environ.get(name, default)
-
-
-def env_bool(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    if value.lower() in {"1", "true", "yes", "on"}:
-        return True
-    if value.lower() in {"0", "false", "no", "off"}:
-        return False
-    raise ImproperlyConfigured(f"{name} must be a boolean (true/false), not {value!r}")
-
-
-def env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name} must be an integer, not {value!r}") from None
-
-
-def env_list(name: str, default: list[str]) -> list[str]:
-    value = os.environ.get(name)
-    if not value:
-        return default
-    return [item.strip() for item in value.split(",") if item.strip()]
 
 
 DEBUG = env_bool("DEBUG", True)
 DATA_DIR = Path(env_str("REVIEWER_DATA_DIR", str(BASE_DIR / "data")))
 
 
-def _development_secret(filename: str) -> str:
-    """Generated once into the data folder, so restarts keep sessions; never used with DEBUG off."""
-    DATA_DIR.mkdir(parents=True, exist_ok=True)
-    path = DATA_DIR / filename
-    if not path.exists():
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
-    return path.read_text().strip()
-
-
 SECRET_KEY = env_str("SECRET_KEY")
 if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured("SECRET_KEY (or SECRET_KEY_FILE) is required when DEBUG is off")
-    SECRET_KEY = _development_secret("secret_key")
+    SECRET_KEY = development_secret(DATA_DIR, "secret_key")
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"] if DEBUG else [])
 if not ALLOWED_HOSTS:
@@ -103,7 +59,7 @@ DECISION_TOKEN_MAX_SECONDS = env_int("DECISION_TOKEN_MAX_SECONDS", 3600)
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    "reviewer.apps.ReviewerAdminConfig",  # django.contrib.admin with the OTP site (reviewer/admin_site.py)
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -204,16 +160,7 @@ COMMIT_HOOKS_IN_BACKGROUND = env_bool("COMMIT_HOOKS_IN_BACKGROUND", True)
 DECISION_WAITS_PER_AGENT = env_int("DECISION_WAITS_PER_AGENT", 50)
 DECISION_WAITS_PER_PROCESS = env_int("DECISION_WAITS_PER_PROCESS", 5000)
 DECISION_WAIT_READS = max(1, env_int("DECISION_WAIT_READS", 2))
-# On PostgreSQL every process draws its connections from a bounded psycopg pool (Django's "pool" option;
-# it needs CONN_MAX_AGE 0, which returns a request's connection to the pool when the request ends).
-# A Daphne needs MAX_CONCURRENT_REQUESTS for requests, OUTBOX_DIRECT_SEND_THREADS for the continuations
-# it sends after commit, one for the after-commit thread, DECISION_WAIT_READS for the decision waits'
-# reads, plus what its WebSockets use: their database work (channels' database_sync_to_async) runs on
-# one shared thread per process, so one connection, and two more are slack. The overload limit answers
-# 503 before the pool is empty, so nothing waits on it in practice; should it be empty, a request waits
-# DB_POOL_TIMEOUT seconds for a connection (then 500).
-# PostgreSQL's max_connections must hold N Daphnes x DB_POOL_MAX_SIZE + M workers x (DB_POOL_MIN_SIZE
-# + 1 for LISTEN) + the admin's few (README "Running several processes"). DB_POOL_MAX_SIZE=0: no pool.
+# The pool's size and PostgreSQL's max_connections: reviewer/fixed_settings.py, "Database pool".
 _DIRECT_SENDERS = OUTBOX_DIRECT_SEND_THREADS if OUTBOX_DIRECT_SEND else 0
 DB_POOL_MAX_SIZE = env_int(
     "DB_POOL_MAX_SIZE",
@@ -247,7 +194,7 @@ REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:
     # Every open WebSocket waits on a blocking pop (BZPOPMIN) that Redis answers after at most 5 s
     # (channels-redis's brpop_timeout). redis-py 8 made socket_timeout default to 5 s, so the read raced
-    # the pop and idle sockets died with 1011 (channels_redis issue 422, redis-py issue 4091). The read
+    # the pop and idle sockets died with 1011 (channels_redis#422, redis-py#4091). The read
     # timeout must exceed the pop: 30 s never fires against a live Redis, yet a half-open connection
     # (a Redis that vanished without closing it) is still noticed. Connecting keeps a short timeout, so
     # a Redis that is restarting is retried (sockets reconnect) instead of hanging them.
@@ -384,25 +331,7 @@ SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 365 * 24 * 
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
 SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", not DEBUG)
 
-# Content-Security-Policy (django-csp): scripts and styles only from this origin, no inline script at
-# all (the pages have none; htmx's own indicator styles are off in base.html), no inline style either (no
-# page has a style attribute or a <style> block, so one injected into a page does nothing), no plugins,
-# no framing, forms post only here. Scripts still set styles through the DOM (element.style), which CSP
-# allows. connect-src 'self' covers the page's own WebSocket.
-CONTENT_SECURITY_POLICY = {
-    "DIRECTIVES": {
-        "default-src": ["'self'"],
-        "script-src": ["'self'"],
-        "style-src": ["'self'"],
-        "img-src": ["'self'", "data:"],
-        "connect-src": ["'self'"],
-        "object-src": ["'none'"],
-        "base-uri": ["'none'"],
-        "form-action": ["'self'"],
-        "frame-ancestors": ["'none'"],
-    }
-}
-
+CONTENT_SECURITY_POLICY = fixed_settings.CONTENT_SECURITY_POLICY  # django-csp
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = False
@@ -481,13 +410,7 @@ AUDIT_RUBBER_STAMP_MIN_SAMPLE = env_int("AUDIT_RUBBER_STAMP_MIN_SAMPLE", 300)
 AUDIT_METRICS_CACHE_SECONDS = env_int("AUDIT_METRICS_CACHE_SECONDS", 60)
 
 # ---------------------------------------------------------------------------------------------------
-# Outbound calls to agents (approvals/a2a/outbound.py). Reviewer calls an agent's card URL and A2A
-# interface with the agent's credentials, so a card URL must not reach anything else (SSRF). A call
-# goes out only when, after DNS resolution, every address of the host is allowed: the host name is in
-# AGENT_ALLOWED_HOSTS ("agents.example.com", or ".example.com" for its subdomains) and the address is
-# public, or the address is inside AGENT_ALLOWED_NETWORKS (CIDRs; the only way to allow private or
-# loopback addresses, e.g. "127.0.0.0/8,::1/128" for the demo). Link-local and cloud metadata
-# addresses are never allowed. Both empty: no outbound call at all (fail closed).
+# Outbound calls to agents: reviewer/fixed_settings.py, "Outbound calls" (the SSRF allow-list).
 AGENT_ALLOWED_HOSTS = env_list("AGENT_ALLOWED_HOSTS", [])
 AGENT_ALLOWED_NETWORKS = env_list("AGENT_ALLOWED_NETWORKS", [])
 
@@ -516,53 +439,11 @@ WEB_PUSH_SERVICE_HOSTS = env_list(
     ["fcm.googleapis.com", "updates.push.services.mozilla.com", ".push.apple.com", ".notify.windows.com"],
 )
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    # The a2a SDK logs whole agent cards at INFO on every fetch.
-    "loggers": {
-        "httpx": {"level": "WARNING"},
-        "daphne": {"level": "WARNING"},
-        "a2a": {"level": "WARNING"},
-        "axes": {"level": "WARNING"},  # every sign-in attempt at INFO
-        "xmlschema": {"level": "WARNING"},  # pysaml2's schemas, announced at INFO on every start
-        "saml2": {"level": "WARNING"},  # pysaml2 logs whole assertions at INFO
-    },
-}
-
-
-# SCIM 2.0 provisioning (sso/scim_*.py on django-scim2), under /scim/v2/, each tenant with its own bearer
-# token (`manage.py scim_token <tenant>`; README "Single sign-on and provisioning").
-SCIM_SERVICE_PROVIDER = {
-    "NETLOC": "unused",  # locations are built from the request (sso.scim_adapters.base_location)
-    "AUTHENTICATION_SCHEMES": [
-        {
-            "type": "oauthbearertoken",
-            "name": "Bearer token",
-            "description": "The tenant's SCIM token, sent as Authorization: Bearer <token>",
-            "primary": True,
-        }
-    ],
-    "USER_MODEL_GETTER": "sso.scim_adapters.scim_user_model",
-    "USER_ADAPTER": "sso.scim_adapters.ScimUserAdapter",
-    "GROUP_MODEL": "sso.models.ScimGroup",
-    "GROUP_ADAPTER": "sso.scim_adapters.ScimGroupAdapter",
-    "USER_FILTER_PARSER": "sso.scim_filters.UserFilterQuery",
-    "GROUP_FILTER_PARSER": "sso.scim_filters.GroupFilterQuery",
-    "SERVICE_PROVIDER_CONFIG_MODEL": "sso.scim_config.ServiceProviderConfig",
-    "BASE_LOCATION_GETTER": "sso.scim_adapters.base_location",
-    "GET_EXTRA_MODEL_FILTER_KWARGS_GETTER": "sso.scim_adapters.tenant_filter",
-    "AUTH_CHECK_MIDDLEWARE": "sso.scim_auth.BearerTokenCheck",
-    "SCHEMAS_GETTER": "sso.scim_schemas.published_schemas",
-}
-
+LOGGING = fixed_settings.logging_config(env_str("LOG_LEVEL", "INFO"))
+SCIM_SERVICE_PROVIDER = fixed_settings.SCIM_SERVICE_PROVIDER  # SCIM 2.0 provisioning, under /scim/v2/
 # SAML 2.0 sign-in (sso/saml.py on djangosaml2 and pysaml2), configured per tenant in the admin (no
-# SAML_CONFIG here: each tenant's service provider is built from its IdentityProvider). pysaml2 checks
-# XML signatures with xmlsec1 (Debian's package xmlsec1); a SAML sign-in fails closed without it.
+# SAML_CONFIG: each tenant's service provider is built from its IdentityProvider). pysaml2 checks XML
+# signatures with xmlsec1 (Debian's package xmlsec1); a SAML sign-in fails closed without it.
 SAML_XMLSEC_BINARY = env_str("SAML_XMLSEC_BINARY", "")  # empty: xmlsec1 on PATH
-# The AuthnRequest goes as a link (HTTP-Redirect): the sign-in pages' CSP allows no inline form posting.
-SAML_DEFAULT_BINDING = "urn:oasis:names:tc:SAML:2.0:bindings:HTTP-Redirect"
+SAML_DEFAULT_BINDING = fixed_settings.SAML_DEFAULT_BINDING
 SAML_SESSION_COOKIE_NAME = "saml_session"

@@ -1,13 +1,18 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.core.exceptions import ImproperlyConfigured
 from django.urls import include, path
 from django_otp.admin import OTPAdminSite
 
 from accounts import views as account_views
 from audit import views as audit_views
 
-# The admin configures who may release payments: it takes a one-time code at sign-in like every page.
-admin.site.__class__ = OTPAdminSite
+# The admin configures who may release payments: it must ask for a second factor like every page
+# (reviewer/apps.py sets the site). A settings module that lists django.contrib.admin instead fails here.
+if not isinstance(admin.site, OTPAdminSite):
+    raise ImproperlyConfigured(
+        "INSTALLED_APPS lists reviewer.apps.ReviewerAdminConfig, not django.contrib.admin"
+    )
 
 urlpatterns = [
     path("admin/login/", account_views.admin_sign_in),  # one sign-in form for everyone (accounts/views.py)

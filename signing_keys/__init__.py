@@ -8,7 +8,6 @@ of the JWKS), because audit checkpoints it signed must still verify. No Django m
 here: approvals/ (decision tokens) and audit/ (checkpoints, bundles) both import it.
 """
 
-import base64
 import hashlib
 import json
 from dataclasses import dataclass
@@ -19,6 +18,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from django.conf import settings
 from django.utils import timezone
+
+from lib import base64url
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class SigningKey:
 
     def public_jwk(self) -> dict:
         raw = self.public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-        x = base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+        x = base64url.encode(raw)
         return {"kty": "OKP", "crv": "Ed25519", "x": x, "kid": self.kid, "alg": "EdDSA", "use": "sig"}
 
 
@@ -188,7 +189,7 @@ def sign_bytes(payload: bytes) -> tuple[str, str]:
     """Detached Ed25519 signature of payload with the active key: (kid, base64url signature)."""
     key = active_key()
     signature = key.signer().sign(payload)
-    return key.kid, base64.urlsafe_b64encode(signature).rstrip(b"=").decode()
+    return key.kid, base64url.encode(signature)
 
 
 def jwks_json() -> str:

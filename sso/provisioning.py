@@ -22,6 +22,7 @@ from sso.errors import ProvisioningRefused
 from sso.models import ExternalIdentity, IdentityProvider, ScimGroup, ScimUser
 from sso.services import free_username, sync_groups
 from tenants.models import GroupMembership, TenantMembership
+from tenants.queries import memberships_of
 
 MAX_MEMBERS_PER_REQUEST = 1000
 
@@ -162,7 +163,7 @@ def _deactivate(scim_user: ScimUser) -> None:
         GroupMembership.objects.filter(group__tenant=tenant, user=user).values_list("group__slug", flat=True)
     )
     remove_tenant_membership(tenant, user)  # out of its groups too; each removal its own event
-    still_member_elsewhere = TenantMembership.objects.filter(user=user).exists()
+    still_member_elsewhere = memberships_of(user).exists()
     if not still_member_elsewhere and user.is_active:
         user.is_active = False
         user.save(update_fields=["is_active"])

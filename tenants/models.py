@@ -1,7 +1,7 @@
 """Who belongs to a tenant, in which role and which approver groups.
 
-Both approvals/ and audit/ import this app; it imports neither. The models lived in approvals until
-issue 11 and keep their tables (`db_table` names them) so no row moved: the migrations that moved them
+Both approvals/ and audit/ import this app; it imports neither. The models lived in approvals at first
+and keep their tables (`db_table` names them) so no row moved: the migrations that moved them
 only change Django's state (SeparateDatabaseAndState).
 
 Tenant ─┬─ TenantMembership (role: reviewer | compliance | admin, principal_id)

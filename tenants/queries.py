@@ -2,7 +2,11 @@
 pages, which tenants and people a staff member configures.
 
 Answers are TenantRef values (id, slug, name, the role that lets the user in), not rows, so callers
-cannot write through them. Read only.
+cannot write through them; `memberships_of` is the exception, a queryset for callers that narrow or
+join it further. Read only.
+
+"Which tenants is this person in" is asked here and nowhere else: `memberships_of` (the rows, any role
+or the given roles) and `tenant_ids_of` (their tenant ids).
 """
 
 from dataclasses import dataclass
@@ -24,15 +28,22 @@ class TenantRef:
     role: str = ""
 
 
+def memberships_of(user, roles=None):
+    """The tenants this person is in, as their membership rows (a queryset; only `roles` when given)."""
+    rows = TenantMembership.objects.filter(user=user)
+    return rows if roles is None else rows.filter(role__in=roles)
+
+
+def tenant_ids_of(user, roles=None) -> list[int]:
+    """The ids of the tenants this person is in (only where they hold one of `roles`, when given)."""
+    return list(memberships_of(user, roles).values_list("tenant_id", flat=True))
+
+
 def tenants_for(user, roles=AUDIT_ROLES) -> list[TenantRef]:
     """The tenants whose audit pages this user may open, with the role that lets them."""
     if not user.is_authenticated:
         return []
-    rows = (
-        TenantMembership.objects.filter(user=user, role__in=roles)
-        .select_related("tenant")
-        .order_by("tenant__name")
-    )
+    rows = memberships_of(user, roles).select_related("tenant").order_by("tenant__name")
     return [TenantRef(m.tenant.id, m.tenant.slug, m.tenant.name, m.role) for m in rows]
 
 
@@ -85,8 +96,4 @@ def admin_tenant_ids(user) -> list[int] | None:
     """The tenants this user configures; None means all of them (a superuser)."""
     if user.is_superuser:
         return None
-    return list(
-        TenantMembership.objects.filter(user=user, role=TenantMembership.Role.ADMIN).values_list(
-            "tenant_id", flat=True
-        )
-    )
+    return tenant_ids_of(user, {TenantMembership.Role.ADMIN})

@@ -233,19 +233,26 @@ def fresh_step_up(user):
     return step_up_for(user, totp_code(user))
 
 
+def vote(proposal, person, verdict="approve", **fields):
+    """`person` votes on `proposal` as the page would: the digest they see, a code their authenticator
+    shows now."""
+    return cast_vote(
+        proposal.id,
+        person,
+        verdict=verdict,
+        digest_seen=proposal.action_digest,
+        step_up=fresh_step_up(person),
+        **fields,
+    )
+
+
 def approve(agent, reviewer, **submit_kwargs):
     """Submit a proposal and approve it with one vote (the policy must need just that one).
     Returns (proposal, decision)."""
     from approvals.models import Decision
 
     proposal = submit(agent, **submit_kwargs)
-    cast_vote(
-        proposal.id,
-        reviewer,
-        verdict="approve",
-        digest_seen=proposal.action_digest,
-        step_up=step_up_for(reviewer, totp_code(reviewer)),
-    )
+    vote(proposal, reviewer)
     proposal.refresh_from_db()
     return proposal, Decision.objects.get(proposal=proposal)
 

@@ -1,4 +1,4 @@
-"""Which hosts Reviewer may call on an agent's behalf (issue 9, point 6: SSRF through the card URL).
+"""Which hosts Reviewer may call on an agent's behalf (server-side request forgery through the card URL).
 
 Every outbound request to an agent (its card, its A2A interface) goes through `GuardedTransport`, an
 httpx transport that resolves the host itself, checks every address it resolves to, and then connects

@@ -15,26 +15,17 @@ from approvals.models import Agent, Proposal
 from approvals.schemas import ProposalSubmission, first_problem
 from approvals.services.intake import record_intake_refusal, submit_proposal
 from approvals.services.reconcile import TERMINAL_TASK_STATES
-from lib.errors import HaltedError, IntakeError, error_body
+from lib.errors import HaltedError, IntakeError
+from reviewer_gate.decision import EXTENSION_URI
 
-EXTENSION_URI = "urn:reviewer:a2a:approval:v1"
 AUTH_REQUIRED = TaskState.Name(TaskState.TASK_STATE_AUTH_REQUIRED)
 
 # ---------------------------------------------------------------------------------------------------
 # Intake: push bodies
 
 
-class PushError(ValueError):
+class PushError(IntakeError):
     """A push body that is not a valid A2A StreamResponse, or whose approval request is malformed."""
-
-    def __init__(self, code: str, message: str, field: str | None = None):
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.field = field
-
-    def as_dict(self) -> dict:
-        return error_body(self.code, self.message, self.field)
 
 
 @dataclass(frozen=True)

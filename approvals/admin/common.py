@@ -12,11 +12,9 @@ from tenants.queries import admin_tenant_ids, people_visible_to
 
 def adopt_stored(obj, stored) -> None:
     """The admin built `obj` from the form but a service stored `stored`: point the admin's redirect, log
-    entry and inline formsets at the stored row."""
-    for field in stored._meta.concrete_fields:
-        setattr(obj, field.attname, getattr(stored, field.attname))
-    obj._state.adding = False
-    obj._state.db = stored._state.db
+    entry and inline formsets at the stored row (its primary key, every field as stored)."""
+    obj.pk = stored.pk
+    obj.refresh_from_db()
 
 
 def tenant_group_slugs(tenant_id) -> set[str]:

@@ -7,7 +7,7 @@ from django import forms
 from django.contrib import admin, messages
 
 from approvals.admin.common import ReadOnlyAdmin, TenantScopedAdmin
-from approvals.notification_models import (
+from approvals.models.notifications import (
     Delegation,
     PushSubscription,
     SlackWorkspace,

@@ -108,7 +108,7 @@ class ProposalAdmin(ReadOnlyAdmin):
     search_fields = ["summary", "tool", "request_id", "task_id", "principal_id"]
     date_hierarchy = "created_at"
     inlines = [VoteInline]
-    # Agent text is isolated and its hidden characters badged (issue 9.4): the raw fields are replaced by
+    # Agent text is isolated and its hidden characters badged: the raw fields are replaced by
     # their shown_* forms.
     exclude = ["action_canonical", *AGENT_TEXT_FIELDS]
     readonly_fields = [f"shown_{name}" for name in AGENT_TEXT_FIELDS]

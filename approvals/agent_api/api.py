@@ -18,12 +18,12 @@ from ninja.parser import Parser
 from ninja.security import HttpBearer
 
 from approvals.a2a.push import submit
+from approvals.agent_api.wire import HostileInput, body_too_large, load_json, too_large_message
 from approvals.models import Agent, Decision, Proposal
 from approvals.schemas import ConsumeBody, OutcomeBody, ProposalSubmission, first_problem
 from approvals.services.decisions import consume_decision, record_outcome
 from approvals.services.intake import record_intake_refusal
 from approvals.states import State
-from approvals.wire import HostileInput, body_too_large, load_json, too_large_message
 from lib.errors import IntakeError, QuotaExceeded, ServiceError, error_body
 from lib.tokens import hash_token
 

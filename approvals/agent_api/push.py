@@ -15,11 +15,11 @@ from django.views.decorators.http import require_POST
 
 from approvals.a2a.push import PushError, parse_push, submit
 from approvals.agent_api.api import intake_token, receipt
+from approvals.agent_api.wire import HostileInput, body_too_large, load_json, too_large_message
 from approvals.models import Agent
 from approvals.services.intake import record_intake_refusal
 from approvals.services.reconcile import apply_task_state
-from approvals.wire import HostileInput, body_too_large, load_json, too_large_message
-from lib.errors import IntakeError, QuotaExceeded, ServiceError, error_body
+from lib.errors import QuotaExceeded, ServiceError, error_body
 from lib.tokens import hash_token
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ def _authenticated_agent(slug: str, token: str) -> Agent | None:
 def _refused(agent: Agent, error: HostileInput | PushError) -> JsonResponse:
     """400 for a push body intake refuses; an authenticated agent's refused request is audited."""
     log.info("push from %s refused: %s %s", agent.slug, error.code, error.message)
-    record_intake_refusal(agent, IntakeError(error.code, error.message, error.field), via="push")
+    record_intake_refusal(agent, error, via="push")
     return JsonResponse(error.as_dict(), status=400)
 
 

@@ -35,7 +35,7 @@ from approvals.web.list_pages import queue_context, watching_context
 from approvals.web.lists import LIST_PAGES
 from approvals.web.pages import page_hash
 from lib.errors import NotFound, ServiceError, error_body
-from tenants.models import TenantMembership
+from tenants.queries import memberships_of, tenant_ids_of
 
 # The close code of a socket whose person lost access since it opened (signed out, deprovisioned, removed
 # from the tenant): the page says so instead of "reconnecting", and htmx does not reconnect (4000-4999 are
@@ -167,7 +167,7 @@ class QueueConsumer(ReviewerSocket):
         user = verified_user(self.scope)
         if user is None:
             return []
-        tenant_ids = list(TenantMembership.objects.filter(user=user).values_list("tenant_id", flat=True))
+        tenant_ids = tenant_ids_of(user)
         self.user = user
         query = QueryDict(self.scope.get("query_string", b""))
         self.view = "watching" if query.get("view") == "watching" else "queue"
@@ -182,7 +182,7 @@ class QueueConsumer(ReviewerSocket):
         await self.send_current()
 
     def render_current(self) -> str | None:
-        if verified_user(self.scope) is None or not TenantMembership.objects.filter(user=self.user).exists():
+        if verified_user(self.scope) is None or not memberships_of(self.user).exists():
             return None  # signed out, or removed from every tenant, since connecting
         build = watching_context if self.view == "watching" else queue_context
         context = build(self.user, self.params)

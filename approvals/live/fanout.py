@@ -1,5 +1,4 @@
-"""A proposal page's live update, rendered once per event and audience in each process, not once per socket
-(issue 10 point 7).
+"""A proposal page's live update, rendered once per event and audience in each process, not once per socket.
 
 A `proposal.changed` event (events.py) reaches every socket open on the proposal. The first socket of a
 Daphne process to handle an event starts one update for all the sockets of that process open on the

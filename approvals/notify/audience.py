@@ -4,9 +4,9 @@ from django.contrib.auth import get_user_model
 from django.db.models import Q
 from django.utils import timezone
 
-from approvals.notification_models import Delegation
+from approvals.models.notifications import Delegation
 from approvals.selectors import ineligibility
-from approvals.standins import voice_taken
+from approvals.selectors.standins import voice_taken
 from tenants.models import TenantMembership
 
 

@@ -8,12 +8,13 @@ from django.contrib.auth import get_user_model
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from approvals.notification_models import Delegation
+from approvals.models.notifications import Delegation
+from approvals.selectors.standins import current_delegations
 from approvals.services.delegations import end_delegation, set_delegation
-from approvals.standins import current_delegations
 from lib.decorators import verified_required
 from lib.errors import ServiceError
 from tenants.models import Tenant, TenantMembership
+from tenants.queries import tenant_ids_of
 
 
 class DelegationForm(forms.Form):
@@ -41,23 +42,15 @@ class DelegationForm(forms.Form):
 
 
 def _context(user, form) -> dict:
-    admin_of = TenantMembership.objects.filter(user=user, role=TenantMembership.Role.ADMIN).values_list(
-        "tenant_id", flat=True
-    )
+    admin_of = tenant_ids_of(user, {TenantMembership.Role.ADMIN})
     mine = (
         Delegation.objects.filter(delegator=user).select_related("delegate", "tenant").order_by("-starts_at")
     )
     return {
         "form": form,
         "mine": list(mine[:20]),
-        "for_me": [
-            d
-            for d in current_delegations(
-                TenantMembership.objects.filter(user=user).values_list("tenant_id", flat=True)
-            )
-            if d.delegate_id == user.pk
-        ],
-        "tenant_active": current_delegations(list(admin_of)),
+        "for_me": [d for d in current_delegations(tenant_ids_of(user)) if d.delegate_id == user.pk],
+        "tenant_active": current_delegations(admin_of),
         "is_admin": bool(admin_of),
     }
 

@@ -13,7 +13,6 @@ link and the proposal id as tag: no token, digest or code. Each (proposal, perso
 once (PushSent).
 """
 
-import base64
 import ipaddress
 import json
 import logging
@@ -27,7 +26,7 @@ from py_vapid import Vapid02
 from pywebpush import WebPushException, webpush
 
 from approvals.a2a import outbound
-from approvals.notification_models import FollowUp, PushSubscription
+from approvals.models.notifications import FollowUp, PushSubscription
 from approvals.notify.audience import waiting_reviewers
 from approvals.notify.common import one_line, proposal_link
 from approvals.services.push_devices import (
@@ -36,7 +35,8 @@ from approvals.services.push_devices import (
     not_yet_pushed,
     record_pushed,
 )
-from approvals.states import State
+from approvals.states import OPEN_FOR_VOTES
+from lib import base64url
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def application_server_key() -> str:
     raw = vapid().public_key.public_bytes(
         serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint
     )
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return base64url.encode(raw)
 
 
 def configured() -> bool:
@@ -156,9 +156,9 @@ def run(now=None) -> int:
     if not configured():
         return 0
     pushed = 0
-    for follow_up in FollowUp.objects.filter(
-        done=False, proposal__state=State.AWAITING_REVIEW
-    ).select_related("proposal__agent")[:BATCH]:
+    for follow_up in FollowUp.objects.filter(done=False, proposal__state__in=OPEN_FOR_VOTES).select_related(
+        "proposal__agent"
+    )[:BATCH]:
         for person in waiting_reviewers(follow_up.proposal):
             pushed += push_to(person, follow_up.proposal, "new")
     return pushed

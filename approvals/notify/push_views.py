@@ -9,11 +9,11 @@ from django.shortcuts import redirect, render
 from django.templatetags.static import static
 from django.views.decorators.http import require_GET, require_POST
 
-from approvals.notification_models import PushSubscription
+from approvals.models.notifications import PushSubscription
 from approvals.notify import push
 from approvals.services.push_devices import remove, subscribe
 from lib.decorators import verified_required
-from lib.errors import ServiceError
+from lib.errors import ServiceError, error_body
 
 SERVICE_WORKER = """// Reviewer's service worker: shows a push notification and opens its page when tapped.
 self.addEventListener("push", (event) => {
@@ -78,9 +78,7 @@ def subscribe_device(request):
         endpoint = str(body["endpoint"])
         keys = body.get("keys") or {}
     except (ValueError, KeyError, TypeError):
-        return JsonResponse(
-            {"error": {"code": "bad_subscription", "message": "not a push subscription"}}, status=400
-        )
+        return JsonResponse(error_body("bad_subscription", "not a push subscription"), status=400)
     try:
         device = subscribe(
             request.user,

@@ -14,7 +14,7 @@ import json
 from approvals.notify.common import one_line, proposal_link, when
 from approvals.policy.notifications import chat_decisions_allowed
 from approvals.services.quorum import count_quorum
-from approvals.states import RELEASED, STARTED, State
+from approvals.states import OPEN_FOR_VOTES, RELEASED, STARTED, State
 
 APPROVE = "reviewer_approve"
 REJECT = "reviewer_reject"
@@ -50,7 +50,7 @@ def _names(votes) -> str:
 def status_line(proposal) -> str:
     """Where the proposal stands, in Reviewer's words."""
     state = proposal.state
-    if state == State.AWAITING_REVIEW:
+    if state in OPEN_FOR_VOTES:
         quorum = count_quorum(proposal)
         have = sum(len(v) for v in quorum.slots.values())
         need = sum(int(t["count"]) for t in quorum.required)
@@ -92,7 +92,7 @@ def proposal_blocks(proposal) -> list[dict]:
             "url": proposal_link(proposal),
         }
     ]
-    if proposal.state == State.AWAITING_REVIEW and chat_decisions_allowed(
+    if proposal.state in OPEN_FOR_VOTES and chat_decisions_allowed(
         proposal.requirements, proposal.reversibility
     ):
         buttons += [

@@ -17,12 +17,12 @@ from django.utils import timezone
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 
-from approvals.notification_models import FollowUp, SlackIdentity, SlackPost, SlackWorkspace
+from approvals.models.notifications import FollowUp, SlackIdentity, SlackPost, SlackWorkspace
 from approvals.notify import slack_messages
 from approvals.notify.audience import waiting_reviewers
 from approvals.notify.secrets import SecretMissing, read_secret
 from approvals.services import slack_links
-from approvals.states import TERMINAL, State
+from approvals.states import OPEN_FOR_VOTES, TERMINAL
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def run(now: datetime | None = None) -> int:
         return 0
     new = (
         FollowUp.objects.filter(
-            done=False, proposal__state=State.AWAITING_REVIEW, proposal__tenant_id__in=workspaces
+            done=False, proposal__state__in=OPEN_FOR_VOTES, proposal__tenant_id__in=workspaces
         )
         .exclude(proposal__slack_posts__isnull=False)
         .select_related("proposal__agent")[:BATCH]

@@ -30,7 +30,7 @@ from slack_sdk.signature import SignatureVerifier
 
 from accounts import stepup
 from approvals.models import Proposal
-from approvals.notification_models import SlackIdentity, SlackWorkspace
+from approvals.models.notifications import SlackIdentity, SlackWorkspace
 from approvals.notify import slack_messages, slack_sync
 from approvals.notify.secrets import SecretMissing, read_secret
 from approvals.policy.notifications import chat_decisions_allowed

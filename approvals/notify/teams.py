@@ -22,12 +22,12 @@ from django.db.models import Q
 from django.utils import timezone
 
 from approvals.a2a import outbound
-from approvals.notification_models import FollowUp, TeamsChannel, TeamsPost
+from approvals.models.notifications import FollowUp, TeamsChannel, TeamsPost
 from approvals.notify.common import one_line, proposal_link, when
 from approvals.notify.secrets import SecretMissing, read_secret
 from approvals.notify.slack_messages import status_line
 from approvals.services.teams_posts import plan_teams_posts, record_teams_failure, record_teams_sent
-from approvals.states import TERMINAL, State
+from approvals.states import OPEN_FOR_VOTES, TERMINAL, WAITING_FOR_PEOPLE
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ def run(now: datetime | None = None) -> int:
         return 0
     new = FollowUp.objects.filter(
         done=False,
-        proposal__state=State.AWAITING_REVIEW,
+        proposal__state__in=OPEN_FOR_VOTES,
         proposal__tenant_id__in={c.tenant_id for c in channels},
     ).select_related("proposal")[:BATCH]
     for follow_up in new:
@@ -139,10 +139,7 @@ def run(now: datetime | None = None) -> int:
     sent = 0
     for post in due:
         proposal = post.proposal
-        closed = proposal.state in TERMINAL or proposal.state not in (
-            State.AWAITING_REVIEW,
-            State.INFO_REQUESTED,
-        )
+        closed = proposal.state in TERMINAL or proposal.state not in WAITING_FOR_PEOPLE
         if post.requested_at is not None and not closed:
             continue  # waiting, and its card is posted: nothing to add until it ends
         if post.requested_at is None and closed:

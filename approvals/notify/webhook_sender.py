@@ -16,7 +16,7 @@ from django.utils import timezone
 from standardwebhooks import Webhook
 
 from approvals.a2a import outbound
-from approvals.notification_models import WebhookEndpoint
+from approvals.models.notifications import WebhookEndpoint
 
 TIMEOUT_SECONDS = 10
 

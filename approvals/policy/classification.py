@@ -2,16 +2,19 @@
 tool no policy names, a risk hint from the tool's name. Both are inputs that can only make review
 stricter: neither ever allows anything.
 
-Reversibility (issue 12 point 9): R0 read-only, R1 reversible, R2 reversible with cost, R3 irreversible.
+Reversibility: R0 read-only, R1 reversible, R2 reversible with cost, R3 irreversible.
 It comes from the agent's consequences (`reversibility: "R0".."R3"`, or `reversible: true/false`) and
 from the admins' classification of the tool (`PolicyVersion.reversibility` on every active version whose
 agent and tool patterns match); the strictest wins, and a tool nobody classifies counts as R2 (fail
 closed), so the agent's statement can only make it stricter. CEL conditions see it as `reversibility`.
 
-Risk hint (point 10): the keyword groups of the HITL plugin's classifier (shared/seeds/
-hitl-plugin-risk-classifier.txt): a lowercased tool name containing a shell/exec, file-write or
-external-API-write keyword is high risk; anything else gets no hint.
+Risk hint: the keyword groups of `reviewer_gate.risk` (the agent-side gating uses the same ones, so an
+agent and Reviewer agree on which tool names are risky): a lowercased tool name containing a shell/exec,
+file-write or external-API-write keyword is high risk; anything else gets no hint. Reviewer names the
+groups in words for the reviewer's page.
 """
+
+from reviewer_gate.risk import risk_hint as keyword_group
 
 REVERSIBILITY_CLASSES = {
     "R0": "read-only",
@@ -21,12 +24,11 @@ REVERSIBILITY_CLASSES = {
 }
 UNCLASSIFIED = "R2"
 
-# Checked in this order; the first group with a keyword in the tool name names the hint.
-RISK_KEYWORDS = (
-    ("shell or command execution", ("shell", "exec", "bash", "run_command", "terminal")),
-    ("file write", ("write", "edit", "delete", "remove", "rm_", "mv_", "move", "create_file")),
-    ("external API write", ("http_post", "http_put", "http_delete", "api_write", "post_", "put_", "delete_")),
-)
+RISK_HINT_WORDS = {
+    "shell_exec": "shell or command execution",
+    "file_write": "file write",
+    "external_api_write": "external API write",
+}
 
 
 def agent_reversibility(consequences: dict) -> str:
@@ -53,8 +55,5 @@ def reversibility(consequences: dict, admin_classes: list[str]) -> str:
 
 def risk_hint(tool: str) -> str:
     """The keyword group the tool's name falls in ("file write"), or "" for no hint."""
-    name = (tool or "").lower()
-    for group, keywords in RISK_KEYWORDS:
-        if any(keyword in name for keyword in keywords):
-            return group
-    return ""
+    kind = keyword_group(tool or "")
+    return RISK_HINT_WORDS[kind] if kind else ""

@@ -15,22 +15,20 @@ thresholds naming the tenant's groups) and replay recent proposals against it (`
 """
 
 import fnmatch
-import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 import cel
 
 from approvals.models import PolicyVersion
+from approvals.models.risk import Risk, riskiest
 from approvals.policy import classification
 from approvals.policy import notifications as notify_rules
 from approvals.policy.classification import UNCLASSIFIED
 from approvals.policy.history import policy_counts, target_key
+from approvals.policy.step_up import PER_VOTE, mode_of, stricter_step_up
 from tenants.models import Tenant
 
-PER_VOTE = "per_vote"
-# A passkey (WebAuthn) answering this vote's own challenge: phishing-resistant, and stricter than per_vote.
-PASSKEY = "passkey"
 HISTORY_COUNTS = (
     "count_24h",
     "count_succeeded_24h",
@@ -68,33 +66,6 @@ def condition_matches(source: str, context: dict) -> bool:
     if not isinstance(result, bool):
         raise PolicyConditionError(f"condition returned {type(result).__name__}, not bool")
     return result
-
-
-_WINDOW = re.compile(r"[0-9]{1,6}")  # ASCII digits only: "١٢" passes str.isdigit() but is no window
-
-
-def validate_step_up(value: str) -> str:
-    value = str(value).strip()
-    if value in (PER_VOTE, PASSKEY):
-        return value
-    if _WINDOW.fullmatch(value) and int(value) > 0:
-        return str(int(value))
-    raise ValueError(
-        "step-up must be 'per_vote', 'passkey' or a freshness window in seconds (a positive number)"
-    )
-
-
-def stricter_step_up(a: str, b: str) -> str:
-    """passkey is the strictest, then per_vote; between two windows, the shorter one."""
-    for mode in (PASSKEY, PER_VOTE):
-        if mode in (a, b):
-            return mode
-    return str(min(int(a), int(b)))
-
-
-def step_up_window(mode: str) -> int | None:
-    """The seconds an earlier step-up in the session counts for, or None when each vote needs its own."""
-    return None if mode in (PER_VOTE, PASSKEY) else int(mode)
 
 
 @dataclass
@@ -160,9 +131,6 @@ def pattern_matches(version: PolicyVersion, agent_slug: str, tool: str) -> bool:
     )
 
 
-RISK_ORDER = {"": 0, "low": 1, "medium": 2, "high": 3}
-
-
 def evaluate(tenant: Tenant, versions: list[PolicyVersion], context: dict) -> Evaluation:
     """Decide over the given active versions (the caller loads them; see active_versions_for). For a tool
     no policy names (only "*"-style patterns matched), a risk hint from the tool's name only makes it
@@ -180,7 +148,7 @@ def evaluate(tenant: Tenant, versions: list[PolicyVersion], context: dict) -> Ev
         )
         return stricter
     if evaluation.outcome == "require_approval":
-        evaluation.risk = "high"
+        evaluation.risk = Risk.HIGH
     return evaluation
 
 
@@ -208,7 +176,7 @@ def _evaluate(tenant: Tenant, versions: list[PolicyVersion], context: dict) -> E
             versions=denies,
             reason=f"denied by policy {names}",
             errors=errors,
-            risk="high",
+            risk=Risk.HIGH,
             consume=False,
         )
 
@@ -224,7 +192,7 @@ def _evaluate(tenant: Tenant, versions: list[PolicyVersion], context: dict) -> E
             reason=f"allowed by policy {allows[0]}",
             ttl_seconds=min(v.ttl_seconds for v in allows),
             consume=any(v.consume_online for v in allows),
-            risk=max((v.risk for v in allows), key=lambda r: RISK_ORDER.get(r, 0)),
+            risk=riskiest(v.risk for v in allows),
             errors=errors,
         )
 
@@ -238,9 +206,9 @@ def stricter_requirements(*requirements: dict) -> dict:
     for each in requirements:
         for threshold in each.get("thresholds") or []:
             counts[threshold["group"]] = max(counts.get(threshold["group"], 0), int(threshold["count"]))
-    step_up = requirements[0].get("step_up", PER_VOTE)
+    step_up = mode_of(requirements[0])
     for each in requirements[1:]:
-        step_up = stricter_step_up(step_up, each.get("step_up", PER_VOTE))
+        step_up = stricter_step_up(step_up, mode_of(each))
     merged = {
         "thresholds": [{"group": group, "count": count} for group, count in sorted(counts.items())],
         "step_up": step_up,
@@ -288,7 +256,7 @@ def _merge_requirements(tenant: Tenant, versions: list[PolicyVersion], errors: l
         consume=merged["consume"],
         reservation_second=merged.get("reservation_second", False),
         follow_up=notify_rules.merged([version_requirements(v) for v in versions]),
-        risk=max((v.risk for v in versions), key=lambda r: RISK_ORDER.get(r, 0)),
+        risk=riskiest(v.risk for v in versions),
         reason="requires approval by " + ", ".join(str(v) for v in versions),
         errors=errors,
         tenant_default=by_default,
@@ -306,7 +274,7 @@ def tenant_default(
         step_up=PER_VOTE,
         ttl_seconds=tenant.default_ttl_seconds,
         reason="no policy matched: the tenant default requires approval by the tenant admins",
-        risk="high",
+        risk=Risk.HIGH,
         errors=errors or [],
         tenant_default=True,
     )

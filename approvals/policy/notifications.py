@@ -11,6 +11,8 @@ allowed for an irreversible (R3) action nor where the policy asks for a passkey 
 carry a WebAuthn answer); `chat_decisions_allowed()` holds that rule. Pure: no database.
 """
 
+from approvals.policy.step_up import needs_passkey
+
 EXPIRE_CLOSED = "expire_closed"
 EXPIRE_CLOSED_TELL_ADMINS = "expire_closed_tell_admins"
 AT_EXPIRY = (EXPIRE_CLOSED, EXPIRE_CLOSED_TELL_ADMINS)
@@ -108,11 +110,9 @@ def merged(requirements: list[dict]) -> dict:
     return result
 
 
-def chat_decisions_allowed(requirements: dict, reversibility: str, step_up_passkey: str = "passkey") -> bool:
+def chat_decisions_allowed(requirements: dict, reversibility: str) -> bool:
     """Whether Approve and Reject may be given from chat: the policy says so, the action is not
     irreversible, and the step-up is a one-time code (a passkey cannot be answered in a chat modal)."""
     return (
-        bool(requirements.get("chat_decisions"))
-        and reversibility != "R3"
-        and requirements.get("step_up") != step_up_passkey
+        bool(requirements.get("chat_decisions")) and reversibility != "R3" and not needs_passkey(requirements)
     )

@@ -1,11 +1,12 @@
 """Checking a policy version's fields before it is stored: what each field may hold and which groups its
 thresholds may name."""
 
-from approvals.models import PolicyVersion
+from approvals.models import PolicyVersion, Risk
 from approvals.policy import break_glass
 from approvals.policy import notifications as notify_rules
 from approvals.policy.classification import REVERSIBILITY_CLASSES
-from approvals.policy.evaluation import PER_VOTE, compile_condition, validate_step_up
+from approvals.policy.evaluation import compile_condition
+from approvals.policy.step_up import PER_VOTE, validate_step_up
 
 # ---------------------------------------------------------------------------------------------------
 # Validating a version before it is stored (the service refuses, the admin form shows it on the field)
@@ -28,7 +29,6 @@ VERSION_FIELDS = (
     "break_glass",
     "notifications",
 )
-RISKS = ("", "low", "medium", "high")
 
 
 def thresholds_error(thresholds, group_slugs: set[str]) -> str | None:
@@ -87,7 +87,7 @@ def version_field_errors(
     ttl = fields.get("ttl_seconds", 3600)
     if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 1:
         errors["ttl_seconds"] = "the time to live is a whole number of seconds, at least 1"
-    if fields.get("risk", "") not in RISKS:
+    if fields.get("risk", "") not in Risk.values:
         errors["risk"] = "risk is empty, low, medium or high"
     if fields.get("reversibility", "") not in ("", *REVERSIBILITY_CLASSES):
         errors["reversibility"] = "reversibility is empty, R0, R1, R2 or R3"

@@ -1,4 +1,4 @@
-"""Out of office: a person lends their eligibility to a delegate for a period (approvals/standins.py
+"""Out of office: a person lends their eligibility to a delegate for a period (approvals/selectors/standins.py
 says what the delegate may then decide). Setting one, ending one early, its end on time, and each use
 (a delegate's vote, recorded by the vote) are audit events.
 """
@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from approvals.notification_models import Delegation
+from approvals.models.notifications import Delegation
 from audit.labels import SYSTEM, actor_label, user_label
 from audit.models import Verb
 from audit.trail import audit_time, record

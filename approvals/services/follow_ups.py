@@ -12,8 +12,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import Proposal
-from approvals.notification_models import FollowUp, StandIn
-from approvals.reach import reachability
+from approvals.models.notifications import FollowUp, StandIn
+from approvals.selectors.reach import reachability
 from approvals.services.common import proposal_subject
 from approvals.states import WAITING_FOR_PEOPLE
 from audit.labels import SYSTEM, user_label

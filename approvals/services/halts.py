@@ -66,7 +66,7 @@ def halt(*, scope: str, actor, reason: str, tenant: Tenant | None = None, agent:
     """Stop intake, votes and consumes in scope; revoke released-but-unconsumed decisions; cancel what still
     waits for people; queue CancelTask for all their tasks and for tasks already executing.
 
-    An operator halting a runaway agent expects nothing of it to stay pending (issue 13.8): a request
+    An operator halting a runaway agent expects nothing of it to stay pending: a request
     parked for review is cancelled too, not left to be approved after a resume. The agent asks again
     once it runs again."""
     if not reason.strip():

@@ -9,13 +9,12 @@ from approvals import events
 from approvals.models import BreakGlassRelease, Policy, PolicyVersion, Proposal
 from approvals.policy import break_glass
 from approvals.policy.evaluation import (
-    PER_VOTE,
     active_versions_for,
     context_for_proposal,
     evaluate,
     stricter_requirements,
-    validate_step_up,
 )
+from approvals.policy.step_up import PER_VOTE, validate_step_up
 from approvals.policy.validation import VERSION_FIELDS, version_field_errors
 from approvals.services.common import proposal_subject
 from approvals.services.lifecycle import enqueue_cancel, revoke_proposal, transition

@@ -4,7 +4,7 @@ is deprovisioned; and the worker's record of what it pushed."""
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from approvals.notification_models import PushSent, PushSubscription
+from approvals.models.notifications import PushSent, PushSubscription
 from audit.labels import SYSTEM, actor_label, user_label
 from audit.models import Verb
 from audit.trail import record

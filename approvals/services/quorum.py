@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 from approvals.models import Proposal, Vote
 from approvals.selectors import threshold_groups
-from approvals.standins import lent_slugs_for_votes, stand_in_users
+from approvals.selectors.standins import lent_slugs_for_votes, stand_in_users
 from tenants.models import GroupMembership, TenantMembership
 
 

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from approvals.notification_models import (
+from approvals.models.notifications import (
     SlackIdentity,
     SlackLinkRequest,
     SlackPost,

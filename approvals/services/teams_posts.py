@@ -6,7 +6,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from approvals.notification_models import TeamsPost
+from approvals.models.notifications import TeamsPost
 
 TEAMS_ATTEMPTS = 6
 

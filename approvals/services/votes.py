@@ -10,10 +10,11 @@ from accounts.stepup import StepUp
 from approvals import events
 from approvals.canonical import action_digest, canonical_bytes
 from approvals.models import Decision, Proposal, Vote
-from approvals.policy.evaluation import PASSKEY, PER_VOTE, step_up_window
 from approvals.policy.history import target_key
+from approvals.policy.step_up import PASSKEY, mode_of, needs_passkey, step_up_window
 from approvals.schemas import NUMBERS_ARE_STRINGS, first_number
 from approvals.selectors import capacity_for, ineligibility, lock_proposal_for, user_groups_for
+from approvals.selectors.standins import voice_taken
 from approvals.services.common import proposal_subject
 from approvals.services.decisions import issue_decision
 from approvals.services.delegations import record_used
@@ -21,7 +22,6 @@ from approvals.services.halts import active_halt
 from approvals.services.intake import evaluate_and_route
 from approvals.services.lifecycle import closed_reason, enqueue_cancel, expire_proposal, transition
 from approvals.services.quorum import count_quorum
-from approvals.standins import voice_taken
 from approvals.states import OPEN_FOR_VOTES, WAITING_FOR_PEOPLE, State
 from audit.labels import SYSTEM, actor_label, user_label
 from audit.models import Verb
@@ -35,7 +35,7 @@ def _check_step_up(proposal: Proposal, step_up: StepUp | None) -> tuple[str, dat
     """Returns (method, time) when the step-up satisfies the proposal's policy, None when it does not:
     per_vote needs a code or passkey checked for this vote; a window also accepts the session's earlier
     step-up; passkey needs a passkey that answered this proposal's and digest's own challenge."""
-    mode = proposal.requirements.get("step_up", PER_VOTE)
+    mode = mode_of(proposal.requirements)
     if step_up is None or step_up.refused:
         return None
     if step_up.method == stepup.PASSKEY:
@@ -82,9 +82,7 @@ def _provider_step(proposal: Proposal, step_up: StepUp) -> tuple[str, datetime] 
     """A fresh sign-in at the tenant's provider (approvals/stepup.py took it from the session only where
     the tenant confirms votes there) counts for the proposal and digest it was made for, and for no
     policy that asks for a passkey."""
-    if proposal.requirements.get("step_up", PER_VOTE) == PASSKEY:
-        return None
-    if step_up.bound_to != (str(proposal.id), proposal.action_digest):
+    if needs_passkey(proposal.requirements) or step_up.bound_to != (str(proposal.id), proposal.action_digest):
         return None
     return step_up.method, timezone.now()
 
@@ -104,12 +102,12 @@ def auth_detail(step_up: StepUp | None) -> dict:
 
 
 def _step_up_refusal(proposal: Proposal, step_up: StepUp | None, act: str) -> VoteRefused:
-    needs_passkey = proposal.requirements.get("step_up") == PASSKEY
+    passkey_asked = needs_passkey(proposal.requirements)
     if step_up is not None and step_up.refused:
         return VoteRefused(
             "step_up_failed",
             "that passkey confirmation was not accepted; try again"
-            if needs_passkey
+            if passkey_asked
             else "that code is not valid (or was already used); try the current code",
             "otp_code",
         )
@@ -128,7 +126,7 @@ def _step_up_refusal(proposal: Proposal, step_up: StepUp | None, act: str) -> Vo
         return VoteRefused(
             "step_up_failed", "that passkey confirmation was for another proposal or version; try again"
         )
-    if needs_passkey:
+    if passkey_asked:
         return VoteRefused(
             "passkey_required",
             f"this {act} needs your passkey: its policy accepts no one-time code and no earlier "
@@ -174,7 +172,7 @@ def cast_vote(
                 expire_proposal(proposal, reason="a vote arrived after expiry: silence never approves")
             elif refusal.code == "halted" and proposal.state in WAITING_FOR_PEOPLE:
                 # Submitted while the halt was committing, so the halt did not see it: cancel it as the
-                # halt would have, so a resume never brings it back (issue 13.8).
+                # halt would have, so a resume never brings it back.
                 halt = active_halt(proposal.tenant_id, proposal.agent_id)  # None if lifted since the check
                 reason = f"halt: {halt.reason}" if halt is not None else "halt"
                 transition(proposal, State.CANCELLED, actor=SYSTEM, reason=reason)
@@ -374,7 +372,7 @@ def edit_proposal(
     the same step-up as a vote (`step_up`), since it changes what reviewers are asked to release."""
     if not isinstance(arguments, dict):
         raise EditRefused("bad_arguments", "arguments must be an object", "arguments")
-    if (number := first_number(arguments, ("arguments",))) is not None:  # the intake rule (issue 13.6)
+    if (number := first_number(arguments, ("arguments",))) is not None:  # the intake rule
         raise EditRefused("json_number", f"{number}: {NUMBERS_ARE_STRINGS}", "arguments")
     with transaction.atomic():
         old = lock_proposal_for(proposal_id, actor)

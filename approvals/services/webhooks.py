@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from approvals.models import OutboxMessage, Proposal
-from approvals.notification_models import WebhookEndpoint
+from approvals.models.notifications import WebhookEndpoint
 from audit.labels import actor_label, tenant_chain
 from audit.models import AuditEvent, ChainHead, SiemCursor, Verb
 from audit.trail import audit_time, record

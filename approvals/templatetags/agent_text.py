@@ -1,4 +1,4 @@
-"""`{{ value|agent_text }}`: the one way a template shows text an agent wrote (issue 9, point 4).
+"""`{{ value|agent_text }}`: the one way a template shows text an agent wrote.
 
 It escapes the value, isolates it in `<bdi>` (so it cannot reorder the page's own words around it),
 shows every hidden or text-direction character as a marked badge ("U+202E") instead of letting it act,

@@ -2,6 +2,7 @@
 
 from django import template
 
+from approvals.models.risk import Risk
 from approvals.states import State
 
 register = template.Library()
@@ -26,9 +27,9 @@ STATES = {
 }
 
 RISKS = {
-    "high": ("▲", "High risk", "bad"),
-    "medium": ("◆", "Medium risk", "wait"),
-    "low": ("▽", "Low risk", "good"),
+    Risk.HIGH: ("▲", "High risk", "bad"),
+    Risk.MEDIUM: ("◆", "Medium risk", "wait"),
+    Risk.LOW: ("▽", "Low risk", "good"),
 }
 
 

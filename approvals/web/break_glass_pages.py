@@ -10,9 +10,10 @@ from django.utils import timezone
 from approvals.models import BreakGlassRelease, PolicyVersion, PostHocReview, Proposal
 from approvals.policy import break_glass
 from approvals.services.break_glass import WEEK, open_reviews_for, releases_this_week, rule_for_proposal
-from approvals.states import State
+from approvals.states import OPEN_FOR_VOTES
 from approvals.web.forms import BreakGlassForm, PostHocReviewForm
 from tenants.models import TenantMembership
+from tenants.queries import memberships_of
 
 OVERSIGHT_RECENT = 50
 
@@ -29,7 +30,7 @@ def panel(
         rule = None
     elif rule is READ_RULE:
         rule = rule_for_proposal(proposal)
-    if rule is None or not rule.names(user) or proposal.state != State.AWAITING_REVIEW:
+    if rule is None or not rule.names(user) or proposal.state not in OPEN_FOR_VOTES:
         if form is not None and form.errors:
             return {"refused": [message for messages in form.errors.values() for message in messages]}
         return None
@@ -93,7 +94,7 @@ def queue_reviews(user) -> list[dict]:
 def admin_tenants(user) -> list:
     return [
         membership.tenant
-        for membership in TenantMembership.objects.filter(user=user, role=TenantMembership.Role.ADMIN)
+        for membership in memberships_of(user, {TenantMembership.Role.ADMIN})
         .select_related("tenant")
         .order_by("tenant__name")
     ]

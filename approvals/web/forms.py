@@ -8,6 +8,7 @@ from django import forms
 
 from accounts.forms import ONE_TIME_CODE, normalized_code, passkey_answer_field
 from approvals.models import Proposal
+from approvals.models.risk import RATED_RISKIEST_FIRST
 from approvals.templatetags.agent_text import agent_text_value
 from lib import agent_text as rules
 
@@ -156,7 +157,7 @@ class EditArgumentsForm(forms.Form):
 class QueueFilterForm(forms.Form):
     """Filters of the queue and the watching list; choices are limited to the person's own tenants."""
 
-    RISKS = (("", "Any risk"), ("high", "High"), ("medium", "Medium"), ("low", "Low"))
+    RISKS = (("", "Any risk"), *((risk.value, risk.label.capitalize()) for risk in RATED_RISKIEST_FIRST))
 
     q = forms.CharField(
         label="Search target, agent or tool",

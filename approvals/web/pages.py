@@ -13,12 +13,13 @@ from accounts import passkeys, stepup
 from approvals import stepup as vote_step_up
 from approvals.models import Decision, Proposal, Vote
 from approvals.policy import classification, history
-from approvals.policy.evaluation import PASSKEY, PER_VOTE, TENANT_DEFAULT_REF, step_up_window
+from approvals.policy.evaluation import TENANT_DEFAULT_REF
 from approvals.policy.headline import action_headline, money, summary_mismatch
+from approvals.policy.step_up import PASSKEY, PER_VOTE, mode_of, step_up_window
 from approvals.selectors import ineligibility, tenant_role, threshold_groups, user_groups_for
 from approvals.services import decisions, lifecycle
 from approvals.services.quorum import count_quorum
-from approvals.states import RELEASED, STARTED, State
+from approvals.states import OPEN_FOR_VOTES, RELEASED, STARTED, State
 from approvals.web import break_glass_pages
 from approvals.web.display import EXCERPT_CAP, capped, display_text, label_text
 from approvals.web.forms import DecisionForm, RevokeForm
@@ -206,7 +207,7 @@ def _step_up_text(mode: str) -> str:
 
 def code_hint(proposal: Proposal) -> str:
     """The hint under the one-time code field of the decision and edit forms."""
-    mode = proposal.requirements.get("step_up", PER_VOTE)
+    mode = mode_of(proposal.requirements)
     return f"Six digits from your authenticator app, or a backup code: this needs {_step_up_text(mode)}."
 
 
@@ -219,7 +220,7 @@ def _why_context(proposal: Proposal, user, groups: dict, why_not: tuple[str, str
             {"group": groups.get(t["group"]), "slug": t["group"], "count": t["count"]}
             for t in proposal.requirements.get("thresholds", [])
         ],
-        "step_up_text": _step_up_text(proposal.requirements.get("step_up", PER_VOTE)),
+        "step_up_text": _step_up_text(mode_of(proposal.requirements)),
         "self_approval": proposal.requirements.get("self_approval", False),
         "reversibility": proposal.reversibility,
         "reversibility_text": classification.REVERSIBILITY_CLASSES.get(proposal.reversibility, ""),
@@ -284,7 +285,7 @@ def live_context(proposal: Proposal, groups: dict | None = None) -> dict:
         ],
         "decision": Decision.objects.filter(proposal=proposal).first(),
         "server_now": timezone.now(),
-        "open_for_votes": proposal.state == State.AWAITING_REVIEW,
+        "open_for_votes": proposal.state in OPEN_FOR_VOTES,
         "consequence_heading": CONSEQUENCE_HEADINGS.get(proposal.state, "What was proposed"),
         "break_glass_record": break_glass_pages.release_record(proposal),
     }
@@ -309,7 +310,7 @@ def decision_mode_from(
 ) -> tuple[str, str]:
     """decision_mode() over facts read elsewhere (the socket fan-out reads them once for every open page):
     `may_revoke`, `role` and `closed_reason` are callables, asked only when the rule gets there."""
-    if proposal.state == State.AWAITING_REVIEW:
+    if proposal.state in OPEN_FOR_VOTES:
         if any(item["vote"].voter_id == user_id for item in live["votes"]):
             return "voted", ""
         if why_not:
@@ -358,7 +359,7 @@ def decision_context(
     """The decision panel of this person; `mode`, `has_passkey`, `break_glass_rule` and `provider` when
     the caller worked them out already (the fan-out reads them once for all its sockets)."""
     shown, reason = mode or decision_mode(proposal, user, live, why_not)
-    step_up = proposal.requirements.get("step_up", PER_VOTE)
+    step_up = mode_of(proposal.requirements)
     window = step_up_window(step_up)
     fresh = window is not None and stepup.fresh_within(session, window)
     return {

@@ -3,7 +3,6 @@ else in their tenants), their filters and the row data the lists show. Read only
 (approvals/web/pages.py) and through them by the views and the WebSocket consumers.
 """
 
-import base64
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -29,9 +28,11 @@ from django.utils import timezone
 
 from approvals.models import PolicyVersion, Proposal, StandIn, Vote
 from approvals.policy import history
-from approvals.standins import delegated_group_slugs
-from approvals.states import State
+from approvals.selectors.standins import delegated_group_slugs
+from approvals.states import OPEN_FOR_VOTES
+from lib import base64url
 from tenants.models import TenantMembership
+from tenants.queries import memberships_of
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -84,9 +85,7 @@ class ReviewerScope:
 
     @classmethod
     def of(cls, user) -> "ReviewerScope":
-        memberships = list(
-            TenantMembership.objects.filter(user=user).select_related("tenant").order_by("tenant__name")
-        )
+        memberships = list(memberships_of(user).select_related("tenant").order_by("tenant__name"))
         slugs = defaultdict(set)
         for tenant_id, slug in user.approver_groups.values_list("tenant_id", "slug"):
             slugs[tenant_id].add(slug)
@@ -96,7 +95,7 @@ class ReviewerScope:
             slugs[tenant_id].add(slug)
         stand_ins = defaultdict(list)
         for tenant_id, proposal_id in StandIn.objects.filter(
-            user=user, proposal__state=State.AWAITING_REVIEW
+            user=user, proposal__state__in=OPEN_FOR_VOTES
         ).values_list("proposal__tenant_id", "proposal_id")[:1000]:
             stand_ins[tenant_id].append(proposal_id)
         return cls(user=user, memberships=memberships, group_slugs=dict(slugs), stand_ins=dict(stand_ins))
@@ -137,7 +136,7 @@ def _decidable(scope: ReviewerScope) -> Q:
     voted = Vote.objects.filter(proposal=OuterRef("pk"), voter=scope.user)
     return (
         scope.eligible()
-        & Q(state=State.AWAITING_REVIEW, expires_at__gt=timezone.now())
+        & Q(state__in=OPEN_FOR_VOTES, expires_at__gt=timezone.now())
         & ~Q(edited_by=scope.user)
         & ~Q(Exists(voted))
     )
@@ -225,7 +224,7 @@ def encode_cursor(row, order: tuple[str, ...]) -> str:
     """The position of `row` in `order` as an opaque URL-safe token."""
     values = [getattr(row, name.lstrip("-")) for name in order]
     raw = json.dumps([v.isoformat() if isinstance(v, datetime) else str(v) for v in values])
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+    return base64url.encode(raw.encode())
 
 
 def _field(name: str):
@@ -236,7 +235,7 @@ def _field(name: str):
 def decode_cursor(token: str, order: tuple[str, ...]) -> list | None:
     """The values of a cursor, or None when it is not one of ours (the list then starts at the top)."""
     try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        raw = base64url.decode(token)
         values = json.loads(raw)
         if not isinstance(values, list) or len(values) != len(order):
             return None

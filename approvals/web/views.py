@@ -19,19 +19,19 @@ import signing_keys as keys
 from accounts import passkeys, stepup
 from approvals import stepup as vote_step_up
 from approvals.models import Proposal
-from approvals.policy.evaluation import PASSKEY
+from approvals.policy.step_up import needs_passkey
 from approvals.selectors import ineligibility, proposal_for_user
 from approvals.services.break_glass import break_glass_release, complete_post_hoc_review
 from approvals.services.decisions import note_compensation, revoke_decision
 from approvals.services.votes import cast_vote, edit_proposal, request_info
-from approvals.states import State
+from approvals.states import OPEN_FOR_VOTES
 from approvals.web import break_glass_pages
 from approvals.web.forms import BreakGlassForm, DecisionForm, EditArgumentsForm, PostHocReviewForm, RevokeForm
 from approvals.web.list_pages import queue_context, watching_context
 from approvals.web.lists import QUEUE, WATCHING
 from approvals.web.pages import code_hint, detail_context, page_hash, reviewed_context
 from lib.decorators import verified_required
-from lib.errors import NotFound, ServiceError
+from lib.errors import NotFound, ServiceError, error_body
 from tenants import queries as tenant_queries
 from tenants.queries import DECIDING_ROLES
 
@@ -107,6 +107,23 @@ def _decision_response(request, proposal: Proposal, status: int, **decision_kwar
     return HttpResponse(html, status=status)
 
 
+def _done_response(request, proposal: Proposal, done: str) -> HttpResponse:
+    """After a change from the decision panel: the panel with `done` as its notice for htmx; otherwise
+    the proposal's page again, with `done` as a message."""
+    if request.htmx:
+        return _decision_response(request, proposal, 200, notice=done)
+    messages.success(request, done)
+    return redirect("approvals:detail", proposal_id=proposal.id)
+
+
+def _refused_on(request, proposal: Proposal, error: ServiceError, **form_kwarg) -> HttpResponse:
+    """The decision panel again with the service's refusal on the form field it names (one form, passed
+    under the name the panel knows it by: revoke_form=..., break_glass_form=...)."""
+    (form,) = form_kwarg.values()
+    form.add_error(_field_for(error, form), error.message)
+    return _decision_response(request, proposal, error.http_status, **form_kwarg)
+
+
 DONE_MESSAGES = {
     "approve": "Your approval is recorded.",
     "reject": "Your rejection is recorded; the agent will not act.",
@@ -154,10 +171,7 @@ def decide(request, proposal_id):
     except ServiceError as error:
         form.add_error(_field_for(error, form), error.message)
         return _decision_response(request, proposal, error.http_status, form=form)
-    if request.htmx:
-        return _decision_response(request, proposal, 200, notice=DONE_MESSAGES[data["action"]])
-    messages.success(request, DONE_MESSAGES[data["action"]])
-    return redirect("approvals:detail", proposal_id=proposal.id)
+    return _done_response(request, proposal, DONE_MESSAGES[data["action"]])
 
 
 @require_POST
@@ -168,9 +182,7 @@ def passkey_challenge(request, proposal_id):
     proposal = _proposal_for_reviewer(request, proposal_id)
     digest = request.POST.get("digest", "")[:80]
     if not passkeys.has_passkey(request.user):
-        return JsonResponse(
-            {"error": {"code": "no_passkey", "message": "you have no passkey yet"}}, status=409
-        )
+        return JsonResponse(error_body("no_passkey", "you have no passkey yet"), status=409)
     return JsonResponse(passkeys.vote_options(request.user, proposal.id, digest))
 
 
@@ -191,12 +203,8 @@ def revoke(request, proposal_id):
             revoke_decision(proposal.id, request.user, reason=data["reason"])
             done = "The decision is revoked; the agent's task is being cancelled."
     except ServiceError as error:
-        form.add_error(_field_for(error, form), error.message)
-        return _decision_response(request, proposal, error.http_status, revoke_form=form)
-    if request.htmx:
-        return _decision_response(request, proposal, 200, notice=done)
-    messages.success(request, done)
-    return redirect("approvals:detail", proposal_id=proposal.id)
+        return _refused_on(request, proposal, error, revoke_form=form)
+    return _done_response(request, proposal, done)
 
 
 @require_http_methods(["GET", "POST"])
@@ -240,9 +248,9 @@ def edit(request, proposal_id):
         **reviewed_context(proposal),
         "form": form,
         "why_not": why_not[1] if why_not else "",
-        "open": proposal.state == State.AWAITING_REVIEW,
+        "open": proposal.state in OPEN_FOR_VOTES,
         "code_hint": code_hint(proposal),
-        "needs_passkey": proposal.requirements.get("step_up") == PASSKEY,
+        "needs_passkey": needs_passkey(proposal.requirements),
         "has_passkey": passkeys.has_passkey(request.user),
     }
     return render(request, "approvals/edit.html", context, status=status)
@@ -271,13 +279,9 @@ def break_glass(request, proposal_id):
             page_hash=page_hash(proposal),
         )
     except ServiceError as error:
-        form.add_error(_field_for(error, form), error.message)
-        return _decision_response(request, proposal, error.http_status, break_glass_form=form)
+        return _refused_on(request, proposal, error, break_glass_form=form)
     done = "Released by break glass. Two other people will review it; you can still revoke it."
-    if request.htmx:
-        return _decision_response(request, proposal, 200, notice=done)
-    messages.success(request, done)
-    return redirect("approvals:detail", proposal_id=proposal.id)
+    return _done_response(request, proposal, done)
 
 
 @require_POST

@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from approvals.models import Proposal, ReviewNotice
 from approvals.selectors import ineligibility, threshold_groups
-from approvals.states import State
+from approvals.states import OPEN_FOR_VOTES
 from tenants.models import TenantMembership
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ def _fan_out() -> None:
         )
         notices = []
         for announcement in announcements:
-            if announcement.proposal.state == State.AWAITING_REVIEW:
+            if announcement.proposal.state in OPEN_FOR_VOTES:
                 notices += [
                     ReviewNotice(proposal=announcement.proposal, user=user)
                     for user in eligible_reviewers(announcement.proposal)
@@ -123,7 +123,7 @@ def _send_digest(user_id: int, now: datetime) -> int:
         still_waiting = [
             n.proposal
             for n in notices
-            if n.proposal.state == State.AWAITING_REVIEW
+            if n.proposal.state in OPEN_FOR_VOTES
             and n.proposal.expires_at > now
             and ineligibility(n.proposal, user) is None
         ]

@@ -1,4 +1,4 @@
-"""Passkeys (issue 9, "Also"): a second device type beside the authenticator app, for sign-in and for each
+"""Passkeys: a second device type beside the authenticator app, for sign-in and for each
 vote; a policy may require one (`step_up: "passkey"`); the signed decision says which was used. Real
 signatures from a software authenticator (tests/soft_authenticator.py) through the real checks."""
 
@@ -18,7 +18,7 @@ from accounts.devices import remove_passkey, rename_passkey, reset_devices
 from accounts.models import PasskeyChallenge
 from accounts.stepup import StepUp, step_up_for
 from approvals.models import Decision, Vote
-from approvals.policy.evaluation import stricter_step_up, validate_step_up
+from approvals.policy.step_up import stricter_step_up, validate_step_up
 from approvals.services.votes import cast_vote
 from audit.models import AuditEvent, Verb
 from lib.errors import Conflict, NotFound, ServiceError, VoteRefused

@@ -66,7 +66,7 @@ def decided(agent, refund_policy, requester, reviewer_a):
     return proposal
 
 
-# Tenants and approver groups are models of the tenants app (issue 11); approvals' admin still registers them.
+# Tenants and approver groups are models of the tenants app; approvals' admin still registers them.
 TENANTS_APP_MODELS = {"tenant", "tenantmembership", "approvergroup", "groupmembership"}
 
 
@@ -625,7 +625,7 @@ def test_the_admin_refuses_a_session_not_verified_with_a_one_time_code(client, a
 
 
 # ---------------------------------------------------------------------------------------------------
-# People (issue 9.1): a tenant admin cannot raise herself, and people of other tenants are invisible
+# People: a tenant admin cannot raise herself, and people of other tenants are invisible
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Agent text cannot change what a reviewer reads (issue 9, point 4), over HTTP through Django's test
+"""Agent text cannot change what a reviewer reads, over HTTP through Django's test
 client: the queue, the detail page, the live queue fragment, the admin, the evidence packet (page,
 JSON, PDF). A right-to-left override (U+202E) never reaches the page raw: it is shown as a marked
 "U+202E" badge inside an isolated <bdi>, with a warning; a word mixing scripts carries a warning.

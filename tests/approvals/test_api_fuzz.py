@@ -1,4 +1,4 @@
-"""Schemathesis against the agent API's own OpenAPI document (issue 9, point 8): generated requests,
+"""Schemathesis against the agent API's own OpenAPI document: generated requests,
 valid and invalid, to every operation as an authenticated agent, with a bounded number of examples,
 and not one answer may be a 500. Requests go through Django's WSGI handler in this process, on the
 test database."""

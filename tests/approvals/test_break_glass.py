@@ -1,4 +1,4 @@
-"""Budgeted break-glass (issue 12.8): a named person releases alone in an emergency, within a weekly
+"""Budgeted break-glass: a named person releases alone in an emergency, within a weekly
 budget and an amount cap, with a reason and a fresh step-up; two other people review it afterwards."""
 
 from datetime import timedelta

@@ -1,4 +1,4 @@
-"""Concurrency of the break-glass budget (issue 12.8): twenty releases by one person at once, on twenty
+"""Concurrency of the break-glass budget: twenty releases by one person at once, on twenty
 proposals, release exactly as many as the weekly budget allows; the rest are refused as over budget.
 The budget is counted under a lock on the person's membership row (SELECT ... FOR UPDATE on PostgreSQL).
 

@@ -1,4 +1,4 @@
-"""Break-glass through HTTP (issue 12.8): the control on the proposal page for named people only, with
+"""Break-glass through HTTP: the control on the proposal page for named people only, with
 its budget; the release; the post-hoc reviews in the reviewers' queue and on the page; the admins'
 oversight page with overdue reviews and used-up budgets; the metrics counts; flat queue queries."""
 

@@ -1,4 +1,4 @@
-"""Issue 12 points 9 and 10: reversibility as a policy input, and a risk hint from the tool's name."""
+"""Reversibility as a policy input, and a risk hint from the tool's name."""
 
 import pytest
 

@@ -134,7 +134,7 @@ async def test_anonymous_and_password_only_sockets_are_refused(proposal, reviewe
     ],
 )
 async def test_a_page_of_another_origin_cannot_open_a_reviewers_socket(proposal, reviewer_a, origin):
-    """Issue 9.8: scheme, host and port of the Origin are compared, not the host alone."""
+    """Scheme, host and port of the Origin are compared, not the host alone."""
     session = await database_sync_to_async(sign_in)(reviewer_a)
     assert await refused(proposal_path(proposal), session, origin=origin)
     assert await refused("/ws/queue/", session, origin=origin)

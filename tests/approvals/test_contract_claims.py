@@ -1,4 +1,4 @@
-"""Issue 13.1, 13.2, 13.4: what a strict agent checks in the signed decision.
+"""What a strict agent checks in the signed decision.
 
 The policy claims name every version that shaped the decision (never null, the tenant default included),
 and an approval never outlives the request's own deadline: the token's exp, consume and the gate agree."""

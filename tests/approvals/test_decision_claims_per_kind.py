@@ -35,53 +35,42 @@ def fresh(user):
     return step_up_for(user, totp_code(user))
 
 
-def approved_by_people(agent, tenant, reviewer_a, **_):
+def waiting_for_finance(agent, tenant):
     factories.make_policy(
         tenant, "refunds", tool_pattern="payments.refund", thresholds=[{"group": "finance", "count": 1}]
     )
-    proposal = submit(agent)
-    cast_vote(
-        proposal.id,
-        reviewer_a,
-        verdict="approve",
-        digest_seen=proposal.action_digest,
-        step_up=fresh(reviewer_a),
-        reservation="only because the parcel tracking is lost",
-    )
+    return submit(agent)
+
+
+def voted(proposal, reviewer, **vote):
+    cast_vote(proposal.id, reviewer, digest_seen=proposal.action_digest, step_up=fresh(reviewer), **vote)
     return proposal
 
 
-def allowed_by_policy(agent, tenant, **_):
-    factories.make_policy(tenant, "refunds", tool_pattern="payments.refund", outcome="allow")
-    return submit(agent)
+def approved_by_people(agent, tenant, reviewer_a, **_):
+    proposal = waiting_for_finance(agent, tenant)
+    reservation = "only because the parcel tracking is lost"
+    return voted(proposal, reviewer_a, verdict="approve", reservation=reservation)
 
 
-def denied_by_policy(agent, tenant, **_):
-    factories.make_policy(tenant, "refunds", tool_pattern="payments.refund", outcome="deny")
-    return submit(agent)
+def decided_by_policy(outcome):
+    def make(agent, tenant, **_):
+        factories.make_policy(tenant, "refunds", tool_pattern="payments.refund", outcome=outcome)
+        return submit(agent)
+
+    return make
+
+
+allowed_by_policy = decided_by_policy("allow")
+denied_by_policy = decided_by_policy("deny")
 
 
 def rejected_by_a_person(agent, tenant, reviewer_a, **_):
-    factories.make_policy(
-        tenant, "refunds", tool_pattern="payments.refund", thresholds=[{"group": "finance", "count": 1}]
-    )
-    proposal = submit(agent)
-    cast_vote(
-        proposal.id,
-        reviewer_a,
-        verdict="reject",
-        reason="already refunded",
-        digest_seen=proposal.action_digest,
-        step_up=fresh(reviewer_a),
-    )
-    return proposal
+    return voted(waiting_for_finance(agent, tenant), reviewer_a, verdict="reject", reason="already refunded")
 
 
 def a_question(agent, tenant, reviewer_a, **_):
-    factories.make_policy(
-        tenant, "refunds", tool_pattern="payments.refund", thresholds=[{"group": "finance", "count": 1}]
-    )
-    proposal = submit(agent)
+    proposal = waiting_for_finance(agent, tenant)
     request_info(
         proposal.id,
         reviewer_a,

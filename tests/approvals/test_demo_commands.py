@@ -9,7 +9,7 @@ from django.core.management import CommandError, call_command
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from approvals.models import Agent, PolicyVersion
-from approvals.policy.evaluation import PER_VOTE
+from approvals.policy.step_up import PER_VOTE
 from audit.models import AuditEvent, Verb
 from lib.tokens import hash_token
 from tenants.models import Tenant, TenantMembership

@@ -1,5 +1,5 @@
 """A proposal page's live update is rendered once per event and audience, not once per socket
-(approvals/live/fanout.py, issue 10 point 7): the work of one event does not grow with the sockets open on the
+(approvals/live/fanout.py): the work of one event does not grow with the sockets open on the
 proposal, every socket still gets exactly what its person's own page would show, and a socket whose
 person lost access is closed."""
 

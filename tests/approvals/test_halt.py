@@ -150,7 +150,7 @@ def test_halt_refuses_votes(tenant, agent, refund_policy, requester, reviewer_a,
 
     assert refused.value.code == "halted"
     proposal.refresh_from_db()
-    assert proposal.state == State.CANCELLED  # the halt cancelled what waited (issue 13.8)
+    assert proposal.state == State.CANCELLED  # the halt cancelled what waited
     assert not proposal.votes.exists()
     assert AuditEvent.objects.filter(verb=Verb.VOTE_REFUSED, data__code="halted").count() == 1
 
@@ -205,7 +205,7 @@ def test_halt_cancels_tasks_already_executing(
 def test_halt_cancels_proposals_still_waiting_for_people_and_their_tasks(
     tenant, agent, refund_policy, requester, reviewer_a, admin_user
 ):
-    """Issue 13.8: an operator halting a runaway agent expects nothing of it to stay pending. A request
+    """An operator halting a runaway agent expects nothing of it to stay pending. A request
     parked for review (or waiting for the answer to a question) is cancelled and its task gets CancelTask;
     after a resume it cannot be approved, the agent must ask again."""
     waiting = submit(agent)

@@ -1,4 +1,4 @@
-"""Issue 12 point 4: earlier proposals on the same target are visible, and policies can count them."""
+"""Earlier proposals on the same target are visible, and policies can count them."""
 
 import pytest
 

@@ -1,5 +1,5 @@
-"""Agent input that used to crash intake with a 500 (issue 9, point 8) and numbers where DESIGN says
-strings (issue 13, point 6), sent over HTTP through Django's test client on both intake paths.
+"""Agent input that used to crash intake with a 500 and numbers where DESIGN says
+strings, sent over HTTP through Django's test client on both intake paths.
 
 Each hostile value gets a 400 whose `field` names it, an `intake.refused` audit event, and writes no
 proposal. The rule for numbers is one for both paths: a JSON number anywhere in `action.arguments` is

@@ -27,7 +27,7 @@ from approvals.services.votes import cast_vote
 from approvals.signing import TOKEN_TYPE, sign_decision
 from audit.models import AuditEvent, Verb
 from audit.verify_db import verify_chain
-from reviewer.settings import env_str
+from lib.env import env_str
 from tests.factories import submit, totp_code, trail_name
 
 MAX = timedelta(seconds=3600)

@@ -1,4 +1,4 @@
-"""Server-side request forgery through an agent's card URL (issue 9, point 6).
+"""Server-side request forgery through an agent's card URL.
 
 An agent's card URL is what a (possibly hostile) tenant admin registers; its card's interfaces are what
 the agent says. The worker calls them with the agent's outbound credentials, so each must reach only a

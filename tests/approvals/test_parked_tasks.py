@@ -1,4 +1,4 @@
-"""Issue 13.3: the worker's ListTasks(status=AUTH_REQUIRED) pass (approvals/a2a/parked_tasks.py), bounded, per
+"""The worker's ListTasks(status=AUTH_REQUIRED) pass (approvals/a2a/parked_tasks.py), bounded, per
 agent, backing off, and only for agents that allow it. The found-and-decided loop against the real refund
 agent is tests/e2e/test_contract_e2e.py."""
 

@@ -13,7 +13,8 @@ import pytest
 
 from accounts.stepup import step_up_for
 from approvals.models import Decision, OutboxMessage, Policy, PolicyVersion
-from approvals.policy.evaluation import compile_condition, evaluate, evaluation_context, validate_step_up
+from approvals.policy.evaluation import compile_condition, evaluate, evaluation_context
+from approvals.policy.step_up import validate_step_up
 from approvals.policy.validation import thresholds_error, version_field_errors
 from approvals.services.policies import POLICY_VERSION_DEFAULTS
 from approvals.services.votes import cast_vote

@@ -9,7 +9,8 @@ from html import unescape
 import pytest
 from django.urls import reverse
 
-from approvals.models import Proposal, risk_rank
+from approvals.models import Proposal
+from approvals.models.risk import rank as risk_rank
 from approvals.web.list_pages import PAGE_SIZE
 from tests import factories
 from tests.factories import submit, verified_client

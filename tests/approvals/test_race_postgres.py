@@ -1,4 +1,4 @@
-"""Concurrency (issue 3, item 7): votes on one proposal are serialized (SELECT ... FOR UPDATE on
+"""Concurrency: votes on one proposal are serialized (SELECT ... FOR UPDATE on
 PostgreSQL), so twenty people voting at once produce exactly one final state, one signed decision and
 one outbox row, and that state is the one the votes imply in the order they committed.
 
@@ -138,7 +138,7 @@ def test_twenty_simultaneous_votes_end_in_the_one_state_their_commit_order_impli
 
 @pytest.mark.django_db(transaction=True)
 def test_one_code_sent_with_twenty_simultaneous_votes_approves_exactly_one_proposal():
-    """Issue 9.2: the same one-time code on twenty votes at once (twenty proposals, one reviewer). The
+    """The same one-time code on twenty votes at once (twenty proposals, one reviewer). The
     device row is locked while the code is checked and its last used step saved, so exactly one vote
     gets the code; the others are refused as a used code and nothing else is recorded for them."""
     tenant = factories.make_tenant()

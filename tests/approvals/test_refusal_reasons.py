@@ -1,4 +1,4 @@
-"""Issue 13.5: a refusal says why (expired at …, superseded by …, already decided by …) on the form, the
+"""A refusal says why (expired at …, superseded by …, already decided by …) on the form, the
 socket and the API, instead of "No decision is open here."."""
 
 import json

@@ -1,4 +1,4 @@
-"""Issue 9.8 (first half): what the pages tell browsers. Reviewer and audit pages are never cached
+"""What the pages tell browsers. Reviewer and audit pages are never cached
 (Cache-Control: no-store); every page carries a Content-Security-Policy that allows no inline script;
 and the production settings (DEBUG=false) redirect to https, send HSTS, trust the proxy's
 X-Forwarded-Proto, and pass `manage.py check --deploy` with no warning."""

@@ -402,7 +402,7 @@ def test_setup_tenant_refuses_compliance_staff_in_an_approver_group(db):
 
 
 def test_setup_tenant_created_users_get_a_usable_password_printed_once(db):
-    """Issue 13.7: --create-users made people who could never sign in."""
+    """`--create-users` made people who could never sign in."""
     output = setup_tenant("initech", "--group", "finance", "--member", "alice:finance", "--create-users")
 
     password = output.split("password (shown once): ")[1].split()[0]
@@ -411,7 +411,7 @@ def test_setup_tenant_created_users_get_a_usable_password_printed_once(db):
 
 
 def test_setup_tenant_admin_role_joins_the_admin_group_and_can_use_the_admin_site(db):
-    """Issue 13.7: `--role X:admin` put nobody in the group the fail-closed default routes to, and the
+    """`--role X:admin` put nobody in the group the fail-closed default routes to, and the
     admin answered 403 on the group pages."""
     setup_tenant("initech", "--group", "finance", "--role", "dana:admin", "--create-users")
     dana = get_user_model().objects.get(username="dana")
@@ -431,7 +431,7 @@ def test_setup_tenant_admin_role_joins_the_admin_group_and_can_use_the_admin_sit
 
 
 def test_agent_tokens_never_start_with_a_dash(monkeypatch):
-    """Issue 13.7: register_agent prints tokens that operators paste as the next argument."""
+    """`register_agent` prints tokens that operators paste as the next argument."""
     drawn = iter(["-starts-like-an-option", "_fine-token"])
     monkeypatch.setattr("lib.tokens.secrets.token_urlsafe", lambda n: next(drawn))
     assert new_token() == "_fine-token"

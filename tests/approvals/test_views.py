@@ -514,7 +514,7 @@ def test_ask_needs_a_question_and_then_closes_the_proposal_for_an_answer(proposa
 
 
 def test_ask_without_a_one_time_code_is_refused_and_signs_nothing(proposal, reviewer_a):
-    """Issue 9.3: asking signs a needs_info decision for the agent, so it needs the vote's step-up."""
+    """Asking signs a needs_info decision for the agent, so it needs the vote's step-up."""
     client = verified_client(reviewer_a)
     response = client.post(
         action_url("decide", proposal),
@@ -592,7 +592,7 @@ def test_edit_makes_a_successor_that_links_back_and_shows_the_difference(proposa
 
 
 def test_edit_keeps_value_types_and_reports_bad_json(agent, refund_policy, requester, reviewer_a):
-    # (A JSON number is refused at intake since issue 13.6: a list keeps its type here.)
+    # (A JSON number is refused at intake: a list keeps its type here.)
     proposal = submit(
         agent, action={"tool": "payments.refund", "arguments": {"order_id": "1", "items": ["a"]}}
     )
@@ -614,7 +614,7 @@ def test_edit_keeps_value_types_and_reports_bad_json(agent, refund_policy, reque
 
 
 def test_an_edit_without_a_one_time_code_is_refused_and_recorded(proposal, reviewer_a):
-    """Issue 9.3: an edit changes what reviewers are asked to release, so it needs the vote's step-up."""
+    """An edit changes what reviewers are asked to release, so it needs the vote's step-up."""
     client = verified_client(reviewer_a)
     response = client.post(action_url("edit", proposal), edit_form(proposal, amount="4000.00"))
     assert response.status_code == 403 and "needs a fresh one-time code" in response.content.decode()

@@ -1,4 +1,4 @@
-"""The two PostgreSQL roles (issue 9 point 7a): connected as the application role, the audit trail
+"""The two PostgreSQL roles: connected as the application role, the audit trail
 cannot be changed, removed or unprotected, and the application still works (services write, the
 sequencer chains, verification passes)."""
 

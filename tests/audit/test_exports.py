@@ -332,7 +332,7 @@ def _pinned_jwks(tmp_path):
 def test_csv_and_jsonl_exports_end_with_a_signed_head_the_offline_verifier_checks(
     mixed, tenant, tmp_path, fmt
 ):
-    """Issue 9 point 7c: every export carries the signed head it was cut at. Before, a CSV or JSON Lines
+    """Every export carries the signed head it was cut at. Before, a CSV or JSON Lines
     export ended with its last event and nothing vouched for it: lines could be dropped or changed."""
     path = tmp_path / f"export.{fmt}"
     path.write_bytes(b"".join(chunks(Selection.for_tenant(tenant_ref(tenant), {}), fmt)))

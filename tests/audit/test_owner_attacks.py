@@ -1,4 +1,4 @@
-"""Attacks by whoever owns the audit tables (issue 9 point 7), each of which passed before: deleting the
+"""Attacks by whoever owns the audit tables, each of which passed before: deleting the
 tail together with its checkpoints, rewriting an event and recomputing every hash after it (with the
 in-database checkpoints that covered it removed), moving the chain head, and handing the offline
 verifier a bundle whose keys are not pinned. The checkpoint files kept outside the database and the

@@ -1,4 +1,4 @@
-"""Agent text in a real browser (issue 9, point 4): a right-to-left override in the summary and in an
+"""Agent text in a real browser: a right-to-left override in the summary and in an
 argument is shown as a marked U+202E badge, the digits after it keep their order on screen, and the
 page warns; a look-alike recipient is flagged. Screenshot: test-output/screenshots/agent-text.png."""
 

@@ -1,4 +1,4 @@
-"""Issue 12.8 in real Chromium against Daphne: a named person breaks glass with the keyboard (reason,
+"""Break-glass in real Chromium against Daphne: a named person breaks glass with the keyboard (reason,
 code, confirmation), the page shows the release live, and another person does the post-hoc review from
 their queue."""
 

@@ -6,7 +6,7 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from approvals.notification_models import Delegation
+from approvals.models.notifications import Delegation
 from tests.browser.conftest import screenshot
 from tests.browser.test_reviewing import sign_in
 

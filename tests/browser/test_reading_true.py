@@ -1,4 +1,4 @@
-"""Issue 12: a reviewer never misreads what they approve (real Chromium against Daphne)."""
+"""A reviewer never misreads what they approve (real Chromium against Daphne)."""
 
 import pytest
 from playwright.sync_api import expect

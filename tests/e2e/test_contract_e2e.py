@@ -1,4 +1,4 @@
-"""Issue 13.3 and 13.8 against the real stack (Daphne, the worker, the real refund agent over A2A):
+"""Lost pushes and halts against the real stack (Daphne, the worker, the real refund agent over A2A):
 
 - a task parked with no push config, by an agent that does not POST its request either, is found by the
   worker's ListTasks(status=AUTH_REQUIRED) and decided like any other;

@@ -1,4 +1,4 @@
-"""Issue 13.7: README "First deployment", command by command, on PostgreSQL with DEBUG=false, up to the
+"""The "First deployment" guide, command by command, on PostgreSQL with DEBUG=false, up to the
 first approved decision executed by the real refund agent.
 
 The commands run as subprocesses against a fresh database (created here, dropped after), with the

@@ -1,4 +1,4 @@
-"""Overload degrades, never fails (issue 10, point 7), on the real server: Daphne with its overload limit
+"""Overload degrades, never fails, on the real server: Daphne with its overload limit
 set low (MAX_CONCURRENT_REQUESTS=2), its worker, PostgreSQL, and agents in real threads.
 
 A burst of intake far past the limit: every answer is 201 (accepted) or 503 with Retry-After (refused);

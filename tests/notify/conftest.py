@@ -3,7 +3,7 @@ Slack workspace whose secrets come from the environment, as an operator would co
 
 import pytest
 
-from approvals.notification_models import SlackWorkspace
+from approvals.models.notifications import SlackWorkspace
 from tests.notify.slack_requests import FINANCE_CHANNEL, SIGNING_SECRET, TEAM
 from tests.notify.slack_standin import BOT_TOKEN, SlackStandIn
 

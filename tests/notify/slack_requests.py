@@ -7,7 +7,7 @@ from urllib.parse import urlencode
 
 from slack_sdk.signature import SignatureVerifier
 
-from approvals.notification_models import SlackIdentity
+from approvals.models.notifications import SlackIdentity
 
 SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 TEAM = "T0001"

@@ -9,14 +9,13 @@ import time_machine
 from django.core import mail
 
 from approvals.models import Vote
-from approvals.notification_models import FollowUp, StandIn
+from approvals.models.notifications import FollowUp, StandIn
 from approvals.policy.notifications import notifications_error
-from approvals.services.votes import cast_vote
 from approvals.worker.loop import Worker
 from audit.models import AuditEvent, Verb
 from lib.errors import PolicyInvalid, VoteRefused
 from tests import factories
-from tests.factories import fresh_step_up, submit, trail_name
+from tests.factories import submit, trail_name
 
 pytestmark = pytest.mark.django_db
 
@@ -33,14 +32,7 @@ def at_percent(proposal, percent: float):
 
 
 def vote(proposal, person, verdict="approve"):
-    return cast_vote(
-        proposal.id,
-        person,
-        verdict=verdict,
-        reason="checked",
-        digest_seen=proposal.action_digest,
-        step_up=fresh_step_up(person),
-    )
+    return factories.vote(proposal, person, verdict, reason="checked")
 
 
 # --- reachability at intake ------------------------------------------------------------------------

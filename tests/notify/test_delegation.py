@@ -10,24 +10,17 @@ import time_machine
 from django.utils import timezone
 
 from approvals.services.delegations import DelegationRefused, end_delegation, set_delegation
-from approvals.services.votes import cast_vote
 from approvals.worker.loop import Worker
 from audit.models import AuditEvent, Verb
 from lib.errors import VoteRefused
 from tests import factories
-from tests.factories import fresh_step_up, submit, trail_name
+from tests.factories import submit, trail_name
 
 pytestmark = pytest.mark.django_db
 
 
 def vote(proposal, person):
-    return cast_vote(
-        proposal.id,
-        person,
-        verdict="approve",
-        digest_seen=proposal.action_digest,
-        step_up=fresh_step_up(person),
-    )
+    return factories.vote(proposal, person)
 
 
 def lend(tenant, delegator, delegate, hours=8):

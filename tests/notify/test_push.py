@@ -9,7 +9,7 @@ import json
 import pytest
 from py_vapid import Vapid02
 
-from approvals.notification_models import PushSubscription
+from approvals.models.notifications import PushSubscription
 from approvals.notify import push
 from audit.models import AuditEvent, Verb
 from tests import factories

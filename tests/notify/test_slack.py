@@ -14,15 +14,14 @@ import time_machine
 from django.utils import timezone
 
 from approvals.models import Proposal, Vote
-from approvals.notification_models import SlackIdentity, SlackLinkRequest
+from approvals.models.notifications import SlackIdentity, SlackLinkRequest
 from approvals.notify import slack_sync
 from approvals.services import slack_links
 from approvals.services.reconcile import apply_task_state, expire_due
-from approvals.services.votes import cast_vote
 from audit.models import AuditEvent, Verb
 from lib.errors import ActionRefused
 from tests import factories
-from tests.factories import fresh_step_up, totp_code, trail_name
+from tests.factories import totp_code, trail_name
 from tests.notify.slack_requests import FINANCE_CHANNEL, button, link, signed_post, submission
 from tests.notify.slack_standin import BOT_TOKEN
 
@@ -91,23 +90,11 @@ def test_the_message_follows_votes_and_the_decision_in_place(
     proposal = submit(agent)
     slack_sync.run()
     (posted,) = slack.calls_to("chat.postMessage")
-    cast_vote(
-        proposal.id,
-        reviewer_a,
-        verdict="approve",
-        digest_seen=proposal.action_digest,
-        step_up=fresh_step_up(reviewer_a),
-    )
+    factories.vote(proposal, reviewer_a)
     slack_sync.run()
     (first_update,) = slack.calls_to("chat.update")
     assert "Waiting for review: 1 of 2 approvals" in texts(first_update["blocks"])
-    cast_vote(
-        proposal.id,
-        reviewer_b,
-        verdict="approve",
-        digest_seen=proposal.action_digest,
-        step_up=fresh_step_up(reviewer_b),
-    )
+    factories.vote(proposal, reviewer_b)
     slack_sync.run()
     last = slack.calls_to("chat.update")[-1]
     assert "Approved by Alice, Bob." in texts(last["blocks"])
@@ -119,7 +106,7 @@ def test_the_message_follows_votes_and_the_decision_in_place(
 
 def shown_now(slack, proposal) -> str:
     """What the proposal's Slack message shows now (as the stand-in holds it after every update)."""
-    from approvals.notification_models import SlackPost
+    from approvals.models.notifications import SlackPost
 
     post = SlackPost.objects.get(proposal=proposal)
     return texts(slack.messages[(post.posted_channel, post.ts)]["blocks"])
@@ -168,13 +155,7 @@ def test_a_chat_approval_with_a_fresh_code_counts_toward_the_quorum_like_a_page_
     cast = AuditEvent.objects.get(verb=Verb.VOTE_CAST, subject=f"proposal:{proposal.id}")
     assert cast.actor == trail_name("reviewer_a") and cast.data["auth"]["method"] == "totp"
     # The second approval, on the page, completes the same quorum.
-    cast_vote(
-        proposal.id,
-        reviewer_b,
-        verdict="approve",
-        digest_seen=proposal.action_digest,
-        step_up=fresh_step_up(reviewer_b),
-    )
+    factories.vote(proposal, reviewer_b)
     proposal.refresh_from_db()
     assert proposal.state == "approved"
     assert sorted(a["sub"] for a in _approvers(proposal)) == [
@@ -339,13 +320,7 @@ def test_a_group_mapped_to_dm_messages_each_linked_reviewer_and_updates_there(
     proposal = submit(agent)
     slack_sync.run()
     assert sorted(p["channel"] for p in slack.calls_to("chat.postMessage")) == ["U0ALICE", "U0BOB"]
-    cast_vote(
-        proposal.id,
-        reviewer_a,
-        verdict="approve",
-        digest_seen=proposal.action_digest,
-        step_up=fresh_step_up(reviewer_a),
-    )
+    factories.vote(proposal, reviewer_a)
     slack_sync.run()
     assert sorted(u["channel"] for u in slack.calls_to("chat.update")) == ["D0ALICE", "D0BOB"]
 

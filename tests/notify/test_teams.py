@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from approvals.notification_models import TeamsChannel
+from approvals.models.notifications import TeamsChannel
 from approvals.notify import teams
-from approvals.services.votes import cast_vote
-from tests.factories import fresh_step_up, submit
+from tests import factories
+from tests.factories import submit
 from tests.notify.teams_standin import TeamsWebhook
 
 pytestmark = pytest.mark.django_db
@@ -48,13 +48,7 @@ def test_a_proposal_posts_a_card_with_the_link_and_then_how_it_ended(
     }
     summary = card["body"][1]
     assert summary["type"] == "RichTextBlock" and summary["inlines"][0]["type"] == "TextRun"  # no markdown
-    cast_vote(
-        proposal.id,
-        reviewer_a,
-        verdict="approve",
-        digest_seen=proposal.action_digest,
-        step_up=fresh_step_up(reviewer_a),
-    )
+    factories.vote(proposal, reviewer_a)
     teams.run()
     teams.run()
     assert len(channel.cards) == 2

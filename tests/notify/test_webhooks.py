@@ -6,12 +6,11 @@ the outbound allow-list. A tenant's real endpoint cannot be reached from here: a
 import pytest
 
 from approvals.models import OutboxMessage
-from approvals.services.votes import cast_vote
 from approvals.services.webhooks import register_endpoint
 from approvals.worker.loop import Worker
 from lib.errors import ConfigRefused
 from tests import factories
-from tests.factories import fresh_step_up, submit, trail_name
+from tests.factories import submit, trail_name
 from tests.notify.receivers import WebhookReceiver
 
 pytestmark = pytest.mark.django_db
@@ -37,13 +36,7 @@ def test_a_decision_reaches_the_endpoint_signed_and_verifies(
 ):
     endpoint_for(tenant, receiver)
     proposal = submit(agent)
-    cast_vote(
-        proposal.id,
-        reviewer_a,
-        verdict="approve",
-        digest_seen=proposal.action_digest,
-        step_up=fresh_step_up(reviewer_a),
-    )
+    factories.vote(proposal, reviewer_a)
     Worker().tick()
     types = [v["event"]["type"] for v in receiver.verified]
     assert types == ["proposal.awaiting_review", "proposal.approved"]
@@ -115,7 +108,7 @@ def test_only_https_endpoints_and_known_events_are_registered(settings, tenant):
 def test_a_tenant_admin_registers_an_endpoint_in_the_admin_and_sees_the_secret_once(tenant):
     from django.contrib.messages import get_messages
 
-    from approvals.notification_models import WebhookEndpoint
+    from approvals.models.notifications import WebhookEndpoint
     from audit.models import AuditEvent, Verb
 
     author, _ = factories.policy_admins()

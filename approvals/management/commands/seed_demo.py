@@ -41,7 +41,7 @@ PEOPLE = [
     ("demo-admin2", "Jamie Second-Admin", TenantMembership.Role.ADMIN, ["admins"], ""),
     ("auditor", "Pat Compliance", TenantMembership.Role.COMPLIANCE, [], ""),
 ]
-# Riley may release a refund alone in an emergency (issue 12.8): up to EUR 2,000.00, three times a week.
+# Riley may release a refund alone in an emergency: up to EUR 2,000.00, three times a week.
 DEMO_BREAK_GLASS = {
     "people": ["reviewer1"],
     "per_week": 3,

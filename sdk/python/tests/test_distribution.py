@@ -7,7 +7,20 @@ import pytest
 
 import reviewer_gate
 
-MODULES = ["gate", "client", "risk", "testing", "a2a", "mcp_gateway", "langgraph", "openai_agents"]
+MODULES = [
+    "gate",
+    "decision",
+    "keys",
+    "used_stores",
+    "client",
+    "approval",
+    "risk",
+    "testing",
+    "a2a",
+    "mcp_gateway",
+    "langgraph",
+    "openai_agents",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -512,7 +512,7 @@ def test_an_unedited_decision_is_not_marked_edited(the_gate, key):
     assert not decision.edited and decision.action == ACTION
 
 
-# --- the policy object (issue 13.1, 13.4) and the request's own deadline (issue 13.2) --------------
+# --- the policy object and the request's own deadline ---------------------------------------------
 
 
 @pytest.mark.parametrize(

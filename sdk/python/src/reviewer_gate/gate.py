@@ -1,8 +1,10 @@
-"""Agent-side verifier for Reviewer's signed approval decisions (a standalone file: no Django).
+"""Agent-side verifier for Reviewer's signed approval decisions (no Django).
 
 An agent that asks Reviewer for approval imports this module from the `reviewer-gate` distribution
-(`pip install reviewer-gate`; `from reviewer_gate import gate`). It imports only the standard library,
-PyJWT, cryptography, httpx and rfc8785, never Django or Reviewer, so it can also be vendored as one file.
+(`pip install reviewer-gate`; `from reviewer_gate import gate`). It and the three modules it is made of
+(`decision`: the token's constants, claims and A2A helpers; `keys`: the key sources; `used_stores`:
+single use) import only the standard library, PyJWT, cryptography, httpx and rfc8785, never Django or
+Reviewer, so the four can also be vendored together. Every name below is importable from here.
 
 The flow inside an a2a-sdk `AgentExecutor` (see examples/README.md for a complete walkthrough):
 
@@ -79,247 +81,62 @@ not_configured, consume_refused:<code> (Reviewer's 409 error code, or http_<stat
 reviewer_unreachable.
 """
 
-import hashlib
-import json
 import logging
-import sqlite3
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import quote
 
 import httpx
 import jwt
-import rfc8785
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from reviewer_gate.decision import (
+    ALGORITHMS,
+    DECISIONS,
+    EXTENSION_URI,
+    REQUIRED_CLAIMS,
+    TOKEN_TYPE,
+    GateError,
+    VerifiedDecision,
+    action_digest,
+    approval_request_metadata,
+    check_policy,
+    check_request_deadline,
+    decision_from_claims,
+    decision_token_from_metadata,
+    epoch_seconds,
+)
+from reviewer_gate.keys import JWKSKeySource, KeySource, StaticKeySource
+from reviewer_gate.used_stores import MemoryUsedStore, SQLiteUsedStore, UsedDecisionStore
+
+__all__ = [
+    "ALGORITHMS",
+    "DECISIONS",
+    "EXTENSION_URI",
+    "REQUIRED_CLAIMS",
+    "TOKEN_TYPE",
+    "Gate",
+    "GateError",
+    "JWKSKeySource",
+    "KeptAliveClient",
+    "KeySource",
+    "MemoryUsedStore",
+    "SQLiteUsedStore",
+    "StaticKeySource",
+    "UsedDecisionStore",
+    "VerifiedDecision",
+    "action_digest",
+    "approval_request_metadata",
+    "decision_token_from_metadata",
+]
 
 logger = logging.getLogger(__name__)
 
-EXTENSION_URI = "urn:reviewer:a2a:approval:v1"
-TOKEN_TYPE = "approval-decision+jwt"  # noqa: S105 - a JOSE typ value, not a secret
-# Fixed, never taken from the token: `none`, HS* (public key used as an HMAC secret) and RS* are refused.
-ALGORITHMS = ["EdDSA"]
-DECISIONS = ("approved", "rejected", "needs_info")
+_digest_of = action_digest  # Gate methods take a parameter named action_digest
 
-# Claims DESIGN.md says every decision carries; a token without one of them is refused.
-REQUIRED_CLAIMS = ["iss", "aud", "sub", "jti", "iat", "nbf", "exp", "request_id", "action_digest", "decision"]
-
-
-class GateError(Exception):
-    """The decision must not be acted on. `code` is stable and machine-readable."""
-
-    def __init__(self, code: str, message: str):
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-
-
-@dataclass(frozen=True)
-class VerifiedDecision:
-    """A decision whose signature, audience, time, binding and single use were checked."""
-
-    jti: str
-    decision: str  # "approved" | "rejected" | "needs_info"; only "approved" may lead to action
-    reason: str
-    task_id: str
-    context_id: str | None
-    request_id: str
-    proposal_id: str | None
-    action_digest: str
-    rev: int | None
-    consume: bool
-    approvers: list[dict[str, Any]] = field(default_factory=list)
-    policy: dict[str, Any] | None = None  # {id, version}: always present in a verified decision
-    policies: list[dict[str, Any]] = field(default_factory=list)  # every {id, version} that shaped it
-    tenant: str | None = None
-    expires_at: int = 0
-    claims: dict[str, Any] = field(default_factory=dict)
-    # The exact action the decision releases. Differs from what the agent asked for only when a
-    # reviewer edited it (`edited`): then execute this action, never the original one.
-    action: dict[str, Any] | None = None
-    edited: bool = False
-
-    @property
-    def approved(self) -> bool:
-        return self.decision == "approved"
-
-
-# --- keys ---------------------------------------------------------------------------------------
-
-
-def _public_key_from_jwk(jwk: dict[str, Any]) -> Ed25519PublicKey | None:
-    """The Ed25519 key of one JWK, or None for a key this gate will never accept."""
-    if jwk.get("kty") != "OKP" or jwk.get("crv") != "Ed25519":
-        return None
-    if jwk.get("use") not in (None, "sig") or jwk.get("alg") not in (None, *ALGORITHMS):
-        return None
-    try:
-        key = jwt.PyJWK(jwk, algorithm="EdDSA").key
-    except (jwt.PyJWKError, ValueError, TypeError):
-        return None
-    return key if isinstance(key, Ed25519PublicKey) else None
-
-
-def _keys_by_kid(jwks: dict[str, Any]) -> dict[str, Ed25519PublicKey]:
-    keys: dict[str, Ed25519PublicKey] = {}
-    for jwk in jwks.get("keys", []) if isinstance(jwks, dict) else []:
-        kid = jwk.get("kid") if isinstance(jwk, dict) else None
-        key = _public_key_from_jwk(jwk) if isinstance(kid, str) else None
-        if isinstance(kid, str) and key is not None:
-            keys[kid] = key
-    return keys
-
-
-class KeySource(Protocol):
-    def key_for(self, kid: str) -> Ed25519PublicKey:
-        """The public key named kid. Raises GateError ("unknown_kid", "keys_unavailable")."""
-
-
-class StaticKeySource:
-    """Keys from a JWKS document held in memory (tests, or keys pinned in configuration)."""
-
-    def __init__(self, jwks: dict[str, Any]):
-        self._keys = _keys_by_kid(jwks)
-
-    def key_for(self, kid: str) -> Ed25519PublicKey:
-        try:
-            return self._keys[kid]
-        except KeyError:
-            raise GateError("unknown_kid", f"no Ed25519 key with kid {kid!r}") from None
-
-
-def _fetch_jwks_over_http(url: str, timeout: float) -> dict[str, Any]:
-    response = httpx.get(url, timeout=timeout, headers={"Accept": "application/json"})
-    response.raise_for_status()
-    document = response.json()
-    return document if isinstance(document, dict) else {}  # a JWKS that is no object holds no keys
-
-
-class JWKSKeySource:
-    """Keys from Reviewer's `/.well-known/jwks.json`, cached for `cache_seconds`.
-
-    An unknown kid triggers one refresh (Reviewer may have rotated its key) and is refused if still
-    unknown. Refreshes for unknown kids are at most one per `min_refresh_seconds`, so a stream of
-    forged tokens with random kids cannot turn this agent into a JWKS request amplifier.
-    A JWKS that cannot be fetched fails closed (`keys_unavailable`).
-    """
-
-    def __init__(
-        self,
-        jwks_url: str,
-        *,
-        cache_seconds: float = 300,
-        timeout: float = 5,
-        min_refresh_seconds: float = 10,
-        fetch: Callable[[str, float], dict[str, Any]] | None = None,
-    ):
-        self.jwks_url = jwks_url
-        self.cache_seconds = cache_seconds
-        self.timeout = timeout
-        self.min_refresh_seconds = min_refresh_seconds
-        self._fetch = fetch or _fetch_jwks_over_http
-        self._lock = threading.Lock()
-        self._keys: dict[str, Ed25519PublicKey] = {}
-        self._fetched_at: float | None = None
-        self.fetch_count = 0
-
-    def _refresh(self) -> None:
-        self.fetch_count += 1
-        try:
-            document = self._fetch(self.jwks_url, self.timeout)
-        except Exception as error:  # any transport or parse error: refuse rather than guess
-            raise GateError("keys_unavailable", f"cannot fetch JWKS from {self.jwks_url}: {error}") from error
-        self._keys = _keys_by_kid(document)
-        self._fetched_at = time.monotonic()
-
-    def key_for(self, kid: str) -> Ed25519PublicKey:
-        with self._lock:
-            now = time.monotonic()
-            fetched_at = self._fetched_at
-            if fetched_at is None or now - fetched_at >= self.cache_seconds:
-                self._refresh()
-            elif kid not in self._keys and now - fetched_at >= self.min_refresh_seconds:
-                self._refresh()  # the one refresh an unknown kid gets
-            try:
-                return self._keys[kid]
-            except KeyError:
-                raise GateError(
-                    "unknown_kid", f"no Ed25519 key with kid {kid!r} in {self.jwks_url}"
-                ) from None
-
-
-# --- single use ---------------------------------------------------------------------------------
-
-
-class UsedDecisionStore(Protocol):
-    def claim(self, jti: str, expires_at: int) -> bool:
-        """Record jti as used. True only the first time it is claimed."""
-
-
-class MemoryUsedStore:
-    """Single use within one process (tests, single-process agents that may forget on restart)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._used: dict[str, int] = {}
-
-    def claim(self, jti: str, expires_at: int) -> bool:
-        with self._lock:
-            if jti in self._used:
-                return False
-            self._used[jti] = expires_at
-            return True
-
-
-class SQLiteUsedStore:
-    """Single use across threads and processes sharing one SQLite file.
-
-    The primary key makes the claim atomic: `INSERT OR IGNORE` inserts exactly once, whoever races.
-    Rows are kept a day past the token's expiry (the gate refuses an expired token before it gets
-    here, so forgetting them later cannot re-open a decision).
-    """
-
-    RETAIN_AFTER_EXPIRY_SECONDS = 86400
-
-    def __init__(self, path: str | Path):
-        self.path = str(path)
-        with self._connect() as connection:
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute(
-                "CREATE TABLE IF NOT EXISTS used_decisions ("
-                " jti TEXT PRIMARY KEY, expires_at INTEGER NOT NULL, claimed_at INTEGER NOT NULL)"
-            )
-            connection.execute(
-                "CREATE INDEX IF NOT EXISTS used_decisions_expires_at ON used_decisions (expires_at)"
-            )
-
-    def _connect(self) -> sqlite3.Connection:
-        # One short-lived connection per call: sqlite3 connections must not cross threads.
-        connection = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        return connection
-
-    def claim(self, jti: str, expires_at: int) -> bool:
-        now = int(time.time())
-        connection = self._connect()
-        try:
-            cursor = connection.execute(
-                "INSERT OR IGNORE INTO used_decisions (jti, expires_at, claimed_at) VALUES (?, ?, ?)",
-                (jti, int(expires_at), now),
-            )
-            claimed = cursor.rowcount == 1
-            connection.execute(
-                "DELETE FROM used_decisions WHERE expires_at < ?", (now - self.RETAIN_AFTER_EXPIRY_SECONDS,)
-            )
-            return claimed
-        finally:
-            connection.close()
-
-
-# --- the gate -----------------------------------------------------------------------------------
 
 # PyJWT's exceptions, most specific first (several inherit from one another).
 _JWT_ERRORS: list[tuple[type[Exception], str]] = [
@@ -423,14 +240,14 @@ class Gate:
         key = self._key_from_header(token)
         claims = self._signed_claims(token, key)
         self._check_tenant(claims)
-        _check_policy(claims)
+        check_policy(claims)
         if expires_at is not None and claims.get("decision") == "approved":
             # Only a release is bound by it: a rejection or a question after the deadline still informs.
-            _check_request_deadline(claims, _epoch_seconds(expires_at))
+            check_request_deadline(claims, epoch_seconds(expires_at))
         self._check_binding(
             claims, task_id=task_id, request_id=request_id, action_digest=action_digest, context_id=context_id
         )
-        decision = _decision_from_claims(claims)
+        decision = decision_from_claims(claims)
         if decision.request_id != request_id:
             decision = replace(decision, edited=True)
         # Last, so that a token refused for any other reason does not use up the decision.
@@ -606,124 +423,3 @@ def _error_from_body(response: httpx.Response) -> tuple[str | None, str]:
         return None, f"HTTP {response.status_code}"
     code = error.get("code") if isinstance(error.get("code"), str) else None
     return code, str(error.get("message") or f"HTTP {response.status_code}")
-
-
-def _is_policy_ref(value: object) -> bool:
-    return (
-        isinstance(value, dict)
-        and isinstance(value.get("id"), str)
-        and bool(value["id"])
-        and isinstance(value.get("version"), int)
-        and not isinstance(value.get("version"), bool)
-    )
-
-
-def _check_policy(claims: dict[str, Any]) -> None:
-    """Every decision names the policy that decided it (DESIGN: `policy: {id, version}`); a token
-    without one is malformed, whatever else it says. `policies` (every version that shaped it) is
-    optional for older tokens, but when present it is a list of such objects naming `policy` too."""
-    policy = claims.get("policy")
-    if not _is_policy_ref(policy):
-        raise GateError("bad_policy", f"the decision names no policy object {{id, version}}: {policy!r}")
-    policies = claims.get("policies")
-    if policies is not None and (
-        not isinstance(policies, list)
-        or not all(_is_policy_ref(each) for each in policies)
-        or policy not in policies
-    ):
-        raise GateError("bad_policy", "policies must be a list of {id, version} objects that includes policy")
-
-
-def _epoch_seconds(moment: object) -> float:
-    if isinstance(moment, datetime):
-        if moment.tzinfo is None:
-            raise GateError("not_configured", "expires_at must be timezone-aware")
-        return moment.timestamp()
-    if isinstance(moment, str):
-        try:
-            return _epoch_seconds(datetime.fromisoformat(moment.replace("Z", "+00:00")))
-        except ValueError as error:
-            raise GateError("not_configured", f"expires_at is not an RFC 3339 time: {moment!r}") from error
-    if isinstance(moment, (int, float)) and not isinstance(moment, bool):
-        return float(moment)
-    raise GateError("not_configured", f"expires_at is not a time: {moment!r}")
-
-
-def _check_request_deadline(claims: dict[str, Any], deadline: float) -> None:
-    """The agent's own deadline binds whatever Reviewer signed: no clock skew is granted on it (it is
-    the agent's clock), and a token that would outlive it is refused as Reviewer should never sign one."""
-    if time.time() >= deadline:
-        raise GateError("request_expired", "the request's own expires_at has passed; nothing may execute")
-    if _optional_int(claims.get("exp")) is None or claims["exp"] > deadline:
-        raise GateError("request_expired", "the decision's exp is later than the request's expires_at")
-
-
-def _optional_int(value: object) -> int | None:
-    # Struct round trips and JSON producers may turn integers into floats; accept only whole numbers.
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    raise GateError("bad_claim", f"expected an integer, got {value!r}")
-
-
-def _decision_from_claims(claims: dict[str, Any]) -> VerifiedDecision:
-    jti = claims.get("jti")
-    if not isinstance(jti, str) or not jti:
-        raise GateError("bad_claim", "jti must be a non-empty string")
-    consume = claims.get("consume", False)
-    if not isinstance(consume, bool):
-        raise GateError("bad_claim", "consume must be a boolean")
-    return VerifiedDecision(
-        jti=jti,
-        decision=claims["decision"],
-        reason=str(claims.get("reason") or ""),
-        task_id=claims["sub"],
-        context_id=claims.get("context_id"),
-        request_id=claims["request_id"],
-        proposal_id=claims.get("proposal_id"),
-        action_digest=claims["action_digest"],
-        rev=_optional_int(claims.get("rev")),
-        consume=consume,
-        approvers=list(claims.get("approvers") or []),
-        policy=claims.get("policy"),
-        policies=list(claims.get("policies") or [claims["policy"]]),
-        tenant=claims.get("tenant"),
-        expires_at=int(claims["exp"]),
-        claims=dict(claims),
-        action=claims.get("action") if isinstance(claims.get("action"), dict) else None,
-    )
-
-
-# --- helpers for the A2A messages ---------------------------------------------------------------
-
-
-def decision_token_from_metadata(metadata: dict[str, Any] | None) -> str | None:
-    """The decision JWT in a continuation message's metadata, or None.
-
-    Pass `MessageToDict(context.message.metadata)`.
-    """
-    if not isinstance(metadata, dict):
-        return None
-    extension = metadata.get(EXTENSION_URI)
-    if not isinstance(extension, dict):
-        return None
-    token = extension.get("decision")
-    return token if isinstance(token, str) and token else None
-
-
-def action_digest(action: dict[str, Any]) -> str:
-    """`sha256:` + hex SHA-256 of the RFC 8785 (JCS) form of the action: key order does not matter,
-    Unicode is kept as is, and `"40.00"` differs from `40.0` (send amounts as strings)."""
-    return "sha256:" + hashlib.sha256(rfc8785.dumps(action)).hexdigest()
-
-
-_digest_of = action_digest  # Gate methods take a parameter named action_digest
-
-
-def approval_request_metadata(request: dict[str, Any]) -> dict[str, Any]:
-    """The status-message metadata that asks Reviewer for approval of `request`."""
-    # A JSON round trip catches values a protobuf Struct cannot carry before the SDK does.
-    return {EXTENSION_URI: {"request": json.loads(json.dumps(request))}}

@@ -7,7 +7,6 @@
         [--listen stdio | --listen http://127.0.0.1:8765/mcp] \\
         (--upstream-url http://127.0.0.1:9000/mcp | -- python -m my_tools_server)
     # the API token comes from REVIEWER_API_TOKEN
-
 - `tools/list` answers the upstream's tools unchanged.
 - A gated call's proposal names the upstream by `--upstream-name`, the tool by its name and its
   upstream description, the MCP client (its clientInfo) as the requester, and the target from the
@@ -19,14 +18,12 @@
 - A call to a tool that is not gated goes straight upstream.
 - A call to a gated tool (`--gate` name patterns; by default the risk hint by tool name: shell/exec,
   file writes, external API writes; `--open` patterns never) becomes a Reviewer proposal: the tool and
-  its arguments are the action, the calling MCP client is the principal. Only an
-  approved decision that verified with the gate and was consumed calls the upstream tool, once, with
-  the approved arguments (a reviewer's edit when there was one). The outcome goes back to Reviewer.
-- A rejection returns a tool error with the reviewer's reason; an expiry, a revocation, a refused
-  or forged decision returns a tool error too, and nothing is called upstream.
-
-Every gated call is its own proposal: a client that repeats a call asks again (a decision is single
-use), so an approval can never be replayed onto a second call.
+  its arguments are the action, the calling MCP client is the principal. Only an approved decision
+  that verified with the gate and was consumed calls the upstream tool, once, with the approved
+  arguments (a reviewer's edit when there was one). The outcome goes back to Reviewer. A rejection,
+  an expiry, a revocation, a refused or forged decision returns a tool error (with the reviewer's
+  reason for a rejection), and nothing is called upstream. Every gated call is its own proposal: a
+  client that repeats a call asks again (a decision is single use), so no approval is replayed.
 """
 
 from __future__ import annotations

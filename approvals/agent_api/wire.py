@@ -1,9 +1,9 @@
 """What every agent-facing endpoint answers the same way: the error body and the body-size limit.
 
-The REST API (api.py), the A2A push webhook (a2a_views.py), the push parser (a2a.py) and the WebSocket
-consumers all build their refusals with `error_body`, so an agent or a page sees one shape:
+The REST API (api.py) and the A2A push webhook (push.py) read bodies through here; a refusal is a
+`HostileInput`, an IntakeError (lib/errors.py), so it answers with the one error body:
 `{"error": {"code": ..., "message": ..., "field": ...}}`, with `field` the dotted path of the input at
-fault (or None). Nothing here imports Django models or the services, so any layer may use it.
+fault (or None). Nothing here imports Django models or the services.
 """
 
 import json
@@ -11,7 +11,7 @@ import math
 
 from django.conf import settings
 
-from lib.errors import error_body
+from lib.errors import IntakeError
 
 
 def intake_limit() -> int:
@@ -32,7 +32,7 @@ def too_large_message() -> str:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Values no agent may send (issue 9, point 8). Python's json module reads NaN, Infinity, integers of
+# Values no agent may send. Python's json module reads NaN, Infinity, integers of
 # any size, NUL characters and nesting as deep as its recursion allows; each of those later broke the
 # canonical JSON, PostgreSQL or the recursion limit with a 500. Both intake paths (REST and push) read
 # bodies with `load_json`, which refuses them with the path of the value at fault.
@@ -41,19 +41,12 @@ MAX_DEPTH = 32  # far deeper than any approval request needs, far below the recu
 SAFE_INTEGER = 2**53 - 1  # I-JSON (RFC 7493) and RFC 8785: larger integers are not exact in JSON
 
 
-class HostileInput(ValueError):
+class HostileInput(IntakeError):
     """A JSON value Reviewer refuses: 400 with a stable code and the dotted path of the value."""
-
-    def __init__(self, code: str, message: str, field: str | None = None):
-        super().__init__(message)
-        self.code, self.message, self.field = code, message, field
-
-    def as_dict(self) -> dict:
-        return error_body(self.code, self.message, self.field)
 
 
 def load_json(raw: bytes | str):
-    """Parse a body and refuse the values above; raises HostileInput (ValueError for invalid JSON)."""
+    """Parse a body and refuse the values above; raises HostileInput, or ValueError for invalid JSON."""
     try:
         value = json.loads(raw)
     except RecursionError:

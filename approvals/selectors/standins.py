@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
-from approvals.notification_models import Delegation, StandIn
+from approvals.models.notifications import Delegation, StandIn
 from tenants.models import GroupMembership, TenantMembership
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """The rows behind reminders, escalation, reachability, delegation and Slack. Written only by the services
 (approvals/services/follow_ups.py, delegations.py, slack_links.py) and the worker's Slack step
 (approvals/notify/slack_sync.py, which records what it posted). They belong to the approvals app
-(approvals/models.py imports this module), so their tables are `approvals_*`.
+(approvals/models/__init__.py imports this module), so their tables are `approvals_*`.
 
 Proposal ── FollowUp (one per waiting proposal: reminders sent, escalation, reachability)
          ├─ StandIn (a person added to its eligible set by the escalation step)

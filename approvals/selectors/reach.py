@@ -17,7 +17,8 @@ from django.utils import timezone
 from django_otp.models import Device
 
 from accounts import passkeys
-from approvals.notification_models import Delegation
+from approvals.models.notifications import Delegation
+from approvals.policy.step_up import needs_passkey
 from tenants.models import ApproverGroup, GroupMembership, TenantMembership
 
 
@@ -81,13 +82,13 @@ def reachability(proposal) -> Reachability:
     principals = set(
         tenant_members.filter(principal_id=proposal.principal_id).values_list("user_id", flat=True)
     )
-    needs_passkey = proposal.requirements.get("step_up") == "passkey"
+    passkey_asked = needs_passkey(proposal.requirements)
     users = {u.pk: u for u in get_user_model().objects.filter(pk__in=members)}
     lent = {
         d.delegator_id: d.delegate
         for d in _delegations_from(proposal.tenant_id, members).select_related("delegate")
     }
-    with_factor = factor_owners({*members, *(d.pk for d in lent.values())}, needs_passkey)
+    with_factor = factor_owners({*members, *(d.pk for d in lent.values())}, passkey_asked)
     # Who fills which slots: each present voter for their own groups, each absent one through a delegate.
     candidates: dict[str, set[str]] = {}  # a voter's username -> slugs they can fill
     for user_id, member_slugs in members.items():

@@ -1,6 +1,6 @@
 """The intake quotas' state: one row per agent and one per tenant (agent null). Written only by
-approvals/services/quotas.py, inside intake's transaction; approvals/models.py imports this module, so the
-table is `approvals_quotastate`.
+approvals/services/quotas.py, inside intake's transaction; approvals/models/__init__.py imports this
+module, so the table is `approvals_quotastate`.
 
 The limits themselves are configuration, on the Agent and the Tenant (`intake_burst`,
 `intake_per_minute`, `open_proposals_max`; empty means the installation's default from settings).

@@ -2,14 +2,15 @@
 
 from datetime import datetime, timedelta
 
-from approvals import standins
 from approvals.models import Proposal, QuotaState
+from approvals.selectors import standins
 from lib.errors import NotFound
 from tenants.models import ApproverGroup, GroupMembership, TenantMembership
+from tenants.queries import memberships_of
 
 
 def tenant_role(user, tenant_id) -> str | None:
-    membership = TenantMembership.objects.filter(user=user, tenant_id=tenant_id).only("role").first()
+    membership = memberships_of(user).filter(tenant_id=tenant_id).only("role").first()
     return membership.role if membership else None
 
 
@@ -50,7 +51,7 @@ def user_groups_for(
     proposal: Proposal, user, groups: dict[str, ApproverGroup] | None = None
 ) -> list[ApproverGroup]:
     """Threshold groups the user may fill a slot of right now: their own, every one if the escalation
-    step added them, and those a delegation lends them (approvals/standins.py)."""
+    step added them, and those a delegation lends them (approvals/selectors/standins.py)."""
     groups = groups if groups is not None else threshold_groups(proposal)
     return [g for g in groups.values() if g.slug in capacity_for(proposal, user, groups).slugs]
 

@@ -1,0 +1,66 @@
+"""The approval domain. Rows here are written only by approvals/services/.
+
+Tenant (tenants/models.py, with TenantMembership, ApproverGroup and GroupMembership)
+        ├─ Agent (an A2A server, or a pull agent without a card URL; tokens stored hashed)
+        ├─ Policy ── PolicyVersion (immutable; active after a second admin approves)
+        └─ Proposal ─┬─ Vote
+                     ├─ Decision (the signed token; one per proposal)
+                     └─ OutboxMessage (continuations and cancels to the agent)
+Halt: a kill switch for everything, a tenant, or an agent.
+
+One module per area: agents.py (Agent, Policy, PolicyVersion), proposals.py (Proposal, Vote, Decision,
+OutboxMessage, ReviewNotice), halts.py (Halt, BreakGlassRelease, PostHocReview), notifications.py
+(reminders, escalation, delegation, Slack, Teams, webhooks, push); quotas.py (intake quotas' state);
+risk.py (the risk levels and
+their one rank). Import them from here.
+"""
+
+from approvals.models.agents import Agent, Policy, PolicyVersion
+from approvals.models.halts import BreakGlassRelease, Halt, PostHocReview
+from approvals.models.notifications import (
+    Delegation,
+    FollowUp,
+    PushSent,
+    PushSubscription,
+    SlackIdentity,
+    SlackLinkRequest,
+    SlackPost,
+    SlackRequestSeen,
+    SlackWorkspace,
+    StandIn,
+    TeamsChannel,
+    TeamsPost,
+    WebhookEndpoint,
+)
+from approvals.models.proposals import Decision, OutboxMessage, Proposal, ReviewNotice, Vote
+from approvals.models.quotas import QuotaState
+from approvals.models.risk import Risk
+
+__all__ = [
+    "Agent",
+    "BreakGlassRelease",
+    "Decision",
+    "Delegation",
+    "FollowUp",
+    "Halt",
+    "OutboxMessage",
+    "Policy",
+    "PolicyVersion",
+    "PostHocReview",
+    "Proposal",
+    "PushSent",
+    "PushSubscription",
+    "QuotaState",
+    "Risk",
+    "ReviewNotice",
+    "SlackIdentity",
+    "SlackLinkRequest",
+    "SlackPost",
+    "SlackRequestSeen",
+    "SlackWorkspace",
+    "StandIn",
+    "TeamsChannel",
+    "TeamsPost",
+    "Vote",
+    "WebhookEndpoint",
+]
