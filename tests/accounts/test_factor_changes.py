@@ -420,7 +420,7 @@ def test_no_vote_is_left_when_the_cool_off_refuses(agent, passkey_policy, reques
 def test_a_person_whose_only_passkey_is_new_cannot_fill_a_passkey_quorum_until_vouched(
     reviewer_a, reviewer_b, admin_user
 ):
-    from approvals.reach import factor_owners
+    from approvals.selectors.reach import factor_owners
 
     register_passkey(reviewer_a, established=False)
     register_passkey(reviewer_b)
