@@ -38,6 +38,7 @@ from accounts import passkeys
 from approvals import stepup as vote_step_up
 from approvals.models import Proposal, Vote
 from approvals.selectors import ineligibility_from, threshold_groups
+from approvals.selectors.standins import delegated_groups, stand_in_users
 from approvals.services import lifecycle
 from approvals.services.break_glass import rule_for_proposal
 from approvals.web.pages import consequence_label, decision_context, decision_mode_from, live_context, my_vote
@@ -156,6 +157,15 @@ def render_updates(proposal_id, viewers: list[Viewer]) -> dict[str, Update | Non
         group__in=groups.values(), user_id__in={user.pk for _, user in readers}
     ).values_list("user_id", "group_id"):
         in_groups[user_id].add(group_id)
+    # As the page decides (selectors.capacity_for): a person the escalation step added fills any slot,
+    # a delegate the slots their delegator lends. Delegations are read only for readers in no group.
+    standing_in = stand_in_users(proposal)
+    for _, user in readers:
+        if user.pk in standing_in:
+            in_groups[user.pk] = {group.id for group in groups.values()}
+        elif not in_groups[user.pk]:
+            _, lent = delegated_groups(proposal, user, groups)
+            in_groups[user.pk] = {groups[slug].id for slug in lent}
     live = live_context(proposal, groups)
     shared = {
         **live,

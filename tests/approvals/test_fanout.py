@@ -4,7 +4,7 @@ proposal, every socket still gets exactly what its person's own page would show,
 person lost access is closed."""
 
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import time_machine
@@ -13,11 +13,14 @@ from django.contrib.sessions.backends.db import SessionStore
 from django.db import connection
 from django.template.loader import render_to_string
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from django_otp import DEVICE_ID_SESSION_KEY
 
 from accounts.devices import reset_devices
 from accounts.stepup import step_up_for
 from approvals.live import fanout
+from approvals.models.notifications import StandIn
+from approvals.services.delegations import set_delegation
 from approvals.services.votes import cast_vote
 from approvals.web.pages import detail_context
 from tenants.models import TenantMembership
@@ -96,6 +99,28 @@ def test_every_person_gets_what_their_own_page_shows(
         step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
     )
     check()
+
+
+@time_machine.travel(FROZEN, tick=False)
+def test_a_delegate_and_a_stand_in_get_what_their_own_page_shows(
+    tenant, agent, refund_policy, requester, reviewer_a, reviewer_b, reviewer_c, admin_user
+):
+    """reviewer_c (ops) decides a finance proposal through reviewer_b's delegation, and the admin because
+    the escalation step added her: the live update shows each of them the controls their page shows."""
+    proposal = submit(agent)
+    now = timezone.now()
+    set_delegation(
+        actor=reviewer_b, tenant=tenant, delegate=reviewer_c, starts_at=now, ends_at=now + timedelta(hours=8)
+    )
+    StandIn.objects.create(proposal=proposal, user=admin_user, added_at=now)
+    viewers = {user.pk: viewer_of(user) for user in (reviewer_c, admin_user)}
+
+    updates = fanout.render_updates(proposal.id, list(viewers.values()))
+
+    for user in (reviewer_c, admin_user):
+        viewer = viewers[user.pk]
+        assert updates[viewer.channel].html == expected_update(proposal, user, viewer), user
+        assert "not a member of a group" not in updates[viewer.channel].html
 
 
 def test_a_socket_whose_person_left_the_tenant_gets_nothing(
