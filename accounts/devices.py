@@ -120,18 +120,9 @@ def confirm_totp_enrollment(user, *, code: str) -> tuple[object, list[str]]:
             "you already have a second factor: add an authenticator app under Your devices",
             "otp_token",
         )
-    refusal: ServiceError | None = None
     with transaction.atomic():
-        device = _enrolling_device(TOTPDevice, user)
-        if device is None:
-            raise Conflict("no_enrollment", "no authenticator is being set up; start again", "otp_token")
-        if not device.verify_token((code or "").strip().replace(" ", "")):
-            refusal = ServiceError(
-                "bad_code",
-                "that is not the code your authenticator shows now; type the current six digits",
-                "otp_token",
-            )
-        else:
+        device, refusal = _check_enrolling_code(TOTPDevice, user, code, "your authenticator")
+        if refusal is None:
             device.confirmed = True
             device.save(update_fields=["confirmed"])
             codes = _new_backup_codes(user)
@@ -145,6 +136,19 @@ def confirm_totp_enrollment(user, *, code: str) -> tuple[object, list[str]]:
     if refusal is not None:
         raise refusal
     return device, codes
+
+
+def _check_enrolling_code(device_model, user, code: str, shown_by: str):
+    """The app being set up and, if `code` is not what it shows now, the refusal to raise once the
+    transaction has kept the device's counters (None when it is)."""
+    device = _enrolling_device(device_model, user)
+    if device is None:
+        raise Conflict("no_enrollment", "no authenticator is being set up; start again", "otp_token")
+    if device.verify_token((code or "").strip().replace(" ", "")):
+        return device, None
+    return device, ServiceError(
+        "bad_code", f"that is not the code {shown_by} shows now; type the current six digits", "otp_token"
+    )
 
 
 def _new_backup_codes(user) -> list[str]:
@@ -163,18 +167,9 @@ def add_authenticator(user, *, code: str, confirmation) -> object:
     from django_otp.plugins.otp_totp.models import TOTPDevice
 
     require_confirmation(user, confirmation, "adding an authenticator app")
-    refusal: ServiceError | None = None
     with transaction.atomic():
-        device = _enrolling_device(TOTPDevice, user)
-        if device is None:
-            raise Conflict("no_enrollment", "no authenticator is being set up; start again", "otp_token")
-        if not device.verify_token((code or "").strip().replace(" ", "")):
-            refusal = ServiceError(
-                "bad_code",
-                "that is not the code your new authenticator shows now; type the current six digits",
-                "otp_token",
-            )
-        else:
+        device, refusal = _check_enrolling_code(TOTPDevice, user, code, "your new authenticator")
+        if refusal is None:
             replaced = TOTPDevice.objects.filter(user=user, confirmed=True).exclude(pk=device.pk)
             count = replaced.count()
             replaced.delete()
