@@ -157,15 +157,20 @@ def render_updates(proposal_id, viewers: list[Viewer]) -> dict[str, Update | Non
         group__in=groups.values(), user_id__in={user.pk for _, user in readers}
     ).values_list("user_id", "group_id"):
         in_groups[user_id].add(group_id)
-    # As the page decides (selectors.capacity_for): a person the escalation step added fills any slot,
-    # a delegate the slots their delegator lends. Delegations are read only for readers in no group.
-    standing_in = stand_in_users(proposal)
-    for _, user in readers:
-        if user.pk in standing_in:
-            in_groups[user.pk] = {group.id for group in groups.values()}
-        elif not in_groups[user.pk]:
-            _, lent = delegated_groups(proposal, user, groups)
-            in_groups[user.pk] = {groups[slug].id for slug in lent}
+    standing_in = functools.cache(lambda: stand_in_users(proposal))
+
+    @functools.cache
+    def deciding_groups(user) -> frozenset:
+        """As the page decides (selectors.capacity_for): a person the escalation step added fills any
+        slot, a delegate the slots their delegator lends. Asked only where the eligibility rule gets to
+        groups, so compliance staff and the principal cost no query."""
+        if user.pk in standing_in():
+            return frozenset(group.id for group in groups.values())
+        if in_groups[user.pk]:
+            return frozenset(in_groups[user.pk])
+        _, lent = delegated_groups(proposal, user, groups)
+        return frozenset(groups[slug].id for slug in lent)
+
     live = live_context(proposal, groups)
     shared = {
         **live,
@@ -189,7 +194,7 @@ def render_updates(proposal_id, viewers: list[Viewer]) -> dict[str, Update | Non
             user.pk,
             membership.role,
             is_principal=functools.partial(_is_principal, proposal, membership),
-            in_a_group=functools.partial(bool, in_groups[user.pk]),
+            in_a_group=lambda user=user: bool(deciding_groups(user)),
         )
         vote = my_vote(live, user.pk)
         mode = decision_mode_from(
@@ -202,7 +207,7 @@ def render_updates(proposal_id, viewers: list[Viewer]) -> dict[str, Update | Non
             role=functools.partial(getattr, membership, "role"),
             closed_reason=closed_reason,
         )
-        my_groups = [g for g in groups.values() if g.id in in_groups[user.pk]] if why_not is None else []
+        my_groups = [g for g in groups.values() if g.id in deciding_groups(user)] if why_not is None else []
         audience = (mode, tuple(g.id for g in my_groups), vote.verdict if vote else None)
         if audience not in audiences:
             context = {
