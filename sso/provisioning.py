@@ -82,15 +82,7 @@ def provision_user(tenant, values: dict) -> ScimUser:
             external_id=values["external_id"],
             emails=values.get("emails") or [],
         )
-        if not TenantMembership.objects.filter(tenant=tenant, user=user).exists():
-            set_tenant_membership(tenant, user)
-        record(
-            tenant.id,
-            actor=actor(tenant),
-            verb=Verb.PERSON_PROVISIONED,
-            subject=user_label(user),
-            data={"by": "scim", "external_id": values["external_id"]},
-        )
+        _provisioned_in(tenant, user, {"external_id": values["external_id"]})
         if values.get("active") is False:
             _deactivate(scim_user)
     return scim_user
@@ -190,6 +182,12 @@ def _reactivate(scim_user: ScimUser) -> None:
     if not user.is_active:
         user.is_active = True
         user.save(update_fields=["is_active"])
+    _provisioned_in(tenant, user, {"reactivated": True})
+    _sync_scim_groups(scim_user)
+
+
+def _provisioned_in(tenant, user, data: dict) -> None:
+    """The person works in the tenant (a membership if they had none), recorded as provisioned by SCIM."""
     if not TenantMembership.objects.filter(tenant=tenant, user=user).exists():
         set_tenant_membership(tenant, user)
     record(
@@ -197,9 +195,8 @@ def _reactivate(scim_user: ScimUser) -> None:
         actor=actor(tenant),
         verb=Verb.PERSON_PROVISIONED,
         subject=user_label(user),
-        data={"by": "scim", "reactivated": True},
+        data={"by": "scim", **data},
     )
-    _sync_scim_groups(scim_user)
 
 
 def end_sessions(user) -> int:
