@@ -104,7 +104,8 @@ def main(events: int = 20, sockets: int = 50) -> list[dict]:
         f"({result['hint']['p95_ratio']}x), lost {result['hint']['lost']}; committing render "
         f"{extra['render_queries_per_event']} queries, {extra['render_cpu_ms_per_event']} ms CPU per event, "
         f"message {extra['message_bytes']} bytes, render wall p50 {extra['render_ms']['p50_ms']} / p95 "
-        f"{extra['render_ms']['p95_ms']} ms, from its group_send p95 {extra['from_group_send_ms']['p95_ms']} ms; "
+        f"{extra['render_ms']['p95_ms']} ms, from its group_send p95 "
+        f"{extra['from_group_send_ms']['p95_ms']} ms; "
         f"Daphnes' CPU per event {extra['daphne_cpu_ms_per_event']} ms rendered / "
         f"{extra['daphne_cpu_ms_per_event_hint']} ms hint; load average {extra['load_average']}"
     )

@@ -18,6 +18,7 @@ browser's answer to this vote's challenge); a refusal comes back as
 import json
 import time
 import uuid
+from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
@@ -60,6 +61,8 @@ def _error(code: str, message: str, field: str | None = None, **extra) -> dict:
 class ReviewerSocket(AsyncJsonWebsocketConsumer):
     """What both sockets share: authentication, joining groups, and votes."""
 
+    user: Any  # the verified person, set by authorize()
+
     async def connect(self):
         groups = await database_sync_to_async(self.authorize)()
         if not groups:
@@ -69,7 +72,7 @@ class ReviewerSocket(AsyncJsonWebsocketConsumer):
         groups = [
             *groups,
             events.person_group(self.user.pk),
-            events.session_group(self.scope["session"].session_key),
+            events.session_group(self.scope["session"].session_key or ""),  # authorize() checked it
         ]
         self.groups = groups  # websocket_disconnect leaves these
         for group in groups:

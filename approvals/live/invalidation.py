@@ -43,15 +43,15 @@ def _user_changed(sender, instance, update_fields=None, created=False, **kwargs)
 def connect() -> None:
     """Connect the receivers (ApprovalsConfig.ready): every concrete one-time-code device model too."""
     post_delete.connect(_session_ended, sender=Session, dispatch_uid="live-session-ended")
-    for model in (TenantMembership, GroupMembership):
-        post_save.connect(_membership_changed, sender=model, dispatch_uid=f"live-{model.__name__}-saved")
-        post_delete.connect(_membership_changed, sender=model, dispatch_uid=f"live-{model.__name__}-deleted")
+    for membership in (TenantMembership, GroupMembership):
+        name = membership.__name__
+        post_save.connect(_membership_changed, sender=membership, dispatch_uid=f"live-{name}-saved")
+        post_delete.connect(_membership_changed, sender=membership, dispatch_uid=f"live-{name}-deleted")
     for model in apps.get_models():
         if issubclass(model, Device):
-            post_save.connect(_device_changed, sender=model, dispatch_uid=f"live-{model._meta.label}-saved")
-            post_delete.connect(
-                _device_changed, sender=model, dispatch_uid=f"live-{model._meta.label}-deleted"
-            )
+            label = model._meta.label
+            post_save.connect(_device_changed, sender=model, dispatch_uid=f"live-{label}-saved")
+            post_delete.connect(_device_changed, sender=model, dispatch_uid=f"live-{label}-deleted")
     user_model = get_user_model()
     post_save.connect(_user_changed, sender=user_model, dispatch_uid="live-user-saved")
     post_delete.connect(_user_changed, sender=user_model, dispatch_uid="live-user-deleted")
