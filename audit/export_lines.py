@@ -26,8 +26,8 @@ from collections.abc import Iterator
 
 from django.db import connection
 
+from audit import records
 from audit.people import PREFIX, pseudonyms_in
-from audit.records import EVENT_FIELDS, PAGE_SIZE
 
 _AT = """to_char(e.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')"""
 # A CSV cell: quoted as the csv module's QUOTE_MINIMAL does under the excel dialect.
@@ -93,9 +93,9 @@ def pages(events, fmt: str, page_size: int | None = None) -> Iterator[tuple[byte
     # Constant text of this module around Django's own SQL of the queryset; values are parameters.
     select = f"SELECT {head}, e.data::text, {tail}, {', '.join(_MENTIONS)}, e.seq FROM ("  # noqa: S608
     jsonl = fmt == "jsonl"
-    after_seq, page_size = 0, page_size or PAGE_SIZE
+    after_seq, page_size = 0, page_size or records.PAGE_SIZE  # read now: settable
     while True:
-        page = events.filter(seq__gt=after_seq).order_by("seq").values(*EVENT_FIELDS)[:page_size]
+        page = events.filter(seq__gt=after_seq).order_by("seq").values(*records.EVENT_FIELDS)[:page_size]
         inner, params = page.query.sql_with_params()
         with connection.cursor() as cursor:
             cursor.execute(select + inner + ") e ORDER BY e.seq", params)
