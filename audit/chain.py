@@ -32,6 +32,7 @@ from audit.models import AuditEvent, AuditPending, AuditSeal, ChainHead, Checkpo
 from audit.shapes import format_time, parse_time
 from audit.verify.hashing import GENESIS_HASH, checkpoint_payload, hash_body
 from lib.commit_hooks import on_commit_in_background
+from lib.json_numbers import first_inexact_number
 
 KNOWN_VERBS = frozenset(Verb.values)
 
@@ -106,6 +107,13 @@ def append_many(chain: str, events: list[dict]) -> list[AuditEvent]:
             raise ValueError(f"unknown audit verb {event['verb']!r}: add it to audit.models.Verb")
         data = event.get("data") or {}
         refuse_secrets(data)
+        inexact = first_inexact_number(data, "data")
+        if inexact:
+            # Stored, it could not be hashed when the event is chained: that would stop the chain.
+            raise ValueError(
+                f"audit event {inexact[0]}: {inexact[1]!r} is outside the numbers JSON keeps exactly "
+                "(±(2^53 - 1)); record it as text"
+            )
         accepted.append(
             AuditEvent(
                 chain=chain,
