@@ -18,7 +18,7 @@ def recorder(ran, name):
 
 
 def test_a_rolled_back_savepoint_drops_only_its_own_registrations():
-    ran = []
+    ran: list[str] = []
     with transaction.atomic():
         on_commit_once("kept", recorder(ran, "kept"))
         with contextlib.suppress(RuntimeError), transaction.atomic():
@@ -32,7 +32,7 @@ def test_a_rolled_back_savepoint_drops_only_its_own_registrations():
 
 
 def test_a_key_registered_only_in_a_rolled_back_savepoint_runs_from_a_later_call():
-    ran = []
+    ran: list[str] = []
     with transaction.atomic():
         with contextlib.suppress(RuntimeError), transaction.atomic():
             on_commit_once("key", recorder(ran, "inside"))
@@ -42,7 +42,7 @@ def test_a_key_registered_only_in_a_rolled_back_savepoint_runs_from_a_later_call
 
 
 def test_a_released_savepoint_keeps_its_registration_for_the_key():
-    ran = []
+    ran: list[str] = []
     with transaction.atomic():
         with transaction.atomic():
             on_commit_once("key", recorder(ran, "inside"))
@@ -51,7 +51,7 @@ def test_a_released_savepoint_keeps_its_registration_for_the_key():
 
 
 def test_a_rolled_back_transaction_does_not_suppress_the_next_ones_hook():
-    ran = []
+    ran: list[str] = []
     with pytest.raises(RuntimeError), transaction.atomic():
         on_commit_once("key", recorder(ran, "rolled back"))
         on_commit_first(recorder(ran, "rolled back first"))
@@ -62,7 +62,7 @@ def test_a_rolled_back_transaction_does_not_suppress_the_next_ones_hook():
 
 
 def test_one_hook_per_key_per_commit():
-    ran = []
+    ran: list[str] = []
     with transaction.atomic():
         for n in range(3):
             on_commit_once("key", recorder(ran, f"key {n}"))
@@ -74,7 +74,7 @@ def test_one_hook_per_key_per_commit():
 
 
 def test_on_commit_first_runs_before_the_hooks_registered_earlier_latest_first():
-    ran = []
+    ran: list[str] = []
     with transaction.atomic():
         on_commit(recorder(ran, "plain"))
         on_commit_once("key", recorder(ran, "once"))
@@ -85,7 +85,7 @@ def test_on_commit_first_runs_before_the_hooks_registered_earlier_latest_first()
 
 
 def test_a_failing_first_hook_is_logged_and_the_commits_other_hooks_still_run(caplog):
-    ran = []
+    ran: list[str] = []
 
     def fails():
         raise ValueError("broken hook")
@@ -98,7 +98,7 @@ def test_a_failing_first_hook_is_logged_and_the_commits_other_hooks_still_run(ca
 
 
 def test_outside_a_transaction_each_hook_runs_at_once():
-    ran = []
+    ran: list[str] = []
     on_commit_once("key", recorder(ran, "once"))
     on_commit_once("key", recorder(ran, "once, again"))
     on_commit_first(recorder(ran, "first"))
