@@ -125,7 +125,7 @@ def append_many(chain: str, events: list[dict]) -> list[AuditEvent]:
             )
         )
     if connection.vendor == "postgresql":
-        _insert_with_pending(accepted)
+        accepted = _insert_with_pending(accepted)
     else:
         AuditEvent.objects.bulk_create(accepted)
         AuditPending.objects.bulk_create([AuditPending(event=e, chain=chain) for e in accepted])
@@ -139,8 +139,9 @@ def append_many(chain: str, events: list[dict]) -> list[AuditEvent]:
 _EVENT_COLUMNS = ("chain", "at", "actor", "verb", "subject", "data")
 
 
-def _insert_with_pending(events: list[AuditEvent]) -> None:
-    """The events and their pending rows in one statement (PostgreSQL): a data-modifying CTE."""
+def _insert_with_pending(events: list[AuditEvent]) -> list[AuditEvent]:
+    """The events and their pending rows in one statement (PostgreSQL): a data-modifying CTE. Returns
+    them as stored rows (with their ids), as a query would have read them."""
     # Columns, no relations: get_field gives Fields here.
     fields = [cast(Field, AuditEvent._meta.get_field(name)) for name in _EVENT_COLUMNS]
     rows = ", ".join(["(" + ", ".join(["%s"] * len(fields)) + ")"] * len(events))
@@ -160,9 +161,12 @@ def _insert_with_pending(events: list[AuditEvent]) -> None:
             params,
         )
         ids = sorted(row[0] for row in cursor.fetchall())
+    columns = [field.attname for field in AuditEvent._meta.concrete_fields]
+    stored = []
     for event, id_ in zip(events, ids, strict=True):  # ids come from one sequence, in VALUES order
-        event.id = event.pk = id_
-        event._state.adding, event._state.db = False, connection.alias
+        event.id = id_
+        stored.append(AuditEvent.from_db(connection.alias, columns, [getattr(event, c) for c in columns]))
+    return stored
 
 
 # One sequencer per chain and process at a time: a writer whose commit finds this process already
