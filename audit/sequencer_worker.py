@@ -49,6 +49,7 @@ class SequencerThread:
                 self._pass()
                 listener = self._wait(listener)
         finally:
+            self.first_pass.set()  # (stopped before its first pass: nobody waits for it in vain)
             if listener is not None:
                 listener.close()
             close_old_connections()
