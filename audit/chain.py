@@ -34,12 +34,12 @@ from django.db.models import Exists, Field, Max, OuterRef
 from django.utils import timezone
 
 from audit import checkpoint_files
+from audit.event_data import refuse_unfit_data
 from audit.models import AuditEvent, AuditPending, AuditSeal, ChainHead, Checkpoint, PublicKey, Verb
 from audit.sequencer_wakeup import wake_sequencers
 from audit.shapes import format_time, parse_time
 from audit.verify.hashing import GENESIS_HASH, checkpoint_payload, hash_body
 from lib.commit_hooks import on_commit_in_background
-from lib.json_numbers import first_inexact_number
 
 KNOWN_VERBS = frozenset(Verb.values)
 
@@ -55,40 +55,6 @@ def sequencer_alias() -> str:
 
 # Events chained per sequencer transaction: the head lock is held for one batch at a time.
 SEQUENCE_BATCH = 500
-
-# Keys that would mean a secret is about to be written into the permanent record. Event data is kept
-# for years and exported to third parties, so a caller that passes one of these fails loudly instead.
-FORBIDDEN_DATA_KEYS = frozenset(
-    {
-        "password",
-        "otp",
-        "otp_code",
-        "totp",
-        "backup_code",
-        "token",
-        "api_token",
-        "push_token",
-        "secret",
-        "private_key",
-        "authorization",
-        "credentials",
-        "outbound_auth_credentials",
-        "session_key",
-    }
-)
-
-
-def refuse_secrets(data, path: str = "data") -> None:
-    if isinstance(data, dict):
-        for key, value in data.items():
-            if str(key).lower() in FORBIDDEN_DATA_KEYS:
-                raise ValueError(
-                    f"audit event {path}.{key}: secrets, codes and tokens never go into the audit log"
-                )
-            refuse_secrets(value, f"{path}.{key}")
-    elif isinstance(data, list):
-        for index, value in enumerate(data):
-            refuse_secrets(value, f"{path}[{index}]")
 
 
 def append(chain: str, *, actor: str, verb: str, subject: str, data: dict | None = None) -> AuditEvent:
@@ -114,14 +80,7 @@ def append_many(chain: str, events: list[dict]) -> list[AuditEvent]:
             # Checked here, not by the column's choices: a new verb then needs no migration.
             raise ValueError(f"unknown audit verb {event['verb']!r}: add it to audit.models.Verb")
         data = event.get("data") or {}
-        refuse_secrets(data)
-        inexact = first_inexact_number(data, "data")
-        if inexact:
-            # Stored, it could not be hashed when the event is chained: that would stop the chain.
-            raise ValueError(
-                f"audit event {inexact[0]}: {inexact[1]!r} is outside the numbers JSON keeps exactly "
-                "(±(2^53 - 1)); record it as text"
-            )
+        refuse_unfit_data(data)
         accepted.append(
             AuditEvent(
                 chain=chain,
