@@ -16,12 +16,11 @@ _held: ContextVar[list[tuple[str, dict]] | None] = ContextVar("audit_held", defa
 
 def record(tenant_id: int | None, *, actor: str, verb: str, subject: str, data: dict | None = None):
     """Append an audit event to the tenant's chain (or the system chain) in the current transaction."""
-    chain, event = tenant_chain(tenant_id), {"actor": actor, "verb": verb, "subject": subject, "data": data}
-    held = _held.get()
+    chain, held = tenant_chain(tenant_id), _held.get()
     if held is not None:
-        held.append((chain, event))
+        held.append((chain, {"actor": actor, "verb": verb, "subject": subject, "data": data}))
         return None
-    return append(chain, **event)
+    return append(chain, actor=actor, verb=verb, subject=subject, data=data)
 
 
 @contextmanager
