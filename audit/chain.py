@@ -96,6 +96,11 @@ def append_many(chain: str, events: list[dict]) -> list[AuditEvent]:
     else:
         AuditEvent.objects.bulk_create(accepted)
         AuditPending.objects.bulk_create([AuditPending(event=e, chain=chain) for e in accepted])
+    chain_when_committed(chain)
+    return accepted
+
+
+def chain_when_committed(chain: str) -> None:
     # One hook per transaction (and chain), on the process's after-commit thread (the request answers
     # without waiting for it), where one queued run covers every commit before it: a NOTIFY that wakes
     # the workers' sequencers, or this process chaining the events itself.
@@ -103,17 +108,16 @@ def append_many(chain: str, events: list[dict]) -> list[AuditEvent]:
         on_commit_in_background(wake_sequencers, key="audit.wake")
     else:
         on_commit_in_background(lambda: sequence_after_commit(chain), key=("audit.sequence", chain))
-    return accepted
 
 
-_EVENT_COLUMNS = ("chain", "at", "actor", "verb", "subject", "data")
+EVENT_COLUMNS = ("chain", "at", "actor", "verb", "subject", "data")
 
 
 def _insert_with_pending(events: list[AuditEvent]) -> list[AuditEvent]:
     """The events and their pending rows in one statement (PostgreSQL): a data-modifying CTE. Returns
     them as stored rows (with their ids), as a query would have read them."""
     # Columns, no relations: get_field gives Fields here.
-    fields = [cast(Field, AuditEvent._meta.get_field(name)) for name in _EVENT_COLUMNS]
+    fields = [cast(Field, AuditEvent._meta.get_field(name)) for name in EVENT_COLUMNS]
     rows = ", ".join(["(" + ", ".join(["%s"] * len(fields)) + ")"] * len(events))
     params = [
         field.get_db_prep_save(getattr(event, field.attname), connection)
@@ -124,7 +128,7 @@ def _insert_with_pending(events: list[AuditEvent]) -> list[AuditEvent]:
     pending_table = connection.ops.quote_name(AuditPending._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"WITH accepted AS (INSERT INTO {event_table} ({', '.join(_EVENT_COLUMNS)}) "  # noqa: S608
+            f"WITH accepted AS (INSERT INTO {event_table} ({', '.join(EVENT_COLUMNS)}) "  # noqa: S608
             f"VALUES {rows} RETURNING id, chain) "
             f"INSERT INTO {pending_table} (event_id, chain) SELECT id, chain FROM accepted "
             "ORDER BY id RETURNING event_id",
