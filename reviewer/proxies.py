@@ -10,11 +10,27 @@ itself a trusted proxy (a client can prepend anything it likes; only what the pr
 believed), and the scope's scheme follows `X-Forwarded-Proto`. REMOTE_ADDR, which sign-in throttling
 counts under and the audit trail records, is that client. Daphne runs without --proxy-headers: it
 would take the headers from any peer.
+
+A proxy left out of TRUSTED_PROXIES is the likely mistake of a first deployment: every request then
+looks like plain http, and with SECURE_SSL_REDIRECT each page would redirect to itself for ever. So an
+http request that an untrusted peer marks `X-Forwarded-Proto: https` while that redirect is on gets a
+503 saying what to set (the details, with the peer's address, go to the log, once per peer and
+process). Someone reaching Daphne directly with forged headers gets that page instead of a redirect:
+nothing more.
 """
 
 import ipaddress
+import logging
 
 from django.conf import settings
+
+log = logging.getLogger(__name__)
+
+UNTRUSTED_PROXY_PAGE = (
+    b"Reviewer is behind a proxy it has not been told to trust, so it cannot tell that this request came"
+    b" over https and would redirect it to itself for ever. The operator must set TRUSTED_PROXIES to the"
+    b" proxy's address (docs/operations.md, 'Behind a TLS proxy'). The server log names the address.\n"
+)
 
 FORWARDING_HEADERS = frozenset(
     {b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host", b"x-forwarded-port", b"forwarded"}
@@ -87,7 +103,41 @@ class TrustedProxies:
         self.app = app
         self.trusted = networks(settings.TRUSTED_PROXIES if trusted is None else trusted)
 
+        self._peers_logged: set[str] = set()
+
     async def __call__(self, scope, receive, send):
         if scope["type"] in SCHEMES:
+            if scope["type"] == "http" and self._untrusted_proxy_would_loop(scope):
+                await _send_untrusted_proxy_page(send)
+                return
             scope = forwarded_scope(scope, self.trusted)
         await self.app(scope, receive, send)
+
+    def _untrusted_proxy_would_loop(self, scope: dict) -> bool:
+        """An http request from a peer outside TRUSTED_PROXIES that says it came over https, while
+        http is redirected to https (see the module docstring)."""
+        if not settings.SECURE_SSL_REDIRECT or scope.get("scheme") != "http":
+            return False
+        peer = (scope.get("client") or ("",))[0] or ""
+        if _trusted(_address(peer), self.trusted):
+            return False
+        said_https = any(
+            name.lower() == b"x-forwarded-proto" and value.split(b",")[-1].strip().lower() == b"https"
+            for name, value in scope.get("headers") or []
+        )
+        if said_https and peer not in self._peers_logged:
+            self._peers_logged.add(peer)
+            log.warning(
+                "X-Forwarded-Proto: https from %s, which is not in TRUSTED_PROXIES: answering 503 instead"
+                " of redirecting to https in a loop. If %s is your TLS proxy, set TRUSTED_PROXIES=%s/32.",
+                peer,
+                peer,
+                peer,
+            )
+        return said_https
+
+
+async def _send_untrusted_proxy_page(send) -> None:
+    headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"cache-control", b"no-store")]
+    await send({"type": "http.response.start", "status": 503, "headers": headers})
+    await send({"type": "http.response.body", "body": UNTRUSTED_PROXY_PAGE})

@@ -4,6 +4,7 @@ sso/services.py with their audit event; SCIM records change only through SCIM.""
 
 from django import forms
 from django.contrib import admin
+from django.db import models
 
 from sso import services
 from sso.models import ExternalIdentity, IdentityProvider, ScimGroup, ScimUser
@@ -33,9 +34,18 @@ class AuditedConfiguration(SuperuserOnly):
             services.delete_provider_configuration(obj, actor=request.user)
 
 
+def _https_by_default(field, **kwargs):
+    """An issuer typed without a scheme is read as https (Django 6's default; 5.2 warns until told). The
+    admin builds its form through its own callback, so it names this one too (formfield_overrides)."""
+    if isinstance(field, models.URLField):
+        kwargs["assume_scheme"] = "https"
+    return field.formfield(**kwargs)
+
+
 class IdentityProviderForm(forms.ModelForm):
     class Meta:
         model = IdentityProvider
+        formfield_callback = _https_by_default
         exclude: list[str] = []  # every field; the fieldsets below order them
 
     def clean(self):
@@ -62,6 +72,7 @@ class IdentityProviderForm(forms.ModelForm):
 @admin.register(IdentityProvider)
 class IdentityProviderAdmin(AuditedConfiguration):
     form = IdentityProviderForm
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
     list_display = ["tenant", "display_name", "protocol", "issuer", "enabled", "require_sso", "step_up"]
     fieldsets = [
         (None, {"fields": ["tenant", "enabled", "display_name", "protocol", "issuer"]}),

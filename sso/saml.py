@@ -6,7 +6,8 @@ only that provider's: an unknown issuer has no key), the assertion's audience (R
 this tenant), its validity window, the response's Destination, and its InResponseTo (a request this
 browser started). Reviewer adds what pysaml2 leaves to the service provider: the assertion itself must
 be signed (`want_assertions_signed`), the bearer confirmation's Recipient must be this tenant's
-assertion consumer URL, an assertion is accepted once (SamlAssertionSeen, in the database, so every
+assertion consumer URL, its signatures must use SHA-256 or stronger (pysaml2 still accepts
+SHA-1, its own default), an assertion is accepted once (SamlAssertionSeen, in the database, so every
 process sees it), and the person is matched by (issuer, NameID) through the same sign-in service as
 OpenID Connect (sso/services.py `sign_in`): never by e-mail, groups through the tenant's mapping.
 """
@@ -43,6 +44,18 @@ ASSERTION = "{urn:oasis:names:tc:SAML:2.0:assertion}"
 BACKEND = "sso.oidc.ProviderBackend"  # its get_user refuses a deactivated account, as for OIDC sign-ins
 CLOCK_SKEW_SECONDS = 60
 SEEN_FALLBACK = timedelta(hours=1)  # how long an assertion without NotOnOrAfter is remembered
+# The XML signature algorithms accepted (an allow-list: SHA-1, and anything unknown, is refused).
+STRONG_SIGNATURE_METHODS = frozenset(
+    f"http://www.w3.org/2001/04/xmldsig-more#{name}"
+    for name in ("rsa-sha256", "rsa-sha384", "rsa-sha512", "ecdsa-sha256", "ecdsa-sha384", "ecdsa-sha512")
+)
+STRONG_DIGEST_METHODS = frozenset(
+    {
+        "http://www.w3.org/2001/04/xmlenc#sha256",
+        "http://www.w3.org/2001/04/xmldsig-more#sha384",
+        "http://www.w3.org/2001/04/xmlenc#sha512",
+    }
+)
 
 
 def saml_provider(tenant_slug: str) -> IdentityProvider:
@@ -165,6 +178,25 @@ def claims_of(provider: IdentityProvider, session_info: dict) -> dict:
     return claims
 
 
+def weak_algorithms(response) -> list[str]:
+    """The signature and digest algorithms of the response's and the assertion's signatures that are
+    not on the allow-lists above."""
+    weak = []
+    for signed in (response.response, response.assertion):
+        signature = getattr(signed, "signature", None)
+        if signature is None or signature.signed_info is None:
+            continue
+        info = signature.signed_info
+        method = info.signature_method.algorithm if info.signature_method is not None else ""
+        if method not in STRONG_SIGNATURE_METHODS:
+            weak.append(method or "no signature method")
+        for reference in info.reference:
+            digest = reference.digest_method.algorithm if reference.digest_method is not None else ""
+            if digest not in STRONG_DIGEST_METHODS:
+                weak.append(digest or "no digest method")
+    return weak
+
+
 def _expiry(value: str | None) -> datetime:
     try:
         return datetime.fromisoformat(str(value).replace("Z", "+00:00")).astimezone(UTC)
@@ -211,7 +243,16 @@ class SamlAssertionConsumer(TenantConfig, AssertionConsumerServiceView):
             return refused(request, self.provider, refusal, issuer)
 
     def custom_validation(self, response):
-        """The Recipient of the bearer confirmation pysaml2 accepted must be this tenant's consumer URL."""
+        """The signatures pysaml2 verified must use strong algorithms, and the Recipient of the bearer
+        confirmation it accepted must be this tenant's consumer URL."""
+        weak = weak_algorithms(response)
+        if weak:
+            self.validation_refusal = SignInRefused(
+                "weak_signature",
+                "the assertion is signed with an algorithm no longer accepted (SHA-1); "
+                "the provider must sign with SHA-256 or stronger",
+            )
+            raise self.validation_refusal
         expected = acs_url(self.request, self.provider)
         bearers = [
             confirmation

@@ -92,3 +92,37 @@ def test_with_no_trusted_proxies_nobody_is_believed(settings):
 def test_a_trusted_proxies_entry_that_is_not_a_network_is_named():
     with pytest.raises(ValueError, match="'10.0.0.300/8' is not an IP address or network"):
         networks(["10.0.0.7", "10.0.0.300/8"])
+
+
+def _answer(scope_: dict, settings_redirect: bool, settings) -> tuple[int | None, dict]:
+    """Status the wrapper itself sent (None when it passed the request on) and the scope the app saw."""
+    settings.SECURE_SSL_REDIRECT = settings_redirect
+    seen, sent = {}, []
+
+    async def app(scope, receive, send):
+        seen.update(scope)
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(TrustedProxies(app, trusted=["10.0.0.7/32"])(scope_, None, send))
+    status = next((m["status"] for m in sent if m["type"] == "http.response.start"), None)
+    return status, seen
+
+
+def test_a_proxy_left_out_of_trusted_proxies_gets_a_503_naming_the_setting_not_a_redirect_loop(
+    settings, caplog
+):
+    status, seen = _answer(scope("10.0.0.9"), True, settings)
+
+    assert status == 503 and not seen  # the app never ran, so no redirect to itself
+    assert "TRUSTED_PROXIES=10.0.0.9/32" in caplog.text
+
+
+def test_the_503_is_only_for_an_untrusted_peer_claiming_https_while_http_is_redirected(settings):
+    plain = [(b"host", b"reviewer.example")]
+
+    assert _answer(scope("10.0.0.7"), True, settings)[0] is None  # the trusted proxy
+    assert _answer(scope("10.0.0.9", plain), True, settings)[0] is None  # no claim: redirected as usual
+    assert _answer(scope("10.0.0.9"), False, settings)[0] is None  # no redirect, so no loop
+    assert _answer(scope("10.0.0.9", kind="websocket"), True, settings)[0] is None

@@ -106,6 +106,7 @@ def test_a_local_account_with_the_same_e_mail_is_not_taken_over(client, saml_idp
         ("wrong_recipient", "wrong_recipient", "addressed to another service"),
         ("forged", "bad_signature", "does not verify with the provider's certificate"),
         ("unknown_issuer", "unknown_issuer", "not by this organisation's identity provider"),
+        ("sha1", "weak_signature", "signed with an algorithm no longer accepted (SHA-1)"),
     ],
 )
 def test_a_bad_assertion_is_refused_and_changes_nothing(

@@ -6,7 +6,8 @@ consumer URL, like a provider's page after its sign-in.
 
 Besides good answers it makes the bad ones a test asks for (`variant`): an unsigned assertion, one for
 another audience, one whose Recipient is another service, one signed by another key under this issuer
-(forged), and one from another provider altogether (unknown issuer).
+(forged), one from another provider altogether (unknown issuer), and one signed with SHA-1 (pysaml2's
+own default, which real providers have left: good answers here are signed with RSA-SHA256).
 """
 
 import base64
@@ -28,6 +29,7 @@ from saml2.config import IdPConfig
 from saml2.metadata import entity_descriptor
 from saml2.saml import NAMEID_FORMAT_PERSISTENT, SCM_BEARER, NameID
 from saml2.server import Server
+from saml2.xmldsig import DIGEST_SHA1, DIGEST_SHA256, SIG_RSA_SHA1, SIG_RSA_SHA256
 
 XMLSEC = "/usr/bin/xmlsec1"
 ELSEWHERE = "http://127.0.0.1:9/another-service"
@@ -149,6 +151,8 @@ class SamlIdentityProvider:
             "name_id": NameID(format=NAMEID_FORMAT_PERSISTENT, text=name_id),
             "userid": username,
             "sign_assertion": variant != "unsigned",
+            "sign_alg": SIG_RSA_SHA1 if variant == "sha1" else SIG_RSA_SHA256,
+            "digest_alg": DIGEST_SHA1 if variant == "sha1" else DIGEST_SHA256,
             "sign_response": False,
             "authn": {"class_ref": saml2.saml.AUTHN_PASSWORD_PROTECTED, "authn_auth": self.entity_id},
         }
