@@ -18,3 +18,11 @@ class ApprovalsConfig(AppConfig):
         from approvals.worker.delivery import send_after_commit
 
         wakeup.register_direct_sender(send_after_commit)
+
+        # A proposal page's message carries its parts, rendered by the committing process; the open
+        # pages hear of every change to their people's access (approvals/live/).
+        from approvals import events
+        from approvals.live import broadcast, invalidation
+
+        events.render_messages_with(broadcast.rendered_message)
+        invalidation.connect()

@@ -1,18 +1,28 @@
 """Real-time fan-out. Services call these only through transaction.on_commit, so nobody is told about a
-change that was rolled back. Groups are named from ids; receivers re-read state from the database
-(channels-redis may drop messages to a full channel, so a message is a hint to re-read, not the state).
+change that was rolled back. Groups are named from ids. A proposal page's message carries the page's
+parts rendered after commit by the committing process (approvals/live/broadcast.py, registered with
+render_messages_with); a socket that cannot be sure its own facts are current re-reads instead
+(channels-redis may drop messages to a full channel, so a socket never relies on having seen them all).
+
+A person's open pages keep what they know of their person (session, device, memberships) until told
+otherwise: access_facts_changed tells the sockets of one person, or of one session, to re-read them.
 
 A broadcast that fails (Redis restarting) is logged and dropped, never raised: the change is committed,
 and the caller (an agent's intake, a reviewer's vote) must get its answer, not a 500 for a hint nobody
 needs. Sockets are closed by the same outage and re-read the state when they reconnect.
 """
 
+import hashlib
+import logging
 import uuid
+from collections.abc import Callable
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 from lib.commit_hooks import on_commit_in_background
+
+log = logging.getLogger(__name__)
 
 
 def tenant_group(tenant_id) -> str:
@@ -21,6 +31,23 @@ def tenant_group(tenant_id) -> str:
 
 def proposal_group(proposal_id) -> str:
     return f"proposal-{proposal_id}"
+
+
+def person_group(user_id) -> str:
+    return f"person-{user_id}"
+
+
+def session_group(session_key: str) -> str:
+    """A session's group, named from a digest of its key (the key itself is a credential)."""
+    return "session-" + hashlib.sha256(session_key.encode()).hexdigest()[:40]
+
+
+_render: list[Callable[[str], dict]] = []
+
+
+def render_messages_with(renderer: Callable[[str], dict]) -> None:
+    """The function that renders a proposal page's message (approvals.live.broadcast.rendered_message)."""
+    _render[:] = [renderer]
 
 
 def _send(group: str, message: dict) -> None:
@@ -34,9 +61,14 @@ def proposal_changed(proposal) -> None:
     tenant_id, proposal_id = proposal.tenant_id, str(proposal.id)
 
     def send():
-        message = changed_message(proposal_id)
+        hint = changed_message(proposal_id)
+        try:
+            message = _render[0](proposal_id) if _render else hint
+        except Exception:  # a hint still reaches every socket, which then re-reads
+            log.exception("rendering proposal %s's live message failed; sent as a hint", proposal_id)
+            message = hint
         _send(proposal_group(proposal_id), message)
-        _send(tenant_group(tenant_id), message)
+        _send(tenant_group(tenant_id), hint)  # the queue's sockets re-read their own lists
 
     # After commit, on the process's after-commit thread: the change's answer does not wait for Redis.
     # A failed hint is logged, not raised.
@@ -48,3 +80,17 @@ def changed_message(proposal_id) -> dict:
     share one update of the page for it (approvals/live/fanout.py). Nothing else: every socket reads what its
     person may see."""
     return {"type": "proposal.changed", "proposal_id": str(proposal_id), "event": uuid.uuid4().hex}
+
+
+def access_facts_changed(*, user_id=None, session_key: str | None = None) -> None:
+    """After commit, tell the open pages of this person (or of this session) that what they hold about
+    their person's access may be out of date: they re-read it at once, and close if it ended."""
+    groups = ([person_group(user_id)] if user_id is not None else []) + (
+        [session_group(session_key)] if session_key else []
+    )
+
+    def send():
+        for group in groups:
+            _send(group, {"type": "facts.changed"})
+
+    on_commit_in_background(send)

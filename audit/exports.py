@@ -25,7 +25,9 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Substr
 from django.utils import timezone
 
+from audit import export_lines
 from audit.chain import archive_public_key, sequence_chain
+from audit.export_lines import compact_json, csv_cell
 from audit.labels import agent_label, tenant_chain, username_label
 from audit.models import AuditEvent, ChainHead, Verb
 from audit.people import display_names, pseudonyms_in
@@ -202,15 +204,6 @@ def count(selection: Selection) -> int:
 # CSV and JSON Lines: one function yields the bytes page by page; files and HTTP responses share it.
 
 
-def _csv_cell(value: str) -> str:
-    # A spreadsheet runs a cell that starts with = + - @ as a formula; agent-provided text must not.
-    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
-
-
-def _compact(data) -> str:
-    return json.dumps(data, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-
-
 def csv_header() -> bytes:
     buffer = io.StringIO()
     csv.writer(buffer).writerow(CSV_COLUMNS)
@@ -226,10 +219,10 @@ def csv_page(page: list[dict]) -> bytes:
                 event["seq"],
                 event["at"],
                 event["chain"],
-                _csv_cell(event["actor"]),
+                csv_cell(event["actor"]),
                 event["verb"],
-                _csv_cell(event["subject"]),
-                _csv_cell(_compact(event["data"])),
+                csv_cell(event["subject"]),
+                csv_cell(compact_json(event["data"])),
                 event["prev_hash"],
                 event["hash"],
             ]
@@ -297,15 +290,24 @@ def _blocks(selection: Selection, fmt: str, page_size: int | None = None) -> Ite
         header = csv_header()
         digest.update(header)
         yield header, done
-    render = csv_page if fmt == "csv" else jsonl_page
-    for page in event_pages(selection.events(), page_size=page_size):
-        block = render(page)
+    for block, events, mentions in _pages(selection, fmt, page_size):
         digest.update(block)
-        done += len(page)
-        mentioned |= pseudonyms_in(page)
+        done += events
+        mentioned |= mentions
         yield block, done
     people = display_names(mentioned)
     yield head_line(fmt, head_record(selection, head, digest.hexdigest(), done, people)), done
+
+
+def _pages(selection: Selection, fmt: str, page_size: int | None) -> Iterator[tuple[bytes, int, set[str]]]:
+    """(bytes, events, pseudonyms mentioned) page by page: formatted by PostgreSQL there
+    (audit/export_lines.py, the same bytes), by csv_page or jsonl_page elsewhere."""
+    if connection.vendor == "postgresql":
+        yield from export_lines.pages(selection.events(), fmt, page_size)
+        return
+    render = csv_page if fmt == "csv" else jsonl_page
+    for page in event_pages(selection.events(), page_size=page_size):
+        yield render(page), len(page), pseudonyms_in(page)
 
 
 def chunks(selection: Selection, fmt: str, page_size: int | None = None) -> Iterator[bytes]:

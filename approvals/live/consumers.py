@@ -16,7 +16,9 @@ browser's answer to this vote's challenge); a refusal comes back as
 """
 
 import json
+import time
 import uuid
+from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
@@ -42,6 +44,15 @@ from tenants.queries import memberships_of, tenant_ids_of
 # the application's own codes; htmx retries only 1006, 1011, 1012 and 1013).
 ACCESS_ENDED = 4403
 
+# A proposal socket re-reads its person's facts at the first event after this long, whatever it was
+# told: the backstop for an invalidation lost on the way (channels-redis drops messages to a full
+# channel, and a Redis outage loses those sent during it).
+FACTS_MAX_AGE = 60.0
+# A rendered message is used only if it was read this long after the socket's facts were read on
+# connect or after an invalidation: the processes' clocks may differ by up to this much (one machine's,
+# or NTP-synchronized ones).
+CLOCK_MARGIN = 0.5
+
 
 def _error(code: str, message: str, field: str | None = None, **extra) -> dict:
     return {"type": "error", **extra, **error_body(code, message, field)}
@@ -50,11 +61,19 @@ def _error(code: str, message: str, field: str | None = None, **extra) -> dict:
 class ReviewerSocket(AsyncJsonWebsocketConsumer):
     """What both sockets share: authentication, joining groups, and votes."""
 
+    user: Any  # the verified person, set by authorize()
+
     async def connect(self):
         groups = await database_sync_to_async(self.authorize)()
         if not groups:
             await self.close()
             return
+        # Told when what this socket knows of its person may have changed (approvals/live/invalidation.py).
+        groups = [
+            *groups,
+            events.person_group(self.user.pk),
+            events.session_group(self.scope["session"].session_key or ""),  # authorize() checked it
+        ]
         self.groups = groups  # websocket_disconnect leaves these
         for group in groups:
             await self.channel_layer.group_add(group, self.channel_name)
@@ -181,6 +200,9 @@ class QueueConsumer(ReviewerSocket):
     async def proposal_changed(self, event):
         await self.send_current()
 
+    async def facts_changed(self, event):
+        await self.send_current()  # closes if the person's access ended
+
     def render_current(self) -> str | None:
         if verified_user(self.scope) is None or not memberships_of(self.user).exists():
             return None  # signed out, or removed from every tenant, since connecting
@@ -205,6 +227,11 @@ class ProposalConsumer(ReviewerSocket):
         self.user, self.proposal_id = user, proposal.id
         # the decision panel's controls, as last sent (the first send includes it)
         self.mode: tuple[str, str] | None = None
+        # When this socket's facts were read on connect or after its person's facts changed (time.time()
+        # as the read began; None: not yet, the next event re-reads): a message read before that may show
+        # what the person no longer may see. And when it last read them by this process's clock.
+        self.trusted_from: float | None = None
+        self.facts_checked = 0.0
         return [events.proposal_group(proposal.id)]
 
     async def connect(self):
@@ -219,18 +246,60 @@ class ProposalConsumer(ReviewerSocket):
     async def proposal_changed(self, event):
         if event.get("proposal_id") != str(self.proposal_id):
             return
-        await self.send_update(event.get("event"))
+        html = self.from_message(event)
+        if html is not None:
+            await self.send(text_data=html)
+        else:
+            await self.send_update(event.get("event"))
+
+    async def facts_changed(self, event):
+        """The person's session, device, memberships or account changed: re-read now (closing the socket
+        if their access ended), and trust no message read before this."""
+        self.trusted_from = None
+        await self.send_update(None)
+
+    def from_message(self, event) -> str | None:
+        """This socket's update out of a message rendered by the committing process (live/broadcast.py),
+        or None when the socket must re-read: its facts are unknown, older than FACTS_MAX_AGE, or were
+        read (on connect, or after an invalidation) later than the message was; the message has no parts
+        for its person (not a member when it was read) or its parts are malformed; or the decision panel's
+        controls changed (the panel holds this socket's CSRF token and step-up state)."""
+        if self.trusted_from is None or time.monotonic() - self.facts_checked > FACTS_MAX_AGE:
+            return None
+        read_at, shared, audiences = event.get("read_at"), event.get("shared"), event.get("audiences")
+        people = event.get("people")
+        if not isinstance(read_at, float) or read_at < self.trusted_from + CLOCK_MARGIN:
+            return None
+        if not (isinstance(shared, str) and isinstance(audiences, list) and isinstance(people, dict)):
+            return None
+        index = people.get(str(self.user.pk))
+        if not isinstance(index, int) or not 0 <= index < len(audiences):
+            return None
+        entry = audiences[index]
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str)):
+            return None
+        html, controls = entry
+        if not isinstance(controls, list) or tuple(controls) != self.mode:
+            return None
+        return shared + html
 
     async def send_current(self) -> None:
         await self.send_update(None)
 
     async def send_update(self, event_id: str | None) -> None:
-        """This socket's part of the event's update, or close it if the person lost access."""
+        """This socket's part of the event's update, read now, or close it if the person lost access."""
         update = await live_updates.update_for(self, event_id)
+        if update is not None and self.trusted_from is not None and update.read_at < self.trusted_from:
+            # another socket's update for this event was read before this socket last re-read (after an
+            # invalidation it heard of): it may predate that, so this one reads again
+            update = await live_updates.update_for(self, None)
         if update is None:
             await self.close(code=ACCESS_ENDED)
             return
         self.mode = update.mode
+        if self.trusted_from is None:
+            self.trusted_from = update.read_at
+        self.facts_checked = time.monotonic()
         await self.send(text_data=update.html)
 
     def viewer(self) -> Viewer:

@@ -1,27 +1,28 @@
-"""A proposal page's live update, rendered once per event and audience in each process, not once per socket.
+"""A proposal page's live update when a socket reads it itself, once per event and process, not per socket.
 
-A `proposal.changed` event (events.py) reaches every socket open on the proposal. The first socket of a
-Daphne process to handle an event starts one update for all the sockets of that process open on the
-proposal (render_updates, one thread, a constant number of queries however many sockets):
+Most events need no read here: the committing process sends the page's parts with the event
+(broadcast.py) and each socket sends its person's (consumers.py). A socket re-reads when it cannot use
+them (its facts unknown or stale, an invalidation of its person, its person not in the message, its
+decision panel's controls changed, a bare hint), on connect, and when told its person's facts changed.
+
+The first page socket of a Daphne process to re-read for an event starts one update for all the
+sockets of that process open on the proposal (render_updates, one thread, a constant number of queries
+however many sockets):
 
 - who may still see it: every socket's session and one-time-code device (verified_users), and the
   people's memberships of the proposal's tenant and of the groups it needs, each read for all at once;
-- what everyone sees (status, quorum, votes, the signed decision, the heading of "what happens", the
-  successor link): read and rendered once;
-- what an audience sees (the "You:" line and the phone's decision bar: the controls a person gets, their
-  groups, their vote): rendered once per distinct audience;
+- what everyone sees, and what each audience sees: audiences.PageView, read and rendered once;
 - the decision panel itself (forms with the person's CSRF token and step-up state): only for a socket
-  whose controls changed since it last got one, as before.
+  whose controls changed since it last got one.
 
-The other sockets of the process take their part of that update when they handle the same event. The
-message carries only the proposal id and an event id: each socket's content is read by the process
-that serves it, for the person it serves, after the change was committed, so nothing in the message
-can reach an audience that must not see it. A socket that opened after the update started, or an
-event without an id, gets an update of its own (the same function, for one socket).
+The other sockets of the process take their part of that update when they handle the same event. A
+socket that opened after the update started, or an update without an event id, gets an update of its
+own (the same function, for one socket).
 """
 
 import asyncio
 import functools
+import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,17 +37,13 @@ from django_otp.models import Device
 
 from accounts import passkeys
 from approvals import stepup as vote_step_up
-from approvals.models import Proposal, Vote
-from approvals.selectors import ineligibility_from, threshold_groups
-from approvals.selectors.standins import delegated_groups, stand_in_users
-from approvals.services import lifecycle
+from approvals.live.audiences import AUDIENCE_PARTIALS, SHARED_PARTIALS, PageView
+from approvals.models import Proposal
 from approvals.services.break_glass import rule_for_proposal
-from approvals.web.pages import consequence_label, decision_context, decision_mode_from, live_context, my_vote
-from tenants.models import GroupMembership, TenantMembership
+from approvals.web.pages import decision_context
+from tenants.models import TenantMembership
 
-# Rendered once per update for everyone, and once per audience; the decision panel per socket.
-SHARED_PARTIALS = ("live", "consequence_heading", "successor")
-AUDIENCE_PARTIALS = ("you", "decision_bar")
+__all__ = ["AUDIENCE_PARTIALS", "SHARED_PARTIALS", "Update", "Viewer", "live_updates", "render_updates"]
 
 
 def verified_user(scope):
@@ -122,10 +119,12 @@ class Viewer:
 
 @dataclass(frozen=True)
 class Update:
-    """One socket's part of an update: partials shared with others, and the panel's controls."""
+    """One socket's part of an update: partials shared with others, the panel's controls, and when the
+    facts it was built on were read (time.time() at the start of the read)."""
 
     parts: tuple[str, ...]
     mode: tuple[str, str]
+    read_at: float = 0.0
 
     @property
     def html(self) -> str:
@@ -135,6 +134,7 @@ class Update:
 def render_updates(proposal_id, viewers: list[Viewer]) -> dict[str, Update | None]:
     """Each socket's update ({channel name: Update}), or None for a socket whose person may no longer
     see the proposal (signed out, device reset, no longer a member of its tenant, or it is gone)."""
+    read_at = time.time()
     updates: dict[str, Update | None] = {viewer.channel: None for viewer in viewers}
     users = dict(zip((v.channel for v in viewers), verified_users([v.scope for v in viewers]), strict=True))
     proposal = Proposal.objects.select_related("agent", "tenant", "supersedes").filter(pk=proposal_id).first()
@@ -151,92 +151,26 @@ def render_updates(proposal_id, viewers: list[Viewer]) -> dict[str, Update | Non
     ]
     if not readers:
         return updates
-    groups = threshold_groups(proposal)
-    in_groups = defaultdict(set)
-    for user_id, group_id in GroupMembership.objects.filter(
-        group__in=groups.values(), user_id__in={user.pk for _, user in readers}
-    ).values_list("user_id", "group_id"):
-        in_groups[user_id].add(group_id)
-    standing_in = functools.cache(lambda: stand_in_users(proposal))
-
-    @functools.cache
-    def deciding_groups(user) -> frozenset:
-        """As the page decides (selectors.capacity_for): a person the escalation step added fills any
-        slot, a delegate the slots their delegator lends. Asked only where the eligibility rule gets to
-        groups, so compliance staff and the principal cost no query."""
-        if user.pk in standing_in():
-            return frozenset(group.id for group in groups.values())
-        if in_groups[user.pk]:
-            return frozenset(in_groups[user.pk])
-        _, lent = delegated_groups(proposal, user, groups)
-        return frozenset(groups[slug].id for slug in lent)
-
-    live = live_context(proposal, groups)
-    shared = {
-        **live,
-        "successor": Proposal.objects.filter(supersedes=proposal).only("id", "state", "summary").first(),
-        "oob": True,
-    }
-    shared_html = "".join(
-        render_to_string(f"approvals/detail.html#{name}", shared) for name in SHARED_PARTIALS
-    )
-    closed_reason = functools.cache(lambda: lifecycle.closed_reason(proposal))
-    label = consequence_label(proposal)
+    page = PageView(proposal, {user.pk: memberships[user.pk] for _, user in readers})
     # What the decision panels need beyond the page's reads, read once for every socket.
     break_glass_rule = functools.cache(lambda: rule_for_proposal(proposal))
     passkey_owners = functools.cache(lambda: passkeys.owners_among({user.pk for _, user in readers}))
     provider = functools.cache(lambda: vote_step_up.confirms_at_provider(proposal.tenant_id))
-    audiences: dict[tuple, str] = {}
     for viewer, user in readers:
-        membership = memberships[user.pk]
-        why_not = ineligibility_from(
-            proposal,
-            user.pk,
-            membership.role,
-            is_principal=functools.partial(_is_principal, proposal, membership),
-            in_a_group=lambda user=user: bool(deciding_groups(user)),
-        )
-        vote = my_vote(live, user.pk)
-        mode = decision_mode_from(
-            proposal,
-            user.pk,
-            live,
-            why_not,
-            # services.decisions.may_revoke's rule, over the votes the page read anyway
-            may_revoke=functools.partial(_may_revoke, membership, live, user.pk),
-            role=functools.partial(getattr, membership, "role"),
-            closed_reason=closed_reason,
-        )
-        my_groups = [g for g in groups.values() if g.id in deciding_groups(user)] if why_not is None else []
-        audience = (mode, tuple(g.id for g in my_groups), vote.verdict if vote else None)
-        if audience not in audiences:
-            context = {
-                "proposal": proposal,
-                "progress": live["progress"],
-                "why": {"my_groups": my_groups},
-                "decision_panel": {
-                    "mode": mode[0],
-                    "why_not": mode[1],
-                    "my_vote": vote,
-                    "consequence_label": label,  # the bar's buttons name the amount, as the panel's do
-                },
-                "oob": True,
-            }
-            audiences[audience] = "".join(
-                render_to_string(f"approvals/detail.html#{name}", context) for name in AUDIENCE_PARTIALS
-            )
-        parts: tuple[str, ...] = (shared_html, audiences[audience])
-        controls = (mode[0], proposal.state)
+        audience = page.audience(user.pk)
+        parts: tuple[str, ...] = (page.html, audience.html)
+        controls = audience.controls(proposal)
         if controls != viewer.sent_mode:
             # On connect (the page may be older than the socket), then only when the controls change: a
             # reviewer typing a reason keeps it while others vote (reviewer.js also keeps a panel whose
             # controls are the same).
+            mode = audience.mode
             panel = decision_context(
                 proposal,
                 user,
                 viewer.scope["session"],
-                live,
-                why_not,
+                page.live,
+                audience.why_not,
                 mode=mode,
                 has_passkey=user.pk in passkey_owners(),
                 break_glass_rule=break_glass_rule() if mode[0] == "vote" else None,
@@ -249,21 +183,8 @@ def render_updates(proposal_id, viewers: list[Viewer]) -> dict[str, Update | Non
                 "csrf_token": viewer.csrf_token,
             }
             parts += (render_to_string("approvals/detail.html#decision", context),)
-        updates[viewer.channel] = Update(parts=parts, mode=controls)
+        updates[viewer.channel] = Update(parts=parts, mode=controls, read_at=read_at)
     return updates
-
-
-def _is_principal(proposal: Proposal, membership: TenantMembership) -> bool:
-    return (
-        membership.principal_id == proposal.principal_id
-    )  # selectors.is_principal, one membership per tenant
-
-
-def _may_revoke(membership: TenantMembership, live: dict, user_id) -> bool:
-    return membership.role == TenantMembership.Role.ADMIN or any(
-        item["vote"].voter_id == user_id and item["vote"].verdict == Vote.Verdict.APPROVE
-        for item in live["votes"]
-    )
 
 
 class LiveUpdates:

@@ -29,9 +29,7 @@ import base64
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-import rfc8785
-
-from .hashing import GENESIS_HASH, HASHED_FIELDS, checkpoint_payload, hash_body
+from .hashing import GENESIS_HASH, HASHED_FIELDS, canonical_json, checkpoint_payload, hash_body
 
 BUNDLE_FORMAT = "reviewer-audit-bundle/1"
 # The last line of a CSV or JSON Lines export: its signed head (audit/exports.py head_record).
@@ -68,18 +66,27 @@ class Result:
         return f"FAILED: {self.problems[0]} (first bad event: {where})"
 
 
-def event_hash(event: dict) -> str:
-    return hash_body({name: event[name] for name in HASHED_FIELDS})
+EVENT_KEYS = frozenset((*HASHED_FIELDS, "hash"))
+
+
+def event_hash(event: dict, *, plain: bool = False) -> str:
+    """The hash the event's content gives (`plain`: hashing.PlainJson found the event plain)."""
+    if event.keys() == EVENT_KEYS:  # as exported: the body is the event but its hash (a quick copy)
+        body = event.copy()
+        del body["hash"]
+    else:
+        body = {name: event[name] for name in HASHED_FIELDS}
+    return hash_body(body, plain=plain)
 
 
 def manifest_payload(manifest: dict) -> bytes:
     """What the manifest signature covers: the manifest without its signature, in RFC 8785 form."""
-    return rfc8785.dumps({key: value for key, value in manifest.items() if key != "signature"})
+    return canonical_json({key: value for key, value in manifest.items() if key != "signature"})
 
 
 def export_head_payload(record: dict) -> bytes:
     """What an export's head signature covers: the head record without its kid and signature."""
-    return rfc8785.dumps({key: value for key, value in record.items() if key not in ("kid", "signature")})
+    return canonical_json({key: value for key, value in record.items() if key not in ("kid", "signature")})
 
 
 def b64url_decode(text: str) -> bytes:
@@ -200,8 +207,9 @@ class ChainVerifier:
         else:
             self.signed[seq] = checkpoint["hash"]
 
-    def feed(self, event: dict) -> bool:
-        """Check one event; returns False once the chain is broken (later events cannot be trusted)."""
+    def feed(self, event: dict, *, plain: bool = False) -> bool:
+        """Check one event; returns False once the chain is broken (later events cannot be trusted).
+        `plain`: hashing.PlainJson decoded the event and found it plain."""
         if self.broken:
             return False
         self.result.events += 1
@@ -219,7 +227,7 @@ class ChainVerifier:
             problem = (
                 "prev_hash does not match the previous event's hash (events reordered, removed or inserted)"
             )
-        elif event_hash(event) != event["hash"]:
+        elif event_hash(event, plain=plain) != event["hash"]:
             problem = "content does not match its hash (the event was changed)"
         elif self.vouched is not None and self.vouched.differs(seq, event["hash"]):
             problem = (

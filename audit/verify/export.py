@@ -5,7 +5,7 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from .bundle import BundleError, jsonl_records
+from .bundle import BundleError, plain_records
 from .chains import (
     CSV_COLUMNS,
     EXPORT_HEAD_FORMAT,
@@ -16,6 +16,7 @@ from .chains import (
     public_keys,
     signature_problem,
 )
+from .hashing import SAFE_INTEGER, PlainJson
 
 # --------------------------------------------------------------------------------------------------
 # CSV and JSON Lines exports: events, then one signed head line
@@ -26,19 +27,21 @@ def _csv_value(cell: str) -> str:
     return cell[1:] if cell[:1] == "'" and cell[1:2] in ("=", "+", "-", "@", "\t", "\r") else cell
 
 
-def _csv_events(lines: Iterable[bytes]) -> Iterator[dict]:
+def _csv_events(lines: Iterable[bytes]) -> Iterator[tuple[dict, bool]]:
+    """(event, whether it is plain: hashing.PlainJson) of each row."""
     import csv
 
     rows = csv.reader(line.decode("utf-8") for line in lines)
     if next(rows, None) != list(CSV_COLUMNS):
         raise BundleError("not a Reviewer CSV export: its header differs")
+    decoder = PlainJson()
     for row in rows:
         event: dict[str, Any] = dict(zip(CSV_COLUMNS, row, strict=True))
         event["seq"] = int(event["seq"])
         for name in ("actor", "subject"):
             event[name] = _csv_value(event[name])
-        event["data"] = json.loads(_csv_value(event["data"]))
-        yield event
+        event["data"], plain = decoder.decode(_csv_value(event["data"]))
+        yield event, plain and -SAFE_INTEGER <= event["seq"] <= SAFE_INTEGER
 
 
 def _head_record(line: bytes | None, csv_format: bool) -> dict:
@@ -80,12 +83,12 @@ def verify_export(path, *, jwks: dict) -> Result:
 
     with open(path, "rb") as raw:
         lines = body(raw)
-        events = _csv_events(lines) if csv_format else jsonl_records(lines)
+        events = _csv_events(lines) if csv_format else plain_records(lines)
         checked: list[tuple[int, str]] = []  # (seq, hash) of the previous event only; constant memory
         first_seq = last_seq = None
         gaps = False
         head_chain = None
-        for event in events:
+        for event, plain in events:
             result.events += 1
             seq = event["seq"]
             head_chain = head_chain or event["chain"]
@@ -93,7 +96,7 @@ def verify_export(path, *, jwks: dict) -> Result:
                 result.fail(
                     seq, f"event {seq}: belongs to chain {event['chain']}, not {head_chain}", head_chain
                 )
-            if event_hash(event) != event["hash"]:
+            if event_hash(event, plain=plain) != event["hash"]:
                 result.fail(
                     seq, f"{event['chain']} event {seq}: content does not match its hash", event["chain"]
                 )

@@ -3,9 +3,30 @@
 audit/chain.py (writing, inside Django) and audit/verify/ (checking, offline without Django) both
 import these, so the rule a verifier checks is the rule the writer applied. Keep this module free of
 Django imports: `python -m audit.verify` must run on a compliance laptop with no settings.
+
+The rule is RFC 8785 (JCS). The `rfc8785` package is its reference here; it is pure Python (about 30 µs
+an event), so a value made only of what the standard library's C JSON encoder writes exactly as RFC 8785
+does is encoded by that encoder instead (about 5 µs), and everything else by `rfc8785`:
+
+- strings: both escape exactly `"`, `\\` and U+0000..U+001F, with the same short forms (\\b \\t \\n \\f
+  \\r) and lowercase `\\u00xx` for the other control characters; both write everything else (`/`, DEL,
+  U+2028, U+2029, non-ASCII) as its UTF-8 bytes. A lone surrogate cannot be encoded as UTF-8: such a
+  value goes to `rfc8785`, which refuses it;
+- integers within ±(2**53 - 1), booleans and null: the same text (outside that range `rfc8785` refuses);
+- arrays, and objects with string keys: Python sorts keys by code point, RFC 8785 by UTF-16 code unit;
+  the orders differ only between a character outside the Basic Multilingual Plane and one of
+  U+E000..U+FFFF, so text with any character outside the BMP goes to `rfc8785`;
+- floats (`1.0` is `1` in RFC 8785, `1.0` in Python), NaN and infinities, tuples, subclasses (an enum
+  member) and every other type go to `rfc8785`, which writes or refuses them as before.
+tests/audit/test_hashing.py compares both encodings on every event shape of the trail and on hostile
+values.
 """
 
 import hashlib
+import json
+import re
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
+from typing import Any
 
 import rfc8785
 
@@ -13,19 +34,121 @@ GENESIS_HASH = "sha256:" + "0" * 64
 # What an event's hash covers, in this order of fields (RFC 8785 sorts keys anyway).
 HASHED_FIELDS = ("chain", "seq", "at", "actor", "verb", "subject", "data", "prev_hash")
 
+SAFE_INTEGER = 2**53 - 1  # RFC 8785's integers: what an IEEE 754 double holds exactly
+_OUTSIDE_BMP = re.compile("[\U00010000-\U0010ffff]")
+
+
+def _no_default(value):
+    raise TypeError(f"not plain JSON: {type(value).__name__}")
+
+
+if c_make_encoder is not None:
+    _chunks = c_make_encoder(None, _no_default, encode_basestring, None, ":", ",", True, False, False)
+
+    def _compact(value: Any) -> str:
+        return "".join(_chunks(value, 0))
+
+else:  # an interpreter without the C accelerator: the same text, slower
+    _encoder = json.JSONEncoder(
+        sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False
+    )
+
+    def _compact(value: Any) -> str:
+        return _encoder.encode(value)
+
+
+def _plain(value) -> bool:
+    """Whether `value` holds only exact dicts with string keys, lists, strings, booleans, None and
+    integers within ±SAFE_INTEGER: the values whose compact sorted JSON is their RFC 8785 form (apart
+    from the characters canonical_json checks)."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        return -SAFE_INTEGER <= value <= SAFE_INTEGER
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str or not _plain(item):
+                return False
+        return True
+    if kind is list:
+        for item in value:
+            if not _plain(item):
+                return False
+        return True
+    return False
+
+
+def canonical_json(value, *, plain: bool = False) -> bytes:
+    """The RFC 8785 form of `value`. `plain=True` is the caller's word that `value` came from
+    `PlainJson.decode` and was found plain there (so it need not be walked again)."""
+    if plain or _plain(value):
+        text = _compact(value)
+        if text.isascii():
+            return text.encode()
+        if not _OUTSIDE_BMP.search(text):  # else keys may sort otherwise in UTF-16
+            try:
+                return text.encode()
+            except UnicodeEncodeError:  # a lone surrogate, which rfc8785 refuses
+                pass
+    return rfc8785.dumps(value)
+
 
 def canonical_digest(value) -> str:
     """`sha256:` + hex sha256 of the RFC 8785 form of `value`: the one digest rule of Reviewer (event
     hashes here; action digests through approvals.canonical; the agent-side gate keeps its own copy
     because it imports nothing of ours)."""
-    return "sha256:" + hashlib.sha256(rfc8785.dumps(value)).hexdigest()
+    return "sha256:" + hashlib.sha256(canonical_json(value)).hexdigest()
 
 
-def hash_body(body: dict) -> str:
-    """The hash of an event body holding exactly HASHED_FIELDS."""
-    return canonical_digest(body)
+def hash_body(body: dict, *, plain: bool = False) -> str:
+    """The hash of an event body holding exactly HASHED_FIELDS (`plain`: as for canonical_json)."""
+    return "sha256:" + hashlib.sha256(canonical_json(body, plain=plain)).hexdigest()
 
 
 def checkpoint_payload(chain: str, seq: int, head_hash: str, at: str) -> bytes:
     """What a checkpoint's Ed25519 signature covers."""
-    return rfc8785.dumps({"chain": chain, "seq": seq, "hash": head_hash, "at": at})
+    return canonical_json({"chain": chain, "seq": seq, "hash": head_hash, "at": at})
+
+
+class PlainJson:
+    """`json.loads` of one line, as the reference reads it, telling also whether the value is plain: it
+    holds no float, NaN, infinity or integer beyond ±SAFE_INTEGER (JSON gives no other type, and object
+    keys are strings), so canonical_json may skip walking it. One instance per reader (not shared
+    between threads)."""
+
+    def __init__(self) -> None:
+        self._unusual = False
+        # scan_once (what JSONDecoder.decode runs, without its two whitespace matches) is set by
+        # JSONDecoder.__init__ but missing from typeshed's stub.
+        self._scan = json.JSONDecoder(
+            parse_float=self._float, parse_int=self._int, parse_constant=self._constant
+        ).scan_once  # type: ignore[attr-defined]
+
+    def _float(self, text: str) -> float:
+        self._unusual = True
+        return float(text)
+
+    def _int(self, text: str) -> int:
+        value = int(text)
+        if not -SAFE_INTEGER <= value <= SAFE_INTEGER:
+            self._unusual = True
+        return value
+
+    def _constant(self, name: str) -> float:
+        self._unusual = True
+        return float(name)  # "NaN", "Infinity", "-Infinity", as json.loads reads them
+
+    def decode(self, line: bytes | str) -> tuple[Any, bool]:
+        """(json.loads(line), whether it is plain)."""
+        self._unusual = False
+        try:
+            text = line.decode() if isinstance(line, bytes) else line
+            value, end = self._scan(text, 0)
+            if end == len(text):
+                return value, not self._unusual
+        except (ValueError, StopIteration):
+            pass
+        # Not one JSON value as Reviewer writes it (space around it, a BOM, another encoding, invalid):
+        # json.loads decides, with its encoding detection and its own error.
+        return json.loads(line), False
