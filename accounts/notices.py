@@ -6,10 +6,11 @@ import logging
 
 from django.conf import settings
 from django.core.mail import EmailMessage
-from django.db import transaction
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
+
+from lib.commit_hooks import on_commit
 
 log = logging.getLogger(__name__)
 
@@ -46,4 +47,4 @@ def tell_person(user, what: str, *, by=None, cool_off_until=None) -> None:
         except Exception:  # any backend's failure: the change stands, its audit event says it happened
             log.exception("could not send the factor-change e-mail to user %s", user.pk)
 
-    transaction.on_commit(send)
+    on_commit(send)

@@ -28,9 +28,8 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import connection as django_connection
-from django.db import transaction
 
-from lib.commit_hooks import on_commit_first
+from lib.commit_hooks import on_commit, on_commit_first
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +41,12 @@ CHANNEL = "reviewer_outbox"
 
 def outbox_message_queued() -> None:
     """Wake the workers once the current transaction commits (never if it rolls back)."""
-    connection = transaction.get_connection()
-    if connection.vendor == "postgresql":
+    if django_connection.vendor == "postgresql":
         # Delivered at commit; several NOTIFYs of one transaction reach a listener once.
-        with connection.cursor() as cursor:
+        with django_connection.cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, '')", [CHANNEL])
     else:
-        transaction.on_commit(ring_doorbells, robust=True)
+        on_commit(ring_doorbells, robust=True)
 
 
 # Set by approvals.delivery (AppConfig.ready): sends a committed continuation from this process. The

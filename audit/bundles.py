@@ -13,7 +13,13 @@ from pathlib import Path
 from django.conf import settings
 from django.utils import timezone
 
-from audit.chain import archive_public_key, sequence_chain, verification_jwks, write_checkpoint
+from audit.chain import (
+    archive_public_key,
+    make_seals_durable,
+    sequence_chain,
+    verification_jwks,
+    write_checkpoint,
+)
 from audit.exports import Selection, jsonl_page
 from audit.models import AuditEvent, ChainHead, Checkpoint
 from audit.people import display_names, pseudonyms_in
@@ -118,6 +124,7 @@ def write_bundle(
 
     sequence_chain(selection.chain)  # an open-ended bundle reaches everything committed
     segment = bundle_segment(selection)
+    make_seals_durable(segment.chain)  # what the bundle is cut at is on disk before any of it leaves
     if (
         segment.head["seq"]
         and not Checkpoint.objects.filter(chain=segment.chain, seq=segment.head["seq"]).exists()

@@ -5,10 +5,16 @@ pending row (one statement on PostgreSQL): no lock, so a tenant's writes never q
 `sequence_chain()` chains what has committed: in one short transaction it locks the chain head, takes
 the chain's pending events in id order, inserts each one's seal (seq, prev_hash, hash) in one multi-row
 INSERT, drops their pending rows, moves the head and signs a checkpoint every AUDIT_CHECKPOINT_EVERY
-events. No row is ever updated but the head: an event and its seal are each written once. It runs right
-after each appending transaction commits (on that process's after-commit thread, lib/commit_hooks.py)
-and on every worker
-tick (`sequence_pending()`), for an event whose process died between its commit and its sequencing.
+events. No row is ever updated but the head: an event and its seal are each written once. Where it
+runs is AUDIT_SEQUENCING: "worker" (the appending process wakes the workers after commit and their
+sequencer thread chains in batches, audit/sequencer_worker.py) or "after_commit" (the appending process
+chains right after its commit, on its after-commit thread, lib/commit_hooks.py); in both, every worker
+tick chains what is pending (`sequence_pending()`), e.g. an event whose process died after its commit.
+
+A batch with no checkpoint due commits with synchronous_commit off (AUDIT_SEQUENCER_ASYNC_COMMIT): a
+crash can lose only seals, whose events stay pending and are sealed again. So nothing derived from a
+seal leaves the database before `make_seals_durable()` (exports, bundles, evidence, the SIEM stream);
+a checkpoint's batch commits synchronously, flushing every seal before it.
 
 The sequencer works through its own connection, `sequencer_alias()`: the `sequencer` database alias when
 settings configure one (AUDIT_SEQUENCER_DATABASE_URL, the sequencer's role, which alone may insert seals
@@ -28,7 +34,9 @@ from django.db.models import Exists, Field, Max, OuterRef
 from django.utils import timezone
 
 from audit import checkpoint_files
+from audit.event_data import refuse_unfit_data
 from audit.models import AuditEvent, AuditPending, AuditSeal, ChainHead, Checkpoint, PublicKey, Verb
+from audit.sequencer_wakeup import wake_sequencers
 from audit.shapes import format_time, parse_time
 from audit.verify.hashing import GENESIS_HASH, checkpoint_payload, hash_body
 from lib.commit_hooks import on_commit_in_background
@@ -48,44 +56,11 @@ def sequencer_alias() -> str:
 # Events chained per sequencer transaction: the head lock is held for one batch at a time.
 SEQUENCE_BATCH = 500
 
-# Keys that would mean a secret is about to be written into the permanent record. Event data is kept
-# for years and exported to third parties, so a caller that passes one of these fails loudly instead.
-FORBIDDEN_DATA_KEYS = frozenset(
-    {
-        "password",
-        "otp",
-        "otp_code",
-        "totp",
-        "backup_code",
-        "token",
-        "api_token",
-        "push_token",
-        "secret",
-        "private_key",
-        "authorization",
-        "credentials",
-        "outbound_auth_credentials",
-        "session_key",
-    }
-)
-
-
-def refuse_secrets(data, path: str = "data") -> None:
-    if isinstance(data, dict):
-        for key, value in data.items():
-            if str(key).lower() in FORBIDDEN_DATA_KEYS:
-                raise ValueError(
-                    f"audit event {path}.{key}: secrets, codes and tokens never go into the audit log"
-                )
-            refuse_secrets(value, f"{path}.{key}")
-    elif isinstance(data, list):
-        for index, value in enumerate(data):
-            refuse_secrets(value, f"{path}[{index}]")
-
 
 def append(chain: str, *, actor: str, verb: str, subject: str, data: dict | None = None) -> AuditEvent:
-    """Accept one event in the current transaction (an insert, no lock); it is chained right after the
-    transaction commits. Its seq and hash are None until then."""
+    """Accept one event in the current transaction (an insert, no lock); it is chained once the
+    transaction commits (by the worker, or right after the commit: AUDIT_SEQUENCING). Its seq and hash
+    are None until then."""
     return append_many(chain, [{"actor": actor, "verb": verb, "subject": subject, "data": data}])[0]
 
 
@@ -93,7 +68,7 @@ def append_many(chain: str, events: list[dict]) -> list[AuditEvent]:
     """Accept several events of one chain in the current transaction, in this order, with one statement
     on PostgreSQL (one round trip, however many): each dict has actor, verb, subject and optionally data.
     They are chained, in this order and next to each other unless another writer's events commit in
-    between, right after the transaction commits."""
+    between, once the transaction commits."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("audit.append must run inside the transaction of the change it records")
     if not events:
@@ -105,7 +80,7 @@ def append_many(chain: str, events: list[dict]) -> list[AuditEvent]:
             # Checked here, not by the column's choices: a new verb then needs no migration.
             raise ValueError(f"unknown audit verb {event['verb']!r}: add it to audit.models.Verb")
         data = event.get("data") or {}
-        refuse_secrets(data)
+        refuse_unfit_data(data)
         accepted.append(
             AuditEvent(
                 chain=chain,
@@ -117,24 +92,32 @@ def append_many(chain: str, events: list[dict]) -> list[AuditEvent]:
             )
         )
     if connection.vendor == "postgresql":
-        _insert_with_pending(accepted)
+        accepted = _insert_with_pending(accepted)
     else:
         AuditEvent.objects.bulk_create(accepted)
         AuditPending.objects.bulk_create([AuditPending(event=e, chain=chain) for e in accepted])
-    # One hook per transaction and chain: it chains every event the transaction added to the chain, on
-    # the process's after-commit thread (the request answers without waiting for it), where one queued
-    # run covers every commit before it.
-    on_commit_in_background(lambda: sequence_after_commit(chain), key=("audit.sequence", chain))
+    chain_when_committed(chain)
     return accepted
 
 
-_EVENT_COLUMNS = ("chain", "at", "actor", "verb", "subject", "data")
+def chain_when_committed(chain: str) -> None:
+    # One hook per transaction (and chain), on the process's after-commit thread (the request answers
+    # without waiting for it), where one queued run covers every commit before it: a NOTIFY that wakes
+    # the workers' sequencers, or this process chaining the events itself.
+    if settings.AUDIT_SEQUENCING == "worker":
+        on_commit_in_background(wake_sequencers, key="audit.wake")
+    else:
+        on_commit_in_background(lambda: sequence_after_commit(chain), key=("audit.sequence", chain))
 
 
-def _insert_with_pending(events: list[AuditEvent]) -> None:
-    """The events and their pending rows in one statement (PostgreSQL): a data-modifying CTE."""
+EVENT_COLUMNS = ("chain", "at", "actor", "verb", "subject", "data")
+
+
+def _insert_with_pending(events: list[AuditEvent]) -> list[AuditEvent]:
+    """The events and their pending rows in one statement (PostgreSQL): a data-modifying CTE. Returns
+    them as stored rows (with their ids), as a query would have read them."""
     # Columns, no relations: get_field gives Fields here.
-    fields = [cast(Field, AuditEvent._meta.get_field(name)) for name in _EVENT_COLUMNS]
+    fields = [cast(Field, AuditEvent._meta.get_field(name)) for name in EVENT_COLUMNS]
     rows = ", ".join(["(" + ", ".join(["%s"] * len(fields)) + ")"] * len(events))
     params = [
         field.get_db_prep_save(getattr(event, field.attname), connection)
@@ -145,16 +128,19 @@ def _insert_with_pending(events: list[AuditEvent]) -> None:
     pending_table = connection.ops.quote_name(AuditPending._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"WITH accepted AS (INSERT INTO {event_table} ({', '.join(_EVENT_COLUMNS)}) "  # noqa: S608
+            f"WITH accepted AS (INSERT INTO {event_table} ({', '.join(EVENT_COLUMNS)}) "  # noqa: S608
             f"VALUES {rows} RETURNING id, chain) "
             f"INSERT INTO {pending_table} (event_id, chain) SELECT id, chain FROM accepted "
             "ORDER BY id RETURNING event_id",
             params,
         )
         ids = sorted(row[0] for row in cursor.fetchall())
+    columns = [field.attname for field in AuditEvent._meta.concrete_fields]
+    stored = []
     for event, id_ in zip(events, ids, strict=True):  # ids come from one sequence, in VALUES order
-        event.id = event.pk = id_
-        event._state.adding, event._state.db = False, connection.alias
+        event.id = id_
+        stored.append(AuditEvent.from_db(connection.alias, columns, [getattr(event, c) for c in columns]))
+    return stored
 
 
 # One sequencer per chain and process at a time: a writer whose commit finds this process already
@@ -245,9 +231,12 @@ def _adopt_foreign_seals(chain: str, head: ChainHead, db: str) -> None:
     AuditPending.objects.using(db).filter(event_id__in=[event_id for _, _, event_id in adopted]).delete()
 
 
-def _seal(chain: str, events: list[AuditEvent], head_seq: int, head_hash: str, db: str) -> None:
+def _seal(
+    chain: str, events: list[AuditEvent], head_seq: int, head_hash: str, db: str, *, durable: bool
+) -> None:
     """The seals of `events` (one multi-row INSERT, which the PostgreSQL trigger checks continues the
-    chain), their pending rows dropped and the head moved: the events themselves are not written again."""
+    chain), their pending rows dropped and the head moved: the events themselves are not written again.
+    Not `durable`: the commit does not wait for its fsync (PostgreSQL)."""
     seal_table = connection.ops.quote_name(AuditSeal._meta.db_table)
     pending_table = connection.ops.quote_name(AuditPending._meta.db_table)
     rows = ", ".join(["(%s, %s, %s, %s, %s)"] * len(events))
@@ -265,6 +254,8 @@ def _seal(chain: str, events: list[AuditEvent], head_seq: int, head_hash: str, d
         (delete, ids),
         (move, [head_seq, head_hash, chain]),
     ]
+    if not durable and sequencer.vendor == "postgresql":
+        statements.insert(0, ("SET LOCAL synchronous_commit = off", []))
     with sequencer.cursor() as cursor:
         if sequencer.vendor == "postgresql":
             # One round trip: psycopg binds client-side here (Django's default), so several statements
@@ -307,7 +298,9 @@ def _sequence_batch(chain: str) -> int:
             event.hash = prev_hash = hash_body(event.hashed_fields())
             if seq % settings.AUDIT_CHECKPOINT_EVERY == 0:
                 due.append((seq, prev_hash))
-        _seal(chain, batch, seq, prev_hash, db)
+        # A checkpoint leaves the database (its file): its batch, and so every seal before it, is flushed.
+        durable = bool(due) or not settings.AUDIT_SEQUENCER_ASYNC_COMMIT
+        _seal(chain, batch, seq, prev_hash, db, durable=durable)
         for checkpoint_seq, checkpoint_hash in due:
             write_checkpoint(chain, checkpoint_seq, checkpoint_hash, using=db)
     return len(batch)
@@ -322,6 +315,22 @@ def sequence_pending() -> int:
 def _unsequenced_chains() -> list[str]:
     pending = AuditPending.objects.using(sequencer_alias())
     return sorted(set(pending.values_list("chain", flat=True).distinct()))
+
+
+def make_seals_durable(chain: str) -> None:
+    """Flush to disk every seal of `chain` this process can see (PostgreSQL; elsewhere every commit is
+    durable). Call it after reading what is about to leave the database and before it leaves: a seal
+    committed without its fsync could still be lost in a crash and sealed again differently (another
+    event may have committed before it meanwhile). One synchronous commit of a transaction that wrote
+    WAL flushes all WAL before it: here the head's row lock, taken and released."""
+    db = sequencer_alias()
+    if connections[db].vendor != "postgresql":
+        return
+    with transaction.atomic(using=db):
+        with connections[db].cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit = on")
+            head_table = connection.ops.quote_name(ChainHead._meta.db_table)
+            cursor.execute(f"SELECT 1 FROM {head_table} WHERE chain = %s FOR UPDATE", [chain])  # noqa: S608
 
 
 def archive_public_key(kid: str, using: str = DEFAULT_DB_ALIAS) -> None:

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
-from audit.chain import sequence_chain, verification_jwks
+from audit.chain import make_seals_durable, sequence_chain, verification_jwks
 from audit.labels import tenant_chain
 from audit.models import AuditEvent, Checkpoint, Verb
 from audit.people import display_names
@@ -102,6 +102,7 @@ def build_packet(tenant, proposal_id) -> dict | None:
         event_dict(e)
         for e in AuditEvent.objects.chained(tenant_chain(tenant.id)).filter(subject=subject).order_by("seq")
     ]
+    make_seals_durable(tenant_chain(tenant.id))  # the packet's places in the chain are on disk
     names = _display_names({e["actor"] for e in events})
 
     def of(*verbs):

@@ -26,7 +26,7 @@ from django.db.models.functions import Substr
 from django.utils import timezone
 
 from audit import export_lines
-from audit.chain import archive_public_key, sequence_chain
+from audit.chain import archive_public_key, make_seals_durable, sequence_chain
 from audit.export_lines import compact_json, csv_cell
 from audit.labels import agent_label, tenant_chain, username_label
 from audit.models import AuditEvent, ChainHead, Verb
@@ -244,6 +244,7 @@ def export_head(selection: Selection) -> tuple[int, str]:
     else:
         seq = selection.up_to_seq
     found = AuditEvent.objects.chained(selection.chain).filter(seq=seq).values_list("hash", flat=True).first()
+    make_seals_durable(selection.chain)  # what the export is cut at is on disk before any of it leaves
     return seq, found or GENESIS_HASH
 
 

@@ -22,7 +22,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.bundles import bundle_segment, write_bundle
-from audit.chain import append, sequence_chain, write_due_checkpoints
+from audit.chain import append, make_seals_durable, sequence_chain, write_due_checkpoints
 from audit.exports import Selection, count, write_lines
 from audit.labels import actor_label, tenant_chain
 from audit.models import AuditSeal, ChainHead, ExportJob, Verb
@@ -54,8 +54,10 @@ def record_export(tenant, *, actor: str, kind: str, filters: dict, subject: str,
             subject=subject,
             data={"kind": kind, "filters": filters, "delivery": delivery},
         )
-    sequence_chain(tenant_chain(tenant.id))  # (inside a test's transaction the on-commit hook never runs)
-    return AuditSeal.objects.get(event_id=event.id).seq
+    sequence_chain(tenant_chain(tenant.id))  # the export's own event, and everything committed before it
+    seq = AuditSeal.objects.get(event_id=event.id).seq
+    make_seals_durable(tenant_chain(tenant.id))  # the snapshot's seals are on disk before any leaves
+    return seq
 
 
 def create_export(tenant, *, user, kind: str, filters: dict) -> ExportJob:

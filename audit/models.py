@@ -34,20 +34,38 @@ class AppendOnlyQuerySet(models.QuerySet):
     def bulk_update(self, objs, fields, batch_size=None):
         raise AppendOnlyError(f"{self.model.__name__} rows are append-only")
 
+    def bulk_create(self, objs, *args, **kwargs):
+        created = super().bulk_create(objs, *args, **kwargs)
+        for obj in created:
+            obj.stored = True
+        return created
+
 
 class AppendOnlyModel(models.Model):
+    """A row is written once: save() stores an instance that is not in the database yet and refuses one
+    that is (read from it, saved or bulk-created already, or built by `from_db` after a raw insert)."""
+
     objects = AppendOnlyQuerySet.as_manager()
+
+    stored = False
 
     class Meta:
         abstract = True
 
     def save(self, *args, **kwargs):
-        if not self._state.adding:
+        if self.stored:
             raise AppendOnlyError(f"{type(self).__name__} rows are append-only")
         super().save(*args, **kwargs)
+        self.stored = True
 
     def delete(self, *args, **kwargs):
         raise AppendOnlyError(f"{type(self).__name__} rows are append-only")
+
+    @classmethod
+    def from_db(cls, db, field_names, values):
+        instance = super().from_db(db, field_names, values)
+        instance.stored = True
+        return instance
 
 
 class Verb(models.TextChoices):

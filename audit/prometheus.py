@@ -14,14 +14,14 @@ from datetime import datetime
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db.models import Count, Max
+from django.db.models import Count, Max, Min
 from django.utils import timezone
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from audit.labels import tenant_chain
 from audit.metrics import FIRST_OUTCOMES, Metrics, collect, percentile
-from audit.models import ChainHead, Checkpoint, ExportJob
+from audit.models import AuditPending, ChainHead, Checkpoint, ExportJob
 from tenants import queries as tenant_queries
 
 QUANTILES = (0.5, 0.95)
@@ -139,6 +139,26 @@ class ReviewerCollector:
             row["chain"]: row
             for row in Checkpoint.objects.values("chain").annotate(last_seq=Max("seq"), last_at=Max("at"))
         }
+        # Events accepted but not chained yet: a count that stays up, or an oldest age past
+        # AUDIT_PENDING_ALERT_SECONDS, means no worker is chaining (AUDIT_SEQUENCING = "worker").
+        pending = GaugeMetricFamily(
+            "reviewer_audit_pending_events", "Events accepted, not chained yet.", labels=["chain"]
+        )
+        oldest = GaugeMetricFamily(
+            "reviewer_audit_oldest_pending_seconds",
+            "Age of the chain's oldest event not chained yet (0: none).",
+            labels=["chain"],
+        )
+        waiting = {
+            row["chain"]: row
+            for row in AuditPending.objects.values("chain").annotate(n=Count("pk"), first=Min("event__at"))
+        }
+        for chain in sorted(set(heads) | set(waiting)):
+            row = waiting.get(chain)
+            pending.add_metric([chain], row["n"] if row else 0)
+            age = (now - row["first"]).total_seconds() if row else 0.0
+            oldest.add_metric([chain], round(max(age, 0.0), 3))
+        yield from (pending, oldest)
         for chain, head in sorted(heads.items()):
             checkpoint = latest.get(chain)
             head_seq.add_metric([chain], head.seq)

@@ -27,6 +27,7 @@ import httpx
 from django.conf import settings
 from django.db import transaction
 
+from audit.chain import make_seals_durable
 from audit.models import AuditEvent, ChainHead, SiemCursor
 from audit.shapes import format_time, parse_time
 
@@ -182,6 +183,7 @@ def stream_pending() -> int:
             )
             if not events:
                 continue
+            make_seals_durable(chain)  # a sink keeps what it got: never a seal a crash could still undo
             try:
                 deliver([event_record(e) for e in events])
             except SinkFailed as error:

@@ -7,8 +7,10 @@ with like.
 
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,6 +51,35 @@ def setup_django(environment: dict, settings: str = "reviewer.settings") -> None
 
     django.setup()
     call_command("migrate", verbosity=0)
+
+
+def start_worker(environment: dict, settings: str = "reviewer.settings") -> subprocess.Popen:
+    """`manage.py run_worker` on the scratch database, as deployed next to the HTTP processes (with
+    AUDIT_SEQUENCING = "worker" it chains the audit events they accept); returns once it has started."""
+    worker = subprocess.Popen(
+        [sys.executable, "manage.py", "run_worker"],
+        cwd=ROOT,
+        env={**os.environ, **environment, "DJANGO_SETTINGS_MODULE": settings, "LOG_LEVEL": "INFO"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert worker.stderr is not None
+    for line in worker.stderr:
+        if "worker started" in line:
+            # Keep reading its log so a full pipe never blocks it.
+            threading.Thread(target=worker.stderr.read, daemon=True).start()
+            return worker
+    raise SystemExit(f"run_worker did not start (exit {worker.wait()})")
+
+
+def stop_process(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def percentile(samples: list[float], share: float) -> float:

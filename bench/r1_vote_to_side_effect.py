@@ -14,8 +14,6 @@ import sys
 import time
 from pathlib import Path
 
-from approvals.services.votes import cast_vote
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.delivery_stack import (  # noqa: E402 (after the path)
@@ -79,6 +77,8 @@ def _vote(proposal, reviewer, step_up) -> float:
     direct send's hand-off) run before it returns, while the continuation may already be on its way.
     (An outer atomic block with a first on-commit hook: cast_vote's block becomes a savepoint of it.)"""
     from django.db import transaction
+
+    from approvals.services.votes import cast_vote  # Django is set up by now (measure_on_stack)
 
     marks = []
     with transaction.atomic():

@@ -3,9 +3,10 @@ that inserts one row, served by the same Daphne process: ≥ 0.5x the bare throu
 
 On a scratch PostgreSQL database, one Daphne on 127.0.0.1 with bench/settings.py (production settings
 plus the bare endpoint of bench/urls.py). Each proposal goes the review path (a refund one finance
-reviewer must approve): intake, policy, audit events and the review notice; no worker runs, so no
-mail is sent. Phases alternate (bare, intake, bare, intake), each PHASE_SECONDS long, so the machine's
-other load falls on both alike.
+reviewer must approve): intake, policy, audit events and the review notice. One `run_worker` runs
+beside it, as deployed (with AUDIT_SEQUENCING = "worker" it chains the audit events; its digests go
+to the locmem mail backend). Phases alternate (bare, intake, bare, intake), each PHASE_SECONDS long,
+so the machine's other load falls on both alike.
 """
 
 import os
@@ -18,7 +19,7 @@ import uuid
 
 import httpx
 
-from bench.common import ROOT, ms, percentile, scratch_environment, setup_django
+from bench.common import ROOT, ms, percentile, scratch_environment, setup_django, start_worker, stop_process
 
 CLIENTS = 8
 PHASE_SECONDS = float(os.environ.get("BENCH_PHASE_SECONDS", "8"))
@@ -107,6 +108,7 @@ def main() -> list[dict]:
 
     port = int(os.environ.get("BENCH_PORT") or 0) or free_port()  # BENCH_PORT: a port of your range
     server = start_daphne(environment, port)
+    worker = start_worker(environment, settings="bench.settings")  # as deployed: it chains the audit trail
     base = f"http://127.0.0.1:{port}"
     headers = {"Authorization": f"Bearer {API_TOKEN}"}
     bare, intake = [], []
@@ -116,6 +118,7 @@ def main() -> list[dict]:
             bare.append(load(f"{base}/bench/bare-insert", proposal_body, {}, 201))
             intake.append(load(f"{base}/api/v1/proposals", proposal_body, headers, 201))
     finally:
+        stop_process(worker)
         server.terminate()
         server.wait(timeout=30)
 

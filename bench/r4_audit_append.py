@@ -7,10 +7,12 @@ row, on PostgreSQL.
 Not a test: it prints numbers. Each writer is a thread with its own connection; each event is its own
 transaction, as a service's change is.
 - **plain**: `AuditEvent.objects.create(...)` of the same row in a transaction, nothing else;
-- **chained**: `audit.chain.append(...)` in a transaction; after the commit the writer's on-commit hook
-  runs the sequencer (lock the chain head, insert the seals of every committed pending event in one
-  statement, move the head, a checkpoint every AUDIT_CHECKPOINT_EVERY). The clock stops when every
-  event is chained, not when it is accepted.
+- **chained**: `audit.chain.append(...)` in a transaction, then the sequencer (lock the chain head,
+  insert the seals of every committed pending event in one statement, move the head, a checkpoint
+  every AUDIT_CHECKPOINT_EVERY) where AUDIT_SEQUENCING puts it: "worker" (the default on PostgreSQL)
+  in a `run_worker` process this bench starts, woken after each commit; "after_commit" on this
+  process's after-commit thread. The clock stops when every event is chained, not when it is
+  accepted (what the sequencer has not chained when the writers finish, this process chains, timed).
 Each configuration runs three rounds; the median rate counts. The chain is verified at the end.
 The scratch database is dropped and created again: its name must contain "bench".
 """
@@ -147,18 +149,31 @@ def _measure(label: str, writers: int, events: int, make, *, chained: bool) -> f
 
 def main(events: int = 2000) -> list[dict]:
     _setup("bench_audit_append")
+    from django.conf import settings
+
     from audit.models import AuditEvent
     from audit.verify_db import verify_chain
+    from bench.common import start_worker, stop_process
 
-    _measure("warm-up", 2, 200, _chained, chained=True)
-    plain_1 = _measure("plain", 1, events, _plain, chained=False)
-    plain_8 = _measure("plain", 8, events, _plain, chained=False)
-    chained_1 = _measure("chained", 1, events, _chained, chained=True)
-    chained_8 = _measure("chained", 8, events, _chained, chained=True)
+    mode = settings.AUDIT_SEQUENCING
+    commits = "async" if settings.AUDIT_SEQUENCER_ASYNC_COMMIT else "sync"
+    worker = start_worker({}) if mode == "worker" else None
+    try:
+        _measure("warm-up", 2, 200, _chained, chained=True)
+        plain_1 = _measure("plain", 1, events, _plain, chained=False)
+        plain_8 = _measure("plain", 8, events, _plain, chained=False)
+        chained_1 = _measure("chained", 1, events, _chained, chained=True)
+        chained_8 = _measure("chained", 8, events, _chained, chained=True)
+    finally:
+        if worker is not None:
+            stop_process(worker)
     checked = verify_chain(f"bench:chained:8:{ROUNDS - 1}")
     gaps = AuditEvent.objects.filter(chain__startswith="bench:chained", seq__isnull=True).count()
 
-    print(f"R4 audit append, {events:,} events per round, median of {ROUNDS} rounds, PostgreSQL")
+    print(
+        f"R4 audit append, {events:,} events per round, median of {ROUNDS} rounds, PostgreSQL, "
+        f"sequencing: {mode}, sequencer commits: {commits}"
+    )
     print(f"{'what':44} {'events/s':>10}")
     for what, rate in (
         ("plain insert, 1 writer", plain_1),
@@ -168,7 +183,7 @@ def main(events: int = 2000) -> list[dict]:
     ):
         print(f"{what:44} {rate:>10,.0f}")
     ratio = chained_8 / plain_8
-    print(f"ratio chained/plain at 8 writers: {ratio:.2f}x (target >= 0.5x)")
+    print(f"ratio chained/plain at 8 writers: {ratio:.2f}x (target >= 0.8x)")
     print(f"8 writers / 1 writer, chained: {chained_8 / chained_1:.2f}x (target > 1)")
     print(f"last chain verifies: {checked.summary()}; events left unchained: {gaps}")
     return [
@@ -178,8 +193,9 @@ def main(events: int = 2000) -> list[dict]:
             "baseline": f"{plain_8:,.0f} events/s",
             "measured": f"{chained_8:,.0f} events/s (1 writer: {chained_1:,.0f}/s)",
             "ratio": round(ratio, 2),
-            "target": ">= 0.5x, and 8 writers > 1 writer",
-            "met": ratio >= 0.5 and chained_8 > chained_1,
+            "target": ">= 0.8x, and 8 writers > 1 writer",
+            "met": ratio >= 0.8 and chained_8 > chained_1,
+            "note": f"sequencing: {mode}, sequencer commits: {commits}",
         }
     ]
 

@@ -10,8 +10,9 @@ the same Daphne.
   Reviewer no more than about three bare requests.
 
 On a scratch PostgreSQL database, one Daphne (bench/settings.py), one pull agent (registered without
-a card URL: no continuation, no outbox row), one allow policy; no worker runs (the audit sequencer runs
-after commit in the request's process, as deployed; the worker's tick is only its safety net).
+a card URL: no continuation, no outbox row), one allow policy, and one `run_worker` beside it, as
+deployed (AUDIT_SEQUENCING = "worker", the default on PostgreSQL: it chains the audit events the
+Daphne accepts; "after_commit": the Daphne chains them itself after each commit).
 R1r alternates one bare request and one call; R7's phases alternate (bare, allowed; ROUNDS times), so
 the machine's other load falls on both alike. COMMIT_HOOKS_IN_BACKGROUND in the environment reaches
 the Daphne (false: the after-commit work runs before the answer, as before it had a thread).
@@ -24,7 +25,7 @@ import uuid
 
 import httpx
 
-from bench.common import ms, percentile, scratch_environment, setup_django
+from bench.common import ms, percentile, scratch_environment, setup_django, start_worker, stop_process
 from bench.r3_intake_http import free_port, start_daphne
 
 CLIENTS = 8
@@ -113,6 +114,7 @@ def main() -> list[dict]:
 
     port = int(os.environ.get("BENCH_PORT") or 0) or free_port()
     server = start_daphne(environment, port)
+    worker = start_worker(environment, settings="bench.settings")  # as deployed: it chains the audit trail
     base = f"http://127.0.0.1:{port}"
     try:
         jwks = httpx.get(f"{base}/.well-known/jwks.json").json()
@@ -143,6 +145,7 @@ def main() -> list[dict]:
             call_rates.append(rate)
             failures[1] += failed
     finally:
+        stop_process(worker)
         server.terminate()
         server.wait(timeout=30)
 

@@ -152,6 +152,27 @@ OUTBOX_DIRECT_SEND_THREADS = env_int("OUTBOX_DIRECT_SEND_THREADS", 4)
 # broadcasts) runs on one background thread per process (lib/commit_hooks.py); the worker's tick chains
 # what a process that died left pending. Off: it runs in the committing request, before its answer.
 COMMIT_HOOKS_IN_BACKGROUND = env_bool("COMMIT_HOOKS_IN_BACKGROUND", True)
+# Who chains the audit events a change accepted (audit/chain.py). "worker": the appending process only
+# inserts them (pending) and wakes the workers after commit; `run_worker` chains them in batches, so
+# the HTTP processes spend no CPU on hashing and sealing. "after_commit": the appending process chains
+# them itself right after its commit (on the thread above). The worker's tick chains whatever is
+# pending in either mode. Default: "worker" on PostgreSQL (a deployment runs workers: Procfile, `make
+# demo`); "after_commit" on SQLite, one machine with one writer at a time, where another process buys
+# nothing.
+AUDIT_SEQUENCING = env_str("AUDIT_SEQUENCING") or ("worker" if IS_POSTGRES else "after_commit")
+if AUDIT_SEQUENCING not in ("worker", "after_commit"):
+    raise ImproperlyConfigured(
+        f"AUDIT_SEQUENCING must be 'worker' or 'after_commit', not {AUDIT_SEQUENCING!r}"
+    )
+# The sequencer commits a batch with no checkpoint due with synchronous_commit off (PostgreSQL): a crash
+# may lose the last fraction of a second of seals, never an event (its pending row comes back with it,
+# and the next sequencer run seals it again). Nothing leaves the database before it is flushed: a
+# checkpoint's batch commits synchronously, and exports, bundles, evidence packets and the SIEM stream
+# flush first (audit.chain.make_seals_durable). False: every batch waits for its fsync.
+AUDIT_SEQUENCER_ASYNC_COMMIT = env_bool("AUDIT_SEQUENCER_ASYNC_COMMIT", True)
+# An event still waiting to be chained after this many seconds is overdue: the worker is not running
+# or cannot keep up (the audit page says so; Prometheus: reviewer_audit_oldest_pending_seconds).
+AUDIT_PENDING_ALERT_SECONDS = env_int("AUDIT_PENDING_ALERT_SECONDS", 30)
 # Decision waits (GET /api/v1/proposals/<id>/decision?wait=N) are served on the event loop, outside
 # MAX_CONCURRENT_REQUESTS (approvals/decision_wait.py): a wait holds no request slot, thread or
 # connection. Each Daphne process keeps at most DECISION_WAITS_PER_AGENT open for one agent (the next

@@ -9,12 +9,12 @@ else's re-read and carry on.
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-from django.db import transaction
 from django.db.models import Q
 
 from approvals import events
 from approvals.models import Proposal
 from approvals.states import OPEN_FOR_VOTES
+from lib.commit_hooks import on_commit
 
 
 def access_ended(tenant, user) -> None:
@@ -30,4 +30,4 @@ def access_ended(tenant, user) -> None:
         if layer is not None:
             async_to_sync(layer.group_send)(events.tenant_group(tenant.id), events.changed_message("access"))
 
-    transaction.on_commit(tell_the_queues, robust=True)
+    on_commit(tell_the_queues, robust=True)

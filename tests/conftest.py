@@ -47,6 +47,9 @@ def _worker_delivers(settings):
     # After-commit work runs in the committing thread, so a test reads the chained trail and gets its
     # broadcasts when the call returns; tests of the background thread turn it on.
     settings.COMMIT_HOOKS_IN_BACKGROUND = False
+    # The appending process chains its own events, so the trail is chained when a service call returns
+    # (on PostgreSQL the default is the worker's sequencer); tests of the worker's sequencer turn it on.
+    settings.AUDIT_SEQUENCING = "after_commit"
 
 
 @pytest.fixture

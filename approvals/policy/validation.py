@@ -7,6 +7,7 @@ from approvals.policy import notifications as notify_rules
 from approvals.policy.classification import REVERSIBILITY_CLASSES
 from approvals.policy.evaluation import compile_condition
 from approvals.policy.step_up import PER_VOTE, validate_step_up
+from lib.json_numbers import first_inexact_number
 
 # ---------------------------------------------------------------------------------------------------
 # Validating a version before it is stored (the service refuses, the admin form shows it on the field)
@@ -102,6 +103,13 @@ def version_field_errors(
     problem = notify_rules.notifications_error(fields.get("notifications", {}), people, group_slugs)
     if problem:
         errors["notifications"] = problem
+    for name in VERSION_FIELDS:
+        inexact = first_inexact_number(fields.get(name)) if name not in errors else None
+        if inexact:
+            where = f" (at {inexact[0]})" if inexact[0] else ""
+            errors[name] = (
+                f"{inexact[1]!r}{where} is too large: numbers in a policy lie within ±9007199254740991"
+            )
     return errors
 
 

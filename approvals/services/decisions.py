@@ -1,16 +1,18 @@
 """Signed decisions: issue, revoke, consume, and the outcome the agent reports."""
 
 from datetime import datetime, timedelta
+from functools import lru_cache
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
+from approvals import events
 from approvals.models import Agent, Decision, OutboxMessage, Proposal, Vote
 from approvals.policy.evaluation import shaping_refs
 from approvals.selectors import lock_proposal_for, tenant_role
 from approvals.services.common import agent_actor, proposal_subject
-from approvals.services.halts import active_halt
+from approvals.services.halts import active_halt, active_halt_expression
 from approvals.services.lifecycle import (
     closed_reason,
     enqueue_message,
@@ -22,9 +24,11 @@ from approvals.services.lifecycle import (
 )
 from approvals.services.quorum import Quorum
 from approvals.signing import decision_claims, sign_decision
+from approvals.sql import quoted_names
 from approvals.states import RELEASED, STARTED, State
-from audit.labels import SYSTEM, actor_label
+from audit.labels import SYSTEM, actor_label, tenant_chain
 from audit.models import Verb
+from audit.statement_events import accept_sql
 from audit.trail import audit_time, record
 from lib.errors import CompensationRefused, Conflict, ConsumeRefused, NotFound, RevokeRefused, ServiceError
 from tenants.models import TenantMembership
@@ -196,6 +200,10 @@ def consume_decision(agent: Agent, jti, *, rev: int, now: datetime | None = None
     clock = now or timezone.now()
     refusal: ConsumeRefused | None = None
     with transaction.atomic():
+        claimed = _claim(agent, jti, rev, clock) if connection.vendor == "postgresql" else None
+        if claimed is not None:
+            return claimed
+        # Nothing was claimed (or SQLite): the refusal's reason is read under the rows' locks.
         proposal, decision = _lock_decision(agent, jti)
         refusal = _consume_refusal(proposal, decision, rev, clock)
         if refusal is None:
@@ -234,6 +242,67 @@ def consume_decision(agent: Agent, jti, *, rev: int, now: datetime | None = None
     if refusal is not None:
         raise refusal
     return proposal
+
+
+def _claim(agent: Agent, jti, rev: int, clock: datetime) -> Proposal | None:
+    """The consume in one statement (PostgreSQL): the proposal moves to executing and the decision is
+    marked consumed only if every condition of _consume_refusal holds, with both audit events in the
+    same round trip; None when nothing matched. The proposal row is locked before the decision's, the
+    order revoke, halt and expiry take them in; a consume waiting on the proposal's lock re-checks its
+    state once the holder commits (READ COMMITTED), so a concurrent consume, revoke or expiry leaves
+    nothing to claim. The halt is read in the statement, without a cache."""
+    halt = active_halt_expression(agent.tenant_id, agent.id)
+    actor = agent_actor(agent)
+    audit, audit_params = accept_sql(
+        tenant_chain(agent.tenant_id),
+        [
+            {  # transition(): the state it left and its new rev come from the claimed row
+                "actor": actor,
+                "verb": Verb.PROPOSAL_TRANSITIONED,
+                "data": {"to": State.EXECUTING, "reason": "decision consumed", "jti": str(jti)},
+                "data_sql": "jsonb_build_object('from', claimed.previous, 'rev', claimed.rev)",
+            },
+            {"actor": actor, "verb": Verb.DECISION_CONSUMED, "data": {"jti": str(jti), "rev": rev}},
+        ],
+        source="claimed",
+        subject_sql="'proposal:' || claimed.id::text",
+    )
+    params = [State.EXECUTING, timezone.now(), jti, agent.id, *RELEASED, Decision.Kind.APPROVED, rev]
+    params += [clock, clock, *halt.params, clock, *audit_params]
+    with connection.cursor() as cursor:
+        cursor.execute(_claim_sql(halt.sql, audit), params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    # What the statement returned; any other field is read when asked for (Django's deferred fields).
+    known = {"id": row[0], "tenant_id": agent.tenant_id, "agent_id": agent.id, "state": State.EXECUTING}
+    known["rev"] = row[1]
+    fields = [field.attname for field in Proposal._meta.concrete_fields if field.attname in known]
+    proposal = Proposal.from_db(connection.alias, fields, [known[name] for name in fields])
+    proposal.agent = agent
+    events.proposal_changed(proposal)  # as transition() announces it
+    return proposal
+
+
+@lru_cache
+def _claim_sql(halt_sql: str, audit: str) -> str:
+    proposals, proposal = quoted_names(Proposal)
+    decisions, decision = quoted_names(Decision)
+    return (
+        f"WITH claimed AS (UPDATE {proposals} AS p SET {proposal('state')} = %s,"  # noqa: S608
+        f" {proposal('rev')} = p.{proposal('rev')} + 1, {proposal('executing_since')} = %s"
+        f" FROM {decisions} AS d, {proposals} AS before"
+        f" WHERE d.{decision('jti')} = %s AND p.{proposal('id')} = d.{decision('proposal')}"
+        f" AND before.{proposal('id')} = p.{proposal('id')} AND p.{proposal('agent')} = %s"
+        f" AND p.{proposal('state')} IN (%s, %s) AND d.{decision('kind')} = %s AND d.{decision('rev')} = %s"
+        f" AND d.{decision('consumed_at')} IS NULL AND d.{decision('revoked_at')} IS NULL"
+        f" AND %s < d.{decision('expires_at')} AND %s < p.{proposal('expires_at')} AND ({halt_sql}) IS NULL"
+        f" RETURNING p.{proposal('id')} AS id, p.{proposal('rev')} AS rev,"
+        f" before.{proposal('state')} AS previous),"
+        f" spent AS (UPDATE {decisions} AS d SET {decision('consumed_at')} = %s FROM claimed"
+        f" WHERE d.{decision('proposal')} = claimed.id),"
+        f" {audit} SELECT id, rev FROM claimed"
+    )
 
 
 def _lock_decision(agent: Agent, jti) -> tuple[Proposal, Decision]:

@@ -42,7 +42,7 @@ from approvals.sql import quoted_names
 from approvals.states import ALLOWED, State
 from audit.labels import SYSTEM, agent_label
 from audit.models import Verb
-from audit.trail import audit_time, record
+from audit.trail import audit_time, record, recorded_together
 from lib.errors import IntakeError, NotFound, ServiceError
 
 
@@ -87,7 +87,8 @@ def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -
 
     refused = None
     try:
-        with transaction.atomic():
+        # The proposal's audit events (submitted, evaluated, its transition, the decision) in one INSERT.
+        with transaction.atomic(), recorded_together():
             # First, before any read intake decides on: the quota rows' lock, so that the counts read
             # below see every proposal the intakes before this one committed (services/quotas.py).
             hold = hold_quotas(agent, created_at)

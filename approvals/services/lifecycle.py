@@ -48,10 +48,11 @@ def _transition_fields(proposal: Proposal, target: str) -> dict:
 
 def first_transition(proposal: Proposal, target: str) -> str:
     """Intake's transition out of `proposed`, on a proposal not stored yet, so that its row is written
-    once: the same check and fields as transition(). The caller stores the proposal, then calls
+    once: the same check and fields as transition(). The caller stores the proposal with
+    save(force_insert=True), which refuses one stored already, then calls
     record_transition(proposal, <the returned state>, ...) in the same transaction. Returns the state
     it left."""
-    if proposal.state != State.PROPOSED or not proposal._state.adding:
+    if proposal.state != State.PROPOSED:
         raise RuntimeError("first_transition() is for a new proposal, before it is stored")
     fields = _transition_fields(proposal, target)
     for name, value in fields.items():

@@ -12,8 +12,10 @@ then delivers at once; every POLL_SECONDS it also runs a full tick, the safety n
    settles once the task completed (see services.reconcile.apply_task_state); a request still awaiting
    review is closed if its task ended (its push may have been lost: A2A push is best-effort). Nothing
    here ever approves anything;
-4. chains audit events left unsequenced by a process that died after its commit
-   (audit.chain.sequence_pending), and runs the audit export jobs (audit.jobs.run_pending_exports);
+4. chains the audit events pending: in `run()` a thread of its own does it, woken by the appending
+   processes' NOTIFY (audit/sequencer_worker.py; with AUDIT_SEQUENCING = "worker" that is where every
+   event is chained), in a single tick (`--once`) the tick itself; and runs the audit export jobs
+   (audit.jobs.run_pending_exports);
 5. sends the reviewers their e-mail digests of new proposals (approvals/worker/notifications.py);
 6. records each post-hoc review of a break-glass release that passed its deadline undone, once
    (services.break_glass.note_overdue_reviews);
@@ -50,6 +52,7 @@ from approvals.worker import delivery, notifications
 from audit import siem
 from audit.chain import sequence_pending
 from audit.jobs import run_pending_exports
+from audit.sequencer_worker import SequencerThread
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +88,7 @@ class Worker:
         # Set once run() listens for wake-ups and finished its first tick (tests and benchmarks wait
         # for it before they commit what they expect to be woken for).
         self.listening = threading.Event()
+        self.sequencer: SequencerThread | None = None  # run() starts it; a lone tick sequences itself
 
     # --- the loop -------------------------------------------------------------------------------
 
@@ -95,8 +99,11 @@ class Worker:
             self.tick()
             return
         bell = wakeup.doorbell(self.stop)
+        self.sequencer = SequencerThread(self.stop, interval=interval).start()
         try:
             report = self.tick()
+            # Started means caught up: what was left pending while no worker ran is chained by now.
+            self.sequencer.first_pass.wait()
             self.listening.set()
             log.info(
                 "worker started (interval %.1fs, batch %d, woken by %s)",
@@ -117,7 +124,9 @@ class Worker:
                 else:
                     report = self.tick()
         finally:
+            self.stop.set()  # (also when the loop failed: the sequencer thread ends with it)
             bell.close()
+            self.sequencer.join(timeout=30)
         log.info("worker stopped")
 
     def _wait(self, bell, interval: float):
@@ -144,7 +153,7 @@ class Worker:
             close_old_connections()  # a long-lived process must not keep a connection the database dropped
         report = TickReport()
         for name, step in (
-            ("audit sequencer", lambda report, now: sequence_pending()),
+            ("audit sequencer", self._sequence),
             ("expiry", self._expire),
             ("webhook feed", lambda report, now: feed_from_chain(now)),  # before delivery: sent this tick
             ("delivery", self.deliver_due),
@@ -155,6 +164,7 @@ class Worker:
             ("overdue post-hoc reviews", lambda report, now: note_overdue_reviews(now)),
             *((name, self._notify_step(step)) for name, step in notify_steps.STEPS),
             ("SIEM stream", lambda report, now: siem.stream_pending()),
+            ("audit sequencer, the tick's own events", self._sequence),
         ):
             self._step(name, step, report, now)
         return report
@@ -170,6 +180,10 @@ class Worker:
         except Exception as error:  # one failing step must not stop the others or the loop
             log.exception("worker %s step failed", name)
             report.errors.append(f"{name}: {error!r}")
+
+    def _sequence(self, report: TickReport, now: datetime | None) -> None:
+        if self.sequencer is None:  # else its thread chains, woken at each commit
+            sequence_pending()
 
     def _expire(self, report: TickReport, now: datetime | None) -> None:
         report.expired = expire_due(now)

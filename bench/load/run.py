@@ -3,7 +3,7 @@ rates, reviewers through the pages, sockets open; the knee for one HTTP process 
 run at four times the knee whose checks must pass.
 
     make load                                                   # LOAD_ARGS="--processes 1,2 ..."
-    .venv/bin/python bench/load/run.py --processes 1,2 --rates 0.5,1,2,4,8,16 --step-seconds 30
+    .venv/bin/python bench/load/run.py --processes 1,2 --rates 0.5,1,2,4,8,12,16,24 --step-seconds 25
     .venv/bin/python bench/load/run.py --processes 2 --rates 8 --quad-rate 32 --name quick
 
 For each process count (`--processes`): a fresh scratch database (LOAD_DATABASE_URL, its name must
@@ -66,8 +66,8 @@ SCRATCH = Path(tempfile.mkdtemp(prefix="reviewer-load-"))
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--processes", default="1,2", help="HTTP process counts, comma-separated")
-    parser.add_argument("--rates", default="0.5,1,2,4,8,12,16,24,32", help="agent calls/s, the steps")
-    parser.add_argument("--step-seconds", type=float, default=30)
+    parser.add_argument("--rates", default="0.5,1,2,4,8,12,16,24", help="agent calls/s, the steps")
+    parser.add_argument("--step-seconds", type=float, default=25)
     parser.add_argument("--quad-seconds", type=float, default=45)
     parser.add_argument("--quad-rate", type=float, default=0, help="the overload step's rate (4x the knee)")
     parser.add_argument("--p95-ms", type=float, default=250)

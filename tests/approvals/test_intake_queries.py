@@ -17,15 +17,16 @@ pytestmark = pytest.mark.django_db
 # one reads the replay check, the halt check, the open-proposal counts, the target's history and the
 # active policy versions (approvals/services/intake.py _read_for_intake), one spends both quota buckets
 # (one UPDATE); the proposal is inserted once,
-# already evaluated; then its pinned versions (one INSERT) and one INSERT per audit event (3 to review,
-# 4 to allow or deny: audit/chain.py sequences them after commit; on PostgreSQL the event and its place
-# in the sequencer's queue are one statement, on SQLite two). To review: the review notice and the
+# already evaluated; then its pinned versions (one INSERT) and its audit events, all in one INSERT when
+# the change is written (3 to review, 4 to allow or deny: audit/trail.py recorded_together; audit/chain.py
+# sequences them after commit; on PostgreSQL the events and their places in the sequencer's queue are one
+# statement, on SQLite two). To review: the review notice and the
 # follow-up row the worker chases it by (approvals/notify/chase.py). To allow or
 # deny: the decision and its outbox row, and on PostgreSQL the worker's NOTIFY. Plus the transaction's
 # savepoint and release (a test runs inside a transaction). No mail, no per-reviewer or per-policy query.
-QUERIES = {"review": 12, "allow": 13, "deny": 13}
+QUERIES = {"review": 10, "allow": 10, "deny": 10}
 NOTIFY = {"review": 0, "allow": 1, "deny": 1}  # SELECT pg_notify(...), PostgreSQL only (approvals/wakeup.py)
-AUDIT_EVENTS = {"review": 3, "allow": 4, "deny": 4}  # SQLite: one more INSERT each (audit_auditpending)
+AUDIT_EVENTS = {"review": 1, "allow": 1, "deny": 1}  # SQLite: one more INSERT (audit_auditpending)
 ACTIONS = {
     "review": {"tool": "payments.refund", "arguments": {"order_id": "1", "amount": "5.00"}},
     "allow": {"tool": "tickets.close", "arguments": {"id": "7"}},

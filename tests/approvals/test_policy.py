@@ -369,6 +369,15 @@ def test_version_field_errors_carry_the_cel_compiler_message():
     assert "Syntax error" in errors["condition"]
 
 
+def test_a_number_json_does_not_keep_exactly_is_refused_on_its_field():
+    """Its version's audit event could not be hashed once stored (audit.chain refuses it too)."""
+    errors = version_field_errors({**POLICY_VERSION_DEFAULTS, "outcome": DENY, "ttl_seconds": 2**60}, set())
+
+    assert errors == {
+        "ttl_seconds": f"{2**60} is too large: numbers in a policy lie within ±9007199254740991"
+    }
+
+
 @pytest.mark.parametrize(
     ("value", "valid"),
     [

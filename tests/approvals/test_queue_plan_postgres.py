@@ -1,5 +1,6 @@
 """On PostgreSQL, the queue's and the watching list's page queries read an index in the list's order
-and stop after one page: no sequential scan and no sort over every proposal."""
+and stop after one page: no sequential scan and no sort over every proposal; their counts and the
+queue's risk chips stop at the cap."""
 
 import pytest
 from django.conf import settings
@@ -63,3 +64,28 @@ def test_the_queues_next_page_reads_the_index_from_the_cursor_on(agent, refund_p
     assert "_by_urgency" in plan, plan
     assert "Seq Scan on approvals_proposal" not in plan, plan
     assert "Sort" not in plan.split("->")[1], plan
+
+
+@pytest.mark.parametrize(
+    "person, build",
+    [("reviewer_a", queries.eligible_proposals), ("reviewer_c", queries.watching_proposals)],
+)
+def test_a_lists_count_stops_at_its_cap_instead_of_counting_every_proposal(
+    request, agent, refund_policy, requester, reviewer_a, reviewer_c, person, build
+):
+    """The count ("1000+") and the queue's risk chips read at most COUNT_CAP + 1 rows: a Limit under the
+    aggregate, whatever the number of proposals."""
+    factories.clone_waiting(submit(agent), 5_000)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE approvals_proposal")
+    listed = build(queries.ReviewerScope.of(request.getfixturevalue(person))).order_by()
+    count = listed[: queries.COUNT_CAP + 1]
+    sql, params = count.query.sql_with_params()
+    with connection.cursor() as cursor:  # the SQL of capped_count: COUNT(*) over the LIMIT subquery
+        cursor.execute(f"EXPLAIN SELECT COUNT(*) FROM ({sql}) AS capped", params)  # noqa: S608
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert plan.lstrip().startswith("Aggregate"), plan
+    assert plan.split("->")[1].strip().startswith("Limit"), plan
+    assert queries.capped_count(listed) == (queries.COUNT_CAP, True)
+    chips = plan_of(listed.values_list("risk", flat=True)[: queries.COUNT_CAP + 1])
+    assert chips.lstrip().startswith("Limit"), chips

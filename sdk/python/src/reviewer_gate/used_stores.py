@@ -58,14 +58,22 @@ class SQLiteUsedStore:
         now = int(time.time())
         connection = self._connect()
         try:
-            cursor = connection.execute(
-                "INSERT OR IGNORE INTO used_decisions (jti, expires_at, claimed_at) VALUES (?, ?, ?)",
-                (jti, int(expires_at), now),
-            )
-            claimed = cursor.rowcount == 1
-            connection.execute(
-                "DELETE FROM used_decisions WHERE expires_at < ?", (now - self.RETAIN_AFTER_EXPIRY_SECONDS,)
-            )
+            # One transaction (one commit, one fsync) for the claim and the clean-up of old rows.
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                cursor = connection.execute(
+                    "INSERT OR IGNORE INTO used_decisions (jti, expires_at, claimed_at) VALUES (?, ?, ?)",
+                    (jti, int(expires_at), now),
+                )
+                claimed = cursor.rowcount == 1
+                connection.execute(
+                    "DELETE FROM used_decisions WHERE expires_at < ?",
+                    (now - self.RETAIN_AFTER_EXPIRY_SECONDS,),
+                )
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
+            connection.execute("COMMIT")
             return claimed
         finally:
             connection.close()

@@ -1,0 +1,50 @@
+"""What an audit event's data may hold, checked before it is accepted: no secrets (event data is kept
+for years and exported to third parties), and only numbers JSON keeps exactly (a number jsonb would
+store differently could not be hashed when the event is chained, which would stop its chain)."""
+
+from lib.json_numbers import first_inexact_number
+
+# Keys that would mean a secret is about to be written into the permanent record. Event data is kept
+# for years and exported to third parties, so a caller that passes one of these fails loudly instead.
+FORBIDDEN_DATA_KEYS = frozenset(
+    {
+        "password",
+        "otp",
+        "otp_code",
+        "totp",
+        "backup_code",
+        "token",
+        "api_token",
+        "push_token",
+        "secret",
+        "private_key",
+        "authorization",
+        "credentials",
+        "outbound_auth_credentials",
+        "session_key",
+    }
+)
+
+
+def refuse_secrets(data, path: str = "data") -> None:
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if str(key).lower() in FORBIDDEN_DATA_KEYS:
+                raise ValueError(
+                    f"audit event {path}.{key}: secrets, codes and tokens never go into the audit log"
+                )
+            refuse_secrets(value, f"{path}.{key}")
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            refuse_secrets(value, f"{path}[{index}]")
+
+
+def refuse_unfit_data(data: dict) -> None:
+    """ValueError naming the first value the trail may not hold."""
+    refuse_secrets(data)
+    inexact = first_inexact_number(data, "data")
+    if inexact:
+        raise ValueError(
+            f"audit event {inexact[0]}: {inexact[1]!r} is outside the numbers JSON keeps exactly "
+            "(±(2^53 - 1)); record it as text"
+        )
