@@ -46,11 +46,13 @@ check: $(STAMP)
 
 # PYTEST_ARGS="-m 'not browser'" and the like select tests. pytest-xdist runs the suite on
 # PYTEST_WORKERS processes (each with its own test database and channel-layer prefix), a test module
-# per process at a time (--dist loadfile: a module's shared servers start once); PYTEST_WORKERS=0 runs
-# it in this process alone.
+# per process at a time (--dist loadfile: a module's shared servers start once), handed out in the
+# order tests/conftest.py sorts them, longest first (--no-loadscope-reorder keeps that order: xdist's
+# own, most tests first, would start the one-test fault loop last); PYTEST_WORKERS=0 runs it in this
+# process alone.
 PYTEST_WORKERS ?= 2
 pytest: $(STAMP)
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The reviewer-gate wheel as users get it: built, installed into a fresh virtualenv (pip's cache makes
 # the dependencies quick), and its own tests run there from outside the source tree, so a module or

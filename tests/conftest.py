@@ -123,6 +123,46 @@ def pytest_configure(config):
         layer["CONFIG"]["prefix"] = prefix
 
 
+# What a test asks for to reach the suite's test database (pytest-django refuses every other access).
+_DATABASE_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test marked `database_independent` is run by CI on the PostgreSQL pass only (.ci/run): it must
+    not reach the suite's database, which is what the SQLite pass would test differently. pytest-django
+    blocks the database for a test that asks for none of its fixtures (tests/faults unblocks it only to
+    point Django at its private PostgreSQL), so a marked test asking for one is refused here."""
+    for item in items:
+        if item.get_closest_marker("database_independent") is None:
+            continue
+        if item.get_closest_marker("django_db") or _DATABASE_FIXTURES & set(item.fixturenames):
+            raise pytest.UsageError(f"{item.nodeid} is marked database_independent but uses the database")
+    items[:] = longest_modules_first(items)
+
+
+def longest_modules_first(items: list) -> list:
+    """The modules in the order pytest-xdist should hand them out (`make pytest` passes
+    --no-loadscope-reorder, which keeps this order): the fault loop (`slow`, minutes on its own) first,
+    then the modules that start servers (`e2e`, `browser`), then the rest, each group by its number of
+    tests, most first. A worker takes the next module when it is done with one, so the long ones start
+    at once and the short ones fill in at the end: both workers finish together, instead of the fault
+    loop (one test, and last in xdist's own most-tests-first order) starting when the rest is done.
+    The tests of a module stay together and in their order."""
+    modules: dict[str, list] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+
+    def weight(tests: list) -> tuple[int, int]:
+        if any(test.get_closest_marker("slow") for test in tests):
+            return (0, -len(tests))
+        if any(test.get_closest_marker("e2e") or test.get_closest_marker("browser") for test in tests):
+            return (1, -len(tests))
+        return (2, -len(tests))
+
+    ordered = sorted(modules.values(), key=weight)  # stable: equal weights keep the collection order
+    return [test for tests in ordered for test in tests]
+
+
 def pytest_report_header(config):
     database = django_settings.DATABASES["default"]
     return f"database: {database['ENGINE']} {database['NAME']}"

@@ -16,16 +16,14 @@ and publishes the same key.
 """
 
 import atexit
-import os
+import itertools
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
-import httpx
 import pytest
 from django.conf import settings as django_settings
 from django.db import connection
@@ -33,11 +31,16 @@ from django.test import override_settings
 
 import signing_keys as keys
 from examples.downstream import FakePaymentsServer
-from tests.examples.harness import CHECKOUT_PYTHONPATH, AgentProcess, stop_process, stop_processes
-from tests.waiting import wait_until
-
-REPO = Path(__file__).resolve().parents[2]
-READY_SECONDS = 30
+from tests.examples.harness import AgentProcess, stop_processes
+from tests.reviewer_processes import (
+    ServerProcess,
+    daphne,
+    listening_socket,
+    reviewer_env,
+    start_all,
+    url_of,
+    worker,
+)
 
 
 @pytest.hookimpl(trylast=True)  # after -m and -k have deselected what will not run
@@ -67,53 +70,6 @@ def database_url() -> str:
     return f"postgres://{host}{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
-class ServerProcess:
-    """A subprocess with a log file, started in its own session and stopped by its PID."""
-
-    def __init__(self, name: str, args: list[str], *, env: dict, log_dir: Path, pass_fds=()):
-        self.name, self.args, self.env, self.pass_fds = name, args, env, pass_fds
-        self.log_path = log_dir / f"{name}.log"
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> "ServerProcess":
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                self.args,
-                cwd=REPO,
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                pass_fds=self.pass_fds,
-                start_new_session=True,
-            )
-        return self
-
-    def wait_until(self, ready, what: str, timeout: float = READY_SECONDS) -> None:
-        """Wait for `ready()` while the process runs; stop at once, with its log, if it exited."""
-
-        def ready_while_running():
-            if self.process.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.process.returncode}:\n{self.log()}")
-            return ready()
-
-        wait_until(
-            ready_while_running, f"{self.name}: {what}", timeout=timeout, interval=0.1, detail=self.log
-        )
-
-    def stop(self) -> None:
-        stop_process(self.process)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-5000:] if self.log_path.exists() else ""
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
 class Stack:
     """Reviewer (Daphne), its worker and the demo refund agent, all on loopback."""
 
@@ -133,35 +89,19 @@ class Stack:
         self.worker_interval = worker_interval  # the safety-net poll; commits wake the worker anyway
         self.log_dir = tmp_path / "logs"
         self.log_dir.mkdir()
-        self.listener = socket.socket()
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(64)
-        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.listener = listening_socket()
+        self.url = url_of(self.listener)
         self.access_log = self.log_dir / "reviewer-access.log"
-        self.processes: list = []
+        self.processes: list[ServerProcess] = []
         self.agent: AgentProcess | None = None
+        self._starts = itertools.count(1)
 
     @property
     def webhook(self) -> str:
         return f"{self.url}/a2a/push/refund-demo/"
 
     def env(self) -> dict:
-        env = {
-            **os.environ,
-            "PYTHONPATH": CHECKOUT_PYTHONPATH,
-            "PYTHONUNBUFFERED": "1",
-            "DEBUG": "true",
-            "DATABASE_URL": database_url(),
-            "REVIEWER_ISSUER": self.url,
-            "REVIEWER_DATA_DIR": str(self.tmp_path / "data"),
-            "REVIEWER_SIGNING_KEY_DIR": str(django_settings.SIGNING_KEY_DIR),
-            "LOG_LEVEL": "INFO",
-            # The refund agent listens on loopback: allowed explicitly, as the demo does.
-            "AGENT_ALLOWED_NETWORKS": "127.0.0.0/8,::1/128",
-        }
-        for name in ("REVIEWER_SIGNING_KEY", "REVIEWER_SIGNING_KEY_FILE", "SECRET_KEY", "SECRET_KEY_FILE"):
-            env.pop(name, None)
-        return env
+        return reviewer_env(url=self.url, database_url=database_url(), data_dir=self.tmp_path / "data")
 
     def start(self) -> "Stack":
         """Start Daphne, the worker and the agent side by side, then wait for each: none needs another
@@ -169,46 +109,31 @@ class Stack:
         verifies a decision, and Daphne's socket already listens)."""
         keys.active_key()  # made here, once, before two processes could each make their own
         env = self.env()
-        python = sys.executable
-        fd = self.listener.fileno()
-        reviewer = ServerProcess(
-            "reviewer",
-            [
-                python,
-                "-m",
-                "daphne",
-                "--fd",
-                str(fd),
-                "--access-log",
-                str(self.access_log),
-                "reviewer.asgi:application",
-            ],
-            env=env,
-            log_dir=self.log_dir,
-            pass_fds=(fd,),
-        ).start()
-        self.processes.append(reviewer)
-        worker = ServerProcess(
-            "worker",
-            [python, "manage.py", "run_worker", "--interval", self.worker_interval],
-            env=env,
-            log_dir=self.log_dir,
-        ).start()
-        self.processes.append(worker)
+        start = next(self._starts)
+        suffix = f"-{start}" if start > 1 else ""  # a new log per start: no earlier "worker started"
+        self.processes = [
+            daphne(
+                f"reviewer{suffix}", self.listener, env=env, log_dir=self.log_dir, access_log=self.access_log
+            ),
+            worker(f"worker{suffix}", env=env, log_dir=self.log_dir, interval=self.worker_interval),
+        ]
+        for process in self.processes:
+            process.start()
         if self.with_agent:
             self.agent = AgentProcess(
-                state_dir=self.tmp_path / "refund-agent",
+                state_dir=self.agent.state_dir if self.agent else self.tmp_path / "refund-agent",
                 reviewer_url=self.url,
                 downstream_url=self.downstream_url,
                 port=self.agent.port if self.agent else None,
             ).launch()
-        reviewer.wait_until(
-            lambda: _answers(f"{self.url}/.well-known/jwks.json"), "an answer to /.well-known/jwks.json"
-        )
-        worker.wait_until(lambda: "worker started" in worker.log(), "'worker started'")
+        for process in self.processes:
+            process.wait_ready()
         if self.agent is not None:
             self.agent.wait_ready()
         return self
+
+    def running(self) -> bool:
+        return bool(self.processes) and all(p.process.poll() is None for p in self.processes)
 
     def stop_processes(self) -> None:
         """Stop the agent, the worker and Reviewer together (each by its PID)."""
@@ -225,6 +150,23 @@ class Stack:
     def stop(self) -> None:
         self.stop_processes()
         self.listener.close()
+
+    @contextmanager
+    def refund_agent(self, state_dir: Path, *, downstream_url: str | None = None):
+        """The demo refund agent of one test on this running Reviewer (shared by a module's tests): its
+        own port, state folder (ledger) and downstream; the access log starts empty, so what a test
+        reads there is what happened during it. Stopped afterwards; Reviewer keeps running."""
+        if not self.running():  # an earlier test's failure took it down: a fresh start, not its leftovers
+            self.restart()
+        self.access_log.write_text("")  # Daphne appends (mode "a"): its next line lands at the start
+        self.with_agent, self.downstream_url = True, downstream_url
+        self.agent = AgentProcess(state_dir=state_dir, reviewer_url=self.url, downstream_url=downstream_url)
+        try:
+            self.agent.start()
+            yield self
+        finally:
+            self.agent.stop()
+            self.with_agent, self.downstream_url = False, None
 
     def logs(self) -> str:
         parts = [f"--- {p.name}\n{p.log()}" for p in self.processes]
@@ -252,17 +194,12 @@ def _running(stack: Stack):
         sys.stdout.write(stack.logs())  # shown by pytest only for a failing test
 
 
-@pytest.fixture
-def stack(transactional_db, tmp_path):
-    """Reviewer, its worker and the refund agent (ledger file), running; logs printed when a test fails."""
-    yield from _running(Stack(tmp_path))
-
-
 @pytest.fixture(scope="module")
 def module_reviewer_stack(django_db_setup, django_db_blocker, tmp_path_factory):
     """Reviewer and its worker, started once for a test module. They keep nothing between tests that
     the database does not hold (each test's flush empties it under them, as between the browser tests
-    and their one Daphne), and the agents of these tests are processes of each test."""
+    and their one Daphne); each test brings its own agent (`stack`, `paying_stack`) or runs its agents
+    as processes of its own (`reviewer_stack`)."""
     stack = Stack(tmp_path_factory.mktemp("reviewer-stack"), with_agent=False)
     # Module fixtures run before the function-scoped settings of tests/conftest.py: the same key
     # folder as theirs, so this process and the servers sign with one key.
@@ -280,17 +217,32 @@ def module_reviewer_stack(django_db_setup, django_db_blocker, tmp_path_factory):
 
 
 @pytest.fixture
-def reviewer_stack(transactional_db, module_reviewer_stack):
-    """Reviewer and its worker only, for agents that pull their decisions (MCP, LangGraph, REST...);
-    shared by the tests of a module (see module_reviewer_stack). Logs printed when a test fails."""
-    yield module_reviewer_stack
-    sys.stdout.write(module_reviewer_stack.logs())  # shown by pytest only for a failing test
+def stack(transactional_db, tmp_path, module_reviewer_stack):
+    """Reviewer and its worker (shared by the module's tests, see module_reviewer_stack) and this test's
+    refund agent (its own ledger file), running; logs printed when a test fails."""
+    with module_reviewer_stack.refund_agent(tmp_path / "refund-agent") as running:
+        yield running
+        sys.stdout.write(running.logs())  # shown by pytest only for a failing test
 
 
 @pytest.fixture
-def paying_stack(transactional_db, tmp_path, payments):
+def paying_stack(transactional_db, tmp_path, payments, module_reviewer_stack):
     """The same stack, with the agent refunding through the fake payments service."""
-    yield from _running(Stack(tmp_path, downstream_url=payments.url))
+    with module_reviewer_stack.refund_agent(
+        tmp_path / "refund-agent", downstream_url=payments.url
+    ) as running:
+        yield running
+        sys.stdout.write(running.logs())  # shown by pytest only for a failing test
+
+
+@pytest.fixture
+def reviewer_stack(transactional_db, module_reviewer_stack):
+    """Reviewer and its worker only, for agents that pull their decisions (MCP, LangGraph, REST...);
+    shared by the tests of a module (see module_reviewer_stack). Logs printed when a test fails."""
+    if not module_reviewer_stack.running():  # an earlier test's failure took it down
+        module_reviewer_stack.restart()
+    yield module_reviewer_stack
+    sys.stdout.write(module_reviewer_stack.logs())  # shown by pytest only for a failing test
 
 
 @pytest.fixture
@@ -301,19 +253,17 @@ def workers(transactional_db, tmp_path, settings):
     their data folder (the doorbells on SQLite)."""
     stack = Stack(tmp_path)
     settings.DATA_DIR = stack.tmp_path / "data"
-    processes = []
+    processes: list[ServerProcess] = []
 
     def start(n: int = 1, *, interval: str = "600") -> list[ServerProcess]:
-        for number in range(n):
-            process = ServerProcess(
-                f"worker-{number}",
-                [sys.executable, "manage.py", "run_worker", "--interval", interval],
-                env=stack.env(),
-                log_dir=stack.log_dir,
-            ).start()
-            processes.append(process)
-        for process in processes:
-            process.wait_until(lambda p=process: "worker started" in p.log(), "'worker started'")
+        started = [
+            worker(
+                f"worker-{len(processes) + number}", env=stack.env(), log_dir=stack.log_dir, interval=interval
+            )
+            for number in range(n)
+        ]
+        processes.extend(started)
+        start_all(started)  # side by side
         return processes
 
     try:

@@ -18,7 +18,8 @@ from approvals.models import OutboxMessage, Proposal
 from approvals.worker import delivery
 from tests import factories
 from tests.approvals.test_worker import approve, continuation
-from tests.e2e.conftest import REPO, Stack
+from tests.e2e.conftest import Stack
+from tests.reviewer_processes import REPO
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

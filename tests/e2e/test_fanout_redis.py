@@ -2,7 +2,6 @@
 watching a proposal on one process sees a vote cast on the other, live over the WebSocket."""
 
 import asyncio
-import sys
 import uuid
 
 import httpx
@@ -11,7 +10,9 @@ import websockets
 from django.conf import settings
 
 from tests import factories
-from tests.e2e.conftest import ServerProcess, Stack
+from tests.e2e.conftest import Stack
+from tests.examples.harness import stop_processes
+from tests.reviewer_processes import daphne, start_all
 
 pytestmark = [
     pytest.mark.e2e,
@@ -22,7 +23,8 @@ pytestmark = [
 
 @pytest.fixture
 def two_reviewer_processes(transactional_db, tmp_path):
-    """Two Daphne processes on their own sockets, one channel layer (a prefix of their own in Redis)."""
+    """Two Daphne processes on their own sockets, one channel layer (a prefix of their own in Redis),
+    started side by side."""
     prefix = f"fanout-{uuid.uuid4().hex}"
     stacks, processes = [], []
     try:
@@ -31,29 +33,13 @@ def two_reviewer_processes(transactional_db, tmp_path):
             stack = Stack(tmp_path / name)
             stacks.append(stack)
             env = {**stack.env(), "REDIS_URL": settings.REDIS_URL, "CHANNELS_PREFIX": prefix}
-            fd = stack.listener.fileno()
-            process = ServerProcess(
-                "reviewer",
-                [sys.executable, "-m", "daphne", "--fd", str(fd), "reviewer.asgi:application"],
-                env=env,
-                log_dir=stack.log_dir,
-                pass_fds=(fd,),
-            ).start()
-            processes.append(process)
-            process.wait_until(lambda url=stack.url: _answers(f"{url}/.well-known/jwks.json"), "JWKS answers")
+            processes.append(daphne("reviewer", stack.listener, env=env, log_dir=stack.log_dir))
+        start_all(processes)
         yield stacks
     finally:
-        for process in processes:
-            process.stop()
+        stop_processes([process.process for process in processes])
         for stack in stacks:
             stack.listener.close()
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def signed_in(url: str, user) -> httpx.Client:

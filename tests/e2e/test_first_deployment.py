@@ -34,8 +34,8 @@ from a2a.types import (
 from django.conf import settings as django_settings
 from django_otp.oath import TOTP
 
-from tests.e2e.conftest import REPO, ServerProcess
 from tests.examples.harness import AgentClient, AgentProcess, free_port
+from tests.reviewer_processes import REPO, ServerProcess
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e]

@@ -18,9 +18,9 @@ from approvals.models import Proposal
 from approvals.services.agents import register_agent
 from approvals.states import State
 from tests import factories
-from tests.e2e.conftest import REPO, ServerProcess
 from tests.e2e.test_a2a_loop import decide_in_browser, wait_for
 from tests.examples.harness import free_port
+from tests.reviewer_processes import REPO, ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

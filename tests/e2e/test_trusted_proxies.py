@@ -13,8 +13,9 @@ import pytest
 from axes.models import AccessAttempt
 from django.conf import settings as django_settings
 
-from tests.e2e.conftest import ServerProcess, _answers, database_url
+from tests.e2e.conftest import database_url
 from tests.examples.harness import CHECKOUT_PYTHONPATH
+from tests.reviewer_processes import ServerProcess, answers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -64,7 +65,7 @@ def test_daphne_believes_the_forwarding_headers_only_from_the_trusted_proxy(tmp_
     ).start()
     try:
         daphne.wait_until(
-            lambda: _answers(f"{url}/.well-known/jwks.json"), "an answer to /.well-known/jwks.json"
+            lambda: answers(f"{url}/.well-known/jwks.json"), "an answer to /.well-known/jwks.json"
         )
 
         around = _sign_in_once(url, "127.0.0.1")

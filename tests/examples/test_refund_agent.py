@@ -19,6 +19,8 @@ from reviewer_gate.testing import FakeReviewer, ReviewerKey, decision_claims
 from tests.examples.harness import REPO, AgentClient, AgentProcess, status_text
 from tests.waiting import wait_until
 
+pytestmark = pytest.mark.database_independent  # never reaches the suite's database
+
 REFUND_TEXT = "Please refund EUR 40.00 for order {order} (customer says the parcel never arrived)"
 
 

@@ -1,7 +1,6 @@
 """Reviewer under Daphne, its worker and the demo refund agent on a private PostgreSQL and Redis, with
 each process killable (SIGKILL) and startable again on its own: the e2e stack's pieces
-(tests/e2e/conftest.py `ServerProcess`, `database_url`; tests/examples/harness.py `AgentProcess`),
-arranged for faults.
+(tests/reviewer_processes.py; tests/examples/harness.py `AgentProcess`), arranged for faults.
 
 Daphne gets the listening socket by --fd, as in the e2e stack; the socket stays open in this process
 while Daphne is dead, so a client's connection waits in the backlog for the next Daphne instead of being
@@ -12,16 +11,11 @@ for "worker started" never matches an earlier process's line.
 import itertools
 import os
 import signal
-import socket
-import sys
 from pathlib import Path
 
-import httpx
-from django.conf import settings as django_settings
-
 import signing_keys as keys
-from tests.e2e.conftest import ServerProcess
-from tests.examples.harness import CHECKOUT_PYTHONPATH, AgentProcess
+from tests.examples.harness import AgentProcess
+from tests.reviewer_processes import ServerProcess, daphne, listening_socket, reviewer_env, url_of, worker
 
 # An execution with no outcome is asked about (GetTask) after this long, instead of 300 s: the outcome
 # report is what a Daphne or PostgreSQL crash loses, and reconciliation is what recovers it.
@@ -38,10 +32,8 @@ class FaultStack:
         self.log_dir = folder / "logs"
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.checkpoint_dir = folder / "checkpoints"
-        self.listener = socket.socket()
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(128)
-        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.listener = listening_socket(backlog=128)
+        self.url = url_of(self.listener)
         self.reviewer: ServerProcess | None = None
         self.worker: ServerProcess | None = None
         # Made now so its card URL (the registration's audience) is known before anything starts.
@@ -56,60 +48,38 @@ class FaultStack:
         return f"{self.url}/a2a/push/refund-demo/"
 
     def env(self) -> dict:
-        env = {
-            **os.environ,
-            "PYTHONPATH": CHECKOUT_PYTHONPATH,
-            "PYTHONUNBUFFERED": "1",
-            "DEBUG": "true",
-            "DATABASE_URL": self.database_url,
-            "REDIS_URL": self.redis_url,
-            "REVIEWER_ISSUER": self.url,
-            "REVIEWER_DATA_DIR": str(self.folder / "data"),
-            "REVIEWER_SIGNING_KEY_DIR": str(django_settings.SIGNING_KEY_DIR),
-            "AUDIT_CHECKPOINT_DIR": str(self.checkpoint_dir),
-            "EXECUTING_RECONCILE_SECONDS": str(EXECUTING_RECONCILE_SECONDS),
-            "LOG_LEVEL": "INFO",
-            "AGENT_ALLOWED_NETWORKS": "127.0.0.0/8,::1/128",
-        }
-        for name in ("REVIEWER_SIGNING_KEY", "REVIEWER_SIGNING_KEY_FILE", "SECRET_KEY", "SECRET_KEY_FILE"):
-            env.pop(name, None)
-        return env
+        return reviewer_env(
+            url=self.url,
+            database_url=self.database_url,
+            data_dir=self.folder / "data",
+            REDIS_URL=self.redis_url,
+            AUDIT_CHECKPOINT_DIR=str(self.checkpoint_dir),
+            EXECUTING_RECONCILE_SECONDS=str(EXECUTING_RECONCILE_SECONDS),
+        )
 
     # --- starting -------------------------------------------------------------------------------
 
     def start(self) -> "FaultStack":
+        """Daphne, the worker and the agent started side by side, then waited for each."""
         keys.active_key()  # made once, here, before two processes could each make their own
-        self.start_reviewer()
-        self.start_worker()
-        self.agent.start()
+        self.reviewer, self.worker = self._reviewer().start(), self._worker().start()
+        self.agent.launch()
+        self.reviewer.wait_ready()
+        self.worker.wait_ready()
+        self.agent.wait_ready()
         return self
 
     def start_reviewer(self) -> None:
-        fd = self.listener.fileno()
-        self.reviewer = ServerProcess(
-            f"reviewer-{next(self._starts)}",
-            [sys.executable, "-m", "daphne", "--fd", str(fd), "reviewer.asgi:application"],
-            env=self.env(),
-            log_dir=self.log_dir,
-            pass_fds=(fd,),
-        ).start()
-        self.reviewer.wait_until(self._jwks_answers, "an answer to /.well-known/jwks.json")
-
-    def _jwks_answers(self) -> bool:
-        try:
-            return httpx.get(f"{self.url}/.well-known/jwks.json", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
+        self.reviewer = self._reviewer().start().wait_ready()
 
     def start_worker(self) -> None:
-        self.worker = ServerProcess(
-            f"worker-{next(self._starts)}",
-            [sys.executable, "manage.py", "run_worker", "--interval", "0.5"],
-            env=self.env(),
-            log_dir=self.log_dir,
-        ).start()
-        worker = self.worker
-        worker.wait_until(lambda: "worker started" in worker.log(), "'worker started'")
+        self.worker = self._worker().start().wait_ready()
+
+    def _reviewer(self) -> ServerProcess:
+        return daphne(f"reviewer-{next(self._starts)}", self.listener, env=self.env(), log_dir=self.log_dir)
+
+    def _worker(self) -> ServerProcess:
+        return worker(f"worker-{next(self._starts)}", env=self.env(), log_dir=self.log_dir, interval="0.5")
 
     # --- killing --------------------------------------------------------------------------------
 

@@ -48,6 +48,7 @@ def approve_and_deliver(agent, reviewer, order: str) -> Proposal:
     return proposal
 
 
+@pytest.mark.database_independent  # on its private PostgreSQL
 def test_a_restored_database_verifies_redelivers_nothing_and_names_what_it_lost(
     on_private_database, private_postgres, settings, tmp_path
 ):

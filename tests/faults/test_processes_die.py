@@ -42,7 +42,7 @@ from tests.examples.harness import AgentClient
 from tests.faults.stack import FaultStack
 from tests.waiting import wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.database_independent]  # its own servers
 
 ROUNDS = int(os.environ.get("FAULT_ROUNDS", "4"))  # each point is hit this many times...
 BATCH = 2  # ...on this many proposals at once: 7 points x 4 x 2 = 56 proposals

@@ -7,6 +7,9 @@ is still a cycle: grimp reads those imports too.
 """
 
 import grimp
+import pytest
+
+pytestmark = pytest.mark.database_independent  # never reaches the suite's database
 
 PACKAGES = ("approvals", "audit", "tenants", "accounts", "signing_keys", "lib", "reviewer")
 

@@ -6,6 +6,8 @@ a fact with one home is not written again elsewhere (two copies drift: the risk 
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = (
     "approvals",
@@ -18,6 +20,8 @@ PRODUCT = (
     "reviewer",
     "sdk/python/src",
 )
+
+pytestmark = pytest.mark.database_independent  # never reaches the suite's database
 MAX_LINES = 450
 MAX_APPROVALS_TOP_LEVEL = 15
 # Our own tracker's numbers (the word issue, point or item, then a number); an upstream project's issue
