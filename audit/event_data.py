@@ -2,7 +2,7 @@
 for years and exported to third parties), and only numbers JSON keeps exactly (a number jsonb would
 store differently could not be hashed when the event is chained, which would stop its chain)."""
 
-from lib.json_numbers import first_inexact_number
+from audit.verify.hashing import first_inexact_number
 
 # Keys that would mean a secret is about to be written into the permanent record. Event data is kept
 # for years and exported to third parties, so a caller that passes one of these fails loudly instead.

@@ -11,6 +11,7 @@ import math
 
 from django.conf import settings
 
+from audit.verify.hashing import first_inexact_number
 from lib.errors import IntakeError
 
 
@@ -38,7 +39,6 @@ def too_large_message() -> str:
 # bodies with `load_json`, which refuses them with the path of the value at fault.
 
 MAX_DEPTH = 32  # far deeper than any approval request needs, far below the recursion limit
-SAFE_INTEGER = 2**53 - 1  # I-JSON (RFC 7493) and RFC 8785: larger integers are not exact in JSON
 
 
 class HostileInput(IntakeError):
@@ -65,10 +65,12 @@ def refuse_hostile_values(value, path: tuple = ()) -> None:
             raise HostileInput("too_deep", f"{field} nests deeper than {MAX_DEPTH} levels", field)
         if isinstance(value, float) and not math.isfinite(value):
             raise HostileInput("bad_number", f"{field}: NaN and Infinity are not JSON numbers", field)
-        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > SAFE_INTEGER:
+        if isinstance(value, int | float) and first_inexact_number(value):  # a number, not a subtree
+            # A float such as 1e21 too: PostgreSQL's jsonb would store it as an integer beyond the range,
+            # and the action's digest could not be computed again from what was stored.
             raise HostileInput(
                 "bad_number",
-                f"{field}: integers beyond ±(2**53 - 1) are not exact in JSON; send a string",
+                f"{field}: numbers beyond ±(2**53 - 1) are not exact in JSON; send a string",
                 field,
             )
         if isinstance(value, str) and "\x00" in value:

@@ -7,7 +7,7 @@ from approvals.policy import notifications as notify_rules
 from approvals.policy.classification import REVERSIBILITY_CLASSES
 from approvals.policy.evaluation import compile_condition
 from approvals.policy.step_up import PER_VOTE, validate_step_up
-from lib.json_numbers import first_inexact_number
+from audit.verify.hashing import first_inexact_number
 
 # ---------------------------------------------------------------------------------------------------
 # Validating a version before it is stored (the service refuses, the admin form shows it on the field)

@@ -24,6 +24,7 @@ values.
 
 import hashlib
 import json
+import math
 import re
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
@@ -152,3 +153,27 @@ class PlainJson:
         # Not one JSON value as Reviewer writes it (space around it, a BOM, another encoding, invalid):
         # json.loads decides, with its encoding detection and its own error.
         return json.loads(line), False
+
+
+def first_inexact_number(value, path: str = "") -> tuple[str, int | float] | None:
+    """(where, number) of the first number in `value` that the hash rule cannot take as it will be read
+    back: an integer beyond ±SAFE_INTEGER, or a float that is not finite or beyond it (PostgreSQL's
+    jsonb stores 1e21 as the integer 10**21). Data stored as JSON and hashed or digested later (audit
+    events, the policy fields they record, an agent's action) is checked with this first."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return (path, value) if abs(value) > SAFE_INTEGER else None
+    if isinstance(value, float):
+        return (path, value) if not math.isfinite(value) or abs(value) > SAFE_INTEGER else None
+    if isinstance(value, dict):
+        items = ((f"{path}.{key}" if path else str(key), item) for key, item in value.items())
+    elif isinstance(value, list | tuple):
+        items = ((f"{path}[{index}]", item) for index, item in enumerate(value))
+    else:
+        return None
+    for where, item in items:
+        found = first_inexact_number(item, where)
+        if found:
+            return found
+    return None

@@ -43,12 +43,13 @@ HOSTILE = [
     ("consequences.amount", "Infinity", "bad_number", "request.consequences.amount"),
     ("consequences.amount", "-Infinity", "bad_number", "request.consequences.amount"),
     ("consequences.amount", str(2**70), "bad_number", "request.consequences.amount"),
+    ("consequences.amount", "1e21", "bad_number", "request.consequences.amount"),
     ("summary", json.dumps("Refund\u0000 EUR 40"), "nul_character", "request.summary"),
     ("principal.display", json.dumps("Ann\u0000"), "nul_character", "request.principal.display"),
     ("consequences.tree", nested(DEEP), "too_deep", None),
     ("action.arguments.amount", "40", "invalid", "request.action.arguments.amount"),
     ("action.arguments.amount", "40.1", "invalid", "request.action.arguments.amount"),
-    ("action.arguments.amount", "1e21", "invalid", "request.action.arguments.amount"),
+    ("action.arguments.amount", "1e21", "bad_number", "request.action.arguments.amount"),
     ("action.arguments.amount", str(2**60), "bad_number", "request.action.arguments.amount"),
 ]
 
