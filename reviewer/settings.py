@@ -148,36 +148,26 @@ MAX_CONCURRENT_REQUESTS = env_int("MAX_CONCURRENT_REQUESTS", 16)
 # instead); the worker stays the retry path (approvals/worker/delivery.py). Off: the worker sends everything.
 OUTBOX_DIRECT_SEND = env_bool("OUTBOX_DIRECT_SEND", True)
 OUTBOX_DIRECT_SEND_THREADS = env_int("OUTBOX_DIRECT_SEND_THREADS", 4)
-# A change's after-commit work that its answer need not wait for (the audit sequencer, the sockets'
-# broadcasts) runs on one background thread per process (lib/commit_hooks.py); the worker's tick chains
-# what a process that died left pending. Off: it runs in the committing request, before its answer.
+# After-commit work the answer need not wait for (sequencing, broadcasts) runs on one background thread
+# per process (lib/commit_hooks.py); off: in the committing request, before its answer.
 COMMIT_HOOKS_IN_BACKGROUND = env_bool("COMMIT_HOOKS_IN_BACKGROUND", True)
-# Who chains the audit events a change accepted (audit/chain.py). "worker": the appending process only
-# inserts them (pending) and wakes the workers after commit; `run_worker` chains them in batches, so
-# the HTTP processes spend no CPU on hashing and sealing. "after_commit": the appending process chains
-# them itself right after its commit (on the thread above). The worker's tick chains whatever is
-# pending in either mode. Default: "worker" on PostgreSQL (a deployment runs workers: Procfile, `make
-# demo`); "after_commit" on SQLite, one machine with one writer at a time, where another process buys
-# nothing.
+# Who chains the audit events a change accepted (docs/operations.md, "Who sequences"). "worker": the
+# appending process only inserts them and wakes the workers after commit, which chain them in batches;
+# "after_commit": the appending process chains them right after its commit (on the thread above). The
+# default is "worker" on PostgreSQL, "after_commit" on SQLite (one writer at a time: nothing to gain).
 AUDIT_SEQUENCING = env_str("AUDIT_SEQUENCING") or ("worker" if IS_POSTGRES else "after_commit")
 if AUDIT_SEQUENCING not in ("worker", "after_commit"):
     raise ImproperlyConfigured(
         f"AUDIT_SEQUENCING must be 'worker' or 'after_commit', not {AUDIT_SEQUENCING!r}"
     )
-# The sequencer commits a batch with no checkpoint due with synchronous_commit off (PostgreSQL): a crash
-# may lose the last fraction of a second of seals, never an event (its pending row comes back with it,
-# and the next sequencer run seals it again). Nothing leaves the database before it is flushed: a
-# checkpoint's batch commits synchronously, and exports, bundles, evidence packets and the SIEM stream
-# flush first (audit.chain.make_seals_durable). False: every batch waits for its fsync.
+# A batch with no checkpoint due commits with synchronous_commit off: a crash may lose seals, never an
+# event (it is sealed again); everything is flushed before it leaves (audit.chain.make_seals_durable).
 AUDIT_SEQUENCER_ASYNC_COMMIT = env_bool("AUDIT_SEQUENCER_ASYNC_COMMIT", True)
-# An event still waiting to be chained after this many seconds is overdue: the worker is not running
-# or cannot keep up (the audit page says so; Prometheus: reviewer_audit_oldest_pending_seconds).
+# An event still pending after this long is overdue (Prometheus: reviewer_audit_oldest_pending_seconds).
 AUDIT_PENDING_ALERT_SECONDS = env_int("AUDIT_PENDING_ALERT_SECONDS", 30)
-# Decision waits (GET /api/v1/proposals/<id>/decision?wait=N) are served on the event loop, outside
-# MAX_CONCURRENT_REQUESTS (approvals/decision_wait.py): a wait holds no request slot, thread or
-# connection. Each Daphne process keeps at most DECISION_WAITS_PER_AGENT open for one agent (the next
-# gets 429 + Retry-After) and DECISION_WAITS_PER_PROCESS for everyone (503); their short reads use at
-# most DECISION_WAIT_READS connections at once, counted in the pool below.
+# Decision waits (`?wait=N`, approvals/agent_api/decision_wait.py) hold no request slot or connection:
+# per process at most DECISION_WAITS_PER_AGENT for one agent (then 429) and DECISION_WAITS_PER_PROCESS
+# in all (then 503); their reads use at most DECISION_WAIT_READS pooled connections at once.
 DECISION_WAITS_PER_AGENT = env_int("DECISION_WAITS_PER_AGENT", 50)
 DECISION_WAITS_PER_PROCESS = env_int("DECISION_WAITS_PER_PROCESS", 5000)
 DECISION_WAIT_READS = max(1, env_int("DECISION_WAIT_READS", 2))
@@ -193,16 +183,11 @@ if IS_POSTGRES and DB_POOL_MAX_SIZE > 0:
         "max_size": DB_POOL_MAX_SIZE,
         "timeout": env_int("DB_POOL_TIMEOUT", 10),
     }
-    # With a pool, Django's health checks become the pool's check: each connection costs one empty
-    # round trip as it leaves the pool, and a dead one is replaced. After PostgreSQL restarts, every
-    # idle pooled connection is dead; without the check each served one request a 500, an agent's
-    # consume among them (the agent then drops an approved action). tests/faults/test_processes_die.py
-    # restarts PostgreSQL mid-loop.
+    # The pool checks a connection as it leaves (one empty round trip): after PostgreSQL restarts every
+    # idle one is dead, and each served a 500 without it (tests/faults/test_processes_die.py).
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
-# The audit sequencer's own role (manage.py setup_database_roles --sequencer; docs/operations.md): set,
-# the sequencer seals events through a second connection as that role, the only one that may insert
-# seals and move chain heads, so the application's role cannot wedge or forge a chain. Give it to every
-# process that sequences (the worker's tick, and the web processes' after-commit sequencing).
+# The audit sequencer's own role (setup_database_roles --sequencer), the only one that may insert seals
+# and move chain heads: give it to every process that sequences (docs/operations.md).
 AUDIT_SEQUENCER_DATABASE_URL = env_str("AUDIT_SEQUENCER_DATABASE_URL")
 if AUDIT_SEQUENCER_DATABASE_URL:
     DATABASES["sequencer"] = {
@@ -439,20 +424,17 @@ AGENT_ALLOWED_NETWORKS = env_list("AGENT_ALLOWED_NETWORKS", [])
 # Notifications and escalation (docs/notifications.md). Slack's Web API (tests point it at a stand-in);
 # a workspace's bot token and signing secret are references in its row ("env:NAME" or "file:/path").
 SLACK_API_BASE_URL = env_str("SLACK_API_BASE_URL", "https://slack.com/api/")
-# Tenant webhooks and push go through the same allow-list as agent calls (AGENT_ALLOWED_*). Plain http:// only
-# for development and tests.
+# Webhooks and push share the agents' allow-list (AGENT_ALLOWED_*); http:// only for tests and development.
 NOTIFY_ALLOW_HTTP = env_bool("NOTIFY_ALLOW_HTTP", False)
-# SIEM (audit/siem.py): the audit trail with seq and hash, as JSON over HTTPS ("hec" for Splunk HEC,
-# "elastic" for the _bulk API, "jsonl"), and/or RFC 5424 syslog ("tcp://host:port", "tls://host:port").
+# SIEM (audit/siem.py): JSON over HTTPS ("hec", "elastic", "jsonl") and/or syslog ("tcp://…", "tls://…").
 AUDIT_SIEM_HTTP_URL = env_str("AUDIT_SIEM_HTTP_URL")
 AUDIT_SIEM_HTTP_FORMAT = env_str("AUDIT_SIEM_HTTP_FORMAT", "hec")
 AUDIT_SIEM_HTTP_TOKEN = env_str("AUDIT_SIEM_HTTP_TOKEN")
 AUDIT_SIEM_HTTP_TOKEN_FILE = env_str("AUDIT_SIEM_HTTP_TOKEN_FILE")  # preferred over the variable
 AUDIT_SIEM_SYSLOG = env_str("AUDIT_SIEM_SYSLOG")
 AUDIT_SIEM_CA_FILE = env_str("AUDIT_SIEM_CA_FILE")  # a private CA for the sinks' TLS; empty: the system's
-# Web Push (approvals/notify/push.py): the VAPID private key (PEM; `vapid --gen` of py-vapid makes one),
-# the contact the push services see, and the push services Reviewer sends to (a subscription's endpoint
-# is chosen by the browser, so it is called only on these hosts). Empty key file: push is off.
+# Web Push (approvals/notify/push.py): the VAPID key (PEM; empty: push is off), the contact, and the
+# only push-service hosts a browser-chosen subscription endpoint may be on.
 WEB_PUSH_VAPID_PRIVATE_KEY_FILE = env_str("WEB_PUSH_VAPID_PRIVATE_KEY_FILE")
 WEB_PUSH_CONTACT = env_str("WEB_PUSH_CONTACT", "mailto:reviewer@localhost")
 WEB_PUSH_SERVICE_HOSTS = env_list(
@@ -462,9 +444,7 @@ WEB_PUSH_SERVICE_HOSTS = env_list(
 
 LOGGING = fixed_settings.logging_config(env_str("LOG_LEVEL", "INFO"))
 SCIM_SERVICE_PROVIDER = fixed_settings.SCIM_SERVICE_PROVIDER  # SCIM 2.0 provisioning, under /scim/v2/
-# SAML 2.0 sign-in (sso/saml.py on djangosaml2 and pysaml2), configured per tenant in the admin (no
-# SAML_CONFIG: each tenant's service provider is built from its IdentityProvider). pysaml2 checks XML
-# signatures with xmlsec1 (Debian's package xmlsec1); a SAML sign-in fails closed without it.
+# SAML per tenant (sso/saml.py; no SAML_CONFIG). Signatures are checked by xmlsec1; without it, refused.
 SAML_XMLSEC_BINARY = env_str("SAML_XMLSEC_BINARY", "")  # empty: xmlsec1 on PATH
 SAML_DEFAULT_BINDING = fixed_settings.SAML_DEFAULT_BINDING
 SAML_SESSION_COOKIE_NAME = "saml_session"
