@@ -13,6 +13,7 @@ from dataclasses import replace
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
+from django.db.models import Count, Min
 from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
@@ -24,7 +25,7 @@ from audit.exports import Selection, chunks, count
 from audit.forms import ExportForm, PeriodForm, SelectionForm
 from audit.labels import actor_label, tenant_chain
 from audit.metrics import collect, format_duration, rubber_stamp_min_sample
-from audit.models import ChainHead, Checkpoint, ExportJob
+from audit.models import AuditPending, ChainHead, Checkpoint, ExportJob
 from audit.people import display_names, pseudonyms_in
 from audit.prometheus import exposition
 from audit.records import event_dict
@@ -107,12 +108,22 @@ def _home_context(tenant, form) -> dict:
     head = ChainHead.objects.filter(chain=tenant_chain(tenant.id)).first()
     checkpoint = Checkpoint.objects.filter(chain=tenant_chain(tenant.id)).order_by("-seq").first()
     unsigned = (head.seq - checkpoint.seq) if head and checkpoint else 0
+    waiting = AuditPending.objects.filter(chain=tenant_chain(tenant.id)).aggregate(
+        count=Count("pk"), oldest=Min("event__at")
+    )
+    waited = (timezone.now() - waiting["oldest"]).total_seconds() if waiting["oldest"] else 0.0
     return {
         "tenant": tenant,
         "form": form,
         "head": head,
         "checkpoint": checkpoint,
         "unsigned": unsigned,
+        # Accepted, not chained yet: a worker chains them within seconds; past the alert age none is.
+        "pending": {
+            "count": waiting["count"],
+            "seconds": int(waited),
+            "overdue": waited > settings.AUDIT_PENDING_ALERT_SECONDS,
+        },
         "nav": "audit",
         "jobs": ExportJob.objects.filter(tenant_id=tenant.id).select_related("requested_by")[:10],
         "stream_max": settings.AUDIT_EXPORT_STREAM_MAX_EVENTS,

@@ -7,13 +7,15 @@ import json
 import re
 
 import pytest
+from django.db import transaction
 from django.test import Client
 from django.urls import reverse
 from prometheus_client.parser import text_string_to_metric_families
 
 from approvals.models import Vote
 from audit import jobs
-from audit.chain import checkpoint_head
+from audit.chain import append, checkpoint_head
+from audit.labels import tenant_chain
 from audit.models import AuditEvent, ExportJob, Verb
 from tenants.models import TenantMembership
 from tests.audit.util import lifecycle, tenant_ref, verified_client
@@ -313,3 +315,26 @@ def test_a_signed_decision_event_names_what_was_decided_for_the_report(decided):
     assert signed.data["tool"] == "payments.refund"
     assert signed.data["summary"] == decided.summary
     assert signed.data["amount"] == "EUR 40.00"
+
+
+# --- pending events -------------------------------------------------------------------------------
+
+
+def _accept_one_event_not_chained(tenant):
+    with transaction.atomic():  # the test's own transaction: no after-commit hook chains it
+        append(tenant_chain(tenant.id), actor="system", verb=Verb.HALT_STARTED, subject="halt:1")
+
+
+def test_the_chain_panel_says_when_events_wait_to_be_chained_and_when_no_worker_chains_them(
+    decided, tenant, compliance, settings
+):
+    page = verified_client(compliance).get(url("tenant")).content.decode()
+    assert "not chained yet" not in page and "being chained" not in page
+
+    _accept_one_event_not_chained(tenant)
+    page = verified_client(compliance).get(url("tenant")).content.decode()
+    assert "1 newer event accepted and being chained." in page
+
+    settings.AUDIT_PENDING_ALERT_SECONDS = -1  # the oldest pending event is past the alert age
+    page = verified_client(compliance).get(url("tenant")).content.decode()
+    assert "1 event accepted but not chained yet" in page and "manage.py run_worker" in page
