@@ -51,32 +51,24 @@ def test_event_data_carrying_a_secret_is_refused(data):
     assert not AuditEvent.objects.exists()
 
 
+def _append_halt(data: dict) -> None:
+    append("system", actor="system", verb=Verb.HALT_STARTED, subject="halt:1", data=data)
+
+
 @pytest.mark.parametrize("number", [1e21, 2**53, -(2**60), float("inf")])
 def test_event_data_with_a_number_json_does_not_keep_exactly_is_refused(number):
     """jsonb would store 1e21 as the integer 10**21, which RFC 8785 refuses to hash: stored, the event
     would stop its chain at the next sequencing. It is refused before anything is written."""
     with pytest.raises(ValueError, match=r"data.amounts\[1\]: .* outside the numbers JSON keeps exactly"):
         with transaction.atomic():
-            append(
-                "system",
-                actor="system",
-                verb=Verb.HALT_STARTED,
-                subject="halt:1",
-                data={"amounts": [1, number]},
-            )
+            _append_halt({"amounts": [1, number]})
     assert not AuditEvent.objects.exists()
 
 
 @pytest.mark.django_db(transaction=True)
 def test_numbers_json_keeps_exactly_are_chained_and_verify_after_the_round_trip():
     with transaction.atomic():
-        append(
-            "system",
-            actor="system",
-            verb=Verb.HALT_STARTED,
-            subject="halt:1",
-            data={"n": [2**53 - 1, 2.5, -1e15]},
-        )
+        _append_halt({"n": [2**53 - 1, 2.5, -1e15]})
     sequence_pending()
 
     assert AuditEvent.objects.get().hash
