@@ -43,8 +43,8 @@ def main(events: int = 20, sockets: int = 50) -> list[dict]:
     folder = scratch_folder()
     setup_django(folder)
     from tests import factories
-    from tests.e2e.conftest import ServerProcess, Stack
-    from tests.e2e.test_fanout_redis import _answers
+    from tests.e2e.conftest import Stack
+    from tests.reviewer_processes import ServerProcess, answers
 
     stacks, processes = [], []
     try:
@@ -61,7 +61,7 @@ def main(events: int = 20, sockets: int = 50) -> list[dict]:
                 pass_fds=(fd,),
             ).start()
             processes.append(process)
-            process.wait_until(lambda url=stack.url: _answers(f"{url}/.well-known/jwks.json"), "JWKS answers")
+            process.wait_until(lambda url=stack.url: answers(f"{url}/.well-known/jwks.json"), "JWKS answers")
         tenant = factories.make_tenant()
         factories.make_policy(
             tenant, "refunds", tool_pattern="payments.refund", thresholds=[{"group": "finance", "count": 2}]
