@@ -30,6 +30,7 @@ from django.conf import settings
 from django.db import connection as django_connection
 
 from lib.commit_hooks import on_commit, on_commit_first
+from lib.pg_listen import PostgresListener
 
 log = logging.getLogger(__name__)
 
@@ -122,28 +123,6 @@ class PollingOnly:
         pass
 
 
-class PostgresListener:
-    """LISTEN reviewer_outbox on a connection of its own, in autocommit."""
-
-    def __init__(self):
-        import psycopg
-
-        self.connection = psycopg.connect(**django_connection.get_connection_params(), autocommit=True)
-        self.connection.execute(f"LISTEN {CHANNEL}")
-
-    def wait(self, timeout: float) -> bool:
-        woken = False
-        for _ in self.connection.notifies(timeout=timeout, stop_after=1):
-            woken = True
-        if woken:  # several commits at once: one tick serves them all
-            for _ in self.connection.notifies(timeout=0):
-                pass
-        return woken
-
-    def close(self) -> None:
-        self.connection.close()
-
-
 class UnixDoorbell:
     """An abstract Unix datagram socket registered under DATA_DIR/worker-doorbells/."""
 
@@ -177,7 +156,7 @@ def doorbell(stop):
     """What the worker waits on between ticks; polling only if no wake-up works here."""
     try:
         if django_connection.vendor == "postgresql":
-            return PostgresListener()
+            return PostgresListener(CHANNEL)
         if sys.platform == "linux":
             return UnixDoorbell()
     except Exception:  # waking is an optimisation: never stop the worker for it

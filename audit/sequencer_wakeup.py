@@ -13,7 +13,6 @@ the sequencer only polls.
 
 import logging
 
-import psycopg
 from django.db import connection
 
 log = logging.getLogger(__name__)
@@ -31,25 +30,3 @@ def wake_sequencers() -> None:
             cursor.execute("SELECT pg_notify(%s, '')", [CHANNEL])
     except Exception:
         log.exception("waking the audit sequencers failed; they chain on their next poll")
-
-
-class Listener:
-    """LISTEN reviewer_audit on a connection of its own, in autocommit (PostgreSQL)."""
-
-    def __init__(self):
-        self.connection = psycopg.connect(**connection.get_connection_params(), autocommit=True)
-        self.connection.execute(f"LISTEN {CHANNEL}")
-
-    def wait(self, timeout: float) -> bool:
-        """True as soon as a wake-up came (all queued ones are taken: one pass serves them), False
-        after `timeout` seconds."""
-        woken = False
-        for _ in self.connection.notifies(timeout=timeout, stop_after=1):
-            woken = True
-        if woken:
-            for _ in self.connection.notifies(timeout=0):
-                pass
-        return woken
-
-    def close(self) -> None:
-        self.connection.close()

@@ -16,7 +16,8 @@ import threading
 from django.db import close_old_connections, connection
 
 from audit.chain import sequence_pending
-from audit.sequencer_wakeup import Listener
+from audit.sequencer_wakeup import CHANNEL
+from lib.pg_listen import PostgresListener
 
 log = logging.getLogger(__name__)
 
@@ -66,16 +67,16 @@ class SequencerThread:
                 self.passes += 1
                 self._passed.notify_all()
 
-    def _listen(self) -> Listener | None:
+    def _listen(self) -> PostgresListener | None:
         if connection.vendor != "postgresql":
             return None
         try:
-            return Listener()
+            return PostgresListener(CHANNEL)
         except Exception:  # waking is an optimisation: the thread polls without it
             log.exception("audit sequencer: no wake-ups (polling only)")
             return None
 
-    def _wait(self, listener: Listener | None) -> Listener | None:
+    def _wait(self, listener: PostgresListener | None) -> PostgresListener | None:
         """Wait up to `interval` for a wake-up, in slices of at most a second so a stop is seen soon."""
         remaining = self.interval
         while remaining > 0 and not self.stop.is_set():
