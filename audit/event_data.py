@@ -1,8 +1,13 @@
-"""What an audit event's data may hold, checked before it is accepted: no secrets (event data is kept
-for years and exported to third parties), and only numbers JSON keeps exactly (a number jsonb would
-store differently could not be hashed when the event is chained, which would stop its chain)."""
+"""What an audit event may hold, checked before it is accepted: a verb the trail knows, no secrets
+(event data is kept for years and exported to third parties), and only numbers JSON keeps exactly (a
+number jsonb would store differently could not be hashed when the event is chained, which would stop
+its chain)."""
 
+from audit.models import Verb
 from audit.verify.hashing import first_inexact_number
+
+# Checked here, not by the verb column's choices: a new verb then needs no migration.
+KNOWN_VERBS = frozenset(Verb.values)
 
 # Keys that would mean a secret is about to be written into the permanent record. Event data is kept
 # for years and exported to third parties, so a caller that passes one of these fails loudly instead.
@@ -39,8 +44,10 @@ def refuse_secrets(data, path: str = "data") -> None:
             refuse_secrets(value, f"{path}[{index}]")
 
 
-def refuse_unfit_data(data: dict) -> None:
-    """ValueError naming the first value the trail may not hold."""
+def refuse_unfit_event(verb: str, data: dict) -> None:
+    """ValueError naming an unknown verb or the first value the trail may not hold."""
+    if verb not in KNOWN_VERBS:
+        raise ValueError(f"unknown audit verb {verb!r}: add it to audit.models.Verb")
     refuse_secrets(data)
     inexact = first_inexact_number(data, "data")
     if inexact:

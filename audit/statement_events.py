@@ -8,8 +8,8 @@ from django.db import connection, transaction
 from django.db.models import Field
 from django.utils import timezone
 
-from audit.chain import EVENT_COLUMNS, KNOWN_VERBS, chain_when_committed
-from audit.event_data import refuse_unfit_data
+from audit.chain import EVENT_COLUMNS, chain_when_committed
+from audit.event_data import refuse_unfit_event
 from audit.models import AuditEvent, AuditPending
 
 
@@ -24,9 +24,7 @@ def accept_sql(chain: str, events: list[dict], *, source: str, subject_sql: str)
     params: list[Any] = [chain, timezone.now()]
     selects = []
     for number, event in enumerate(events):
-        if event["verb"] not in KNOWN_VERBS:
-            raise ValueError(f"unknown audit verb {event['verb']!r}: add it to audit.models.Verb")
-        refuse_unfit_data(event.get("data") or {})
+        refuse_unfit_event(event["verb"], event.get("data") or {})
         merged = f" || {event['data_sql']}" if event.get("data_sql") else ""
         # Only the caller's names and SQL (no values) go into the text; every value is a parameter.
         selects.append(f"SELECT {number} AS n, %s, %s, {subject_sql}, %s::jsonb{merged} FROM {source}")  # noqa: S608
