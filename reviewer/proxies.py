@@ -65,6 +65,12 @@ def _trusted(address, trusted) -> bool:
     )
 
 
+def _forwarded_proto(headers) -> str:
+    """The scheme X-Forwarded-Proto names: its last value, the one the nearest proxy set ("" if none)."""
+    values = [value.decode("latin-1") for name, value in headers if name.lower() == b"x-forwarded-proto"]
+    return (values or [""])[-1].split(",")[-1].strip().lower()
+
+
 def forwarded_scope(scope: dict, trusted) -> dict:
     """The scope as Django and Channels should see it (see the module docstring)."""
     headers = list(scope.get("headers") or [])
@@ -72,12 +78,13 @@ def forwarded_scope(scope: dict, trusted) -> dict:
     peer = _address((scope.get("client") or ("",))[0] or "")
     if not _trusted(peer, trusted):
         return {**scope, "headers": kept}
-    values: dict[bytes, list[str]] = {}
-    for name, value in headers:
-        if name.lower() in FORWARDING_HEADERS:
-            values.setdefault(name.lower(), []).append(value.decode("latin-1"))
     client = peer
-    hops = [hop for value in values.get(b"x-forwarded-for", []) for hop in value.split(",")]
+    hops = [
+        hop
+        for name, value in headers
+        if name.lower() == b"x-forwarded-for"
+        for hop in value.decode("latin-1").split(",")
+    ]
     for hop in reversed(hops):
         address = _address(hop)
         if address is None:
@@ -86,7 +93,7 @@ def forwarded_scope(scope: dict, trusted) -> dict:
         if not _trusted(address, trusted):
             break
     changed = {**scope, "client": (str(client), 0)}
-    proto = (values.get(b"x-forwarded-proto") or [""])[-1].split(",")[-1].strip().lower()
+    proto = _forwarded_proto(headers)
     scheme = SCHEMES.get(scope["type"], {}).get(proto)
     if scheme:
         changed["scheme"] = scheme
@@ -121,10 +128,7 @@ class TrustedProxies:
         peer = (scope.get("client") or ("",))[0] or ""
         if _trusted(_address(peer), self.trusted):
             return False
-        said_https = any(
-            name.lower() == b"x-forwarded-proto" and value.split(b",")[-1].strip().lower() == b"https"
-            for name, value in scope.get("headers") or []
-        )
+        said_https = _forwarded_proto(scope.get("headers") or []) == "https"
         if said_https and peer not in self._peers_logged:
             self._peers_logged.add(peer)
             log.warning(
