@@ -14,14 +14,15 @@ from datetime import datetime
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db.models import Count, Max, Min
+from django.db.models import Count, Max
 from django.utils import timezone
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from audit.labels import tenant_chain
 from audit.metrics import FIRST_OUTCOMES, Metrics, collect, percentile
-from audit.models import AuditPending, ChainHead, Checkpoint, ExportJob
+from audit.models import ChainHead, Checkpoint, ExportJob
+from audit.records import pending_by_chain
 from tenants import queries as tenant_queries
 
 QUANTILES = (0.5, 0.95)
@@ -149,14 +150,11 @@ class ReviewerCollector:
             "Age of the chain's oldest event not chained yet (0: none).",
             labels=["chain"],
         )
-        waiting = {
-            row["chain"]: row
-            for row in AuditPending.objects.values("chain").annotate(n=Count("pk"), first=Min("event__at"))
-        }
+        waiting = pending_by_chain()
         for chain in sorted(set(heads) | set(waiting)):
             row = waiting.get(chain)
-            pending.add_metric([chain], row["n"] if row else 0)
-            age = (now - row["first"]).total_seconds() if row else 0.0
+            pending.add_metric([chain], row["count"] if row else 0)
+            age = (now - row["oldest"]).total_seconds() if row else 0.0
             oldest.add_metric([chain], round(max(age, 0.0), 3))
         yield from (pending, oldest)
         for chain, head in sorted(heads.items()):

@@ -3,9 +3,9 @@ number of events is read in constant memory on SQLite and PostgreSQL alike."""
 
 from collections.abc import Iterator
 
-from django.db.models import QuerySet
+from django.db.models import Count, Min, QuerySet
 
-from audit.models import AuditEvent, Checkpoint
+from audit.models import AuditEvent, AuditPending, Checkpoint
 from audit.shapes import format_time
 
 PAGE_SIZE = 2000
@@ -49,3 +49,11 @@ def event_pages(events: QuerySet, *, after_seq: int = 0, page_size: int | None =
 def iter_events(events: QuerySet, *, after_seq: int = 0, page_size: int | None = None) -> Iterator[dict]:
     for page in event_pages(events, after_seq=after_seq, page_size=page_size):
         yield from page
+
+
+def pending_by_chain(chain: str | None = None) -> dict[str, dict]:
+    """Events accepted and not chained yet, by chain (only `chain` if given): {"count", "oldest"}, the
+    oldest being the earliest event's time. One query."""
+    waiting = AuditPending.objects.all() if chain is None else AuditPending.objects.filter(chain=chain)
+    rows = waiting.values("chain").annotate(count=Count("pk"), oldest=Min("event__at"))
+    return {row["chain"]: row for row in rows}

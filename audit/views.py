@@ -13,7 +13,6 @@ from dataclasses import replace
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
-from django.db.models import Count, Min
 from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
@@ -25,10 +24,10 @@ from audit.exports import Selection, chunks, count
 from audit.forms import ExportForm, PeriodForm, SelectionForm
 from audit.labels import actor_label, tenant_chain
 from audit.metrics import collect, format_duration, rubber_stamp_min_sample
-from audit.models import AuditPending, ChainHead, Checkpoint, ExportJob
+from audit.models import ChainHead, Checkpoint, ExportJob
 from audit.people import display_names, pseudonyms_in
 from audit.prometheus import exposition
-from audit.records import event_dict
+from audit.records import event_dict, pending_by_chain
 from lib.decorators import verified_required
 from tenants import queries as tenant_queries
 
@@ -105,12 +104,11 @@ def index(request):
 
 
 def _home_context(tenant, form) -> dict:
-    head = ChainHead.objects.filter(chain=tenant_chain(tenant.id)).first()
-    checkpoint = Checkpoint.objects.filter(chain=tenant_chain(tenant.id)).order_by("-seq").first()
+    chain = tenant_chain(tenant.id)
+    head = ChainHead.objects.filter(chain=chain).first()
+    checkpoint = Checkpoint.objects.filter(chain=chain).order_by("-seq").first()
     unsigned = (head.seq - checkpoint.seq) if head and checkpoint else 0
-    waiting = AuditPending.objects.filter(chain=tenant_chain(tenant.id)).aggregate(
-        count=Count("pk"), oldest=Min("event__at")
-    )
+    waiting = pending_by_chain(chain).get(chain, {"count": 0, "oldest": None})
     waited = (timezone.now() - waiting["oldest"]).total_seconds() if waiting["oldest"] else 0.0
     return {
         "tenant": tenant,
