@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from approvals.canonical import action_digest
 from approvals.models import Agent, Decision, Halt, Policy, PolicyVersion, Proposal, ReviewNotice
+from approvals.models.risk import rank
 from approvals.policy.evaluation import (
     Evaluation,
     active_versions_for,
@@ -331,7 +332,7 @@ def _store_and_route(
     transition), the pinned versions, and the review notice or the decision."""
     target = _target_state(evaluation)
     previous = first_transition(proposal, target)
-    proposal.save(force_insert=True)
+    _insert_with_pins(proposal, evaluation.versions)
     actor = agent_actor(proposal.agent)
     record(
         proposal.tenant_id,
@@ -361,6 +362,70 @@ def _store_and_route(
     _pin_and_route(proposal, evaluation, target, first=previous)
 
 
+def _insert_with_pins(proposal: Proposal, versions: list[PolicyVersion]) -> None:
+    """Insert the evaluated proposal and its pinned versions: on PostgreSQL one statement (the proposal's
+    INSERT in a WITH, the pins' INSERT reading its id), elsewhere the two INSERTs one after the other.
+    Plain SQL built once per process and number of pins; the values are prepared by the fields as the
+    ORM's INSERT prepares them (created_at set now, the JSON adapted), and risk_rank kept with the risk
+    as Proposal.save keeps it. Nothing listens for Proposal's save signals."""
+    proposal.risk_rank = rank(proposal.risk)
+    fields = Proposal._meta.concrete_fields
+    values = [field.get_db_prep_save(field.pre_save(proposal, True), connection) for field in fields]
+    pins = [version.pk for version in versions]
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql" and pins:
+            cursor.execute(_proposal_with_pins_sql(connection.vendor, len(pins)), (*values, *pins))
+        else:
+            cursor.execute(_proposal_insert_sql(connection.vendor), values)
+            if pins:
+                cursor.execute(_pins_insert_sql(connection.vendor, len(pins)), _pin_rows(proposal, pins))
+    proposal._state.adding = False
+    proposal._state.db = connection.alias
+
+
+def _pin_rows(proposal: Proposal, pins: list) -> list:
+    proposal_id = Proposal._meta.pk.get_db_prep_value(proposal.pk, connection)
+    return [value for pin in pins for value in (proposal_id, pin)]
+
+
+@lru_cache
+def _proposal_insert_sql(vendor: str) -> str:
+    table = connection.ops.quote_name(Proposal._meta.db_table)
+    fields = Proposal._meta.concrete_fields
+    columns = ", ".join(connection.ops.quote_name(field.column) for field in fields)
+    return f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"  # noqa: S608
+
+
+def _pin_names() -> tuple[str, str, str]:
+    through = Proposal.policy_versions.through
+    quote = connection.ops.quote_name
+    return (
+        quote(through._meta.db_table),
+        quote(through._meta.get_field("proposal").column),
+        quote(through._meta.get_field("policyversion").column),
+    )
+
+
+@lru_cache
+def _pins_insert_sql(vendor: str, count: int) -> str:
+    table, proposal_column, version_column = _pin_names()
+    rows = ", ".join(["(%s, %s)"] * count)
+    return f"INSERT INTO {table} ({proposal_column}, {version_column}) VALUES {rows}"  # noqa: S608
+
+
+@lru_cache
+def _proposal_with_pins_sql(vendor: str, count: int) -> str:
+    table, proposal_column, version_column = _pin_names()
+    pk = connection.ops.quote_name(Proposal._meta.pk.column)
+    pins = ", ".join(["(%s::bigint)"] * count)
+    return (
+        f'WITH "new_proposal" AS ({_proposal_insert_sql(vendor)} RETURNING {pk})'  # noqa: S608
+        f" INSERT INTO {table} ({proposal_column}, {version_column})"
+        f' SELECT "new_proposal".{pk}, "pin"."id" FROM "new_proposal"'
+        f' CROSS JOIN (VALUES {pins}) AS "pin"("id")'
+    )
+
+
 def evaluate_and_route(proposal: Proposal, *, requested_expiry: datetime | None, actor: str):
     """Evaluate and route a proposal already stored in `proposed` (a reviewer's edit,
     approvals/services/votes.py: not the agents' hot path)."""
@@ -388,14 +453,15 @@ def _target_state(evaluation: Evaluation) -> str:
 
 
 def _pin_and_route(proposal: Proposal, evaluation: Evaluation, target: str, *, first: str | None) -> None:
-    """Pin the versions that decided, record the evaluation, move the proposal to `target` (`first`: the
-    state it left already, before its insert; None: a stored proposal, moved here) and write the review
-    notice or the decision."""
-    # A new proposal pins no version yet: one INSERT, not set()'s read-then-write.
-    Proposal.policy_versions.through.objects.bulk_create(
-        Proposal.policy_versions.through(proposal_id=proposal.pk, policyversion_id=version.pk)
-        for version in evaluation.versions
-    )
+    """Pin the versions that decided (a stored proposal: intake's new one was inserted with its pins),
+    record the evaluation, move the proposal to `target` (`first`: the state it left already, before
+    its insert; None: a stored proposal, moved here) and write the review notice or the decision."""
+    if first is None:
+        # A proposal edited by a reviewer pins no version yet: one INSERT, not set()'s read-then-write.
+        Proposal.policy_versions.through.objects.bulk_create(
+            Proposal.policy_versions.through(proposal_id=proposal.pk, policyversion_id=version.pk)
+            for version in evaluation.versions
+        )
     record(
         proposal.tenant_id,
         actor=SYSTEM,
