@@ -4,7 +4,7 @@ sso/services.py with their audit event; SCIM records change only through SCIM.""
 
 from django import forms
 from django.contrib import admin
-from django.db import models
+from django.core.validators import URLValidator
 
 from sso import services
 from sso.models import ExternalIdentity, IdentityProvider, ScimGroup, ScimUser
@@ -34,19 +34,24 @@ class AuditedConfiguration(SuperuserOnly):
             services.delete_provider_configuration(obj, actor=request.user)
 
 
-def _https_by_default(field, **kwargs):
-    """An issuer typed without a scheme is read as https (Django 6's default; 5.2 warns until told). The
-    admin builds its form through its own callback, so it names this one too (formfield_overrides)."""
-    if isinstance(field, models.URLField):
-        kwargs["assume_scheme"] = "https"
-    return field.formfield(**kwargs)
-
-
 class IdentityProviderForm(forms.ModelForm):
     class Meta:
         model = IdentityProvider
-        formfield_callback = _https_by_default
         exclude: list[str] = []  # every field; the fieldsets below order them
+
+    def clean_issuer(self) -> str:
+        """An OpenID Connect issuer is a URL (its discovery document lives under it), typed without a
+        scheme read as https; a SAML entity ID is any URI, a URN included, checked against the metadata
+        in clean()."""
+        issuer = self.cleaned_data["issuer"].strip()
+        if any(character.isspace() for character in issuer):
+            raise forms.ValidationError("an issuer has no spaces in it")
+        if self.data.get("protocol") == IdentityProvider.Protocol.SAML:
+            return issuer
+        if "://" not in issuer:
+            issuer = "https://" + issuer
+        URLValidator(schemes=["https", "http"], message="an OpenID Connect issuer is a URL")(issuer)
+        return issuer
 
     def clean(self):
         data = super().clean() or {}
@@ -72,7 +77,6 @@ class IdentityProviderForm(forms.ModelForm):
 @admin.register(IdentityProvider)
 class IdentityProviderAdmin(AuditedConfiguration):
     form = IdentityProviderForm
-    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
     list_display = ["tenant", "display_name", "protocol", "issuer", "enabled", "require_sso", "step_up"]
     fieldsets = [
         (None, {"fields": ["tenant", "enabled", "display_name", "protocol", "issuer"]}),

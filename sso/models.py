@@ -33,9 +33,12 @@ class IdentityProvider(models.Model):
     enabled = models.BooleanField(default=True)
     protocol = models.CharField(max_length=10, choices=Protocol.choices, default=Protocol.OIDC)
     display_name = models.CharField(max_length=100, help_text="shown on the sign-in button, e.g. “Acme Okta”")
-    issuer = models.URLField(
+    # Not a URLField: a SAML entity ID is any URI, and many are URNs ("urn:acme:idp"). The admin's form
+    # checks an OpenID Connect issuer as a URL (sso/admin.py IdentityProviderForm.clean_issuer).
+    issuer = models.CharField(
         max_length=300,
-        help_text="exactly as in the provider's discovery document and its ID tokens (SAML: its entity ID)",
+        help_text="exactly as in the provider's discovery document and its ID tokens"
+        " (SAML: its entity ID, a URL or a URN)",
     )
     client_id = models.CharField(max_length=300, blank=True, help_text="OpenID Connect only")
     client_secret_env = models.CharField(

@@ -14,11 +14,10 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from approvals.canonical import action_digest
-from approvals.models import Agent, Decision, Halt, Proposal, ReviewNotice
+from approvals.models import Agent, Decision, Halt, Policy, PolicyVersion, Proposal, ReviewNotice
 from approvals.policy.evaluation import (
     Evaluation,
     active_versions_for,
-    active_versions_query,
     classified_target_key,
     context_for_proposal,
     evaluate,
@@ -35,10 +34,9 @@ from approvals.services.quotas import (
     OpenCounts,
     hold_quotas,
     open_counts_expressions,
-    read_open_counts,
     spend_or_refuse,
 )
-from approvals.sql import quoted_names
+from approvals.sql import model_columns, quoted_names
 from approvals.states import ALLOWED, State
 from audit.labels import SYSTEM, agent_label
 from audit.models import Verb
@@ -167,31 +165,36 @@ class _Found:
     open_counts: OpenCounts  # what waits for people, the agent's and the tenant's (quotas)
 
 
-_EXISTING = "intake_existing_id"
-_HALT = "intake_halt_id"
-_HISTORY = "intake_history"
-
-
 def _read_for_intake(agent: Agent, proposal: Proposal, hold: Hold) -> _Found:
-    """One round trip for everything intake decides on: the tenant's active policy versions, each row
-    annotated with the replay check, the halt check, the open-proposal counts of the quotas (read after
-    their lock, services/quotas.py) and the target's history counts (uncorrelated
-    scalar subqueries: PostgreSQL and SQLite compute each once). Nothing is cached across requests, so a
-    halt or a policy change committed before this read counts at once, in every process. A tenant with
-    no active version gets no row: then the same annotations are read on the agent's row instead."""
-    annotations = {
-        _EXISTING: _replay_expression(agent.id, proposal.task_id, proposal.request_id),
-        _HALT: active_halt_expression(agent.tenant_id, agent.id),
-        **open_counts_expressions(hold),
-    }
+    """One round trip for everything intake decides on: the tenant's active policy versions with their
+    policies, and on every row the replay check, the halt check, the open-proposal counts of the quotas
+    (read after their lock, services/quotas.py) and the target's history counts (uncorrelated scalar
+    subqueries: PostgreSQL and SQLite compute each once). The statement is plain SQL built once per
+    process (_intake_sql); its values are read on every request and nothing is cached across requests,
+    so a halt or a policy change committed before this read counts at once, in every process. The rows
+    hang off the agent's own row, so a tenant with no active version still gets one row (its version
+    columns null), and an agent deleted since it authenticated gets none."""
+    subqueries = [
+        _replay_expression(agent.id, proposal.task_id, proposal.request_id),
+        active_halt_expression(agent.tenant_id, agent.id),
+        *open_counts_expressions(hold),  # the agent's count, then the tenant's
+    ]
     history = policy_counts_expression(proposal)
     if history is not None:
-        annotations[_HISTORY] = history
-    versions = active_versions_for(agent.tenant, active_versions_query(agent.tenant).annotate(**annotations))
-    row = versions[0] if versions else Agent.objects.filter(pk=agent.id).annotate(**annotations).first()
-    if row is None:  # the agent was deleted since it authenticated
+        subqueries.append(history)
+    texts = tuple(subquery.sql for subquery in subqueries)
+    params = [param for subquery in subqueries for param in subquery.params]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _intake_sql(connection.vendor, texts),
+            (*params, PolicyVersion.Status.ACTIVE, agent.tenant_id, agent.id),
+        )
+        rows = cursor.fetchall()
+    if not rows:  # the agent was deleted since it authenticated
         raise NotFound("unknown_agent", "this agent is no longer registered")
-    counts = read_policy_counts(getattr(row, _HISTORY, None))
+    existing_id, halt_id, agent_open, tenant_open = rows[0][:4]
+    versions = _versions_from(rows, agent.tenant, skip=len(texts))
+    counts = read_policy_counts(rows[0][4] if history is not None else None)
     # The admins' classification may key this tool's target otherwise (a family of equivalent tools, a
     # named target argument): then the history is read again under that key, one more query only then.
     classified = classified_target_key(proposal.action, agent.slug, versions)
@@ -199,11 +202,51 @@ def _read_for_intake(agent: Agent, proposal: Proposal, hold: Hold) -> _Found:
         proposal.target_key = classified
         counts = policy_counts(proposal)
     return _Found(
-        existing_id=getattr(row, _EXISTING),
-        halt_id=getattr(row, _HALT),
+        # SQLite gives a UUID column's text, PostgreSQL a UUID.
+        existing_id=None if existing_id is None else uuid.UUID(str(existing_id)),
+        halt_id=halt_id,
         history=counts,
         versions=versions,
-        open_counts=read_open_counts(row),
+        open_counts=OpenCounts(agent=agent_open, tenant=tenant_open),
+    )
+
+
+def _versions_from(rows: list, tenant, *, skip: int) -> list[PolicyVersion]:
+    """The active versions of _intake_sql's rows (none when its version columns are null), each with its
+    policy, whose tenant is the agent's (as active_versions_for gives them)."""
+    version_columns, policy_columns = _version_columns(connection.vendor)
+    versions = []
+    for row in rows:
+        if row[skip] is None:  # the version's id: no active version
+            continue
+        version = version_columns.load(row[skip : skip + version_columns.width])
+        policy = policy_columns.load(row[skip + version_columns.width :])
+        policy.tenant = tenant
+        version.policy = policy
+        versions.append(version)
+    return versions
+
+
+def _version_columns(vendor: str):
+    return model_columns(PolicyVersion, "version", vendor), model_columns(Policy, "policy", vendor)
+
+
+@lru_cache
+def _intake_sql(vendor: str, subqueries: tuple[str, ...]) -> str:
+    """The one read's text, for the scalar subqueries' texts (each built once per process itself)."""
+    version_columns, policy_columns = _version_columns(vendor)
+    agents, agent = quoted_names(Agent)
+    policies, policy = quoted_names(Policy)
+    versions, version = quoted_names(PolicyVersion)
+    scalars = ", ".join(f"({text})" for text in subqueries)
+    return (
+        f"SELECT {scalars}, {version_columns.select}, {policy_columns.select}"  # noqa: S608
+        f' FROM {agents} AS "intake_agent"'
+        f' LEFT OUTER JOIN ({policies} AS "policy" INNER JOIN {versions} AS "version"'
+        f' ON "version".{version("policy")} = "policy".{policy("id")} AND "version".{version("status")} = %s)'
+        f' ON "policy".{policy("tenant")} = %s'
+        f' WHERE "intake_agent".{agent("id")} = %s'
+        f' ORDER BY "policy".{policy("slug")}'
     )
 
 

@@ -201,3 +201,31 @@ def test_the_admin_checks_a_saml_provider_against_its_metadata(saml_idp, tenant)
     assert "cannot confirm a vote" in str(form.errors["step_up"])
     garbage = IdentityProviderForm(data={**base, "issuer": saml_idp.entity_id, "saml_metadata": "<x/>"})
     assert not garbage.is_valid() and "metadata XML" in str(garbage.errors["saml_metadata"])
+
+
+def test_a_saml_entity_id_may_be_a_urn_and_an_oidc_issuer_must_be_a_url(saml_idp, tenant):
+    from sso.admin import IdentityProviderForm
+
+    urn_metadata = saml_idp.metadata.replace(saml_idp.entity_id, "urn:acme:saml:idp")
+    saml = {
+        "tenant": tenant.pk,
+        "enabled": "on",
+        "display_name": "Acme SAML",
+        "protocol": "saml",
+        "issuer": "urn:acme:saml:idp",
+        "saml_metadata": urn_metadata,
+        "subject_claim": "sub",
+        "scopes": "openid",
+        "step_up": "local",
+    }
+    oidc = {**saml, "protocol": "oidc", "saml_metadata": "", "client_id": "reviewer"}
+
+    saml_form = IdentityProviderForm(data=saml)
+    urn_oidc = IdentityProviderForm(data={**oidc, "issuer": "urn:acme:saml:idp"})
+    bare_host = IdentityProviderForm(data={**oidc, "issuer": "acme.okta.example"})
+
+    assert saml_form.is_valid(), saml_form.errors
+    assert saml_form.cleaned_data["issuer"] == "urn:acme:saml:idp"
+    assert not urn_oidc.is_valid() and "is a URL" in str(urn_oidc.errors["issuer"])
+    assert bare_host.is_valid(), bare_host.errors
+    assert bare_host.cleaned_data["issuer"] == "https://acme.okta.example"
