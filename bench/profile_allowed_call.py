@@ -2,14 +2,10 @@
 consume) against a bare authenticated GET, through Django's test client on a scratch PostgreSQL
 database (bench/README.md "This round"). Not a module of bench/run.py: it prints, it returns no rows.
 
-    BENCH_DB_PREFIX=me_ CLOCK=thread|process N=40 [PROFILE=40 [PROFILE_OUT=file]] \
-        .venv/bin/python bench/profile_allowed_call.py
+    BENCH_DB_PREFIX=me_ CLOCK=thread|process N=40 [PROFILE=40] .venv/bin/python bench/profile_allowed_call.py
 
 CLOCK=thread times the request's thread only; process (the default) the whole process, with the
-after-commit thread's audit sequencing and broadcasts: each request's clock is read once that thread
-has run what the request handed it, so its work counts in the request that caused it (not in the next
-one). COMMIT_HOOKS_IN_BACKGROUND=false runs those hooks in the request's thread instead, where
-PROFILE sees them.
+after-commit thread's audit sequencing and broadcasts.
 """
 
 import cProfile
@@ -36,7 +32,6 @@ def main() -> None:
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
 
-    from lib.commit_hooks import wait_for_background_hooks
     from reviewer_gate.gate import Gate, MemoryUsedStore, StaticKeySource
     from tests import factories
 
@@ -78,25 +73,19 @@ def main() -> None:
         consumed = client.post(url, {"rev": decision.rev}, content_type="application/json")
         assert consumed.status_code == 200, consumed.content
 
-    def settled() -> float:
-        """The clock, once the after-commit thread has run what was handed to it (CLOCK=process)."""
-        if CLOCK is time.process_time:
-            wait_for_background_hooks()
-        return CLOCK()
-
     def one_call(parts: dict) -> None:
-        started = settled()
+        started = CLOCK()
         answer, request, task_id = submit()
-        submitted = settled()
+        submitted = CLOCK()
         decision = verify(answer, request, task_id)
-        verified = settled()
+        verified = CLOCK()
         consume(decision)
         parts["intake"].append(submitted - started)
         parts["verify"].append(verified - submitted)
-        parts["consume"].append(settled() - verified)
-        started = settled()
+        parts["consume"].append(CLOCK() - verified)
+        started = CLOCK()
         assert client.get(bare_url).status_code == 200
-        parts["bare"].append(settled() - started)
+        parts["bare"].append(CLOCK() - started)
 
     names = ("intake", "verify", "consume", "bare")
     for _ in range(10):  # warm-up
@@ -128,8 +117,6 @@ def main() -> None:
         for _ in range(40):
             one_call({name: [] for name in names})
         profile.disable()
-        if os.environ.get("PROFILE_OUT"):  # for pstats' other views (callers, tottime)
-            profile.dump_stats(os.environ["PROFILE_OUT"])
         pstats.Stats(profile).sort_stats("cumulative").print_stats(int(os.environ["PROFILE"]))
     print("load average", os.getloadavg())
 
