@@ -4,7 +4,6 @@ sso/services.py with their audit event; SCIM records change only through SCIM.""
 
 from django import forms
 from django.contrib import admin
-from django.core.validators import URLValidator
 
 from sso import services
 from sso.models import ExternalIdentity, IdentityProvider, ScimGroup, ScimUser
@@ -34,6 +33,13 @@ class AuditedConfiguration(SuperuserOnly):
             services.delete_provider_configuration(obj, actor=request.user)
 
 
+# Django's own URL form field, as the model's URLField gave the admin before: a scheme is assumed when
+# none is typed, and the URL validator runs.
+_OIDC_ISSUER = forms.URLField(
+    max_length=300, assume_scheme="https", error_messages={"invalid": "an OpenID Connect issuer is a URL"}
+)
+
+
 class IdentityProviderForm(forms.ModelForm):
     class Meta:
         model = IdentityProvider
@@ -43,14 +49,11 @@ class IdentityProviderForm(forms.ModelForm):
         """An OpenID Connect issuer is a URL (its discovery document lives under it), typed without a
         scheme read as https; a SAML entity ID is any URI, a URN included, checked against the metadata
         in clean()."""
-        issuer = self.cleaned_data["issuer"].strip()
+        issuer = self.cleaned_data["issuer"]  # stripped by the CharField
+        if self.cleaned_data.get("protocol") != IdentityProvider.Protocol.SAML:
+            return _OIDC_ISSUER.clean(issuer)
         if any(character.isspace() for character in issuer):
             raise forms.ValidationError("an issuer has no spaces in it")
-        if self.data.get("protocol") == IdentityProvider.Protocol.SAML:
-            return issuer
-        if "://" not in issuer:
-            issuer = "https://" + issuer
-        URLValidator(schemes=["https", "http"], message="an OpenID Connect issuer is a URL")(issuer)
         return issuer
 
     def clean(self):
