@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.db import transaction
 
 from lib.commit_hooks import on_commit_in_background
 
@@ -56,14 +57,23 @@ def _send(group: str, message: dict) -> None:
         async_to_sync(layer.group_send)(group, message)
 
 
-def proposal_changed(proposal) -> None:
-    """Schedule a broadcast that this proposal changed (state, votes, quorum)."""
+def proposal_changed(proposal, *, render_now: bool = False) -> None:
+    """Schedule a broadcast that this proposal changed (state, votes, quorum).
+
+    `render_now`: the caller's transaction has made its last change to what the page shows (cast_vote's
+    vote short of the quorum). The page's message is then rendered now, inside the transaction (it sees
+    the transaction's own writes, and the caller holds the proposal's row lock, so no other change of it
+    commits in between), and only sent after commit: the render is no longer between the commit and the
+    sockets. Only in the outermost transaction (an enclosing one could still write after this); when
+    rendering fails, the message is rendered after commit as without render_now (else the hint).
+    """
     tenant_id, proposal_id = proposal.tenant_id, str(proposal.id)
+    early = _render_before_commit(proposal_id) if render_now else None
 
     def send():
         hint = changed_message(proposal_id)
         try:
-            message = _render[0](proposal_id) if _render else hint
+            message = early or (_render[0](proposal_id) if _render else hint)
         except Exception:  # a hint still reaches every socket, which then re-reads
             log.exception("rendering proposal %s's live message failed; sent as a hint", proposal_id)
             message = hint
@@ -73,6 +83,21 @@ def proposal_changed(proposal) -> None:
     # After commit, on the process's after-commit thread: the change's answer does not wait for Redis.
     # A failed hint is logged, not raised.
     on_commit_in_background(send)
+
+
+def _render_before_commit(proposal_id: str) -> dict | None:
+    """The message rendered in the current transaction, or None to render it after commit: not the
+    outermost transaction (or none), no renderer, or the render failed (logged)."""
+    connection = transaction.get_connection()
+    if not _render or not connection.in_atomic_block or connection.savepoint_ids:
+        return None
+    try:
+        return _render[0](proposal_id)
+    except Exception:
+        log.exception(
+            "rendering proposal %s's live message before commit failed; rendered after", proposal_id
+        )
+        return None
 
 
 def changed_message(proposal_id) -> dict:

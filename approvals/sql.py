@@ -1,8 +1,12 @@
-"""Plain SQL for the hot path (intake's one read): the text is built once per process from the models'
-own names, so the ORM does not rebuild an expression tree on every request. Only quoted names and
-placeholders go into the text; every value is a parameter."""
+"""Plain SQL for the hot paths (the agent's token, intake's quota lock and its one read): the text is
+built once per process from the models' own names, so the ORM does not rebuild and compile an
+expression tree on every request. Only quoted names and placeholders go into the text; every value is
+a parameter. `model_columns` reads a model's whole row from such a statement into an instance, with
+the same conversions the ORM applies (JSON, and SQLite's datetimes, UUIDs and booleans)."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
 
 from django.db import connection
 
@@ -11,3 +15,48 @@ def quoted_names(model) -> tuple[str, Callable[[str], str]]:
     """The model's table, and a function giving a field's column, both quoted for this database."""
     quote = connection.ops.quote_name
     return quote(model._meta.db_table), lambda field: quote(model._meta.get_field(field).column)
+
+
+@dataclass(frozen=True)
+class ModelColumns:
+    """Every concrete column of a model, under a table alias, in the model's field order."""
+
+    model: type
+    select: str  # '"alias"."column", ...' for a SELECT list
+    width: int  # how many columns `select` has
+    # (position, converters, the column's expression): what the ORM's compiler would apply to the value.
+    converters: tuple[tuple[int, tuple, object], ...]
+
+    def load(self, values: Sequence):
+        """The instance from this model's slice of a row, as the ORM's iterable would build it."""
+        if self.converters:
+            values = list(values)
+            for position, converters, expression in self.converters:
+                value = values[position]
+                for convert in converters:
+                    value = convert(value, expression, connection)
+                values[position] = value
+        instance = self.model(*values)
+        instance._state.adding = False
+        instance._state.db = connection.alias
+        return instance
+
+
+@lru_cache
+def model_columns(model, alias: str, vendor: str) -> ModelColumns:
+    """Built once per process and database vendor. The backend's converters depend only on the vendor
+    and the settings (SQLite's make the datetimes aware in the connection's time zone, UTC)."""
+    quote = connection.ops.quote_name
+    fields = model._meta.concrete_fields
+    converters = []
+    for position, field in enumerate(fields):
+        expression = field.get_col(model._meta.db_table)
+        found = connection.ops.get_db_converters(expression) + expression.get_db_converters(connection)
+        if found:
+            converters.append((position, tuple(found), expression))
+    return ModelColumns(
+        model=model,
+        select=", ".join(f"{quote(alias)}.{quote(field.column)}" for field in fields),
+        width=len(fields),
+        converters=tuple(converters),
+    )

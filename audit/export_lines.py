@@ -23,7 +23,10 @@ the actor or subject when it starts with `person:` (named by the SQL), and strin
 import json
 import re
 from collections.abc import Iterator
+from itertools import islice
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 
+import psycopg
 from django.db import connection
 
 from audit import records
@@ -79,8 +82,39 @@ def compact_json(data) -> str:
     return json.dumps(data, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
+def _refuse(value):
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# compact_json's text made by one C encoder built once (json.dumps builds a JSONEncoder per call): the
+# arguments json.dumps passes to it for compact_json's options (sort_keys, ensure_ascii=False, NaN
+# allowed); no circular check, as a value decoded from JSON text cannot hold itself.
+if c_make_encoder is not None:
+    _compact_chunks = c_make_encoder(None, _refuse, encode_basestring, None, ":", ",", True, False, True)
+
+    def _compact_text(data) -> str:
+        return "".join(_compact_chunks(data, 0))
+
+else:  # an interpreter without the C accelerator
+    _compact_text = compact_json
+
+_scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # json.loads without its space checks
+
+
+def _loads(text: str):
+    """json.loads of jsonb's text (which has no space around its value), without json.loads's two
+    whitespace matches; anything else is left to json.loads."""
+    try:
+        value, end = _scan(text, 0)
+        if end == len(text):
+            return value
+    except (ValueError, StopIteration):
+        pass
+    return json.loads(text)
+
+
 def _csv_data(text: str) -> str:
-    cell = csv_cell(compact_json(json.loads(text)))
+    cell = csv_cell(_compact_text(_loads(text)))
     if '"' in cell or "," in cell or "\r" in cell or "\n" in cell:
         return '"' + cell.replace('"', '""') + '"'
     return cell
@@ -88,20 +122,24 @@ def _csv_data(text: str) -> str:
 
 def pages(events, fmt: str, page_size: int | None = None) -> Iterator[tuple[bytes, int, set[str]]]:
     """(the lines' bytes, how many events, the pseudonyms they mention) page by page, in seq order, of
-    a chain's queryset of events (PostgreSQL only)."""
+    a chain's queryset of events (PostgreSQL only).
+
+    Outside a transaction the rows come from ONE statement streamed on a connection of the export's
+    own (`_streamed_rows`): one snapshot for the whole export, and the server formats the next rows
+    while Python formats these (they wait in the socket's buffers), instead of each page's query
+    waiting for the previous page's Python. Inside the caller's transaction (whose own writes another
+    connection cannot see) the pages are read on Django's connection, one query per page by keyset,
+    all in that transaction."""
     head, tail = COLUMNS[fmt]
     # Constant text of this module around Django's own SQL of the queryset; values are parameters.
     select = f"SELECT {head}, e.data::text, {tail}, {', '.join(_MENTIONS)}, e.seq FROM ("  # noqa: S608
+    page_size = page_size or records.PAGE_SIZE  # read now: settable
+    if connection.in_atomic_block:
+        batches = _keyset_rows(events, select, page_size)
+    else:
+        batches = _streamed_rows(events, select, page_size)
     jsonl = fmt == "jsonl"
-    after_seq, page_size = 0, page_size or records.PAGE_SIZE  # read now: settable
-    while True:
-        page = events.filter(seq__gt=after_seq).order_by("seq").values(*records.EVENT_FIELDS)[:page_size]
-        inner, params = page.query.sql_with_params()
-        with connection.cursor() as cursor:
-            cursor.execute(select + inner + ") e ORDER BY e.seq", params)
-            rows = cursor.fetchall()
-        if not rows:
-            return
+    for rows in batches:
         parts, mentioned = [], set()
         for line_head, data, line_tail, actor, subject, _ in rows:
             parts.append(line_head)
@@ -119,6 +157,34 @@ def pages(events, fmt: str, page_size: int | None = None) -> Iterator[tuple[byte
             if _MENTIONED in data:
                 mentioned |= pseudonyms_in([{"actor": "", "subject": "", "data": json.loads(data)}])
         yield "".join(parts).encode(), len(rows), mentioned
+
+
+def _streamed_rows(events, select: str, page_size: int) -> Iterator[list[tuple]]:
+    """The rows of the whole export in lists of `page_size`, from one statement streamed on a
+    connection of its own (Django's parameters, adapters and cursor class), so the caller may use
+    Django's connection between pages (the export job saves its progress there). The connection is
+    closed when the export ends or is abandoned."""
+    inner, params = events.order_by("seq").values(*records.EVENT_FIELDS).query.sql_with_params()
+    with psycopg.connect(**connection.get_connection_params(), autocommit=True) as own:
+        with own.cursor() as cursor:
+            rows = cursor.stream(select + inner + ") e ORDER BY e.seq", params, size=page_size)
+            while page := list(islice(rows, page_size)):
+                yield page
+
+
+def _keyset_rows(events, select: str, page_size: int) -> Iterator[list[tuple]]:
+    """The rows of the export in pages of `page_size`, one query each after the last seq read, on
+    Django's connection (inside the caller's transaction)."""
+    after_seq = 0
+    while True:
+        page = events.filter(seq__gt=after_seq).order_by("seq").values(*records.EVENT_FIELDS)[:page_size]
+        inner, params = page.query.sql_with_params()
+        with connection.cursor() as cursor:
+            cursor.execute(select + inner + ") e ORDER BY e.seq", params)
+            rows = cursor.fetchall()
+        if not rows:
+            return
+        yield rows
         after_seq = rows[-1][-1]
         if len(rows) < page_size:
             return

@@ -56,7 +56,8 @@ def main(events: int = 20, sockets: int = 50) -> list[dict]:
             process = ServerProcess(
                 "reviewer",
                 [sys.executable, "-m", "daphne", "--fd", str(fd), "reviewer.asgi:application"],
-                env=stack.env(),
+                # each socket's stage timestamps (approvals/live/trace.py), read back after the run
+                env={**stack.env(), "REVIEWER_LIVE_TRACE": str(folder / name / "live-trace.log")},
                 log_dir=stack.log_dir,
                 pass_fds=(fd,),
             ).start()
@@ -75,6 +76,9 @@ def main(events: int = 20, sockets: int = 50) -> list[dict]:
         os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # nothing below touches the ORM concurrently
         pids = [process.process.pid for process in processes]
         measured, lost, baseline, extra = asyncio.run(_fan_out(proposal, cookies, events, pids))
+        traces = [folder / n / "live-trace.log" for n in ("a", "b")]
+        extra["stages_ms"] = _stages(extra.pop("marks"), traces)
+        extra["after_commit"]["stages_ms"] = _stages(extra["after_commit"].pop("marks"), traces)
     finally:
         for process in processes:
             process.stop()
@@ -97,15 +101,27 @@ def main(events: int = 20, sockets: int = 50) -> list[dict]:
         "p95_ratio": round(hint["p95_ms"] / bare["p95_ms"], 2),
         "lost": extra.pop("hint_lost"),
     }
+    after = extra["after_commit"]
+    after_times = summary(after.pop("times"))
+    result["after_commit"] = {
+        **after_times,
+        "p95_ratio": round(after_times["p95_ms"] / bare["p95_ms"], 2),
+        "lost": after.pop("lost"),
+    }
     result["profile"] = extra
     result["note"] = (
-        f"{result['note']}, lost {result['lost']}; hint-only message (every Daphne reads): "
+        f"{result['note']}, lost {result['lost']} (message rendered before the vote's commit, render "
+        f"{extra['render_ms']['p50_ms']} / {extra['render_ms']['p95_ms']} ms inside the transaction); "
+        f"rendered after commit (the old path, same run): p95 {after_times['p95_ms']} ms "
+        f"({result['after_commit']['p95_ratio']}x), lost {result['after_commit']['lost']}; "
+        f"hint-only message (every Daphne reads): "
         f"p95 {hint['p95_ms']} ms "
         f"({result['hint']['p95_ratio']}x), lost {result['hint']['lost']}; committing render "
         f"{extra['render_queries_per_event']} queries, {extra['render_cpu_ms_per_event']} ms CPU per event, "
-        f"message {extra['message_bytes']} bytes, render wall p50 {extra['render_ms']['p50_ms']} / p95 "
-        f"{extra['render_ms']['p95_ms']} ms, from its group_send p95 "
-        f"{extra['from_group_send_ms']['p95_ms']} ms; "
+        f"message {extra['message_bytes']} bytes, after-commit render wall p50 "
+        f"{after['render_ms']['p50_ms']} "
+        f"/ p95 {after['render_ms']['p95_ms']} ms, from its group_send p95 "
+        f"{after['from_group_send_ms']['p95_ms']} ms; "
         f"Daphnes' CPU per event {extra['daphne_cpu_ms_per_event']} ms rendered / "
         f"{extra['daphne_cpu_ms_per_event_hint']} ms hint; load average {extra['load_average']}"
     )
@@ -132,16 +148,13 @@ def _cpu_seconds(pids: list[int]) -> float:
 
 
 async def _fan_out(proposal, cookies, events: int, pids: list[int]):
-    """The fan-out's times and losses, and the bare group_send's times, measured in turns (one rendered
-    event to the reviewer sockets, one hint, one bare group_send), so other load on the machine falls on
-    all three."""
+    """The fan-out's times and losses, and the bare group_send's times, measured in turns (one vote's
+    message rendered before its commit, one rendered after it, one hint, one bare group_send), so other
+    load on the machine falls on all four."""
     import websockets
     from channels.layers import get_channel_layer
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
 
     from approvals import events as fan_out
-    from approvals.live.broadcast import rendered_message
 
     layer = get_channel_layer()
     group = fan_out.proposal_group(proposal.id)
@@ -156,28 +169,13 @@ async def _fan_out(proposal, cookies, events: int, pids: list[int]):
         await asyncio.wait_for(socket.recv(), LOST_AFTER_SECONDS)  # the state on connect
         connections.append(socket)
     bare = await _BareGroup.joined(layer, len(cookies))
-    times, lost, baseline, hint_times, hint_lost = [], 0, [], [], 0
-    render_cpu = daphne_cpu = daphne_cpu_hint = 0.0
-    queries = size = 0
-    renders: list[float] = []
-    after_send: list[float] = []
+    before, after = _Phase(before_commit=True), _Phase(before_commit=False)
+    baseline, hint_times, hint_lost, daphne_cpu_hint = [], [], 0, 0.0
     load = [os.getloadavg()[0]]
     try:
         for _ in range(events):
-            start, cpu_start, daphnes_start = time.perf_counter(), time.process_time(), _cpu_seconds(pids)
-            with CaptureQueriesContext(connection) as read:
-                message = rendered_message(proposal.id)
-            render_cpu += time.process_time() - cpu_start
-            queries += len(read)
-            size = len(json.dumps(message))
-            sent = time.perf_counter()
-            renders.append(sent - start)
-            await layer.group_send(group, message)
-            arrivals = await asyncio.gather(*(_arrival(s) for s in connections))
-            after_send += [at - sent for at in arrivals if at is not None]
-            daphne_cpu += _cpu_seconds(pids) - daphnes_start
-            times += [at - start for at in arrivals if at is not None]
-            lost += sum(at is None for at in arrivals)
+            for phase in (before, after):
+                await phase.event(layer, group, proposal, connections, pids)
 
             start, daphnes_start = time.perf_counter(), _cpu_seconds(pids)
             await layer.group_send(group, fan_out.changed_message(proposal.id))
@@ -195,24 +193,154 @@ async def _fan_out(proposal, cookies, events: int, pids: list[int]):
     extra = {
         "hint_times": hint_times,
         "hint_lost": hint_lost,
-        "render_queries_per_event": round(queries / events, 1),
-        "message_bytes": size,
-        "render_ms": summary(renders),
-        "from_group_send_ms": summary(after_send),
-        "render_cpu_ms_per_event": round(1000 * render_cpu / events, 1),
-        "daphne_cpu_ms_per_event": round(1000 * daphne_cpu / events, 1),
+        "after_commit": after.report(events),
+        **before.report(events),
         "daphne_cpu_ms_per_event_hint": round(1000 * daphne_cpu_hint / events, 1),
         "load_average": f"{min(load):.1f}–{max(load):.1f}",
+        "bare_stages_ms": bare.stages(),
     }
-    return times, lost, baseline, extra
+    return before.times, before.lost, baseline, extra
 
 
-async def _arrival(socket) -> float | None:
+class _Phase:
+    """One way of publishing a vote's change. before_commit: as cast_vote does now (events.proposal_changed
+    with render_now): the page's message rendered inside the vote's transaction, with the proposal's row
+    locked as cast_vote holds it, and the clock started at the commit. Else as before (and as every other
+    change): the clock starts at the commit, then the committing process renders, then sends."""
+
+    def __init__(self, *, before_commit: bool):
+        self.before_commit = before_commit
+        self.times: list[float] = []
+        self.lost = 0
+        self.render_cpu = self.daphne_cpu = 0.0
+        self.queries = self.size = 0
+        self.renders: list[float] = []
+        self.after_send: list[float] = []
+        self.marks: dict[str, dict] = {}  # event id -> this process's stage timestamps (time.time())
+
+    async def event(self, layer, group, proposal, connections, pids) -> None:
+        from django.db import connection, transaction
+        from django.test.utils import CaptureQueriesContext
+
+        from approvals.live.broadcast import rendered_message
+        from approvals.models import Proposal
+
+        daphnes_start = _cpu_seconds(pids)
+        if self.before_commit:
+            with transaction.atomic():
+                Proposal.objects.select_for_update().filter(pk=proposal.id).first()  # cast_vote's lock
+                render_start, cpu_start = time.perf_counter(), time.process_time()
+                with CaptureQueriesContext(connection) as read:
+                    message = rendered_message(proposal.id)
+                self.render_cpu += time.process_time() - cpu_start
+                self.renders.append(time.perf_counter() - render_start)
+            wall_start = wall_rendered = time.time()
+            start = sent = time.perf_counter()  # the commit
+        else:
+            wall_start = time.time()
+            start, cpu_start = time.perf_counter(), time.process_time()
+            with CaptureQueriesContext(connection) as read:
+                message = rendered_message(proposal.id)
+            self.render_cpu += time.process_time() - cpu_start
+            sent = time.perf_counter()
+            wall_rendered = time.time()
+            self.renders.append(sent - start)
+        self.queries += len(read)
+        self.size = len(json.dumps(message))
+        await layer.group_send(group, message)
+        wall_sent = time.time()
+        received = await asyncio.gather(*(_arrival(s, wall=True) for s in connections))
+        arrivals = [at[0] if at else None for at in received]
+        self.marks[message["event"]] = {
+            "start": wall_start,
+            "rendered": wall_rendered,
+            "sent": wall_sent,
+            "arrivals": [at[1] for at in received if at],
+        }
+        self.after_send += [at - sent for at in arrivals if at is not None]
+        self.daphne_cpu += _cpu_seconds(pids) - daphnes_start
+        self.times += [at - start for at in arrivals if at is not None]
+        self.lost += sum(at is None for at in arrivals)
+
+    def report(self, events: int) -> dict:
+        return {
+            "render_queries_per_event": round(self.queries / events, 1),
+            "message_bytes": self.size,
+            "render_ms": summary(self.renders),
+            "from_group_send_ms": summary(self.after_send),
+            "render_cpu_ms_per_event": round(1000 * self.render_cpu / events, 1),
+            "daphne_cpu_ms_per_event": round(1000 * self.daphne_cpu / events, 1),
+            "marks": self.marks,
+            **({} if self.before_commit else {"times": self.times, "lost": self.lost}),
+        }
+
+
+async def _arrival(socket, wall: bool = False):
+    """When the socket's next frame arrived (perf_counter), or None; with `wall`, (perf_counter, time())."""
     try:
         await asyncio.wait_for(socket.recv(), LOST_AFTER_SECONDS)
     except TimeoutError:
         return None
-    return time.perf_counter()
+    return (time.perf_counter(), time.time()) if wall else time.perf_counter()
+
+
+def _stages(marks: dict[str, dict], traces: list[Path]) -> dict:
+    """Where the rendered message's time goes, per event, from this process's marks and the Daphnes'
+    trace lines (approvals/live/trace.py; all time.time() on one machine), each stage's p50 / p95 over
+    the events, in ms from the event's start (the clock before the committing render):
+    rendered, group_send returned, first and last socket handler started (across both Daphnes), last
+    frame handed to Daphne, first and last frame received here. And per socket: handler start to frame
+    handed over, and frame handed over to received here cannot be paired (the client does not know the
+    event id of a frame), so "last received - last handed over" stands for the sockets' wire and client
+    side."""
+    from bench.common import percentile
+
+    handled: dict[str, list[tuple[float, float, str]]] = {}
+    for trace_file in traces:
+        if not trace_file.exists():
+            continue
+        for line in trace_file.read_text().splitlines():
+            event, _pid, path, received, sent = line.split()
+            handled.setdefault(event, []).append((float(received), float(sent), path))
+    columns: dict[str, list[float]] = {
+        key: []
+        for key in (
+            "rendered",
+            "group_send_returned",
+            "first_handler_started",
+            "last_handler_started",
+            "last_frame_handed_to_daphne",
+            "first_received_by_client",
+            "last_received_by_client",
+            "handler_to_frame_per_socket",
+        )
+    }
+    paths: dict[str, int] = {}
+    for event, mark in marks.items():
+        lines = handled.get(event, [])
+        if not lines or not mark["arrivals"]:
+            continue
+        start = mark["start"]
+        columns["rendered"].append(mark["rendered"] - start)
+        columns["group_send_returned"].append(mark["sent"] - start)
+        columns["first_handler_started"].append(min(r for r, _, _ in lines) - start)
+        columns["last_handler_started"].append(max(r for r, _, _ in lines) - start)
+        columns["last_frame_handed_to_daphne"].append(max(s for _, s, _ in lines) - start)
+        columns["first_received_by_client"].append(min(mark["arrivals"]) - start)
+        columns["last_received_by_client"].append(max(mark["arrivals"]) - start)
+        columns["handler_to_frame_per_socket"] += [s - r for r, s, _ in lines]
+        for _, _, path in lines:
+            paths[path] = paths.get(path, 0) + 1
+    result: dict = {
+        name: {
+            "p50": round(1000 * percentile(values, 0.5), 2),
+            "p95": round(1000 * percentile(values, 0.95), 2),
+        }
+        for name, values in columns.items()
+        if values
+    }
+    result["socket_paths"] = paths  # "message": sent from the message, "read": re-read (should be 0)
+    return result
 
 
 class _BareGroup:
@@ -220,6 +348,8 @@ class _BareGroup:
 
     def __init__(self, layer, group: str, channels: list[str]):
         self.layer, self.group, self.channels = layer, group, channels
+        self.sent: list[float] = []
+        self.last: list[float] = []
 
     @classmethod
     async def joined(cls, layer, consumers: int) -> "_BareGroup":
@@ -236,7 +366,20 @@ class _BareGroup:
 
         start = time.perf_counter()
         await self.layer.group_send(self.group, {"type": "bare.message"})
-        return [at - start for at in await asyncio.gather(*(received(c) for c in self.channels))]
+        self.sent.append(time.perf_counter() - start)
+        times = [at - start for at in await asyncio.gather(*(received(c) for c in self.channels))]
+        self.last.append(max(times))
+        return times
+
+    def stages(self) -> dict:
+        """The bare side's stages, ms: group_send returned, last receive() returned (p50 / p95)."""
+        from bench.common import percentile
+
+        return {
+            name: {"p50": round(1000 * percentile(v, 0.5), 2), "p95": round(1000 * percentile(v, 0.95), 2)}
+            for name, v in (("group_send_returned", self.sent), ("last_received", self.last))
+            if v
+        }
 
     async def leave(self) -> None:
         for channel in self.channels:

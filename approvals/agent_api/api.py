@@ -5,7 +5,6 @@ sees only that agent's proposals and decisions. Every error, whatever raised it,
 `{"error": {"code", "message", "field"}}`, with `field` the dotted path of the offending input.
 """
 
-import hmac
 import uuid
 from datetime import datetime
 
@@ -18,6 +17,7 @@ from ninja.parser import Parser
 from ninja.security import HttpBearer
 
 from approvals.a2a.push import submit
+from approvals.agent_api.tokens import agent_for_token
 from approvals.agent_api.wire import HostileInput, body_too_large, load_json, too_large_message
 from approvals.models import Agent, Decision, Proposal
 from approvals.schemas import ConsumeBody, OutcomeBody, ProposalSubmission, first_problem
@@ -25,7 +25,6 @@ from approvals.services.decisions import consume_decision, record_outcome
 from approvals.services.intake import record_intake_refusal
 from approvals.states import State
 from lib.errors import IntakeError, QuotaExceeded, ServiceError, error_body
-from lib.tokens import hash_token
 
 
 class BodyTooLarge(Exception):
@@ -50,11 +49,7 @@ class AgentToken(HttpBearer):
         return self.authenticate(request, token.strip())
 
     def authenticate(self, request, token):
-        digest = hash_token(token)
-        agent = Agent.objects.select_related("tenant").filter(api_token_hash=digest).first()
-        if agent is None or not hmac.compare_digest(agent.api_token_hash, digest):
-            return None
-        return agent
+        return agent_for_token(token)  # plain SQL built once, read on every request (tokens.py)
 
 
 api = NinjaAPI(

@@ -29,6 +29,7 @@ from pydantic import ValidationError
 
 from approvals import events
 from approvals import stepup as vote_step_up
+from approvals.live import trace
 from approvals.live.fanout import Viewer, live_updates, verified_user
 from approvals.schemas import VoteMessage
 from approvals.selectors import proposal_for_user
@@ -232,6 +233,10 @@ class ProposalConsumer(ReviewerSocket):
         # what the person no longer may see. And when it last read them by this process's clock.
         self.trusted_from: float | None = None
         self.facts_checked = 0.0
+        # When what the page shows was read (time.time() as the read of the last update sent began): a
+        # message read before that is older than the page (one rendered before its commit may arrive
+        # after a later change's), so the socket re-reads rather than show an older state.
+        self.shown_read_at = 0.0
         return [events.proposal_group(proposal.id)]
 
     async def connect(self):
@@ -246,11 +251,14 @@ class ProposalConsumer(ReviewerSocket):
     async def proposal_changed(self, event):
         if event.get("proposal_id") != str(self.proposal_id):
             return
+        received = trace.now() if trace.enabled() else 0.0
         html = self.from_message(event)
         if html is not None:
             await self.send(text_data=html)
         else:
             await self.send_update(event.get("event"))
+        if received:
+            trace.handled(event, "message" if html is not None else "read", received)
 
     async def facts_changed(self, event):
         """The person's session, device, memberships or account changed: re-read now (closing the socket
@@ -261,14 +269,17 @@ class ProposalConsumer(ReviewerSocket):
     def from_message(self, event) -> str | None:
         """This socket's update out of a message rendered by the committing process (live/broadcast.py),
         or None when the socket must re-read: its facts are unknown, older than FACTS_MAX_AGE, or were
-        read (on connect, or after an invalidation) later than the message was; the message has no parts
+        read (on connect, or after an invalidation) later than the message was; what the page shows was
+        read later than the message was (an older state arriving late); the message has no parts
         for its person (not a member when it was read) or its parts are malformed; or the decision panel's
         controls changed (the panel holds this socket's CSRF token and step-up state)."""
         if self.trusted_from is None or time.monotonic() - self.facts_checked > FACTS_MAX_AGE:
             return None
         read_at, shared, audiences = event.get("read_at"), event.get("shared"), event.get("audiences")
         people = event.get("people")
-        if not isinstance(read_at, float) or read_at < self.trusted_from + CLOCK_MARGIN:
+        if not isinstance(read_at, float) or read_at < max(
+            self.trusted_from + CLOCK_MARGIN, self.shown_read_at
+        ):
             return None
         if not (isinstance(shared, str) and isinstance(audiences, list) and isinstance(people, dict)):
             return None
@@ -281,6 +292,7 @@ class ProposalConsumer(ReviewerSocket):
         html, controls = entry
         if not isinstance(controls, list) or tuple(controls) != self.mode:
             return None
+        self.shown_read_at = read_at
         return shared + html
 
     async def send_current(self) -> None:
@@ -297,6 +309,7 @@ class ProposalConsumer(ReviewerSocket):
             await self.close(code=ACCESS_ENDED)
             return
         self.mode = update.mode
+        self.shown_read_at = max(self.shown_read_at, update.read_at)
         if self.trusted_from is None:
             self.trusted_from = update.read_at
         self.facts_checked = time.monotonic()

@@ -14,11 +14,11 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from approvals.canonical import action_digest
-from approvals.models import Agent, Decision, Halt, Proposal, ReviewNotice
+from approvals.models import Agent, Decision, Halt, Policy, PolicyVersion, Proposal, ReviewNotice
+from approvals.models.risk import rank
 from approvals.policy.evaluation import (
     Evaluation,
     active_versions_for,
-    active_versions_query,
     classified_target_key,
     context_for_proposal,
     evaluate,
@@ -35,10 +35,9 @@ from approvals.services.quotas import (
     OpenCounts,
     hold_quotas,
     open_counts_expressions,
-    read_open_counts,
     spend_or_refuse,
 )
-from approvals.sql import quoted_names
+from approvals.sql import model_columns, quoted_names
 from approvals.states import ALLOWED, State
 from audit.labels import SYSTEM, agent_label
 from audit.models import Verb
@@ -167,31 +166,36 @@ class _Found:
     open_counts: OpenCounts  # what waits for people, the agent's and the tenant's (quotas)
 
 
-_EXISTING = "intake_existing_id"
-_HALT = "intake_halt_id"
-_HISTORY = "intake_history"
-
-
 def _read_for_intake(agent: Agent, proposal: Proposal, hold: Hold) -> _Found:
-    """One round trip for everything intake decides on: the tenant's active policy versions, each row
-    annotated with the replay check, the halt check, the open-proposal counts of the quotas (read after
-    their lock, services/quotas.py) and the target's history counts (uncorrelated
-    scalar subqueries: PostgreSQL and SQLite compute each once). Nothing is cached across requests, so a
-    halt or a policy change committed before this read counts at once, in every process. A tenant with
-    no active version gets no row: then the same annotations are read on the agent's row instead."""
-    annotations = {
-        _EXISTING: _replay_expression(agent.id, proposal.task_id, proposal.request_id),
-        _HALT: active_halt_expression(agent.tenant_id, agent.id),
-        **open_counts_expressions(hold),
-    }
+    """One round trip for everything intake decides on: the tenant's active policy versions with their
+    policies, and on every row the replay check, the halt check, the open-proposal counts of the quotas
+    (read after their lock, services/quotas.py) and the target's history counts (uncorrelated scalar
+    subqueries: PostgreSQL and SQLite compute each once). The statement is plain SQL built once per
+    process (_intake_sql); its values are read on every request and nothing is cached across requests,
+    so a halt or a policy change committed before this read counts at once, in every process. The rows
+    hang off the agent's own row, so a tenant with no active version still gets one row (its version
+    columns null), and an agent deleted since it authenticated gets none."""
+    subqueries = [
+        _replay_expression(agent.id, proposal.task_id, proposal.request_id),
+        active_halt_expression(agent.tenant_id, agent.id),
+        *open_counts_expressions(hold),  # the agent's count, then the tenant's
+    ]
     history = policy_counts_expression(proposal)
     if history is not None:
-        annotations[_HISTORY] = history
-    versions = active_versions_for(agent.tenant, active_versions_query(agent.tenant).annotate(**annotations))
-    row = versions[0] if versions else Agent.objects.filter(pk=agent.id).annotate(**annotations).first()
-    if row is None:  # the agent was deleted since it authenticated
+        subqueries.append(history)
+    texts = tuple(subquery.sql for subquery in subqueries)
+    params = [param for subquery in subqueries for param in subquery.params]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _intake_sql(connection.vendor, texts),
+            (*params, PolicyVersion.Status.ACTIVE, agent.tenant_id, agent.id),
+        )
+        rows = cursor.fetchall()
+    if not rows:  # the agent was deleted since it authenticated
         raise NotFound("unknown_agent", "this agent is no longer registered")
-    counts = read_policy_counts(getattr(row, _HISTORY, None))
+    existing_id, halt_id, agent_open, tenant_open = rows[0][:4]
+    versions = _versions_from(rows, agent.tenant, skip=len(texts))
+    counts = read_policy_counts(rows[0][4] if history is not None else None)
     # The admins' classification may key this tool's target otherwise (a family of equivalent tools, a
     # named target argument): then the history is read again under that key, one more query only then.
     classified = classified_target_key(proposal.action, agent.slug, versions)
@@ -199,11 +203,51 @@ def _read_for_intake(agent: Agent, proposal: Proposal, hold: Hold) -> _Found:
         proposal.target_key = classified
         counts = policy_counts(proposal)
     return _Found(
-        existing_id=getattr(row, _EXISTING),
-        halt_id=getattr(row, _HALT),
+        # SQLite gives a UUID column's text, PostgreSQL a UUID.
+        existing_id=None if existing_id is None else uuid.UUID(str(existing_id)),
+        halt_id=halt_id,
         history=counts,
         versions=versions,
-        open_counts=read_open_counts(row),
+        open_counts=OpenCounts(agent=agent_open, tenant=tenant_open),
+    )
+
+
+def _versions_from(rows: list, tenant, *, skip: int) -> list[PolicyVersion]:
+    """The active versions of _intake_sql's rows (none when its version columns are null), each with its
+    policy, whose tenant is the agent's (as active_versions_for gives them)."""
+    version_columns, policy_columns = _version_columns(connection.vendor)
+    versions = []
+    for row in rows:
+        if row[skip] is None:  # the version's id: no active version
+            continue
+        version = version_columns.load(row[skip : skip + version_columns.width])
+        policy = policy_columns.load(row[skip + version_columns.width :])
+        policy.tenant = tenant
+        version.policy = policy
+        versions.append(version)
+    return versions
+
+
+def _version_columns(vendor: str):
+    return model_columns(PolicyVersion, "version", vendor), model_columns(Policy, "policy", vendor)
+
+
+@lru_cache
+def _intake_sql(vendor: str, subqueries: tuple[str, ...]) -> str:
+    """The one read's text, for the scalar subqueries' texts (each built once per process itself)."""
+    version_columns, policy_columns = _version_columns(vendor)
+    agents, agent = quoted_names(Agent)
+    policies, policy = quoted_names(Policy)
+    versions, version = quoted_names(PolicyVersion)
+    scalars = ", ".join(f"({text})" for text in subqueries)
+    return (
+        f"SELECT {scalars}, {version_columns.select}, {policy_columns.select}"  # noqa: S608
+        f' FROM {agents} AS "intake_agent"'
+        f' LEFT OUTER JOIN ({policies} AS "policy" INNER JOIN {versions} AS "version"'
+        f' ON "version".{version("policy")} = "policy".{policy("id")} AND "version".{version("status")} = %s)'
+        f' ON "policy".{policy("tenant")} = %s'
+        f' WHERE "intake_agent".{agent("id")} = %s'
+        f' ORDER BY "policy".{policy("slug")}'
     )
 
 
@@ -288,7 +332,7 @@ def _store_and_route(
     transition), the pinned versions, and the review notice or the decision."""
     target = _target_state(evaluation)
     previous = first_transition(proposal, target)
-    proposal.save(force_insert=True)
+    _insert_with_pins(proposal, evaluation.versions)
     actor = agent_actor(proposal.agent)
     record(
         proposal.tenant_id,
@@ -318,6 +362,70 @@ def _store_and_route(
     _pin_and_route(proposal, evaluation, target, first=previous)
 
 
+def _insert_with_pins(proposal: Proposal, versions: list[PolicyVersion]) -> None:
+    """Insert the evaluated proposal and its pinned versions: on PostgreSQL one statement (the proposal's
+    INSERT in a WITH, the pins' INSERT reading its id), elsewhere the two INSERTs one after the other.
+    Plain SQL built once per process and number of pins; the values are prepared by the fields as the
+    ORM's INSERT prepares them (created_at set now, the JSON adapted), and risk_rank kept with the risk
+    as Proposal.save keeps it. Nothing listens for Proposal's save signals."""
+    proposal.risk_rank = rank(proposal.risk)
+    fields = Proposal._meta.concrete_fields
+    values = [field.get_db_prep_save(field.pre_save(proposal, True), connection) for field in fields]
+    pins = [version.pk for version in versions]
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql" and pins:
+            cursor.execute(_proposal_with_pins_sql(connection.vendor, len(pins)), (*values, *pins))
+        else:
+            cursor.execute(_proposal_insert_sql(connection.vendor), values)
+            if pins:
+                cursor.execute(_pins_insert_sql(connection.vendor, len(pins)), _pin_rows(proposal, pins))
+    proposal._state.adding = False
+    proposal._state.db = connection.alias
+
+
+def _pin_rows(proposal: Proposal, pins: list) -> list:
+    proposal_id = Proposal._meta.pk.get_db_prep_value(proposal.pk, connection)
+    return [value for pin in pins for value in (proposal_id, pin)]
+
+
+@lru_cache
+def _proposal_insert_sql(vendor: str) -> str:
+    table = connection.ops.quote_name(Proposal._meta.db_table)
+    fields = Proposal._meta.concrete_fields
+    columns = ", ".join(connection.ops.quote_name(field.column) for field in fields)
+    return f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"  # noqa: S608
+
+
+def _pin_names() -> tuple[str, str, str]:
+    through = Proposal.policy_versions.through
+    quote = connection.ops.quote_name
+    return (
+        quote(through._meta.db_table),
+        quote(through._meta.get_field("proposal").column),
+        quote(through._meta.get_field("policyversion").column),
+    )
+
+
+@lru_cache
+def _pins_insert_sql(vendor: str, count: int) -> str:
+    table, proposal_column, version_column = _pin_names()
+    rows = ", ".join(["(%s, %s)"] * count)
+    return f"INSERT INTO {table} ({proposal_column}, {version_column}) VALUES {rows}"  # noqa: S608
+
+
+@lru_cache
+def _proposal_with_pins_sql(vendor: str, count: int) -> str:
+    table, proposal_column, version_column = _pin_names()
+    pk = connection.ops.quote_name(Proposal._meta.pk.column)
+    pins = ", ".join(["(%s::bigint)"] * count)
+    return (
+        f'WITH "new_proposal" AS ({_proposal_insert_sql(vendor)} RETURNING {pk})'  # noqa: S608
+        f" INSERT INTO {table} ({proposal_column}, {version_column})"
+        f' SELECT "new_proposal".{pk}, "pin"."id" FROM "new_proposal"'
+        f' CROSS JOIN (VALUES {pins}) AS "pin"("id")'
+    )
+
+
 def evaluate_and_route(proposal: Proposal, *, requested_expiry: datetime | None, actor: str):
     """Evaluate and route a proposal already stored in `proposed` (a reviewer's edit,
     approvals/services/votes.py: not the agents' hot path)."""
@@ -345,14 +453,15 @@ def _target_state(evaluation: Evaluation) -> str:
 
 
 def _pin_and_route(proposal: Proposal, evaluation: Evaluation, target: str, *, first: str | None) -> None:
-    """Pin the versions that decided, record the evaluation, move the proposal to `target` (`first`: the
-    state it left already, before its insert; None: a stored proposal, moved here) and write the review
-    notice or the decision."""
-    # A new proposal pins no version yet: one INSERT, not set()'s read-then-write.
-    Proposal.policy_versions.through.objects.bulk_create(
-        Proposal.policy_versions.through(proposal_id=proposal.pk, policyversion_id=version.pk)
-        for version in evaluation.versions
-    )
+    """Pin the versions that decided (a stored proposal: intake's new one was inserted with its pins),
+    record the evaluation, move the proposal to `target` (`first`: the state it left already, before
+    its insert; None: a stored proposal, moved here) and write the review notice or the decision."""
+    if first is None:
+        # A proposal edited by a reviewer pins no version yet: one INSERT, not set()'s read-then-write.
+        Proposal.policy_versions.through.objects.bulk_create(
+            Proposal.policy_versions.through(proposal_id=proposal.pk, policyversion_id=version.pk)
+            for version in evaluation.versions
+        )
     record(
         proposal.tenant_id,
         actor=SYSTEM,

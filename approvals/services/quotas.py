@@ -32,13 +32,13 @@ from functools import lru_cache
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F, IntegerField, Q
+from django.db.models import IntegerField
 from django.db.models.expressions import RawSQL
 
 from approvals.models import Agent, Proposal, QuotaState
 from approvals.services.common import agent_actor
 from approvals.services.tenants import require_config_admin
-from approvals.sql import quoted_names
+from approvals.sql import model_columns, quoted_names
 from approvals.states import WAITING_FOR_PEOPLE
 from audit.labels import actor_label, agent_label, tenant_label
 from audit.models import Verb
@@ -67,34 +67,29 @@ def tenant_limits(tenant: Tenant) -> Limits:
 
 
 def _limits(owner, prefix: str) -> Limits:
-    def value(field: str, setting: str) -> int:
-        own = getattr(owner, field)
-        return own if own is not None else getattr(settings, f"{prefix}_{setting}")
+    return _limits_of([getattr(owner, field) for field in LIMIT_FIELDS], prefix)
 
-    return Limits(
-        burst=value("intake_burst", "INTAKE_BURST"),
-        per_minute=value("intake_per_minute", "INTAKE_PER_MINUTE"),
-        open_max=value("open_proposals_max", "OPEN_PROPOSALS"),
+
+def _limits_of(own: Sequence[int | None], prefix: str) -> Limits:
+    """Limits from an owner's own three values (LIMIT_FIELDS order; None: the installation's default)."""
+    burst, per_minute, open_max = (
+        value if value is not None else getattr(settings, f"{prefix}_{setting}")
+        for value, setting in zip(own, ("INTAKE_BURST", "INTAKE_PER_MINUTE", "OPEN_PROPOSALS"), strict=True)
     )
+    return Limits(burst=burst, per_minute=per_minute, open_max=open_max)
 
 
 @dataclass
 class Hold:
     """The two locked rows of one intake (the tenant's bucket; the agent's bucket and throttle window) and
-    the limits as they are now (read with the rows: an admin's change counts from the next intake)."""
+    the limits as they are now (read with the rows, in the locking statement: an admin's change counts
+    from the next intake, whatever agent object the caller holds)."""
 
     agent: Agent
     tenant_state: QuotaState
     agent_state: QuotaState
-
-    @property
-    def agent_limit(self) -> Limits:
-        # The agent as read with its locked row (never missing there: the row is the agent's).
-        return agent_limits(self.agent_state.agent or self.agent)
-
-    @property
-    def tenant_limit(self) -> Limits:
-        return tenant_limits(self.tenant_state.tenant)
+    agent_limit: Limits
+    tenant_limit: Limits
 
 
 def hold_quotas(agent: Agent, now: datetime) -> Hold:
@@ -114,18 +109,58 @@ def hold_quotas(agent: Agent, now: datetime) -> Hold:
             ignore_conflicts=True,
         )
         rows = _locked(agent)
-    tenant_state, agent_state = rows
-    return Hold(agent=agent, tenant_state=tenant_state, agent_state=agent_state)
+    (tenant_state, _, tenant_own), (agent_state, agent_own, _) = rows
+    return Hold(
+        agent=agent,
+        tenant_state=tenant_state,
+        agent_state=agent_state,
+        agent_limit=_limits_of(agent_own, "AGENT"),
+        tenant_limit=_limits_of(tenant_own, "TENANT"),
+    )
 
 
-def _locked(agent: Agent) -> list[QuotaState]:
-    # Rows are locked in the order they are returned: the tenant's (agent null) first, for everyone. Only
-    # the quota rows are locked; the agent and the tenant are read with them for their current limits.
-    return list(
-        QuotaState.objects.select_for_update(of=("self",))
-        .select_related("agent", "tenant")
-        .filter(Q(tenant_id=agent.tenant_id, agent__isnull=True) | Q(agent_id=agent.id))
-        .order_by(F("agent_id").asc(nulls_first=True))
+# A locked row; its agent's own limits (Nones on the tenant's row); its tenant's own limits.
+_Locked = tuple[QuotaState, tuple, tuple]
+
+
+def _locked(agent: Agent) -> list[_Locked]:
+    """The tenant's and the agent's quota rows, locked, each with the limits its agent and its tenant have
+    now (one statement built once per process). Rows are locked in the order they are returned: the
+    tenant's (agent null) first, for everyone. Only the quota rows are locked (FOR UPDATE OF); the agent
+    and the tenant are read with them, in the same statement, for their current limits."""
+    columns = model_columns(QuotaState, "quota", connection.vendor)
+    with connection.cursor() as cursor:
+        cursor.execute(_locked_sql(connection.vendor), (agent.tenant_id, agent.id))
+        rows = cursor.fetchall()
+    limits = len(LIMIT_FIELDS)
+    return [
+        (
+            columns.load(row[: columns.width]),
+            tuple(row[columns.width : columns.width + limits]),
+            tuple(row[columns.width + limits :]),
+        )
+        for row in rows
+    ]
+
+
+@lru_cache
+def _locked_sql(vendor: str) -> str:
+    columns = model_columns(QuotaState, "quota", vendor)
+    states, state = quoted_names(QuotaState)
+    agents, agent = quoted_names(Agent)
+    tenants, tenant = quoted_names(Tenant)
+    agent_limits_sql = ", ".join(f'"agent".{agent(name)}' for name in LIMIT_FIELDS)
+    tenant_limits_sql = ", ".join(f'"tenant".{tenant(name)}' for name in LIMIT_FIELDS)
+    # PostgreSQL puts NULLs last in ascending order, SQLite first: NULLS FIRST says it for both.
+    lock = ' FOR UPDATE OF "quota"' if connection.features.has_select_for_update_of else ""
+    return (
+        f"SELECT {columns.select}, {agent_limits_sql}, {tenant_limits_sql}"  # noqa: S608
+        f' FROM {states} AS "quota"'
+        f' LEFT OUTER JOIN {agents} AS "agent" ON "agent".{agent("id")} = "quota".{state("agent")}'
+        f' INNER JOIN {tenants} AS "tenant" ON "tenant".{tenant("id")} = "quota".{state("tenant")}'
+        f' WHERE ("quota".{state("tenant")} = %s AND "quota".{state("agent")} IS NULL)'
+        f' OR "quota".{state("agent")} = %s'
+        f' ORDER BY "quota".{state("agent")} ASC NULLS FIRST{lock}'
     )
 
 
@@ -133,19 +168,16 @@ def _locked(agent: Agent) -> list[QuotaState]:
 # The open-proposal counts, read in intake's one read after the lock
 
 
-AGENT_OPEN = "quota_agent_open"
-TENANT_OPEN = "quota_tenant_open"
-
-
-def open_counts_expressions(hold: Hold) -> dict[str, RawSQL]:
-    """Annotations counting the agent's and the tenant's proposals that wait for people, each capped just
-    past its ceiling (so a count costs at most the ceiling's rows of an index, whatever the history)."""
+def open_counts_expressions(hold: Hold) -> tuple[RawSQL, RawSQL]:
+    """Scalar subqueries counting the agent's and the tenant's proposals that wait for people (in that
+    order), each capped just past its ceiling (so a count costs at most the ceiling's rows of an index,
+    whatever the history)."""
     waiting = [str(state) for state in sorted(WAITING_FOR_PEOPLE)]
     agent = hold.agent
-    return {
-        AGENT_OPEN: _capped_count("agent", agent.id, waiting, hold.agent_limit.open_max + 1),
-        TENANT_OPEN: _capped_count("tenant", agent.tenant_id, waiting, hold.tenant_limit.open_max + 1),
-    }
+    return (
+        _capped_count("agent", agent.id, waiting, hold.agent_limit.open_max + 1),
+        _capped_count("tenant", agent.tenant_id, waiting, hold.tenant_limit.open_max + 1),
+    )
 
 
 def _capped_count(owner: str, owner_id: int, waiting: Sequence[str], cap: int) -> RawSQL:
@@ -167,10 +199,6 @@ def _count_sql(vendor: str, owner: str) -> str:
 class OpenCounts:
     agent: int
     tenant: int
-
-
-def read_open_counts(row) -> OpenCounts:
-    return OpenCounts(agent=getattr(row, AGENT_OPEN), tenant=getattr(row, TENANT_OPEN))
 
 
 # ---------------------------------------------------------------------------------------------------

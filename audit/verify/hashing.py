@@ -26,6 +26,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Iterator
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
@@ -42,6 +43,8 @@ _OUTSIDE_BMP = re.compile("[\U00010000-\U0010ffff]")
 def _no_default(value):
     raise TypeError(f"not plain JSON: {type(value).__name__}")
 
+
+_string = encode_basestring  # a JSON string as the encoder below writes it (the C function when there is one)
 
 if c_make_encoder is not None:
     _chunks = c_make_encoder(None, _no_default, encode_basestring, None, ":", ",", True, False, False)
@@ -104,7 +107,62 @@ def canonical_digest(value) -> str:
 
 def hash_body(body: dict, *, plain: bool = False) -> str:
     """The hash of an event body holding exactly HASHED_FIELDS (`plain`: as for canonical_json)."""
+    if body.keys() == _FIELD_SET:
+        return hash_fields(body, plain=plain)
     return "sha256:" + hashlib.sha256(canonical_json(body, plain=plain)).hexdigest()
+
+
+_FIELD_SET = frozenset(HASHED_FIELDS)
+# The body's keys in RFC 8785's order (all ASCII: UTF-16 and code point order agree), and its text
+# written by hand around the values: the C encoder's sort of eight keys cost more than the rest.
+_BODY_KEYS = tuple(sorted(HASHED_FIELDS))
+assert _BODY_KEYS == ("actor", "at", "chain", "data", "prev_hash", "seq", "subject", "verb")
+
+
+def _body_text(event: dict) -> str:
+    """The compact sorted JSON text of the HASHED_FIELDS of `event` (which _plain must hold of each
+    of them), as _compact writes the body dict: the eight keys in their sorted order, each value as
+    the C encoder writes it (a str by the encoder's own string function, an int by int's repr, which
+    is what the encoder writes for an exact int)."""
+    actor, at, chain, subject, verb, prev = (
+        event["actor"],
+        event["at"],
+        event["chain"],
+        event["subject"],
+        event["verb"],
+        event["prev_hash"],
+    )
+    seq = event["seq"]
+    if (
+        type(actor) is str
+        and type(at) is str
+        and type(chain) is str
+        and type(subject) is str
+        and type(verb) is str
+        and type(prev) is str
+        and type(seq) is int
+    ):
+        return (
+            f'{{"actor":{_string(actor)},"at":{_string(at)},"chain":{_string(chain)},'
+            f'"data":{_compact(event["data"])},"prev_hash":{_string(prev)},"seq":{seq},'
+            f'"subject":{_string(subject)},"verb":{_string(verb)}}}'
+        )
+    return _compact({name: event[name] for name in HASHED_FIELDS})  # unusual types: the encoder sorts
+
+
+def hash_fields(event: dict, *, plain: bool = False) -> str:
+    """The hash of the body made of `event`'s HASHED_FIELDS (other keys, such as its recorded `hash`,
+    are ignored): hash_body of that body, without building it. `plain`: PlainJson decoded `event` and
+    found it plain."""
+    if plain or all(_plain(event[name]) for name in HASHED_FIELDS):
+        text = _body_text(event)
+        if text.isascii() or not _OUTSIDE_BMP.search(text):  # else keys may sort otherwise in UTF-16
+            try:
+                return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+            except UnicodeEncodeError:  # a lone surrogate, which rfc8785 refuses
+                pass
+    body = {name: event[name] for name in HASHED_FIELDS}
+    return "sha256:" + hashlib.sha256(rfc8785.dumps(body)).hexdigest()
 
 
 def checkpoint_payload(chain: str, seq: int, head_hash: str, at: str) -> bytes:
@@ -153,6 +211,40 @@ class PlainJson:
         # Not one JSON value as Reviewer writes it (space around it, a BOM, another encoding, invalid):
         # json.loads decides, with its encoding detection and its own error.
         return json.loads(line), False
+
+    def decode_lines(self, chunk: bytes) -> Iterator[tuple[Any, bool]]:
+        """decode() of each non-blank line of `chunk` (lines ending in b"\n", the last one too), as
+        `decode(line) for line in chunk.split(b"\n") if line.strip()` gives them, but with the chunk
+        decoded from UTF-8 once and each value scanned in place: a value is taken only where it ends
+        exactly at its line's end (the first "\n" after its start), so a line holds exactly one value,
+        as decode() requires. Any other line goes through decode() on its own bytes."""
+        try:
+            text = chunk.decode()
+        except UnicodeDecodeError:  # some line is not UTF-8: each line on its own, as decode() reads it
+            for line in chunk.split(b"\n"):
+                if line.strip():
+                    yield self.decode(line)
+            return
+        scan, find, size, pos = self._scan, text.find, len(text), 0
+        while pos < size:
+            end_of_line = find("\n", pos)
+            if end_of_line == pos:  # an empty line
+                pos += 1
+                continue
+            if end_of_line < 0:  # the chunk's last line had no b"\n" after all
+                end_of_line = size
+            self._unusual = False
+            try:
+                value, end = scan(text, pos)
+            except (ValueError, StopIteration):
+                end = -1
+            if end == end_of_line:
+                yield value, not self._unusual
+            else:  # space around the value, a BOM, two values, a value across lines, invalid: decode()
+                line = text[pos:end_of_line].encode()  # the line's bytes again (the chunk was UTF-8)
+                if line.strip():
+                    yield self.decode(line)
+            pos = end_of_line + 1
 
 
 def first_inexact_number(value, path: str = "") -> tuple[str, int | float] | None:

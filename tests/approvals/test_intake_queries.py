@@ -17,7 +17,8 @@ pytestmark = pytest.mark.django_db
 # one reads the replay check, the halt check, the open-proposal counts, the target's history and the
 # active policy versions (approvals/services/intake.py _read_for_intake), one spends both quota buckets
 # (one UPDATE); the proposal is inserted once,
-# already evaluated; then its pinned versions (one INSERT) and its audit events, all in one INSERT when
+# already evaluated, with its pinned versions (one INSERT each; on PostgreSQL both in one statement) and its
+# audit events, all in one INSERT when
 # the change is written (3 to review, 4 to allow or deny: audit/trail.py recorded_together; audit/chain.py
 # sequences them after commit; on PostgreSQL the events and their places in the sequencer's queue are one
 # statement, on SQLite two). To review: the review notice and the
@@ -26,6 +27,7 @@ pytestmark = pytest.mark.django_db
 # savepoint and release (a test runs inside a transaction). No mail, no per-reviewer or per-policy query.
 QUERIES = {"review": 10, "allow": 10, "deny": 10}
 NOTIFY = {"review": 0, "allow": 1, "deny": 1}  # SELECT pg_notify(...), PostgreSQL only (approvals/wakeup.py)
+PINS_WITH_PROPOSAL = -1  # PostgreSQL: the pins' INSERT in the proposal's statement (services/intake.py)
 AUDIT_EVENTS = {"review": 1, "allow": 1, "deny": 1}  # SQLite: one more INSERT (audit_auditpending)
 ACTIONS = {
     "review": {"tool": "payments.refund", "arguments": {"order_id": "1", "amount": "5.00"}},
@@ -48,7 +50,8 @@ def test_intake_makes_a_constant_number_of_queries(
     factories.make_policy(tenant, "no-drops", tool_pattern="db.drop", outcome=PolicyVersion.Outcome.DENY)
     submit(agent)  # the first intake of a tenant creates its chain head
     first = queries_for_intake(agent, ACTIONS[path])
-    extra = NOTIFY[path] if connection.vendor == "postgresql" else AUDIT_EVENTS[path]
+    postgres = connection.vendor == "postgresql"
+    extra = NOTIFY[path] + PINS_WITH_PROPOSAL if postgres else AUDIT_EVENTS[path]
     assert first == QUERIES[path] + extra
 
     for number in range(20):  # more policies, some matching with conditions, and more proposals

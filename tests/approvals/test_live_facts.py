@@ -10,6 +10,7 @@ import pytest
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.contrib.sessions.backends.db import SessionStore
+from django.db import transaction
 
 from accounts.devices import reset_devices
 from accounts.stepup import step_up_for
@@ -212,3 +213,117 @@ async def test_a_message_over_the_size_cap_is_sent_as_a_hint(settings, agent, tw
     proposal = await database_sync_to_async(submit)(agent)
     message = await rendered(proposal)
     assert set(message) == {"type", "proposal_id", "event"}
+
+
+@pytest.fixture
+def renders(monkeypatch) -> list:
+    """The committing process's renders of a page's message: whether each ran inside a transaction."""
+    calls: list = []
+
+    def recorded(proposal_id):
+        calls.append(transaction.get_connection().in_atomic_block)
+        return broadcast.rendered_message(proposal_id)
+
+    monkeypatch.setattr(events, "_render", [recorded])
+    return calls
+
+
+async def test_a_vote_short_of_the_quorum_is_rendered_once_before_its_commit(
+    renders, reads, agent, two_approvals, requester, reviewer_a, reviewer_b
+):
+    proposal = await database_sync_to_async(submit)(agent)
+    _, bob = await open_page(proposal, reviewer_b)
+    reads.clear()
+    renders.clear()  # the proposal's intake
+    await database_sync_to_async(vote)(proposal, reviewer_a)
+    update = await bob.receive_from(timeout=TIMEOUT)
+    assert renders == [True]  # inside the vote's transaction, and not again after its commit
+    assert "Alice approved" in update and VOTE_CONTROLS in update  # it saw the transaction's own vote
+    assert reads == []
+    await bob.disconnect()
+
+
+def announce_in(proposal, *, enclosed: bool, fail: bool) -> None:
+    """events.proposal_changed(render_now=True) in a transaction (inside another with `enclosed`) that
+    commits, or rolls back with `fail`."""
+
+    def change():
+        with transaction.atomic():
+            events.proposal_changed(proposal, render_now=True)
+            if fail:
+                raise RuntimeError("rolled back")
+
+    try:
+        if enclosed:
+            with transaction.atomic():
+                change()
+        else:
+            change()
+    except RuntimeError:
+        pass
+
+
+async def test_a_change_rendered_before_a_commit_that_never_came_is_never_sent(
+    renders, agent, two_approvals, requester, reviewer_b
+):
+    proposal = await database_sync_to_async(submit)(agent)
+    _, bob = await open_page(proposal, reviewer_b)
+    renders.clear()  # the proposal's intake
+    await database_sync_to_async(announce_in)(proposal, enclosed=False, fail=True)
+    assert renders == [True]
+    assert await bob.receive_nothing()
+    await bob.disconnect()
+
+
+async def test_inside_an_enclosing_transaction_the_message_is_rendered_after_the_commit(
+    renders, agent, two_approvals, requester, reviewer_b
+):
+    """An enclosing transaction could still change the page after the announcement."""
+    proposal = await database_sync_to_async(submit)(agent)
+    _, bob = await open_page(proposal, reviewer_b)
+    renders.clear()  # the proposal's intake
+    await database_sync_to_async(announce_in)(proposal, enclosed=True, fail=False)
+    assert VOTE_CONTROLS in await bob.receive_from(timeout=TIMEOUT)
+    assert renders == [False]
+    await bob.disconnect()
+
+
+async def test_a_render_that_fails_before_the_commit_is_done_after_it(
+    monkeypatch, agent, two_approvals, requester, reviewer_b
+):
+    calls: list = []
+
+    def failing_inside(proposal_id):
+        calls.append(transaction.get_connection().in_atomic_block)
+        if calls[-1]:
+            raise RuntimeError("render failed")
+        return broadcast.rendered_message(proposal_id)
+
+    monkeypatch.setattr(events, "_render", [failing_inside])
+    proposal = await database_sync_to_async(submit)(agent)
+    _, bob = await open_page(proposal, reviewer_b)
+    calls.clear()  # the proposal's intake
+    await database_sync_to_async(announce_in)(proposal, enclosed=False, fail=False)
+    assert VOTE_CONTROLS in await bob.receive_from(timeout=TIMEOUT)
+    assert calls == [True, False]
+    await bob.disconnect()
+
+
+async def test_a_message_older_than_what_the_page_shows_is_not_sent_the_socket_reads_instead(
+    reads, agent, two_approvals, requester, reviewer_b
+):
+    """A change rendered before its commit may arrive after a later change's message."""
+    proposal = await database_sync_to_async(submit)(agent)
+    _, bob = await open_page(proposal, reviewer_b)
+    reads.clear()
+    layer, group = get_channel_layer(), events.proposal_group(proposal.id)
+    await layer.group_send(group, await rendered(proposal, read_at=time.time() + 60))
+    assert VOTE_CONTROLS in await bob.receive_from(timeout=TIMEOUT)
+    assert reads == []  # sent from the message
+    older = await rendered(proposal, read_at=time.time() + 30)
+    older["shared"] = "<p>OLDER STATE</p>"
+    await layer.group_send(group, older)
+    update = await bob.receive_from(timeout=TIMEOUT)
+    assert "OLDER STATE" not in update and VOTE_CONTROLS in update
+    assert reads == [1]
+    await bob.disconnect()

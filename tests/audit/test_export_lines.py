@@ -47,9 +47,7 @@ DATA = [
 ]
 
 
-def test_postgresql_prints_every_line_and_mention_as_the_python_writer_does(
-    tenant, agent, refund_policy, requester, reviewer_a, any_code
-):
+def _hostile_trail(tenant, agent, reviewer_a):
     lifecycle(agent, reviewer_a)
     with transaction.atomic():
         for number, data in enumerate(DATA * 2):
@@ -61,7 +59,9 @@ def test_postgresql_prints_every_line_and_mention_as_the_python_writer_does(
                 data=data,
             )
     sequence_pending()
-    events = Selection.for_tenant(tenant_ref(tenant)).events()
+
+
+def _compare_with_the_python_writer(events):
     for fmt, render in (("csv", csv_page), ("jsonl", jsonl_page)):
         for page_size in (4, 1000):
             python = [
@@ -70,3 +70,41 @@ def test_postgresql_prints_every_line_and_mention_as_the_python_writer_does(
             ]
             assert list(export_lines.pages(events, fmt, page_size)) == python, (fmt, page_size)
     assert len(python[0][2]) >= 5  # the mentions were compared on pseudonyms that are there
+
+
+def test_postgresql_prints_every_line_and_mention_as_the_python_writer_does(
+    tenant, agent, refund_policy, requester, reviewer_a, any_code
+):
+    """Inside a transaction (the test's): the pages are read on Django's connection, by keyset."""
+    _hostile_trail(tenant, agent, reviewer_a)
+    _compare_with_the_python_writer(Selection.for_tenant(tenant_ref(tenant)).events())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_one_streamed_statement_prints_the_same_lines_and_mentions(
+    tenant, agent, refund_policy, requester, reviewer_a, any_code, monkeypatch
+):
+    _hostile_trail(tenant, agent, reviewer_a)
+    assert not connection.in_atomic_block
+
+    def no_keyset(*args):
+        raise AssertionError("read by keyset pages, not streamed")
+
+    monkeypatch.setattr(export_lines, "_keyset_rows", no_keyset)
+    _compare_with_the_python_writer(Selection.for_tenant(tenant_ref(tenant)).events())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_streamed_export_lets_the_caller_use_its_connection_between_pages(
+    tenant, agent, refund_policy, requester, reviewer_a, any_code
+):
+    """The export job saves its progress on Django's connection between pages: the stream is on a
+    connection of its own, so that query runs while the export is half read."""
+    _hostile_trail(tenant, agent, reviewer_a)
+    events = Selection.for_tenant(tenant_ref(tenant)).events()
+    expected = sum(len(page) for page in event_pages(events, page_size=3))
+    read = 0
+    for _, count, _ in export_lines.pages(events, "csv", page_size=3):
+        read += count
+        assert events.filter(seq__lte=read).count() == read
+    assert read == expected
