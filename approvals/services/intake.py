@@ -1,7 +1,5 @@
 """Taking in an agent's proposal: validation, supersession, policy evaluation and routing."""
 
-import uuid
-from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from typing import cast
@@ -9,12 +7,10 @@ from typing import cast
 import rfc8785
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import UUIDField
-from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from approvals.canonical import action_digest
-from approvals.models import Agent, Decision, Halt, Policy, PolicyVersion, Proposal, ReviewNotice
+from approvals.models import Agent, Decision, Halt, PolicyVersion, Proposal, ReviewNotice
 from approvals.models.risk import rank
 from approvals.policy.evaluation import (
     Evaluation,
@@ -23,26 +19,24 @@ from approvals.policy.evaluation import (
     context_for_proposal,
     evaluate,
 )
-from approvals.policy.history import policy_counts, policy_counts_expression, read_policy_counts, target_key
+from approvals.policy.history import policy_counts, target_key
 from approvals.schemas import ProposalSubmission
 from approvals.services.common import agent_actor, proposal_subject
 from approvals.services.decisions import issue_decision
 from approvals.services.follow_ups import open_follow_up
-from approvals.services.halts import active_halt_expression, refuse_halted
+from approvals.services.halts import refuse_halted
+from approvals.services.intake_read import Found, read_for_intake
 from approvals.services.lifecycle import expiry_for, first_transition, record_transition, transition
 from approvals.services.quotas import (
-    Hold,
     OpenCounts,
     hold_quotas,
-    open_counts_expressions,
     spend_or_refuse,
 )
-from approvals.sql import model_columns, quoted_names
 from approvals.states import ALLOWED, State
 from audit.labels import SYSTEM, agent_label
 from audit.models import Verb
 from audit.trail import audit_time, record, recorded_together
-from lib.errors import IntakeError, NotFound, ServiceError
+from lib.errors import IntakeError, ServiceError
 
 
 def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -> tuple[Proposal, bool]:
@@ -119,7 +113,7 @@ def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -
                 diff=[d.model_dump() for d in request.diff],
                 evidence=[e.model_dump() for e in request.evidence],
             )
-            found = _read_for_intake(agent, proposal, hold)
+            found = read_for_intake(agent, proposal, hold)
             if found.existing_id is not None:
                 return _same_request_or_error(Proposal.objects.get(pk=found.existing_id), request), False
             if refusal:
@@ -134,7 +128,7 @@ def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -
             )
             refused = spend_or_refuse(
                 hold,
-                cast(OpenCounts, found.open_counts),  # always read by _read_for_intake
+                cast(OpenCounts, found.open_counts),  # always read by read_for_intake
                 waiting=_target_state(evaluation) == State.AWAITING_REVIEW,
                 now=created_at,
                 via=via,
@@ -155,120 +149,7 @@ def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -
     return proposal, True
 
 
-@dataclass
-class _Found:
-    """What intake reads before it writes, in one query (see _read_for_intake)."""
-
-    existing_id: uuid.UUID | None  # an earlier proposal with this agent, task and request id, or None
-    halt_id: int | None  # the oldest halt in force on the agent, its tenant or everything, or None
-    history: dict  # policy.evaluation_context's `history` counts
-    versions: list  # the tenant's active policy versions, with their policies
-    open_counts: OpenCounts  # what waits for people, the agent's and the tenant's (quotas)
-
-
-def _read_for_intake(agent: Agent, proposal: Proposal, hold: Hold) -> _Found:
-    """One round trip for everything intake decides on: the tenant's active policy versions with their
-    policies, and on every row the replay check, the halt check, the open-proposal counts of the quotas
-    (read after their lock, services/quotas.py) and the target's history counts (uncorrelated scalar
-    subqueries: PostgreSQL and SQLite compute each once). The statement is plain SQL built once per
-    process (_intake_sql); its values are read on every request and nothing is cached across requests,
-    so a halt or a policy change committed before this read counts at once, in every process. The rows
-    hang off the agent's own row, so a tenant with no active version still gets one row (its version
-    columns null), and an agent deleted since it authenticated gets none."""
-    subqueries = [
-        _replay_expression(agent.id, proposal.task_id, proposal.request_id),
-        active_halt_expression(agent.tenant_id, agent.id),
-        *open_counts_expressions(hold),  # the agent's count, then the tenant's
-    ]
-    history = policy_counts_expression(proposal)
-    if history is not None:
-        subqueries.append(history)
-    texts = tuple(subquery.sql for subquery in subqueries)
-    params = [param for subquery in subqueries for param in subquery.params]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _intake_sql(connection.vendor, texts),
-            (*params, PolicyVersion.Status.ACTIVE, agent.tenant_id, agent.id),
-        )
-        rows = cursor.fetchall()
-    if not rows:  # the agent was deleted since it authenticated
-        raise NotFound("unknown_agent", "this agent is no longer registered")
-    existing_id, halt_id, agent_open, tenant_open = rows[0][:4]
-    versions = _versions_from(rows, agent.tenant, skip=len(texts))
-    counts = read_policy_counts(rows[0][4] if history is not None else None)
-    # The admins' classification may key this tool's target otherwise (a family of equivalent tools, a
-    # named target argument): then the history is read again under that key, one more query only then.
-    classified = classified_target_key(proposal.action, agent.slug, versions)
-    if classified != proposal.target_key:
-        proposal.target_key = classified
-        counts = policy_counts(proposal)
-    return _Found(
-        # SQLite gives a UUID column's text, PostgreSQL a UUID.
-        existing_id=None if existing_id is None else uuid.UUID(str(existing_id)),
-        halt_id=halt_id,
-        history=counts,
-        versions=versions,
-        open_counts=OpenCounts(agent=agent_open, tenant=tenant_open),
-    )
-
-
-def _versions_from(rows: list, tenant, *, skip: int) -> list[PolicyVersion]:
-    """The active versions of _intake_sql's rows (none when its version columns are null), each with its
-    policy, whose tenant is the agent's (as active_versions_for gives them)."""
-    version_columns, policy_columns = _version_columns(connection.vendor)
-    versions = []
-    for row in rows:
-        if row[skip] is None:  # the version's id: no active version
-            continue
-        version = version_columns.load(row[skip : skip + version_columns.width])
-        policy = policy_columns.load(row[skip + version_columns.width :])
-        policy.tenant = tenant
-        version.policy = policy
-        versions.append(version)
-    return versions
-
-
-def _version_columns(vendor: str):
-    return model_columns(PolicyVersion, "version", vendor), model_columns(Policy, "policy", vendor)
-
-
-@lru_cache
-def _intake_sql(vendor: str, subqueries: tuple[str, ...]) -> str:
-    """The one read's text, for the scalar subqueries' texts (each built once per process itself)."""
-    version_columns, policy_columns = _version_columns(vendor)
-    agents, agent = quoted_names(Agent)
-    policies, policy = quoted_names(Policy)
-    versions, version = quoted_names(PolicyVersion)
-    scalars = ", ".join(f"({text})" for text in subqueries)
-    return (
-        f"SELECT {scalars}, {version_columns.select}, {policy_columns.select}"  # noqa: S608
-        f' FROM {agents} AS "intake_agent"'
-        f' LEFT OUTER JOIN ({policies} AS "policy" INNER JOIN {versions} AS "version"'
-        f' ON "version".{version("policy")} = "policy".{policy("id")} AND "version".{version("status")} = %s)'
-        f' ON "policy".{policy("tenant")} = %s'
-        f' WHERE "intake_agent".{agent("id")} = %s'
-        f' ORDER BY "policy".{policy("slug")}'
-    )
-
-
-def _replay_expression(agent_id: int, task_id: str, request_id: str) -> RawSQL:
-    """The id of this agent's earlier proposal with this task and request id, as a scalar subquery (plain
-    SQL built once per process, like the others of _read_for_intake)."""
-    # Only names from the model and placeholders go into the SQL; every value is a parameter.
-    return RawSQL(_replay_sql(connection.vendor), (agent_id, task_id, request_id), output_field=UUIDField())  # noqa: S611
-
-
-@lru_cache
-def _replay_sql(vendor: str) -> str:
-    table, column = quoted_names(Proposal)
-    return (
-        f"SELECT {column('id')} FROM {table}"  # noqa: S608
-        f" WHERE {column('agent')} = %s AND {column('task_id')} = %s AND {column('request_id')} = %s"
-        " LIMIT 1"
-    )
-
-
-def _evaluate(proposal: Proposal, found: _Found, *, requested_expiry, created_at) -> Evaluation:
+def _evaluate(proposal: Proposal, found: Found, *, requested_expiry, created_at) -> Evaluation:
     """Policy decides before the proposal is stored, so its row is written once, complete."""
     # The same context a policy dry run replays, so a dry run shows what intake would have done.
     context = context_for_proposal(proposal, history=found.history, versions=found.versions)
@@ -432,7 +313,7 @@ def evaluate_and_route(proposal: Proposal, *, requested_expiry: datetime | None,
     versions = active_versions_for(proposal.tenant)
     # Keyed as intake keys it: the admins' classification may name the target or a family of tools.
     proposal.target_key = classified_target_key(proposal.action, proposal.agent.slug, versions)
-    found = _Found(
+    found = Found(
         existing_id=None,
         halt_id=None,
         history=policy_counts(proposal),

@@ -293,8 +293,7 @@ def _store_vote(proposal, user, verdict, digest_seen, reason, page_hash, step, r
             quorum=quorum,
         )
     else:
-        # A vote short of the quorum, cast_vote's last write: its message is rendered before the commit,
-        # so the open pages get it a render sooner (transition() announces the rest).
+        # A vote short of the quorum, rendered before its commit (transition() announces the rest).
         events.proposal_changed(proposal, render_now=True)
     return vote
 

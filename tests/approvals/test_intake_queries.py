@@ -15,7 +15,7 @@ pytestmark = pytest.mark.django_db
 
 # Exactly, per path: one query locks the tenant's and the agent's quota rows (approvals/services/quotas.py),
 # one reads the replay check, the halt check, the open-proposal counts, the target's history and the
-# active policy versions (approvals/services/intake.py _read_for_intake), one spends both quota buckets
+# active policy versions (approvals/services/intake_read.py read_for_intake), one spends both quota buckets
 # (one UPDATE); the proposal is inserted once,
 # already evaluated, with its pinned versions (one INSERT each; on PostgreSQL both in one statement) and its
 # audit events, all in one INSERT when
