@@ -57,8 +57,12 @@ def _send(group: str, message: dict) -> None:
         async_to_sync(layer.group_send)(group, message)
 
 
-def proposal_changed(proposal, *, render_now: bool = False) -> None:
+def proposal_changed(proposal, *, render_now: bool = False, created: bool = False) -> None:
     """Schedule a broadcast that this proposal changed (state, votes, quorum).
+
+    `created`: the proposal was stored in the caller's transaction (intake, a reviewer's edit), so no
+    page of it can be open before the commit; its group gets the bare hint, with no render (a socket
+    that connects between the commit and the send re-reads on it).
 
     `render_now`: the caller's transaction has made its last change to what the page shows (cast_vote's
     vote short of the quorum). The page's message is then rendered now, inside the transaction (it sees
@@ -68,12 +72,13 @@ def proposal_changed(proposal, *, render_now: bool = False) -> None:
     rendering fails, the message is rendered after commit as without render_now (else the hint).
     """
     tenant_id, proposal_id = proposal.tenant_id, str(proposal.id)
-    early = _render_before_commit(proposal_id) if render_now else None
+    early = _render_before_commit(proposal_id) if render_now and not created else None
+    render = _render[0] if _render and not created else None
 
     def send():
         hint = changed_message(proposal_id)
         try:
-            message = early or (_render[0](proposal_id) if _render else hint)
+            message = early or (render(proposal_id) if render else hint)
         except Exception:  # a hint still reaches every socket, which then re-reads
             log.exception("rendering proposal %s's live message failed; sent as a hint", proposal_id)
             message = hint

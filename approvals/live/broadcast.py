@@ -15,6 +15,7 @@ import logging
 import time
 
 from django.conf import settings
+from django.db.models import Subquery
 
 from approvals import events
 from approvals.live.audiences import PageView
@@ -36,16 +37,19 @@ def rendered_message(proposal_id) -> dict:
     """events.changed_message, with the page's parts for every member of the tenant when they fit."""
     message = events.changed_message(proposal_id)
     read_at = time.time()  # before the reads: a socket whose facts are newer re-reads instead
-    proposal = Proposal.objects.select_related("agent", "tenant", "supersedes").filter(pk=proposal_id).first()
-    if proposal is None:
-        return message
     limit = max_people()
+    # The members first, by the proposal's tenant: a tenant with nobody to show the page to (an
+    # agents-only tenant, the allowed path) costs this one small query, not the page's reads.
+    tenant_id = Proposal.objects.filter(pk=proposal_id).values("tenant_id")
     members = list(
-        TenantMembership.objects.filter(tenant_id=proposal.tenant_id, user__is_active=True).only(
+        TenantMembership.objects.filter(tenant_id=Subquery(tenant_id), user__is_active=True).only(
             "user_id", "role", "principal_id"
         )[: limit + 1]
     )
     if not members or len(members) > limit:
+        return message
+    proposal = Proposal.objects.select_related("agent", "tenant", "supersedes").filter(pk=proposal_id).first()
+    if proposal is None:
         return message
     page = PageView(proposal, {m.user_id: m for m in members})
     audiences: list[list] = []

@@ -36,7 +36,9 @@ class Agent(models.Model):
     )
     audience = models.CharField(max_length=500, help_text="The `aud` of this agent's decisions.")
     push_token_hash = models.CharField(max_length=64, help_text="sha256 of the token its pushes carry")
-    api_token_hash = models.CharField(max_length=64, help_text="sha256 of its REST API bearer token")
+    api_token_hash = models.CharField(
+        max_length=64, db_index=True, help_text="sha256 of its REST API bearer token"
+    )
     # How Reviewer authenticates when it calls the agent (continuations, cancels, GetTask).
     outbound_auth_scheme = models.CharField(
         max_length=20, choices=AuthScheme.choices, default=AuthScheme.NONE

@@ -71,7 +71,8 @@ def record_transition(
         subject=proposal_subject(proposal),
         data={"from": current, "to": proposal.state, "reason": reason, "rev": proposal.rev, **(data or {})},
     )
-    events.proposal_changed(proposal)
+    # Only a proposal stored in this transaction is ever `proposed` (intake, a reviewer's edit).
+    events.proposal_changed(proposal, created=current == State.PROPOSED)
 
 
 def expiry_for(requested: datetime | None, ttl_seconds: int, created: datetime) -> datetime:
