@@ -51,6 +51,7 @@ STAGE_SECONDS = float(os.environ.get("LOAD_SECONDS", "30"))  # how long calls ar
 CSRF = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
 DIGEST = re.compile(r'name="digest" value="([^"]+)"')
 PROPOSAL = re.compile(r'href="/proposals/([0-9a-f-]{36})/"')
+ALERT = re.compile(r'role="alert"[^>]*>(.*?)</(?:p|div)>', re.S)  # a form's refusals
 RETRIED = (429, 503)
 
 _reviewers = itertools.count()
@@ -78,6 +79,15 @@ TOTP_STEPS = json.loads(TOTP_FILE.read_text()) if TOTP_FILE.exists() else {}
 def _finish_calls(**_kwargs) -> None:
     CALLS_IN_FLIGHT.join(timeout=FINISH_SECONDS)
     TOTP_FILE.write_text(json.dumps(TOTP_STEPS))
+
+
+def refusal_text(html: str) -> str:
+    """The refusals a decision form shows (its alerts), as text: what a failed vote says."""
+    alerts = (" ".join(re.sub(r"<[^>]+>", " ", alert).split()) for alert in ALERT.findall(html))
+    text = " / ".join(alert for alert in alerts if alert)
+    title = re.search(r"<h1[^>]*>(.*?)</h1>", html, re.S)
+    heading = " ".join(re.sub(r"<[^>]+>", " ", title.group(1)).split()) if title else ""
+    return text or f"no refusal shown ({heading or 'no heading'}; {len(html)} bytes)"
 
 
 def _retry_after(response) -> float:
@@ -307,8 +317,7 @@ class Reviewer(HttpUser):
             elif response.status_code == 403 and "No decision is open here" in response.text:
                 response.success()  # another reviewer decided it first: a normal answer, not an error
             else:
-                errors = re.findall(r'class="[^"]*error[^"]*"[^>]*>([^<]{3,200})<', response.text or "")
-                response.failure(f"HTTP {response.status_code}: {' / '.join(errors)[:200]}")
+                response.failure(f"HTTP {response.status_code}: {refusal_text(response.text or '')[:200]}")
                 self.fresh = False
         if response.status_code in RETRIED:
             time.sleep(_retry_after(response))

@@ -10,9 +10,10 @@ from channels.db import database_sync_to_async
 from django.urls import reverse
 
 from accounts.stepup import step_up_for
-from approvals.services.decisions import revoke_decision
+from approvals.services.decisions import consume_decision, revoke_decision
 from approvals.services.votes import cast_vote, edit_proposal
 from lib.errors import VoteRefused
+from tests import factories
 from tests.approvals.test_consumers import connected, proposal_path, reply_to, sign_in, vote
 from tests.factories import approve, submit, totp_code, verified_client
 
@@ -42,6 +43,47 @@ def test_a_vote_on_a_rejected_proposal_says_who_rejected_it_and_why(
     page = response.content.decode()
     assert response.status_code in {403, 409}
     assert "already decided: rejected by Alice at" in page and "no proof of loss" in page
+
+
+@pytest.mark.django_db
+def test_a_second_vote_from_an_old_tab_says_why_above_the_panel_that_replaced_the_form(
+    agent, tenant, requester, reviewer_a, reviewer_b
+):
+    """After a refusal the page is read again and shows this person's panel as it is now ("You
+    approved this"), not the vote form they posted: the refusal is still shown, above that panel, so
+    they learn why nothing was cast."""
+    factories.make_policy(
+        tenant, "refunds", tool_pattern="payments.refund", thresholds=[{"group": "finance", "count": 2}]
+    )
+    proposal = submit(agent)
+    post_vote(reviewer_a, proposal)  # one of two approvals
+
+    response = post_vote(reviewer_a, proposal)  # the same form again, from another tab
+
+    page = response.content.decode()
+    assert response.status_code in {403, 409}
+    assert "You approved this" in page
+    assert 'role="alert"' in page and "you already voted on this proposal" in page
+
+
+@pytest.mark.django_db
+def test_a_vote_that_lost_the_race_to_an_approval_the_agent_already_acted_on_says_so(
+    agent, refund_policy, requester, reviewer_a, reviewer_b
+):
+    """The lost race of two reviewers when the agent is quick: the page re-read after the refusal shows
+    "The agent has started the work", and above it why the vote was not cast."""
+    proposal, decision = approve(agent, reviewer_a)  # Bob's form was loaded before this
+    consume_decision(agent, decision.jti, rev=decision.rev)
+
+    response = post_vote(reviewer_b, proposal)
+
+    page = response.content.decode()
+    assert response.status_code in {403, 409}
+    assert "The agent has started the work" in page
+    assert (
+        'role="alert"' in page
+        and "No decision is open here: it was already decided: approved by Alice" in page
+    )
 
 
 @pytest.mark.django_db

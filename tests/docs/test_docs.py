@@ -231,6 +231,7 @@ LINKED_PAGES = [
     ROOT / "CHANGELOG.md",
     ROOT / "sdk" / "python" / "CHANGELOG.md",
     ROOT / "bench" / "README.md",
+    ROOT / "bench" / "HISTORY.md",
 ]
 
 
