@@ -52,9 +52,21 @@ def render_messages_with(renderer: Callable[[str], dict]) -> None:
 
 
 def _send(group: str, message: dict) -> None:
+    _send_all([(group, message)])
+
+
+def _send_all(messages: list[tuple[str, dict]]) -> None:
+    """Send each (group, message) in order, in one run of an event loop: async_to_sync costs a loop
+    hand-off per call, which one change's two messages need not pay twice."""
     layer = get_channel_layer()
-    if layer is not None:
-        async_to_sync(layer.group_send)(group, message)
+    if layer is None:
+        return
+
+    async def send_each():
+        for group, message in messages:
+            await layer.group_send(group, message)
+
+    async_to_sync(send_each)()
 
 
 def proposal_changed(proposal, *, render_now: bool = False, created: bool = False) -> None:
@@ -82,8 +94,8 @@ def proposal_changed(proposal, *, render_now: bool = False, created: bool = Fals
         except Exception:  # a hint still reaches every socket, which then re-reads
             log.exception("rendering proposal %s's live message failed; sent as a hint", proposal_id)
             message = hint
-        _send(proposal_group(proposal_id), message)
-        _send(tenant_group(tenant_id), hint)  # the queue's sockets re-read their own lists
+        # The queue's sockets re-read their own lists on the tenant's hint.
+        _send_all([(proposal_group(proposal_id), message), (tenant_group(tenant_id), hint)])
 
     # After commit, on the process's after-commit thread: the change's answer does not wait for Redis.
     # A failed hint is logged, not raised.
