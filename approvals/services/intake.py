@@ -2,7 +2,6 @@
 
 from datetime import datetime
 from functools import lru_cache
-from typing import cast
 
 import rfc8785
 from django.conf import settings
@@ -128,7 +127,7 @@ def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -
             )
             refused = spend_or_refuse(
                 hold,
-                cast(OpenCounts, found.open_counts),  # always read by read_for_intake
+                found.open_counts,
                 waiting=_target_state(evaluation) == State.AWAITING_REVIEW,
                 now=created_at,
                 via=via,

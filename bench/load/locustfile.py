@@ -81,12 +81,15 @@ def _finish_calls(**_kwargs) -> None:
     TOTP_FILE.write_text(json.dumps(TOTP_STEPS))
 
 
+def _plain(fragment: str) -> str:
+    return " ".join(re.sub(r"<[^>]+>", " ", fragment).split())
+
+
 def refusal_text(html: str) -> str:
     """The refusals a decision form shows (its alerts), as text: what a failed vote says."""
-    alerts = (" ".join(re.sub(r"<[^>]+>", " ", alert).split()) for alert in ALERT.findall(html))
-    text = " / ".join(alert for alert in alerts if alert)
+    text = " / ".join(alert for alert in map(_plain, ALERT.findall(html)) if alert)
     title = re.search(r"<h1[^>]*>(.*?)</h1>", html, re.S)
-    heading = " ".join(re.sub(r"<[^>]+>", " ", title.group(1)).split()) if title else ""
+    heading = _plain(title.group(1)) if title else ""
     return text or f"no refusal shown ({heading or 'no heading'}; {len(html)} bytes)"
 
 
