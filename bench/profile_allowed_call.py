@@ -2,8 +2,10 @@
 consume) against a bare authenticated GET, through Django's test client on a scratch PostgreSQL
 database (bench/README.md "This round"). Not a module of bench/run.py: it prints, it returns no rows.
 
-    BENCH_DB_PREFIX=me_ CLOCK=thread|process N=40 [PROFILE=40 [PROFILE_OUT=file]] \
+    BENCH_DB_PREFIX=me_ CLOCK=thread|process N=40 [MEMBERS=5] [PROFILE=40 [PROFILE_OUT=file]] \
         .venv/bin/python bench/profile_allowed_call.py
+
+MEMBERS: that many reviewers in the agent's tenant (none by default), none of them with a page open.
 
 CLOCK=thread times the request's thread only; process (the default) the whole process, with the
 after-commit thread's audit sequencing and broadcasts: each request's clock is read once that thread
@@ -43,6 +45,8 @@ def main() -> None:
     tenant = factories.make_tenant()
     agent = factories.make_agent(tenant, api_token="bench-token", card_url="")  # noqa: S106 (scratch)
     factories.make_policy(tenant, "refunds", tool_pattern="payments.refund", outcome="allow")
+    for number in range(int(os.environ.get("MEMBERS", "0"))):  # reviewers of the tenant, as deployed
+        factories.make_user(f"reviewer-{number}", tenant=tenant)
     client = Client(HTTP_AUTHORIZATION="Bearer bench-token")
     gate = Gate(
         issuer=settings.REVIEWER_ISSUER,

@@ -1,14 +1,16 @@
 """The message of a proposal's change, rendered by the process that committed it.
 
 After commit, that process reads the page once (audiences.PageView, for every active member of the
-tenant) and sends, with the event's id: the partials everyone sees (status, quorum, votes, headings),
-each audience's "You:" line and decision bar with the controls it shows, and which member is in which
-audience. A socket whose own facts are current (consumers.py) sends its person's parts as they are, with
-no read of its own; one that cannot be sure, or whose person is not in the message, or whose decision
-panel's controls changed, re-reads (fanout.py). The partials are the page's own templates, autoescaped.
+tenant who has the page open: models/live.py PageWatcher) and sends, with the event's id: the partials
+everyone sees (status, quorum, votes, headings), each audience's "You:" line and decision bar with the
+controls it shows, and which member is in which audience. A socket whose own facts are current
+(consumers.py) sends its person's parts as they are, with no read of its own; one that cannot be sure,
+or whose person is not in the message, or whose decision panel's controls changed, re-reads (fanout.py).
+The partials are the page's own templates, autoescaped.
 
-A tenant with more members than MAX_PEOPLE, or a message over MAX_BYTES, gets the bare hint instead
-(events.changed_message): every socket re-reads, as it did before this message carried its content.
+A proposal nobody has open (an allowed call's, almost always), more people watching it than
+MAX_PEOPLE, or a message over MAX_BYTES gets the bare hint instead (events.changed_message): every
+socket re-reads, as it did before this message carried its content.
 """
 
 import logging
@@ -19,7 +21,7 @@ from django.db.models import Subquery
 
 from approvals import events
 from approvals.live.audiences import PageView
-from approvals.models import Proposal
+from approvals.models import PageWatcher, Proposal
 from tenants.models import TenantMembership
 
 log = logging.getLogger(__name__)
@@ -38,13 +40,14 @@ def rendered_message(proposal_id) -> dict:
     message = events.changed_message(proposal_id)
     read_at = time.time()  # before the reads: a socket whose facts are newer re-reads instead
     limit = max_people()
-    # The members first, by the proposal's tenant: a tenant with nobody to show the page to (an
-    # agents-only tenant, the allowed path) costs this one small query, not the page's reads.
+    # The watching members first: a proposal whose page nobody has open (the allowed path) costs this
+    # one small query, not the page's reads.
     tenant_id = Proposal.objects.filter(pk=proposal_id).values("tenant_id")
+    watching = PageWatcher.objects.filter(proposal_id=proposal_id).values("user_id")
     members = list(
-        TenantMembership.objects.filter(tenant_id=Subquery(tenant_id), user__is_active=True).only(
-            "user_id", "role", "principal_id"
-        )[: limit + 1]
+        TenantMembership.objects.filter(
+            tenant_id=Subquery(tenant_id), user_id__in=Subquery(watching), user__is_active=True
+        ).only("user_id", "role", "principal_id")[: limit + 1]
     )
     if not members or len(members) > limit:
         return message

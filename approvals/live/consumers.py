@@ -15,6 +15,7 @@ browser's answer to this vote's challenge); a refusal comes back as
 {"type": "error", "error": {code, message, field}}.
 """
 
+import asyncio
 import json
 import time
 import uuid
@@ -33,6 +34,7 @@ from approvals.live import trace
 from approvals.live.fanout import Viewer, live_updates, verified_user
 from approvals.schemas import VoteMessage
 from approvals.selectors import proposal_for_user
+from approvals.services.page_watchers import stop_watching, watch
 from approvals.services.votes import cast_vote
 from approvals.web.list_pages import queue_context, watching_context
 from approvals.web.lists import LIST_PAGES
@@ -180,8 +182,23 @@ class ReviewerSocket(AsyncJsonWebsocketConsumer):
         return self.scope.get("cookies", {}).get(settings.CSRF_COOKIE_NAME, "")
 
 
+def list_min_interval() -> float:
+    """Seconds between two reads of a queue socket's list, however often its tenants change."""
+    return getattr(settings, "LIVE_LIST_MIN_INTERVAL", 1.0)
+
+
+_pause = asyncio.sleep  # (a test holds it to see which hints one read answers)
+
+
 class QueueConsumer(ReviewerSocket):
-    """The queue (or, with ?view=watching, the watching list) of one person, with their filters."""
+    """The queue (or, with ?view=watching, the watching list) of one person, with their filters.
+
+    Every change of a proposal in the person's tenants is a hint to read the list again, and an agent
+    making many calls makes many: the socket reads at once when its last read is LIST_MIN_INTERVAL old,
+    else once when it is (every hint that comes meanwhile is answered by that read, which starts after
+    it). So an open queue tab costs at most one read a second, not one per proposal; the page's own
+    socket (ProposalConsumer) is the one that shows a change at once. A change of the person's access
+    is read at once (facts_changed)."""
 
     def authorize(self) -> list[str]:
         user = verified_user(self.scope)
@@ -189,6 +206,8 @@ class QueueConsumer(ReviewerSocket):
             return []
         tenant_ids = tenant_ids_of(user)
         self.user = user
+        self.next_read: asyncio.Task | None = None  # the read that will answer the hints so far
+        self.last_read = time.monotonic()  # connect() reads the list right after this
         query = QueryDict(self.scope.get("query_string", b""))
         self.view = "watching" if query.get("view") == "watching" else "queue"
         self.params = {
@@ -199,10 +218,23 @@ class QueueConsumer(ReviewerSocket):
         return [events.tenant_group(tenant_id) for tenant_id in tenant_ids]
 
     async def proposal_changed(self, event):
+        if self.next_read is None:  # else that read, not yet started, answers this hint too
+            wait = max(0.0, self.last_read + list_min_interval() - time.monotonic())
+            self.next_read = asyncio.create_task(self.read_after(wait))
+
+    async def read_after(self, wait: float) -> None:
+        await _pause(wait)
+        self.next_read = None  # a hint from now on may be of a change this read does not see
+        self.last_read = time.monotonic()
         await self.send_current()
 
     async def facts_changed(self, event):
         await self.send_current()  # closes if the person's access ended
+
+    async def disconnect(self, code):
+        next_read = getattr(self, "next_read", None)
+        if next_read is not None:
+            next_read.cancel()
 
     def render_current(self) -> str | None:
         if verified_user(self.scope) is None or not memberships_of(self.user).exists():
@@ -237,6 +269,9 @@ class ProposalConsumer(ReviewerSocket):
         # message read before that is older than the page (one rendered before its commit may arrive
         # after a later change's), so the socket re-reads rather than show an older state.
         self.shown_read_at = 0.0
+        # Before the socket joins the group and reads the page: a change committed after that read is
+        # rendered for this person (or is a hint); one committed before it is in what the read shows.
+        watch(proposal.id, user.pk, self.channel_name)
         return [events.proposal_group(proposal.id)]
 
     async def connect(self):
@@ -247,6 +282,7 @@ class ProposalConsumer(ReviewerSocket):
     async def disconnect(self, code):
         if getattr(self, "proposal_id", None) is not None:
             live_updates.leave(self)
+            await database_sync_to_async(stop_watching)(self.channel_name)
 
     async def proposal_changed(self, event):
         if event.get("proposal_id") != str(self.proposal_id):

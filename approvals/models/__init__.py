@@ -12,11 +12,12 @@ One module per area: agents.py (Agent, Policy, PolicyVersion), proposals.py (Pro
 OutboxMessage, ReviewNotice), halts.py (Halt, BreakGlassRelease, PostHocReview), notifications.py
 (reminders, escalation, delegation, Slack, Teams, webhooks, push); quotas.py (intake quotas' state);
 risk.py (the risk levels and
-their one rank). Import them from here.
+their one rank); live.py (who has a proposal's page open). Import them from here.
 """
 
 from approvals.models.agents import Agent, Policy, PolicyVersion
 from approvals.models.halts import BreakGlassRelease, Halt, PostHocReview
+from approvals.models.live import PageWatcher
 from approvals.models.notifications import (
     Delegation,
     FollowUp,
@@ -44,6 +45,7 @@ __all__ = [
     "FollowUp",
     "Halt",
     "OutboxMessage",
+    "PageWatcher",
     "Policy",
     "PolicyVersion",
     "PostHocReview",

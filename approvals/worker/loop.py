@@ -45,6 +45,7 @@ from approvals.models import Agent, OutboxMessage, Proposal
 from approvals.notify import steps as notify_steps
 from approvals.services.break_glass import note_overdue_reviews
 from approvals.services.outbox import claim_due_outbox
+from approvals.services.page_watchers import forget_stale
 from approvals.services.reconcile import apply_task_state, expire_due, mark_unknown
 from approvals.services.webhooks import feed_from_chain
 from approvals.states import WAITING_FOR_PEOPLE, State
@@ -164,6 +165,7 @@ class Worker:
             ("overdue post-hoc reviews", lambda report, now: note_overdue_reviews(now)),
             *((name, self._notify_step(step)) for name, step in notify_steps.STEPS),
             ("SIEM stream", lambda report, now: siem.stream_pending()),
+            ("stale page watchers", lambda report, now: forget_stale(now)),
             ("audit sequencer, the tick's own events", self._sequence),
         ):
             self._step(name, step, report, now)

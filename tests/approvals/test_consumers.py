@@ -1,6 +1,7 @@
 """The WebSockets through the real ASGI app (origin check, session and auth middleware, URL router), with
 a session cookie from a real sign-in (password and one-time code)."""
 
+import asyncio
 import json
 import uuid
 from datetime import timedelta
@@ -16,6 +17,7 @@ from django.utils import timezone
 
 from accounts import stepup
 from accounts.stepup import step_up_for
+from approvals.live import consumers
 from approvals.models import Proposal
 from approvals.services.votes import cast_vote
 from approvals.states import State
@@ -367,6 +369,32 @@ async def test_a_new_proposal_appears_in_an_open_queue(agent, refund_policy, req
     update = await queue.receive_from(timeout=TIMEOUT)
     assert '<section id="queue-list"' in update and 'hx-swap-oob="true"' in update
     assert f'href="/proposals/{proposal.id}/"' in update and "1 proposal waiting for you" in update
+    await queue.disconnect()
+
+
+async def test_a_burst_of_changes_costs_an_open_queue_one_read_that_shows_them_all(
+    monkeypatch, agent, refund_policy, requester, reviewer_a
+):
+    reads: list = []
+    render_current = consumers.QueueConsumer.render_current
+    monkeypatch.setattr(
+        consumers.QueueConsumer, "render_current", lambda self: reads.append(1) or render_current(self)
+    )
+    held = asyncio.Event()  # the wait for the next read, held until every change has committed
+
+    async def pause(seconds):
+        await held.wait()
+
+    monkeypatch.setattr(consumers, "_pause", pause)
+    queue = await connected("/ws/queue/?risk=", await database_sync_to_async(sign_in)(reviewer_a))
+    proposals = [await database_sync_to_async(submit)(agent, task_id=f"task-{n}") for n in range(5)]
+    assert await queue.receive_nothing(timeout=0.5)  # five hints, no read yet
+    held.set()
+    update = await queue.receive_from(timeout=TIMEOUT)
+    assert all(f'href="/proposals/{p.id}/"' in update for p in proposals)
+    assert "5 proposals waiting for you" in update
+    assert len(reads) == 2  # on connect, and one for the five changes
+    assert await queue.receive_nothing(timeout=0.5)
     await queue.disconnect()
 
 

@@ -16,6 +16,7 @@ from accounts.devices import reset_devices
 from accounts.stepup import step_up_for
 from approvals import events
 from approvals.live import broadcast, consumers, fanout
+from approvals.services.page_watchers import watch
 from approvals.services.tenants import remove_group_member, remove_tenant_membership
 from approvals.services.votes import cast_vote
 from tenants.models import ApproverGroup, TenantMembership
@@ -142,6 +143,12 @@ async def test_signing_out_closes_only_that_sessions_page(agent, two_approvals, 
     await staying.disconnect()
 
 
+async def watching(proposal, *users) -> None:
+    """These people have the proposal's page open (a watcher row each, as their sockets would write)."""
+    for user in users:
+        await database_sync_to_async(watch)(proposal.id, user.pk, f"test-socket-{user.pk}")
+
+
 async def rendered(proposal, **changes) -> dict:
     message = await database_sync_to_async(broadcast.rendered_message)(proposal.id)
     message.update(changes)
@@ -196,6 +203,7 @@ async def test_the_committing_process_sends_each_audience_once_and_escapes_what_
 ):
     proposal = await database_sync_to_async(submit)(agent)
     dora = await database_sync_to_async(factories.make_user)("dora", tenant=tenant, groups=["finance"])
+    await watching(proposal, reviewer_a, reviewer_b, compliance, dora)
     await database_sync_to_async(vote)(proposal, reviewer_a, reason="<script>alert(1)</script>")
     message = await rendered(proposal)
     assert "<script>alert(1)" not in message["shared"] and "&lt;script&gt;alert(1)" in message["shared"]
@@ -209,8 +217,10 @@ async def test_the_committing_process_sends_each_audience_once_and_escapes_what_
 
 
 async def test_a_message_over_the_size_cap_is_sent_as_a_hint(settings, agent, two_approvals, reviewer_b):
-    settings.LIVE_MESSAGE_MAX_BYTES = 100
     proposal = await database_sync_to_async(submit)(agent)
+    await watching(proposal, reviewer_b)
+    assert "shared" in await rendered(proposal)  # under the default cap
+    settings.LIVE_MESSAGE_MAX_BYTES = 100
     message = await rendered(proposal)
     assert set(message) == {"type", "proposal_id", "event"}
 
