@@ -10,7 +10,8 @@ the same Daphne.
   Reviewer no more than about three bare requests.
 
 On a scratch PostgreSQL database, one Daphne (bench/settings.py), one pull agent (registered without
-a card URL: no continuation, no outbox row), one allow policy, and one `run_worker` beside it, as
+a card URL: no continuation, no outbox row), one allow policy, REVIEWERS (5) reviewers in the tenant
+(none with a page open, as for most allowed calls), and one `run_worker` beside it, as
 deployed (AUDIT_SEQUENCING = "worker", the default on PostgreSQL: it chains the audit events the
 Daphne accepts; "after_commit": the Daphne chains them itself after each commit).
 R1r alternates one bare request and one call; R7's phases alternate (bare, allowed; ROUNDS times), so
@@ -33,6 +34,7 @@ CALLS = int(os.environ.get("BENCH_R1R_CALLS", "40"))  # per round, one agent
 PHASE_SECONDS = float(os.environ.get("BENCH_PHASE_SECONDS", "8"))
 ROUNDS = 2
 API_TOKEN = "bench-api-token"  # noqa: S105 (a scratch agent's token on a scratch database)
+REVIEWERS = int(os.environ.get("BENCH_R7_REVIEWERS", "5"))  # a tenant of agents has people too
 
 
 class Agent:
@@ -110,6 +112,8 @@ def main() -> list[dict]:
     tenant = factories.make_tenant()
     agent_row = factories.make_agent(tenant, api_token=API_TOKEN, card_url="")
     factories.make_policy(tenant, "refunds", tool_pattern="payments.refund", outcome="allow")
+    for number in range(REVIEWERS):
+        factories.make_user(f"reviewer-{number}", tenant=tenant)
     connection.close()
 
     port = int(os.environ.get("BENCH_PORT") or 0) or free_port()
