@@ -17,11 +17,11 @@ import logging
 import uuid
 from collections.abc import Callable
 
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
+from redis.exceptions import ConnectionError as RedisConnectionError
 
-from lib.commit_hooks import on_commit_in_background
+from lib.commit_hooks import on_commit_in_background, run_async
 
 log = logging.getLogger(__name__)
 
@@ -56,17 +56,22 @@ def _send(group: str, message: dict) -> None:
 
 
 def _send_all(messages: list[tuple[str, dict]]) -> None:
-    """Send each (group, message) in order, in one run of an event loop: async_to_sync costs a loop
-    hand-off per call, which one change's two messages need not pay twice."""
+    """Send each (group, message) in order, in one run of an event loop (on the after-commit thread,
+    its own loop and Redis connection, kept: lib/commit_hooks.py run_async)."""
     layer = get_channel_layer()
     if layer is None:
         return
 
     async def send_each():
         for group, message in messages:
-            await layer.group_send(group, message)
+            try:
+                await layer.group_send(group, message)
+            except RedisConnectionError:
+                # The after-commit thread's connection outlives a Redis restart, and the first command
+                # on it then fails: once more, on a new connection (a second failure is a real outage).
+                await layer.group_send(group, message)
 
-    async_to_sync(send_each)()
+    run_async(send_each)
 
 
 def proposal_changed(proposal, *, render_now: bool = False, created: bool = False) -> None:

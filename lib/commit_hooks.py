@@ -36,12 +36,14 @@ connection and transaction, so it stays.
 Hooks run on the committing thread unless handed to the after-commit thread
 (`on_commit_in_background`)."""
 
+import asyncio
 import logging
 import threading
 import weakref
-from collections.abc import Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 
+from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections, transaction
 
@@ -189,6 +191,26 @@ def on_commit_in_background(hook: Hook, *, key: Hashable = None) -> None:
         on_commit_once(key, lambda: _background.submit(key, hook), robust=True)
 
 
+_thread_state = threading.local()
+
+
+def run_async(make: Callable[[], Awaitable[object]]) -> None:
+    """Run the coroutine `make()` to its end from synchronous code. On the after-commit thread, on that
+    thread's own event loop, kept for the thread's life: a channel layer's Redis connections belong to
+    the loop they were opened on, so one loop keeps one connection where async_to_sync would start a
+    thread, a loop and a connection for every call. Anywhere else through async_to_sync (in a thread
+    of an asgiref sync_to_async, on its caller's loop)."""
+    loop = getattr(_thread_state, "loop", None)
+    if loop is None:
+        async_to_sync(make)()
+    else:
+        loop.run_until_complete(make())
+
+
+def _give_this_thread_a_loop() -> None:
+    _thread_state.loop = asyncio.new_event_loop()
+
+
 class _AfterCommitThread:
     """One thread per process runs the hooks handed to it, in order."""
 
@@ -204,7 +226,9 @@ class _AfterCommitThread:
                     return  # a run not started yet covers this commit too
                 self._queued.add(key)
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="after-commit")
+                self._pool = ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="after-commit", initializer=_give_this_thread_a_loop
+                )
             pool = self._pool
         pool.submit(self._run, key, hook)
 

@@ -8,8 +8,10 @@ of the JWKS), because audit checkpoints it signed must still verify. No Django m
 here: approvals/ (decision tokens) and audit/ (checkpoints, bundles) both import it.
 """
 
+import functools
 import hashlib
 import json
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -92,14 +94,42 @@ def _key_files() -> list[tuple[Path, SigningKey]]:
     return found
 
 
+# The keys as last read from the folder, with the folder's (path, inode, mtime) when they were read.
+# Every change the functions below make adds, renames or removes a file, which sets the folder's mtime;
+# so does an operator's `rm` of a compromised key. File times are coarse (a kernel tick), so a change
+# in the same tick as an earlier one could leave the mtime as it was: a listing is kept only when the
+# folder's last change is RACY_SECONDS older than the read (git's "racy" rule).
+_folder_read: tuple[tuple, list[SigningKey]] | None = None
+RACY_SECONDS = 2
+
+
 def _file_keys() -> list[SigningKey]:
-    return [key for _, key in _key_files()]
+    """The folder's keys: read again whenever the folder changed (a signing request costs one stat,
+    not a listing and a PEM parse per key)."""
+    global _folder_read
+    directory = _key_dir()
+    try:
+        folder = directory.stat()
+    except FileNotFoundError:
+        return []
+    stamp = (str(directory), folder.st_ino, folder.st_mtime_ns)
+    if _folder_read is not None and _folder_read[0] == stamp:
+        return _folder_read[1]
+    keys = [key for _, key in _key_files()]
+    if time.time_ns() - folder.st_mtime_ns > RACY_SECONDS * 1_000_000_000:
+        _folder_read = (stamp, keys)
+    return keys
+
+
+@functools.lru_cache(maxsize=4)
+def _key_from_environment(pem: str) -> SigningKey:
+    private = _load_pem(pem.encode())
+    return SigningKey(_kid_for(private.public_key()), private, private.public_key())
 
 
 def all_keys() -> list[SigningKey]:
     if settings.SIGNING_KEY_PEM:
-        private = _load_pem(settings.SIGNING_KEY_PEM.encode())
-        return [SigningKey(_kid_for(private.public_key()), private, private.public_key())]
+        return [_key_from_environment(settings.SIGNING_KEY_PEM)]
     keys = _file_keys()
     if not keys and settings.SIGNING_KEY_AUTOGENERATE:
         keys = [generate_key()]

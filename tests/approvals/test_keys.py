@@ -78,7 +78,9 @@ def retire_long_ago(kid: str, key_dir: Path, *, days: int = 2) -> datetime:
     """Arrange: the key was retired `days` ago (a fake clock for the `.retired` file)."""
     [retired_file] = key_dir.glob(f"*_{kid}.retired")
     when = datetime.now(UTC) - timedelta(days=days)
-    retired_file.write_text(when.isoformat())
+    rewritten = retired_file.with_suffix(".tmp")
+    rewritten.write_text(when.isoformat())
+    rewritten.replace(retired_file)  # by a rename, so the folder changes (docs/operations.md, signing keys)
     return when
 
 
@@ -426,3 +428,46 @@ def test_the_jwks_view_drops_keys_no_token_can_need(client, db, key_dir):
 
 def test_the_jwks_view_refuses_writes(client, db):
     assert client.post("/.well-known/jwks.json").status_code == 405
+
+
+@pytest.fixture
+def folder_reads(monkeypatch) -> list:
+    """Each listing of the key folder (its files read and parsed)."""
+    reads: list = []
+    read = keys._key_files
+    monkeypatch.setattr(keys, "_key_files", lambda: reads.append(1) or read())
+    return reads
+
+
+def settled(key_dir: Path) -> None:
+    """The folder's last change long ago, as it is between rotations."""
+    long_ago = datetime.now(UTC).timestamp() - 60
+    os.utime(key_dir, (long_ago, long_ago))
+
+
+def test_an_unchanged_key_folder_is_read_once_and_a_rotation_counts_at_the_next_signature(
+    key_dir, folder_reads
+):
+    first = keys.generate_key()
+    settled(key_dir)
+    assert keys.active_key().kid == keys.active_key().kid == first.kid
+    assert len(folder_reads) == 1
+    new, retired = keys.rotate()
+    assert retired == [first.kid]
+    assert keys.active_key().kid == new.kid
+
+
+def test_a_key_removed_by_hand_is_not_signed_with(key_dir, folder_reads):
+    compromised = keys.generate_key()
+    settled(key_dir)
+    assert keys.active_key().kid == compromised.kid
+    [path] = key_dir.glob(f"*_{compromised.kid}.pem")
+    path.unlink()  # an operator's emergency removal, no service involved
+    assert keys.active_key().kid != compromised.kid  # (tests autogenerate a key where none is left)
+
+
+def test_a_folder_changed_within_the_racy_window_is_read_on_every_call(key_dir, folder_reads):
+    keys.generate_key()  # the folder changed just now: a change in the same tick would not move its mtime
+    keys.active_key()
+    keys.active_key()
+    assert len(folder_reads) == 2

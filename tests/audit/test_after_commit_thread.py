@@ -3,6 +3,7 @@ sockets' broadcasts run after commit on one background thread of the process, so
 answers without waiting for them. A rolled-back change hands nothing over; one queued run per key
 covers every commit before it; a failing hook is logged and the thread goes on."""
 
+import asyncio
 import threading
 
 import pytest
@@ -10,7 +11,7 @@ from django.db import transaction
 
 from audit.models import AuditEvent
 from audit.trail import record
-from lib.commit_hooks import on_commit_in_background, wait_for_background_hooks
+from lib.commit_hooks import on_commit_in_background, run_async, wait_for_background_hooks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -79,3 +80,19 @@ def test_a_failing_hook_is_logged_and_the_next_one_still_runs(caplog):
     wait_for_background_hooks()
     assert ran == [1]
     assert "after-commit hook" in caplog.text
+
+
+def test_the_after_commit_threads_coroutines_share_one_event_loop_kept_between_hooks():
+    """The broadcasts' channel layer keeps its Redis connection per event loop: one loop for the
+    thread's life is one connection, not one per change (lib/commit_hooks.py run_async)."""
+    loops = []
+
+    async def note_the_loop():
+        loops.append(asyncio.get_running_loop())
+
+    for _ in range(2):
+        with transaction.atomic():
+            on_commit_in_background(lambda: run_async(note_the_loop))
+        wait_for_background_hooks()
+    assert len(loops) == 2
+    assert loops[0] is loops[1] and not loops[0].is_closed()
