@@ -66,6 +66,9 @@ GATE = Gate(
 )
 CALLS = open(SEED["calls_file"], "a", buffering=1)  # noqa: SIM115, PTH123 (one line per call)
 ACTS = open(SEED["acts_file"], "a", buffering=1)  # noqa: SIM115, PTH123 (one line per side effect)
+# One line per call Reviewer accepted (its intake answered 2xx): what "nothing lost" is checked on. A call
+# refused with 429/503 until the run stopped was refused, not lost: the agent still holds it.
+ACCEPTED = open(SEED["accepted_file"], "a", buffering=1)  # noqa: SIM115, PTH123
 CALLS_IN_FLIGHT = gevent.pool.Group()
 # When the stage's time is up, calls under way may finish (run.py's drain settles the rest).
 FINISH_SECONDS = float(os.environ.get("LOAD_FINISH_SECONDS", "20"))
@@ -192,6 +195,7 @@ class Agent(FastHttpUser):
         )
         if answer is None:
             return
+        ACCEPTED.write(f"{task_id}\n")
         receipt = answer.json()
         if receipt.get("token"):
             self._release(task_id, request, receipt["token"], started, "allowed call")

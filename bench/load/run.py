@@ -22,7 +22,8 @@ of), stops every process by PID and checks (bench/load/checks.py):
 
 - the load was offered: every step sent at least 90% of the calls it offered (a harness that could
   not send, e.g. locust missing or starved, fails here instead of passing on no load);
-- nothing lost: every call that reached Reviewer has its proposal, every accepted proposal settled;
+- nothing lost: every call Reviewer accepted has its proposal (one refused with 429/503 until the run
+  stopped is counted apart: refused, not lost), every accepted proposal settled;
 - nothing twice: one proposal per call, no decision acted on twice, one act per succeeded proposal;
 - the audit chain verifies;
 - overload is answered 429 or 503, never a 500 (locust's view and every Daphne's access log);
@@ -250,6 +251,7 @@ class Stack:
             "drainer": people[-1]["username"],
             "calls_file": str(self.work / "calls.txt"),
             "acts_file": str(self.work / "acts.txt"),
+            "accepted_file": str(self.work / "accepted.txt"),
             "totp_file": str(self.work / "totp-steps.json"),
         }
         (self.work / "seed.json").write_text(json.dumps(seed))
