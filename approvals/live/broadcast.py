@@ -50,7 +50,8 @@ _WATCHED_SQL = f"SELECT 1 FROM {PageWatcher._meta.db_table} WHERE proposal_id = 
 
 
 def rendered_message(proposal_id) -> dict:
-    """events.changed_message, with the page's parts for every member of the tenant when they fit."""
+    """events.changed_message, with the page's parts for every member of the tenant who has the page
+    open, when they fit."""
     message = events.changed_message(proposal_id)
     read_at = time.time()  # before the reads: a socket whose facts are newer re-reads instead
     limit = max_people()
