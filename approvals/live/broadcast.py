@@ -53,10 +53,10 @@ def rendered_message(proposal_id) -> dict:
     """events.changed_message, with the page's parts for every member of the tenant who has the page
     open, when they fit."""
     message = events.changed_message(proposal_id)
-    read_at = time.time()  # before the reads: a socket whose facts are newer re-reads instead
-    limit = max_people()
     if not _watched(proposal_id):  # the allowed path: one small query, not the page's reads
         return message
+    read_at = time.time()  # before the page's reads: a socket whose facts are newer re-reads instead
+    limit = max_people()
     tenant_id = Proposal.objects.filter(pk=proposal_id).values("tenant_id")
     watching = PageWatcher.objects.filter(proposal_id=proposal_id).values("user_id")
     members = list(
