@@ -222,7 +222,13 @@ class AuditPending(models.Model):
     """The sequencer's queue: one row per accepted event not sealed yet, inserted with the event (same
     statement on PostgreSQL), deleted when it is sealed. A small table, so finding what to chain never
     scans the trail. Deleting a row here hides nothing: `audit_verify` reports an event that has neither
-    a seal nor a pending row."""
+    a seal nor a pending row.
+
+    On PostgreSQL the table is UNLOGGED (migration 0003): its rows are hints the trail itself implies
+    (an event without a seal is pending), so they stay out of the WAL that every append's commit waits
+    for. Crash recovery and a promoted standby empty it, and `AuditPendingMark` with it; the sequencer
+    then finds the mark missing and restores the rows from the events (`audit.chain.restore_lost_pending`).
+    """
 
     event = models.OneToOneField(
         AuditEvent, primary_key=True, on_delete=models.PROTECT, related_name="+", db_column="event_id"
@@ -234,6 +240,18 @@ class AuditPending(models.Model):
 
     def __str__(self):
         return f"{self.chain} event {self.event_id} pending"
+
+
+class AuditPendingMark(models.Model):
+    """One row while `AuditPending` holds a row for every unsealed event. UNLOGGED like it on PostgreSQL,
+    so whatever empties the pending table (crash recovery, a base backup restored, a standby promoted)
+    empties this too: a missing mark is what tells the sequencer to restore the pending rows. Only the
+    sequencer writes it; the application role may not delete it (no full scan on demand)."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+
+    def __str__(self):
+        return "pending rows complete"
 
 
 class ChainHead(models.Model):

@@ -123,15 +123,27 @@ def _chained(chain: str):
     return write_one
 
 
-def _measure(label: str, writers: int, events: int, make, *, chained: bool) -> float:
-    """Median events per second over ROUNDS rounds, each on a fresh chain."""
+def _wal_position() -> int:
+    """The server's WAL write position in bytes: the whole cluster's, so a round's difference counts
+    every writer on the server (nothing else should run during a bench)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
+        return int(cursor.fetchone()[0])
+
+
+def _measure(label: str, writers: int, events: int, make, *, chained: bool) -> tuple[float, float]:
+    """Median events per second over ROUNDS rounds, each on a fresh chain, and the median WAL bytes
+    written per event (what every commit waits to flush)."""
     from audit.chain import sequence_chain
     from audit.models import AuditEvent
 
     each = max(events // writers, 1)
-    rates = []
+    rates, wal = [], []
     for round_number in range(ROUNDS):
         chain = f"bench:{label}:{writers}:{round_number}"
+        wal_before = _wal_position()
         seconds = _run(writers, each, make(chain))
         if chained:
             began = time.perf_counter()
@@ -139,12 +151,15 @@ def _measure(label: str, writers: int, events: int, make, *, chained: bool) -> f
             seconds += time.perf_counter() - began
             assert not AuditEvent.objects.filter(chain=chain, seq__isnull=True).exists()
         rates.append(writers * each / seconds)
+        # The worker's sealing of the last events may still be under way: its WAL counts in the next round.
+        wal.append((_wal_position() - wal_before) / (writers * each))
         print(
-            f"  {label} x{writers} round {round_number}: {rates[-1]:,.0f} events/s",
+            f"  {label} x{writers} round {round_number}: {rates[-1]:,.0f} events/s, "
+            f"{wal[-1]:,.0f} WAL bytes/event",
             file=sys.stderr,
             flush=True,
         )
-    return statistics.median(rates)
+    return statistics.median(rates), statistics.median(wal)
 
 
 def main(events: int = 2000) -> list[dict]:
@@ -160,10 +175,10 @@ def main(events: int = 2000) -> list[dict]:
     worker = start_worker({}) if mode == "worker" else None
     try:
         _measure("warm-up", 2, 200, _chained, chained=True)
-        plain_1 = _measure("plain", 1, events, _plain, chained=False)
-        plain_8 = _measure("plain", 8, events, _plain, chained=False)
-        chained_1 = _measure("chained", 1, events, _chained, chained=True)
-        chained_8 = _measure("chained", 8, events, _chained, chained=True)
+        plain_1, _ = _measure("plain", 1, events, _plain, chained=False)
+        plain_8, plain_wal = _measure("plain", 8, events, _plain, chained=False)
+        chained_1, _ = _measure("chained", 1, events, _chained, chained=True)
+        chained_8, chained_wal = _measure("chained", 8, events, _chained, chained=True)
     finally:
         if worker is not None:
             stop_process(worker)
@@ -185,6 +200,7 @@ def main(events: int = 2000) -> list[dict]:
     ratio = chained_8 / plain_8
     print(f"ratio chained/plain at 8 writers: {ratio:.2f}x (target >= 0.8x)")
     print(f"8 writers / 1 writer, chained: {chained_8 / chained_1:.2f}x (target > 1)")
+    print(f"WAL per event at 8 writers: plain {plain_wal:,.0f} bytes, chained {chained_wal:,.0f} bytes")
     print(f"last chain verifies: {checked.summary()}; events left unchained: {gaps}")
     return [
         {
@@ -195,7 +211,9 @@ def main(events: int = 2000) -> list[dict]:
             "ratio": round(ratio, 2),
             "target": ">= 0.8x, and 8 writers > 1 writer",
             "met": ratio >= 0.8 and chained_8 > chained_1,
-            "note": f"sequencing: {mode}, sequencer commits: {commits}",
+            "note": f"sequencing: {mode}, sequencer commits: {commits}; WAL per event: plain "
+            f"{plain_wal:,.0f} bytes, chained {chained_wal:,.0f} (event, seal and head; the pending rows "
+            "are UNLOGGED)",
         }
     ]
 

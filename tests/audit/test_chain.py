@@ -7,14 +7,22 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
-from django.db import transaction
+from django.db import connection, transaction
 
 import signing_keys as keys
 from accounts.stepup import step_up_for
 from approvals.services.agents import rotate_signing_key
 from approvals.services.votes import cast_vote
 from audit.chain import append, checkpoint_head, sequence_pending, write_due_checkpoints
-from audit.models import AuditEvent, ChainHead, Checkpoint, PublicKey, Verb
+from audit.models import (
+    AuditEvent,
+    AuditPending,
+    AuditPendingMark,
+    ChainHead,
+    Checkpoint,
+    PublicKey,
+    Verb,
+)
 from audit.verify_db import verify_chain
 from lib.errors import VoteRefused
 from tests.audit.util import lifecycle
@@ -167,9 +175,8 @@ def test_an_idle_worker_tick_writes_nothing(agent, refund_policy, django_assert_
     from audit.jobs import run_pending_exports
 
     sequence_pending()
-    with django_assert_num_queries(
-        6
-    ) as captured:  # unsequenced chains, heads, checkpoints, first event, stale jobs, pending jobs
+    # the pending rows' mark, unsequenced chains, heads, checkpoints, first event, stale jobs, pending jobs
+    with django_assert_num_queries(7) as captured:
         sequence_pending()
         run_pending_exports()
     assert not [q for q in captured.captured_queries if not q["sql"].lstrip().upper().startswith("SELECT")]
@@ -229,3 +236,38 @@ def test_a_rolled_back_savepoint_does_not_take_the_chain_hook_of_later_events(
             raise RuntimeError("roll this savepoint back")
         append("system", actor="system", verb=Verb.HALT_STARTED, subject="halt:kept")
     assert len(hooks) == 1
+
+
+def test_pending_rows_an_emptied_queue_lost_are_restored_from_the_events_once(settings):
+    """What PostgreSQL's crash recovery leaves of the UNLOGGED queue (tests/faults has the real crash):
+    no pending rows and no mark. The next sequencer pass puts back a row for every unsealed event and
+    chains it; with the mark back, a deleted pending row is no longer restored but reported."""
+    settings.AUDIT_SEQUENCING = "worker"  # nothing chains at commit
+    with transaction.atomic():
+        append("tenant:lost", actor="system", verb=Verb.HALT_STARTED, subject="halt:1")
+        append("tenant:lost", actor="system", verb=Verb.HALT_STARTED, subject="halt:2")
+    AuditPending.objects.all().delete()
+    AuditPendingMark.objects.all().delete()
+
+    assert sequence_pending() == 2
+    assert verify_chain("tenant:lost").ok
+    assert AuditPendingMark.objects.exists()
+
+    with transaction.atomic():
+        append("tenant:lost", actor="system", verb=Verb.HALT_STARTED, subject="halt:3")
+    AuditPending.objects.all().delete()  # taken out of the queue while the queue was whole: tampering
+    assert sequence_pending() == 0
+    assert "no longer waits to be" in verify_chain("tenant:lost").summary()
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="UNLOGGED is PostgreSQL's")
+def test_the_pending_queue_and_its_mark_are_unlogged_and_the_trail_is_not():
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT relname, relpersistence FROM pg_class WHERE relkind = 'r' AND relname LIKE 'audit_%%'"
+        )
+        persistence = dict(cursor.fetchall())
+    assert persistence.pop("audit_auditpending") == "u"
+    assert persistence.pop("audit_auditpendingmark") == "u"
+    assert set(persistence.values()) == {"p"}  # events, seals, heads, checkpoints: in the WAL

@@ -82,6 +82,9 @@ ATTACKS = [
     ("TRUNCATE audit_auditevent", "permission denied"),
     ("DELETE FROM audit_auditseal WHERE chain = %(chain)s", "permission denied"),
     ("TRUNCATE audit_auditseal", "permission denied"),
+    # The mark says the pending rows are complete: deleting it would ask for a scan of the whole trail.
+    ("DELETE FROM audit_auditpendingmark", "permission denied"),
+    ("TRUNCATE audit_auditpendingmark", "permission denied"),
     # A seal must continue its chain: not a second seq 3, not a gap, not a fork off an older hash.
     (
         f"WITH e AS ({NEW_EVENT}) INSERT INTO audit_auditseal (event_id, chain, seq, prev_hash, hash) "

@@ -12,7 +12,8 @@ the PostgreSQL roles that keep the audit trail out of the application's reach (d
 - With `--sequencer`, a third role, the sequencer's (AUDIT_SEQUENCER_DATABASE_URL), alone inserts seals
   and moves chain heads: the application role then only reads seals and heads and only inserts pending
   rows, so it cannot put a seal of its own at the next seq. The sequencer role reads events, inserts
-  seals, checkpoints and archived keys, deletes pending rows and moves heads; nothing else.
+  seals, checkpoints and archived keys, deletes pending rows (and restores them after a crash emptied
+  their UNLOGGED table) and moves heads; nothing else.
 
 Run it connected as a superuser (or a role with CREATEROLE that owns the tables now). Idempotent: run it
 again after each `migrate` (new tables get the owner's default privileges; this re-applies the audit
@@ -28,6 +29,9 @@ AUDIT_GRANTS = {
     "audit_auditevent": ("SELECT, INSERT", ()),
     "audit_auditseal": ("SELECT, INSERT", ()),
     "audit_auditpending": ("SELECT, INSERT, DELETE", ()),
+    # The pending rows are complete (the sequencer restores them when the mark is missing): never DELETE,
+    # so the role cannot ask for the restore's scan of the trail.
+    "audit_auditpendingmark": ("SELECT, INSERT", ()),
     "audit_chainhead": ("SELECT, INSERT", ("seq", "hash")),
     "audit_checkpoint": ("SELECT, INSERT", ()),
     "audit_publickey": ("SELECT, INSERT", ()),
@@ -37,12 +41,15 @@ APP_GRANTS_WITH_SEQUENCER = {
     **AUDIT_GRANTS,
     "audit_auditseal": ("SELECT", ()),
     "audit_auditpending": ("SELECT, INSERT", ()),
+    "audit_auditpendingmark": ("SELECT", ()),
     "audit_chainhead": ("SELECT", ()),
 }
 SEQUENCER_GRANTS = {
     "audit_auditevent": ("SELECT", ()),
     "audit_auditseal": ("SELECT, INSERT", ()),
-    "audit_auditpending": ("SELECT, DELETE", ()),
+    # INSERT: the pending rows a crash emptied, restored from the events (audit.chain.restore_lost_pending).
+    "audit_auditpending": ("SELECT, INSERT, DELETE", ()),
+    "audit_auditpendingmark": ("SELECT, INSERT", ()),
     "audit_chainhead": ("SELECT, INSERT", ("seq", "hash")),
     "audit_checkpoint": ("SELECT, INSERT", ()),
     "audit_publickey": ("SELECT, INSERT", ()),
