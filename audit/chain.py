@@ -35,15 +35,8 @@ from django.utils import timezone
 
 from audit import checkpoint_files
 from audit.event_data import refuse_unfit_event
-from audit.models import (
-    AuditEvent,
-    AuditPending,
-    AuditPendingMark,
-    AuditSeal,
-    ChainHead,
-    Checkpoint,
-    PublicKey,
-)
+from audit.lost_pending import restore_lost_pending
+from audit.models import AuditEvent, AuditPending, AuditSeal, ChainHead, Checkpoint, PublicKey
 from audit.sequencer_wakeup import wake_sequencers
 from audit.shapes import format_time, parse_time
 from audit.verify.hashing import GENESIS_HASH, checkpoint_payload, hash_body
@@ -272,7 +265,7 @@ def _seal(
 def sequence_chain(chain: str) -> int:
     """Chain every committed pending event of `chain`, in id order; returns how many. Everything
     committed before the call is chained when it returns."""
-    restore_lost_pending()
+    restore_lost_pending(sequencer_alias())
     return _chain_committed(chain)
 
 
@@ -316,37 +309,9 @@ def _sequence_batch(chain: str) -> int:
 
 def sequence_pending() -> int:
     """Chain the committed unsequenced events of every chain (the worker's tick, exports, verification)."""
-    restore_lost_pending()
+    restore_lost_pending(sequencer_alias())
     chains = _unsequenced_chains()
     return sum(_chain_committed(chain) for chain in chains)
-
-
-def restore_lost_pending() -> int:
-    """Put back the pending row of every event that has neither a seal nor a pending row, once after
-    something emptied the UNLOGGED pending table (crash recovery, a promoted standby, a restored base
-    backup: see AuditPendingMark); returns how many. Costs one indexed read while the mark is there.
-    The scan reads every event without a seal: once per recovery, never per append."""
-    db = sequencer_alias()
-    if AuditPendingMark.objects.using(db).exists():
-        return 0
-    event_table, seal_table, pending_table, mark_table = (
-        connection.ops.quote_name(m._meta.db_table) for m in (AuditEvent, AuditSeal, AuditPending, AuditPendingMark)
-    )
-    with transaction.atomic(using=db), connections[db].cursor() as cursor:
-        # One snapshot: an event sealed meanwhile has its seal or still its pending row in it. A writer's
-        # uncommitted event is not seen, and brings its own pending row. Two sequencers restoring at
-        # once insert the same rows; the second's conflict does nothing.
-        cursor.execute(
-            f"INSERT INTO {pending_table} (event_id, chain) SELECT e.id, e.chain FROM {event_table} e"  # noqa: S608
-            f" WHERE NOT EXISTS (SELECT 1 FROM {seal_table} s WHERE s.event_id = e.id)"
-            f" AND NOT EXISTS (SELECT 1 FROM {pending_table} p WHERE p.event_id = e.id)"
-            " ORDER BY e.id ON CONFLICT DO NOTHING"
-        )
-        restored = max(cursor.rowcount, 0)
-        cursor.execute(f"INSERT INTO {mark_table} (id) VALUES (1) ON CONFLICT DO NOTHING")  # noqa: S608
-    if restored:
-        log.warning("audit: restored %d pending row(s) the database had lost (crash recovery?)", restored)
-    return restored
 
 
 def _unsequenced_chains() -> list[str]:

@@ -8,7 +8,8 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from audit.chain import append, restore_lost_pending, sequence_chain, sequence_pending
+from audit.chain import append, sequence_chain, sequence_pending, sequencer_alias
+from audit.lost_pending import restore_lost_pending
 from audit.models import AuditEvent, AuditPending, AuditPendingMark, AuditSeal
 from audit.verify_db import verify_chain
 
@@ -49,5 +50,5 @@ def test_events_pending_when_postgres_crashed_are_restored_and_chained_after_it(
     assert verify_chain(CHAIN).ok
 
     with CaptureQueriesContext(connection) as queries:
-        assert restore_lost_pending() == 0  # the mark is back: one indexed read, no scan
+        assert restore_lost_pending(sequencer_alias()) == 0  # the mark is back: one indexed read, no scan
     assert len(queries) == 1
