@@ -1,4 +1,5 @@
-"""Plain SQL for the hot paths (the agent's token, intake's quota lock and its one read): the text is
+"""Plain SQL for the hot paths (the agent's token, intake's quota lock and its one read, the inserts of
+a new proposal and a decision): the text is
 built once per process from the models' own names, so the ORM does not rebuild and compile an
 expression tree on every request. Only quoted names and placeholders go into the text; every value is
 a parameter. `model_columns` reads a model's whole row from such a statement into an instance, with
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from django.db import connection
+from django.db.models import Model
 
 
 def quoted_names(model) -> tuple[str, Callable[[str], str]]:
@@ -60,3 +62,32 @@ def model_columns(model, alias: str, vendor: str) -> ModelColumns:
         width=len(fields),
         converters=tuple(converters),
     )
+
+
+def insert_statement(instance: Model) -> tuple[str, list]:
+    """The INSERT of a new model instance (no RETURNING), and its values, prepared by the fields as the
+    ORM's save() prepares them (auto_now_add set now, JSON adapted); the instance then counts as stored.
+    An auto-increment primary key left unset is left to the database, and the instance never learns it:
+    use it where nobody reads the new row's id. No save signals are sent: use it only for a model
+    nothing listens to."""
+    model: type[Model] = type(instance)
+    assigned_pk = model._meta.auto_field is None or instance.pk is not None
+    fields = _insert_fields(model, assigned_pk)
+    values = [field.get_db_prep_save(field.pre_save(instance, True), connection) for field in fields]
+    instance._state.adding = False
+    instance._state.db = connection.alias
+    return insert_sql(model, connection.vendor, assigned_pk), values
+
+
+def _insert_fields(model, assigned_pk: bool) -> list:
+    fields = model._meta.concrete_fields
+    return list(fields) if assigned_pk else [f for f in fields if f is not model._meta.auto_field]
+
+
+@lru_cache
+def insert_sql(model, vendor: str, assigned_pk: bool = True) -> str:
+    """Built once per process, model, database vendor and whether the primary key is given."""
+    table = connection.ops.quote_name(model._meta.db_table)
+    fields = _insert_fields(model, assigned_pk)
+    columns = ", ".join(connection.ops.quote_name(field.column) for field in fields)
+    return f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"  # noqa: S608

@@ -41,6 +41,7 @@ from audit.sequencer_wakeup import wake_sequencers
 from audit.shapes import format_time, parse_time
 from audit.verify.hashing import GENESIS_HASH, checkpoint_payload, hash_body
 from lib.commit_hooks import on_commit_in_background
+from lib.held_writes import write
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +69,38 @@ def append_many(chain: str, events: list[dict]) -> list[AuditEvent]:
     on PostgreSQL (one round trip, however many): each dict has actor, verb, subject and optionally data.
     They are chained, in this order and next to each other unless another writer's events commit in
     between, once the transaction commits."""
+    accepted = _accepted(chain, events)
+    if not accepted:
+        return []
+    if connection.vendor == "postgresql":
+        sql, params = _insert_with_pending_sql(accepted)
+        with connection.cursor() as cursor:
+            cursor.execute(sql + " RETURNING event_id", params)
+            ids = sorted(row[0] for row in cursor.fetchall())
+        accepted = _as_stored(accepted, ids)
+    else:
+        AuditEvent.objects.bulk_create(accepted)
+        AuditPending.objects.bulk_create([AuditPending(event=e, chain=chain) for e in accepted])
+    chain_when_committed(chain)
+    return accepted
+
+
+def accept_many(chain: str, events: list[dict]) -> None:
+    """append_many for a caller that reads nothing back: on PostgreSQL its statement goes with the
+    caller's held writes, if it holds them (lib/held_writes.py), in the same round trip."""
+    if connection.vendor != "postgresql":
+        append_many(chain, events)  # the pending rows need the events' ids: two statements
+        return
+    accepted = _accepted(chain, events)
+    if accepted:
+        write(*_insert_with_pending_sql(accepted))
+        chain_when_committed(chain)
+
+
+def _accepted(chain: str, events: list[dict]) -> list[AuditEvent]:
+    """The events as unsaved rows, each checked (a verb the trail knows, no secret in its data)."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("audit.append must run inside the transaction of the change it records")
-    if not events:
-        return []
     now = timezone.now()  # microsecond precision survives every round trip: the hash can be recomputed
     accepted = []
     for event in events:
@@ -87,12 +116,6 @@ def append_many(chain: str, events: list[dict]) -> list[AuditEvent]:
                 data=data,
             )
         )
-    if connection.vendor == "postgresql":
-        accepted = _insert_with_pending(accepted)
-    else:
-        AuditEvent.objects.bulk_create(accepted)
-        AuditPending.objects.bulk_create([AuditPending(event=e, chain=chain) for e in accepted])
-    chain_when_committed(chain)
     return accepted
 
 
@@ -109,9 +132,8 @@ def chain_when_committed(chain: str) -> None:
 EVENT_COLUMNS = ("chain", "at", "actor", "verb", "subject", "data")
 
 
-def _insert_with_pending(events: list[AuditEvent]) -> list[AuditEvent]:
-    """The events and their pending rows in one statement (PostgreSQL): a data-modifying CTE. Returns
-    them as stored rows (with their ids), as a query would have read them."""
+def _insert_with_pending_sql(events: list[AuditEvent]) -> tuple[str, list]:
+    """The events and their pending rows in one statement (PostgreSQL): a data-modifying CTE."""
     # Columns, no relations: get_field gives Fields here.
     fields = [cast(Field, AuditEvent._meta.get_field(name)) for name in EVENT_COLUMNS]
     rows = ", ".join(["(" + ", ".join(["%s"] * len(fields)) + ")"] * len(events))
@@ -122,15 +144,16 @@ def _insert_with_pending(events: list[AuditEvent]) -> list[AuditEvent]:
     ]
     event_table = connection.ops.quote_name(AuditEvent._meta.db_table)
     pending_table = connection.ops.quote_name(AuditPending._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"WITH accepted AS (INSERT INTO {event_table} ({', '.join(EVENT_COLUMNS)}) "  # noqa: S608
-            f"VALUES {rows} RETURNING id, chain) "
-            f"INSERT INTO {pending_table} (event_id, chain) SELECT id, chain FROM accepted "
-            "ORDER BY id RETURNING event_id",
-            params,
-        )
-        ids = sorted(row[0] for row in cursor.fetchall())
+    sql = (
+        f"WITH accepted AS (INSERT INTO {event_table} ({', '.join(EVENT_COLUMNS)}) "  # noqa: S608
+        f"VALUES {rows} RETURNING id, chain) "
+        f"INSERT INTO {pending_table} (event_id, chain) SELECT id, chain FROM accepted ORDER BY id"
+    )
+    return sql, params
+
+
+def _as_stored(events: list[AuditEvent], ids: list[int]) -> list[AuditEvent]:
+    """The events as stored rows (with their ids), as a query would have read them."""
     columns = [field.attname for field in AuditEvent._meta.concrete_fields]
     stored = []
     for event, id_ in zip(events, ids, strict=True):  # ids come from one sequence, in VALUES order

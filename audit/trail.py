@@ -6,7 +6,7 @@ from contextvars import ContextVar
 from datetime import datetime
 from itertools import groupby
 
-from audit.chain import append, append_many
+from audit.chain import accept_many, append
 from audit.labels import tenant_chain
 from audit.shapes import format_time
 
@@ -27,7 +27,8 @@ def record(tenant_id: int | None, *, actor: str, verb: str, subject: str, data: 
 def recorded_together() -> Iterator[None]:
     """The events record() writes inside this block (in a transaction) are appended when it ends
     without an error, in their order, with one statement per run of one chain's events instead of one
-    per event. For a change that writes several events and reads none of them back (intake)."""
+    per event (held with the caller's other writes, if it holds them: lib/held_writes.py). For a
+    change that writes several events and reads none of them back (intake)."""
     if _held.get() is not None:  # an outer block appends them
         yield
         return
@@ -38,7 +39,7 @@ def recorded_together() -> Iterator[None]:
     finally:
         _held.reset(token)
     for chain, run in groupby(held, key=lambda item: item[0]):
-        append_many(chain, [event for _, event in run])
+        accept_many(chain, [event for _, event in run])
 
 
 def audit_time(value: datetime | None) -> str | None:

@@ -24,13 +24,14 @@ from approvals.services.lifecycle import (
 )
 from approvals.services.quorum import Quorum
 from approvals.signing import decision_claims, sign_decision
-from approvals.sql import quoted_names
+from approvals.sql import insert_statement, quoted_names
 from approvals.states import RELEASED, STARTED, State
 from audit.labels import SYSTEM, actor_label, tenant_chain
 from audit.models import Verb
 from audit.statement_events import accept_sql
 from audit.trail import audit_time, record
 from lib.errors import CompensationRefused, Conflict, ConsumeRefused, NotFound, RevokeRefused, ServiceError
+from lib.held_writes import write
 from tenants.models import TenantMembership
 from tenants.queries import DECIDING_ROLES
 
@@ -89,7 +90,7 @@ def issue_decision(
     claims["replaces"] = supersession_chain(proposal)
     claims["policies"] = policy_refs
     decision.token, decision.kid = sign_decision(claims)
-    decision.save()
+    write(*insert_statement(decision))  # plain SQL built once; with intake's other writes where it holds them
     record(
         proposal.tenant_id,
         actor=SYSTEM,

@@ -15,19 +15,22 @@ from approvals.models import Proposal
 from approvals.models.notifications import FollowUp, StandIn
 from approvals.selectors.reach import reachability
 from approvals.services.common import proposal_subject
+from approvals.sql import insert_statement
 from approvals.states import WAITING_FOR_PEOPLE
 from audit.labels import SYSTEM, user_label
 from audit.models import Verb
 from audit.trail import audit_time, record
+from lib.held_writes import write
 from tenants.models import ApproverGroup, TenantMembership
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
 
-def open_follow_up(proposal: Proposal) -> FollowUp:
-    """At intake, in its transaction: the worker chases this proposal from now on."""
-    return FollowUp.objects.create(proposal=proposal)
+def open_follow_up(proposal: Proposal) -> None:
+    """At intake, in its transaction: the worker chases this proposal from now on (one INSERT, with
+    intake's other writes: lib/held_writes.py)."""
+    write(*insert_statement(FollowUp(proposal=proposal)))
 
 
 def _note_reachability(follow_up: FollowUp, now: datetime) -> dict:

@@ -31,11 +31,13 @@ from approvals.services.quotas import (
     hold_quotas,
     spend_or_refuse,
 )
+from approvals.sql import insert_sql, insert_statement
 from approvals.states import ALLOWED, State
 from audit.labels import SYSTEM, agent_label
 from audit.models import Verb
 from audit.trail import audit_time, record, recorded_together
 from lib.errors import IntakeError, ServiceError
+from lib.held_writes import held_writes, write
 
 
 def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -> tuple[Proposal, bool]:
@@ -79,8 +81,9 @@ def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -
 
     refused = None
     try:
-        # The proposal's audit events (submitted, evaluated, its transition, the decision) in one INSERT.
-        with transaction.atomic(), recorded_together():
+        # The proposal's audit events (submitted, evaluated, its transition, the decision) in one INSERT,
+        # and on the allowed path every write after the reads in one round trip (lib/held_writes.py).
+        with transaction.atomic(), held_writes(), recorded_together():
             # First, before any read intake decides on: the quota rows' lock, so that the counts read
             # below see every proposal the intakes before this one committed (services/quotas.py).
             hold = hold_quotas(agent, created_at)
@@ -249,31 +252,19 @@ def _insert_with_pins(proposal: Proposal, versions: list[PolicyVersion]) -> None
     ORM's INSERT prepares them (created_at set now, the JSON adapted), and risk_rank kept with the risk
     as Proposal.save keeps it. Nothing listens for Proposal's save signals."""
     proposal.risk_rank = rank(proposal.risk)
-    fields = Proposal._meta.concrete_fields
-    values = [field.get_db_prep_save(field.pre_save(proposal, True), connection) for field in fields]
+    insert, values = insert_statement(proposal)
     pins = [version.pk for version in versions]
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql" and pins:
-            cursor.execute(_proposal_with_pins_sql(connection.vendor, len(pins)), (*values, *pins))
-        else:
-            cursor.execute(_proposal_insert_sql(connection.vendor), values)
-            if pins:
-                cursor.execute(_pins_insert_sql(connection.vendor, len(pins)), _pin_rows(proposal, pins))
-    proposal._state.adding = False
-    proposal._state.db = connection.alias
+    if connection.vendor == "postgresql" and pins:
+        write(_proposal_with_pins_sql(connection.vendor, len(pins)), (*values, *pins))
+    else:
+        write(insert, values)
+        if pins:
+            write(_pins_insert_sql(connection.vendor, len(pins)), _pin_rows(proposal, pins))
 
 
 def _pin_rows(proposal: Proposal, pins: list) -> list:
     proposal_id = Proposal._meta.pk.get_db_prep_value(proposal.pk, connection)
     return [value for pin in pins for value in (proposal_id, pin)]
-
-
-@lru_cache
-def _proposal_insert_sql(vendor: str) -> str:
-    table = connection.ops.quote_name(Proposal._meta.db_table)
-    fields = Proposal._meta.concrete_fields
-    columns = ", ".join(connection.ops.quote_name(field.column) for field in fields)
-    return f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"  # noqa: S608
 
 
 def _pin_names() -> tuple[str, str, str]:
@@ -299,7 +290,7 @@ def _proposal_with_pins_sql(vendor: str, count: int) -> str:
     pk = connection.ops.quote_name(Proposal._meta.pk.column)
     pins = ", ".join(["(%s::bigint)"] * count)
     return (
-        f'WITH "new_proposal" AS ({_proposal_insert_sql(vendor)} RETURNING {pk})'  # noqa: S608
+        f'WITH "new_proposal" AS ({insert_sql(Proposal, vendor)} RETURNING {pk})'  # noqa: S608
         f" INSERT INTO {table} ({proposal_column}, {version_column})"
         f' SELECT "new_proposal".{pk}, "pin"."id" FROM "new_proposal"'
         f' CROSS JOIN (VALUES {pins}) AS "pin"("id")'
@@ -363,7 +354,7 @@ def _pin_and_route(proposal: Proposal, evaluation: Evaluation, target: str, *, f
     if target == State.AWAITING_REVIEW:
         # The reviewers hear of it from the worker, in a digest (approvals/worker/notifications.py): one row
         # here, committed with the proposal, and no mail inside the request.
-        ReviewNotice.objects.create(proposal=proposal)
+        write(*insert_statement(ReviewNotice(proposal=proposal)))
         # The worker chases it from here: whether enough people can decide it (told to the admins at
         # once if not), reminders, escalation (approvals/notify/chase.py). One INSERT here.
         open_follow_up(proposal)

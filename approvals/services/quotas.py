@@ -44,6 +44,7 @@ from audit.labels import actor_label, agent_label, tenant_label
 from audit.models import Verb
 from audit.trail import audit_time, record
 from lib.errors import QuotaExceeded, ServiceError
+from lib.held_writes import write
 from tenants.models import Tenant
 
 LIMIT_FIELDS = ("intake_burst", "intake_per_minute", "open_proposals_max")
@@ -246,8 +247,7 @@ def spend_or_refuse(
         return refusal
     # One UPDATE for both rows, already locked (plain SQL built once per process).
     params = (hold.agent_state.pk, agent_tokens - 1, tenant_tokens - 1, now, hold.agent_state.pk)
-    with connection.cursor() as cursor:
-        cursor.execute(_spend_sql(connection.vendor), (*params, hold.tenant_state.pk))
+    write(_spend_sql(connection.vendor), (*params, hold.tenant_state.pk))
     return None
 
 

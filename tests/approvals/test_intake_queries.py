@@ -15,24 +15,23 @@ pytestmark = pytest.mark.django_db
 
 # Exactly, per path: one query locks the tenant's and the agent's quota rows (approvals/services/quotas.py),
 # one reads the replay check, the halt check, the open-proposal counts, the target's history and the
-# active policy versions (approvals/services/intake_read.py read_for_intake), one spends both quota buckets
-# (one UPDATE); the proposal is inserted once,
-# already evaluated, with its pinned versions (one INSERT each; on PostgreSQL both in one statement) and its
-# audit events, all in one INSERT when
-# the change is written (3 to review, 4 to allow or deny: audit/trail.py recorded_together; audit/chain.py
-# sequences them after commit; on PostgreSQL the events and their places in the sequencer's queue are one
-# statement, on SQLite two). To review: the review notice and the
-# follow-up row the worker chases it by (approvals/notify/chase.py). To allow or
-# deny: the decision and its outbox row, and on PostgreSQL the worker's NOTIFY. Plus the transaction's
-# savepoint and release (a test runs inside a transaction). No mail, no per-reviewer or per-policy query.
-QUERIES = {"review": 10, "allow": 10, "deny": 10}
-NOTIFY = {"review": 0, "allow": 1, "deny": 1}  # SELECT pg_notify(...), PostgreSQL only (approvals/wakeup.py)
-PINS_WITH_PROPOSAL = -1  # PostgreSQL: the pins' INSERT in the proposal's statement (services/intake.py)
-AUDIT_EVENTS = {"review": 1, "allow": 1, "deny": 1}  # SQLite: one more INSERT (audit_auditpending)
+# active policy versions (approvals/services/intake_read.py read_for_intake). Then the writes, which read
+# nothing back: the quota spend (one UPDATE of both buckets), the proposal, already evaluated, with its
+# pinned versions, its audit events (3 to review, 4 to allow or deny, in one INSERT with their places in
+# the sequencer's queue: audit/trail.py recorded_together), and to review the review notice and the
+# follow-up row the worker chases it by (approvals/notify/chase.py), to allow or deny the decision. On
+# PostgreSQL all of those go in one round trip (lib/held_writes.py): lock, read, writes. An agent Reviewer
+# pushes to also gets its decision's outbox row (its id is read back) and the worker's NOTIFY, which send
+# the writes held before them first. Plus the transaction's savepoint and release (a test runs inside a
+# transaction). No mail, no per-reviewer or per-policy query.
+POSTGRES = {"review": 5, "allow": 8, "deny": 8, "allow (pull agent)": 5}
+# SQLite: each write its own statement (the proposal and its pins two, the events and their queue rows two).
+SQLITE = {"review": 11, "allow": 11, "deny": 11, "allow (pull agent)": 10}
 ACTIONS = {
     "review": {"tool": "payments.refund", "arguments": {"order_id": "1", "amount": "5.00"}},
     "allow": {"tool": "tickets.close", "arguments": {"id": "7"}},
     "deny": {"tool": "db.drop", "arguments": {"table": "users"}},
+    "allow (pull agent)": {"tool": "tickets.close", "arguments": {"id": "7"}},
 }
 
 
@@ -42,17 +41,18 @@ def queries_for_intake(agent, action) -> int:
     return len(captured)
 
 
-@pytest.mark.parametrize("path", ["review", "allow", "deny"])
+@pytest.mark.parametrize("path", list(ACTIONS))
 def test_intake_makes_a_constant_number_of_queries(
     django_assert_num_queries, tenant, agent, refund_policy, requester, reviewer_a, path
 ):
+    if path == "allow (pull agent)":
+        # An agent that reads its decision by pull (no card URL): no outbox row, no NOTIFY.
+        agent = factories.make_agent(tenant, slug="puller", api_token="puller-secret", card_url="")
     factories.make_policy(tenant, "tickets", tool_pattern="tickets.*", outcome=PolicyVersion.Outcome.ALLOW)
     factories.make_policy(tenant, "no-drops", tool_pattern="db.drop", outcome=PolicyVersion.Outcome.DENY)
     submit(agent)  # the first intake of a tenant creates its chain head
     first = queries_for_intake(agent, ACTIONS[path])
-    postgres = connection.vendor == "postgresql"
-    extra = NOTIFY[path] + PINS_WITH_PROPOSAL if postgres else AUDIT_EVENTS[path]
-    assert first == QUERIES[path] + extra
+    assert first == (POSTGRES if connection.vendor == "postgresql" else SQLITE)[path]
 
     for number in range(20):  # more policies, some matching with conditions, and more proposals
         factories.make_policy(
