@@ -1,6 +1,7 @@
 """Who may see and decide a proposal; which agents intake throttled lately."""
 
 from datetime import datetime, timedelta
+from functools import cached_property
 
 from approvals.models import Proposal, QuotaState
 from approvals.selectors import standins
@@ -56,6 +57,27 @@ def user_groups_for(
     return [g for g in groups.values() if g.slug in capacity_for(proposal, user, groups).slugs]
 
 
+class VoterSlots:
+    """A proposal's threshold groups and the slots one person may fill in them, each read once when first
+    asked for: a vote asks three times (may they decide, is their voice taken, which groups their vote
+    counts in), and the answers cannot change under the proposal's row lock the vote holds."""
+
+    def __init__(self, proposal: Proposal, user):
+        self.proposal, self.user = proposal, user
+
+    @cached_property
+    def groups(self) -> dict[str, ApproverGroup]:
+        return threshold_groups(self.proposal)
+
+    @cached_property
+    def capacity(self) -> standins.Capacity:
+        return capacity_for(self.proposal, self.user, self.groups)
+
+    def own_groups(self) -> list[ApproverGroup]:
+        """user_groups_for() from what was read."""
+        return [g for g in self.groups.values() if g.slug in self.capacity.slugs]
+
+
 def capacity_for(
     proposal: Proposal, user, groups: dict[str, ApproverGroup] | None = None
 ) -> standins.Capacity:
@@ -76,14 +98,16 @@ def is_principal(proposal: Proposal, user) -> bool:
     ).exists()
 
 
-def ineligibility(proposal: Proposal, user) -> tuple[str, str] | None:
-    """Why this user may not decide this proposal now, as (code, message); None if they may."""
+def ineligibility(proposal: Proposal, user, slots: VoterSlots | None = None) -> tuple[str, str] | None:
+    """Why this user may not decide this proposal now, as (code, message); None if they may. `slots`:
+    the person's, when the caller reads them too."""
+    slots = slots or VoterSlots(proposal, user)
     return ineligibility_from(
         proposal,
         user.id,
         tenant_role(user, proposal.tenant_id),
         is_principal=lambda: is_principal(proposal, user),
-        in_a_group=lambda: bool(user_groups_for(proposal, user)),
+        in_a_group=lambda: bool(slots.own_groups()),
     )
 
 

@@ -13,7 +13,7 @@ from approvals.models import Decision, Proposal, Vote
 from approvals.policy.history import target_key
 from approvals.policy.step_up import PASSKEY, mode_of, needs_passkey, step_up_window
 from approvals.schemas import NUMBERS_ARE_STRINGS, first_number
-from approvals.selectors import capacity_for, ineligibility, lock_proposal_for, user_groups_for
+from approvals.selectors import VoterSlots, ineligibility, lock_proposal_for
 from approvals.selectors.standins import voice_taken
 from approvals.services.common import proposal_subject
 from approvals.services.decisions import issue_decision
@@ -163,7 +163,8 @@ def cast_vote(
     with transaction.atomic():
         proposal = lock_proposal_for(proposal_id, actor)
         clock = now or timezone.now()
-        refusal = refusal_to_vote(proposal, actor, digest_seen, clock)
+        slots = VoterSlots(proposal, actor)
+        refusal = refusal_to_vote(proposal, actor, digest_seen, clock, slots=slots)
         step = None
         if refusal is None:
             step, refusal = check_step_up(proposal, actor, step_up)
@@ -189,6 +190,7 @@ def cast_vote(
             vote = _store_vote(
                 proposal,
                 actor,
+                slots,
                 verdict,
                 digest_seen,
                 reason,
@@ -202,10 +204,18 @@ def cast_vote(
 
 
 def refusal_to_vote(
-    proposal: Proposal, user, digest_seen: str, clock: datetime, *, once_per_person: bool = True
+    proposal: Proposal,
+    user,
+    digest_seen: str,
+    clock: datetime,
+    *,
+    once_per_person: bool = True,
+    slots: VoterSlots | None = None,
 ) -> VoteRefused | None:
     """Why this person may not decide this proposal now (None if they may). Asking and editing are
-    open to someone who already voted (once_per_person=False); a second vote is not."""
+    open to someone who already voted (once_per_person=False); a second vote is not. `slots`: the
+    person's, when the caller reads them too (a vote stores the groups it counts in)."""
+    slots = slots or VoterSlots(proposal, user)
     halt_record = active_halt(proposal.tenant_id, proposal.agent_id)
     if halt_record:
         return VoteRefused("halted", f"votes are stopped: Reviewer is halted ({halt_record.reason})")
@@ -217,23 +227,22 @@ def refusal_to_vote(
         return VoteRefused(
             "wrong_digest", "the action changed since you loaded it; reload and review it again", "digest"
         )
-    why_not = ineligibility(proposal, user)
+    why_not = ineligibility(proposal, user, slots)
     if why_not:
         code, message = why_not
         return VoteRefused(code, message)
     if once_per_person and proposal.votes.filter(voter=user).exists():
         return VoteRefused("already_voted", "you already voted on this proposal; a person counts once")
-    if once_per_person and voice_taken(proposal, user, capacity_for(proposal, user).on_behalf_of):
+    if once_per_person and voice_taken(proposal, user, slots.capacity.on_behalf_of):
         return VoteRefused(
             "already_voted", "you or the person you stand in for already voted here; a person counts once"
         )
     return None
 
 
-def _store_vote(proposal, user, verdict, digest_seen, reason, page_hash, step, reservation="") -> Vote:
+def _store_vote(proposal, user, slots, verdict, digest_seen, reason, page_hash, step, reservation="") -> Vote:
     method, auth_at, detail = step
-    capacity = capacity_for(proposal, user)
-    groups = user_groups_for(proposal, user)
+    capacity, groups = slots.capacity, slots.own_groups()
     vote = Vote.objects.create(
         proposal=proposal,
         voter=user,

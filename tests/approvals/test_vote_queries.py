@@ -1,0 +1,37 @@
+"""A vote reads what it decides on once: the proposal's threshold groups and the slots the voter may
+fill in them are read for its eligibility, its "voice already taken" check and the groups it counts in,
+one time in all (approvals/selectors VoterSlots), whoever votes and however many members the groups have."""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from approvals.services.votes import cast_vote
+from tests import factories
+
+pytestmark = pytest.mark.django_db
+
+# The final vote of a one-approver policy, for an agent Reviewer pushes to: the proposal's lock and the
+# voter's role (twice: the lock's outsider check, then eligibility), the halt, the principal check, the
+# groups, the voter's memberships and stand-in row (once), the two "already voted" checks, the vote, its
+# audit event and the voter's pseudonym (read, then written in a savepoint the first time), the quorum's
+# reads, the transition, the policy versions the decision names, the decision, their audit events, the
+# outbox row and the worker's NOTIFY, and the test's savepoint and release.
+QUERIES = {"postgresql": 31, "sqlite": 33}  # SQLite: no NOTIFY, and each audit INSERT is two
+
+
+def test_a_final_vote_reads_its_voters_groups_once(agent, refund_policy, requester, reviewer_a):
+    for number in range(5):  # more members in the group change nothing
+        factories.make_user(f"finance-{number}", tenant=agent.tenant, groups=["finance"])
+    factories.submit(agent)  # the tenant's chain head exists from here on
+    proposal = factories.submit(agent, action=factories.refund_action(order_id="9"))
+    step = factories.fresh_step_up(reviewer_a)
+    with CaptureQueriesContext(connection) as captured:
+        cast_vote(
+            proposal.id, reviewer_a, verdict="approve", digest_seen=proposal.action_digest, step_up=step
+        )
+    standin_reads = [
+        q for q in captured if 'FROM "approvals_standin" WHERE ("approvals_standin"."proposal_id"' in q["sql"]
+    ]
+    assert len(standin_reads) == 1  # the voter's stand-in row: once, not once per question
+    assert len(captured) == QUERIES[connection.vendor]
