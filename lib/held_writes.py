@@ -11,8 +11,8 @@ one execute may hold several statements; they run in order, in the caller's tran
 error stops the rest and surfaces as that statement's error). Elsewhere they run one by one. A block
 left by an exception drops what it held: the transaction is rolling back anyway.
 
-For a change that writes several rows and reads none of them (intake's allowed path: the quota spend,
-the proposal with its pins, the decision, the audit events).
+For a change that writes several rows and reads none of them (intake: the quota spend, the proposal
+with its pins, the decision or the review notice and follow-up row, the audit events).
 """
 
 from collections.abc import Iterator, Sequence
@@ -36,6 +36,7 @@ def write(sql: str, params: Sequence = ()) -> None:
 
 @contextmanager
 def held_writes() -> Iterator[None]:
+    """Hold this block's `write()`s for one round trip (see above); nested blocks leave it to the outer."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("held_writes() must run inside the transaction its writes belong to")
     if _held.get() is not None:  # an outer block sends them
