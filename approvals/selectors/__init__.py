@@ -60,7 +60,8 @@ def user_groups_for(
 class VoterSlots:
     """A proposal's threshold groups and the slots one person may fill in them, each read once when first
     asked for: a vote asks three times (may they decide, is their voice taken, which groups their vote
-    counts in), and the answers cannot change under the proposal's row lock the vote holds."""
+    counts in), and read once the three answers also agree with each other (read three times, a
+    membership or delegation committed in between could make them differ)."""
 
     def __init__(self, proposal: Proposal, user):
         self.proposal, self.user = proposal, user
