@@ -30,7 +30,7 @@ def restore_lost_pending(db: str) -> int:
             f"INSERT INTO {pending_table} (event_id, chain) SELECT e.id, e.chain FROM {event_table} e"  # noqa: S608
             f" WHERE NOT EXISTS (SELECT 1 FROM {seal_table} s WHERE s.event_id = e.id)"
             f" AND NOT EXISTS (SELECT 1 FROM {pending_table} p WHERE p.event_id = e.id)"
-            " ORDER BY e.id ON CONFLICT DO NOTHING"
+            " ON CONFLICT DO NOTHING"
         )
         restored = max(cursor.rowcount, 0)
         cursor.execute(f"INSERT INTO {mark_table} (id) VALUES (1) ON CONFLICT DO NOTHING")  # noqa: S608

@@ -227,7 +227,7 @@ class AuditPending(models.Model):
     On PostgreSQL the table is UNLOGGED (migration 0003): its rows are hints the trail itself implies
     (an event without a seal is pending), so they stay out of the WAL that every append's commit waits
     for. Crash recovery and a promoted standby empty it, and `AuditPendingMark` with it; the sequencer
-    then finds the mark missing and restores the rows from the events (`audit.chain.restore_lost_pending`).
+    then finds the mark missing and restores the rows from the events (audit/lost_pending.py).
     """
 
     event = models.OneToOneField(

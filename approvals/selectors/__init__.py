@@ -53,8 +53,7 @@ def user_groups_for(
 ) -> list[ApproverGroup]:
     """Threshold groups the user may fill a slot of right now: their own, every one if the escalation
     step added them, and those a delegation lends them (approvals/selectors/standins.py)."""
-    groups = groups if groups is not None else threshold_groups(proposal)
-    return [g for g in groups.values() if g.slug in capacity_for(proposal, user, groups).slugs]
+    return VoterSlots(proposal, user, groups).own_groups()
 
 
 class VoterSlots:
@@ -63,8 +62,10 @@ class VoterSlots:
     counts in), and read once the three answers also agree with each other (read three times, a
     membership or delegation committed in between could make them differ)."""
 
-    def __init__(self, proposal: Proposal, user):
+    def __init__(self, proposal: Proposal, user, groups: dict[str, ApproverGroup] | None = None):
         self.proposal, self.user = proposal, user
+        if groups is not None:  # read already by the caller (a page shows them)
+            self.groups = groups
 
     @cached_property
     def groups(self) -> dict[str, ApproverGroup]:
@@ -75,7 +76,7 @@ class VoterSlots:
         return capacity_for(self.proposal, self.user, self.groups)
 
     def own_groups(self) -> list[ApproverGroup]:
-        """user_groups_for() from what was read."""
+        """The threshold groups this person may fill a slot of (user_groups_for)."""
         return [g for g in self.groups.values() if g.slug in self.capacity.slugs]
 
 

@@ -16,7 +16,7 @@ from approvals.policy import classification, history
 from approvals.policy.evaluation import TENANT_DEFAULT_REF
 from approvals.policy.headline import action_headline, money, summary_mismatch
 from approvals.policy.step_up import PASSKEY, PER_VOTE, mode_of, step_up_window
-from approvals.selectors import ineligibility, tenant_role, threshold_groups, user_groups_for
+from approvals.selectors import VoterSlots, ineligibility, tenant_role, threshold_groups
 from approvals.services import decisions, lifecycle
 from approvals.services.quorum import count_quorum
 from approvals.states import OPEN_FOR_VOTES, RELEASED, STARTED, State
@@ -211,7 +211,8 @@ def code_hint(proposal: Proposal) -> str:
     return f"Six digits from your authenticator app, or a backup code: this needs {_step_up_text(mode)}."
 
 
-def _why_context(proposal: Proposal, user, groups: dict, why_not: tuple[str, str] | None) -> dict:
+def _why_context(proposal: Proposal, slots: VoterSlots, why_not: tuple[str, str] | None) -> dict:
+    groups = slots.groups
     return {
         # Every version that shaped the requirements, as the decision's `policies` claim names them.
         "pinned": list(proposal.policy_versions.select_related("policy").order_by("policy__slug", "version")),
@@ -226,7 +227,7 @@ def _why_context(proposal: Proposal, user, groups: dict, why_not: tuple[str, str
         "reversibility_text": classification.REVERSIBILITY_CLASSES.get(proposal.reversibility, ""),
         "risk_hint": classification.risk_hint(proposal.tool),
         "why_not": why_not[1] if why_not else "",
-        "my_groups": user_groups_for(proposal, user, groups) if why_not is None else [],
+        "my_groups": slots.own_groups() if why_not is None else [],
     }
 
 
@@ -426,13 +427,14 @@ def _history_context(proposal: Proposal) -> dict:
 
 def detail_context(proposal: Proposal, user, session, post_hoc_form=None, **decision_kwargs) -> dict:
     """Everything the proposal page shows this person (the consumer re-renders its partials from it)."""
-    groups = threshold_groups(proposal)
-    live = live_context(proposal, groups)
-    why_not = ineligibility(proposal, user)
+    # The groups and this person's slots in them, read once for the eligibility and "your groups".
+    slots = VoterSlots(proposal, user, threshold_groups(proposal))
+    live = live_context(proposal, slots.groups)
+    why_not = ineligibility(proposal, user, slots)
     return {
         **reviewed_context(proposal),
         **live,
-        "why": _why_context(proposal, user, groups, why_not),
+        "why": _why_context(proposal, slots, why_not),
         "history": _history_context(proposal),
         "successor": Proposal.objects.filter(supersedes=proposal).only("id", "state", "summary").first(),
         "decision_panel": decision_context(proposal, user, session, live, why_not, **decision_kwargs),
