@@ -30,6 +30,12 @@ def proposal_for_user(proposal_id, user) -> Proposal:
 def lock_proposal_for(proposal_id, actor, *, roles=None) -> Proposal:
     """The proposal row locked for this transaction, if `actor` belongs to its tenant (with one of
     `roles`, when given); NotFound otherwise, so outsiders learn nothing. Call inside transaction.atomic."""
+    return lock_proposal_with_role(proposal_id, actor, roles=roles)[0]
+
+
+def lock_proposal_with_role(proposal_id, actor, *, roles=None) -> tuple[Proposal, str]:
+    """lock_proposal_for, with the actor's role in the proposal's tenant that it read (a vote's
+    eligibility asks for it again: VoterSlots(role=...))."""
     proposal = (
         Proposal.objects.select_for_update(of=("self",))
         .select_related("agent", "tenant")
@@ -39,7 +45,7 @@ def lock_proposal_for(proposal_id, actor, *, roles=None) -> Proposal:
     role = tenant_role(actor, proposal.tenant_id) if proposal is not None else None
     if proposal is None or role is None or (roles is not None and role not in roles):
         raise NotFound("not_found", "no such proposal")
-    return proposal
+    return proposal, role
 
 
 def threshold_groups(proposal: Proposal, requirements: dict | None = None) -> dict[str, ApproverGroup]:
@@ -48,24 +54,25 @@ def threshold_groups(proposal: Proposal, requirements: dict | None = None) -> di
     return {g.slug: g for g in ApproverGroup.objects.filter(tenant_id=proposal.tenant_id, slug__in=slugs)}
 
 
-def user_groups_for(
-    proposal: Proposal, user, groups: dict[str, ApproverGroup] | None = None
-) -> list[ApproverGroup]:
-    """Threshold groups the user may fill a slot of right now: their own, every one if the escalation
-    step added them, and those a delegation lends them (approvals/selectors/standins.py)."""
-    return VoterSlots(proposal, user, groups).own_groups()
-
-
 class VoterSlots:
     """A proposal's threshold groups and the slots one person may fill in them, each read once when first
     asked for: a vote asks three times (may they decide, is their voice taken, which groups their vote
     counts in), and read once the three answers also agree with each other (read three times, a
     membership or delegation committed in between could make them differ)."""
 
-    def __init__(self, proposal: Proposal, user, groups: dict[str, ApproverGroup] | None = None):
+    def __init__(
+        self, proposal: Proposal, user, groups: dict[str, ApproverGroup] | None = None, *, role=None
+    ):
         self.proposal, self.user = proposal, user
         if groups is not None:  # read already by the caller (a page shows them)
             self.groups = groups
+        if role is not None:  # read already with the proposal's lock (lock_proposal_with_role)
+            self.role = role
+
+    @cached_property
+    def role(self) -> str | None:
+        """The person's role in the proposal's tenant (None: not a member)."""
+        return tenant_role(self.user, self.proposal.tenant_id)
 
     @cached_property
     def groups(self) -> dict[str, ApproverGroup]:
@@ -76,7 +83,8 @@ class VoterSlots:
         return capacity_for(self.proposal, self.user, self.groups)
 
     def own_groups(self) -> list[ApproverGroup]:
-        """The threshold groups this person may fill a slot of (user_groups_for)."""
+        """The threshold groups this person may fill a slot of right now: their own, every one if the
+        escalation step added them, and those a delegation lends them (approvals/selectors/standins.py)."""
         return [g for g in self.groups.values() if g.slug in self.capacity.slugs]
 
 
@@ -107,7 +115,7 @@ def ineligibility(proposal: Proposal, user, slots: VoterSlots | None = None) -> 
     return ineligibility_from(
         proposal,
         user.id,
-        tenant_role(user, proposal.tenant_id),
+        slots.role,
         is_principal=lambda: is_principal(proposal, user),
         in_a_group=lambda: bool(slots.own_groups()),
     )

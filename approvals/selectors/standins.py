@@ -16,6 +16,7 @@ and a delegator and their delegate are one voice: once one of them voted, the ot
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from django.db.models import Q
 from django.utils import timezone
 
 from approvals.models.notifications import Delegation, StandIn
@@ -91,6 +92,16 @@ def lent_slugs_for_votes(proposal, votes, groups: dict) -> dict[int, set[str]]:
             ).values_list("group_id", flat=True)
         }
     return lent
+
+
+def voices_cast(proposal, user, on_behalf_of) -> set[int]:
+    """The voters of the votes already cast in this person's voice, in one query: their own vote, one
+    cast on their behalf, and, when they would vote for a delegator, the delegator's own and one cast
+    on the delegator's behalf. Empty when the person may still vote."""
+    voice = Q(voter=user) | Q(on_behalf_of=user)
+    if on_behalf_of is not None:
+        voice |= Q(voter=on_behalf_of) | Q(on_behalf_of=on_behalf_of)
+    return set(proposal.votes.filter(voice).values_list("voter_id", flat=True))
 
 
 def voice_taken(proposal, user, on_behalf_of) -> bool:

@@ -19,7 +19,7 @@ from accounts.stepup import StepUp
 from approvals import events
 from approvals.models import BreakGlassRelease, Decision, PostHocReview, Proposal, Vote
 from approvals.policy import break_glass
-from approvals.selectors import lock_proposal_for, user_groups_for
+from approvals.selectors import VoterSlots, lock_proposal_with_role
 from approvals.services.common import proposal_subject
 from approvals.services.decisions import issue_decision
 from approvals.services.lifecycle import expire_proposal, transition
@@ -67,9 +67,10 @@ def break_glass_release(
         raise BreakGlassRefused("reason_required", "a break-glass release needs a reason", "reason")
     refusal: BreakGlassRefused | None = None
     with transaction.atomic():
-        proposal = lock_proposal_for(proposal_id, actor)
+        proposal, role = lock_proposal_with_role(proposal_id, actor)
         clock = now or timezone.now()
-        refusal, rule = _refusal(proposal, actor, digest_seen, clock)
+        slots = VoterSlots(proposal, actor, role=role)  # read once for the checks and the release
+        refusal, rule = _refusal(proposal, actor, digest_seen, clock, slots)
         step = None
         if refusal is None:
             step, vote_refusal = check_step_up(proposal, actor, step_up, "break-glass release")
@@ -101,15 +102,17 @@ def break_glass_release(
                     "there are not enough",
                 )
             else:
-                release = _release(proposal, actor, rule, reason, step, reviewers, used, page_hash, clock)
+                release = _release(
+                    proposal, actor, slots, rule, reason, step, reviewers, used, page_hash, clock
+                )
     if refusal is not None:
         raise refusal
     return release
 
 
-def _refusal(proposal: Proposal, actor, digest_seen: str, clock: datetime):
+def _refusal(proposal: Proposal, actor, digest_seen: str, clock: datetime, slots: VoterSlots):
     """(refusal, rule): the vote's own checks first, then the rule's (named, amount and cap)."""
-    vote_refusal = refusal_to_vote(proposal, actor, digest_seen, clock)
+    vote_refusal = refusal_to_vote(proposal, actor, digest_seen, clock, slots=slots)
     if vote_refusal is not None:
         if vote_refusal.code == "expired":
             expire_proposal(
@@ -166,9 +169,11 @@ def choose_reviewers(proposal: Proposal, releaser) -> list:
     return [membership.user for membership in ordered[: break_glass.REVIEWS_PER_RELEASE]]
 
 
-def _release(proposal, actor, rule, reason, step, reviewers, used, page_hash, clock) -> BreakGlassRelease:
+def _release(
+    proposal, actor, slots, rule, reason, step, reviewers, used, page_hash, clock
+) -> BreakGlassRelease:
     step_method, step_at = step
-    groups = user_groups_for(proposal, actor)
+    groups = slots.own_groups()
     amount, currency = break_glass.amount_of(proposal.action.get("arguments") or {})
     due = clock + timedelta(hours=rule.review_hours)
     Vote.objects.create(
@@ -251,7 +256,7 @@ def _release(proposal, actor, rule, reason, step, reviewers, used, page_hash, cl
         Decision.Kind.APPROVED,
         reason=f"break-glass release by {approver['name']}: {reason}",
         approvers=[approver],
-        quorum=count_quorum(proposal),
+        quorum=count_quorum(proposal, groups=slots.groups),
     )
     return release
 

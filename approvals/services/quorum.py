@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from approvals.models import Proposal, Vote
 from approvals.selectors import threshold_groups
 from approvals.selectors.standins import lent_slugs_for_votes, stand_in_users
-from tenants.models import GroupMembership, TenantMembership
+from tenants.models import ApproverGroup, GroupMembership, TenantMembership
 
 
 @dataclass
@@ -36,16 +36,20 @@ def _raise_for_reservation(required: list[dict], requirements: dict, approvals, 
                 return
 
 
-def count_quorum(proposal: Proposal, requirements: dict | None = None) -> Quorum:
+def count_quorum(
+    proposal: Proposal, requirements: dict | None = None, *, groups: dict[str, ApproverGroup] | None = None
+) -> Quorum:
     """Place each counting approval in at most one slot, using current group membership.
 
     A vote counts only while its voter is still a member of a group that needs them, is not the
     principal and did not author the edit. Placement is a bipartite matching (voters to group slots),
     so a person in two groups fills whichever slot completes the quorum, never both. `requirements`
-    (default: the proposal's own) lets a policy change ask whether recorded votes meet new ones."""
+    (default: the proposal's own) lets a policy change ask whether recorded votes meet new ones;
+    `groups`: the proposal's threshold groups when the caller read them already (a vote did)."""
     requirements = proposal.requirements if requirements is None else requirements
     required = [dict(t) for t in requirements.get("thresholds", [])]
-    groups = threshold_groups(proposal, requirements)
+    if groups is None or requirements is not proposal.requirements:
+        groups = threshold_groups(proposal, requirements)
     slug_of_group = {group.id: slug for slug, group in groups.items()}
     approvals = list(
         proposal.votes.filter(verdict=Vote.Verdict.APPROVE)

@@ -11,8 +11,8 @@ from approvals.canonical import action_digest, canonical_bytes
 from approvals.models import Decision, Proposal, Vote
 from approvals.policy.history import target_key
 from approvals.schemas import NUMBERS_ARE_STRINGS, first_number
-from approvals.selectors import VoterSlots, ineligibility, lock_proposal_for
-from approvals.selectors.standins import voice_taken
+from approvals.selectors import VoterSlots, ineligibility, lock_proposal_with_role
+from approvals.selectors.standins import voices_cast
 from approvals.services.common import proposal_subject
 from approvals.services.decisions import issue_decision
 from approvals.services.delegations import record_used
@@ -53,9 +53,9 @@ def cast_vote(
         raise VoteRefused("reservation_with_reject", "a reservation goes with an approval", "reservation")
     refusal: VoteRefused | None = None
     with transaction.atomic():
-        proposal = lock_proposal_for(proposal_id, actor)
+        proposal, role = lock_proposal_with_role(proposal_id, actor)
         clock = now or timezone.now()
-        slots = VoterSlots(proposal, actor)
+        slots = VoterSlots(proposal, actor, role=role)
         refusal = refusal_to_vote(proposal, actor, digest_seen, clock, slots=slots)
         step = None
         if refusal is None:
@@ -123,9 +123,10 @@ def refusal_to_vote(
     if why_not:
         code, message = why_not
         return VoteRefused(code, message)
-    if once_per_person and proposal.votes.filter(voter=user).exists():
+    voters = voices_cast(proposal, user, slots.capacity.on_behalf_of) if once_per_person else set()
+    if user.pk in voters:
         return VoteRefused("already_voted", "you already voted on this proposal; a person counts once")
-    if once_per_person and voice_taken(proposal, user, slots.capacity.on_behalf_of):
+    if voters:
         return VoteRefused(
             "already_voted", "you or the person you stand in for already voted here; a person counts once"
         )
@@ -176,7 +177,9 @@ def _store_vote(proposal, user, slots, verdict, digest_seen, reason, page_hash, 
             approvers=[_approver(vote, None)],
         )
         return vote
-    quorum = count_quorum(proposal)
+    quorum = count_quorum(proposal, groups=slots.groups)
+    for counted in (v for votes in quorum.slots.values() for v in votes if v.voter_id == user.pk):
+        counted.voter = user  # the voter's pseudonym, read for this vote's event, is kept on `user`
     if quorum.met:
         approvers = [_approver(v, slug) for slug, votes in quorum.slots.items() for v in votes]
         transition(
@@ -228,8 +231,15 @@ def request_info(
     if not question:
         raise VoteRefused("question_required", "write the question the agent must answer", "question")
     with transaction.atomic():
-        proposal = lock_proposal_for(proposal_id, actor)
-        refusal = refusal_to_vote(proposal, actor, digest_seen, timezone.now(), once_per_person=False)
+        proposal, role = lock_proposal_with_role(proposal_id, actor)
+        refusal = refusal_to_vote(
+            proposal,
+            actor,
+            digest_seen,
+            timezone.now(),
+            once_per_person=False,
+            slots=VoterSlots(proposal, actor, role=role),
+        )
         if refusal:
             raise refusal
         step, refusal = check_step_up(proposal, actor, step_up, "question")
@@ -277,8 +287,15 @@ def edit_proposal(
     if (number := first_number(arguments, ("arguments",))) is not None:  # the intake rule
         raise EditRefused("json_number", f"{number}: {NUMBERS_ARE_STRINGS}", "arguments")
     with transaction.atomic():
-        old = lock_proposal_for(proposal_id, actor)
-        refusal = refusal_to_vote(old, actor, digest_seen, timezone.now(), once_per_person=False)
+        old, role = lock_proposal_with_role(proposal_id, actor)
+        refusal = refusal_to_vote(
+            old,
+            actor,
+            digest_seen,
+            timezone.now(),
+            once_per_person=False,
+            slots=VoterSlots(old, actor, role=role),
+        )
         if refusal:
             raise EditRefused(refusal.code, refusal.message, refusal.field)
         action = {**old.action, "arguments": arguments}

@@ -12,12 +12,14 @@ from tests import factories
 pytestmark = pytest.mark.django_db
 
 # The final vote of a one-approver policy, for an agent Reviewer pushes to: the proposal's lock and the
-# voter's role (twice: the lock's outsider check, then eligibility), the halt, the principal check, the
-# groups, the voter's memberships and stand-in row (once), the two "already voted" checks, the vote, its
-# audit event and the voter's pseudonym (read, then written in a savepoint the first time), the quorum's
-# reads, the transition, the policy versions the decision names, the decision, their audit events, the
-# outbox row and the worker's NOTIFY, and the test's savepoint and release.
-QUERIES = {"postgresql": 31, "sqlite": 33}  # SQLite: no NOTIFY, and each audit INSERT is two
+# voter's role (once: the lock's outsider check keeps it for the eligibility), the halt, the principal
+# check, the groups (once: the quorum counts in the same ones), the voter's memberships and stand-in row
+# (once), one "already voted" check (the person's own vote and any cast in their voice), the vote, its
+# audit event and the voter's pseudonym (read, then written in a savepoint the first time; the signed
+# decision names the voter with it, not read again), the quorum's reads, the transition, the policy
+# versions the decision names, the decision, their audit events, the outbox row and the worker's NOTIFY,
+# and the test's savepoint and release.
+QUERIES = {"postgresql": 27, "sqlite": 29}  # SQLite: no NOTIFY, and each audit INSERT is two
 
 
 def test_a_final_vote_reads_its_voters_groups_once(agent, refund_policy, requester, reviewer_a):
@@ -34,4 +36,14 @@ def test_a_final_vote_reads_its_voters_groups_once(agent, refund_policy, request
         q for q in captured if 'FROM "approvals_standin" WHERE ("approvals_standin"."proposal_id"' in q["sql"]
     ]
     assert len(standin_reads) == 1  # the voter's stand-in row: once, not once per question
+    assert (
+        _count(captured, 'FROM "approvals_tenantmembership" WHERE ("approvals_tenantmembership"."user_id"')
+        == 1
+    )
+    assert _count(captured, 'FROM "approvals_approvergroup"') == 1
+    assert _count(captured, 'FROM "audit_persondirectoryentry"') == 1
     assert len(captured) == QUERIES[connection.vendor]
+
+
+def _count(captured, fragment: str) -> int:
+    return sum(fragment in query["sql"] for query in captured)
