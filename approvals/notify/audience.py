@@ -6,7 +6,7 @@ from django.utils import timezone
 
 from approvals.models.notifications import Delegation
 from approvals.selectors import ineligibility
-from approvals.selectors.standins import voice_taken
+from approvals.selectors.standins import voices_cast
 from tenants.models import TenantMembership
 
 
@@ -29,7 +29,7 @@ def waiting_reviewers(proposal) -> list:
         for person in people
         if person.pk not in voted
         and ineligibility(proposal, person) is None
-        and not voice_taken(proposal, person, None)
+        and not voices_cast(proposal, person, None)  # nobody voted on their behalf either
     ]
 
 

@@ -10,7 +10,7 @@ quorum services ask here):
 
 A person fills at most one slot either way (the quorum's matching places votes, not people's groups),
 and a delegator and their delegate are one voice: once one of them voted, the other cannot
-(`voice_taken`).
+(`voices_cast`).
 """
 
 from dataclasses import dataclass, field
@@ -102,17 +102,6 @@ def voices_cast(proposal, user, on_behalf_of) -> set[int]:
     if on_behalf_of is not None:
         voice |= Q(voter=on_behalf_of) | Q(on_behalf_of=on_behalf_of)
     return set(proposal.votes.filter(voice).values_list("voter_id", flat=True))
-
-
-def voice_taken(proposal, user, on_behalf_of) -> bool:
-    """Whether the person (or the delegator they would vote for) already has a vote here: the
-    delegator's own, one cast on the delegator's behalf, or one cast on this person's behalf."""
-    votes = proposal.votes.all()
-    if votes.filter(on_behalf_of=user).exists():
-        return True
-    if on_behalf_of is None:
-        return False
-    return votes.filter(voter=on_behalf_of).exists() or votes.filter(on_behalf_of=on_behalf_of).exists()
 
 
 def current_delegations(tenant_ids) -> list[Delegation]:
