@@ -133,6 +133,16 @@ def refusal_to_vote(
     return None
 
 
+def _locked_for_a_reviewer(proposal_id, actor, digest_seen: str) -> tuple[Proposal, VoteRefused | None]:
+    """The proposal locked for a question or an edit, and why this person may not make one now (None
+    if they may): open to someone who already voted, as a second vote is not."""
+    proposal, role = lock_proposal_with_role(proposal_id, actor)
+    slots = VoterSlots(proposal, actor, role=role)
+    return proposal, refusal_to_vote(
+        proposal, actor, digest_seen, timezone.now(), once_per_person=False, slots=slots
+    )
+
+
 def _store_vote(proposal, user, slots, verdict, digest_seen, reason, page_hash, step, reservation="") -> Vote:
     method, auth_at, detail = step
     capacity, groups = slots.capacity, slots.own_groups()
@@ -231,15 +241,7 @@ def request_info(
     if not question:
         raise VoteRefused("question_required", "write the question the agent must answer", "question")
     with transaction.atomic():
-        proposal, role = lock_proposal_with_role(proposal_id, actor)
-        refusal = refusal_to_vote(
-            proposal,
-            actor,
-            digest_seen,
-            timezone.now(),
-            once_per_person=False,
-            slots=VoterSlots(proposal, actor, role=role),
-        )
+        proposal, refusal = _locked_for_a_reviewer(proposal_id, actor, digest_seen)
         if refusal:
             raise refusal
         step, refusal = check_step_up(proposal, actor, step_up, "question")
@@ -287,15 +289,7 @@ def edit_proposal(
     if (number := first_number(arguments, ("arguments",))) is not None:  # the intake rule
         raise EditRefused("json_number", f"{number}: {NUMBERS_ARE_STRINGS}", "arguments")
     with transaction.atomic():
-        old, role = lock_proposal_with_role(proposal_id, actor)
-        refusal = refusal_to_vote(
-            old,
-            actor,
-            digest_seen,
-            timezone.now(),
-            once_per_person=False,
-            slots=VoterSlots(old, actor, role=role),
-        )
+        old, refusal = _locked_for_a_reviewer(proposal_id, actor, digest_seen)
         if refusal:
             raise EditRefused(refusal.code, refusal.message, refusal.field)
         action = {**old.action, "arguments": arguments}
