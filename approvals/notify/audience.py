@@ -6,7 +6,6 @@ from django.utils import timezone
 
 from approvals.models.notifications import Delegation
 from approvals.selectors import ineligibility
-from approvals.selectors.standins import voices_cast
 from tenants.models import TenantMembership
 
 
@@ -23,13 +22,16 @@ def waiting_reviewers(proposal) -> list:
         .distinct()
         .order_by("username")
     )
-    voted = set(proposal.votes.values_list("voter_id", flat=True))
+    # A person's voice is taken by their own vote or one cast on their behalf (standins.voices_cast's
+    # rule for someone voting as themselves), read here once for everyone.
+    spoken_for = {
+        person_id
+        for pair in proposal.votes.values_list("voter_id", "on_behalf_of_id")
+        for person_id in pair
+        if person_id is not None
+    }
     return [
-        person
-        for person in people
-        if person.pk not in voted
-        and ineligibility(proposal, person) is None
-        and not voices_cast(proposal, person, None)  # nobody voted on their behalf either
+        person for person in people if person.pk not in spoken_for and ineligibility(proposal, person) is None
     ]
 
 

@@ -9,6 +9,7 @@ import pytest
 import time_machine
 from django.utils import timezone
 
+from approvals.notify.audience import waiting_reviewers
 from approvals.services.delegations import DelegationRefused, end_delegation, set_delegation
 from approvals.worker.loop import Worker
 from audit.models import AuditEvent, Verb
@@ -102,6 +103,19 @@ def test_a_person_and_their_delegate_are_one_voice(
     vote(proposal, reviewer_b)
     proposal.refresh_from_db()
     assert proposal.state == "approved"
+
+
+def test_reminders_skip_a_person_whose_delegate_voted_for_them(
+    tenant, agent, requester, reviewer_a, reviewer_b, reviewer_c
+):
+    factories.make_policy(
+        tenant, "refunds", tool_pattern="payments.refund", thresholds=[{"group": "finance", "count": 2}]
+    )
+    lend(tenant, reviewer_a, reviewer_c)
+    proposal = submit(agent)
+    assert {p.username for p in waiting_reviewers(proposal)} == {"reviewer_a", "reviewer_b", "reviewer_c"}
+    vote(proposal, reviewer_c)  # Carol votes on Alice's behalf: both of their voices are taken
+    assert [p.username for p in waiting_reviewers(proposal)] == ["reviewer_b"]
 
 
 @pytest.mark.parametrize(
