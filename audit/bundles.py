@@ -20,13 +20,14 @@ from audit.chain import (
     verification_jwks,
     write_checkpoint,
 )
-from audit.exports import Selection, jsonl_page
+from audit.exports import Selection
 from audit.models import AuditEvent, ChainHead, Checkpoint
 from audit.people import display_names, pseudonyms_in
 from audit.records import checkpoint_dict, event_pages
 from audit.shapes import format_time
 from audit.verify.chains import BUNDLE_FORMAT, manifest_payload
 from audit.verify.hashing import GENESIS_HASH
+from audit.verify.lines import bundle_page
 from lib import base64url
 
 # --------------------------------------------------------------------------------------------------
@@ -106,9 +107,10 @@ package in sdk/verify/ of Reviewer's repository):
 
 (In a checkout of Reviewer, `python -m audit.verify` takes the same arguments.)
 
-events.jsonl       one event per line, in chain and seq order: chain, seq, at, actor, verb, subject, data,
-                   prev_hash, hash. hash = "sha256:" + hex sha256 of the RFC 8785 (JCS) form of the event
+events.jsonl       one event per line, in chain and seq order: actor, at, chain, data, prev_hash, seq,
+                   subject, verb, hash. hash = "sha256:" + hex sha256 of the RFC 8785 (JCS) form of the event
                    without "hash"; prev_hash is the hash of the event before (genesis: sha256:000...0).
+                   Each line is that RFC 8785 text with ,"hash":"sha256:..." added before its last "}}".
 checkpoints.jsonl  signed chain heads: Ed25519 over RFC 8785 {{chain, seq, hash, at}}, key id "kid".
 keys.json          the public keys (JWKS) of every key that signed a checkpoint or the manifest.
 manifest.json      what this bundle holds, every file's sha256, and an Ed25519 signature over the RFC 8785
@@ -143,7 +145,7 @@ def write_bundle(
         )
         with events_path.open("wb") as out:
             for page in event_pages(events, after_seq=segment.first_seq - 1):
-                block = jsonl_page(page)
+                block = bundle_page(page)
                 out.write(block)
                 digest.update(block)
                 size += len(block)

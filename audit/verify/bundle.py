@@ -47,9 +47,9 @@ class _HashedBlocks:
         return self.digest.hexdigest()
 
 
-def split_lines(blocks: Iterable[bytes]) -> Iterator[bytes]:
-    """The non-blank lines of a stream given in blocks, as iterating the binary file gives them (but
-    without their b"\n"): reading blocks is several times faster than a zip member's readline."""
+def every_line(blocks: Iterable[bytes]) -> Iterator[bytes]:
+    """The lines of a stream given in blocks, blank ones too, without their b"\n" (reading blocks is
+    several times faster than a zip member's readline)."""
     pieces: list[bytes] = []  # a line's start, held over from earlier blocks
     for block in blocks:
         lines = block.split(b"\n")
@@ -57,12 +57,16 @@ def split_lines(blocks: Iterable[bytes]) -> Iterator[bytes]:
             pieces.append(lines[0])
             lines[0] = b"".join(pieces)
         pieces = [lines.pop()]
-        for line in lines:
-            if line.strip():
-                yield line
+        yield from lines
     rest = b"".join(pieces)
-    if rest.strip():
+    if rest:
         yield rest
+
+
+def split_lines(blocks: Iterable[bytes]) -> Iterator[bytes]:
+    """The non-blank lines of a stream given in blocks, as iterating the binary file gives them (but
+    without their b"\n")."""
+    return (line for line in every_line(blocks) if line.strip())
 
 
 def _member_digest(bundle: zipfile.ZipFile, name: str) -> tuple[str, int]:
@@ -186,7 +190,22 @@ def _earlier_checkpoints(path: str, keys: dict, result: Result) -> dict[str, dic
 
 def verify_bundle(path, *, jwks: dict | None = None, previous: str | None = None) -> Result:
     """Verify a bundle written by audit/exports.py. `jwks` pins the keys to trust; without it the keys in
-    the bundle are used (which proves integrity against the exporter's keys, not who the exporter was)."""
+    the bundle are used (which proves integrity against the exporter's keys, not who the exporter was).
+
+    With pinned keys, event lines in the layout of audit/verify/lines.py are checked by hashing their own
+    bytes (lines.linked_hash), which trusts that they are the exporter's RFC 8785 text. That holds only
+    if the manifest's signature verifies and names this events.jsonl's sha256; when either fails, the
+    lines may be anyone's, and every line is checked again the long way (decoded, encoded by the hash
+    rule), which names the first bad event."""
+    result, trusted = _verify(path, jwks=jwks, previous=previous, quick=jwks is not None)
+    if trusted:
+        return result
+    return _verify(path, jwks=jwks, previous=previous, quick=False)[0]
+
+
+def _verify(path, *, jwks: dict | None, previous: str | None, quick: bool) -> tuple[Result, bool]:
+    """(verify_bundle's result, whether it stands): a quick reading stands only where the signed manifest
+    vouches for the bytes of events.jsonl."""
     result = Result()
     try:
         bundle = zipfile.ZipFile(path)
@@ -217,56 +236,31 @@ def verify_bundle(path, *, jwks: dict | None = None, previous: str | None = None
                 result.fail(None, f"{name}: its sha256 differs from the manifest (the file was changed)")
 
         expected, vouched = earlier_hashes(previous, keys, result) if previous else ({}, {})
-        checkpoints = _checkpoints_by_chain(bundle)
         segments = {segment["chain"]: segment for segment in manifest.get("chains", [])}
-        seen_chains: set[str] = set()
-        verifier: ChainVerifier | None = None
-
-        def finish(current: ChainVerifier) -> None:
-            segment = segments[current.chain]
-            expected_last = (segment["last_seq"], segment["last_hash"]) if segment["last_seq"] else None
-            current.finish(
-                expected_last=expected_last, head=(segment["head"]["seq"], segment["head"]["hash"])
-            )
-
+        chains = _Segments(segments, _checkpoints_by_chain(bundle), keys, result, expected, vouched)
         with bundle.open("events.jsonl") as raw:
             blocks = _HashedBlocks(raw)
-            for event, plain in block_records(blocks):
-                chain = event.get("chain")
-                if verifier is None or chain != verifier.chain:
-                    if verifier is not None:
-                        finish(verifier)
-                    if not isinstance(chain, str) or chain not in segments or chain in seen_chains:
-                        result.fail(
-                            event.get("seq"),
-                            f"{chain}: events not announced by the manifest, or not grouped by chain",
-                            chain,
-                        )
-                        verifier = None
+            if quick:
+                decoder, lines = PlainJson(), every_line(blocks)
+                line = next(lines, None)
+                while line is not None:
+                    if line.strip() and not chains.feed(*decoder.decode(line)):
                         break
-                    seen_chains.add(chain)
-                    segment = segments[chain]
-                    verifier = ChainVerifier(
-                        chain,
-                        keys=keys,
-                        checkpoints=checkpoints.get(chain, ()),
-                        result=result,
-                        start_seq=segment["first_seq"],
-                        start_prev_hash=segment["prev_hash"],
-                        expected=expected.get(chain),
-                        vouched=vouched.get(chain),
-                    )
-                verifier.feed(event, plain=plain)
+                    line = chains.take_lines(lines)
+            else:
+                for event, plain in block_records(blocks):
+                    if not chains.feed(event, plain):
+                        break
             events_digest = blocks.hexdigest()
-        if verifier is not None:
-            finish(verifier)
-        if files.get("events.jsonl", {}).get("sha256") != events_digest:
+        chains.finish()
+        signed_events = files.get("events.jsonl", {}).get("sha256") == events_digest
+        if not signed_events:
             result.fail(
                 None,
                 "events.jsonl: its sha256 differs from the manifest (events were changed, added or removed)",
             )
         for chain, segment in segments.items():
-            if chain not in seen_chains and segment.get("last_seq"):
+            if chain not in chains.seen and segment.get("last_seq"):
                 result.fail(
                     segment["first_seq"],
                     f"{chain}: the manifest lists events "
@@ -274,4 +268,57 @@ def verify_bundle(path, *, jwks: dict | None = None, previous: str | None = None
                     "holds none",
                     chain,
                 )
-    return result
+    return result, not quick or (not problem and signed_events)
+
+
+class _Segments:
+    """The chain segments of a bundle's events.jsonl, verified as its events come: one ChainVerifier per
+    chain the manifest announces, in the order the lines hold them (each chain's events together)."""
+
+    def __init__(self, segments: dict, checkpoints: dict, keys: dict, result: Result, expected, vouched):
+        self.segments, self.checkpoints, self.keys, self.result = segments, checkpoints, keys, result
+        self.expected, self.vouched = expected, vouched
+        self.seen: set[str] = set()
+        self.verifier: ChainVerifier | None = None
+
+    def take_lines(self, lines: Iterator[bytes]) -> bytes | None:
+        """The current chain's ChainVerifier.take_lines (the next line, when no chain has begun)."""
+        return next(lines, None) if self.verifier is None else self.verifier.take_lines(lines)
+
+    def feed(self, event: dict, plain: bool) -> bool:
+        """Feed one decoded event; False once the events are not grouped as the manifest says (stop)."""
+        chain = event.get("chain")
+        if self.verifier is None or chain != self.verifier.chain:
+            self.finish()
+            if not isinstance(chain, str) or chain not in self.segments or chain in self.seen:
+                self.result.fail(
+                    event.get("seq"),
+                    f"{chain}: events not announced by the manifest, or not grouped by chain",
+                    chain,
+                )
+                return False
+            self.seen.add(chain)
+            segment = self.segments[chain]
+            self.verifier = ChainVerifier(
+                chain,
+                keys=self.keys,
+                checkpoints=self.checkpoints.get(chain, ()),
+                result=self.result,
+                start_seq=segment["first_seq"],
+                start_prev_hash=segment["prev_hash"],
+                expected=self.expected.get(chain),
+                vouched=self.vouched.get(chain),
+            )
+        self.verifier.feed(event, plain=plain)
+        return True
+
+    def finish(self) -> None:
+        """End the current chain's segment where the manifest says it ends."""
+        if self.verifier is None:
+            return
+        segment = self.segments[self.verifier.chain]
+        expected_last = (segment["last_seq"], segment["last_hash"]) if segment["last_seq"] else None
+        self.verifier.finish(
+            expected_last=expected_last, head=(segment["head"]["seq"], segment["head"]["hash"])
+        )
+        self.verifier = None

@@ -26,10 +26,11 @@ Exit status: 0 verified, 1 a problem was found (the first bad event is named), 2
 """
 
 import base64
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from .hashing import GENESIS_HASH, HASHED_FIELDS, canonical_json, checkpoint_payload, hash_fields
+from .lines import HASH_TEXT, chain_member, linked_run
 
 BUNDLE_FORMAT = "reviewer-audit-bundle/1"
 # The last line of a CSV or JSON Lines export: its signed head (audit/exports.py head_record).
@@ -175,6 +176,7 @@ class ChainVerifier:
         self.next_seq, self.prev_hash = start_seq, start_prev_hash
         self.last_signed_seen = start_seq - 1
         self.broken = False
+        self.chain_member = chain_member(chain)  # for take_lines
         if start_seq > 1 and self.signed.get(start_seq - 1) != start_prev_hash:
             self._fail(
                 start_seq,
@@ -222,6 +224,21 @@ class ChainVerifier:
             self.next_seq += 1
             return True
         return self._feed(event, plain=plain)
+
+    def take_lines(self, lines: Iterator[bytes]) -> bytes | None:
+        """feed() of the bundle lines that come next, without decoding them (lines.linked_run), while each
+        is the next event and no check of _feed has more to do. Returns the first line not taken, to
+        decode and feed() (None: there are no more)."""
+        if self.broken or self.vouched is not None or not HASH_TEXT.fullmatch(self.prev_hash):
+            return next(lines, None)
+        taken, last_hash, line = linked_run(
+            lines, self.chain_member, self.next_seq, self.prev_hash.encode(), self.watched_seqs
+        )
+        if taken:
+            self.result.events += taken
+            self.next_seq += taken
+            self.prev_hash = last_hash.decode()
+        return line
 
     def _feed(self, event: dict, *, plain: bool) -> bool:
         """feed() of an event that fails a check, or is at a signed or expected seq."""

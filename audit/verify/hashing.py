@@ -154,15 +154,26 @@ def hash_fields(event: dict, *, plain: bool = False) -> str:
     """The hash of the body made of `event`'s HASHED_FIELDS (other keys, such as its recorded `hash`,
     are ignored): hash_body of that body, without building it. `plain`: PlainJson decoded `event` and
     found it plain."""
-    if plain or all(_plain(event[name]) for name in HASHED_FIELDS):
+    return "sha256:" + hashlib.sha256(body_bytes(event, plain=plain)).hexdigest()
+
+
+def plain_fields(event: dict) -> bool:
+    """Whether every HASHED_FIELDS value of `event` is plain (_plain): its RFC 8785 text reads back as
+    the same value (no float, no integer beyond ±SAFE_INTEGER)."""
+    return all(_plain(event[name]) for name in HASHED_FIELDS)
+
+
+def body_bytes(event: dict, *, plain: bool = False) -> bytes:
+    """The RFC 8785 form of the body made of `event`'s HASHED_FIELDS: the bytes its hash covers (and the
+    start of its bundle line, audit/verify/lines.py). Raises as rfc8785 does on a value it refuses."""
+    if plain or plain_fields(event):
         text = _body_text(event)
         if text.isascii() or not _OUTSIDE_BMP.search(text):  # else keys may sort otherwise in UTF-16
             try:
-                return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+                return text.encode()
             except UnicodeEncodeError:  # a lone surrogate, which rfc8785 refuses
                 pass
-    body = {name: event[name] for name in HASHED_FIELDS}
-    return "sha256:" + hashlib.sha256(rfc8785.dumps(body)).hexdigest()
+    return rfc8785.dumps({name: event[name] for name in HASHED_FIELDS})
 
 
 def checkpoint_payload(chain: str, seq: int, head_hash: str, at: str) -> bytes:

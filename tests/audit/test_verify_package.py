@@ -68,7 +68,8 @@ def test_the_installed_command_verifies_a_bundle_with_pinned_keys_and_refuses_a_
         for item in source.infolist():
             data = source.read(item)
             if item.filename == "events.jsonl":
-                data = data.replace(b'"verdict": "approve"', b'"verdict": "reject!"', 1)
+                assert b'"verdict":"approve"' in data  # the lines are RFC 8785 text (no spaces)
+                data = data.replace(b'"verdict":"approve"', b'"verdict":"reject!"', 1)
             target.writestr(item, data)
     refused = run(installed, changed, "--jwks", keys, cwd=tmp_path, check=False)
     assert refused.returncode == 1, refused.stdout + refused.stderr
