@@ -36,6 +36,22 @@ def pseudonym_of(user) -> str:
     return pseudonym
 
 
+def read_pseudonyms(users) -> None:
+    """Read the pseudonyms of `users` not kept on their instances yet, in one query, and keep them there
+    (a decision names each of its N approvers: one read, not N); pseudonym_of then makes only those of
+    people the directory has no row for yet."""
+    waiting: dict[int, list] = {}
+    for user in users:
+        if getattr(user, "pk", None) is not None and not getattr(user, "_audit_pseudonym", None):
+            waiting.setdefault(user.pk, []).append(user)
+    if not waiting:
+        return
+    found = PersonDirectoryEntry.objects.filter(user_id__in=waiting).values_list("user_id", "pseudonym")
+    for user_id, pseudonym in found:
+        for user in waiting[user_id]:
+            user._audit_pseudonym = pseudonym
+
+
 def pseudonym_of_username(username: str) -> str:
     """The pseudonym of the person signed in as `username`, or UNKNOWN (which matches no event)."""
     user = get_user_model().objects.filter(username=username).first()

@@ -29,6 +29,7 @@ from approvals.services.votes import refusal_to_vote
 from approvals.states import State
 from audit.labels import SYSTEM, actor_label, user_label
 from audit.models import Verb
+from audit.people import read_pseudonyms
 from audit.trail import audit_time, record
 from lib.errors import BreakGlassRefused, PostHocReviewRefused
 from tenants.models import TenantMembership
@@ -199,6 +200,7 @@ def _release(
         reviews_due_at=due,
         created_at=clock,
     )
+    read_pseudonyms(reviewers)
     subs = [user_label(person) for person in reviewers]
     record(
         proposal.tenant_id,

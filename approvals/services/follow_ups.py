@@ -19,6 +19,7 @@ from approvals.sql import insert_statement
 from approvals.states import WAITING_FOR_PEOPLE
 from audit.labels import SYSTEM, user_label
 from audit.models import Verb
+from audit.people import read_pseudonyms
 from audit.trail import audit_time, record
 from lib.held_writes import write
 from tenants.models import ApproverGroup, TenantMembership
@@ -154,6 +155,7 @@ def _escalate(proposal: Proposal, steps: list[dict], now: datetime) -> list:
         [StandIn(proposal=proposal, user=user, added_at=now) for user in chosen.values()],
         ignore_conflicts=True,
     )
+    read_pseudonyms(chosen.values())
     record(
         proposal.tenant_id,
         actor=SYSTEM,

@@ -24,6 +24,7 @@ from approvals.services.vote_step_up import STEP_UP_REFUSALS, auth_detail, check
 from approvals.states import OPEN_FOR_VOTES, WAITING_FOR_PEOPLE, State
 from audit.labels import SYSTEM, actor_label, user_label
 from audit.models import Verb
+from audit.people import read_pseudonyms
 from audit.trail import audit_time, record
 from lib.errors import EditRefused, VoteRefused
 
@@ -191,6 +192,8 @@ def _store_vote(proposal, user, slots, verdict, digest_seen, reason, page_hash, 
     for counted in (v for votes in quorum.slots.values() for v in votes if v.voter_id == user.pk):
         counted.voter = user  # the voter's pseudonym, read for this vote's event, is kept on `user`
     if quorum.met:
+        counted_votes = [v for votes in quorum.slots.values() for v in votes]
+        read_pseudonyms([v.voter for v in counted_votes] + [v.on_behalf_of for v in counted_votes])
         approvers = [_approver(v, slug) for slug, votes in quorum.slots.items() for v in votes]
         transition(
             proposal,

@@ -2,11 +2,15 @@
 fill in them are read for its eligibility, its "voice already taken" check and the groups it counts in,
 one time in all (approvals/selectors VoterSlots), whoever votes and however many members the groups have."""
 
+import json
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from approvals.services.votes import cast_vote
+from audit.people import pseudonym_of
+from lib import base64url
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -45,3 +49,30 @@ def test_a_final_vote_reads_its_voters_groups_once(agent, refund_policy, request
 
 def _count(captured, fragment: str) -> int:
     return sum(fragment in query["sql"] for query in captured)
+
+
+def test_the_decision_of_a_three_approver_quorum_reads_the_approvers_pseudonyms_together(
+    agent, requester, reviewer_a, reviewer_b
+):
+    """The signed decision names each approver by pseudonym: the final voter's own is kept from its vote's
+    event, the other two are read in one query (audit.people.read_pseudonyms), not one each."""
+    factories.make_policy(agent.tenant, "three", thresholds=[{"group": "finance", "count": 3}])
+    third = factories.make_user("finance-3", tenant=agent.tenant, groups=["finance"])
+    proposal = factories.submit(agent)
+    for voter in (reviewer_a, reviewer_b):
+        cast_vote(
+            proposal.id,
+            voter,
+            verdict="approve",
+            digest_seen=proposal.action_digest,
+            step_up=factories.fresh_step_up(voter),
+        )
+    step = factories.fresh_step_up(third)
+    with CaptureQueriesContext(connection) as captured:
+        cast_vote(proposal.id, third, verdict="approve", digest_seen=proposal.action_digest, step_up=step)
+    assert _count(captured, 'FROM "audit_persondirectoryentry"') == 2
+    proposal.refresh_from_db()
+    claims = json.loads(base64url.decode(proposal.decision.token.split(".")[1]))
+    named = {pseudonym_of(person) for person in (reviewer_a, reviewer_b, third)}
+    assert set(claims["quorum"]["approved_by"]) == named
+    assert {approver["sub"] for approver in claims["approvers"]} == named
