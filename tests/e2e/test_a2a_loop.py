@@ -39,7 +39,8 @@ def wait_for(check, what: str, stack):
 
 def ask_refund(stack, text: str) -> str:
     """What a customer-operations tool does: send the request with Reviewer's webhook as the task's push
-    config, then wait until the agent parked the task. Returns the task id."""
+    config, then wait until the agent parked the task (or ended it: a policy decided at intake). Returns
+    the task id."""
 
     async def run():
         agent = await AgentClient.connect(stack.agent.url)
@@ -62,7 +63,7 @@ def ask_refund(stack, text: str) -> str:
                     SendMessageRequest(message=message, configuration=configuration)
                 )
             ]
-            task, _ = await agent.wait_parked(replies[-1].task.id)
+            task = await agent.wait_asked(replies[-1].task.id)
             return task.id
         finally:
             await agent.close()

@@ -231,6 +231,16 @@ class AgentClient:
         task = await self.wait_for(task_id, parked)
         return task, approval_request_of(task)
 
+    async def wait_asked(self, task_id: str) -> Task:
+        """Wait until the agent parked the task on its request, or ended it on a decision a policy made at
+        intake (the announcement's answer carries it, and reviewer_gate.a2a acts on it without parking)."""
+
+        def asked(task: Task) -> bool:
+            parked = task.status.state == TaskState.TASK_STATE_AUTH_REQUIRED
+            return task.status.state in TERMINAL or (parked and approval_request_of(task) is not None)
+
+        return await self.wait_for(task_id, asked)
+
     async def wait_terminal(self, task_id: str) -> Task:
         return await self.wait_for(task_id, lambda task: task.status.state in TERMINAL)
 

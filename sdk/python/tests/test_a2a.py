@@ -36,7 +36,7 @@ from starlette.applications import Starlette  # noqa: E402
 
 from reviewer_gate import EXTENSION_URI, ReviewerClient, build_request  # noqa: E402
 from reviewer_gate.a2a import A2AApprovals, SQLiteRequestStore  # noqa: E402
-from reviewer_gate.testing import decision_claims  # noqa: E402
+from reviewer_gate.testing import decide_at_intake, decision_claims  # noqa: E402
 
 ACTION = {"tool": "files.delete", "arguments": {"path": "reports/q3.xlsx"}}
 
@@ -69,6 +69,16 @@ def free_port() -> int:
 @pytest.fixture
 def agent(reviewer, tmp_path):
     """The agent on loopback; yields (url, audience, deleted)."""
+    yield from serve_agent(reviewer, tmp_path)
+
+
+@pytest.fixture
+def patient_agent(reviewer, tmp_path):
+    """The same agent, never acting on the announcement's answer (answer_wait=0)."""
+    yield from serve_agent(reviewer, tmp_path, answer_wait=0)
+
+
+def serve_agent(reviewer, tmp_path, **options):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     audience = f"{url}/.well-known/agent-card.json"
@@ -88,7 +98,7 @@ def agent(reviewer, tmp_path):
         default_input_modes=["text/plain"],
         default_output_modes=["text/plain"],
     )
-    approvals = A2AApprovals(client, SQLiteRequestStore(tmp_path / "requests.sqlite3"))
+    approvals = A2AApprovals(client, SQLiteRequestStore(tmp_path / "requests.sqlite3"), **options)
     handler = DefaultRequestHandler(
         agent_executor=DeletingExecutor(approvals, deleted), task_store=InMemoryTaskStore(), agent_card=card
     )
@@ -213,3 +223,52 @@ async def test_a_decision_for_another_task_fails_it_and_nothing_runs(agent, revi
         await http.aclose()
     assert "wrong_task" in " ".join(part.text for part in ended.status.message.parts)
     assert deleted == []
+
+
+async def start_task(url: str):
+    """(client, http, task): the first message of a new task, sent."""
+    http, client = await a2a_client(url)
+    first = await send(
+        client, Message(message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text="delete it")])
+    )
+    return client, http, first.task
+
+
+async def test_a_request_policy_allows_is_acted_on_from_the_announcements_answer(agent, reviewer, key):
+    """No continuation is sent here: the POST's answer carried the signed decision, and the first
+    message's own execute() verified, consumed and acted on it."""
+    url, audience, deleted = agent
+    decide_at_intake(reviewer, key, audience=audience)
+    client, http, task = await start_task(url)
+    try:
+        await wait_state(client, task.id, TaskState.TASK_STATE_COMPLETED)
+    finally:
+        await http.aclose()
+    ((path, idempotency_key),) = deleted
+    assert path == "reports/q3.xlsx"
+    assert len(reviewer.consumes_for(idempotency_key)) == 1
+    assert reviewer.outcomes_for(idempotency_key) == ["succeeded"]
+
+
+async def test_a_request_policy_denies_is_rejected_from_the_announcements_answer(agent, reviewer, key):
+    url, audience, deleted = agent
+    decide_at_intake(reviewer, key, audience=audience, decision="rejected", reason="not by agents")
+    client, http, task = await start_task(url)
+    try:
+        ended = await wait_state(client, task.id, TaskState.TASK_STATE_REJECTED)
+    finally:
+        await http.aclose()
+    assert "not by agents" in " ".join(part.text for part in ended.status.message.parts)
+    assert deleted == [] and reviewer.consumes == []
+
+
+async def test_without_answer_wait_the_task_waits_parked_for_the_continuation(patient_agent, reviewer, key):
+    url, audience, deleted = patient_agent
+    decide_at_intake(reviewer, key, audience=audience)
+    client, http, task, _ = await park_and_decide(url, reviewer, key, audience)
+    try:
+        await wait_state(client, task.id, TaskState.TASK_STATE_COMPLETED)
+    finally:
+        await http.aclose()
+    ((_, idempotency_key),) = deleted
+    assert len(reviewer.consumes_for(idempotency_key)) == 1

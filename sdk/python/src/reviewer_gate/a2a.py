@@ -13,8 +13,10 @@
 
 `approval()` is re-entrant, the way an A2A task is: on the task's first message it calls `propose`
 for the approval request, persists it, parks the task in TASK_STATE_AUTH_REQUIRED with the request in
-the status message metadata and tells Reviewer (`POST /api/v1/proposals`, in the background, retried);
-it returns None and `execute()` returns. When Reviewer continues the task with the signed decision,
+the status message metadata and tells Reviewer (`POST /api/v1/proposals`, retried). When a policy
+decides at intake, that POST's answer carries the signed decision and the same call goes on with it
+at once (waiting at most `answer_wait` seconds for the answer); otherwise it returns None and
+`execute()` returns. When Reviewer continues the task with the signed decision,
 the SDK calls `execute()` again and the same call verifies the token (from the MESSAGE metadata)
 against the persisted request, ends the task itself when the answer is no (REJECTED with the
 reviewer's reason, FAILED with the gate's refusal, parked again with your answer to a question), and
@@ -28,13 +30,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 from a2a.helpers import new_task_from_user_message, new_text_part
@@ -51,97 +50,12 @@ from reviewer_gate.gate import (
     approval_request_metadata,
     decision_token_from_metadata,
 )
+from reviewer_gate.request_store import AskedRequest, RequestStore
+from reviewer_gate.request_store import SQLiteRequestStore as SQLiteRequestStore  # re-exported
 
 logger = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class AskedRequest:
-    """What the agent asked for on one task: the gate checks decisions against this, never the message."""
-
-    task_id: str
-    context_id: str
-    request: dict[str, Any]
-
-    @property
-    def request_id(self) -> str:
-        return str(self.request["request_id"])
-
-    @property
-    def action(self) -> dict[str, Any]:
-        action: dict[str, Any] = self.request["action"]
-        return action
-
-    @property
-    def action_digest(self) -> str:
-        return str(self.request["action_digest"])
-
-
-class RequestStore(Protocol):
-    def save_request(self, task_id: str, context_id: str, request: dict[str, Any]) -> None: ...
-
-    def current_request(self, task_id: str) -> AskedRequest | None: ...
-
-
-class SQLiteRequestStore:
-    """The requests the agent asked for, per task, in one SQLite file (safe to share between processes).
-
-    Written before the task is parked, so a restart during the wait loses nothing. A request that
-    `supersedes` another (the answer to a question) makes the old one stop being current.
-    """
-
-    SCHEMA = """
-    CREATE TABLE IF NOT EXISTS approval_requests (
-        request_id TEXT PRIMARY KEY,
-        task_id TEXT NOT NULL,
-        context_id TEXT NOT NULL,
-        request_json TEXT NOT NULL,
-        created_at REAL NOT NULL,
-        superseded_by TEXT
-    );
-    CREATE INDEX IF NOT EXISTS approval_requests_task ON approval_requests (task_id, created_at);
-    """
-
-    def __init__(self, path: str | Path):
-        self.path = str(path)
-        with self._connect() as connection:
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.executescript(self.SCHEMA)
-
-    @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        # One short transaction per call on a fresh connection: calls arrive on worker threads.
-        connection = sqlite3.connect(self.path, timeout=30)
-        try:
-            with connection:
-                yield connection
-        finally:
-            connection.close()
-
-    def save_request(self, task_id: str, context_id: str, request: dict[str, Any]) -> None:
-        with self._connect() as connection:
-            connection.execute(
-                "INSERT INTO approval_requests (request_id, task_id, context_id, request_json, created_at)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (request["request_id"], task_id, context_id, json.dumps(request), time.time()),
-            )
-            if request.get("supersedes"):
-                connection.execute(
-                    "UPDATE approval_requests SET superseded_by = ? WHERE request_id = ? AND task_id = ?",
-                    (request["request_id"], request["supersedes"], task_id),
-                )
-
-    def current_request(self, task_id: str) -> AskedRequest | None:
-        """The task's newest request that nothing superseded: the only one a decision may answer."""
-        with self._connect() as connection:
-            row = connection.execute(
-                "SELECT context_id, request_json FROM approval_requests"
-                " WHERE task_id = ? AND superseded_by IS NULL ORDER BY created_at DESC LIMIT 1",
-                (task_id,),
-            ).fetchone()
-        if row is None:
-            return None
-        return AskedRequest(task_id=task_id, context_id=row[0], request=json.loads(row[1]))
+ANSWER_WAIT_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -189,12 +103,22 @@ StillWanted = Callable[[RequestContext], Awaitable[bool]]
 class A2AApprovals:
     """Ask Reviewer, wait parked, verify, consume: for the tasks of one a2a-sdk agent."""
 
-    def __init__(self, client: ReviewerClient, store: RequestStore, *, announce: bool = True):
+    def __init__(
+        self,
+        client: ReviewerClient,
+        store: RequestStore,
+        *,
+        announce: bool = True,
+        answer_wait: float = ANSWER_WAIT_SECONDS,
+    ):
         self.client = client
         self.gate = client.gate
         self.store = store
         self.announce = announce  # also POST the request (the push / reconciliation are the others)
-        self._announcing: set[asyncio.Task[None]] = set()
+        # How long a parked task waits for the announcement's answer, which carries the decision when a
+        # policy decides at intake (0: always wait for Reviewer's continuation instead).
+        self.answer_wait = answer_wait
+        self._announcing: set[asyncio.Task[str | None]] = set()
 
     async def approval(
         self,
@@ -225,9 +149,12 @@ class A2AApprovals:
             await event_queue.enqueue_event(new_task_from_user_message(message))
             updater = TaskUpdater(event_queue, task_id, context_id)
             request = await propose(context, updater)
-            if request is not None:
-                await self.park(updater, request)
-            return None
+            if request is None:
+                return None
+            token = await self.park(updater, request)
+            return await self._decided_at_intake(
+                context, updater, token, answer_question, still_wanted, can_perform
+            )
         updater = TaskUpdater(event_queue, task.id, task.context_id)
         if task.status.state != TaskState.TASK_STATE_AUTH_REQUIRED:
             # Only a parked task takes messages; anything else would be a second plan mid-execution.
@@ -237,33 +164,65 @@ class A2AApprovals:
 
     async def park(
         self, updater: TaskUpdater, request: dict[str, Any], headline: str = "Approval required"
-    ) -> None:
-        """Persist the request, then park the task on it, then tell Reviewer (in that order). The request
-        names the client's registration (`agent`): Reviewer adopts a parked task it finds by ListTasks
-        only into the registration it names."""
+    ) -> str | None:
+        """Persist the request, tell Reviewer, then park the task on it. The request names the client's
+        registration (`agent`): Reviewer adopts a parked task it finds by ListTasks only into the
+        registration it names. When a policy decided at intake, the announcement's answer carries the
+        signed decision (within `answer_wait` seconds): that is returned and the task is not parked
+        (a2a-sdk takes no further events from an execute() once its task is parked)."""
         request = self.client.stamped(request)
         await asyncio.to_thread(self.store.save_request, updater.task_id, updater.context_id, request)
+        if self.announce and (token := await self._announce(updater.task_id, updater.context_id, request)):
+            return token
         await updater.requires_auth(
             text_message(updater, f"{headline}: {request['summary']}", approval_request_metadata(request))
         )
-        if self.announce:
-            self._announce(updater.task_id, updater.context_id, request)
         logger.info(
             "task %s parked on request %s (%s)", updater.task_id, request["request_id"], request["summary"]
         )
+        return None
 
-    def _announce(self, task_id: str, context_id: str, request: dict[str, Any]) -> None:
-        """POST the request in the background (best effort: the parked task is the source of truth)."""
+    async def _announce(self, task_id: str, context_id: str, request: dict[str, Any]) -> str | None:
+        """POST the request (best effort: the parked task is the source of truth), waiting up to
+        `answer_wait` seconds for the answer's token; past that the POST goes on in the background."""
 
-        async def post() -> None:
+        async def post() -> str | None:
             try:
-                await asyncio.to_thread(self.client.submit, request, task_id=task_id, context_id=context_id)
+                submission = await asyncio.to_thread(
+                    self.client.submit, request, task_id=task_id, context_id=context_id
+                )
             except Exception as error:  # logged, never raised: Reviewer also learns by push or GetTask
                 logger.warning("Reviewer not told about request %s: %s", request["request_id"], error)
+                return None
+            return submission.token
 
         background = asyncio.create_task(post(), name=f"proposal:{request['request_id']}")
         self._announcing.add(background)  # keep a reference, or the task may be collected mid-flight
         background.add_done_callback(self._announcing.discard)
+        if self.answer_wait <= 0:
+            return None
+        done, _ = await asyncio.wait({background}, timeout=self.answer_wait)
+        return background.result() if done else None
+
+    async def _decided_at_intake(
+        self,
+        context: RequestContext,
+        updater: TaskUpdater,
+        token: str | None,
+        answer_question: AnswerQuestion | None,
+        still_wanted: StillWanted | None,
+        can_perform: CanPerform | None,
+    ) -> Released | None:
+        """Policy decided the request at intake, so the announcement's answer carried the signed decision
+        (`token`): act on it now, as on a continuation, instead of waiting parked for Reviewer to send
+        it. Reviewer's continuation then arrives as a repeat: verify() or Reviewer's single-use consume
+        lets exactly one of the two deliveries act."""
+        if token is None:
+            return None
+        asked = await asyncio.to_thread(self.store.current_request, updater.task_id)
+        if asked is None:  # superseded meanwhile: the continuation of the newer request decides
+            return None
+        return await self._decide(context, updater, asked, token, answer_question, still_wanted, can_perform)
 
     async def aclose(self) -> None:
         """Let announcements in flight finish (at most 5 s), then close the kept-alive connections."""
@@ -298,6 +257,19 @@ class A2AApprovals:
                 )
             )
             return None
+        return await self._decide(context, updater, asked, token, answer_question, still_wanted, can_perform)
+
+    async def _decide(
+        self,
+        context: RequestContext,
+        updater: TaskUpdater,
+        asked: AskedRequest,
+        token: str,
+        answer_question: AnswerQuestion | None,
+        still_wanted: StillWanted | None,
+        can_perform: CanPerform | None,
+    ) -> Released | None:
+        """Verify `token` against the request on record and end, park or release the task by it."""
         try:
             decision = await asyncio.to_thread(
                 self.gate.verify,
@@ -334,9 +306,13 @@ class A2AApprovals:
                         updater, f"Reviewer asked: {decision.reason}. Not answered; nothing was executed."
                     )
                 )
-            else:
-                await self.park(updater, answer, "Approval required (answered the reviewer's question)")
-            return None
+                return None
+            answered = await self.park(
+                updater, answer, "Approval required (answered the reviewer's question)"
+            )
+            return await self._decided_at_intake(
+                context, updater, answered, answer_question, still_wanted, can_perform
+            )
         return await self._release(context, updater, asked, decision, still_wanted, can_perform)
 
     async def _release(
