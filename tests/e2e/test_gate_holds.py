@@ -212,6 +212,15 @@ def test_01_a_low_risk_action_is_allowed_without_a_review_item(world):
         == "policy:small-refunds@1"
     )
     assert len(ledger(stack)) == 1
+    # The agent acted on the decision in its announcement's answer; Reviewer's own continuation still
+    # went out, and counts as delivered (the task was working or over), not as a failure to retry.
+    continuation = OutboxMessage.objects.filter(proposal=proposal, kind="continue")
+    wait_for(
+        lambda: continuation.filter(status="delivered").exists(),
+        f"the continuation delivered ({list(continuation.values_list('status', 'last_error'))})",
+        stack=stack,
+    )
+    assert len(ledger(stack)) == 1
 
 
 # --- 2. prohibited is denied, and no reviewer can override --------------------------------------------
