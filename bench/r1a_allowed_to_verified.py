@@ -1,13 +1,14 @@
-"""R1a: a policy-allowed request, from the agent parking its task (SendMessage sent) to the decision
+"""R1a: a policy-allowed request, from the SendMessage that asks the agent (sent) to the decision
 verified and consumed by the agent (its ledger line), against a bare A2A GetTask round trip to the same
 agent (target: p50 ≤ 3x).
 
     BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench_delivery REDIS_URL=redis://127.0.0.1:6379/9 \\
         .venv/bin/python bench/r1a_allowed_to_verified.py [N]
 
-The path: the agent parks and pushes (Reviewer's intake evaluates the policy: allowed, decision signed,
-continuation queued, worker woken), the worker continues the task, the agent verifies the decision,
-consumes it (a call back to Reviewer) and refunds. See bench/delivery_stack.py for the stack.
+The path: the agent stores the request and announces it (Reviewer's intake evaluates the policy:
+allowed, decision signed and in the answer, continuation queued), the agent verifies the decision from
+that answer, consumes it (a call back to Reviewer) and refunds; Reviewer's continuation follows and
+finds the task working or over. See bench/delivery_stack.py for the stack.
 """
 
 import json
@@ -51,7 +52,7 @@ async def _measure(stack: DeliveryStack, iterations: int) -> dict:
         await client.close()
     result = row(
         "R1a",
-        "policy-allowed request: agent parks → decision verified and consumed (ledger line) vs bare GetTask",
+        "policy-allowed request: SendMessage → decision verified and consumed (ledger line) vs bare GetTask",
         baseline,
         measured,
         TARGET,

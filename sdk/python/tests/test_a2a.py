@@ -225,13 +225,16 @@ async def test_a_decision_for_another_task_fails_it_and_nothing_runs(agent, revi
     assert deleted == []
 
 
-async def start_task(url: str):
-    """(client, http, task): the first message of a new task, sent."""
+async def first_message_until(url: str, state):
+    """Send a new task's first message, and no other, and wait for the task to reach `state`."""
     http, client = await a2a_client(url)
-    first = await send(
-        client, Message(message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text="delete it")])
-    )
-    return client, http, first.task
+    try:
+        first = await send(
+            client, Message(message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text="delete it")])
+        )
+        return await wait_state(client, first.task.id, state)
+    finally:
+        await http.aclose()
 
 
 async def test_a_request_policy_allows_is_acted_on_from_the_announcements_answer(agent, reviewer, key):
@@ -239,11 +242,7 @@ async def test_a_request_policy_allows_is_acted_on_from_the_announcements_answer
     message's own execute() verified, consumed and acted on it."""
     url, audience, deleted = agent
     decide_at_intake(reviewer, key, audience=audience)
-    client, http, task = await start_task(url)
-    try:
-        await wait_state(client, task.id, TaskState.TASK_STATE_COMPLETED)
-    finally:
-        await http.aclose()
+    await first_message_until(url, TaskState.TASK_STATE_COMPLETED)
     ((path, idempotency_key),) = deleted
     assert path == "reports/q3.xlsx"
     assert len(reviewer.consumes_for(idempotency_key)) == 1
@@ -253,11 +252,7 @@ async def test_a_request_policy_allows_is_acted_on_from_the_announcements_answer
 async def test_a_request_policy_denies_is_rejected_from_the_announcements_answer(agent, reviewer, key):
     url, audience, deleted = agent
     decide_at_intake(reviewer, key, audience=audience, decision="rejected", reason="not by agents")
-    client, http, task = await start_task(url)
-    try:
-        ended = await wait_state(client, task.id, TaskState.TASK_STATE_REJECTED)
-    finally:
-        await http.aclose()
+    ended = await first_message_until(url, TaskState.TASK_STATE_REJECTED)
     assert "not by agents" in " ".join(part.text for part in ended.status.message.parts)
     assert deleted == [] and reviewer.consumes == []
 
