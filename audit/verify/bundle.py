@@ -193,7 +193,7 @@ def verify_bundle(path, *, jwks: dict | None = None, previous: str | None = None
     the bundle are used (which proves integrity against the exporter's keys, not who the exporter was).
 
     With pinned keys, event lines in the layout of audit/verify/lines.py are checked by hashing their own
-    bytes (lines.linked_hash), which trusts that they are the exporter's RFC 8785 text. That holds only
+    bytes (lines.linked_run), which trusts that they are the exporter's RFC 8785 text. That holds only
     if the manifest's signature verifies and names this events.jsonl's sha256; when either fails, the
     lines may be anyone's, and every line is checked again the long way (decoded, encoded by the hash
     rule), which names the first bad event."""

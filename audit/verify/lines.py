@@ -8,9 +8,9 @@ bytes whose sha256 the hash is. A JSON reader reads the same event as from the `
 bundles held; a verifier can hash a line's own bytes instead of decoding and encoding it again, which is
 most of the time verification took (bench/README.md, R5c).
 
-`linked_hash` is that shortcut. It answers only for a line in exactly this layout that is the next event
-of the chain being verified (its chain, seq and prev_hash read off the text at the places RFC 8785 puts
-them); for anything else it answers None and the caller decodes the line and checks it the long way
+`linked_run` is that shortcut. It takes lines only while each is in exactly this layout and is the next
+event of the chain being verified (its chain, seq and prev_hash read off the text at the places RFC 8785
+puts them); at anything else it stops, and the caller decodes that line and checks it the long way
 (chains.ChainVerifier.feed), which names what is wrong. It trusts that the body is RFC 8785 text, which
 holds when the bytes are the exporter's: audit/verify/bundle.py uses it only on an events.jsonl whose
 sha256 the signed manifest names, and verifies again the long way otherwise.

@@ -115,8 +115,8 @@ class A2AApprovals:
         self.gate = client.gate
         self.store = store
         self.announce = announce  # also POST the request (the push / reconciliation are the others)
-        # How long a parked task waits for the announcement's answer, which carries the decision when a
-        # policy decides at intake (0: always wait for Reviewer's continuation instead).
+        # How long a request waits for the announcement's answer before its task parks; the answer
+        # carries the decision when a policy decides at intake (0: always park and wait for Reviewer).
         self.answer_wait = answer_wait
         self._announcing: set[asyncio.Task[str | None]] = set()
 
