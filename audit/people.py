@@ -19,19 +19,17 @@ UNKNOWN = "person:unknown"
 
 def pseudonym_of(user) -> str:
     """The person's pseudonym, made on first use (kept on the instance: one query per request)."""
-    cached = getattr(user, "_audit_pseudonym", None)
-    if cached:
-        return cached
     if getattr(user, "pk", None) is None:
-        return UNKNOWN
+        return getattr(user, "_audit_pseudonym", None) or UNKNOWN
+    read_pseudonyms([user])  # no query when the instance keeps it already
+    if getattr(user, "_audit_pseudonym", None):
+        return user._audit_pseudonym
     entries = PersonDirectoryEntry.objects
-    pseudonym = entries.filter(user_id=user.pk).values_list("pseudonym", flat=True).first()
-    if pseudonym is None:
-        try:
-            with transaction.atomic():
-                pseudonym = entries.create(user_id=user.pk, pseudonym=PREFIX + secrets.token_hex(8)).pseudonym
-        except IntegrityError:  # another transaction named this person first
-            pseudonym = entries.get(user_id=user.pk).pseudonym
+    try:
+        with transaction.atomic():
+            pseudonym = entries.create(user_id=user.pk, pseudonym=PREFIX + secrets.token_hex(8)).pseudonym
+    except IntegrityError:  # another transaction named this person first
+        pseudonym = entries.get(user_id=user.pk).pseudonym
     user._audit_pseudonym = pseudonym
     return pseudonym
 

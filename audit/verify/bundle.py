@@ -192,12 +192,14 @@ def verify_bundle(path, *, jwks: dict | None = None, previous: str | None = None
     """Verify a bundle written by audit/exports.py. `jwks` pins the keys to trust; without it the keys in
     the bundle are used (which proves integrity against the exporter's keys, not who the exporter was).
 
-    With pinned keys, event lines in the layout of audit/verify/lines.py are checked by hashing their own
-    bytes (lines.linked_run), which trusts that they are the exporter's RFC 8785 text. That holds only
+    With pinned keys and no `previous` (whose every hash is compared, so each line is decoded anyway),
+    event lines in the layout of audit/verify/lines.py are checked by hashing their own bytes
+    (lines.linked_run), which trusts that they are the exporter's RFC 8785 text. That holds only
     if the manifest's signature verifies and names this events.jsonl's sha256; when either fails, the
     lines may be anyone's, and every line is checked again the long way (decoded, encoded by the hash
     rule), which names the first bad event."""
-    result, trusted = _verify(path, jwks=jwks, previous=previous, quick=jwks is not None)
+    quick = jwks is not None and previous is None
+    result, trusted = _verify(path, jwks=jwks, previous=previous, quick=quick)
     if trusted:
         return result
     return _verify(path, jwks=jwks, previous=previous, quick=False)[0]

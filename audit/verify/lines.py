@@ -51,9 +51,8 @@ def event_line(event: dict) -> bytes:
         except ValueError:  # a lone surrogate, which RFC 8785 refuses
             pass
         else:
-            recorded = event["hash"]
-            text = _string(recorded) if type(recorded) is str else json.dumps(recorded)
-            return body[:-1] + b',"hash":' + text.encode() + b"}"
+            recorded = json.dumps(event["hash"], ensure_ascii=False)  # as RFC 8785 writes a string
+            return body[:-1] + b',"hash":' + recorded.encode() + b"}"
     return json.dumps(event, ensure_ascii=False).encode()
 
 

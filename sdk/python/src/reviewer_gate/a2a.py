@@ -151,9 +151,9 @@ class A2AApprovals:
             request = await propose(context, updater)
             if request is None:
                 return None
-            token = await self.park(updater, request)
+            decided = await self.park(updater, request)
             return await self._decided_at_intake(
-                context, updater, token, answer_question, still_wanted, can_perform
+                context, updater, decided, answer_question, still_wanted, can_perform
             )
         updater = TaskUpdater(event_queue, task.id, task.context_id)
         if task.status.state != TaskState.TASK_STATE_AUTH_REQUIRED:
@@ -164,16 +164,17 @@ class A2AApprovals:
 
     async def park(
         self, updater: TaskUpdater, request: dict[str, Any], headline: str = "Approval required"
-    ) -> str | None:
+    ) -> tuple[AskedRequest, str] | None:
         """Persist the request, tell Reviewer, then park the task on it. The request names the client's
         registration (`agent`): Reviewer adopts a parked task it finds by ListTasks only into the
         registration it names. When a policy decided at intake, the announcement's answer carries the
-        signed decision (within `answer_wait` seconds): that is returned and the task is not parked
-        (a2a-sdk takes no further events from an execute() once its task is parked)."""
+        signed decision (within `answer_wait` seconds): then (the request as persisted, the decision)
+        is returned and the task is not parked (a2a-sdk takes no further events from an execute() once
+        its task is parked)."""
         request = self.client.stamped(request)
         await asyncio.to_thread(self.store.save_request, updater.task_id, updater.context_id, request)
         if self.announce and (token := await self._announce(updater.task_id, updater.context_id, request)):
-            return token
+            return AskedRequest(updater.task_id, updater.context_id, request), token
         await updater.requires_auth(
             text_message(updater, f"{headline}: {request['summary']}", approval_request_metadata(request))
         )
@@ -208,20 +209,18 @@ class A2AApprovals:
         self,
         context: RequestContext,
         updater: TaskUpdater,
-        token: str | None,
+        decided: tuple[AskedRequest, str] | None,
         answer_question: AnswerQuestion | None,
         still_wanted: StillWanted | None,
         can_perform: CanPerform | None,
     ) -> Released | None:
-        """Policy decided the request at intake, so the announcement's answer carried the signed decision
-        (`token`): act on it now, as on a continuation, instead of waiting parked for Reviewer to send
-        it. Reviewer's continuation then arrives as a repeat: verify() or Reviewer's single-use consume
-        lets exactly one of the two deliveries act."""
-        if token is None:
+        """What park() returned: None when the task parked; else policy decided the request at intake and
+        the announcement's answer carried the signed decision: act on it now, as on a continuation,
+        instead of waiting parked for Reviewer to send it. Reviewer's continuation then arrives as a
+        repeat: verify() or Reviewer's single-use consume lets exactly one of the two deliveries act."""
+        if decided is None:
             return None
-        asked = await asyncio.to_thread(self.store.current_request, updater.task_id)
-        if asked is None:  # superseded meanwhile: the continuation of the newer request decides
-            return None
+        asked, token = decided
         return await self._decide(context, updater, asked, token, answer_question, still_wanted, can_perform)
 
     async def aclose(self) -> None:
@@ -307,11 +306,9 @@ class A2AApprovals:
                     )
                 )
                 return None
-            answered = await self.park(
-                updater, answer, "Approval required (answered the reviewer's question)"
-            )
+            decided = await self.park(updater, answer, "Approval required (answered the reviewer's question)")
             return await self._decided_at_intake(
-                context, updater, answered, answer_question, still_wanted, can_perform
+                context, updater, decided, answer_question, still_wanted, can_perform
             )
         return await self._release(context, updater, asked, decision, still_wanted, can_perform)
 
