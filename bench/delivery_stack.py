@@ -93,14 +93,13 @@ class DeliveryStack:
         self.tenant = factories.make_tenant()
         factories.make_user("requester", tenant=self.tenant, principal_id="requester", groups=["finance"])
         self.reviewer = factories.make_user("reviewer_a", tenant=self.tenant, groups=["finance"])
-        factories.make_policy(
-            self.tenant,
-            "refunds",
-            tool_pattern="payments.refund",
-            outcome=outcome,
-            thresholds=[{"group": "finance", "count": 1}],
-            step_up="3600",  # a fresh session step-up counts: votes need no new code each
-        )
+        self.policy = {
+            "tool_pattern": "payments.refund",
+            "outcome": outcome,
+            "thresholds": [{"group": "finance", "count": 1}],
+            "step_up": "3600",  # a fresh session step-up counts: votes need no new code each
+        }
+        factories.make_policy(self.tenant, "refunds", **self.policy)
         factories.make_agent(
             self.tenant,
             push_token=self.stack.push_token,
@@ -108,6 +107,14 @@ class DeliveryStack:
             card_url=self.stack.agent.audience,
         )
         self.ledger = self.stack.agent.state_dir / "ledger.jsonl"
+
+    def act_without_consume(self) -> None:
+        """Activate a new version of the refund policy with `consume_online: false` (docs/policy-format.md):
+        its decisions say `consume: false`, and the agent acts on the verified token without calling
+        Reviewer back. The contract's option for reversible, low-risk tools, never for irreversible ones."""
+        from tests import factories
+
+        factories.make_policy(self.tenant, "refunds", **self.policy, consume_online=False)
 
     def ledger_lines(self) -> int:
         try:
@@ -211,30 +218,63 @@ def delivery_stages(proposal_id, *, ledger_at: float) -> dict:
     while True:  # the agent may refund before the worker has recorded its SendMessage as delivered
         decision = Decision.objects.get(proposal_id=proposal_id)
         message = OutboxMessage.objects.get(proposal_id=proposal_id, kind=OutboxMessage.Kind.CONTINUE)
-        if (message.delivered_at and decision.consumed_at) or time.perf_counter() > end:
+        consumed = decision.consumed_at or not decision.consume_required
+        if (message.delivered_at and consumed) or time.perf_counter() > end:
             break
         time.sleep(0.01)
     start = decision.issued_at.timestamp()
-    return {
-        "decision → continuation delivered": (message.delivered_at.timestamp() - start) * 1000,
-        "decision → consumed by the agent": (decision.consumed_at.timestamp() - start) * 1000,
-        "decision → ledger line seen": (ledger_at - start) * 1000,
-    }
+    stages = {"decision → continuation delivered": (message.delivered_at.timestamp() - start) * 1000}
+    if decision.consume_required:
+        stages["decision → consumed by the agent"] = (decision.consumed_at.timestamp() - start) * 1000
+    stages["decision → ledger line seen"] = (ledger_at - start) * 1000
+    return stages
 
 
 def stage_medians(stages: list[dict]) -> dict:
     return {name: round(statistics.median(s[name] for s in stages), 1) for name in stages[0]}
 
 
+OPTION_NOTE = (
+    "policy `consume_online: false`: the agent acts on the verified decision without the consume call "
+    "(the contract's option for reversible, low-risk tools; the default consumes)"
+)
+
+
+async def consumed_then_option(stack: "DeliveryStack", series, iterations: int) -> list[dict]:
+    """Two rows: `series(client, numbers, consume=True)` on the default policy, then, once a new version
+    of it says `consume_online: false`, the same path as the option's row (`consume=False`, the next
+    `iterations` refunds)."""
+    client = await agent_client(stack)
+    try:
+        rows = [await series(client, range(iterations), consume=True)]
+        stack.act_without_consume()
+        rows.append(await series(client, range(iterations, 2 * iterations), consume=False))
+    finally:
+        await client.close()
+    rows[1]["note"] += "; " + OPTION_NOTE
+    return rows
+
+
+def check_consume_claims(task_ids: list[str], consume: bool) -> None:
+    """Every decision of these tasks' proposals says `consume: <consume>` (a row measures one kind)."""
+    from approvals.models import Decision
+
+    claims = Decision.objects.filter(proposal__task_id__in=task_ids).values_list(
+        "consume_required", flat=True
+    )
+    if set(claims) != {consume}:
+        raise SystemExit(f"the decisions of this series were not all consume={consume}")
+
+
 def measure_on_stack(outcome: str, measure, iterations: int) -> list[dict]:
     """Django on a scratch folder, a DeliveryStack whose refund policy answers `outcome`, then the async
-    `measure(stack, iterations)` (one row) in one event loop; the stack is stopped whatever happens."""
+    `measure(stack, iterations)` (its rows) in one event loop; the stack is stopped whatever happens."""
     folder = scratch_folder()
     setup_django(folder)
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # one thread: the ORM between awaits, nothing concurrent
     stack = DeliveryStack(folder / "stack", outcome=outcome)
     try:
-        return [asyncio.run(measure(stack, iterations))]
+        return asyncio.run(measure(stack, iterations))
     finally:
         stack.stop()
 

@@ -6,6 +6,9 @@ bare A2A GetTask round trip to the same agent (target: p50 ≤ 3x, p95 ≤ 5x).
 
 The path has two round trips by design (the continuation to the agent, the agent's consume back to
 Reviewer), plus the worker's claim and record. See bench/delivery_stack.py for the stack.
+
+R1o: the same path once the policy's new version says `consume_online: false`: one round trip, the
+continuation; the agent acts on the verified decision without calling Reviewer back.
 """
 
 import asyncio
@@ -18,8 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.delivery_stack import (  # noqa: E402 (after the path)
     DeliveryStack,
-    agent_client,
     bare_round_trips,
+    check_consume_claims,
+    consumed_then_option,
     delivery_stages,
     measure_on_stack,
     row,
@@ -34,41 +38,43 @@ def main(iterations: int = 30) -> list[dict]:
     return measure_on_stack("require_approval", _measure, iterations)
 
 
-async def _measure(stack: DeliveryStack, iterations: int) -> dict:
-    from django.utils import timezone
+async def _measure(stack: DeliveryStack, iterations: int) -> list[dict]:
+    async def series(client, numbers: range, *, consume: bool) -> dict:
+        from django.utils import timezone
 
-    from accounts.stepup import SESSION, StepUp
-    from approvals.models import Proposal
-    from approvals.states import State
+        from accounts.stepup import SESSION, StepUp
+        from approvals.models import Proposal
+        from approvals.states import State
 
-    client = await agent_client(stack)
-    measured, baseline, stages, last_task = [], [], [], ""
-    try:
-        for n in range(iterations):
-            last_task = await send_refund(client, stack, n)
+        measured, baseline, stages, task_ids = [], [], [], []
+        for n in numbers:
+            task_id = await send_refund(client, stack, n)
+            task_ids.append(task_id)
             proposal = _wait(
-                lambda task_id=last_task: Proposal.objects.filter(
+                lambda task_id=task_id: Proposal.objects.filter(
                     task_id=task_id, state=State.AWAITING_REVIEW
                 ).first()
             )
             # In a thread, like a request's: the vote's on-commit hooks must not run in this event loop.
-            committed = await asyncio.to_thread(
-                _vote, proposal, stack.reviewer, StepUp(SESSION, timezone.now())
-            )
+            step_up = StepUp(SESSION, timezone.now())
+            committed = await asyncio.to_thread(_vote, proposal, stack.reviewer, step_up)
             measured.append(stack.wait_ledger(n + 1) - committed)
             stages.append(delivery_stages(proposal.id, ledger_at=time.time()))
-            baseline += await bare_round_trips(client, last_task, 3)
-    finally:
-        await client.close()
-    result = row(
-        "R1",
-        "final vote committed → agent's verified, consumed refund (ledger line) vs bare A2A GetTask",
-        baseline,
-        measured,
-        TARGET,
-    )
-    result["profile"] = stage_medians(stages)
-    return result
+            baseline += await bare_round_trips(client, task_id, 3)
+        check_consume_claims(task_ids, consume)
+        if consume:
+            what = (
+                "final vote committed → agent's verified, consumed refund (ledger line) vs bare A2A GetTask"
+            )
+            result = row("R1", what, baseline, measured, TARGET)
+        else:
+            result = row(
+                "R1o", "R1's path, decision verified without the consume call", baseline, measured, TARGET
+            )
+        result["profile"] = stage_medians(stages)
+        return result
+
+    return await consumed_then_option(stack, series, iterations)
 
 
 def _vote(proposal, reviewer, step_up) -> float:

@@ -9,6 +9,10 @@ The path: the agent stores the request and announces it (Reviewer's intake evalu
 allowed, decision signed and in the answer, continuation queued), the agent verifies the decision from
 that answer, consumes it (a call back to Reviewer) and refunds; Reviewer's continuation follows and
 finds the task working or over. See bench/delivery_stack.py for the stack.
+
+R1ao: the same path once the policy's new version says `consume_online: false` (docs/policy-format.md),
+the contract's option for reversible, low-risk tools: the agent acts on the verified decision from the
+answer, with no consume call back to Reviewer.
 """
 
 import json
@@ -20,8 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.delivery_stack import (  # noqa: E402 (after the path)
     DeliveryStack,
-    agent_client,
     bare_round_trips,
+    check_consume_claims,
+    consumed_then_option,
     delivery_stages,
     measure_on_stack,
     row,
@@ -36,29 +41,30 @@ def main(iterations: int = 30) -> list[dict]:
     return measure_on_stack("allow", _measure, iterations)
 
 
-async def _measure(stack: DeliveryStack, iterations: int) -> dict:
-    from approvals.models import Proposal
+async def _measure(stack: DeliveryStack, iterations: int) -> list[dict]:
+    async def series(client, numbers: range, *, consume: bool) -> dict:
+        from approvals.models import Proposal
 
-    client = await agent_client(stack)
-    measured, baseline, stages = [], [], []
-    try:
-        for n in range(iterations):
+        measured, baseline, stages, task_ids = [], [], [], []
+        for n in numbers:
             sent = time.perf_counter()
             task_id = await send_refund(client, stack, n)
             measured.append(stack.wait_ledger(n + 1) - sent)
+            task_ids.append(task_id)
             stages.append(delivery_stages(Proposal.objects.get(task_id=task_id).id, ledger_at=time.time()))
             baseline += await bare_round_trips(client, task_id, 3)
-    finally:
-        await client.close()
-    result = row(
-        "R1a",
-        "policy-allowed request: SendMessage → decision verified and consumed (ledger line) vs bare GetTask",
-        baseline,
-        measured,
-        TARGET,
-    )
-    result["profile"] = stage_medians(stages)
-    return result
+        check_consume_claims(task_ids, consume)
+        if consume:
+            what = "policy-allowed: SendMessage → decision verified and consumed (ledger line) vs GetTask"
+            result = row("R1a", what, baseline, measured, TARGET)
+        else:
+            result = row(
+                "R1ao", "R1a's path, decision verified without the consume call", baseline, measured, TARGET
+            )
+        result["profile"] = stage_medians(stages)
+        return result
+
+    return await consumed_then_option(stack, series, iterations)
 
 
 if __name__ == "__main__":

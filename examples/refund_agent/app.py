@@ -6,11 +6,7 @@ import logging
 import httpx
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
-from a2a.server.tasks import (
-    BasePushNotificationSender,
-    DatabasePushNotificationConfigStore,
-    DatabaseTaskStore,
-)
+from a2a.server.tasks import DatabasePushNotificationConfigStore, DatabaseTaskStore
 from a2a.types import AgentCapabilities, AgentCard, AgentExtension, AgentInterface, AgentSkill
 from sqlalchemy.ext.asyncio import create_async_engine
 from starlette.applications import Starlette
@@ -20,7 +16,7 @@ from examples.refund_agent.executor import RefundExecutor
 from examples.refund_agent.payments import DownstreamPayments, LedgerPayments
 from examples.refund_agent.state import AgentState
 from reviewer_gate import EXTENSION_URI, ReviewerClient, SQLiteUsedStore
-from reviewer_gate.a2a import A2AApprovals, RetryOverloaded, SQLiteRequestStore
+from reviewer_gate.a2a import A2AApprovals, RetryOverloaded, ReviewerPushSender, SQLiteRequestStore
 
 logger = logging.getLogger(__name__)
 
@@ -92,8 +88,12 @@ def build_app(settings: AgentSettings) -> Starlette:
     push_store = DatabasePushNotificationConfigStore(engine)
     # Pushes to Reviewer wait out its overload answers (503 + Retry-After) instead of being dropped.
     push_http = httpx.AsyncClient(timeout=15, transport=RetryOverloaded())
-    # No push_url_validator: the demo's webhook is on loopback, which the SDK's validator refuses.
-    push_sender = BasePushNotificationSender(push_http, push_store)
+    # Reviewer's webhook gets only the events it reads (a parked request, a final state): each push is
+    # awaited before the task's next event is handled. No push_url_validator: the demo's webhook is on
+    # loopback, which the SDK's validator refuses.
+    push_sender = ReviewerPushSender(
+        push_http, push_store, reviewer_urls={settings.reviewer_url, settings.issuer}
+    )
     payments = (
         DownstreamPayments(settings.downstream_url)
         if settings.downstream_url

@@ -28,14 +28,11 @@ it is yours.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 from a2a.helpers import new_task_from_user_message, new_text_part
 from a2a.server.agent_execution import RequestContext
 from a2a.server.events import EventQueue
@@ -43,6 +40,8 @@ from a2a.server.tasks import TaskUpdater
 from a2a.types import Message, TaskState
 from google.protobuf.json_format import MessageToDict
 
+from reviewer_gate.a2a_push import RetryOverloaded as RetryOverloaded  # re-exported
+from reviewer_gate.a2a_push import ReviewerPushSender as ReviewerPushSender  # re-exported
 from reviewer_gate.client import ReviewerClient
 from reviewer_gate.gate import (
     GateError,
@@ -359,37 +358,3 @@ class A2AApprovals:
             await updater.cancel(text_message(updater, "Cancelled before acting; nothing was executed."))
             return None
         return released
-
-
-class RetryOverloaded(httpx.AsyncBaseTransport):
-    """An httpx async transport for the agent's pushes to Reviewer: a `503 overloaded` (Reviewer's
-    concurrency limit refused the request before it ran) is sent again after Retry-After, for at most
-    `budget_seconds`. a2a-sdk's push sender does not retry, and a task's final state that never reaches
-    Reviewer leaves its proposal open until it expires.
-
-        httpx.AsyncClient(timeout=15, transport=RetryOverloaded())
-    """
-
-    def __init__(self, inner: httpx.AsyncBaseTransport | None = None, *, budget_seconds: float = 30):
-        self.inner = inner or httpx.AsyncHTTPTransport()
-        self.budget_seconds = budget_seconds
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        deadline = time.monotonic() + self.budget_seconds
-        while True:
-            response = await self.inner.handle_async_request(request)
-            if response.status_code != 503:
-                return response
-            await response.aread()
-            try:
-                overloaded = json.loads(response.content)["error"]["code"] == "overloaded"
-                pause = min(max(float(response.headers.get("Retry-After", "1")), 0.1), 10.0)
-            except (ValueError, KeyError, TypeError):
-                return response
-            if not overloaded or time.monotonic() + pause > deadline:
-                return response
-            logger.info("%s %s: Reviewer is overloaded; again in %.1fs", request.method, request.url, pause)
-            await asyncio.sleep(pause)  # the backoff Reviewer asked for
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
