@@ -208,22 +208,26 @@ def row(bench_id: str, what: str, baseline: list[float], measured: list[float], 
     }
 
 
-def delivery_stages(proposal_id, *, ledger_at: float) -> dict:
+def delivery_stages(proposal_id, *, ledger_at: float, continuation: bool = True) -> dict:
     """Where one decision's time went (wall clock, ms after the decision): the worker delivered the
-    continuation (claim + SendMessage + record), the agent consumed the decision (its call back to
-    Reviewer), the ledger line was seen."""
+    continuation (claim + SendMessage + record; `continuation=False` when the agent took the decision
+    from the intake answer and Reviewer holds the continuation), the agent consumed the decision (its
+    call back to Reviewer), the ledger line was seen."""
     from approvals.models import Decision, OutboxMessage
 
     end = time.perf_counter() + 10
     while True:  # the agent may refund before the worker has recorded its SendMessage as delivered
         decision = Decision.objects.get(proposal_id=proposal_id)
         message = OutboxMessage.objects.get(proposal_id=proposal_id, kind=OutboxMessage.Kind.CONTINUE)
+        delivered = message.delivered_at or not continuation
         consumed = decision.consumed_at or not decision.consume_required
-        if (message.delivered_at and consumed) or time.perf_counter() > end:
+        if (delivered and consumed) or time.perf_counter() > end:
             break
         time.sleep(0.01)
     start = decision.issued_at.timestamp()
-    stages = {"decision → continuation delivered": (message.delivered_at.timestamp() - start) * 1000}
+    stages = {}
+    if continuation:
+        stages["decision → continuation delivered"] = (message.delivered_at.timestamp() - start) * 1000
     if decision.consume_required:
         stages["decision → consumed by the agent"] = (decision.consumed_at.timestamp() - start) * 1000
     stages["decision → ledger line seen"] = (ledger_at - start) * 1000

@@ -6,9 +6,10 @@ agent (target: p50 ≤ 3x).
         .venv/bin/python bench/r1a_allowed_to_verified.py [N]
 
 The path: the agent stores the request and announces it (Reviewer's intake evaluates the policy:
-allowed, decision signed and in the answer, continuation queued), the agent verifies the decision from
-that answer, consumes it (a call back to Reviewer) and refunds; Reviewer's continuation follows and
-finds the task working or over. See bench/delivery_stack.py for the stack.
+allowed, decision signed and in the answer), the agent verifies the decision from that answer,
+consumes it (a call back to Reviewer) and refunds. It asked for the decision in the answer (`Prefer:
+decision-in-answer`), so Reviewer holds the task's continuation meanwhile (and, once due, records it
+without sending it: the agent had started). See bench/delivery_stack.py for the stack.
 
 R1ao: the same path once the policy's new version says `consume_online: false` (docs/policy-format.md),
 the contract's option for reversible, low-risk tools: the agent acts on the verified decision from the
@@ -51,7 +52,9 @@ async def _measure(stack: DeliveryStack, iterations: int) -> list[dict]:
             task_id = await send_refund(client, stack, n)
             measured.append(stack.wait_ledger(n + 1) - sent)
             task_ids.append(task_id)
-            stages.append(delivery_stages(Proposal.objects.get(task_id=task_id).id, ledger_at=time.time()))
+            proposal_id = Proposal.objects.get(task_id=task_id).id
+            # The agent asked for the decision in the answer: Reviewer holds the continuation.
+            stages.append(delivery_stages(proposal_id, ledger_at=time.time(), continuation=False))
             baseline += await bare_round_trips(client, task_id, 3)
         check_consume_claims(task_ids, consume)
         if consume:

@@ -146,8 +146,11 @@ MAX_CONCURRENT_REQUESTS = env_int("MAX_CONCURRENT_REQUESTS", 16)
 # A decision's continuation is sent by the process that committed it, right after the commit, in a
 # background thread (at most OUTBOX_DIRECT_SEND_THREADS at once; beyond that the worker is woken
 # instead); the worker stays the retry path (approvals/worker/delivery.py). Off: the worker sends everything.
+# Held instead for an intake decision the agent takes from the answer (`Prefer: decision-in-answer`),
+# then sent only if it has not started on it (ANSWERED_CONTINUATION_DELAY_SECONDS; docs/agents/rest-api.md).
 OUTBOX_DIRECT_SEND = env_bool("OUTBOX_DIRECT_SEND", True)
 OUTBOX_DIRECT_SEND_THREADS = env_int("OUTBOX_DIRECT_SEND_THREADS", 4)
+ANSWERED_CONTINUATION_DELAY_SECONDS = env_int("ANSWERED_CONTINUATION_DELAY_SECONDS", 10)
 # After-commit work the answer need not wait for (sequencing, broadcasts) runs on one background thread
 # per process (lib/commit_hooks.py); off: in the committing request, before its answer.
 COMMIT_HOOKS_IN_BACKGROUND = env_bool("COMMIT_HOOKS_IN_BACKGROUND", True)
@@ -383,13 +386,10 @@ TENANT_OPEN_PROPOSALS = env_int("TENANT_OPEN_PROPOSALS", 5000)
 QUOTA_AUDIT_WINDOW_SECONDS = env_int("QUOTA_AUDIT_WINDOW_SECONDS", 300)
 # What a refusal at an open-proposal ceiling asks the agent to wait (a slot frees when people decide).
 QUOTA_OPEN_RETRY_AFTER_SECONDS = env_int("QUOTA_OPEN_RETRY_AFTER_SECONDS", 60)
-# Outbox delivery: attempts before a message is dead-lettered, and the backoff cap in seconds.
-OUTBOX_MAX_ATTEMPTS = env_int("OUTBOX_MAX_ATTEMPTS", 8)
+OUTBOX_MAX_ATTEMPTS = env_int("OUTBOX_MAX_ATTEMPTS", 8)  # outbox delivery: then the message is dead-lettered
 OUTBOX_BACKOFF_CAP_SECONDS = env_int("OUTBOX_BACKOFF_CAP_SECONDS", 300)
-# A proposal that stays executing this long is reconciled with GetTask on the agent.
-EXECUTING_RECONCILE_SECONDS = env_int("EXECUTING_RECONCILE_SECONDS", 300)
-# How often the worker lists each agent's parked tasks (ListTasks AUTH_REQUIRED) to find lost pushes.
-PARKED_TASKS_LIST_SECONDS = env_int("PARKED_TASKS_LIST_SECONDS", 60)
+EXECUTING_RECONCILE_SECONDS = env_int("EXECUTING_RECONCILE_SECONDS", 300)  # executing this long: GetTask
+PARKED_TASKS_LIST_SECONDS = env_int("PARKED_TASKS_LIST_SECONDS", 60)  # per agent, ListTasks for lost pushes
 # Audit checkpoints: the sequencer signs the chain head every N events, and the worker signs any head
 # that moved once its last checkpoint is T seconds old. Events after the last checkpoint (at most N, or
 # T seconds of them) are what a database owner could rewrite or remove unnoticed: keep both small.

@@ -88,10 +88,12 @@ def approval_request(task_id: str, context_id: str, metadata: dict) -> ProposalS
         raise PushError("invalid", message, field) from error
 
 
-def submit(agent: Agent, submission: ProposalSubmission, *, via: str) -> tuple[Proposal, bool]:
+def submit(
+    agent: Agent, submission: ProposalSubmission, *, via: str, decision_in_answer: bool = False
+) -> tuple[Proposal, bool]:
     """Intake through either channel (push or REST); a refusal is recorded in the audit trail."""
     try:
-        return submit_proposal(agent, submission, via=via)
+        return submit_proposal(agent, submission, via=via, decision_in_answer=decision_in_answer)
     except (IntakeError, HaltedError) as error:
         record_intake_refusal(
             agent, error, via=via, task_id=submission.task_id, request_id=submission.request.request_id

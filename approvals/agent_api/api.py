@@ -10,7 +10,7 @@ from datetime import datetime
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.http import Http404
+from django.http import Http404, HttpResponse
 from ninja import NinjaAPI, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
@@ -186,6 +186,18 @@ def receipt(proposal: Proposal, token: str | None = None) -> dict:
 
 
 DECIDED_AT_INTAKE = frozenset({State.ALLOWED, State.DENIED})
+# RFC 7240: the agent acts on a decision in the intake answer, so its A2A continuation can wait.
+DECISION_IN_ANSWER = "decision-in-answer"
+
+
+def prefers(request, preference: str) -> bool:
+    """Whether the request's Prefer header (RFC 7240: comma-separated, each `token[=value][;params]`)
+    names `preference`."""
+    named = (
+        item.split(";")[0].split("=")[0].strip().lower()
+        for item in request.headers.get("Prefer", "").split(",")
+    )
+    return preference in named
 
 
 def intake_token(proposal: Proposal, created: bool) -> str | None:
@@ -221,8 +233,11 @@ def uuid_or_404(value: str) -> uuid.UUID:
     "same request again after Retry-After seconds.",
     url_name="submit_proposal",
 )
-def submit_proposal(request, submission: ProposalSubmission):
-    proposal, created = submit(request.auth, submission, via="api")
+def submit_proposal(request, response: HttpResponse, submission: ProposalSubmission):
+    in_answer = prefers(request, DECISION_IN_ANSWER)
+    proposal, created = submit(request.auth, submission, via="api", decision_in_answer=in_answer)
+    if in_answer and created and proposal.state in DECIDED_AT_INTAKE:
+        response["Preference-Applied"] = DECISION_IN_ANSWER  # its continuation was held
     return Status(201 if created else 200, receipt(proposal, intake_token(proposal, created)))
 
 

@@ -53,10 +53,13 @@ def issue_decision(
     approvers: list[dict],
     quorum: Quorum | None = None,
     versions: list | None = None,
+    continuation_delay: int = 0,
 ) -> Decision:
     """Sign the decision, store it, and queue its delivery to the agent, all in this transaction.
     The policy claims name every version pinned on the proposal (policy.shaping_refs); `versions`:
-    those versions with their policies, when the caller has them (intake pinned them just now)."""
+    those versions with their policies, when the caller has them (intake pinned them just now).
+    `continuation_delay`: seconds the continuation waits (the agent takes the decision from the intake
+    answer; the worker sends it only if the agent has not started on it by then)."""
     issued = timezone.now()
     consume = kind == Decision.Kind.APPROVED and bool(proposal.requirements.get("consume", True))
     decision = Decision(
@@ -122,6 +125,7 @@ def issue_decision(
         message_id=f"decision-{decision.jti}",
         payload={"jti": str(decision.jti), "decision": kind, "reason": decision.reason},
         new=True,  # the jti was made above
+        delay_seconds=continuation_delay,
     )
     return decision
 

@@ -40,9 +40,13 @@ from lib.errors import IntakeError, ServiceError
 from lib.held_writes import held_writes, write
 
 
-def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -> tuple[Proposal, bool]:
+def submit_proposal(
+    agent: Agent, submission: ProposalSubmission, *, via: str, decision_in_answer: bool = False
+) -> tuple[Proposal, bool]:
     """Create the proposal for an agent's approval request (idempotent on agent, task, request id) and
-    evaluate policy. Returns (proposal, created)."""
+    evaluate policy. Returns (proposal, created). `decision_in_answer`: the agent acts on a decision
+    policy makes here from the answer, so its continuation is held (ANSWERED_CONTINUATION_DELAY_SECONDS)
+    instead of sent right after the commit."""
     request = submission.request
     if request.agent and request.agent != agent.slug:
         raise IntakeError(
@@ -136,7 +140,14 @@ def submit_proposal(agent: Agent, submission: ProposalSubmission, *, via: str) -
                 via=via,
             )
             if refused is None:
-                _store_and_route(proposal, evaluation, old, via=via, supersedes=request.supersedes)
+                _store_and_route(
+                    proposal,
+                    evaluation,
+                    old,
+                    via=via,
+                    supersedes=request.supersedes,
+                    decision_in_answer=decision_in_answer,
+                )
     except IntegrityError:
         # The same request arrived twice at once (push and REST): the other one created it.
         existing = Proposal.objects.filter(
@@ -208,7 +219,13 @@ def _check_supersedable(old: Proposal | None, old_request_id: str) -> None:
 
 
 def _store_and_route(
-    proposal: Proposal, evaluation: Evaluation, old: Proposal | None, *, via: str, supersedes
+    proposal: Proposal,
+    evaluation: Evaluation,
+    old: Proposal | None,
+    *,
+    via: str,
+    supersedes,
+    decision_in_answer: bool,
 ) -> None:
     """Store the evaluated proposal in its first state (one INSERT) and write what goes with it: the
     audit events (submitted, the superseded request's transition, policy evaluated, the proposal's
@@ -242,7 +259,7 @@ def _store_and_route(
             reason=f"superseded by proposal {proposal.id}",
             data={"successor": str(proposal.id)},
         )
-    _pin_and_route(proposal, evaluation, target, first=previous)
+    _pin_and_route(proposal, evaluation, target, first=previous, decision_in_answer=decision_in_answer)
 
 
 def _insert_with_pins(proposal: Proposal, versions: list[PolicyVersion]) -> None:
@@ -323,7 +340,14 @@ def _target_state(evaluation: Evaluation) -> str:
     return State.AWAITING_REVIEW
 
 
-def _pin_and_route(proposal: Proposal, evaluation: Evaluation, target: str, *, first: str | None) -> None:
+def _pin_and_route(
+    proposal: Proposal,
+    evaluation: Evaluation,
+    target: str,
+    *,
+    first: str | None,
+    decision_in_answer: bool = False,
+) -> None:
     """Pin the versions that decided (a stored proposal: intake's new one was inserted with its pins),
     record the evaluation, move the proposal to `target` (`first`: the state it left already, before
     its insert; None: a stored proposal, moved here) and write the review notice or the decision."""
@@ -365,6 +389,7 @@ def _pin_and_route(proposal: Proposal, evaluation: Evaluation, target: str, *, f
             reason=evaluation.reason,
             approvers=_policy_approvers(evaluation),
             versions=evaluation.versions,
+            continuation_delay=settings.ANSWERED_CONTINUATION_DELAY_SECONDS if decision_in_answer else 0,
         )
 
 

@@ -90,19 +90,27 @@ def supersession_chain(proposal: Proposal) -> list[str]:
 
 
 def enqueue_message(
-    proposal: Proposal, kind: str, *, message_id: str, payload: dict, new: bool = False
+    proposal: Proposal,
+    kind: str,
+    *,
+    message_id: str,
+    payload: dict,
+    new: bool = False,
+    delay_seconds: int = 0,
 ) -> OutboxMessage | None:
     """Queue a message for the worker (idempotent on message_id) and wake it when this commits.
     `new`: the message id was made just now (a fresh decision's jti), so there is nothing to look up:
-    one INSERT instead of get_or_create's read, savepoint, insert and release. Nothing for a pull agent
-    (no card URL): Reviewer never calls it, it reads its decision by pull (None is returned)."""
+    one INSERT instead of get_or_create's read, savepoint, insert and release. `delay_seconds`: due only
+    then, so neither sent right after the commit nor woken for; the worker's tick claims it once due.
+    Nothing for a pull agent (no card URL): Reviewer never calls it, it reads its decision by pull (None
+    is returned)."""
     if proposal.agent.is_pull:  # the agent is at hand: intake and the decision paths load it
         return None
     fields = {
         "agent_id": proposal.agent_id,
         "proposal": proposal,
         "payload": payload,
-        "next_attempt_at": timezone.now(),
+        "next_attempt_at": timezone.now() + timedelta(seconds=delay_seconds),
     }
     if new:
         message, created = OutboxMessage.objects.create(kind=kind, message_id=message_id, **fields), True
@@ -110,10 +118,11 @@ def enqueue_message(
         message, created = OutboxMessage.objects.get_or_create(
             kind=kind, message_id=message_id, defaults=fields
         )
-    if created and kind == OutboxMessage.Kind.CONTINUE:
-        wakeup.continuation_queued(message.id)  # sent right after commit (approvals/worker/delivery.py)
-    elif created:
-        wakeup.outbox_message_queued()
+    if created and not delay_seconds:  # a delayed one waits for the worker's tick after it is due
+        if kind == OutboxMessage.Kind.CONTINUE:
+            wakeup.continuation_queued(message.id)  # sent right after commit (approvals/worker/delivery.py)
+        else:
+            wakeup.outbox_message_queued()
     return message
 
 

@@ -46,7 +46,7 @@ from approvals.services.outbox import (
     withdraw_outbox,
 )
 from approvals.services.reconcile import apply_task_state
-from approvals.states import State
+from approvals.states import STARTED, State
 
 log = logging.getLogger(__name__)
 
@@ -60,11 +60,21 @@ LEASE_SECONDS = int(CALL_DEADLINE_SECONDS * 2 + 30)
 def deliver_claimed(message: OutboxMessage, *, now: datetime | None = None) -> str:
     """Deliver one claimed message; returns "delivered", "failed" or "dead"."""
     label = f"outbox {message.id} {message.kind} {message.message_id} (attempt {message.attempts})"
-    withdrawn = withdrawal_reason(message)
-    if withdrawn:
+    state = _approval_state(message)
+    if state in {State.REVOKED, State.EXPIRED}:
+        # An approval must not leave once its decision was revoked or expired: the agent might act on it
+        # before the CancelTask that follows (always, when it need not consume the decision online).
+        withdrawn = f"the approval was {state} before it was delivered"
         withdraw_outbox(message.id, reason=withdrawn)
         log.info("%s: withdrawn, %s", label, withdrawn)
         return "dead"
+    if state in STARTED:
+        # The agent has the decision already: it consumed it, or reported its outcome, having taken it from
+        # the intake answer (Prefer: decision-in-answer) or a pull. Sending it would only be ignored.
+        note = f"not sent: the agent had the decision (the proposal is {state})"
+        mark_outbox_delivered(message.id, note=note, now=now)
+        log.info("%s: %s", label, note)
+        return "delivered"
     try:
         note = send(message)
     except Exception as error:  # anything at all: the row must get its retry or its dead letter
@@ -81,18 +91,14 @@ def deliver_claimed(message: OutboxMessage, *, now: datetime | None = None) -> s
     return "delivered"
 
 
-def withdrawal_reason(message: OutboxMessage) -> str:
-    """An approval must not leave once its decision was revoked or expired: the agent might act on it
-    before the CancelTask that follows (always, when it need not consume the decision online)."""
+def _approval_state(message: OutboxMessage) -> str | None:
+    """The proposal's state, for the continuation of an approval (None for any other message)."""
     if (
         message.kind != OutboxMessage.Kind.CONTINUE
         or message.payload.get("decision") != Decision.Kind.APPROVED
     ):
-        return ""
-    state = Proposal.objects.values_list("state", flat=True).get(pk=message.proposal_id)
-    if state in {State.REVOKED, State.EXPIRED}:
-        return f"the approval was {state} before it was delivered"
-    return ""
+        return None
+    return Proposal.objects.values_list("state", flat=True).get(pk=message.proposal_id)
 
 
 def send(message: OutboxMessage) -> str:

@@ -212,14 +212,19 @@ def test_01_a_low_risk_action_is_allowed_without_a_review_item(world):
         == "policy:small-refunds@1"
     )
     assert len(ledger(stack)) == 1
-    # The agent acted on the decision in its announcement's answer; Reviewer's own continuation still
-    # went out, and counts as delivered (the task was working or over), not as a failure to retry.
+    # The agent acted on the decision in its announcement's answer, having asked for it there (Prefer:
+    # decision-in-answer): Reviewer held the continuation, and once due (ANSWERED_CONTINUATION_DELAY_
+    # SECONDS) recorded it delivered without sending it, since the agent had started on the decision.
     continuation = OutboxMessage.objects.filter(proposal=proposal, kind="continue")
     wait_for(
         lambda: continuation.filter(status="delivered").exists(),
-        f"the continuation delivered ({list(continuation.values_list('status', 'last_error'))})",
+        f"the continuation settled ({list(continuation.values_list('status', 'last_error'))})",
         stack=stack,
     )
+    (delivered,) = AuditEvent.objects.filter(
+        verb=Verb.OUTBOX_DELIVERED, data__outbox_id=continuation.get().id
+    )
+    assert delivered.data["note"].startswith("not sent: the agent had the decision")
     assert len(ledger(stack)) == 1
 
 

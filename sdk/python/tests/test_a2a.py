@@ -247,6 +247,8 @@ async def test_a_request_policy_allows_is_acted_on_from_the_announcements_answer
     assert path == "reports/q3.xlsx"
     assert len(reviewer.consumes_for(idempotency_key)) == 1
     assert reviewer.outcomes_for(idempotency_key) == ["succeeded"]
+    # It told Reviewer it acts on the answer, so Reviewer holds the task's continuation meanwhile.
+    assert [call["prefer"] for call in reviewer.proposals] == ["decision-in-answer"]
 
 
 async def test_a_request_policy_denies_is_rejected_from_the_announcements_answer(agent, reviewer, key):
@@ -267,3 +269,4 @@ async def test_without_answer_wait_the_task_waits_parked_for_the_continuation(pa
         await http.aclose()
     ((_, idempotency_key),) = deleted
     assert len(reviewer.consumes_for(idempotency_key)) == 1
+    assert [call["prefer"] for call in reviewer.proposals] == [None]  # the continuation is not held

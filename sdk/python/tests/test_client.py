@@ -37,6 +37,7 @@ def test_an_approval_is_submitted_verified_consumed_and_reported(client, reviewe
 
     (submitted,) = reviewer.proposals
     assert submitted["authorization"] == "Bearer agent-token"
+    assert submitted["prefer"] == "decision-in-answer"  # it acts on a decision in the answer
     assert submitted["body"]["request"]["action_digest"] == gate.action_digest(ACTION)
     assert submitted["body"]["request"]["expires_at"].endswith("Z")
     assert approval.action == ACTION and not approval.edited

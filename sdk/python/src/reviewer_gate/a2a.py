@@ -15,7 +15,8 @@
 for the approval request, persists it, parks the task in TASK_STATE_AUTH_REQUIRED with the request in
 the status message metadata and tells Reviewer (`POST /api/v1/proposals`, retried). When a policy
 decides at intake, that POST's answer carries the signed decision and the same call goes on with it
-at once (waiting at most `answer_wait` seconds for the answer); otherwise it returns None and
+at once (waiting at most `answer_wait` seconds for the answer, and telling Reviewer so with `Prefer:
+decision-in-answer`, which holds Reviewer's continuation meanwhile); otherwise it returns None and
 `execute()` returns. When Reviewer continues the task with the signed decision,
 the SDK calls `execute()` again and the same call verifies the token (from the MESSAGE metadata)
 against the persisted request, ends the task itself when the answer is no (REJECTED with the
@@ -188,8 +189,14 @@ class A2AApprovals:
 
         async def post() -> str | None:
             try:
+                # With answer_wait, a decision made at intake is acted on from this answer: Reviewer
+                # holds the continuation meanwhile (and sends it only if the task has not started on it).
                 submission = await asyncio.to_thread(
-                    self.client.submit, request, task_id=task_id, context_id=context_id
+                    self.client.submit,
+                    request,
+                    task_id=task_id,
+                    context_id=context_id,
+                    decision_in_answer=self.answer_wait > 0,
                 )
             except Exception as error:  # logged, never raised: Reviewer also learns by push or GetTask
                 logger.warning("Reviewer not told about request %s: %s", request["request_id"], error)

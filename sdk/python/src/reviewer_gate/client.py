@@ -148,7 +148,13 @@ class ReviewerClient:
         return headers
 
     def _call(
-        self, method: str, path: str, *, json: dict[str, Any] | None = None, timeout: float | None = None
+        self,
+        method: str,
+        path: str,
+        *,
+        json: dict[str, Any] | None = None,
+        timeout: float | None = None,
+        headers: dict[str, str] | None = None,
     ) -> httpx.Response:
         """One request, retried with exponential backoff on connection errors and 502/503/504 (at most
         `retries` times). A 429 raises Throttled at once: the agent is over a quota and must slow down,
@@ -163,7 +169,11 @@ class ReviewerClient:
             last = attempt == self.retries
             try:
                 response = self._client().request(
-                    method, url, json=json, headers=self._headers(), timeout=timeout or self.http_timeout
+                    method,
+                    url,
+                    json=json,
+                    headers={**self._headers(), **(headers or {})},
+                    timeout=timeout or self.http_timeout,
                 )
             except httpx.HTTPError as error:
                 if last:
@@ -201,13 +211,22 @@ class ReviewerClient:
         return {**request, "agent": self.agent}
 
     def submit(
-        self, request: dict[str, Any], *, task_id: str | None = None, context_id: str = ""
+        self,
+        request: dict[str, Any],
+        *,
+        task_id: str | None = None,
+        context_id: str = "",
+        decision_in_answer: bool = True,
     ) -> Submission:
-        """Announce the request. `task_id` names the unit of work the decision is bound to (`sub`)."""
+        """Announce the request. `task_id` names the unit of work the decision is bound to (`sub`).
+        `decision_in_answer`: the caller acts on a decision policy makes at intake from this answer
+        (`Submission.token`), so Reviewer holds the task's A2A continuation (`Prefer: decision-in-answer`);
+        False for a caller that waits for the continuation instead."""
         request = self.stamped(request)
         task_id = task_id or f"task-{uuid.uuid4()}"
         body = {"task_id": task_id, "context_id": context_id, "request": request}
-        response = self._call("POST", "/api/v1/proposals", json=body)
+        headers = {"Prefer": "decision-in-answer"} if decision_in_answer else None
+        response = self._call("POST", "/api/v1/proposals", json=body, headers=headers)
         if response.status_code not in (200, 201):
             raise ValueError(f"Reviewer refused the request: {self._error(response)}")
         receipt = response.json()

@@ -274,7 +274,11 @@ class FakeReviewer:
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
-                call = {"body": body, "authorization": self.headers.get("Authorization")}
+                call = {
+                    "body": body,
+                    "authorization": self.headers.get("Authorization"),
+                    "prefer": self.headers.get("Prefer"),
+                }
                 if self.path.startswith("/a2a/push/"):
                     call["token"] = self.headers.get("X-A2A-Notification-Token")
                     with reviewer.lock:
