@@ -244,30 +244,35 @@ OPTION_NOTE = (
 )
 
 
-async def consumed_then_option(stack: "DeliveryStack", series, iterations: int) -> list[dict]:
-    """Two rows: `series(client, numbers, consume=True)` on the default policy, then, once a new version
-    of it says `consume_online: false`, the same path as the option's row (`consume=False`, the next
-    `iterations` refunds)."""
-    client = await agent_client(stack)
-    try:
-        rows = [await series(client, range(iterations), consume=True)]
-        stack.act_without_consume()
-        rows.append(await series(client, range(iterations, 2 * iterations), consume=False))
-    finally:
-        await client.close()
-    rows[1]["note"] += "; " + OPTION_NOTE
-    return rows
-
-
-def check_consume_claims(task_ids: list[str], consume: bool) -> None:
-    """Every decision of these tasks' proposals says `consume: <consume>` (a row measures one kind)."""
+async def consumed_then_option(
+    stack: "DeliveryStack", series, iterations: int, *, rows: list[tuple[str, str]], target: str
+) -> list[dict]:
+    """Two rows, named by `rows` ((id, what) each): `series(client, numbers)` on the default policy,
+    then, once a new version of it says `consume_online: false`, on the next `iterations` refunds (the
+    option's row). `series` returns (baseline, measured, stages, task ids); every decision of a row's
+    tasks must say `consume` as its policy does."""
     from approvals.models import Decision
 
-    claims = Decision.objects.filter(proposal__task_id__in=task_ids).values_list(
-        "consume_required", flat=True
-    )
-    if set(claims) != {consume}:
-        raise SystemExit(f"the decisions of this series were not all consume={consume}")
+    client = await agent_client(stack)
+    results = []
+    try:
+        for (bench_id, what), consume in zip(rows, (True, False), strict=True):
+            if not consume:
+                stack.act_without_consume()
+            numbers = range(len(results) * iterations, (len(results) + 1) * iterations)
+            baseline, measured, stages, task_ids = await series(client, numbers)
+            claims = Decision.objects.filter(proposal__task_id__in=task_ids).values_list(
+                "consume_required", flat=True
+            )
+            if set(claims) != {consume}:
+                raise SystemExit(f"the decisions of {bench_id} were not all consume={consume}")
+            result = row(bench_id, what, baseline, measured, target)
+            result["profile"] = stage_medians(stages)
+            results.append(result)
+    finally:
+        await client.close()
+    results[1]["note"] += "; " + OPTION_NOTE
+    return results
 
 
 def measure_on_stack(outcome: str, measure, iterations: int) -> list[dict]:

@@ -22,13 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.delivery_stack import (  # noqa: E402 (after the path)
     DeliveryStack,
     bare_round_trips,
-    check_consume_claims,
     consumed_then_option,
     delivery_stages,
     measure_on_stack,
-    row,
     send_refund,
-    stage_medians,
 )
 
 TARGET = "p50 ≤ 3x, p95 ≤ 5x"
@@ -39,7 +36,7 @@ def main(iterations: int = 30) -> list[dict]:
 
 
 async def _measure(stack: DeliveryStack, iterations: int) -> list[dict]:
-    async def series(client, numbers: range, *, consume: bool) -> dict:
+    async def series(client, numbers: range):
         from django.utils import timezone
 
         from accounts.stepup import SESSION, StepUp
@@ -61,20 +58,13 @@ async def _measure(stack: DeliveryStack, iterations: int) -> list[dict]:
             measured.append(stack.wait_ledger(n + 1) - committed)
             stages.append(delivery_stages(proposal.id, ledger_at=time.time()))
             baseline += await bare_round_trips(client, task_id, 3)
-        check_consume_claims(task_ids, consume)
-        if consume:
-            what = (
-                "final vote committed → agent's verified, consumed refund (ledger line) vs bare A2A GetTask"
-            )
-            result = row("R1", what, baseline, measured, TARGET)
-        else:
-            result = row(
-                "R1o", "R1's path, decision verified without the consume call", baseline, measured, TARGET
-            )
-        result["profile"] = stage_medians(stages)
-        return result
+        return baseline, measured, stages, task_ids
 
-    return await consumed_then_option(stack, series, iterations)
+    rows = [
+        ("R1", "final vote committed → agent's verified, consumed refund (ledger line) vs bare A2A GetTask"),
+        ("R1o", "R1's path, decision verified without the consume call"),
+    ]
+    return await consumed_then_option(stack, series, iterations, rows=rows, target=TARGET)
 
 
 def _vote(proposal, reviewer, step_up) -> float:

@@ -26,13 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.delivery_stack import (  # noqa: E402 (after the path)
     DeliveryStack,
     bare_round_trips,
-    check_consume_claims,
     consumed_then_option,
     delivery_stages,
     measure_on_stack,
-    row,
     send_refund,
-    stage_medians,
 )
 
 TARGET = "p50 ≤ 3x"
@@ -43,7 +40,7 @@ def main(iterations: int = 30) -> list[dict]:
 
 
 async def _measure(stack: DeliveryStack, iterations: int) -> list[dict]:
-    async def series(client, numbers: range, *, consume: bool) -> dict:
+    async def series(client, numbers: range):
         from approvals.models import Proposal
 
         measured, baseline, stages, task_ids = [], [], [], []
@@ -56,18 +53,13 @@ async def _measure(stack: DeliveryStack, iterations: int) -> list[dict]:
             # The agent asked for the decision in the answer: Reviewer holds the continuation.
             stages.append(delivery_stages(proposal_id, ledger_at=time.time(), continuation=False))
             baseline += await bare_round_trips(client, task_id, 3)
-        check_consume_claims(task_ids, consume)
-        if consume:
-            what = "policy-allowed: SendMessage → decision verified and consumed (ledger line) vs GetTask"
-            result = row("R1a", what, baseline, measured, TARGET)
-        else:
-            result = row(
-                "R1ao", "R1a's path, decision verified without the consume call", baseline, measured, TARGET
-            )
-        result["profile"] = stage_medians(stages)
-        return result
+        return baseline, measured, stages, task_ids
 
-    return await consumed_then_option(stack, series, iterations)
+    rows = [
+        ("R1a", "policy-allowed: SendMessage → decision verified and consumed (ledger line) vs GetTask"),
+        ("R1ao", "R1a's path, decision verified without the consume call"),
+    ]
+    return await consumed_then_option(stack, series, iterations, rows=rows, target=TARGET)
 
 
 if __name__ == "__main__":
