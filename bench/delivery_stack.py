@@ -256,11 +256,11 @@ async def consumed_then_option(
     client = await agent_client(stack)
     results = []
     try:
-        for (bench_id, what), consume in zip(rows, (True, False), strict=True):
+        for number, ((bench_id, what), consume) in enumerate(zip(rows, (True, False), strict=True)):
             if not consume:
                 stack.act_without_consume()
-            numbers = range(len(results) * iterations, (len(results) + 1) * iterations)
-            baseline, measured, stages, task_ids = await series(client, numbers)
+            refunds = range(number * iterations, (number + 1) * iterations)
+            baseline, measured, stages, task_ids = await series(client, refunds)
             claims = Decision.objects.filter(proposal__task_id__in=task_ids).values_list(
                 "consume_required", flat=True
             )
