@@ -292,6 +292,15 @@ def verified_client(user):
     return sign_in_verified(Client(), user)
 
 
+def subscribe_push_device(user, subscription: dict, name="Alice's phone"):
+    """A person's device subscribed to Web Push through the page, as the installed web app does it."""
+    import json
+
+    return verified_client(user).post(
+        "/push/subscribe", data=json.dumps({**subscription, "name": name}), content_type="application/json"
+    )
+
+
 def clone_waiting(template, count: int, *, batch: int = 5000) -> None:
     """`count` copies of a proposal awaiting review, bulk-inserted with their policy pins (no services,
     no audit events): volume for the queue's flatness test and benchmark, made in seconds. Copies expire

@@ -14,6 +14,7 @@ Tenant ── Delegation (out of office: a person's eligibility lent to a delega
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 from tenants.models import Tenant
 
@@ -21,9 +22,16 @@ from tenants.models import Tenant
 class FollowUp(models.Model):
     """What the worker did to chase one proposal that waits for people. Intake writes it (one INSERT);
     the worker checks reachability on its first look and records each reminder (percent of the TTL) and
-    the escalation."""
+    the escalation.
+
+    The worker reads only what is due: `due_at` is its next look (the first right after intake, then
+    the next reminder, the escalation step or the expiry), and a follow-up with no `announced_at` is a
+    new proposal still to be posted to chat and pushed to phones. A tick costs what is due, never what
+    merely waits: a million waiting proposals are not read every two seconds."""
 
     proposal = models.OneToOneField("approvals.Proposal", on_delete=models.CASCADE, related_name="follow_up")
+    due_at = models.DateTimeField(default=timezone.now)
+    announced_at = models.DateTimeField(null=True, blank=True)
     reminders_sent = models.JSONField(default=list, blank=True)  # [50, 80]: the percents already sent
     escalated_at = models.DateTimeField(null=True, blank=True)
     # When the worker checked whether the quorum is reachable (its first look, right after intake), and
@@ -35,7 +43,12 @@ class FollowUp(models.Model):
     done = models.BooleanField(default=False)  # it stopped waiting: nothing more to chase
 
     class Meta:
-        indexes = [models.Index(fields=["done"], condition=Q(done=False), name="follow_ups_open")]
+        indexes = [
+            models.Index(fields=["due_at"], condition=Q(done=False), name="follow_ups_due"),
+            models.Index(
+                fields=["id"], condition=Q(done=False, announced_at=None), name="follow_ups_unannounced"
+            ),
+        ]
 
     def __str__(self):
         return f"follow-up of {self.proposal_id}"
@@ -143,7 +156,9 @@ class SlackPost(models.Model):
     shown = models.CharField(max_length=64, blank=True)  # a hash of what the message shows now
     final = models.BooleanField(default=False)  # it shows a closed proposal: no more updates
     attempts = models.PositiveIntegerField(default=0)
-    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    # When the worker looks at it next (approvals/notify/slack_sync.py): at once when planned, when its
+    # proposal changes, after a backoff when a call failed, else a slow safety-net sweep.
+    next_attempt_at = models.DateTimeField(default=timezone.now)
     last_error = models.CharField(max_length=200, blank=True)
 
     class Meta:
@@ -152,7 +167,7 @@ class SlackPost(models.Model):
                 fields=["proposal", "workspace", "channel"], name="one_slack_post_per_channel"
             )
         ]
-        indexes = [models.Index(fields=["final"], condition=Q(final=False), name="slack_posts_open")]
+        indexes = [models.Index(fields=["next_attempt_at"], condition=Q(final=False), name="slack_posts_due")]
 
     def __str__(self):
         return f"slack post of {self.proposal_id} in {self.channel}"
@@ -210,13 +225,15 @@ class TeamsPost(models.Model):
     requested_at = models.DateTimeField(null=True, blank=True)
     outcome_state = models.CharField(max_length=20, blank=True)  # the closed state its outcome card showed
     attempts = models.PositiveIntegerField(default=0)
-    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    # When the worker looks at it next (approvals/notify/teams.py), as SlackPost.next_attempt_at.
+    next_attempt_at = models.DateTimeField(default=timezone.now)
     final = models.BooleanField(default=False)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["proposal", "channel"], name="one_teams_post_per_channel")
         ]
+        indexes = [models.Index(fields=["next_attempt_at"], condition=Q(final=False), name="teams_posts_due")]
 
     def __str__(self):
         return f"teams post of {self.proposal_id}"

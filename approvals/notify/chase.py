@@ -1,4 +1,4 @@
-"""The worker's chasing step: for every proposal still followed up, record what is due now
+"""The worker's chasing step: for every follow-up whose time has come, record what is due now
 (approvals/services/follow_ups.py: reminders, the escalation step, the admins' notes), then tell the
 people by e-mail, on their push devices (approvals/notify/push.py) and in the proposal's Slack thread
 (approvals/notify/slack_sync.py). Nothing here waits for a page to be open; the times come from the
@@ -18,16 +18,21 @@ from django.core.mail import EmailMessage, get_connection
 from approvals.notify import push, slack_sync
 from approvals.notify.audience import tenant_admins, waiting_reviewers
 from approvals.notify.common import one_line, proposal_link, when
-from approvals.services.follow_ups import Chase, chase_one, open_follow_ups
+from approvals.selectors.reach import ReachReader
+from approvals.services.follow_ups import Chase, chase_one, due_follow_ups
 
 log = logging.getLogger(__name__)
 
+BATCH = 200  # follow-ups chased per tick at most, the longest due first
+
 
 def run(now: datetime | None = None) -> int:
-    """The worker's step. Returns how many follow-ups did something."""
+    """The worker's step: the follow-ups that are due (services.follow_ups.due_follow_ups). Returns how
+    many did something."""
     acted = 0
-    for follow_up_id in open_follow_ups():
-        chase = chase_one(follow_up_id, now)
+    reach = ReachReader()  # a new request's first look reads its tenant's groups once per step
+    for follow_up_id in due_follow_ups(now, BATCH):
+        chase = chase_one(follow_up_id, now, reach)
         if chase is None:
             continue
         acted += 1

@@ -26,7 +26,7 @@ from py_vapid import Vapid02
 from pywebpush import WebPushException, webpush
 
 from approvals.a2a import outbound
-from approvals.models.notifications import FollowUp, PushSubscription
+from approvals.models.notifications import PushSubscription
 from approvals.notify.audience import waiting_reviewers
 from approvals.notify.common import one_line, proposal_link
 from approvals.services.push_devices import (
@@ -35,12 +35,10 @@ from approvals.services.push_devices import (
     not_yet_pushed,
     record_pushed,
 )
-from approvals.states import OPEN_FOR_VOTES
 from lib import base64url
 
 log = logging.getLogger(__name__)
 
-BATCH = 50
 TTL_SECONDS = 3600
 
 
@@ -149,16 +147,14 @@ def push_to(user, proposal, reason: str) -> int:
     return reached
 
 
-def run(now=None) -> int:
-    """The worker's step: end the subscriptions of deprovisioned people, then push each new waiting
-    proposal to the people who could decide it."""
-    end_for_deprovisioned()
+def announce(proposal) -> int:
+    """A new proposal, pushed once to the people who could decide it (the worker's announcing step,
+    approvals/notify/announce.py); returns how many devices it reached."""
     if not configured():
         return 0
-    pushed = 0
-    for follow_up in FollowUp.objects.filter(done=False, proposal__state__in=OPEN_FOR_VOTES).select_related(
-        "proposal__agent"
-    )[:BATCH]:
-        for person in waiting_reviewers(follow_up.proposal):
-            pushed += push_to(person, follow_up.proposal, "new")
-    return pushed
+    return sum(push_to(person, proposal, "new") for person in waiting_reviewers(proposal))
+
+
+def run(now=None) -> int:
+    """The worker's step: end the subscriptions of deprovisioned people."""
+    return end_for_deprovisioned()

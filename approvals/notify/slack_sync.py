@@ -12,17 +12,17 @@ import logging
 from datetime import datetime
 
 from django.conf import settings
-from django.db.models import Q
 from django.utils import timezone
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 
-from approvals.models.notifications import FollowUp, SlackIdentity, SlackPost, SlackWorkspace
+from approvals.models.notifications import SlackIdentity, SlackPost, SlackWorkspace
 from approvals.notify import slack_messages
 from approvals.notify.audience import waiting_reviewers
 from approvals.notify.secrets import SecretMissing, read_secret
 from approvals.services import slack_links
-from approvals.states import OPEN_FOR_VOTES, TERMINAL
+from approvals.services.chat_posts import next_look
+from approvals.states import TERMINAL
 
 log = logging.getLogger(__name__)
 
@@ -54,28 +54,22 @@ def channels_for(proposal, workspace: SlackWorkspace) -> list[str]:
     return list(dict.fromkeys(channels))
 
 
+def announce(proposal) -> None:
+    """Plan a new proposal's messages in each enabled Slack workspace of its tenant (the worker's
+    announcing step, approvals/notify/announce.py); `run` posts them in the same tick."""
+    for workspace in SlackWorkspace.objects.filter(tenant_id=proposal.tenant_id, enabled=True):
+        slack_links.plan_posts(proposal, workspace, channels_for(proposal, workspace))
+
+
 def run(now: datetime | None = None) -> int:
-    """Plan posts for new proposals, then post or update what is due. Returns how many calls succeeded."""
+    """Post or update the messages that are due (services.chat_posts: planned, changed, retried, or
+    the safety net's turn), most overdue first. Returns how many calls succeeded."""
     now = now or timezone.now()
     slack_links.forget_old_signatures(now)
-    workspaces = {w.tenant_id: w for w in SlackWorkspace.objects.filter(enabled=True)}
-    if not workspaces:
-        return 0
-    new = (
-        FollowUp.objects.filter(
-            done=False, proposal__state__in=OPEN_FOR_VOTES, proposal__tenant_id__in=workspaces
-        )
-        .exclude(proposal__slack_posts__isnull=False)
-        .select_related("proposal__agent")[:BATCH]
-    )
-    for follow_up in new:
-        workspace = workspaces[follow_up.proposal.tenant_id]
-        slack_links.plan_posts(follow_up.proposal, workspace, channels_for(follow_up.proposal, workspace))
     due = (
-        SlackPost.objects.filter(final=False, workspace__enabled=True)
-        .filter(Q(next_attempt_at=None) | Q(next_attempt_at__lte=now))
+        SlackPost.objects.filter(final=False, workspace__enabled=True, next_attempt_at__lte=now)
         .select_related("proposal__agent", "workspace")
-        .order_by("id")[:BATCH]
+        .order_by("next_attempt_at", "id")[:BATCH]
     )
     done = 0
     clients: dict[int, WebClient] = {}
@@ -84,21 +78,20 @@ def run(now: datetime | None = None) -> int:
             web = clients.get(post.workspace_id) or clients.setdefault(
                 post.workspace_id, client(post.workspace)
             )
-            done += sync_post(web, post)
+            done += sync_post(web, post, now)
         except (SlackApiError, SlackClientError, SecretMissing, OSError) as error:
             log.warning("slack post %s failed: %s", post.pk, error)
             slack_links.record_post_failure(post, type(error).__name__, now)
     return done
 
 
-def sync_post(web: WebClient, post: SlackPost) -> int:
+def sync_post(web: WebClient, post: SlackPost, now: datetime) -> int:
     proposal = post.proposal
     blocks = slack_messages.proposal_blocks(proposal)
     shown = slack_messages.shown_hash(blocks)
     final = proposal.state in TERMINAL
     if post.ts and shown == post.shown:
-        if final:
-            slack_links.record_posted(post, channel=post.posted_channel, ts=post.ts, shown=shown, final=True)
+        slack_links.record_checked(post, final=final, next_look=next_look(now))
         return 0
     text = slack_messages.fallback_text(proposal)
     if post.ts:
@@ -107,7 +100,9 @@ def sync_post(web: WebClient, post: SlackPost) -> int:
         answer = web.chat_postMessage(
             channel=post.channel, blocks=blocks, text=text, unfurl_links=False, unfurl_media=False
         )
-    slack_links.record_posted(post, channel=answer["channel"], ts=answer["ts"], shown=shown, final=final)
+    slack_links.record_posted(
+        post, channel=answer["channel"], ts=answer["ts"], shown=shown, final=final, next_look=next_look(now)
+    )
     return 1
 
 

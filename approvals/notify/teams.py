@@ -18,16 +18,21 @@ import logging
 from datetime import datetime, timedelta
 
 import httpx
-from django.db.models import Q
 from django.utils import timezone
 
 from approvals.a2a import outbound
-from approvals.models.notifications import FollowUp, TeamsChannel, TeamsPost
+from approvals.models.notifications import TeamsChannel, TeamsPost
 from approvals.notify.common import one_line, proposal_link, when
 from approvals.notify.secrets import SecretMissing, read_secret
 from approvals.notify.slack_messages import status_line
-from approvals.services.teams_posts import plan_teams_posts, record_teams_failure, record_teams_sent
-from approvals.states import OPEN_FOR_VOTES, TERMINAL, WAITING_FOR_PEOPLE
+from approvals.services.chat_posts import next_look
+from approvals.services.teams_posts import (
+    plan_teams_posts,
+    record_teams_checked,
+    record_teams_failure,
+    record_teams_sent,
+)
+from approvals.states import TERMINAL, WAITING_FOR_PEOPLE
 
 log = logging.getLogger(__name__)
 
@@ -113,38 +118,33 @@ def send(channel: TeamsChannel, body: dict) -> None:
         )
 
 
+def announce(proposal) -> None:
+    """Plan a new proposal's cards in the enabled channels of its tenant that follow one of its groups
+    (the worker's announcing step, approvals/notify/announce.py); `run` posts them in the same tick."""
+    slugs = {t["group"] for t in proposal.requirements.get("thresholds", [])}
+    channels = TeamsChannel.objects.filter(tenant_id=proposal.tenant_id, enabled=True)
+    plan_teams_posts(proposal, [c for c in channels if slugs & set(c.groups)])
+
+
 def run(now: datetime | None = None) -> int:
-    """The worker's step: plan a post per channel for new waiting proposals, then send what is due."""
+    """The worker's step: send the cards that are due (services.chat_posts: planned, the proposal
+    changed, retried, or the safety net's turn), most overdue first."""
     now = now or timezone.now()
-    channels = list(TeamsChannel.objects.filter(enabled=True))
-    if not channels:
-        return 0
-    new = FollowUp.objects.filter(
-        done=False,
-        proposal__state__in=OPEN_FOR_VOTES,
-        proposal__tenant_id__in={c.tenant_id for c in channels},
-    ).select_related("proposal")[:BATCH]
-    for follow_up in new:
-        proposal = follow_up.proposal
-        slugs = {t["group"] for t in proposal.requirements.get("thresholds", [])}
-        plan_teams_posts(
-            proposal, [c for c in channels if c.tenant_id == proposal.tenant_id and slugs & set(c.groups)]
-        )
     due = (
-        TeamsPost.objects.filter(final=False, channel__enabled=True)
-        .filter(Q(next_attempt_at=None) | Q(next_attempt_at__lte=now))
+        TeamsPost.objects.filter(final=False, channel__enabled=True, next_attempt_at__lte=now)
         .select_related("proposal__agent", "channel")
-        .order_by("id")[:BATCH]
+        .order_by("next_attempt_at", "id")[:BATCH]
     )
     sent = 0
     for post in due:
         proposal = post.proposal
         closed = proposal.state in TERMINAL or proposal.state not in WAITING_FOR_PEOPLE
         if post.requested_at is not None and not closed:
-            continue  # waiting, and its card is posted: nothing to add until it ends
+            record_teams_checked(post, next_look(now))  # waiting, and its card is posted: nothing to add
+            continue
         if post.requested_at is None and closed:
             record_teams_sent(
-                post, requested=False, outcome_state=proposal.state
+                post, requested=False, outcome_state=proposal.state, next_look=now
             )  # ended before it was posted
             continue
         try:
@@ -153,6 +153,11 @@ def run(now: datetime | None = None) -> int:
             log.warning("teams post %s failed: %s", post.pk, type(error).__name__)
             record_teams_failure(post, now + timedelta(seconds=min(2 ** (post.attempts + 1) * 5, 600)))
             continue
-        record_teams_sent(post, requested=not closed, outcome_state=proposal.state if closed else "")
+        record_teams_sent(
+            post,
+            requested=not closed,
+            outcome_state=proposal.state if closed else "",
+            next_look=next_look(now),
+        )
         sent += 1
     return sent

@@ -10,6 +10,7 @@ person fills one slot (a matching, as the quorum count does). Read-only.
 """
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from django.apps import apps
 from django.contrib.auth import get_user_model
@@ -20,6 +21,9 @@ from accounts import passkeys
 from approvals.models.notifications import Delegation
 from approvals.policy.step_up import needs_passkey
 from tenants.models import ApproverGroup, GroupMembership, TenantMembership
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 @dataclass
@@ -68,40 +72,72 @@ def _can_vote(proposal, user, role_of: dict, principals: set, with_factor: set) 
     return user.pk in with_factor
 
 
-def reachability(proposal) -> Reachability:
-    required = [dict(t) for t in proposal.requirements.get("thresholds", [])]
-    slugs = [t["group"] for t in required]
-    groups = {
-        g.id: g.slug for g in ApproverGroup.objects.filter(tenant_id=proposal.tenant_id, slug__in=slugs)
-    }
+@dataclass
+class GroupFacts:
+    """What reachability reads of a tenant's people for a set of groups and a factor rule, the same for
+    every proposal that asks for them: the members of the groups, everyone's role and principal id in
+    the tenant, who is out of office and with whom, and who has a factor the rule accepts."""
+
+    members: dict[int, set[str]]  # user id -> the slugs of the groups they are in
+    role_of: dict[int, str]
+    principal_of: dict[int, str]
+    users: dict[int, "User"]
+    lent: dict[int, "User"]  # an absent member's id -> their delegate
+    with_factor: set[int]
+
+
+def read_group_facts(tenant_id, slugs, passkey_asked: bool) -> GroupFacts:
+    groups = {g.id: g.slug for g in ApproverGroup.objects.filter(tenant_id=tenant_id, slug__in=slugs)}
     members: dict[int, set[str]] = {}
     for membership in GroupMembership.objects.filter(group_id__in=groups):
         members.setdefault(membership.user_id, set()).add(groups[membership.group_id])
-    tenant_members = TenantMembership.objects.filter(tenant_id=proposal.tenant_id)
-    role_of = dict(tenant_members.values_list("user_id", "role"))
-    principals = set(
-        tenant_members.filter(principal_id=proposal.principal_id).values_list("user_id", flat=True)
-    )
-    passkey_asked = needs_passkey(proposal.requirements)
-    users = {u.pk: u for u in get_user_model().objects.filter(pk__in=members)}
+    role_of, principal_of = {}, {}
+    for user_id, role, principal_id in TenantMembership.objects.filter(tenant_id=tenant_id).values_list(
+        "user_id", "role", "principal_id"
+    ):
+        role_of[user_id], principal_of[user_id] = role, principal_id
     lent = {
-        d.delegator_id: d.delegate
-        for d in _delegations_from(proposal.tenant_id, members).select_related("delegate")
+        d.delegator_id: d.delegate for d in _delegations_from(tenant_id, members).select_related("delegate")
     }
-    with_factor = factor_owners({*members, *(d.pk for d in lent.values())}, passkey_asked)
+    return GroupFacts(
+        members=members,
+        role_of=role_of,
+        principal_of=principal_of,
+        users={u.pk: u for u in get_user_model().objects.filter(pk__in=members)},
+        lent=lent,
+        with_factor=factor_owners({*members, *(d.pk for d in lent.values())}, passkey_asked),
+    )
+
+
+class ReachReader:
+    """Reachability for many proposals (the worker's chasing step): their group facts read once per
+    tenant, set of groups and factor rule, not once per proposal."""
+
+    def __init__(self):
+        self._facts: dict[tuple, GroupFacts] = {}
+
+    def reachability(self, proposal) -> "Reachability":
+        slugs = tuple(sorted({t["group"] for t in proposal.requirements.get("thresholds", [])}))
+        key = (proposal.tenant_id, slugs, needs_passkey(proposal.requirements))
+        if key not in self._facts:
+            self._facts[key] = read_group_facts(*key)
+        return reachability(proposal, self._facts[key])
+
+
+def reachability(proposal, facts: GroupFacts) -> Reachability:
+    """Who could fill the proposal's slots, from the facts of its groups (ReachReader reads them)."""
+    required = [dict(t) for t in proposal.requirements.get("thresholds", [])]
+    slugs = [t["group"] for t in required]
+    principals = {user_id for user_id, p in facts.principal_of.items() if p == proposal.principal_id}
     # Who fills which slots: each present voter for their own groups, each absent one through a delegate.
     candidates: dict[str, set[str]] = {}  # a voter's username -> slugs they can fill
-    for user_id, member_slugs in members.items():
-        user = users[user_id]
+    for user_id, member_slugs in facts.members.items():
+        user = facts.users[user_id]
         if user_id in principals and not proposal.requirements.get("self_approval"):
             continue
-        if user_id in lent:  # out of office: their delegate counts in their place, if they could vote
-            delegate = lent[user_id]
-            if _can_vote(proposal, delegate, role_of, principals, with_factor):
-                candidates.setdefault(delegate.get_username(), set()).update(member_slugs)
-            continue
-        if _can_vote(proposal, user, role_of, principals, with_factor):
-            candidates.setdefault(user.get_username(), set()).update(member_slugs)
+        voter = facts.lent.get(user_id, user)  # out of office: their delegate counts in their place
+        if _can_vote(proposal, voter, facts.role_of, principals, facts.with_factor):
+            candidates.setdefault(voter.get_username(), set()).update(member_slugs)
     return Reachability(
         required=required,
         reachable=_slots_filled(required, candidates),

@@ -1,6 +1,10 @@
 """Chasing a proposal that waits for people: reachability right after intake, reminders, the escalation
 step, and the note that an unseen request expired. Each function is one transaction with its audit event; the
 worker (approvals/notify/chase.py) calls them at their times and then tells the people they name.
+
+The worker reads only follow-ups that are due (`FollowUp.due_at`): each chase sets the next time
+something can happen (a reminder, the escalation step, the expiry), so a tick costs what is due and a
+follow-up far down a long queue is chased at its time like the first.
 """
 
 from dataclasses import dataclass, field
@@ -13,7 +17,7 @@ from django.utils import timezone
 
 from approvals.models import Proposal
 from approvals.models.notifications import FollowUp, StandIn
-from approvals.selectors.reach import reachability
+from approvals.selectors.reach import ReachReader
 from approvals.services.common import proposal_subject
 from approvals.sql import insert_statement
 from approvals.states import WAITING_FOR_PEOPLE
@@ -34,11 +38,11 @@ def open_follow_up(proposal: Proposal) -> None:
     write(*insert_statement(FollowUp(proposal=proposal)))
 
 
-def _note_reachability(follow_up: FollowUp, now: datetime) -> dict:
+def _note_reachability(follow_up: FollowUp, now: datetime, reach: ReachReader) -> dict:
     """The worker's first look: can enough people decide it? If not, the audit trail says so and the
     admins are told in this tick (the worker is woken by intake's commit or polls within seconds)."""
     proposal = follow_up.proposal
-    found = reachability(proposal)
+    found = reach.reachability(proposal)
     follow_up.reach_checked_at = now
     follow_up.unreachable = {} if found.met else {"missing": found.missing()}
     if follow_up.unreachable:
@@ -71,16 +75,19 @@ class Chase:
     tell_admins_expired: bool = False
 
 
-def chase_one(follow_up_id, now: datetime | None = None) -> Chase | None:
+def chase_one(follow_up_id, now: datetime | None = None, reach: ReachReader | None = None) -> Chase | None:
     """Record what is due for one open follow-up now (reminders, the escalation step, the admins'
-    notes); None when nothing is. A follow-up whose proposal stopped waiting is closed."""
+    notes) and when to look again; None when nothing is to be told. A follow-up whose proposal stopped
+    waiting is closed. `reach`: the chasing step's, which reads each tenant's group facts once for all
+    the proposals it looks at."""
     now = now or timezone.now()
+    reach = reach or ReachReader()
     with transaction.atomic():
         follow_up = (
             FollowUp.objects.select_for_update().select_related("proposal").filter(pk=follow_up_id).first()
         )
-        if follow_up is None or follow_up.done:
-            return None
+        if follow_up is None or follow_up.done or follow_up.due_at > now:
+            return None  # (another worker chased it since it was listed)
         proposal = follow_up.proposal
         chase = Chase(proposal)
         if proposal.state not in WAITING_FOR_PEOPLE:
@@ -95,7 +102,7 @@ def chase_one(follow_up_id, now: datetime | None = None) -> Chase | None:
             follow_up.save(update_fields=["done", "expiry_told_at"])
             return chase if chase.tell_admins_expired else None
         if follow_up.reach_checked_at is None:
-            _note_reachability(follow_up, now)
+            _note_reachability(follow_up, now, reach)
         if follow_up.unreachable and follow_up.admins_told_at is None:
             follow_up.admins_told_at = now
             chase.tell_admins_unreachable = follow_up.unreachable
@@ -120,6 +127,7 @@ def chase_one(follow_up_id, now: datetime | None = None) -> Chase | None:
             if due_steps:
                 follow_up.escalated_at = now
                 chase.escalated = _escalate(proposal, due_steps, now)
+        follow_up.due_at = next_look(proposal, follow_up, now)
         follow_up.save(
             update_fields=[
                 "reach_checked_at",
@@ -127,11 +135,31 @@ def chase_one(follow_up_id, now: datetime | None = None) -> Chase | None:
                 "admins_told_at",
                 "reminders_sent",
                 "escalated_at",
+                "due_at",
             ]
         )
     if chase.reminders or chase.escalated or chase.tell_admins_unreachable:
         return chase
     return None
+
+
+# A proposal still waiting after its expiry time (the expiry step has not closed it yet) is looked at
+# again this much later.
+LOOK_AGAIN_AFTER_EXPIRY = timedelta(seconds=30)
+
+
+def next_look(proposal: Proposal, follow_up: FollowUp, now: datetime) -> datetime:
+    """The next time something can happen to this waiting proposal's follow-up: its next reminder, its
+    escalation step, or its expiry (when it stops waiting at the latest, and the admins may be told)."""
+    times = [
+        reminder_time(proposal, p)
+        for p in proposal.requirements.get("reminders", [])
+        if p not in follow_up.reminders_sent
+    ]
+    if follow_up.escalated_at is None:
+        times += [escalation_time(proposal, s) for s in proposal.requirements.get("escalations", [])]
+    upcoming = [t for t in [*times, proposal.expires_at] if t > now]
+    return min(upcoming) if upcoming else now + LOOK_AGAIN_AFTER_EXPIRY
 
 
 def _tells_admins_at_expiry(proposal: Proposal) -> bool:
@@ -170,5 +198,20 @@ def _escalate(proposal: Proposal, steps: list[dict], now: datetime) -> list:
     return sorted(chosen.values(), key=lambda u: u.get_username())
 
 
-def open_follow_ups(limit: int = 200) -> list[int]:
-    return list(FollowUp.objects.filter(done=False).order_by("id").values_list("pk", flat=True)[:limit])
+def due_follow_ups(now: datetime | None = None, limit: int = 200) -> list[int]:
+    """The open follow-ups whose next look is due, the longest due first (an index scan of the due)."""
+    now = now or timezone.now()
+    due = FollowUp.objects.filter(done=False, due_at__lte=now).order_by("due_at", "id")
+    return list(due.values_list("pk", flat=True)[:limit])
+
+
+def unannounced_follow_ups(limit: int = 50) -> list[FollowUp]:
+    """New proposals the worker has not yet posted to chat and pushed to phones, oldest first."""
+    rows = FollowUp.objects.filter(done=False, announced_at=None).select_related("proposal__agent")
+    return list(rows.order_by("id")[:limit])
+
+
+def mark_announced(follow_up: FollowUp, now: datetime | None = None) -> None:
+    """The new proposal was announced on every channel (approvals/notify/announce.py): not again. No
+    audit event: what each channel sent is recorded by its own rows."""
+    FollowUp.objects.filter(pk=follow_up.pk).update(announced_at=now or timezone.now())

@@ -133,7 +133,9 @@ def plan_posts(proposal, workspace: SlackWorkspace, channels: list[str]) -> None
     )
 
 
-def record_posted(post: SlackPost, *, channel: str, ts: str, shown: str, final: bool) -> None:
+def record_posted(
+    post: SlackPost, *, channel: str, ts: str, shown: str, final: bool, next_look: datetime
+) -> None:
     SlackPost.objects.filter(pk=post.pk).update(
         posted_channel=channel,
         ts=ts,
@@ -141,8 +143,13 @@ def record_posted(post: SlackPost, *, channel: str, ts: str, shown: str, final: 
         final=final,
         attempts=0,
         last_error="",
-        next_attempt_at=None,
+        next_attempt_at=next_look,
     )
+
+
+def record_checked(post: SlackPost, *, final: bool, next_look: datetime) -> None:
+    """The message already shows what it should: nothing sent, looked at again at `next_look`."""
+    SlackPost.objects.filter(pk=post.pk).update(final=final, next_attempt_at=next_look)
 
 
 def record_post_failure(post: SlackPost, error: str, now: datetime | None = None) -> None:

@@ -17,13 +17,18 @@ def plan_teams_posts(proposal, channels) -> None:
     )
 
 
-def record_teams_sent(post: TeamsPost, *, requested: bool, outcome_state: str) -> None:
-    fields: dict[str, Any] = {"attempts": 0, "next_attempt_at": None}
+def record_teams_sent(post: TeamsPost, *, requested: bool, outcome_state: str, next_look: datetime) -> None:
+    fields: dict[str, Any] = {"attempts": 0, "next_attempt_at": next_look}
     if requested:
         fields["requested_at"] = timezone.now()
     if outcome_state:
         fields.update(outcome_state=outcome_state, final=True)
     TeamsPost.objects.filter(pk=post.pk).update(**fields)
+
+
+def record_teams_checked(post: TeamsPost, next_look: datetime) -> None:
+    """Its card is posted and the request still waits: nothing to send until `next_look`."""
+    TeamsPost.objects.filter(pk=post.pk).update(next_attempt_at=next_look)
 
 
 def record_teams_failure(post: TeamsPost, retry_at: datetime) -> None:

@@ -18,8 +18,9 @@ from django.utils import timezone
 
 from approvals.models import OutboxMessage, Proposal
 from approvals.models.notifications import WebhookEndpoint
+from approvals.services.chain_cursors import sealed_head, start_at_head
 from audit.labels import actor_label, tenant_chain
-from audit.models import AuditEvent, ChainHead, SiemCursor, Verb
+from audit.models import AuditEvent, SiemCursor, Verb
 from audit.trail import audit_time, record
 from lib.agent_text import visible
 from lib.errors import ConfigRefused
@@ -68,7 +69,7 @@ def register_endpoint(*, tenant, url: str, events=(), actor=None) -> WebhookEndp
         raise refusal
     with transaction.atomic():
         endpoint = WebhookEndpoint.objects.create(tenant=tenant, url=url, events=events, secret=new_secret())
-        _start_cursor(tenant_chain(tenant.pk))
+        start_at_head(FEED, tenant_chain(tenant.pk))
         record(
             tenant.pk,
             actor=actor_label(actor),
@@ -100,12 +101,6 @@ def event_for(proposal, transition: AuditEvent) -> dict:
     }
 
 
-def _start_cursor(chain: str) -> None:
-    """An endpoint gets the events from its registration on: the feed starts at the chain head."""
-    head = ChainHead.objects.filter(chain=chain).values_list("seq", flat=True).first() or 0
-    SiemCursor.objects.get_or_create(sink=FEED, chain=chain, defaults={"seq": head})
-
-
 def feed_from_chain(now=None, batch: int = 200) -> int:
     """The worker's step: for each tenant with an enabled endpoint, the sealed proposal transitions
     after the feed's cursor become outbox rows (one per endpoint that wants the event), and the cursor
@@ -115,10 +110,10 @@ def feed_from_chain(now=None, batch: int = 200) -> int:
     tenants = set(WebhookEndpoint.objects.filter(enabled=True).values_list("tenant_id", flat=True))
     for tenant_id in sorted(tenants):
         chain = tenant_chain(tenant_id)
-        _start_cursor(chain)
+        start_at_head(FEED, chain)
         with transaction.atomic():
             cursor = SiemCursor.objects.select_for_update().get(sink=FEED, chain=chain)
-            head = ChainHead.objects.filter(chain=chain).values_list("seq", flat=True).first() or 0
+            head = sealed_head(chain)
             transitions = list(
                 AuditEvent.objects.chained(chain)
                 .filter(seq__gt=cursor.seq, seq__lte=head, verb=Verb.PROPOSAL_TRANSITIONED)

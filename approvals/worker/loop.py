@@ -85,6 +85,7 @@ class Worker:
         self.stop = stop or threading.Event()
         # proposal id -> when its task was last asked: GetTask at most every RECONCILE_EVERY_SECONDS.
         self._last_checked: dict[str, datetime] = {}
+        self._waiting_after = None  # the id where the look at waiting requests goes on (_next_waiting)
         self.parked_tasks = ParkedTaskLister()  # finds requests whose push was lost (ListTasks)
         # Set once run() listens for wake-ups and finished its first tick (tests and benchmarks wait
         # for it before they commit what they expect to be woken for).
@@ -213,8 +214,8 @@ class Worker:
         executions = list(proposals.filter(state=State.EXECUTING, executing_since__lte=overdue)) + list(
             proposals.filter(state=State.UNKNOWN)
         )
-        waiting = list(proposals.filter(state__in=WAITING_FOR_PEOPLE, created_at__lte=overdue))
         due = [p for p in executions if self._due(p, clock, RECONCILE_EVERY_SECONDS)]
+        waiting = self._next_waiting(proposals.filter(created_at__lte=overdue))
         due += [p for p in waiting if self._due(p, clock, settings.EXECUTING_RECONCILE_SECONDS)]
         for proposal in due[:RECONCILE_BATCH]:
             if self.stop.is_set():
@@ -222,8 +223,23 @@ class Worker:
             self._last_checked[str(proposal.id)] = clock
             if self._reconcile_one(proposal):
                 report.reconciled += 1
-        live = {str(p.id) for p in executions + waiting}
-        self._last_checked = {key: at for key, at in self._last_checked.items() if key in live}
+        # A check older than both intervals is due again anyway: what is kept is bounded by the checks
+        # of one interval, not by the number of waiting requests.
+        horizon = clock - timedelta(
+            seconds=max(RECONCILE_EVERY_SECONDS, settings.EXECUTING_RECONCILE_SECONDS)
+        )
+        self._last_checked = {key: at for key, at in self._last_checked.items() if at > horizon}
+
+    def _next_waiting(self, proposals) -> list[Proposal]:
+        """The next RECONCILE_BATCH requests waiting for people after the last one this worker looked
+        at, in id order, starting over after the last: each gets its turn however long the queue, and a
+        tick reads one batch of it, never the whole queue."""
+        waiting = proposals.filter(state__in=WAITING_FOR_PEOPLE).order_by("id")
+        if self._waiting_after is not None:
+            waiting = waiting.filter(id__gt=self._waiting_after)
+        batch = list(waiting[:RECONCILE_BATCH])
+        self._waiting_after = batch[-1].id if len(batch) == RECONCILE_BATCH else None
+        return batch
 
     def _due(self, proposal: Proposal, clock: datetime, every: int) -> bool:
         last = self._last_checked.get(str(proposal.id))

@@ -26,7 +26,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from approvals.models import Proposal, ReviewNotice
-from approvals.selectors import ineligibility, threshold_groups
+from approvals.selectors import ineligibility, ineligibility_from
 from approvals.states import OPEN_FOR_VOTES
 from tenants.models import TenantMembership
 
@@ -40,20 +40,44 @@ DIGEST_BATCH = 50
 DIGEST_MAX_ITEMS = 50
 
 
-def eligible_reviewers(proposal: Proposal) -> list:
-    """People with an email address who could vote on this proposal now."""
-    groups = threshold_groups(proposal)
-    candidates = (
-        TenantMembership.objects.filter(
-            tenant_id=proposal.tenant_id, user__is_active=True, user__approver_groups__in=groups.values()
-        )
-        .exclude(role=TenantMembership.Role.COMPLIANCE)
-        .exclude(user__email="")
-        .select_related("user")
-        .distinct()
-        .order_by("user__username")
+class EligibleReviewers:
+    """Who could vote on each proposal of a fan-out batch, with an email address: the members of its
+    threshold groups, read once per tenant and set of groups (proposals of one policy share them), less
+    those the vote's own rule refuses (selectors.ineligibility_from: compliance staff, the principal, the
+    edit's author). A member of a group needs no stand-in or delegation to be in one, so nothing more is
+    read per person or proposal."""
+
+    def __init__(self):
+        self._members: dict[tuple, list[TenantMembership]] = {}
+
+    def of(self, proposal: Proposal) -> list:
+        slugs = tuple(sorted({t["group"] for t in proposal.requirements.get("thresholds", [])}))
+        key = (proposal.tenant_id, slugs)
+        if key not in self._members:
+            self._members[key] = list(
+                TenantMembership.objects.filter(
+                    tenant_id=proposal.tenant_id,
+                    user__is_active=True,
+                    user__approver_groups__tenant_id=proposal.tenant_id,
+                    user__approver_groups__slug__in=slugs,
+                )
+                .exclude(user__email="")
+                .select_related("user")
+                .distinct()
+                .order_by("user__username")
+            )
+        return [m.user for m in self._members[key] if _may_vote(proposal, m)]
+
+
+def _may_vote(proposal: Proposal, membership: TenantMembership) -> bool:
+    why_not = ineligibility_from(
+        proposal,
+        membership.user_id,
+        membership.role,
+        is_principal=lambda: membership.principal_id == proposal.principal_id,  # selectors.is_principal
+        in_a_group=lambda: True,  # a member of one of its groups
     )
-    return [m.user for m in candidates if ineligibility(proposal, m.user) is None]
+    return why_not is None
 
 
 def send_digests(now: datetime | None = None) -> int:
@@ -84,13 +108,13 @@ def _fan_out() -> None:
                 :FAN_OUT_BATCH
             ]
         )
-        notices = []
-        for announcement in announcements:
-            if announcement.proposal.state in OPEN_FOR_VOTES:
-                notices += [
-                    ReviewNotice(proposal=announcement.proposal, user=user)
-                    for user in eligible_reviewers(announcement.proposal)
-                ]
+        reviewers = EligibleReviewers()
+        notices = [
+            ReviewNotice(proposal=announcement.proposal, user=user)
+            for announcement in announcements
+            if announcement.proposal.state in OPEN_FOR_VOTES
+            for user in reviewers.of(announcement.proposal)
+        ]
         ReviewNotice.objects.bulk_create(notices, ignore_conflicts=True)
         ReviewNotice.objects.filter(pk__in=[a.pk for a in announcements]).delete()
 

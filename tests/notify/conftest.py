@@ -1,11 +1,17 @@
 """Fixtures of the notification tests: the Slack stand-in (tests/notify/slack_standin.py) and a tenant's
-Slack workspace whose secrets come from the environment, as an operator would configure them."""
+Slack workspace whose secrets come from the environment, as an operator would configure them; a Teams
+channel whose Workflows webhook is the loopback stand-in (tests/notify/teams_standin.py); and Web Push
+with a VAPID key and a loopback push service (tests/notify/receivers.py)."""
 
 import pytest
+from py_vapid import Vapid02
 
-from approvals.models.notifications import SlackWorkspace
+from approvals.models.notifications import SlackWorkspace, TeamsChannel
+from approvals.notify import push
+from tests.notify.receivers import PushService
 from tests.notify.slack_requests import FINANCE_CHANNEL, SIGNING_SECRET, TEAM
 from tests.notify.slack_standin import BOT_TOKEN, SlackStandIn
+from tests.notify.teams_standin import TeamsWebhook
 
 
 @pytest.fixture
@@ -27,3 +33,41 @@ def workspace(tenant, monkeypatch, slack):
         signing_secret_ref="env:SLACK_SIGNING_SECRET_ACME",
         channels={"finance": FINANCE_CHANNEL},
     )
+
+
+@pytest.fixture
+def channel(settings, tenant, monkeypatch):
+    """A Teams channel following the finance group; yields the webhook stand-in that takes its cards."""
+    webhook = TeamsWebhook()
+    settings.AGENT_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    monkeypatch.setenv("TEAMS_FINANCE_WEBHOOK", webhook.url)
+    TeamsChannel.objects.create(
+        tenant=tenant,
+        name="Finance approvals",
+        webhook_url_ref="env:TEAMS_FINANCE_WEBHOOK",
+        groups=["finance"],
+    )
+    yield webhook
+    webhook.stop()
+
+
+@pytest.fixture
+def vapid_key(settings, tmp_path):
+    key = Vapid02()
+    key.generate_keys()
+    path = tmp_path / "vapid.pem"
+    key.save_key(str(path))
+    settings.WEB_PUSH_VAPID_PRIVATE_KEY_FILE = str(path)
+    settings.WEB_PUSH_CONTACT = "mailto:ops@example.test"
+    push._vapid.cache_clear()
+    return key
+
+
+@pytest.fixture
+def push_service(settings, vapid_key):
+    service = PushService(vapid_key.public_key)
+    settings.WEB_PUSH_SERVICE_HOSTS = ["127.0.0.1"]
+    settings.NOTIFY_ALLOW_HTTP = True  # the loopback push service speaks plain HTTP
+    settings.AGENT_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    yield service
+    service.stop()

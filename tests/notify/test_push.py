@@ -7,52 +7,21 @@ with http_ece, as the browser would."""
 import json
 
 import pytest
-from py_vapid import Vapid02
 
 from approvals.models.notifications import PushSubscription
 from approvals.notify import push
 from audit.models import AuditEvent, Verb
 from tests import factories
 from tests.factories import submit, trail_name
-from tests.notify.receivers import PushService
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def vapid_key(settings, tmp_path):
-    key = Vapid02()
-    key.generate_keys()
-    path = tmp_path / "vapid.pem"
-    key.save_key(str(path))
-    settings.WEB_PUSH_VAPID_PRIVATE_KEY_FILE = str(path)
-    settings.WEB_PUSH_CONTACT = "mailto:ops@example.test"
-    push._vapid.cache_clear()
-    return key
-
-
-@pytest.fixture
-def push_service(settings, vapid_key):
-    service = PushService(vapid_key.public_key)
-    settings.WEB_PUSH_SERVICE_HOSTS = ["127.0.0.1"]
-    settings.NOTIFY_ALLOW_HTTP = True  # the loopback push service speaks plain HTTP
-    settings.AGENT_ALLOWED_NETWORKS = ["127.0.0.0/8"]
-    yield service
-    service.stop()
-
-
-def subscribe(user, subscription: dict, name="Alice's phone"):
-    client = factories.verified_client(user)
-    return client.post(
-        "/push/subscribe", data=json.dumps({**subscription, "name": name}), content_type="application/json"
-    )
 
 
 def test_a_subscribed_phone_gets_the_new_proposal_encrypted_and_signed(
     settings, agent, refund_policy, push_service, requester, reviewer_a
 ):
     settings.REVIEWER_ISSUER = "https://reviewer.example.test"
-    assert subscribe(reviewer_a, push_service.subscription()).status_code == 201
+    assert factories.subscribe_push_device(reviewer_a, push_service.subscription()).status_code == 201
     assert AuditEvent.objects.filter(verb=Verb.PUSH_DEVICE_ADDED, actor=trail_name("reviewer_a")).exists()
     proposal = submit(agent, summary="Refund EUR 40.00 \u202eto order 1182")
     assert push.push_to(reviewer_a, proposal, "new") == 1
@@ -68,7 +37,7 @@ def test_a_subscribed_phone_gets_the_new_proposal_encrypted_and_signed(
 
 
 def test_the_devices_are_listed_and_removable(agent, push_service, reviewer_a):
-    subscribe(reviewer_a, push_service.subscription())
+    factories.subscribe_push_device(reviewer_a, push_service.subscription())
     client = factories.verified_client(reviewer_a)
     page = client.get("/push/devices/")
     assert b"Alice&#x27;s phone" in page.content
@@ -80,14 +49,14 @@ def test_the_devices_are_listed_and_removable(agent, push_service, reviewer_a):
 
 def test_a_push_service_off_the_list_is_refused_at_subscription(settings, push_service, reviewer_a):
     settings.WEB_PUSH_SERVICE_HOSTS = ["fcm.googleapis.com"]
-    response = subscribe(reviewer_a, push_service.subscription())
+    response = factories.subscribe_push_device(reviewer_a, push_service.subscription())
     assert response.status_code == 403
     assert response.json()["error"]["code"] == "push_endpoint"
     assert not PushSubscription.objects.exists()
 
 
 def test_subscriptions_end_when_the_person_is_deprovisioned(agent, refund_policy, push_service, reviewer_a):
-    subscribe(reviewer_a, push_service.subscription())
+    factories.subscribe_push_device(reviewer_a, push_service.subscription())
     reviewer_a.is_active = False
     reviewer_a.save(update_fields=["is_active"])
     push.run()
@@ -97,7 +66,7 @@ def test_subscriptions_end_when_the_person_is_deprovisioned(agent, refund_policy
 def test_a_subscription_the_push_service_dropped_is_removed(
     agent, refund_policy, push_service, requester, reviewer_a
 ):
-    subscribe(reviewer_a, push_service.subscription())
+    factories.subscribe_push_device(reviewer_a, push_service.subscription())
     push_service.status = 410
     proposal = submit(agent)
     push.push_to(reviewer_a, proposal, "new")
@@ -131,8 +100,10 @@ def test_the_worker_pushes_a_new_proposal_then_its_reminder_and_escalation(
         ttl_seconds=1000,
         notifications={"reminders": [50], "escalation": {"before_expiry_seconds": 300, "group": "ops"}},
     )
-    subscribe(reviewer_a, push_service.subscription("/push/alice"))
-    subscribe(reviewer_c, push_service.subscription("/push/carol"), name="Carol's phone")
+    factories.subscribe_push_device(reviewer_a, push_service.subscription("/push/alice"))
+    factories.subscribe_push_device(
+        reviewer_c, push_service.subscription("/push/carol"), name="Carol's phone"
+    )
     proposal = submit(agent)
     Worker().tick()
     with time_machine.travel(proposal.created_at + timedelta(seconds=501), tick=False):

@@ -15,9 +15,9 @@ from django.utils import timezone
 
 from approvals.models import Proposal, Vote
 from approvals.models.notifications import SlackIdentity, SlackLinkRequest
-from approvals.notify import slack_sync
 from approvals.services import slack_links
 from approvals.services.reconcile import apply_task_state, expire_due
+from approvals.worker.loop import Worker
 from audit.models import AuditEvent, Verb
 from lib.errors import ActionRefused
 from tests import factories
@@ -60,8 +60,8 @@ def test_a_new_proposal_posts_one_message_with_reviewers_summary_and_a_link(
     settings.REVIEWER_ISSUER = "https://reviewer.example.test"
     proposal = submit(agent, summary="Refund EUR 40.00 to order 1182")
     assert slack.calls == []  # nothing inside the request: the worker posts
-    slack_sync.run()
-    slack_sync.run()  # nothing changed: no second message, no update
+    Worker().tick()
+    Worker().tick()  # nothing changed: no second message, no update
     (posted,) = slack.calls_to("chat.postMessage")
     assert slack.calls_to("chat.update") == []
     assert posted["channel"] == FINANCE_CHANNEL
@@ -88,14 +88,14 @@ def test_the_message_follows_votes_and_the_decision_in_place(
     agent, chat_policy, workspace, slack, requester, reviewer_a, reviewer_b
 ):
     proposal = submit(agent)
-    slack_sync.run()
+    Worker().tick()
     (posted,) = slack.calls_to("chat.postMessage")
     factories.vote(proposal, reviewer_a)
-    slack_sync.run()
+    Worker().tick()
     (first_update,) = slack.calls_to("chat.update")
     assert "Waiting for review: 1 of 2 approvals" in texts(first_update["blocks"])
     factories.vote(proposal, reviewer_b)
-    slack_sync.run()
+    Worker().tick()
     last = slack.calls_to("chat.update")[-1]
     assert "Approved by Alice, Bob." in texts(last["blocks"])
     assert "reviewer_approve" not in texts(last["blocks"])  # no buttons on a decided request
@@ -115,15 +115,15 @@ def shown_now(slack, proposal) -> str:
 def test_withdrawal_and_expiry_update_the_message(agent, chat_policy, workspace, slack, requester):
     withdrawn = submit(agent, action=factories.refund_action(order_id="77"))
     expiring = submit(agent)
-    slack_sync.run()
+    Worker().tick()
     assert "Waiting for review" in shown_now(slack, withdrawn)
     apply_task_state(agent, withdrawn.task_id, "TASK_STATE_CANCELED")  # the agent gave the task up
-    slack_sync.run()
+    Worker().tick()
     assert "Withdrawn (cancelled): no decision is open here." in shown_now(slack, withdrawn)
     assert "Waiting for review" in shown_now(slack, expiring)
     with time_machine.travel(timezone.now() + timedelta(hours=2)):
         expire_due()
-        slack_sync.run()
+        Worker().tick()
     assert "nobody decided it in time, nothing was released" in shown_now(slack, expiring)
     assert "reviewer_approve" not in shown_now(slack, expiring)
     assert len(slack.calls_to("chat.postMessage")) == 2
@@ -218,7 +218,7 @@ def test_chat_decisions_are_refused_where_the_policy_does_not_allow_them(
 ):
     factories.make_policy(tenant, "refunds", tool_pattern="payments.refund", **policy_fields)
     proposal = submit(agent)
-    slack_sync.run()
+    Worker().tick()
     (posted,) = slack.calls_to("chat.postMessage")
     assert "reviewer_approve" not in texts(posted["blocks"])  # no Approve / Reject buttons
     link(workspace, reviewer_a, "U0ALICE")
@@ -299,7 +299,7 @@ def test_agent_text_reaches_slack_as_plain_text_with_hidden_characters_written_o
     agent, chat_policy, workspace, slack, requester
 ):
     submit(agent, summary="Refund <!channel> <https://evil.example|click> \u202eevil")
-    slack_sync.run()
+    Worker().tick()
     (posted,) = slack.calls_to("chat.postMessage")
     summary = posted["blocks"][1]["text"]
     assert summary["type"] == "plain_text"  # Slack renders no mention, link or markup in it
@@ -317,16 +317,14 @@ def test_a_group_mapped_to_dm_messages_each_linked_reviewer_and_updates_there(
     link(workspace, reviewer_b, "U0BOB")
     link(workspace, requester, "U0REQ")  # the requester is in finance too, but never asked
     proposal = submit(agent)
-    slack_sync.run()
+    Worker().tick()
     assert sorted(p["channel"] for p in slack.calls_to("chat.postMessage")) == ["U0ALICE", "U0BOB"]
     factories.vote(proposal, reviewer_a)
-    slack_sync.run()
+    Worker().tick()
     assert sorted(u["channel"] for u in slack.calls_to("chat.update")) == ["D0ALICE", "D0BOB"]
 
 
 def test_a_reminder_is_a_reply_in_the_messages_thread(tenant, agent, workspace, slack, requester, reviewer_a):
-    from approvals.worker.loop import Worker
-
     factories.make_policy(
         tenant, "refunds", tool_pattern="payments.refund", ttl_seconds=1000, notifications={"reminders": [50]}
     )

@@ -6,28 +6,11 @@ import json
 
 import pytest
 
-from approvals.models.notifications import TeamsChannel
-from approvals.notify import teams
+from approvals.worker.loop import Worker
 from tests import factories
 from tests.factories import submit
-from tests.notify.teams_standin import TeamsWebhook
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def channel(settings, tenant, monkeypatch):
-    webhook = TeamsWebhook()
-    settings.AGENT_ALLOWED_NETWORKS = ["127.0.0.0/8"]
-    monkeypatch.setenv("TEAMS_FINANCE_WEBHOOK", webhook.url)
-    TeamsChannel.objects.create(
-        tenant=tenant,
-        name="Finance approvals",
-        webhook_url_ref="env:TEAMS_FINANCE_WEBHOOK",
-        groups=["finance"],
-    )
-    yield webhook
-    webhook.stop()
 
 
 def test_a_proposal_posts_a_card_with_the_link_and_then_how_it_ended(
@@ -35,8 +18,8 @@ def test_a_proposal_posts_a_card_with_the_link_and_then_how_it_ended(
 ):
     settings.REVIEWER_ISSUER = "https://reviewer.example.test"
     proposal = submit(agent, summary="Refund [click](https://evil.example) EUR 40.00")
-    teams.run()
-    teams.run()
+    Worker().tick()
+    Worker().tick()
     (card,) = channel.cards
     shown = json.dumps(card)
     assert "Approval requested" in shown and "payments.refund" in shown and "EUR 40.00" in shown
@@ -49,8 +32,8 @@ def test_a_proposal_posts_a_card_with_the_link_and_then_how_it_ended(
     summary = card["body"][1]
     assert summary["type"] == "RichTextBlock" and summary["inlines"][0]["type"] == "TextRun"  # no markdown
     factories.vote(proposal, reviewer_a)
-    teams.run()
-    teams.run()
+    Worker().tick()
+    Worker().tick()
     assert len(channel.cards) == 2
     assert "Request closed" in json.dumps(channel.cards[1]) and "Approved by Alice" in json.dumps(
         channel.cards[1]
@@ -65,8 +48,8 @@ def test_a_channel_that_is_down_is_retried(agent, refund_policy, channel, reques
 
     submit(agent)
     channel.status = 503
-    teams.run()
+    Worker().tick()
     assert channel.cards == []
     channel.status = 202
-    teams.run(now=timezone.now() + timedelta(minutes=5))
+    Worker().tick(now=timezone.now() + timedelta(minutes=5))
     assert len(channel.cards) == 1

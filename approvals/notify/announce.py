@@ -1,0 +1,42 @@
+"""The worker's announcing step: each new proposal that waits for people is announced once, on every
+channel that carries new requests: its Slack messages and Teams cards are planned (the Slack and Teams
+steps post them in the same tick) and it is pushed to the phones of the people who could decide it.
+
+It reads only the follow-ups not yet announced (services.follow_ups.unannounced_follow_ups), oldest
+first, and marks each announced after its channels were planned: every new proposal gets its turn
+however many wait. Planning and pushing are idempotent (one post per channel, one push per person and
+reason), so a worker that stops midway announces again what it had not marked. A channel connected
+later carries the requests that arrive after it.
+"""
+
+import logging
+from datetime import datetime
+
+from django.utils import timezone
+
+from approvals.notify import push, slack_sync, teams
+from approvals.services.follow_ups import mark_announced, unannounced_follow_ups
+from approvals.states import OPEN_FOR_VOTES
+
+log = logging.getLogger(__name__)
+
+BATCH = 50
+
+
+def run(now: datetime | None = None) -> int:
+    """Returns how many proposals it announced (a proposal that no longer waits is only marked)."""
+    now = now or timezone.now()
+    announced = 0
+    for follow_up in unannounced_follow_ups(BATCH):
+        proposal = follow_up.proposal
+        if proposal.state in OPEN_FOR_VOTES:
+            try:
+                slack_sync.announce(proposal)
+                teams.announce(proposal)
+                push.announce(proposal)
+            except Exception:  # one proposal's failure must not stop the others; announced next tick
+                log.exception("could not announce proposal %s", proposal.id)
+                continue
+            announced += 1
+        mark_announced(follow_up, now)
+    return announced
