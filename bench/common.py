@@ -5,6 +5,7 @@ baselines run under the same settings, in the same process or server, so the rat
 with like.
 """
 
+import itertools
 import os
 import statistics
 import subprocess
@@ -91,3 +92,15 @@ def percentile(samples: list[float], share: float) -> float:
 
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms"
+
+
+_orders = itertools.count(100_000)
+
+
+def refund_request() -> dict:
+    """An approval request for a refund of an order of its own (thread-safe: itertools.count): as in
+    real traffic and the load test, each intake counts its target's history, not that of one order
+    every request of the run refunds again (which grew with the run: thousands of rows a read)."""
+    from tests import factories
+
+    return factories.approval_request(action=factories.refund_action(order_id=str(next(_orders))))

@@ -19,7 +19,16 @@ import uuid
 
 import httpx
 
-from bench.common import ROOT, ms, percentile, scratch_environment, setup_django, start_worker, stop_process
+from bench.common import (
+    ROOT,
+    ms,
+    percentile,
+    refund_request,
+    scratch_environment,
+    setup_django,
+    start_worker,
+    stop_process,
+)
 
 CLIENTS = 8
 PHASE_SECONDS = float(os.environ.get("BENCH_PHASE_SECONDS", "8"))
@@ -100,11 +109,7 @@ def main() -> list[dict]:
     connection.close()
 
     def proposal_body():
-        return {
-            "task_id": f"task-{uuid.uuid4()}",
-            "context_id": "ctx-bench",
-            "request": factories.approval_request(),
-        }
+        return {"task_id": f"task-{uuid.uuid4()}", "context_id": "ctx-bench", "request": refund_request()}
 
     port = int(os.environ.get("BENCH_PORT") or 0) or free_port()  # BENCH_PORT: a port of your range
     server = start_daphne(environment, port)

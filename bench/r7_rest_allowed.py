@@ -26,7 +26,15 @@ import uuid
 
 import httpx
 
-from bench.common import ms, percentile, scratch_environment, setup_django, start_worker, stop_process
+from bench.common import (
+    ms,
+    percentile,
+    refund_request,
+    scratch_environment,
+    setup_django,
+    start_worker,
+    stop_process,
+)
 from bench.r3_intake_http import free_port, start_daphne
 
 CLIENTS = 8
@@ -48,9 +56,7 @@ class Agent:
         return self.http.get(f"/api/v1/proposals/{proposal_id}").status_code == 200
 
     def allowed_call(self) -> bool:
-        from tests import factories
-
-        request = factories.approval_request()
+        request = refund_request()
         task_id = f"task-{uuid.uuid4()}"
         answer = self.http.post("/api/v1/proposals", json={"task_id": task_id, "request": request})
         if answer.status_code != 201 or not answer.json().get("token"):

@@ -24,11 +24,10 @@ from approvals.services.common import agent_actor, proposal_subject
 from approvals.services.decisions import issue_decision
 from approvals.services.follow_ups import open_follow_up
 from approvals.services.halts import refuse_halted
-from approvals.services.intake_read import Found, read_for_intake
+from approvals.services.intake_read import Found, hold_and_read
 from approvals.services.lifecycle import expiry_for, first_transition, record_transition, transition
 from approvals.services.quotas import (
     OpenCounts,
-    hold_quotas,
     spend_or_refuse,
 )
 from approvals.sql import insert_sql, insert_statement
@@ -86,20 +85,9 @@ def submit_proposal(
     refused = None
     try:
         # The proposal's audit events (submitted, evaluated, its transition, the decision) in one INSERT,
-        # and on the allowed path every write after the reads in one round trip (lib/held_writes.py).
-        with transaction.atomic(), held_writes(), recorded_together():
-            # First, before any read intake decides on: the quota rows' lock, so that the counts read
-            # below see every proposal the intakes before this one committed (services/quotas.py).
-            hold = hold_quotas(agent, created_at)
-            old = None
-            if request.supersedes:
-                # Lock the request this one replaces before anything else, the order a vote on it takes
-                # its locks in.
-                old = (
-                    Proposal.objects.select_for_update()
-                    .filter(agent=agent, task_id=submission.task_id, request_id=request.supersedes)
-                    .first()
-                )
+        # and every write after the reads in one round trip with the COMMIT (lib/held_writes.py): the
+        # quota rows' lock, which every intake of the tenant waits for, is held one round trip less.
+        with transaction.atomic(), held_writes(commit=True), recorded_together():
             proposal = Proposal(
                 tenant=agent.tenant,  # the agent's, already read: policy evaluation needs it again
                 agent=agent,
@@ -119,7 +107,17 @@ def submit_proposal(
                 diff=[d.model_dump() for d in request.diff],
                 evidence=[e.model_dump() for e in request.evidence],
             )
-            found = read_for_intake(agent, proposal, hold)
+            # First, before any read intake decides on: the quota rows' lock, so that the counts read
+            # with it see every proposal the intakes before this one committed (services/quotas.py).
+            hold, found = hold_and_read(agent, proposal, created_at)
+            old = None
+            if request.supersedes:
+                # Lock the request this one replaces (after the quota rows, as before any change of it).
+                old = (
+                    Proposal.objects.select_for_update()
+                    .filter(agent=agent, task_id=submission.task_id, request_id=request.supersedes)
+                    .first()
+                )
             if found.existing_id is not None:
                 return _same_request_or_error(Proposal.objects.get(pk=found.existing_id), request), False
             if refusal:

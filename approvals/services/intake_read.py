@@ -1,8 +1,9 @@
 """Intake's one read: everything intake decides on, in one round trip of plain SQL built once per
-process (services/intake.py writes what this read decides)."""
+process, with the quota rows' lock before it (services/intake.py writes what this read decides)."""
 
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from functools import lru_cache
 
 from django.db import connection
@@ -13,7 +14,17 @@ from approvals.models import Agent, Policy, PolicyVersion, Proposal
 from approvals.policy.evaluation import classified_target_key
 from approvals.policy.history import policy_counts, policy_counts_expression, read_policy_counts
 from approvals.services.halts import active_halt_expression
-from approvals.services.quotas import Hold, OpenCounts, open_counts_expressions
+from approvals.services.quotas import (
+    CountCaps,
+    Hold,
+    OpenCounts,
+    agent_limits,
+    hold_from_rows,
+    hold_quotas,
+    locking_statement,
+    open_counts_expressions,
+    tenant_limits,
+)
 from approvals.sql import model_columns, quoted_names
 from lib.errors import NotFound
 
@@ -29,36 +40,75 @@ class Found:
     open_counts: OpenCounts  # what waits for people, the agent's and the tenant's (quotas)
 
 
-def read_for_intake(agent: Agent, proposal: Proposal, hold: Hold) -> Found:
-    """One round trip for everything intake decides on: the tenant's active policy versions with their
-    policies, and on every row the replay check, the halt check, the open-proposal counts of the quotas
-    (read after their lock, services/quotas.py) and the target's history counts (uncorrelated scalar
-    subqueries: PostgreSQL and SQLite compute each once). The statement is plain SQL built once per
+def hold_and_read(agent: Agent, proposal: Proposal, now: datetime) -> tuple[Hold, Found]:
+    """Lock the quota rows (services/quotas.py), then read everything intake decides on, in one round
+    trip on PostgreSQL: two statements in one text, so the read, a statement of its own, sees every
+    proposal committed by the intakes that held the lock before (READ COMMITTED), and the lock, which
+    every intake of the tenant waits for, is held one round trip less.
+
+    The read: the tenant's active policy versions with their policies, and on every row the replay
+    check, the halt check, the open-proposal counts of the quotas and the target's history counts
+    (uncorrelated scalar subqueries: PostgreSQL and SQLite compute each once). Plain SQL built once per
     process (_intake_sql); its values are read on every request and nothing is cached across requests,
     so a halt or a policy change committed before this read counts at once, in every process. The rows
     hang off the agent's own row, so a tenant with no active version still gets one row (its version
-    columns null), and an agent deleted since it authenticated gets none."""
+    columns null), and an agent deleted since it authenticated gets none.
+
+    The counts are capped by the limits read with the agent when it authenticated; where the lock read
+    a higher one (an admin raised it meanwhile), or the quota rows did not exist yet (the agent's first
+    intake), the read runs again after the lock."""
+    caps = CountCaps.of(agent_limits(agent), tenant_limits(agent.tenant))
+    read_sql, read_params, scalars = _read_statement(agent, proposal, caps)
+    lock_sql, lock_params = locking_statement(agent)
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"{lock_sql};\n{read_sql}", (*lock_params, *read_params))
+            locked = cursor.fetchall()
+            cursor.nextset()
+        else:
+            cursor.execute(lock_sql, lock_params)
+            locked = cursor.fetchall()
+            cursor.execute(read_sql, read_params)
+        rows = cursor.fetchall()
+    hold = hold_from_rows(agent, locked)
+    if hold is None or not caps.cover(hold):
+        hold = hold or hold_quotas(agent, now)
+        caps = CountCaps.of(hold.agent_limit, hold.tenant_limit)
+        read_sql, read_params, scalars = _read_statement(agent, proposal, caps)
+        with connection.cursor() as cursor:
+            cursor.execute(read_sql, read_params)
+            rows = cursor.fetchall()
+    return hold, _found(agent, proposal, rows, scalars=scalars)
+
+
+def _read_statement(agent: Agent, proposal: Proposal, caps: CountCaps) -> tuple[str, tuple, int]:
+    """The one read's text, its parameters, and how many scalar subqueries lead its rows (the history
+    counts' is the fifth, when the proposal has a target)."""
     subqueries = [
         _replay_expression(agent.id, proposal.task_id, proposal.request_id),
         active_halt_expression(agent.tenant_id, agent.id),
-        *open_counts_expressions(hold),  # the agent's count, then the tenant's
+        *open_counts_expressions(agent, caps),  # the agent's count, then the tenant's
     ]
     history = policy_counts_expression(proposal)
     if history is not None:
         subqueries.append(history)
     texts = tuple(subquery.sql for subquery in subqueries)
-    params = [param for subquery in subqueries for param in subquery.params]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _intake_sql(connection.vendor, texts),
-            (*params, PolicyVersion.Status.ACTIVE, agent.tenant_id, agent.id),
-        )
-        rows = cursor.fetchall()
+    params = (
+        *(param for subquery in subqueries for param in subquery.params),
+        PolicyVersion.Status.ACTIVE,
+        agent.tenant_id,
+        agent.id,
+    )
+    return _intake_sql(connection.vendor, texts), params, len(texts)
+
+
+def _found(agent: Agent, proposal: Proposal, rows: list, *, scalars: int) -> Found:
+    """What the one read's rows say (see hold_and_read)."""
     if not rows:  # the agent was deleted since it authenticated
         raise NotFound("unknown_agent", "this agent is no longer registered")
     existing_id, halt_id, agent_open, tenant_open = rows[0][:4]
-    versions = _versions_from(rows, agent.tenant, skip=len(texts))
-    counts = read_policy_counts(rows[0][4] if history is not None else None)
+    versions = _versions_from(rows, agent.tenant, skip=scalars)
+    counts = read_policy_counts(rows[0][4] if scalars > 4 else None)
     # The admins' classification may key this tool's target otherwise (a family of equivalent tools, a
     # named target argument): then the history is read again under that key, one more query only then.
     classified = classified_target_key(proposal.action, agent.slug, versions)

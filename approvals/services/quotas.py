@@ -10,13 +10,15 @@ cannot escape the count; and the ceiling has to be counted in the database anywa
 the bucket then shares for free. Redis is optional (the in-memory channel layer), and a bucket there
 would be a second store that can disagree with the rows after a rollback.
 
-Concurrency: `hold_quotas` locks the tenant's QuotaState row and then the agent's (one statement, in
-that order everywhere, so two intakes cannot deadlock), before intake reads anything it decides on. On
-PostgreSQL's READ COMMITTED the counts intake reads next (its one read, `open_counts_expressions`) are a
-new statement, so they see every proposal committed by the intakes that held the lock before; the lock
-is held to commit, so no two intakes of a tenant count at once, and N parallel submissions never take it
-past its ceiling. The price: one tenant's intakes are serialized (each holds the lock for its own
-transaction, a few milliseconds).
+Concurrency: the locking statement (`locking_statement`) locks the tenant's QuotaState row and then the
+agent's (in that order everywhere, so two intakes cannot deadlock), before intake reads anything it
+decides on. On PostgreSQL's READ COMMITTED the counts intake reads next (its one read,
+`open_counts_expressions`) are a new statement, so they see every proposal committed by the intakes that
+held the lock before; the lock is held to commit, so no two intakes of a tenant count at once, and N
+parallel submissions never take it past its ceiling. The price: one tenant's intakes are serialized
+(each holds the lock for its own transaction), so intake keeps that transaction to two round trips: the
+lock and the read sent together (services/intake_read.py), then the writes with the COMMIT
+(lib/held_writes.py).
 
 Over a limit, intake stores nothing and raises QuotaExceeded (429, Retry-After). The refusal is
 counted on the agent's row (the queue's banner reads it), and only the first refusal of a window
@@ -96,8 +98,8 @@ class Hold:
 def hold_quotas(agent: Agent, now: datetime) -> Hold:
     """Lock the tenant's and the agent's quota rows, tenant first, in the caller's transaction (creating
     them, full, on the agent's first intake)."""
-    rows = _locked(agent)
-    if len(rows) < 2:
+    hold = hold_from_rows(agent, _locked_rows(agent))
+    if hold is None:
         # ON CONFLICT DO NOTHING: a concurrent first intake may create them too; then read both, locked.
         tenant_full = tenant_limits(agent.tenant).burst
         QuotaState.objects.bulk_create(
@@ -109,39 +111,39 @@ def hold_quotas(agent: Agent, now: datetime) -> Hold:
             ],
             ignore_conflicts=True,
         )
-        rows = _locked(agent)
-    (tenant_state, _, tenant_own), (agent_state, agent_own, _) = rows
+        hold = hold_from_rows(agent, _locked_rows(agent))
+    assert hold is not None  # (both rows exist now)
+    return hold
+
+
+def locking_statement(agent: Agent) -> tuple[str, tuple]:
+    """The statement that locks the agent's and its tenant's quota rows (tenant first) and reads them
+    with the limits their owners have now: built once per process; its rows go to hold_from_rows."""
+    return _locked_sql(connection.vendor), (agent.tenant_id, agent.id)
+
+
+def _locked_rows(agent: Agent) -> list:
+    with connection.cursor() as cursor:
+        cursor.execute(*locking_statement(agent))
+        return cursor.fetchall()
+
+
+def hold_from_rows(agent: Agent, rows: list) -> Hold | None:
+    """The Hold of the locking statement's rows; None when the rows do not exist yet (the agent's first
+    intake: hold_quotas creates them)."""
+    if len(rows) < 2:
+        return None
+    columns = model_columns(QuotaState, "quota", connection.vendor)
+    limits = len(LIMIT_FIELDS)
+    tenant_row, agent_row = rows
+    # Each row: the quota row's columns, its agent's own limits (Nones on the tenant's row), its tenant's.
     return Hold(
         agent=agent,
-        tenant_state=tenant_state,
-        agent_state=agent_state,
-        agent_limit=_limits_of(agent_own, "AGENT"),
-        tenant_limit=_limits_of(tenant_own, "TENANT"),
+        tenant_state=columns.load(tenant_row[: columns.width]),
+        agent_state=columns.load(agent_row[: columns.width]),
+        agent_limit=_limits_of(agent_row[columns.width : columns.width + limits], "AGENT"),
+        tenant_limit=_limits_of(tenant_row[columns.width + limits :], "TENANT"),
     )
-
-
-# A locked row; its agent's own limits (Nones on the tenant's row); its tenant's own limits.
-_Locked = tuple[QuotaState, tuple, tuple]
-
-
-def _locked(agent: Agent) -> list[_Locked]:
-    """The tenant's and the agent's quota rows, locked, each with the limits its agent and its tenant have
-    now (one statement built once per process). Rows are locked in the order they are returned: the
-    tenant's (agent null) first, for everyone. Only the quota rows are locked (FOR UPDATE OF); the agent
-    and the tenant are read with them, in the same statement, for their current limits."""
-    columns = model_columns(QuotaState, "quota", connection.vendor)
-    with connection.cursor() as cursor:
-        cursor.execute(_locked_sql(connection.vendor), (agent.tenant_id, agent.id))
-        rows = cursor.fetchall()
-    limits = len(LIMIT_FIELDS)
-    return [
-        (
-            columns.load(row[: columns.width]),
-            tuple(row[columns.width : columns.width + limits]),
-            tuple(row[columns.width + limits :]),
-        )
-        for row in rows
-    ]
 
 
 @lru_cache
@@ -169,15 +171,32 @@ def _locked_sql(vendor: str) -> str:
 # The open-proposal counts, read in intake's one read after the lock
 
 
-def open_counts_expressions(hold: Hold) -> tuple[RawSQL, RawSQL]:
+@dataclass(frozen=True)
+class CountCaps:
+    """How far the open-proposal counts go: just past each ceiling, so a count costs at most the
+    ceiling's rows of an index, whatever the history."""
+
+    agent: int
+    tenant: int
+
+    @classmethod
+    def of(cls, agent_limit: Limits, tenant_limit: Limits) -> "CountCaps":
+        return cls(agent=agent_limit.open_max + 1, tenant=tenant_limit.open_max + 1)
+
+    def cover(self, hold: Hold) -> bool:
+        """Whether counts this far decide against the ceilings the lock read: not when an admin raised
+        one since the agent authenticated (its row is read with the agent, its limits again under the
+        lock). Intake then counts again with the new caps."""
+        return self.agent >= hold.agent_limit.open_max + 1 and self.tenant >= hold.tenant_limit.open_max + 1
+
+
+def open_counts_expressions(agent: Agent, caps: CountCaps) -> tuple[RawSQL, RawSQL]:
     """Scalar subqueries counting the agent's and the tenant's proposals that wait for people (in that
-    order), each capped just past its ceiling (so a count costs at most the ceiling's rows of an index,
-    whatever the history)."""
+    order), each capped (CountCaps)."""
     waiting = [str(state) for state in sorted(WAITING_FOR_PEOPLE)]
-    agent = hold.agent
     return (
-        _capped_count("agent", agent.id, waiting, hold.agent_limit.open_max + 1),
-        _capped_count("tenant", agent.tenant_id, waiting, hold.tenant_limit.open_max + 1),
+        _capped_count("agent", agent.id, waiting, caps.agent),
+        _capped_count("tenant", agent.tenant_id, waiting, caps.tenant),
     )
 
 

@@ -146,6 +146,19 @@ def test_the_open_ceiling_counts_only_what_waits_for_people(client, agent, refun
     assert Proposal.objects.filter(state=State.AWAITING_REVIEW).count() == 2
 
 
+def test_a_ceiling_raised_since_the_agent_authenticated_is_counted_in_full(agent, refund_policy):
+    # Intake counts what waits only as far as the ceiling the agent's row had when it authenticated; the
+    # lock reads the ceiling again, and where an admin raised it meanwhile, intake counts again.
+    set_agent_limits(agent, open_proposals_max=10)
+    for order in ("1", "2", "3"):
+        submit(agent, action=factories.refund_action(order_id=order))
+    as_authenticated = set_agent_limits(agent, open_proposals_max=1)
+    set_agent_limits(agent, open_proposals_max=3)  # raised since: three wait, so a fourth is refused
+    with pytest.raises(QuotaExceeded) as refused:
+        submit(as_authenticated, action=factories.refund_action(order_id="4"))
+    assert refused.value.code == "too_many_open"
+
+
 def test_the_tenant_ceiling_counts_all_its_agents_together(tenant, agent, refund_policy):
     other = factories.make_agent(tenant, slug="other-agent", push_token="p2", api_token="a2")
     set_tenant_limits(tenant, open_proposals_max=2)

@@ -64,3 +64,78 @@ def test_a_block_left_by_an_error_sends_nothing(numbers):
 def test_holding_writes_outside_a_transaction_is_refused():
     with pytest.raises(RuntimeError, match="inside the transaction"), held_writes():
         pass
+
+
+# --- commit=True: the COMMIT in the same round trip as the last writes ------------------------------
+
+
+@pytest.fixture
+def committed_numbers():
+    """A real table (the transactional tests commit): another connection reads what was committed."""
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE held_numbers (n integer PRIMARY KEY)")
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE held_numbers")
+
+
+def committed_elsewhere() -> list[int]:
+    """What another connection sees: only committed rows."""
+    from django.db import connections
+
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT n FROM held_numbers ORDER BY n")
+            return [row[0] for row in cursor.fetchall()]
+    finally:
+        other.close()
+
+
+postgresql_only = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="one round trip for several statements is PostgreSQL's"
+)
+
+
+@postgresql_only
+@pytest.mark.django_db(transaction=True)
+def test_the_commit_goes_with_the_last_writes_and_the_on_commit_hooks_still_run(committed_numbers):
+    ran = []
+    with transaction.atomic():
+        with held_writes(commit=True):
+            insert(1)
+            insert(2)
+            transaction.on_commit(lambda: ran.append(committed_elsewhere()))
+        assert committed_elsewhere() == [1, 2]  # committed when the block ended, before the atomic's end
+    assert ran == [[1, 2]]
+    assert stored() == [1, 2]
+
+
+@postgresql_only
+@pytest.mark.django_db(transaction=True)
+def test_a_commit_that_fails_fails_the_block_and_nothing_stays(committed_numbers):
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE TABLE held_refs (n integer REFERENCES held_numbers (n) DEFERRABLE INITIALLY DEFERRED)"
+        )
+    try:
+        with pytest.raises(IntegrityError), transaction.atomic(), held_writes(commit=True):
+            insert(3)
+            write("INSERT INTO held_refs (n) VALUES (%s)", [99])  # refused only at COMMIT
+        assert committed_elsewhere() == []
+        assert stored() == []  # the connection is usable again
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE held_refs")
+
+
+def test_inside_an_enclosing_transaction_nothing_is_committed_early(numbers):
+    # (a test runs inside a transaction: the block's atomic is a savepoint of it)
+    with transaction.atomic(), held_writes(commit=True):
+        insert(4)
+    if connection.vendor == "postgresql":
+        from psycopg.pq import TransactionStatus
+
+        # still inside the test's transaction: a COMMIT sent with the writes would have ended it
+        assert connection.connection.info.transaction_status == TransactionStatus.INTRANS
+    assert stored() == [4]
