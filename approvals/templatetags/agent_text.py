@@ -13,7 +13,7 @@ import re
 
 from django import template
 from django.utils.html import escape, format_html, format_html_join
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
 
 from lib import agent_text as rules
 
@@ -98,3 +98,60 @@ def agent_text_plain(value) -> str:
     """For places that take no markup (the page title, attributes): hidden characters as [U+202E]."""
     return rules.visible("" if value is None else str(value))
 
+
+# Tags, not included templates, for what a list shows on every row: each builds its few elements with
+# format_html instead of rendering a template per call. Each ends with the newline its former template
+# ended with, so the pages render byte for byte as before (the vote's page_hash is the sha256 of parts
+# of the proposal page).
+AGENT_WORDS_LABEL = mark_safe("The agent's words:")  # noqa: S308 (our own words, shown as written)
+
+
+@register.simple_tag
+def headline(h) -> SafeString:
+    """Reviewer's own headline of the action (approvals/policy/headline.py), from the canonical
+    arguments: each part through agent_text, so a look-alike or hidden character is flagged where it
+    stands."""
+    amount = format_html(' <span class="amount">{}</span>', agent_text_html(h.amount)) if h.amount else ""
+    target = (
+        format_html(
+            ' <span class="headline__sep">·</span> <span class="headline__target">{}</span>',
+            agent_text_html(h.target),
+        )
+        if h.target
+        else ""
+    )
+    recipient = (
+        format_html(
+            ' <span class="headline__sep">·</span> to <span class="headline__recipient">{}</span>',
+            agent_text_html(h.recipient),
+        )
+        if h.recipient
+        else ""
+    )
+    return format_html(
+        '<span class="headline"><span class="headline__verb">{}</span>{}{}{}</span>\n',
+        agent_text_html(h.verb),
+        amount,
+        target,
+        recipient,
+    )
+
+
+@register.simple_tag
+def agent_words(words, mismatch="", label="") -> SafeString:
+    """The agent's summary as the agent's words: quoted, labelled, and flagged beside it when it names
+    another amount than the action (`mismatch`, escaped)."""
+    flag = (
+        format_html(
+            ' <span class="fact fact--warn" role="note"><span aria-hidden="true">⚠</span> {}</span>', mismatch
+        )
+        if mismatch
+        else ""
+    )
+    return format_html(
+        '<span class="agent-words{}"><span class="agent-words__label">{}</span> <q>{}</q>{}</span>\n',
+        " agent-words--mismatch" if mismatch else "",
+        label or AGENT_WORDS_LABEL,
+        agent_text_html(words),
+        flag,
+    )
