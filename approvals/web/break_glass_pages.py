@@ -83,11 +83,17 @@ def my_review(proposal: Proposal, user, form: PostHocReviewForm | None = None) -
 
 
 def queue_reviews(user) -> list[dict]:
-    """The person's post-hoc reviews still to do, for their queue (one query, whatever their number)."""
+    """The person's post-hoc reviews still to do, for their queue (two queries, whatever their number;
+    one when there are none)."""
+    reviews = open_reviews_for(user)
+    # Almost everyone owes none: a bare look first, since the read with its joined rows costs several
+    # times more to build than to run (about 1.3 ms of CPU for an empty answer).
+    if not reviews.exists():
+        return []
     now = timezone.now()
     return [
         {"review": review, "overdue": now >= review.due_at}
-        for review in open_reviews_for(user).select_related("release__proposal__tenant")[:100]
+        for review in reviews.select_related("release__proposal__tenant")[:100]
     ]
 
 

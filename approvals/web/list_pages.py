@@ -37,8 +37,10 @@ def _filter_form(scope: queries.ReviewerScope, params, *, with_states=False) -> 
 def _rows(page, opened) -> list[dict]:
     """Each row leads with Reviewer's headline of the action as it is now (an edit shows the edited
     amount), then the agent's words with their mismatch; marked when new since `opened` or when another
-    proposal on the same target was done, may be done or waits for people (one query for the page)."""
+    proposal on the same target was done, may be done or waits for people (one query for the page);
+    with the policy versions each pinned (one more)."""
     duplicates = queries.targets_with_duplicates(page)
+    pinned = queries.pinned_policy_refs(page)
     rows = []
     for proposal in page:
         thresholds = proposal.requirements.get("thresholds", [])
@@ -55,7 +57,7 @@ def _rows(page, opened) -> list[dict]:
                 "duplicate_of": proposal.pk in duplicates,
                 "needed": sum(int(t.get("count", 0)) for t in thresholds),
                 "groups": [t.get("group") for t in thresholds],
-                "policies": [f"{v.policy.slug}@{v.version}" for v in proposal.policy_versions.all()],
+                "policies": pinned.get(proposal.pk, []),
             }
         )
     return rows
@@ -104,8 +106,9 @@ def _list_context(scope, params, queryset, *, order, with_states=False, counted=
     }
 
 
-def queue_context(user, params) -> dict:
-    scope = queries.ReviewerScope.of(user)
+def queue_context(user, params, scope: queries.ReviewerScope | None = None) -> dict:
+    """The queue page's context; `scope`: the person's, when the caller read it already."""
+    scope = scope or queries.ReviewerScope.of(user)
     chips: dict[str, Any] = {}
 
     def risks_and_count(filters):

@@ -30,10 +30,10 @@ from approvals.web.forms import BreakGlassForm, DecisionForm, EditArgumentsForm,
 from approvals.web.list_pages import queue_context, watching_context
 from approvals.web.lists import QUEUE, WATCHING
 from approvals.web.pages import code_hint, detail_context, page_hash, reviewed_context
+from approvals.web.queries import ReviewerScope
 from lib.decorators import verified_required
 from lib.errors import NotFound, ServiceError, error_body
-from tenants import queries as tenant_queries
-from tenants.queries import DECIDING_ROLES
+from tenants.queries import AUDIT_ROLES, DECIDING_ROLES
 
 
 @require_GET
@@ -61,12 +61,13 @@ def _proposal_for_reviewer(request, proposal_id) -> Proposal:
 @require_GET
 @verified_required
 def queue(request):
-    # Compliance staff decide nothing: their landing page is the audit trail.
-    if not tenant_queries.tenants_for(request.user, DECIDING_ROLES) and tenant_queries.tenants_for(
-        request.user
-    ):
+    scope = ReviewerScope.of(request.user)
+    # Compliance staff decide nothing: their landing page is the audit trail. (Their roles are in the
+    # memberships the queue reads anyway.)
+    roles = {membership.role for membership in scope.memberships}
+    if not roles & DECIDING_ROLES and roles & AUDIT_ROLES:
         return redirect("audit:index")
-    context = {**queue_context(request.user, request.GET), "list_page": QUEUE, "nav": "queue"}
+    context = {**queue_context(request.user, request.GET, scope), "list_page": QUEUE, "nav": "queue"}
     return render(request, "approvals/proposal_list.html", context)
 
 
