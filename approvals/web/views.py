@@ -47,9 +47,9 @@ def jwks(request):
 # Guards
 
 
-def _proposal_for_reviewer(request, proposal_id) -> Proposal:
+def _proposal_for_reviewer(request, proposal_id, *, for_page: bool = False) -> Proposal:
     try:
-        return proposal_for_user(proposal_id, request.user)
+        return proposal_for_user(proposal_id, request.user, for_page=for_page)
     except NotFound:
         raise Http404("no such proposal") from None
 
@@ -85,7 +85,7 @@ def watching(request):
 @require_GET
 @verified_required
 def detail(request, proposal_id):
-    proposal = _proposal_for_reviewer(request, proposal_id)
+    proposal = _proposal_for_reviewer(request, proposal_id, for_page=True)
     return render(request, "approvals/detail.html", detail_context(proposal, request.user, request.session))
 
 
@@ -98,7 +98,7 @@ def _field_for(error: ServiceError, form) -> str | None:
 
 def _decision_response(request, proposal: Proposal, status: int, **decision_kwargs) -> HttpResponse:
     """The decision panel (and the live section, out of band) for htmx; the whole page otherwise."""
-    proposal = proposal_for_user(proposal.id, request.user)  # re-read after the service ran
+    proposal = proposal_for_user(proposal.id, request.user, for_page=True)  # re-read after the service ran
     context = detail_context(proposal, request.user, request.session, **decision_kwargs)
     if not request.htmx:
         return render(request, "approvals/detail.html", context, status=status)
