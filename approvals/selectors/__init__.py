@@ -18,9 +18,10 @@ def tenant_role(user, tenant_id) -> str | None:
 
 
 # What the proposal's page shows of the rows beside it, joined into the page's read of the proposal (one
-# statement, not three): its follow-up (the "cannot reach its quorum" notice), its signed decision and
-# the proposal that replaced it. approvals/web/pages.py takes them from there when they were joined.
-PAGE_JOINS = ("follow_up", "decision", "superseded_by")
+# statement, not three): its follow-up (the "cannot reach its quorum" notice) and its signed decision.
+# approvals/web/pages.py takes them from there when they were joined. (A proposal row joined costs
+# more to build than its own query: the predecessor is read when there is one, the successor apart.)
+PAGE_JOINS = ("follow_up", "decision")
 
 
 def proposal_for_user(proposal_id, user, *, for_page: bool = False) -> Proposal:
@@ -28,7 +29,7 @@ def proposal_for_user(proposal_id, user, *, for_page: bool = False) -> Proposal:
     The membership that lets them in comes with it (one per tenant and person): see viewer_slots.
     `for_page`: with the rows of PAGE_JOINS."""
     proposal = (
-        Proposal.objects.select_related("agent", "tenant", "supersedes", *(PAGE_JOINS if for_page else ()))
+        Proposal.objects.select_related("agent", "tenant", *(PAGE_JOINS if for_page else ()))
         .filter(pk=proposal_id, tenant__memberships__user=user)
         # F() over the relation the filter joined reuses that join: the person's own membership row.
         .annotate(

@@ -266,13 +266,6 @@ def _decision_of(proposal: Proposal) -> Decision | None:
     return Decision.objects.filter(proposal=proposal).first()
 
 
-def _successor_of(proposal: Proposal) -> Proposal | None:
-    """The proposal that replaced this one: as the page's read joined it, else read."""
-    if Proposal.superseded_by.is_cached(proposal):
-        return getattr(proposal, "superseded_by", None)
-    return Proposal.objects.filter(supersedes=proposal).only("id", "state", "summary").first()
-
-
 def live_context(proposal: Proposal, groups: dict | None = None) -> dict:
     """State, time left, quorum progress and votes: the part of the page that changes while it is open."""
     groups = groups if groups is not None else threshold_groups(proposal)
@@ -475,7 +468,7 @@ def detail_context(proposal: Proposal, user, session, post_hoc_form=None, **deci
         **live,
         "why": _why_context(proposal, slots, why_not, pinned),
         "history": _history_context(proposal),
-        "successor": _successor_of(proposal),
+        "successor": Proposal.objects.filter(supersedes=proposal).only("id", "state", "summary").first(),
         "decision_panel": decision_context(proposal, user, session, live, why_not, **decision_kwargs),
         "post_hoc": break_glass_pages.my_review(proposal, user, post_hoc_form),
     }

@@ -1,7 +1,7 @@
 """The proposal page reads what it shows once. The person's role and whether they are the principal come
-with the proposal's own read (approvals.selectors.proposal_for_user), as do its follow-up, its signed
-decision and the proposal that replaced it (selectors.PAGE_JOINS); the threshold groups serve the
-eligibility, "your groups" and the quorum; the pinned versions serve "why" and the break-glass rule."""
+with the proposal's own read (approvals.selectors.proposal_for_user), as do its follow-up and its signed
+decision (selectors.PAGE_JOINS); the threshold groups serve the eligibility, "your groups" and the
+quorum; the pinned versions serve "why" and the break-glass rule."""
 
 import pytest
 from django.db import connection
@@ -17,11 +17,11 @@ pytestmark = pytest.mark.django_db
 
 # A waiting proposal with nothing on its target before it, opened by a reviewer who can decide it: the
 # session, the user, the identity providers requiring sign-in there, the device (the middleware and the
-# sign-in guard); the proposal with the person's membership and the rows beside it; the threshold
+# sign-in guard); the proposal with the person's membership, follow-up and decision; the threshold
 # groups; the quorum's approvals, principals and stand-ins; the votes; a break-glass release; the
-# person's groups and stand-in row; the pinned versions; the history; whether they have a passkey;
-# whether the tenant confirms votes at its provider; a post-hoc review owed.
-DETAIL_PAGE_QUERIES = 18
+# person's groups and stand-in row; the pinned versions; the history; the successor; whether they have
+# a passkey; whether the tenant confirms votes at its provider; a post-hoc review owed.
+DETAIL_PAGE_QUERIES = 19
 
 
 def test_the_proposal_page_makes_a_known_number_of_queries(agent, refund_policy, requester, reviewer_a):
@@ -40,9 +40,7 @@ def test_the_proposal_page_makes_a_known_number_of_queries(agent, refund_policy,
     assert len(captured) == DETAIL_PAGE_QUERIES, [query["sql"][:120] for query in captured]
 
 
-def test_the_page_joins_its_decision_follow_up_and_successor(
-    agent, refund_policy, requester, reviewer_a, reviewer_b
-):
+def test_the_page_joins_its_decision_and_follow_up(agent, refund_policy, requester, reviewer_a, reviewer_b):
     proposal = submit(agent)
     factories.vote(proposal, reviewer_b)  # one approval: released, with a signed decision
     joined = proposal_for_user(proposal.id, reviewer_a, for_page=True)
