@@ -149,6 +149,12 @@ def watching_proposals(scope: ReviewerScope):
     return Proposal.objects.filter(tenant_id__in=scope.tenant_ids).exclude(_decidable(scope))
 
 
+# What the agent wrote at length that no list shows (the page of one proposal does): not read for a list
+# page's rows. A list that came to show one would read it row by row, which the constant number of
+# queries of tests/approvals/test_queue_queries.py would catch.
+NOT_IN_LISTS = ("action_canonical", "diff", "evidence")
+
+
 def with_row_data(queryset):
     """The list's rows with their agent, tenant and approvals so far (the policies they pinned are read
     for the page's rows by `pinned_policy_refs`)."""
@@ -158,8 +164,10 @@ def with_row_data(queryset):
         .annotate(n=Count("pk"))
         .values("n")
     )
-    return queryset.select_related("agent", "tenant").annotate(
-        approval_count=Coalesce(Subquery(approvals, output_field=IntegerField()), 0)
+    return (
+        queryset.select_related("agent", "tenant")
+        .defer(*NOT_IN_LISTS)
+        .annotate(approval_count=Coalesce(Subquery(approvals, output_field=IntegerField()), 0))
     )
 
 
