@@ -470,5 +470,5 @@ def detail_context(proposal: Proposal, user, session, post_hoc_form=None, **deci
         "history": _history_context(proposal),
         "successor": Proposal.objects.filter(supersedes=proposal).only("id", "state", "summary").first(),
         "decision_panel": decision_context(proposal, user, session, live, why_not, **decision_kwargs),
-        "post_hoc": break_glass_pages.my_review(proposal, user, post_hoc_form),
+        "post_hoc": break_glass_pages.my_review(proposal, user, post_hoc_form, live["break_glass_record"]),
     }
