@@ -5,14 +5,13 @@ them as whole pages and the WebSocket consumers send the same partials, so both 
 
 import hashlib
 
-from django.db.models import Prefetch
 from django.template.loader import render_to_string
 from django.utils import timezone
 
 from accounts import passkeys, stepup
 from approvals import stepup as vote_step_up
 from approvals.models import Decision, Proposal, Vote
-from approvals.policy import break_glass, classification, history
+from approvals.policy import break_glass, classification
 from approvals.policy.evaluation import TENANT_DEFAULT_REF
 from approvals.policy.headline import action_headline, money, summary_mismatch
 from approvals.policy.step_up import PASSKEY, PER_VOTE, mode_of, step_up_window
@@ -23,6 +22,7 @@ from approvals.states import OPEN_FOR_VOTES, RELEASED, STARTED, State
 from approvals.web import break_glass_pages
 from approvals.web.display import EXCERPT_CAP, capped, display_text, label_text
 from approvals.web.forms import DecisionForm, RevokeForm
+from approvals.web.history_panel import history_context
 from tenants.models import TenantMembership
 from tenants.queries import DECIDING_ROLES
 
@@ -413,45 +413,6 @@ def decision_context(
     }
 
 
-def _history_context(proposal: Proposal) -> dict:
-    """Earlier proposals on the same target (approvals/policy/history.py) as the page lists them, and whether
-    this one is a likely duplicate of one that was done, may be done, or waits for people now."""
-    earlier = list(
-        history.earlier_on_target(proposal)
-        .select_related("agent")
-        .prefetch_related(
-            Prefetch("votes", queryset=Vote.objects.select_related("voter").order_by("created_at"))
-        )[: history.HISTORY_LIMIT]
-    )
-    items = []
-    for other in earlier:
-        arguments = other.action.get("arguments") or {}
-        approvers = [
-            vote.voter.get_full_name() or vote.voter.get_username()
-            for vote in other.votes.all()
-            if vote.verdict == Vote.Verdict.APPROVE
-        ]
-        items.append(
-            {
-                "proposal": other,
-                "headline": action_headline(other.action),
-                "agent_words": (other.summary or "")[:200],
-                "amount": money(arguments.get("amount"), arguments.get("currency"))
-                if arguments.get("amount") not in (None, "")
-                else "",
-                "approvers": approvers,
-                "duplicate": other.state in history.DUPLICATE_STATES,
-            }
-        )
-    duplicates = [item for item in items if item["duplicate"]]
-    return {
-        "target": proposal.target_key.split("|", 1)[-1] if proposal.target_key else "",
-        "items": items,
-        "likely_duplicate": duplicates[0] if duplicates else None,
-        "window_days": history.PAGE_WINDOW.days,
-    }
-
-
 def detail_context(proposal: Proposal, user, session, post_hoc_form=None, **decision_kwargs) -> dict:
     """Everything the proposal page shows this person (the consumer re-renders its partials from it)."""
     # The groups and this person's slots in them, read once for the eligibility, "your groups" and the
@@ -467,7 +428,7 @@ def detail_context(proposal: Proposal, user, session, post_hoc_form=None, **deci
         **reviewed_context(proposal),
         **live,
         "why": _why_context(proposal, slots, why_not, pinned),
-        "history": _history_context(proposal),
+        "history": history_context(proposal),
         "successor": Proposal.objects.filter(supersedes=proposal).only("id", "state", "summary").first(),
         "decision_panel": decision_context(proposal, user, session, live, why_not, **decision_kwargs),
         "post_hoc": break_glass_pages.my_review(proposal, user, post_hoc_form, live["break_glass_record"]),
