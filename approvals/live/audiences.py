@@ -16,7 +16,7 @@ from approvals.models import Proposal, Vote
 from approvals.selectors import ineligibility_from, threshold_groups
 from approvals.selectors.standins import delegated_groups, stand_in_users
 from approvals.services import lifecycle
-from approvals.web.pages import consequence_label, decision_mode_from, live_context, my_vote
+from approvals.web.pages import consequence_label, decision_mode_from, live_context, may_revoke_from, my_vote
 from tenants.models import GroupMembership, TenantMembership
 
 # Rendered once per update for everyone, and once per audience; the decision panel per socket.
@@ -98,7 +98,7 @@ class PageView:
             self.live,
             why_not,
             # services.decisions.may_revoke's rule, over the votes the page read anyway
-            may_revoke=functools.partial(_may_revoke, membership, self.live, user_id),
+            may_revoke=functools.partial(may_revoke_from, membership.role, self.live, user_id),
             role=functools.partial(getattr, membership, "role"),
             closed_reason=self._closed_reason,
         )
@@ -135,10 +135,3 @@ def _is_principal(proposal: Proposal, membership: TenantMembership) -> bool:
     return (
         membership.principal_id == proposal.principal_id
     )  # selectors.is_principal, one membership per tenant
-
-
-def _may_revoke(membership: TenantMembership, live: dict, user_id) -> bool:
-    return membership.role == TenantMembership.Role.ADMIN or any(
-        item["vote"].voter_id == user_id and item["vote"].verdict == Vote.Verdict.APPROVE
-        for item in live["votes"]
-    )

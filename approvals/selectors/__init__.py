@@ -3,6 +3,8 @@
 from datetime import datetime, timedelta
 from functools import cached_property
 
+from django.db.models import F
+
 from approvals.models import Proposal, QuotaState
 from approvals.selectors import standins
 from lib.errors import NotFound
@@ -15,16 +17,46 @@ def tenant_role(user, tenant_id) -> str | None:
     return membership.role if membership else None
 
 
-def proposal_for_user(proposal_id, user) -> Proposal:
-    """The proposal, if the user belongs to its tenant; NotFound otherwise (outsiders learn nothing)."""
+# What the proposal's page shows of the rows beside it, joined into the page's read of the proposal (one
+# statement, not three): its follow-up (the "cannot reach its quorum" notice) and its signed decision.
+# approvals/web/pages.py takes them from there when they were joined. (A proposal row joined costs
+# more to build than its own query: the predecessor is read when there is one, the successor apart.)
+PAGE_JOINS = ("follow_up", "decision")
+
+
+def proposal_for_user(proposal_id, user, *, for_page: bool = False) -> Proposal:
+    """The proposal, if the user belongs to its tenant; NotFound otherwise (outsiders learn nothing).
+    The membership that lets them in comes with it (one per tenant and person): see viewer_slots.
+    `for_page`: with the rows of PAGE_JOINS."""
     proposal = (
-        Proposal.objects.select_related("agent", "tenant", "supersedes")
+        Proposal.objects.select_related("agent", "tenant", *(PAGE_JOINS if for_page else ()))
         .filter(pk=proposal_id, tenant__memberships__user=user)
+        # F() over the relation the filter joined reuses that join: the person's own membership row.
+        .annotate(
+            viewer_id=F("tenant__memberships__user_id"),
+            viewer_role=F("tenant__memberships__role"),
+            viewer_principal_id=F("tenant__memberships__principal_id"),
+        )
         .first()
     )
     if proposal is None:
         raise NotFound("not_found", "no such proposal")
     return proposal
+
+
+def viewer_slots(proposal: Proposal, user, groups: dict[str, ApproverGroup] | None = None) -> "VoterSlots":
+    """The VoterSlots of a person reading the proposal's page, with their role and whether they are its
+    principal taken from the membership proposal_for_user read with the proposal (`viewer_*`), when it
+    read it for this person; read again otherwise."""
+    if getattr(proposal, "viewer_id", None) != user.pk:
+        return VoterSlots(proposal, user, groups)
+    return VoterSlots(
+        proposal,
+        user,
+        groups,
+        role=getattr(proposal, "viewer_role"),  # noqa: B009 (an annotation, unknown to the model's type)
+        is_the_principal=getattr(proposal, "viewer_principal_id") == proposal.principal_id,  # noqa: B009
+    )
 
 
 def lock_proposal_for(proposal_id, actor, *, roles=None) -> Proposal:
@@ -61,18 +93,33 @@ class VoterSlots:
     membership or delegation committed in between could make them differ)."""
 
     def __init__(
-        self, proposal: Proposal, user, groups: dict[str, ApproverGroup] | None = None, *, role=None
+        self,
+        proposal: Proposal,
+        user,
+        groups: dict[str, ApproverGroup] | None = None,
+        *,
+        role=None,
+        is_the_principal: bool | None = None,
     ):
         self.proposal, self.user = proposal, user
         if groups is not None:  # read already by the caller (a page shows them)
             self.groups = groups
-        if role is not None:  # read already with the proposal's lock (lock_proposal_with_role)
+        # Read already with the proposal: with its lock (lock_proposal_with_role, the role), or with the
+        # page's read (proposal_for_user, the role and the principal id of the person's membership).
+        if role is not None:
             self.role = role
+        if is_the_principal is not None:
+            self.is_the_principal = is_the_principal
 
     @cached_property
     def role(self) -> str | None:
         """The person's role in the proposal's tenant (None: not a member)."""
         return tenant_role(self.user, self.proposal.tenant_id)
+
+    @cached_property
+    def is_the_principal(self) -> bool:
+        """Whether the person is the one the proposal's action is for (their membership's principal id)."""
+        return is_principal(self.proposal, self.user)
 
     @cached_property
     def groups(self) -> dict[str, ApproverGroup]:
@@ -116,7 +163,7 @@ def ineligibility(proposal: Proposal, user, slots: VoterSlots | None = None) -> 
         proposal,
         user.id,
         slots.role,
-        is_principal=lambda: is_principal(proposal, user),
+        is_principal=lambda: slots.is_the_principal,
         in_a_group=lambda: bool(slots.own_groups()),
     )
 

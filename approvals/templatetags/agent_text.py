@@ -4,20 +4,44 @@ It escapes the value, isolates it in `<bdi>` (so it cannot reorder the page's ow
 shows every hidden or text-direction character as a marked badge ("U+202E") instead of letting it act,
 and appends a visible warning for hidden characters and for words that mix scripts (look-alikes).
 The rules live in lib/agent_text.py, which the PDF and the evidence packet use too.
+
+Most of what agents write is plain ASCII, and a list page shows a hundred and more values: `is_plain`
+answers for those without walking the text character by character through the Unicode tables.
 """
 
+import re
+
 from django import template
-from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString
+from django.utils.html import escape, format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
 
 from lib import agent_text as rules
 
 register = template.Library()
 
+# The ASCII control characters the rules mark as hidden (every C0 control and DEL, but for the newline,
+# tab and carriage return they let through as layout).
+_HIDDEN_ASCII = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def is_plain(text: str) -> bool:
+    """True when the rules have nothing to mark or say about `text`: ASCII without a hidden control
+    character. ASCII has no format character, and its only letters are Latin, so no word of it mixes
+    scripts; rules.pieces() gives it back as one plain run and rules.warnings() is empty
+    (tests/approvals/test_agent_text.py checks every ASCII character against the rules)."""
+    return text.isascii() and _HIDDEN_ASCII.search(text) is None
+
 
 def agent_text_html(value) -> SafeString:
     """The HTML of an agent-written value (also used by the admin's display methods)."""
     text = "" if value is None else str(value)
+    if is_plain(text):  # what html_by_rules makes of it: the escaped text in an unflagged <bdi>
+        return format_html('<bdi class="agent-text">{}</bdi>', escape(text))
+    return html_by_rules(text)
+
+
+def html_by_rules(text: str) -> SafeString:
+    """agent_text_html's answer from the rules, character by character (any text)."""
     body = format_html_join(
         "",
         "{}",
@@ -50,6 +74,13 @@ def agent_text_value(value) -> SafeString:
     reference back into the character, so a value the reviewer leaves alone is submitted unchanged, and
     no raw control character is in the page."""
     text = "" if value is None else str(value)
+    if is_plain(text):  # nothing hidden to write as a reference: the escaped text
+        return escape(text)
+    return value_by_rules(text)
+
+
+def value_by_rules(text: str) -> SafeString:
+    """agent_text_value's answer from the rules, character by character (any text)."""
     return format_html_join(
         "",
         "{}",
@@ -66,3 +97,61 @@ def agent_text(value) -> SafeString:
 def agent_text_plain(value) -> str:
     """For places that take no markup (the page title, attributes): hidden characters as [U+202E]."""
     return rules.visible("" if value is None else str(value))
+
+
+# Tags, not included templates, for what a list shows on every row: each builds its few elements with
+# format_html instead of rendering a template per call. Each ends with the newline its former template
+# ended with, so the pages render byte for byte as before (the vote's page_hash is the sha256 of parts
+# of the proposal page).
+AGENT_WORDS_LABEL = mark_safe("The agent's words:")  # noqa: S308 (our own words, shown as written)
+
+
+@register.simple_tag
+def headline(h) -> SafeString:
+    """Reviewer's own headline of the action (approvals/policy/headline.py), from the canonical
+    arguments: each part through agent_text, so a look-alike or hidden character is flagged where it
+    stands."""
+    amount = format_html(' <span class="amount">{}</span>', agent_text_html(h.amount)) if h.amount else ""
+    target = (
+        format_html(
+            ' <span class="headline__sep">·</span> <span class="headline__target">{}</span>',
+            agent_text_html(h.target),
+        )
+        if h.target
+        else ""
+    )
+    recipient = (
+        format_html(
+            ' <span class="headline__sep">·</span> to <span class="headline__recipient">{}</span>',
+            agent_text_html(h.recipient),
+        )
+        if h.recipient
+        else ""
+    )
+    return format_html(
+        '<span class="headline"><span class="headline__verb">{}</span>{}{}{}</span>\n',
+        agent_text_html(h.verb),
+        amount,
+        target,
+        recipient,
+    )
+
+
+@register.simple_tag
+def agent_words(words, mismatch="", label="") -> SafeString:
+    """The agent's summary as the agent's words: quoted, labelled, and flagged beside it when it names
+    another amount than the action (`mismatch`, escaped)."""
+    flag = (
+        format_html(
+            ' <span class="fact fact--warn" role="note"><span aria-hidden="true">⚠</span> {}</span>', mismatch
+        )
+        if mismatch
+        else ""
+    )
+    return format_html(
+        '<span class="agent-words{}"><span class="agent-words__label">{}</span> <q>{}</q>{}</span>\n',
+        " agent-words--mismatch" if mismatch else "",
+        label or AGENT_WORDS_LABEL,
+        agent_text_html(words),
+        flag,
+    )

@@ -54,6 +54,10 @@ def panel(
     }
 
 
+# my_review()'s `record` when the caller has not read the proposal's release.
+READ_RECORD = object()
+
+
 def release_record(proposal: Proposal) -> BreakGlassRelease | None:
     """The break-glass release of this proposal with its reviews and their reviewers (two queries)."""
     return (
@@ -66,13 +70,22 @@ def release_record(proposal: Proposal) -> BreakGlassRelease | None:
     )
 
 
-def my_review(proposal: Proposal, user, form: PostHocReviewForm | None = None) -> dict | None:
-    """This person's post-hoc review of this proposal's release, if one is assigned to them."""
-    review = (
-        PostHocReview.objects.filter(release__proposal=proposal, reviewer=user)
-        .select_related("release__releaser")
-        .first()
-    )
+def my_review(
+    proposal: Proposal, user, form: PostHocReviewForm | None = None, record=READ_RECORD
+) -> dict | None:
+    """This person's post-hoc review of this proposal's release, if one is assigned to them. `record`:
+    what release_record() read for the proposal (its release, with its reviews and their reviewers),
+    when the caller has it: the review is taken from there, no query (one release per proposal, one
+    review per person)."""
+    if record is READ_RECORD:
+        review = (
+            PostHocReview.objects.filter(release__proposal=proposal, reviewer=user)
+            .select_related("release__releaser")
+            .first()
+        )
+    else:
+        reviews = record.reviews.all() if record is not None else []
+        review = next((review for review in reviews if review.reviewer_id == user.pk), None)
     if review is None:
         return None
     return {
@@ -83,11 +96,17 @@ def my_review(proposal: Proposal, user, form: PostHocReviewForm | None = None) -
 
 
 def queue_reviews(user) -> list[dict]:
-    """The person's post-hoc reviews still to do, for their queue (one query, whatever their number)."""
+    """The person's post-hoc reviews still to do, for their queue (two queries, whatever their number;
+    one when there are none)."""
+    reviews = open_reviews_for(user)
+    # Almost everyone owes none: a bare look first, since the read with its joined rows costs several
+    # times more to build than to run (about 1.3 ms of CPU for an empty answer).
+    if not reviews.exists():
+        return []
     now = timezone.now()
     return [
         {"review": review, "overdue": now >= review.due_at}
-        for review in open_reviews_for(user).select_related("release__proposal__tenant")[:100]
+        for review in reviews.select_related("release__proposal__tenant")[:100]
     ]
 
 

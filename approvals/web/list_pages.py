@@ -37,8 +37,10 @@ def _filter_form(scope: queries.ReviewerScope, params, *, with_states=False) -> 
 def _rows(page, opened) -> list[dict]:
     """Each row leads with Reviewer's headline of the action as it is now (an edit shows the edited
     amount), then the agent's words with their mismatch; marked when new since `opened` or when another
-    proposal on the same target was done, may be done or waits for people (one query for the page)."""
+    proposal on the same target was done, may be done or waits for people (one query for the page);
+    with the policy versions each pinned (one more)."""
     duplicates = queries.targets_with_duplicates(page)
+    pinned = queries.pinned_policy_refs(page)
     rows = []
     for proposal in page:
         thresholds = proposal.requirements.get("thresholds", [])
@@ -55,7 +57,7 @@ def _rows(page, opened) -> list[dict]:
                 "duplicate_of": proposal.pk in duplicates,
                 "needed": sum(int(t.get("count", 0)) for t in thresholds),
                 "groups": [t.get("group") for t in thresholds],
-                "policies": [f"{v.policy.slug}@{v.version}" for v in proposal.policy_versions.all()],
+                "policies": pinned.get(proposal.pk, []),
             }
         )
     return rows
@@ -104,8 +106,12 @@ def _list_context(scope, params, queryset, *, order, with_states=False, counted=
     }
 
 
-def queue_context(user, params) -> dict:
-    scope = queries.ReviewerScope.of(user)
+def queue_context(user, params, scope: queries.ReviewerScope | None = None) -> dict:
+    """The queue page's context; `scope`: the person's, when the caller read it already."""
+    scope = scope or queries.ReviewerScope.of(user)
+    # Built once for the list and the chips (building it costs more than a small query does), so both
+    # also ask about the same moment.
+    decidable = queries.eligible_proposals(scope)
     chips: dict[str, Any] = {}
 
     def risks_and_count(filters):
@@ -113,14 +119,12 @@ def queue_context(user, params) -> dict:
         # exact below the cap, "N+" above it (a lower bound, still true). Without a risk filter the same
         # read is the list's count too.
         unrated = {k: v for k, v in filters.items() if k != "risk"}
-        sample = queries.apply_filters(queries.eligible_proposals(scope), unrated).order_by()
+        sample = queries.apply_filters(decidable, unrated).order_by()
         risks = list(sample.values_list("risk", flat=True)[: queries.COUNT_CAP + 1])
         chips.update(capped=len(risks) > queries.COUNT_CAP, by_risk=Counter(risks[: queries.COUNT_CAP]))
         return None if "risk" in filters else (min(len(risks), queries.COUNT_CAP), chips["capped"])
 
-    context = _list_context(
-        scope, params, queries.eligible_proposals(scope), order=QUEUE_ORDER, counted=risks_and_count
-    )
+    context = _list_context(scope, params, decidable, order=QUEUE_ORDER, counted=risks_and_count)
     labels = [(value, label) for value, label in QueueFilterForm.RISKS if value] + [("", "Not rated")]
     by_risk = chips["by_risk"]
     context["risk_counts"] = [

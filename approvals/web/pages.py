@@ -5,24 +5,25 @@ them as whole pages and the WebSocket consumers send the same partials, so both 
 
 import hashlib
 
-from django.db.models import Prefetch
 from django.template.loader import render_to_string
 from django.utils import timezone
 
 from accounts import passkeys, stepup
 from approvals import stepup as vote_step_up
 from approvals.models import Decision, Proposal, Vote
-from approvals.policy import classification, history
+from approvals.policy import break_glass, classification
 from approvals.policy.evaluation import TENANT_DEFAULT_REF
 from approvals.policy.headline import action_headline, money, summary_mismatch
 from approvals.policy.step_up import PASSKEY, PER_VOTE, mode_of, step_up_window
-from approvals.selectors import VoterSlots, ineligibility, tenant_role, threshold_groups
-from approvals.services import decisions, lifecycle
+from approvals.selectors import VoterSlots, ineligibility, threshold_groups, viewer_slots
+from approvals.services import lifecycle
 from approvals.services.quorum import count_quorum
 from approvals.states import OPEN_FOR_VOTES, RELEASED, STARTED, State
 from approvals.web import break_glass_pages
 from approvals.web.display import EXCERPT_CAP, capped, display_text, label_text
 from approvals.web.forms import DecisionForm, RevokeForm
+from approvals.web.history_panel import history_context
+from tenants.models import TenantMembership
 from tenants.queries import DECIDING_ROLES
 
 
@@ -211,11 +212,17 @@ def code_hint(proposal: Proposal) -> str:
     return f"Six digits from your authenticator app, or a backup code: this needs {_step_up_text(mode)}."
 
 
-def _why_context(proposal: Proposal, slots: VoterSlots, why_not: tuple[str, str] | None) -> dict:
+def _pinned_versions(proposal: Proposal) -> list:
+    """Every version that shaped the requirements, as the decision's `policies` claim names them."""
+    return list(proposal.policy_versions.select_related("policy").order_by("policy__slug", "version"))
+
+
+def _why_context(
+    proposal: Proposal, slots: VoterSlots, why_not: tuple[str, str] | None, pinned: list
+) -> dict:
     groups = slots.groups
     return {
-        # Every version that shaped the requirements, as the decision's `policies` claim names them.
-        "pinned": list(proposal.policy_versions.select_related("policy").order_by("policy__slug", "version")),
+        "pinned": pinned,
         "tenant_default": TENANT_DEFAULT_REF if proposal.requirements.get("tenant_default") else None,
         "thresholds": [
             {"group": groups.get(t["group"]), "slug": t["group"], "count": t["count"]}
@@ -252,10 +259,17 @@ CONSEQUENCE_HEADINGS: dict[str, str] = {
 }
 
 
+def _decision_of(proposal: Proposal) -> Decision | None:
+    """The proposal's signed decision: as the page's read joined it (selectors.PAGE_JOINS), else read."""
+    if Proposal.decision.is_cached(proposal):
+        return getattr(proposal, "decision", None)  # None: the join found none
+    return Decision.objects.filter(proposal=proposal).first()
+
+
 def live_context(proposal: Proposal, groups: dict | None = None) -> dict:
     """State, time left, quorum progress and votes: the part of the page that changes while it is open."""
     groups = groups if groups is not None else threshold_groups(proposal)
-    quorum = count_quorum(proposal)
+    quorum = count_quorum(proposal, groups=groups)
     placed = {vote.pk: slug for slug, votes in quorum.slots.items() for vote in votes}
     votes = list(proposal.votes.select_related("voter").order_by("created_at"))
     progress = []
@@ -284,7 +298,7 @@ def live_context(proposal: Proposal, groups: dict | None = None) -> dict:
             }
             for vote in votes
         ],
-        "decision": Decision.objects.filter(proposal=proposal).first(),
+        "decision": _decision_of(proposal),
         "server_now": timezone.now(),
         "open_for_votes": proposal.state in OPEN_FOR_VOTES,
         "consequence_heading": CONSEQUENCE_HEADINGS.get(proposal.state, "What was proposed"),
@@ -292,17 +306,30 @@ def live_context(proposal: Proposal, groups: dict | None = None) -> dict:
     }
 
 
-def decision_mode(proposal: Proposal, user, live: dict, why_not: tuple[str, str] | None) -> tuple[str, str]:
+def decision_mode(
+    proposal: Proposal, user, live: dict, why_not: tuple[str, str] | None, slots: VoterSlots | None = None
+) -> tuple[str, str]:
     """Which controls the decision panel shows this person now, and why none when they cannot decide.
-    Only what to show: the services decide again when the person acts."""
+    Only what to show: the services decide again when the person acts. `slots`: the person's, when the
+    caller has them (their role is read once)."""
+    slots = slots or VoterSlots(proposal, user)
     return decision_mode_from(
         proposal,
         user.pk,
         live,
         why_not,
-        may_revoke=lambda: decisions.may_revoke(proposal, user),
-        role=lambda: tenant_role(user, proposal.tenant_id),
+        may_revoke=lambda: may_revoke_from(slots.role, live, user.pk),
+        role=lambda: slots.role,
         closed_reason=lambda: lifecycle.closed_reason(proposal),
+    )
+
+
+def may_revoke_from(role: str | None, live: dict, user_id) -> bool:
+    """services.decisions.may_revoke's rule over what the page read: a tenant admin, or a person who
+    approved it (among the page's votes)."""
+    return role == TenantMembership.Role.ADMIN or any(
+        item["vote"].voter_id == user_id and item["vote"].verdict == Vote.Verdict.APPROVE
+        for item in live["votes"]
     )
 
 
@@ -386,57 +413,23 @@ def decision_context(
     }
 
 
-def _history_context(proposal: Proposal) -> dict:
-    """Earlier proposals on the same target (approvals/policy/history.py) as the page lists them, and whether
-    this one is a likely duplicate of one that was done, may be done, or waits for people now."""
-    earlier = list(
-        history.earlier_on_target(proposal)
-        .select_related("agent")
-        .prefetch_related(
-            Prefetch("votes", queryset=Vote.objects.select_related("voter").order_by("created_at"))
-        )[: history.HISTORY_LIMIT]
-    )
-    items = []
-    for other in earlier:
-        arguments = other.action.get("arguments") or {}
-        approvers = [
-            vote.voter.get_full_name() or vote.voter.get_username()
-            for vote in other.votes.all()
-            if vote.verdict == Vote.Verdict.APPROVE
-        ]
-        items.append(
-            {
-                "proposal": other,
-                "headline": action_headline(other.action),
-                "agent_words": (other.summary or "")[:200],
-                "amount": money(arguments.get("amount"), arguments.get("currency"))
-                if arguments.get("amount") not in (None, "")
-                else "",
-                "approvers": approvers,
-                "duplicate": other.state in history.DUPLICATE_STATES,
-            }
-        )
-    duplicates = [item for item in items if item["duplicate"]]
-    return {
-        "target": proposal.target_key.split("|", 1)[-1] if proposal.target_key else "",
-        "items": items,
-        "likely_duplicate": duplicates[0] if duplicates else None,
-        "window_days": history.PAGE_WINDOW.days,
-    }
-
-
 def detail_context(proposal: Proposal, user, session, post_hoc_form=None, **decision_kwargs) -> dict:
     """Everything the proposal page shows this person (the consumer re-renders its partials from it)."""
-    # The groups and this person's slots in them, read once for the eligibility and "your groups".
-    slots = VoterSlots(proposal, user, threshold_groups(proposal))
+    # The groups and this person's slots in them, read once for the eligibility, "your groups" and the
+    # quorum; their role and whether they are the principal came with the proposal (proposal_for_user).
+    slots = viewer_slots(proposal, user, threshold_groups(proposal))
     live = live_context(proposal, slots.groups)
     why_not = ineligibility(proposal, user, slots)
+    # The pinned versions, read once for "why" and for the break-glass rule (their intersection).
+    pinned = _pinned_versions(proposal)
+    decision_kwargs.setdefault("mode", decision_mode(proposal, user, live, why_not, slots))
+    decision_kwargs.setdefault("break_glass_rule", break_glass.rule_for(proposal.requirements, pinned))
     return {
         **reviewed_context(proposal),
         **live,
-        "why": _why_context(proposal, slots, why_not),
-        "history": _history_context(proposal),
+        "why": _why_context(proposal, slots, why_not, pinned),
+        "history": history_context(proposal),
         "successor": Proposal.objects.filter(supersedes=proposal).only("id", "state", "summary").first(),
         "decision_panel": decision_context(proposal, user, session, live, why_not, **decision_kwargs),
-        "post_hoc": break_glass_pages.my_review(proposal, user, post_hoc_form),
+        "post_hoc": break_glass_pages.my_review(proposal, user, post_hoc_form, live["break_glass_record"]),
     }

@@ -30,10 +30,10 @@ from approvals.web.forms import BreakGlassForm, DecisionForm, EditArgumentsForm,
 from approvals.web.list_pages import queue_context, watching_context
 from approvals.web.lists import QUEUE, WATCHING
 from approvals.web.pages import code_hint, detail_context, page_hash, reviewed_context
+from approvals.web.queries import ReviewerScope
 from lib.decorators import verified_required
 from lib.errors import NotFound, ServiceError, error_body
-from tenants import queries as tenant_queries
-from tenants.queries import DECIDING_ROLES
+from tenants.queries import AUDIT_ROLES, DECIDING_ROLES
 
 
 @require_GET
@@ -47,9 +47,9 @@ def jwks(request):
 # Guards
 
 
-def _proposal_for_reviewer(request, proposal_id) -> Proposal:
+def _proposal_for_reviewer(request, proposal_id, *, for_page: bool = False) -> Proposal:
     try:
-        return proposal_for_user(proposal_id, request.user)
+        return proposal_for_user(proposal_id, request.user, for_page=for_page)
     except NotFound:
         raise Http404("no such proposal") from None
 
@@ -61,12 +61,13 @@ def _proposal_for_reviewer(request, proposal_id) -> Proposal:
 @require_GET
 @verified_required
 def queue(request):
-    # Compliance staff decide nothing: their landing page is the audit trail.
-    if not tenant_queries.tenants_for(request.user, DECIDING_ROLES) and tenant_queries.tenants_for(
-        request.user
-    ):
+    scope = ReviewerScope.of(request.user)
+    # Compliance staff decide nothing: their landing page is the audit trail. (Their roles are in the
+    # memberships the queue reads anyway.)
+    roles = {membership.role for membership in scope.memberships}
+    if not roles & DECIDING_ROLES and roles & AUDIT_ROLES:
         return redirect("audit:index")
-    context = {**queue_context(request.user, request.GET), "list_page": QUEUE, "nav": "queue"}
+    context = {**queue_context(request.user, request.GET, scope), "list_page": QUEUE, "nav": "queue"}
     return render(request, "approvals/proposal_list.html", context)
 
 
@@ -84,7 +85,7 @@ def watching(request):
 @require_GET
 @verified_required
 def detail(request, proposal_id):
-    proposal = _proposal_for_reviewer(request, proposal_id)
+    proposal = _proposal_for_reviewer(request, proposal_id, for_page=True)
     return render(request, "approvals/detail.html", detail_context(proposal, request.user, request.session))
 
 
@@ -97,7 +98,7 @@ def _field_for(error: ServiceError, form) -> str | None:
 
 def _decision_response(request, proposal: Proposal, status: int, **decision_kwargs) -> HttpResponse:
     """The decision panel (and the live section, out of band) for htmx; the whole page otherwise."""
-    proposal = proposal_for_user(proposal.id, request.user)  # re-read after the service ran
+    proposal = proposal_for_user(proposal.id, request.user, for_page=True)  # re-read after the service ran
     context = detail_context(proposal, request.user, request.session, **decision_kwargs)
     if not request.htmx:
         return render(request, "approvals/detail.html", context, status=status)

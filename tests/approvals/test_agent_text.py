@@ -12,8 +12,15 @@ from django.contrib.auth import get_user_model
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.safestring import mark_safe
 
-from approvals.templatetags.agent_text import agent_text_html
+from approvals.templatetags.agent_text import (
+    agent_text_html,
+    agent_text_value,
+    html_by_rules,
+    is_plain,
+    value_by_rules,
+)
 from approvals.web.list_pages import queue_context
 from lib import agent_text
 from tests import factories
@@ -138,6 +145,34 @@ def test_what_counts_as_hidden_or_mixed(value, flagged):
 def test_markup_in_agent_text_stays_text():
     html = agent_text_html(f'<script>alert(1)</script>{RLO}"')
     assert "<script>" not in html and "&lt;script&gt;" in html and "&quot;" in html
+    assert agent_text_html('<b>"bold"</b> & co') == (
+        '<bdi class="agent-text">&lt;b&gt;&quot;bold&quot;&lt;/b&gt; &amp; co</bdi>'
+    )
+    # Text handed in already marked safe is escaped all the same.
+    assert agent_text_html(mark_safe("<b>x</b>")) == '<bdi class="agent-text">&lt;b&gt;x&lt;/b&gt;</bdi>'  # noqa: S308
+    assert agent_text_value(mark_safe("<b>x</b>")) == "&lt;b&gt;x&lt;/b&gt;"  # noqa: S308
+
+
+@pytest.mark.parametrize("code", range(128))
+def test_plain_ascii_takes_the_short_way_to_what_the_rules_give(code):
+    """agent_text_html and agent_text_value answer plain ASCII without the rules (is_plain): for every
+    ASCII character, in a word and alone, the answer is the rules' own, and the short way is taken
+    exactly when the rules find nothing hidden."""
+    char = chr(code)
+    for text in (char, f"a{char}b <x> & {char}", f"Refund{char}EUR 40.00"):
+        assert agent_text_html(text) == html_by_rules(text)
+        assert agent_text_value(text) == value_by_rules(text)
+        hidden = any(piece.hidden for piece in agent_text.pieces(text))
+        assert is_plain(text) is not hidden
+        if is_plain(text):
+            assert agent_text.warnings(text) == []
+
+
+def test_text_beyond_ascii_goes_by_the_rules():
+    for text in ("Überweisung", f"a{RLO}b", "p\u0430ypal.com", "EUR 40,00 …", ""):
+        assert agent_text_html(text) == html_by_rules(text)
+        assert agent_text_value(text) == value_by_rules(text)
+    assert not is_plain("Überweisung") and is_plain("")
 
 
 def test_the_review_email_shows_hidden_characters_as_codes(hostile):
