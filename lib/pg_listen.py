@@ -11,14 +11,14 @@ class PostgresListener:
         self.connection = psycopg.connect(**connection.get_connection_params(), autocommit=True)
         self.connection.execute(f"LISTEN {channel}")
 
-    def wait(self, timeout: float) -> bool:
-        """True as soon as a wake-up came (the others queued are taken too: one pass serves them all),
-        False after `timeout` seconds."""
+    def wait(self, timeout: float, *, gather: float = 0) -> bool:
+        """True as soon as a wake-up came, or `gather` seconds after it (the wake-ups that came meanwhile
+        are taken too: one pass serves them all), False after `timeout` seconds."""
         woken = False
         for _ in self.connection.notifies(timeout=timeout, stop_after=1):
             woken = True
         if woken:
-            for _ in self.connection.notifies(timeout=0):
+            for _ in self.connection.notifies(timeout=gather):
                 pass
         return woken
 
