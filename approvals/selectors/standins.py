@@ -148,9 +148,9 @@ def delegated_group_slugs(user) -> list[tuple[int, str]]:
     )
     if not active:
         return []
-    return list(
-        GroupMembership.objects.filter(
-            user_id__in={delegator_id for delegator_id, _ in active},
-            group__tenant_id__in={tenant_id for _, tenant_id in active},
-        ).values_list("group__tenant_id", "group__slug")
-    )
+    # Each delegation lends its delegator's groups of its own tenant only: (delegator, tenant) pairs, not
+    # every delegator's groups in every tenant some delegation names.
+    lent = Q(pk__in=[])
+    for delegator_id, tenant_id in active:
+        lent |= Q(user_id=delegator_id, group__tenant_id=tenant_id)
+    return list(GroupMembership.objects.filter(lent).values_list("group__tenant_id", "group__slug"))

@@ -177,7 +177,8 @@ def check(seed: dict, logs: list[Path], result: dict) -> dict:
         f["count"]
         for s in result["stages"]
         for f in s["failures"]
-        if re.search(r"\b5(?!03)\d\d\b", f["error"])
+        # the status as locust words it ("HTTP 500", "500 Server Error"), not a number in a page's text
+        if re.search(r"HTTP 5(?!03)\d\d\b|\b5(?!03)\d\d Server Error", f["error"])
     )
     return {
         "the load was offered (every step sent ≥ 90% of what it offered)": offered(result["stages"]),

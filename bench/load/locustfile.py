@@ -51,7 +51,8 @@ STAGE_SECONDS = float(os.environ.get("LOAD_SECONDS", "30"))  # how long calls ar
 CSRF = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
 DIGEST = re.compile(r'name="digest" value="([^"]+)"')
 PROPOSAL = re.compile(r'href="/proposals/([0-9a-f-]{36})/"')
-ALERT = re.compile(r'role="alert"[^>]*>(.*?)</(?:p|div)>', re.S)  # a form's refusals
+# A form's refusals: its alerts, and the errors shown under a field (a refused one-time code)
+ALERT = re.compile(r'(?:role="alert"|class="field__error")[^>]*>(.*?)</(?:p|div)>', re.S)
 RETRIED = (429, 503)
 
 _reviewers = itertools.count()
@@ -304,6 +305,7 @@ class Reviewer(HttpUser):
         csrf, digest = CSRF.search(page.text or ""), DIGEST.search(page.text or "")
         if page.status_code != 200 or not (csrf and digest):
             return  # decided meanwhile (no form any more)
+        used_before = self.last_t[0]
         form = {
             "csrfmiddlewaretoken": csrf.group(1),
             "action": "approve",
@@ -323,6 +325,10 @@ class Reviewer(HttpUser):
                 self.fresh = True
             elif response.status_code == 403 and "No decision is open here" in response.text:
                 response.success()  # another reviewer decided it first: a normal answer, not an error
+            elif response.status_code in RETRIED:
+                # Refused before Django saw it: the code was not used, the step-up window is as it was.
+                self.last_t[0] = used_before
+                response.failure(f"HTTP {response.status_code} (retried)")
             else:
                 response.failure(f"HTTP {response.status_code}: {refusal_text(response.text or '')[:200]}")
                 self.fresh = False

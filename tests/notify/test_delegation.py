@@ -174,3 +174,21 @@ def test_the_delegates_queue_holds_what_the_delegator_decides(
     assert str(proposal.id).encode() not in queue.get("/").content
     lend(tenant, reviewer_a, reviewer_c)
     assert str(proposal.id).encode() in queue.get("/").content
+
+
+def test_a_delegation_lends_its_delegators_groups_of_its_own_tenant_only(
+    tenant, other_tenant, agent, refund_policy, requester, reviewer_c
+):
+    # Bea decides finance in acme and lends her globex groups to Carol; Otto, of acme's ops, lends his acme
+    # groups to Carol. Carol's acme queue holds what ops decides, not what Bea decides in acme.
+    from tenants.models import GroupMembership, TenantMembership
+
+    bea = factories.make_user("bea", tenant=tenant, groups=["finance"])
+    TenantMembership.objects.create(tenant=other_tenant, user=bea, role=TenantMembership.Role.REVIEWER)
+    GroupMembership.objects.create(group=factories.make_group(other_tenant, "finance"), user=bea)
+    TenantMembership.objects.create(tenant=other_tenant, user=reviewer_c, role=TenantMembership.Role.REVIEWER)
+    otto = factories.make_user("otto", tenant=tenant, groups=["ops"])
+    lend(other_tenant, bea, reviewer_c)
+    lend(tenant, otto, reviewer_c)
+    proposal = submit(agent)  # a refund: finance decides it in acme
+    assert str(proposal.id).encode() not in factories.verified_client(reviewer_c).get("/").content
