@@ -92,8 +92,9 @@ class Proposal(models.Model):
             # The watching list, newest first, read backwards.
             models.Index(fields=["created_at", "id"], name="watching_by_recency"),
             models.Index(fields=["tenant", "target_key", "created_at"], name="history_by_target"),
-            # The open-proposal ceilings (approvals/services/quotas.py): what waits for people, counted.
-            models.Index(fields=["agent"], name="waiting_by_agent", condition=WAITING_CONDITION),
+            # The open-proposal ceilings (approvals/services/quotas.py): what waits for people, counted;
+            # by agent and id also the worker's turns through an agent's waiting requests (worker/loop.py).
+            models.Index(fields=["agent", "id"], name="waiting_by_agent", condition=WAITING_CONDITION),
             models.Index(fields=["tenant"], name="waiting_by_tenant", condition=WAITING_CONDITION),
         ]
 

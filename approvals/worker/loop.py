@@ -31,6 +31,7 @@ agent's side anyway.
 
 import logging
 import threading
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -85,7 +86,9 @@ class Worker:
         self.stop = stop or threading.Event()
         # proposal id -> when its task was last asked: GetTask at most every RECONCILE_EVERY_SECONDS.
         self._last_checked: dict[str, datetime] = {}
-        self._waiting_after = None  # the id where the look at waiting requests goes on (_next_waiting)
+        # Whose waiting requests the last tick looked at, and where each agent's next look goes on.
+        self._waiting_agent = 0
+        self._waiting_after: dict[int, uuid.UUID | None] = {}
         self.parked_tasks = ParkedTaskLister()  # finds requests whose push was lost (ListTasks)
         # Set once run() listens for wake-ups and finished its first tick (tests and benchmarks wait
         # for it before they commit what they expect to be woken for).
@@ -215,7 +218,7 @@ class Worker:
             proposals.filter(state=State.UNKNOWN)
         )
         due = [p for p in executions if self._due(p, clock, RECONCILE_EVERY_SECONDS)]
-        waiting = self._next_waiting(proposals.filter(created_at__lte=overdue))
+        waiting = self._next_waiting(proposals.filter(created_at__lte=overdue, state__in=WAITING_FOR_PEOPLE))
         due += [p for p in waiting if self._due(p, clock, settings.EXECUTING_RECONCILE_SECONDS)]
         for proposal in due[:RECONCILE_BATCH]:
             if self.stop.is_set():
@@ -230,15 +233,23 @@ class Worker:
         )
         self._last_checked = {key: at for key, at in self._last_checked.items() if at > horizon}
 
-    def _next_waiting(self, proposals) -> list[Proposal]:
-        """The next RECONCILE_BATCH requests waiting for people after the last one this worker looked
-        at, in id order, starting over after the last: each gets its turn however long the queue, and a
-        tick reads one batch of it, never the whole queue."""
-        waiting = proposals.filter(state__in=WAITING_FOR_PEOPLE).order_by("id")
-        if self._waiting_after is not None:
-            waiting = waiting.filter(id__gt=self._waiting_after)
+    def _next_waiting(self, waiting) -> list[Proposal]:
+        """The next RECONCILE_BATCH requests waiting for people of one A2A agent, the agents taking
+        turns, each agent's from where its last turn stopped (id order, over the index of what waits by
+        agent and id) and starting over after its last: each request gets its turn however long the
+        queue, and a tick reads at most one agent's waiting requests (its open ceiling bounds them),
+        never the whole queue."""
+        agents = sorted(Agent.objects.filter(delivery=Agent.Delivery.A2A).values_list("id", flat=True))
+        if not agents:
+            return []
+        agent_id = next((a for a in agents if a > self._waiting_agent), agents[0])
+        self._waiting_agent = agent_id
+        waiting = waiting.filter(agent_id=agent_id).order_by("id")
+        after = self._waiting_after.get(agent_id)
+        if after is not None:
+            waiting = waiting.filter(id__gt=after)
         batch = list(waiting[:RECONCILE_BATCH])
-        self._waiting_after = batch[-1].id if len(batch) == RECONCILE_BATCH else None
+        self._waiting_after[agent_id] = batch[-1].id if len(batch) == RECONCILE_BATCH else None
         return batch
 
     def _due(self, proposal: Proposal, clock: datetime, every: int) -> bool:

@@ -331,6 +331,35 @@ def test_a_request_whose_task_ended_unseen_is_closed(fake_agent, agent, refund_p
     assert proposal.state == State.CANCELLED
 
 
+def test_waiting_requests_are_asked_in_turns_agent_by_agent(
+    fake_agent, agent, tenant, refund_policy, settings, monkeypatch
+):
+    from tests.approvals.fake_agent import FakeAgent
+
+    monkeypatch.setattr("approvals.worker.loop.RECONCILE_BATCH", 1)  # one GetTask a tick
+    second = FakeAgent().start()
+    try:
+        other = factories.make_agent(
+            tenant, slug="second", card_url=second.card_url, push_token="p2", api_token="a2"
+        )
+        proposals = []
+        for registered, server in ((agent, fake_agent), (other, second)):
+            for order in ("1", "2"):
+                task_id, context_id = server.open_task()
+                action = factories.refund_action(order_id=f"{registered.slug}-{order}")
+                proposals.append(
+                    factories.submit(registered, task_id=task_id, context_id=context_id, action=action)
+                )
+                server.cancel(task_id)  # its push (if any) was lost
+        worker = Worker()
+        later = timezone.now() + timedelta(seconds=settings.EXECUTING_RECONCILE_SECONDS + 1)
+        for tick in range(4):  # the agents take turns, each from where its last turn stopped
+            worker.tick(now=later + timedelta(seconds=tick))
+    finally:
+        second.stop()
+    assert [Proposal.objects.get(pk=p.pk).state for p in proposals] == [State.CANCELLED] * 4
+
+
 # --- other jobs, the command -----------------------------------------------------------------------
 
 
