@@ -13,7 +13,7 @@ import re
 
 from django import template
 from django.utils.html import escape, format_html, format_html_join
-from django.utils.safestring import SafeString, mark_safe
+from django.utils.safestring import SafeString
 
 from lib import agent_text as rules
 
@@ -103,7 +103,6 @@ def agent_text_plain(value) -> str:
 # format_html instead of rendering a template per call. Each ends with the newline its former template
 # ended with, so the pages render byte for byte as before (the vote's page_hash is the sha256 of parts
 # of the proposal page).
-AGENT_WORDS_LABEL = mark_safe("The agent's words:")  # noqa: S308 (our own words, shown as written)
 
 
 @register.simple_tag
@@ -148,10 +147,15 @@ def agent_words(words, mismatch="", label="") -> SafeString:
         if mismatch
         else ""
     )
+    # The default label is our own words, written into the format string as the former template wrote
+    # it; a label the template gives is an argument, escaped like every other.
+    label_slot = "{}" if label else "The agent's words:"
     return format_html(
-        '<span class="agent-words{}"><span class="agent-words__label">{}</span> <q>{}</q>{}</span>\n',
+        '<span class="agent-words{}"><span class="agent-words__label">'
+        + label_slot
+        + "</span> <q>{}</q>{}</span>\n",
         " agent-words--mismatch" if mismatch else "",
-        label or AGENT_WORDS_LABEL,
+        *([label] if label else []),
         agent_text_html(words),
         flag,
     )

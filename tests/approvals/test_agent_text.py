@@ -17,6 +17,7 @@ from django.utils.safestring import mark_safe
 from approvals.templatetags.agent_text import (
     agent_text_html,
     agent_text_value,
+    agent_words,
     html_by_rules,
     is_plain,
     value_by_rules,
@@ -189,3 +190,12 @@ def test_the_review_email_shows_hidden_characters_as_codes(hostile):
 
     assert RLO not in text + subject and "DE00[U+202E]1234" in text and "DE00[U+202E]1234" in subject
     assert_shown_safely(html)
+
+
+def test_agent_words_label_is_ours_and_what_else_it_shows_is_escaped():
+    html = agent_words('<script>"x"</script>', mismatch="<b>EUR 4.00</b>")
+    assert '<span class="agent-words__label">The agent\'s words:</span>' in html  # our default, as written
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    assert "<b>" not in html and "&lt;b&gt;EUR 4.00&lt;/b&gt;" in html
+    labelled = agent_words("x", label="<i>The agent:</i>")
+    assert '<span class="agent-words__label">&lt;i&gt;The agent:&lt;/i&gt;</span>' in labelled
