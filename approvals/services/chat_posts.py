@@ -10,13 +10,11 @@ whose subject is the proposal, and the changes themselves never query chat table
 
 from datetime import datetime, timedelta
 
-from django.db import transaction
 from django.utils import timezone
 
 from approvals.models.notifications import SlackPost, SlackWorkspace, TeamsChannel, TeamsPost
-from approvals.services.chain_cursors import sealed_head, start_at_head
+from approvals.services.chain_cursors import events_after_cursor
 from audit.labels import tenant_chain
-from audit.models import AuditEvent, SiemCursor
 
 FEED = "chat"  # the cursor's name (audit SiemCursor)
 # An open post nobody changed is looked at again this long after its last look: a repair for anything
@@ -39,20 +37,9 @@ def mark_changed_posts_due(now: datetime | None = None, batch: int = 500) -> int
     marked = 0
     for tenant_id in sorted(tenants):
         chain = tenant_chain(tenant_id)
-        start_at_head(FEED, chain)
-        with transaction.atomic():
-            cursor = SiemCursor.objects.select_for_update().get(sink=FEED, chain=chain)
-            head = sealed_head(chain)
-            changes = list(
-                AuditEvent.objects.chained(chain)
-                .filter(seq__gt=cursor.seq, seq__lte=head, subject__startswith=PROPOSAL_SUBJECT)
-                .order_by("seq")
-                .values_list("seq", "subject")[:batch]
-            )
-            changed = {subject.removeprefix(PROPOSAL_SUBJECT) for _, subject in changes}
+        with events_after_cursor(FEED, chain, batch, subject__startswith=PROPOSAL_SUBJECT) as changes:
+            changed = {event.subject.removeprefix(PROPOSAL_SUBJECT) for event in changes}
             if changed:
                 for posts in (SlackPost.objects, TeamsPost.objects):
                     marked += posts.filter(proposal_id__in=changed, final=False).update(next_attempt_at=now)
-            cursor.seq = changes[-1][0] if len(changes) == batch else head
-            cursor.save(update_fields=["seq"])
     return marked

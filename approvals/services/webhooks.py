@@ -18,9 +18,9 @@ from django.utils import timezone
 
 from approvals.models import OutboxMessage, Proposal
 from approvals.models.notifications import WebhookEndpoint
-from approvals.services.chain_cursors import sealed_head, start_at_head
+from approvals.services.chain_cursors import events_after_cursor, start_at_head
 from audit.labels import actor_label, tenant_chain
-from audit.models import AuditEvent, SiemCursor, Verb
+from audit.models import AuditEvent, Verb
 from audit.trail import audit_time, record
 from lib.agent_text import visible
 from lib.errors import ConfigRefused
@@ -110,18 +110,8 @@ def feed_from_chain(now=None, batch: int = 200) -> int:
     tenants = set(WebhookEndpoint.objects.filter(enabled=True).values_list("tenant_id", flat=True))
     for tenant_id in sorted(tenants):
         chain = tenant_chain(tenant_id)
-        start_at_head(FEED, chain)
-        with transaction.atomic():
-            cursor = SiemCursor.objects.select_for_update().get(sink=FEED, chain=chain)
-            head = sealed_head(chain)
-            transitions = list(
-                AuditEvent.objects.chained(chain)
-                .filter(seq__gt=cursor.seq, seq__lte=head, verb=Verb.PROPOSAL_TRANSITIONED)
-                .order_by("seq")[:batch]
-            )
+        with events_after_cursor(FEED, chain, batch, verb=Verb.PROPOSAL_TRANSITIONED) as transitions:
             queued += _queue(tenant_id, transitions)
-            cursor.seq = transitions[-1].seq if len(transitions) == batch else head
-            cursor.save(update_fields=["seq"])
     return queued
 
 
