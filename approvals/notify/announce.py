@@ -27,12 +27,16 @@ def run(now: datetime | None = None) -> int:
     """Returns how many proposals it announced (a proposal that no longer waits is only marked)."""
     now = now or timezone.now()
     announced = 0
-    for follow_up in unannounced_follow_ups(BATCH):
+    new = unannounced_follow_ups(BATCH)
+    if not new:
+        return 0
+    workspaces, channels = slack_sync.enabled_workspaces(), teams.enabled_channels()  # once for all
+    for follow_up in new:
         proposal = follow_up.proposal
         if proposal.state in OPEN_FOR_VOTES:
             try:
-                slack_sync.announce(proposal)
-                teams.announce(proposal)
+                slack_sync.announce(proposal, workspaces)
+                teams.announce(proposal, channels)
                 push.announce(proposal)
             except Exception:  # one proposal's failure must not stop the others; announced next tick
                 log.exception("could not announce proposal %s", proposal.id)
