@@ -3,8 +3,8 @@ channel that carries new requests: its Slack messages and Teams cards are planne
 steps post them in the same tick) and it is pushed to the phones of the people who could decide it.
 
 It reads only the follow-ups not yet announced (services.follow_ups.unannounced_follow_ups), oldest
-first, and marks each announced after its channels were planned: every new proposal gets its turn
-however many wait. Planning and pushing are idempotent (one post per channel, one push per person and
+first, and marks them announced (one UPDATE) after their channels were planned: every new proposal gets
+its turn however many wait. Planning and pushing are idempotent (one post per channel, one push per person and
 reason), so a worker that stops midway announces again what it had not marked. A channel connected
 later carries the requests that arrive after it.
 """
@@ -31,6 +31,7 @@ def run(now: datetime | None = None) -> int:
     if not new:
         return 0
     workspaces, channels = slack_sync.enabled_workspaces(), teams.enabled_channels()  # once for all
+    done = []
     for follow_up in new:
         proposal = follow_up.proposal
         if proposal.state in OPEN_FOR_VOTES:
@@ -42,5 +43,6 @@ def run(now: datetime | None = None) -> int:
                 log.exception("could not announce proposal %s", proposal.id)
                 continue
             announced += 1
-        mark_announced(follow_up, now)
+        done.append(follow_up)
+    mark_announced(done, now)  # after their channels were planned; a failed one is tried next tick
     return announced

@@ -19,7 +19,7 @@ from approvals.notify import push, slack_sync
 from approvals.notify.audience import tenant_admins, waiting_reviewers
 from approvals.notify.common import one_line, proposal_link, when
 from approvals.selectors.reach import ReachReader
-from approvals.services.follow_ups import Chase, chase_one, due_follow_ups
+from approvals.services.follow_ups import Chase, chase_due, due_follow_ups
 
 log = logging.getLogger(__name__)
 
@@ -31,10 +31,7 @@ def run(now: datetime | None = None) -> int:
     many did something."""
     acted = 0
     reach = ReachReader()  # a new request's first look reads its tenant's groups once per step
-    for follow_up_id in due_follow_ups(now, BATCH):
-        chase = chase_one(follow_up_id, now, reach)
-        if chase is None:
-            continue
+    for chase in chase_due(due_follow_ups(now, BATCH), now, reach):
         acted += 1
         try:
             tell(chase)

@@ -226,3 +226,53 @@ def test_a_policy_version_with_bad_notifications_is_not_stored(tenant):
     with pytest.raises(PolicyInvalid) as refused:
         factories.make_policy(tenant, "refunds", notifications={"reminders": [150]})
     assert "notifications" in str(refused.value.field or refused.value.message)
+
+
+# --- many at once ----------------------------------------------------------------------------------
+
+
+def chase_step_statements(agent, new_requests: int) -> int:
+    """Statements of the chasing step's first look at `new_requests` new requests."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from approvals.notify import chase
+
+    proposals = [submit(agent) for _ in range(new_requests)]
+    with CaptureQueriesContext(connection) as queries:
+        assert chase.run() == 0  # reachable: nothing to tell
+    checked = FollowUp.objects.filter(proposal__in=proposals, reach_checked_at__isnull=False)
+    assert checked.count() == new_requests
+    return len(queries)
+
+
+def test_the_first_looks_at_many_new_requests_cost_the_statements_of_one(
+    agent, refund_policy, requester, reviewer_a
+):
+    # One transaction, one locked read and one UPDATE for the step's batch (a stream of new requests
+    # is the common case): before, each follow-up had its own transaction, read and save.
+    one = chase_step_statements(agent, 1)
+    assert chase_step_statements(agent, 8) == one
+
+
+def test_a_follow_up_that_cannot_be_chased_holds_back_no_other(
+    agent, refund_policy, requester, reviewer_a, caplog
+):
+    from approvals.models import Proposal
+    from approvals.notify import chase
+    from approvals.services.follow_ups import due_follow_ups
+
+    first, broken, last = (submit(agent) for _ in range(3))
+    # Pinned requirements this version cannot read (an escalation step without its time): its chase
+    # raises, as any fault in one proposal's step would.
+    Proposal.objects.filter(pk=broken.pk).update(
+        requirements={**broken.requirements, "escalations": [{"group": "finance"}]}
+    )
+    chase.run()
+    looked = set(
+        FollowUp.objects.filter(reach_checked_at__isnull=False).values_list("proposal_id", flat=True)
+    )
+    assert looked == {first.id, last.id}  # the batch rolled back and the others were chased one by one
+    assert "chasing follow-up" in caplog.text
+    assert due_follow_ups() == [FollowUp.objects.get(proposal=broken).pk]  # still due, for the next tick
+    chase.run()  # still due, tried again, and still nobody else is held back
