@@ -91,3 +91,21 @@ def insert_sql(model, vendor: str, assigned_pk: bool = True) -> str:
     fields = _insert_fields(model, assigned_pk)
     columns = ", ".join(connection.ops.quote_name(field.column) for field in fields)
     return f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"  # noqa: S608
+
+
+def update_statement(instance: Model, field_names: Sequence[str]) -> tuple[str, list]:
+    """The UPDATE of a stored instance's `field_names` (by its primary key), and their values, prepared
+    by the fields as the ORM's save(update_fields=...) prepares them. No save signals are sent: use it
+    only for a model nothing listens to."""
+    model: type[Model] = type(instance)
+    fields = [model._meta.get_field(name) for name in field_names]
+    values = [field.get_db_prep_save(getattr(instance, field.attname), connection) for field in fields]
+    return update_sql(model, tuple(field_names), connection.vendor), [*values, instance.pk]
+
+
+@lru_cache
+def update_sql(model, field_names: tuple[str, ...], vendor: str) -> str:
+    """Built once per process, model, set of fields and database vendor."""
+    table, column = quoted_names(model)
+    assignments = ", ".join(f"{column(name)} = %s" for name in field_names)
+    return f"UPDATE {table} SET {assignments} WHERE {column(model._meta.pk.name)} = %s"  # noqa: S608

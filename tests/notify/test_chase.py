@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 import time_machine
 from django.core import mail
+from django.db import connection
 
 from approvals.models import Vote
 from approvals.models.notifications import FollowUp, StandIn
@@ -231,9 +232,9 @@ def test_a_policy_version_with_bad_notifications_is_not_stored(tenant):
 # --- many at once ----------------------------------------------------------------------------------
 
 
-def chase_step_statements(agent, new_requests: int) -> int:
-    """Statements of the chasing step's first look at `new_requests` new requests."""
-    from django.db import connection
+def chase_step_executes(agent, new_requests: int) -> list[str]:
+    """The executes (round trips on PostgreSQL) of the chasing step's first look at `new_requests` new
+    requests."""
     from django.test.utils import CaptureQueriesContext
 
     from approvals.notify import chase
@@ -243,16 +244,23 @@ def chase_step_statements(agent, new_requests: int) -> int:
         assert chase.run() == 0  # reachable: nothing to tell
     checked = FollowUp.objects.filter(proposal__in=proposals, reach_checked_at__isnull=False)
     assert checked.count() == new_requests
-    return len(queries)
+    return [query["sql"] for query in queries]
 
 
-def test_the_first_looks_at_many_new_requests_cost_the_statements_of_one(
+def test_the_first_looks_at_many_new_requests_cost_the_round_trips_of_one(
     agent, refund_policy, requester, reviewer_a
 ):
-    # One transaction, one locked read and one UPDATE for the step's batch (a stream of new requests
-    # is the common case): before, each follow-up had its own transaction, read and save.
-    one = chase_step_statements(agent, 1)
-    assert chase_step_statements(agent, 8) == one
+    # One transaction, one locked read and the updates in one round trip for the step's batch (a stream
+    # of new requests is the common case): before, each follow-up had its own transaction, read and save.
+    one, eight = chase_step_executes(agent, 1), chase_step_executes(agent, 8)
+    if connection.vendor == "postgresql":
+        assert len(eight) == len(one)
+    else:  # SQLite runs held writes one by one, in the process: the rest is the same
+
+        def reads(executes):
+            return [sql for sql in executes if not sql.startswith('UPDATE "approvals_followup"')]
+
+        assert len(reads(eight)) == len(reads(one))
 
 
 def test_a_follow_up_that_cannot_be_chased_holds_back_no_other(
