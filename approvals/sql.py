@@ -98,7 +98,8 @@ def update_statement(instance: Model, field_names: Sequence[str]) -> tuple[str, 
     by the fields as the ORM's save(update_fields=...) prepares them. No save signals are sent: use it
     only for a model nothing listens to."""
     model: type[Model] = type(instance)
-    fields = [model._meta.get_field(name) for name in field_names]
+    concrete = {field.name: field for field in model._meta.concrete_fields}
+    fields = [concrete[name] for name in field_names]  # a KeyError for anything but a concrete field
     values = [field.get_db_prep_save(getattr(instance, field.attname), connection) for field in fields]
     return update_sql(model, tuple(field_names), connection.vendor), [*values, instance.pk]
 
