@@ -29,6 +29,9 @@ class QuotaState(models.Model):
     throttled_limit = models.CharField(max_length=40, blank=True)
     refused = models.PositiveIntegerField(default=0)
     last_refused_at = models.DateTimeField(null=True, blank=True)
+    # How many of the owner's proposals wait for people, at most (services/quotas.py): intake adds the
+    # ones it lets in, nothing takes away the ones decided, and a count sets it again. Null: unknown.
+    open_at_most = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         constraints = [

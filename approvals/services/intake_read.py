@@ -54,9 +54,11 @@ def hold_and_read(agent: Agent, proposal: Proposal, now: datetime) -> tuple[Hold
     hang off the agent's own row, so a tenant with no active version still gets one row (its version
     columns null), and an agent deleted since it authenticated gets none.
 
-    The counts are capped by the limits read with the agent when it authenticated; where the lock read
-    a higher one (an admin raised it meanwhile), or the quota rows did not exist yet (the agent's first
-    intake), the read runs again after the lock."""
+    The counts are capped by the limits read with the agent when it authenticated, and made only where
+    the quota row's bound (`open_at_most`, services/quotas.py) is not under that ceiling; where the lock
+    read a higher one (an admin raised it meanwhile), a lower one the bound is not under (an admin lowered
+    it), or the quota rows did not exist yet (the agent's first intake), the read runs again after the
+    lock, counting in full."""
     caps = CountCaps.of(agent_limits(agent), tenant_limits(agent.tenant))
     read_sql, read_params, scalars = _read_statement(agent, proposal, caps)
     lock_sql, lock_params = locking_statement(agent)
@@ -71,23 +73,34 @@ def hold_and_read(agent: Agent, proposal: Proposal, now: datetime) -> tuple[Hold
             cursor.execute(read_sql, read_params)
         rows = cursor.fetchall()
     hold = hold_from_rows(agent, locked)
-    if hold is None or not caps.cover(hold):
+    if hold is None or not caps.cover(hold) or not _open_counts(rows, caps).under_ceilings(hold):
         hold = hold or hold_quotas(agent, now)
         caps = CountCaps.of(hold.agent_limit, hold.tenant_limit)
-        read_sql, read_params, scalars = _read_statement(agent, proposal, caps)
+        read_sql, read_params, scalars = _read_statement(agent, proposal, caps, count_always=True)
         with connection.cursor() as cursor:
             cursor.execute(read_sql, read_params)
             rows = cursor.fetchall()
-    return hold, _found(agent, proposal, rows, scalars=scalars)
+    return hold, _found(agent, proposal, rows, scalars=scalars, caps=caps)
 
 
-def _read_statement(agent: Agent, proposal: Proposal, caps: CountCaps) -> tuple[str, tuple, int]:
+def _open_counts(rows: list, caps: CountCaps) -> OpenCounts:
+    """The one read's open-proposal counts (None: not counted, the quota row's bound under the ceiling)."""
+    if not rows:  # the agent was deleted since it authenticated: _found says so
+        return OpenCounts(agent=0, tenant=0)
+    agent_open, tenant_open = rows[0][2:4]
+    return OpenCounts(agent=agent_open, tenant=tenant_open, caps=caps)
+
+
+def _read_statement(
+    agent: Agent, proposal: Proposal, caps: CountCaps, *, count_always: bool = False
+) -> tuple[str, tuple, int]:
     """The one read's text, its parameters, and how many scalar subqueries lead its rows (the history
-    counts' is the fifth, when the proposal has a target)."""
+    counts' is the fifth, when the proposal has a target). `count_always`: count what waits whatever
+    the quota rows' bounds."""
     subqueries = [
         _replay_expression(agent.id, proposal.task_id, proposal.request_id),
         active_halt_expression(agent.tenant_id, agent.id),
-        *open_counts_expressions(agent, caps),  # the agent's count, then the tenant's
+        *open_counts_expressions(agent, caps, always=count_always),  # the agent's count, then the tenant's
     ]
     history = policy_counts_expression(proposal)
     if history is not None:
@@ -102,11 +115,11 @@ def _read_statement(agent: Agent, proposal: Proposal, caps: CountCaps) -> tuple[
     return _intake_sql(connection.vendor, texts), params, len(texts)
 
 
-def _found(agent: Agent, proposal: Proposal, rows: list, *, scalars: int) -> Found:
+def _found(agent: Agent, proposal: Proposal, rows: list, *, scalars: int, caps: CountCaps) -> Found:
     """What the one read's rows say (see hold_and_read)."""
     if not rows:  # the agent was deleted since it authenticated
         raise NotFound("unknown_agent", "this agent is no longer registered")
-    existing_id, halt_id, agent_open, tenant_open = rows[0][:4]
+    existing_id, halt_id = rows[0][:2]
     versions = _versions_from(rows, agent.tenant, skip=scalars)
     counts = read_policy_counts(rows[0][4] if scalars > 4 else None)
     # The admins' classification may key this tool's target otherwise (a family of equivalent tools, a
@@ -121,7 +134,7 @@ def _found(agent: Agent, proposal: Proposal, rows: list, *, scalars: int) -> Fou
         halt_id=halt_id,
         history=counts,
         versions=versions,
-        open_counts=OpenCounts(agent=agent_open, tenant=tenant_open),
+        open_counts=_open_counts(rows, caps),
     )
 
 

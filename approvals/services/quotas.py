@@ -20,6 +20,15 @@ parallel submissions never take it past its ceiling. The price: one tenant's int
 lock and the read sent together (services/intake_read.py), then the writes with the COMMIT
 (lib/held_writes.py).
 
+Counting what waits costs a row per waiting proposal, under the tenant's lock: at thousands waiting,
+milliseconds of the database's time for every intake. So each quota row keeps `open_at_most`, a bound
+on its owner's proposals that wait for people: intake adds one for each proposal it lets into the queue
+(under the lock, so none is missed), nothing takes one away when a proposal is decided, and intake counts
+only when the bound has reached the ceiling (or is unknown, null), then sets it to what it counted. The
+bound never falls below the truth, because only intake puts a proposal into the queue (a reviewer's edit
+replaces one waiting proposal by at most one), so a bound under the ceiling means the count is too; and a
+queue that drains is counted again once, when the bound meets the ceiling.
+
 Over a limit, intake stores nothing and raises QuotaExceeded (429, Retry-After). The refusal is
 counted on the agent's row (the queue's banner reads it), and only the first refusal of a window
 (QUOTA_AUDIT_WINDOW_SECONDS) writes an audit event, `intake.throttled`, carrying how many the window
@@ -190,35 +199,71 @@ class CountCaps:
         return self.agent >= hold.agent_limit.open_max + 1 and self.tenant >= hold.tenant_limit.open_max + 1
 
 
-def open_counts_expressions(agent: Agent, caps: CountCaps) -> tuple[RawSQL, RawSQL]:
+def open_counts_expressions(agent: Agent, caps: CountCaps, *, always: bool = False) -> tuple[RawSQL, RawSQL]:
     """Scalar subqueries counting the agent's and the tenant's proposals that wait for people (in that
-    order), each capped (CountCaps)."""
+    order), each capped (CountCaps), and null where the owner's quota row bounds the count under the
+    ceiling (`open_at_most`, unless `always`): the count is then not made."""
     waiting = [str(state) for state in sorted(WAITING_FOR_PEOPLE)]
     return (
-        _capped_count("agent", agent.id, waiting, caps.agent),
-        _capped_count("tenant", agent.tenant_id, waiting, caps.tenant),
+        _capped_count("agent", agent.id, waiting, caps.agent, always=always),
+        _capped_count("tenant", agent.tenant_id, waiting, caps.tenant, always=always),
     )
 
 
-def _capped_count(owner: str, owner_id: int, waiting: Sequence[str], cap: int) -> RawSQL:
+def _capped_count(owner: str, owner_id: int, waiting: Sequence[str], cap: int, *, always: bool) -> RawSQL:
+    # A bound is never under 0: with `always` the count is made whatever the bound.
+    ceiling = 0 if always else cap - 1
+    params = (owner_id, ceiling, owner_id, *waiting, cap)
     # Only names from the model and placeholders go into the SQL; every value is a parameter.
-    return RawSQL(_count_sql(connection.vendor, owner), (owner_id, *waiting, cap), IntegerField())  # noqa: S611
+    return RawSQL(_count_sql(connection.vendor, owner), params, IntegerField())  # noqa: S611
 
 
 @lru_cache
 def _count_sql(vendor: str, owner: str) -> str:
     table, column = quoted_names(Proposal)
+    states_table, state_column = quoted_names(QuotaState)
     states = ", ".join(["%s"] * len(WAITING_FOR_PEOPLE))
+    if owner == "agent":
+        quota_row = f"{state_column('agent')} = %s"
+    else:
+        quota_row = f"{state_column('tenant')} = %s AND {state_column('agent')} IS NULL"
+    # A CASE computes only the branch it takes (in PostgreSQL and SQLite alike): no count under the bound.
     return (
-        f"SELECT COUNT(*) FROM (SELECT 1 FROM {table}"  # noqa: S608
-        f" WHERE {column(owner)} = %s AND {column('state')} IN ({states}) LIMIT %s) AS waiting"
+        f"CASE WHEN (SELECT {state_column('open_at_most')} FROM {states_table} WHERE {quota_row}) < %s"  # noqa: S608
+        f" THEN NULL ELSE (SELECT COUNT(*) FROM (SELECT 1 FROM {table}"
+        f" WHERE {column(owner)} = %s AND {column('state')} IN ({states}) LIMIT %s) AS waiting) END"
     )
 
 
 @dataclass(frozen=True)
 class OpenCounts:
-    agent: int
-    tenant: int
+    """What waits for people, the agent's and the tenant's: a count (capped at `caps`), or None where the
+    quota row's bound was under the ceiling and nothing was counted."""
+
+    agent: int | None
+    tenant: int | None
+    caps: CountCaps | None = None  # None: the counts are exact
+
+    def under_ceilings(self, hold: "Hold") -> bool:
+        """Whether what was not counted is bounded under the ceilings the lock read (an admin may have
+        lowered one since the agent authenticated: then intake counts)."""
+        return _bounded(self.agent, hold.agent_state, hold.agent_limit) and _bounded(
+            self.tenant, hold.tenant_state, hold.tenant_limit
+        )
+
+
+def _bounded(counted: int | None, state: QuotaState, limit: Limits) -> bool:
+    return counted is not None or (state.open_at_most is not None and state.open_at_most < limit.open_max)
+
+
+def _bound_after(counted: int | None, cap: int | None, state: QuotaState, waiting: bool) -> int | None:
+    """The owner's bound once this intake commits: what was counted (unknown where the count stopped
+    at its cap) or the bound as it was, plus the proposal let into the queue."""
+    if counted is None:
+        known = state.open_at_most
+    else:
+        known = counted if cap is None or counted < cap else None
+    return None if known is None else known + int(waiting)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -233,13 +278,14 @@ def spend_or_refuse(
     proposal policy decides at intake (`waiting` false) never enters the queue: only the rates count it."""
     agent_limit, tenant_limit = hold.agent_limit, hold.tenant_limit
     refusal = None
-    if waiting and counts.agent >= agent_limit.open_max:
+    # A count not made: the bound, under the ceiling, says there is room.
+    if waiting and counts.agent is not None and counts.agent >= agent_limit.open_max:
         refusal = QuotaExceeded(
             "too_many_open",
             f"this agent has {agent_limit.open_max} proposals waiting for people, its ceiling",
             retry_after=settings.QUOTA_OPEN_RETRY_AFTER_SECONDS,
         )
-    elif waiting and counts.tenant >= tenant_limit.open_max:
+    elif waiting and counts.tenant is not None and counts.tenant >= tenant_limit.open_max:
         refusal = QuotaExceeded(
             "tenant_too_many_open",
             f"this agent's tenant has {tenant_limit.open_max} proposals waiting for people, its ceiling",
@@ -264,9 +310,14 @@ def spend_or_refuse(
     if refusal is not None:
         _note_refusal(hold, refusal, now=now, via=via)
         return refusal
+    caps = counts.caps
+    agent_bound = _bound_after(counts.agent, caps.agent if caps else None, hold.agent_state, waiting)
+    tenant_bound = _bound_after(counts.tenant, caps.tenant if caps else None, hold.tenant_state, waiting)
     # One UPDATE for both rows, already locked (plain SQL built once per process).
-    params = (hold.agent_state.pk, agent_tokens - 1, tenant_tokens - 1, now, hold.agent_state.pk)
-    write(_spend_sql(connection.vendor), (*params, hold.tenant_state.pk))
+    agent_row, tenant_row = hold.agent_state.pk, hold.tenant_state.pk
+    tokens = (agent_row, agent_tokens - 1, tenant_tokens - 1)
+    bounds = (agent_row, agent_bound, tenant_bound)
+    write(_spend_sql(connection.vendor), (*tokens, *bounds, now, agent_row, tenant_row))
     return None
 
 
@@ -275,6 +326,7 @@ def _spend_sql(vendor: str) -> str:
     table, column = quoted_names(QuotaState)
     return (
         f"UPDATE {table} SET {column('tokens')} = CASE WHEN {column('id')} = %s THEN %s ELSE %s END,"  # noqa: S608
+        f" {column('open_at_most')} = CASE WHEN {column('id')} = %s THEN %s ELSE %s END,"
         f" {column('refilled_at')} = %s WHERE {column('id')} IN (%s, %s)"
     )
 

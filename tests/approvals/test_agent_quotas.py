@@ -159,6 +159,60 @@ def test_a_ceiling_raised_since_the_agent_authenticated_is_counted_in_full(agent
     assert refused.value.code == "too_many_open"
 
 
+def open_at_most(tenant, agent=None) -> tuple[int | None, int | None]:
+    """The quota rows' bounds on what waits for people: the agent's and its tenant's."""
+    return (
+        QuotaState.objects.get(agent=agent).open_at_most,
+        QuotaState.objects.get(tenant=tenant, agent=None).open_at_most,
+    )
+
+
+def reject(proposal, reviewer):
+    cast_vote(
+        proposal.id,
+        reviewer,
+        verdict="reject",
+        reason="no",
+        digest_seen=proposal.action_digest,
+        step_up=step_up_for(reviewer, totp_code(reviewer)),
+    )
+
+
+def test_intake_counts_what_waits_only_when_the_bound_meets_the_ceiling(
+    tenant, agent, refund_policy, reviewer_a
+):
+    # Counting costs a row per waiting proposal under the tenant's lock; the quota rows' bound (intake
+    # adds what it lets in, a decision takes nothing away) says when a count is needed at all.
+    agent = set_agent_limits(agent, open_proposals_max=3)
+    first = submit(agent, action=factories.refund_action(order_id="1"))
+    assert open_at_most(tenant, agent) == (1, 1)  # the rows' first intake: counted
+    submit(agent, action=factories.refund_action(order_id="2"))
+    reject(first, reviewer_a)  # one waits now; the bound stays
+    submit(agent, action=factories.refund_action(order_id="3"))
+    assert open_at_most(tenant, agent) == (3, 3)  # not counted (counted, it would be 2)
+    assert Proposal.objects.filter(state=State.AWAITING_REVIEW).count() == 2
+    # The agent's bound met its ceiling: intake counts (2 wait), lets the fourth in, and keeps the count;
+    # the tenant's, far under the tenant's ceiling, is not counted.
+    submit(agent, action=factories.refund_action(order_id="4"))
+    assert open_at_most(tenant, agent) == (3, 4)
+    with pytest.raises(QuotaExceeded) as refused:
+        submit(agent, action=factories.refund_action(order_id="5"))
+    assert refused.value.code == "too_many_open"
+    assert Proposal.objects.filter(state=State.AWAITING_REVIEW).count() == 3
+
+
+def test_a_ceiling_lowered_since_the_agent_authenticated_is_counted(agent, refund_policy):
+    # The read skips the count where the bound is under the ceiling the agent had when it authenticated;
+    # the lock reads the ceiling again, and where an admin lowered it under the bound, intake counts.
+    as_authenticated = set_agent_limits(agent, open_proposals_max=10)
+    for order in ("1", "2"):
+        submit(as_authenticated, action=factories.refund_action(order_id=order))
+    set_agent_limits(agent, open_proposals_max=2)
+    with pytest.raises(QuotaExceeded) as refused:
+        submit(as_authenticated, action=factories.refund_action(order_id="3"))
+    assert refused.value.code == "too_many_open"
+
+
 def test_the_tenant_ceiling_counts_all_its_agents_together(tenant, agent, refund_policy):
     other = factories.make_agent(tenant, slug="other-agent", push_token="p2", api_token="a2")
     set_tenant_limits(tenant, open_proposals_max=2)
