@@ -91,22 +91,33 @@ CHASED_FIELDS = (
 )
 
 
+# Follow-ups chased in one transaction at most: it holds their proposals' row locks (a vote on one of
+# them waits) until it commits.
+CHASED_TOGETHER = 50
+
+
 def chase_due(follow_up_ids, now: datetime | None = None, reach: ReachReader | None = None) -> list[Chase]:
     """Record what is due for these open follow-ups now (reminders, the escalation step, the admins'
     notes) and when to look at each again; returns the chases with something to tell. A follow-up whose
     proposal stopped waiting is closed. `reach`: the chasing step's, which reads each tenant's group facts
     once for all the proposals it looks at.
 
-    One transaction for the batch: one locked read of the follow-ups with their proposals (in id order,
-    as every chase locks them) and their updates in one round trip, instead of a transaction, a read and a
-    save each: under a stream of new requests (each one's first look) the worker's CPU and round trips
-    per request were mostly these. If anything in the batch fails, the batch rolls back and each
-    follow-up is chased in a transaction of its own (chase_one), so one bad proposal holds back no other."""
+    CHASED_TOGETHER at a time in one transaction: one locked read of the follow-ups with their proposals
+    (in id order, as every chase locks them) and their updates in one round trip, instead of a
+    transaction, a read and a save each: under a stream of new requests (each one's first look) the
+    worker's CPU and round trips per request were mostly these."""
     now = now or timezone.now()
     reach = reach or ReachReader()
     ids = sorted(follow_up_ids)
-    if not ids:
-        return []
+    chases: list[Chase] = []
+    for start in range(0, len(ids), CHASED_TOGETHER):
+        chases += _chase_together(ids[start : start + CHASED_TOGETHER], now, reach)
+    return chases
+
+
+def _chase_together(ids: list, now: datetime, reach: ReachReader) -> list[Chase]:
+    """If anything in the batch fails, the batch rolls back and each follow-up is chased in a
+    transaction of its own (chase_one), so one bad proposal holds back no other."""
     try:
         with transaction.atomic():
             return _chase_locked_batch(ids, now, reach)

@@ -263,6 +263,16 @@ def test_the_first_looks_at_many_new_requests_cost_the_round_trips_of_one(
         assert len(reads(eight)) == len(reads(one))
 
 
+def test_a_long_batch_is_chased_a_few_at_a_time(monkeypatch, agent, refund_policy, requester, reviewer_a):
+    # A batch's transaction holds its proposals' row locks until it commits (a vote waits for it).
+    from approvals.services import follow_ups
+
+    monkeypatch.setattr(follow_ups, "CHASED_TOGETHER", 3)
+    executes = chase_step_executes(agent, 8)  # (it checks that all 8 were looked at)
+    locked_reads = [sql for sql in executes if 'FROM "approvals_followup" INNER JOIN' in sql]
+    assert len(locked_reads) == 3  # 3 + 3 + 2
+
+
 def test_a_follow_up_that_cannot_be_chased_holds_back_no_other(
     agent, refund_policy, requester, reviewer_a, caplog
 ):
