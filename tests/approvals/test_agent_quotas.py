@@ -120,45 +120,6 @@ def test_a_flood_writes_one_audit_event_per_agent_per_window(settings, limited):
     assert QuotaState.objects.get(agent=limited).refused == 1
 
 
-def test_the_open_ceiling_counts_only_what_waits_for_people(client, agent, refund_policy, reviewer_a):
-    factories.make_policy(
-        agent.tenant, "tickets", tool_pattern="tickets.*", outcome=PolicyVersion.Outcome.ALLOW
-    )
-    set_agent_limits(agent, open_proposals_max=2)
-    first = submit(agent)
-    submit(agent)
-
-    response = post_proposal(client)
-    assert response.status_code == 429 and response["Retry-After"] == "60"
-    assert response.json()["error"]["code"] == "too_many_open"
-    # Policy allows this one at intake: it never enters the queue, so the ceiling does not stop it.
-    assert post_proposal(client, request=approval_request(action=ALLOWED)).status_code == 201
-
-    cast_vote(
-        first.id,
-        reviewer_a,
-        verdict="reject",
-        reason="no",
-        digest_seen=first.action_digest,
-        step_up=step_up_for(reviewer_a, totp_code(reviewer_a)),
-    )
-    assert post_proposal(client).status_code == 201  # a slot freed
-    assert Proposal.objects.filter(state=State.AWAITING_REVIEW).count() == 2
-
-
-def test_a_ceiling_raised_since_the_agent_authenticated_is_counted_in_full(agent, refund_policy):
-    # Intake counts what waits only as far as the ceiling the agent's row had when it authenticated; the
-    # lock reads the ceiling again, and where an admin raised it meanwhile, intake counts again.
-    set_agent_limits(agent, open_proposals_max=10)
-    for order in ("1", "2", "3"):
-        submit(agent, action=factories.refund_action(order_id=order))
-    as_authenticated = set_agent_limits(agent, open_proposals_max=1)
-    set_agent_limits(agent, open_proposals_max=3)  # raised since: three wait, so a fourth is refused
-    with pytest.raises(QuotaExceeded) as refused:
-        submit(as_authenticated, action=factories.refund_action(order_id="4"))
-    assert refused.value.code == "too_many_open"
-
-
 def open_at_most(tenant, agent=None) -> tuple[int | None, int | None]:
     """The quota rows' bounds on what waits for people: the agent's and its tenant's."""
     return (
@@ -176,6 +137,38 @@ def reject(proposal, reviewer):
         digest_seen=proposal.action_digest,
         step_up=step_up_for(reviewer, totp_code(reviewer)),
     )
+
+
+def test_the_open_ceiling_counts_only_what_waits_for_people(client, agent, refund_policy, reviewer_a):
+    factories.make_policy(
+        agent.tenant, "tickets", tool_pattern="tickets.*", outcome=PolicyVersion.Outcome.ALLOW
+    )
+    set_agent_limits(agent, open_proposals_max=2)
+    first = submit(agent)
+    submit(agent)
+
+    response = post_proposal(client)
+    assert response.status_code == 429 and response["Retry-After"] == "60"
+    assert response.json()["error"]["code"] == "too_many_open"
+    # Policy allows this one at intake: it never enters the queue, so the ceiling does not stop it.
+    assert post_proposal(client, request=approval_request(action=ALLOWED)).status_code == 201
+
+    reject(first, reviewer_a)
+    assert post_proposal(client).status_code == 201  # a slot freed
+    assert Proposal.objects.filter(state=State.AWAITING_REVIEW).count() == 2
+
+
+def test_a_ceiling_raised_since_the_agent_authenticated_is_counted_in_full(agent, refund_policy):
+    # Intake counts what waits only as far as the ceiling the agent's row had when it authenticated; the
+    # lock reads the ceiling again, and where an admin raised it meanwhile, intake counts again.
+    set_agent_limits(agent, open_proposals_max=10)
+    for order in ("1", "2", "3"):
+        submit(agent, action=factories.refund_action(order_id=order))
+    as_authenticated = set_agent_limits(agent, open_proposals_max=1)
+    set_agent_limits(agent, open_proposals_max=3)  # raised since: three wait, so a fourth is refused
+    with pytest.raises(QuotaExceeded) as refused:
+        submit(as_authenticated, action=factories.refund_action(order_id="4"))
+    assert refused.value.code == "too_many_open"
 
 
 def test_intake_counts_what_waits_only_when_the_bound_meets_the_ceiling(
