@@ -10,6 +10,7 @@ later carries the requests that arrive after it.
 """
 
 import logging
+from collections import defaultdict
 from datetime import datetime
 
 from django.utils import timezone
@@ -30,14 +31,17 @@ def run(now: datetime | None = None) -> int:
     new = unannounced_follow_ups(BATCH)
     if not new:
         return 0
-    workspaces, channels = slack_sync.enabled_workspaces(), teams.enabled_channels()  # once for all
+    # The chat channels of the batch's tenants, read once for all of it.
+    tenant_ids = {follow_up.proposal.tenant_id for follow_up in new}
+    workspaces = by_tenant(slack_sync.enabled_workspaces(tenant_ids))
+    channels = by_tenant(teams.enabled_channels(tenant_ids))
     done = []
     for follow_up in new:
         proposal = follow_up.proposal
         if proposal.state in OPEN_FOR_VOTES:
             try:
-                slack_sync.announce(proposal, workspaces)
-                teams.announce(proposal, channels)
+                slack_sync.announce(proposal, workspaces[proposal.tenant_id])
+                teams.announce(proposal, channels[proposal.tenant_id])
                 push.announce(proposal)
             except Exception:  # one proposal's failure must not stop the others; announced next tick
                 log.exception("could not announce proposal %s", proposal.id)
@@ -46,3 +50,10 @@ def run(now: datetime | None = None) -> int:
         done.append(follow_up)
     mark_announced(done, now)  # after their channels were planned; a failed one is tried next tick
     return announced
+
+
+def by_tenant(rows) -> defaultdict[int, list]:
+    grouped: defaultdict[int, list] = defaultdict(list)
+    for row in rows:
+        grouped[row.tenant_id].append(row)
+    return grouped

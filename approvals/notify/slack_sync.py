@@ -54,17 +54,16 @@ def channels_for(proposal, workspace: SlackWorkspace) -> list[str]:
     return list(dict.fromkeys(channels))
 
 
-def enabled_workspaces() -> list[SlackWorkspace]:
-    """Every enabled workspace, read once per announcing step for all the proposals it announces."""
-    return list(SlackWorkspace.objects.filter(enabled=True))
+def enabled_workspaces(tenant_ids) -> list[SlackWorkspace]:
+    """The enabled workspaces of these tenants, read once per announcing step for all it announces."""
+    return list(SlackWorkspace.objects.filter(tenant_id__in=tenant_ids, enabled=True))
 
 
 def announce(proposal, workspaces: list[SlackWorkspace]) -> None:
-    """Plan a new proposal's messages in each enabled Slack workspace of its tenant (the worker's
-    announcing step, approvals/notify/announce.py); `run` posts them in the same tick."""
+    """Plan a new proposal's messages in `workspaces`, the enabled Slack workspaces of its tenant (the
+    worker's announcing step, approvals/notify/announce.py); `run` posts them in the same tick."""
     for workspace in workspaces:
-        if workspace.tenant_id == proposal.tenant_id:
-            slack_links.plan_posts(proposal, workspace, channels_for(proposal, workspace))
+        slack_links.plan_posts(proposal, workspace, channels_for(proposal, workspace))
 
 
 def run(now: datetime | None = None) -> int:

@@ -118,18 +118,17 @@ def send(channel: TeamsChannel, body: dict) -> None:
         )
 
 
-def enabled_channels() -> list[TeamsChannel]:
-    """Every enabled channel, read once per announcing step for all the proposals it announces."""
-    return list(TeamsChannel.objects.filter(enabled=True))
+def enabled_channels(tenant_ids) -> list[TeamsChannel]:
+    """The enabled channels of these tenants, read once per announcing step for all it announces."""
+    return list(TeamsChannel.objects.filter(tenant_id__in=tenant_ids, enabled=True))
 
 
 def announce(proposal, channels: list[TeamsChannel]) -> None:
-    """Plan a new proposal's cards in the enabled channels of its tenant that follow one of its groups
-    (the worker's announcing step, approvals/notify/announce.py); `run` posts them in the same tick."""
+    """Plan a new proposal's cards in those of `channels`, the enabled channels of its tenant, that follow
+    one of its groups (the worker's announcing step, approvals/notify/announce.py); `run` posts them in
+    the same tick."""
     slugs = {t["group"] for t in proposal.requirements.get("thresholds", [])}
-    plan_teams_posts(
-        proposal, [c for c in channels if c.tenant_id == proposal.tenant_id and slugs & set(c.groups)]
-    )
+    plan_teams_posts(proposal, [c for c in channels if slugs & set(c.groups)])
 
 
 def run(now: datetime | None = None) -> int:

@@ -21,20 +21,22 @@ def start_at_head(sink: str, chain: str) -> None:
 
 
 @contextmanager
-def events_after_cursor(sink: str, chain: str, batch: int, **filters) -> Iterator[list[AuditEvent]]:
+def events_after_cursor(
+    sink: str, chain: str, batch: int, *, only: tuple[str, ...] = (), **filters
+) -> Iterator[list[AuditEvent]]:
     """One transaction of a reader: the sealed events of `chain` after its cursor that match `filters`,
-    oldest first, at most `batch`. When the block ends without an error the cursor moves past them, or
-    to the head when fewer than `batch` matched (nothing before it is left for this reader); on an
-    error nothing moves. The cursor's row is locked, so two workers never read the same events."""
+    oldest first, at most `batch` (`only`: the fields the reader uses, beside the id and seq; all when
+    empty). When the block ends without an error the cursor moves past them, or to the head when fewer
+    than `batch` matched (nothing before it is left for this reader); on an error nothing moves. The
+    cursor's row is locked, so two workers never read the same events."""
     start_at_head(sink, chain)
     with transaction.atomic():
         cursor = SiemCursor.objects.select_for_update().get(sink=sink, chain=chain)
         head = sealed_head(chain)
-        events = list(
-            AuditEvent.objects.chained(chain)
-            .filter(seq__gt=cursor.seq, seq__lte=head, **filters)
-            .order_by("seq")[:batch]
-        )
+        events = AuditEvent.objects.chained(chain).filter(seq__gt=cursor.seq, seq__lte=head, **filters)
+        if only:
+            events = events.only(*only)
+        events = list(events.order_by("seq")[:batch])
         yield events
         cursor.seq = events[-1].seq if len(events) == batch else head
         cursor.save(update_fields=["seq"])

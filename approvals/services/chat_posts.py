@@ -37,7 +37,9 @@ def mark_changed_posts_due(now: datetime | None = None, batch: int = 500) -> int
     marked = 0
     for tenant_id in sorted(tenants):
         chain = tenant_chain(tenant_id)
-        with events_after_cursor(FEED, chain, batch, subject__startswith=PROPOSAL_SUBJECT) as changes:
+        with events_after_cursor(
+            FEED, chain, batch, only=("subject",), subject__startswith=PROPOSAL_SUBJECT
+        ) as changes:
             changed = {event.subject.removeprefix(PROPOSAL_SUBJECT) for event in changes}
             if changed:
                 for posts in (SlackPost.objects, TeamsPost.objects):

@@ -73,14 +73,16 @@ def hold_and_read(agent: Agent, proposal: Proposal, now: datetime) -> tuple[Hold
             cursor.execute(read_sql, read_params)
         rows = cursor.fetchall()
     hold = hold_from_rows(agent, locked)
-    if hold is None or not caps.cover(hold) or not _open_counts(rows, caps).under_ceilings(hold):
+    counts = _open_counts(rows, caps)
+    if hold is None or not caps.cover(hold) or not counts.under_ceilings(hold):
         hold = hold or hold_quotas(agent, now)
         caps = CountCaps.of(hold.agent_limit, hold.tenant_limit)
         read_sql, read_params, scalars = _read_statement(agent, proposal, caps, count_always=True)
         with connection.cursor() as cursor:
             cursor.execute(read_sql, read_params)
             rows = cursor.fetchall()
-    return hold, _found(agent, proposal, rows, scalars=scalars, caps=caps)
+        counts = _open_counts(rows, caps)
+    return hold, _found(agent, proposal, rows, scalars=scalars, open_counts=counts)
 
 
 def _open_counts(rows: list, caps: CountCaps) -> OpenCounts:
@@ -115,7 +117,7 @@ def _read_statement(
     return _intake_sql(connection.vendor, texts), params, len(texts)
 
 
-def _found(agent: Agent, proposal: Proposal, rows: list, *, scalars: int, caps: CountCaps) -> Found:
+def _found(agent: Agent, proposal: Proposal, rows: list, *, scalars: int, open_counts: OpenCounts) -> Found:
     """What the one read's rows say (see hold_and_read)."""
     if not rows:  # the agent was deleted since it authenticated
         raise NotFound("unknown_agent", "this agent is no longer registered")
@@ -134,7 +136,7 @@ def _found(agent: Agent, proposal: Proposal, rows: list, *, scalars: int, caps: 
         halt_id=halt_id,
         history=counts,
         versions=versions,
-        open_counts=_open_counts(rows, caps),
+        open_counts=open_counts,
     )
 
 

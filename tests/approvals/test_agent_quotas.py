@@ -12,11 +12,9 @@ import time_machine
 from django.urls import reverse
 from django.utils import timezone
 
-from accounts.stepup import step_up_for
 from approvals.a2a.parked_tasks import ParkedTaskLister
 from approvals.models import PolicyVersion, Proposal, QuotaState
 from approvals.services.quotas import agent_limits, set_agent_limits, set_tenant_limits
-from approvals.services.votes import cast_vote
 from approvals.states import State
 from approvals.worker.loop import TickReport
 from audit.models import AuditEvent, Verb
@@ -30,7 +28,7 @@ from tests.approvals.test_cross_tenant_agents import (  # noqa: F401 (fixtures: 
     register,
 )
 from tests.approvals.test_push import parked
-from tests.factories import approval_request, submit, totp_code, verified_client
+from tests.factories import approval_request, submit, verified_client
 
 pytestmark = pytest.mark.django_db
 
@@ -120,22 +118,11 @@ def test_a_flood_writes_one_audit_event_per_agent_per_window(settings, limited):
     assert QuotaState.objects.get(agent=limited).refused == 1
 
 
-def open_at_most(tenant, agent=None) -> tuple[int | None, int | None]:
+def open_at_most(tenant, agent) -> tuple[int | None, int | None]:
     """The quota rows' bounds on what waits for people: the agent's and its tenant's."""
     return (
         QuotaState.objects.get(agent=agent).open_at_most,
         QuotaState.objects.get(tenant=tenant, agent=None).open_at_most,
-    )
-
-
-def reject(proposal, reviewer):
-    cast_vote(
-        proposal.id,
-        reviewer,
-        verdict="reject",
-        reason="no",
-        digest_seen=proposal.action_digest,
-        step_up=step_up_for(reviewer, totp_code(reviewer)),
     )
 
 
@@ -153,7 +140,7 @@ def test_the_open_ceiling_counts_only_what_waits_for_people(client, agent, refun
     # Policy allows this one at intake: it never enters the queue, so the ceiling does not stop it.
     assert post_proposal(client, request=approval_request(action=ALLOWED)).status_code == 201
 
-    reject(first, reviewer_a)
+    factories.vote(first, reviewer_a, "reject", reason="no")
     assert post_proposal(client).status_code == 201  # a slot freed
     assert Proposal.objects.filter(state=State.AWAITING_REVIEW).count() == 2
 
@@ -180,7 +167,7 @@ def test_intake_counts_what_waits_only_when_the_bound_meets_the_ceiling(
     first = submit(agent, action=factories.refund_action(order_id="1"))
     assert open_at_most(tenant, agent) == (1, 1)  # the rows' first intake: counted
     submit(agent, action=factories.refund_action(order_id="2"))
-    reject(first, reviewer_a)  # one waits now; the bound stays
+    factories.vote(first, reviewer_a, "reject", reason="no")  # one waits now; the bound stays
     submit(agent, action=factories.refund_action(order_id="3"))
     assert open_at_most(tenant, agent) == (3, 3)  # not counted (counted, it would be 2)
     assert Proposal.objects.filter(state=State.AWAITING_REVIEW).count() == 2
