@@ -63,6 +63,22 @@ def main(events: int = 20, sockets: int = 50) -> list[dict]:
             ).start()
             processes.append(process)
             process.wait_until(lambda url=stack.url: answers(f"{url}/.well-known/jwks.json"), "JWKS answers")
+        floor_urls = []
+        for name in ("floor-a", "floor-b"):  # the transport floor's bare Daphnes (bench/fanout_floor.py)
+            (folder / name).mkdir()
+            stack = Stack(folder / name)
+            stacks.append(stack)
+            fd = stack.listener.fileno()
+            processes.append(
+                ServerProcess(
+                    "floor",
+                    [sys.executable, "-m", "daphne", "--fd", str(fd), "bench.fanout_floor:application"],
+                    env=stack.env(),
+                    log_dir=stack.log_dir,
+                    pass_fds=(fd,),
+                ).start()
+            )
+            floor_urls.append(stack.url)
         tenant = factories.make_tenant()
         factories.make_policy(
             tenant, "refunds", tool_pattern="payments.refund", thresholds=[{"group": "finance", "count": 2}]
@@ -74,8 +90,11 @@ def main(events: int = 20, sockets: int = 50) -> list[dict]:
             user = factories.make_user(f"reviewer{n}", tenant=tenant, groups=["finance"])
             cookies.append((stacks[n % 2].url, _session_cookie(stacks[n % 2].url, user)))
         os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # nothing below touches the ORM concurrently
-        pids = [process.process.pid for process in processes]
-        measured, lost, baseline, extra = asyncio.run(_fan_out(proposal, cookies, events, pids))
+        pids = [process.process.pid for process in processes[:2]]  # Reviewer's Daphnes
+        floor_sockets = [floor_urls[n % 2] for n in range(sockets)]
+        measured, lost, baseline, extra = asyncio.run(
+            _fan_out(proposal, cookies, events, pids, floor_sockets)
+        )
         traces = [folder / n / "live-trace.log" for n in ("a", "b")]
         extra["stages_ms"] = _stages(extra.pop("marks"), traces)
         extra["after_commit"]["stages_ms"] = _stages(extra["after_commit"].pop("marks"), traces)
@@ -103,6 +122,13 @@ def main(events: int = 20, sockets: int = 50) -> list[dict]:
     }
     after = extra["after_commit"]
     after_times = summary(after.pop("times"))
+    for name in ("floor", "floor_process"):
+        floor = summary(extra.pop(f"{name}_times"))
+        result[name] = {
+            **floor,
+            "p95_ratio": round(floor["p95_ms"] / bare["p95_ms"], 2),
+            "lost": extra.pop(f"{name}_lost"),
+        }
     result["after_commit"] = {
         **after_times,
         "p95_ratio": round(after_times["p95_ms"] / bare["p95_ms"], 2),
@@ -114,6 +140,11 @@ def main(events: int = 20, sockets: int = 50) -> list[dict]:
         f"{extra['render_ms']['p50_ms']} / {extra['render_ms']['p95_ms']} ms inside the transaction); "
         f"rendered after commit (the old path, same run): p95 {after_times['p95_ms']} ms "
         f"({result['after_commit']['p95_ratio']}x), lost {result['after_commit']['lost']}; "
+        f"transport floor (the same message through 2 bare Daphnes' forwarding sockets, "
+        f"bench/fanout_floor.py): p95 {result['floor']['p95_ms']} ms ({result['floor']['p95_ratio']}x), "
+        f"lost {result['floor']['lost']}; the same with one message per Daphne process: p95 "
+        f"{result['floor_process']['p95_ms']} ms ({result['floor_process']['p95_ratio']}x), "
+        f"lost {result['floor_process']['lost']}; "
         f"hint-only message (every Daphne reads): "
         f"p95 {hint['p95_ms']} ms "
         f"({result['hint']['p95_ratio']}x), lost {result['hint']['lost']}; committing render "
@@ -147,10 +178,10 @@ def _cpu_seconds(pids: list[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-async def _fan_out(proposal, cookies, events: int, pids: list[int]):
+async def _fan_out(proposal, cookies, events: int, pids: list[int], floor_urls: list[str]):
     """The fan-out's times and losses, and the bare group_send's times, measured in turns (one vote's
-    message rendered before its commit, one rendered after it, one hint, one bare group_send), so other
-    load on the machine falls on all four."""
+    message rendered before its commit, one rendered after it, one hint, one bare group_send, the same
+    message through each transport floor's sockets), so other load on the machine falls on all six."""
     import websockets
     from channels.layers import get_channel_layer
 
@@ -175,6 +206,8 @@ async def _fan_out(proposal, cookies, events: int, pids: list[int]):
     # sockets' first moments (in session 12's run, 65 of 2,000 deliveries took the re-read there).
     await asyncio.sleep(CLOCK_MARGIN)
     bare = await _BareGroup.joined(layer, len(cookies))
+    floor = await _Floor.connected(layer, floor_urls, "floor")
+    floor_process = await _Floor.connected(layer, floor_urls, "floor-process")
     before, after = _Phase(before_commit=True), _Phase(before_commit=False)
     baseline, hint_times, hint_lost, daphne_cpu_hint = [], [], 0, 0.0
     load = [os.getloadavg()[0]]
@@ -191,12 +224,18 @@ async def _fan_out(proposal, cookies, events: int, pids: list[int]):
             hint_lost += sum(at is None for at in arrivals)
 
             baseline += await bare.send_and_receive()
+            await floor.send_and_receive(before.last_message)
+            await floor_process.send_and_receive(before.last_message)
             load.append(os.getloadavg()[0])
     finally:
-        for socket in connections:
+        for socket in [*connections, *floor.sockets, *floor_process.sockets]:
             await socket.close()
         await bare.leave()
     extra = {
+        "floor_times": floor.times,
+        "floor_lost": floor.lost,
+        "floor_process_times": floor_process.times,
+        "floor_process_lost": floor_process.lost,
         "hint_times": hint_times,
         "hint_lost": hint_lost,
         "after_commit": after.report(events),
@@ -223,6 +262,7 @@ class _Phase:
         self.renders: list[float] = []
         self.after_send: list[float] = []
         self.marks: dict[str, dict] = {}  # event id -> this process's stage timestamps (time.time())
+        self.last_message: dict = {}
 
     async def event(self, layer, group, proposal, connections, pids) -> None:
         from django.db import connection, transaction
@@ -253,6 +293,7 @@ class _Phase:
             self.renders.append(sent - start)
         self.queries += len(read)
         self.size = len(json.dumps(message))
+        self.last_message = message
         await layer.group_send(group, message)
         wall_sent = time.time()
         received = await asyncio.gather(*(_arrival(s, wall=True) for s in connections))
@@ -390,6 +431,41 @@ class _BareGroup:
     async def leave(self) -> None:
         for channel in self.channels:
             await self.layer.group_discard(self.group, channel)
+
+
+class _Floor:
+    """The transport floor: sockets on two bare Daphnes (bench/fanout_floor.py) that forward a group message's
+    text and do nothing else; each event sends them the text of the message the measured phase just
+    sent, so the frames are as large as a real change's."""
+
+    def __init__(self, layer, group: str, sockets: list):
+        self.layer, self.group, self.sockets = layer, group, sockets
+        self.times: list[float] = []
+        self.lost = 0
+
+    @classmethod
+    async def connected(cls, layer, urls: list[str], route: str) -> "_Floor":
+        """`route`: "floor" (a channel per socket) or "floor-process" (one per Daphne process)."""
+        import websockets
+
+        group = f"{route}-{secrets.token_hex(4)}"
+        sockets = []
+        for url in urls:
+            # The Daphne may still be starting: its listening socket holds the handshake until it serves.
+            sockets.append(
+                await asyncio.wait_for(
+                    websockets.connect(url.replace("http://", "ws://") + f"/{route}/{group}/", max_size=None),
+                    60,
+                )
+            )
+        return cls(layer, group, sockets)
+
+    async def send_and_receive(self, message: dict) -> None:
+        start = time.perf_counter()
+        await self.layer.group_send(self.group, {"type": "floor.message", "text": json.dumps(message)})
+        arrivals = await asyncio.gather(*(_arrival(s) for s in self.sockets))
+        self.times += [at - start for at in arrivals if at is not None]
+        self.lost += sum(at is None for at in arrivals)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,74 @@
+"""R2's transport floors: the ASGI application of two bare Daphnes (bench/r2_fanout.py starts them).
+Never served by the product.
+
+- `/floor/<group>/`: a socket joins the group and forwards each group message's text to its WebSocket,
+  nothing else: no session, no authorization facts, no rendering. A change sent to 50 of these sockets
+  costs what any Channels fan-out over Redis and Daphne costs (channels-redis delivers one copy per
+  channel, so each Daphne takes its 25 copies off Redis one by one; Daphne; the WebSocket frames; the
+  bench's client), so R2's measured row minus this floor is Reviewer's own work per socket.
+- `/floor-process/<group>/`: the design R2's README names, one message per Daphne process. The
+  process's first socket of a group starts one receiver on a channel of the process's own, in the group;
+  each message it takes off Redis is written to every socket of the group in this process. What that
+  design would cost at the least, before any of Reviewer's work.
+"""
+
+import asyncio
+
+import django
+
+django.setup()  # the channel layer comes from the product's settings (REDIS_URL, CHANNELS_PREFIX)
+
+from channels.generic.websocket import AsyncWebsocketConsumer  # noqa: E402 (after setup)
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.urls import path  # noqa: E402
+
+
+class Forward(AsyncWebsocketConsumer):
+    async def connect(self) -> None:
+        self.group = self.scope["url_route"]["kwargs"]["group"]
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code) -> None:
+        await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def floor_message(self, event) -> None:
+        await self.send(text_data=event["text"])
+
+
+# group -> this process's sockets in it; the group's receiver task
+_local_sockets: dict[str, set["ForwardFromProcess"]] = {}
+_receivers: dict[str, asyncio.Task] = {}
+
+
+class ForwardFromProcess(AsyncWebsocketConsumer):
+    async def connect(self) -> None:
+        self.group = self.scope["url_route"]["kwargs"]["group"]
+        _local_sockets.setdefault(self.group, set()).add(self)
+        if self.group not in _receivers:
+            channel = await self.channel_layer.new_channel()
+            await self.channel_layer.group_add(self.group, channel)
+            _receivers[self.group] = asyncio.create_task(_receive(self.channel_layer, self.group, channel))
+        await self.accept()
+
+    async def disconnect(self, code) -> None:
+        _local_sockets.get(self.group, set()).discard(self)
+
+
+async def _receive(layer, group: str, channel: str) -> None:
+    while True:
+        message = await layer.receive(channel)
+        for socket in list(_local_sockets.get(group, ())):
+            await socket.send(text_data=message["text"])
+
+
+application = ProtocolTypeRouter(
+    {
+        "websocket": URLRouter(
+            [
+                path("floor/<str:group>/", Forward.as_asgi()),
+                path("floor-process/<str:group>/", ForwardFromProcess.as_asgi()),
+            ]
+        )
+    }
+)
