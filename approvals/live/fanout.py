@@ -253,11 +253,11 @@ class LiveUpdates:
             except Exception:  # one socket's failure is not the others'
                 log.exception("live pages: a socket's update failed")
 
-    def _layer_failed(self) -> None:
+    async def _layer_failed(self) -> None:
         self.channel = None
         for sockets in list(self.open.values()):
             for consumer in list(sockets.values()):
-                asyncio.ensure_future(consumer.close(code=LAYER_FAILED))
+                await consumer.close(code=LAYER_FAILED)
 
     async def update_for(self, consumer, event_id: str | None = None) -> Update | None:
         """This socket's part of the update for `event_id`: started now for every socket of this process

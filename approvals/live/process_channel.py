@@ -3,15 +3,15 @@
 channels-redis delivers a group message once per channel in the group. With a channel per socket, each
 Daphne took a change's message off Redis once for every socket it serves (25 times for 50 sockets on
 two processes), and that, not Reviewer's own work, was most of a change's time to its sockets: in
-bench/r2_fanout.py's transport floors, 50 bare forwarding sockets took 2.2x to 3.3x a bare group_send at
-p95, and the same sockets behind one channel per process 1.1x to 1.6x. So a process's page sockets share
+bench/r2_fanout.py's transport floors, 50 bare forwarding sockets took 2.1x to 3.3x a bare group_send at
+p95, and the same sockets behind one channel per process 1.05x to 1.6x. So a process's page sockets share
 one channel, added to a proposal's group when its first socket there joins (again at every join, which
 keeps the membership from expiring) and discarded when its last one leaves; one receiver task takes the
 messages off the layer and hands each to the process's sockets of that proposal (live/fanout.py
 `LiveUpdates`, which owns this). The receiver runs while the process has a page socket open.
 
-If the layer fails (Redis gone), the receiver closes the process's page sockets (1011, as a socket whose
-own receive failed was closed before); the pages reconnect and read what they show again.
+If the layer fails (Redis gone), the receiver closes the process's page sockets with 1011, as Daphne
+closed a socket whose own receive failed; the pages reconnect and read what they show again.
 """
 
 import asyncio
@@ -28,11 +28,13 @@ LAYER_FAILED = 1011
 class ProcessChannel:
     """This process's channel in the proposal groups, and the task that receives on it (one event loop's)."""
 
-    def __init__(self, layer, deliver: Callable[[dict], Awaitable[None]], failed: Callable[[], None]):
+    def __init__(
+        self, layer, deliver: Callable[[dict], Awaitable[None]], failed: Callable[[], Awaitable[None]]
+    ):
         self.layer = layer
         self.loop = asyncio.get_running_loop()
         self.deliver = deliver  # awaited for each message, in order
-        self.failed = failed  # called once if receiving fails
+        self.failed = failed  # awaited once if receiving fails, and the receiver ends
         self.channel: str | None = None
         self.task: asyncio.Task | None = None
         # Group membership changes, one at a time: a leave's discard and a join's add of the same group,
@@ -64,7 +66,7 @@ class ProcessChannel:
                 raise
             except Exception:
                 log.exception("live pages: receiving on %s failed; closing the page sockets", channel)
-                self.failed()
+                await self.failed()
                 return
             try:
                 await self.deliver(message)
