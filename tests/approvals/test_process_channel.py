@@ -2,6 +2,10 @@
 (approvals/live/process_channel.py): a change's message is taken off the channel layer once per
 process and handed to every page socket of the process open on that proposal, not once per socket."""
 
+import asyncio
+import threading
+import time
+
 import pytest
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
@@ -108,3 +112,40 @@ async def test_when_the_layer_fails_the_pages_close_to_reconnect_and_the_next_pa
     await layer.group_send(events.proposal_group(proposal.id), await rendered(proposal))
     assert await again.receive_from(timeout=TIMEOUT)
     await again.disconnect()
+
+
+async def test_a_change_that_comes_while_the_page_rereads_for_its_person_waits_for_that_read(
+    monkeypatch, agent, reviewer_b
+):
+    """The person's invalidation comes on the socket's own channel, the change on the process's: the
+    socket takes them in turn. Taken together, the change would find the socket's facts unknown in the
+    middle of the re-read and read again instead of showing the change's parts."""
+    proposal = await database_sync_to_async(submit)(agent)
+    _, page = await open_page(proposal, reviewer_b)
+    change = await rendered(proposal, shared="<p>THE CHANGE</p>", read_at=time.time() + 60)
+    reading, release = threading.Event(), threading.Event()
+    render_updates = fanout.render_updates
+
+    def held(proposal_id, viewers):
+        reading.set()
+        release.wait(TIMEOUT)
+        return render_updates(proposal_id, viewers)
+
+    handed_over = asyncio.Event()
+    proposal_changed = consumers.ProposalConsumer.proposal_changed
+
+    async def taking(self, event):
+        handed_over.set()
+        await proposal_changed(self, event)
+
+    monkeypatch.setattr(fanout, "render_updates", held)
+    monkeypatch.setattr(consumers.ProposalConsumer, "proposal_changed", taking)
+    layer = get_channel_layer()
+    await layer.group_send(events.person_group(reviewer_b.pk), {"type": "facts.changed"})
+    assert await asyncio.to_thread(reading.wait, TIMEOUT)  # the page re-reads its person's facts now
+    await layer.group_send(events.proposal_group(proposal.id), change)
+    await asyncio.wait_for(handed_over.wait(), TIMEOUT)  # the change reached the socket meanwhile
+    release.set()
+    assert "THE CHANGE" not in await page.receive_from(timeout=TIMEOUT)  # the re-read
+    assert "THE CHANGE" in await page.receive_from(timeout=TIMEOUT)  # then the change, from its message
+    await page.disconnect()
