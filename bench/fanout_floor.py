@@ -3,12 +3,13 @@ Never served by the product.
 
 - `/floor/<group>/`: a socket joins the group and forwards each group message's text to its WebSocket,
   nothing else: no session, no authorization facts, no rendering. A change sent to 50 of these sockets
-  costs what any Channels fan-out over Redis and Daphne costs (channels-redis delivers one copy per
-  channel, so each Daphne takes its 25 copies off Redis one by one; Daphne; the WebSocket frames; the
-  bench's client), so R2's measured row minus this floor is Reviewer's own work per socket.
+  costs what any Channels fan-out over Redis and Daphne costs (channels-redis sends each process one
+  Redis message and copies it into each of its channels' queues; each consumer dispatches its copy,
+  with Channels' `close_old_connections` in a thread before the handler; Daphne; the WebSocket frames;
+  the bench's client), so R2's measured row minus this floor is Reviewer's own work per socket.
 - `/floor-process/<group>/`: the design R2's README names, one message per Daphne process. The
   process's first socket of a group starts one receiver on a channel of the process's own, in the group;
-  each message it takes off Redis is written to every socket of the group in this process. What that
+  each message it receives is written to every socket of the group in this process. What that
   design would cost at the least, before any of Reviewer's work.
 """
 

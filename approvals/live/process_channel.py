@@ -1,8 +1,11 @@
 """One channel per Daphne process in the groups of the proposals its sockets have open.
 
-channels-redis delivers a group message once per channel in the group. With a channel per socket, each
-Daphne took a change's message off Redis once for every socket it serves (25 times for 50 sockets on
-two processes), and that, not Reviewer's own work, was most of a change's time to its sockets: in
+channels-redis sends a process one Redis message for all its channels in a group, then copies it into
+each channel's queue in the process. With a channel per socket, each socket's consumer then took its
+copy and dispatched it, and Channels runs `close_old_connections` in its one sync thread before every
+handler (channels.db.aclose_old_connections): a Daphne serving 25 sockets of a proposal made 25 thread
+hand-offs, one after the other, for every change (read in the libraries' source, not profiled). That,
+not Reviewer's own work, was most of a change's time to its sockets: in
 bench/r2_fanout.py's transport floors, 50 bare forwarding sockets took 2.1x to 3.3x a bare group_send at
 p95, and the same sockets behind one channel per process 1.05x to 1.6x. So a process's page sockets share
 one channel, added to a proposal's group when its first socket there joins (again at every join, which
