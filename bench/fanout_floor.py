@@ -37,7 +37,8 @@ class Forward(AsyncWebsocketConsumer):
         await self.send(text_data=event["text"])
 
 
-# group -> this process's sockets in it; the group's receiver task
+# group -> this process's sockets in it; the group's receiver task (started by the group's first socket:
+# r2_fanout.py opens the sockets one after the other, so no two first sockets race)
 _local_sockets: dict[str, set["ForwardFromProcess"]] = {}
 _receivers: dict[str, asyncio.Task] = {}
 
