@@ -216,12 +216,11 @@ async def _fan_out(proposal, cookies, events: int, pids: list[int], floor_urls: 
             for phase in (before, after):
                 await phase.event(layer, group, proposal, connections, pids)
 
-            start, daphnes_start = time.perf_counter(), _cpu_seconds(pids)
-            await layer.group_send(group, fan_out.changed_message(proposal.id))
-            arrivals = await asyncio.gather(*(_arrival(s) for s in connections))
+            daphnes_start = _cpu_seconds(pids)
+            times, lost = await _sent(layer, group, fan_out.changed_message(proposal.id), connections)
             daphne_cpu_hint += _cpu_seconds(pids) - daphnes_start
-            hint_times += [at - start for at in arrivals if at is not None]
-            hint_lost += sum(at is None for at in arrivals)
+            hint_times += times
+            hint_lost += lost
 
             baseline += await bare.send_and_receive()
             await floor.send_and_receive(before.last_message)
@@ -320,6 +319,14 @@ class _Phase:
             "marks": self.marks,
             **({} if self.before_commit else {"times": self.times, "lost": self.lost}),
         }
+
+
+async def _sent(layer, group: str, message: dict, sockets: list) -> tuple[list[float], int]:
+    """group_send `message`: each socket's time from the send to its next frame, and how many got none."""
+    start = time.perf_counter()
+    await layer.group_send(group, message)
+    arrivals = await asyncio.gather(*(_arrival(s) for s in sockets))
+    return [at - start for at in arrivals if at is not None], sum(at is None for at in arrivals)
 
 
 async def _arrival(socket, wall: bool = False):
@@ -461,11 +468,10 @@ class _Floor:
         return cls(layer, group, sockets)
 
     async def send_and_receive(self, message: dict) -> None:
-        start = time.perf_counter()
-        await self.layer.group_send(self.group, {"type": "floor.message", "text": json.dumps(message)})
-        arrivals = await asyncio.gather(*(_arrival(s) for s in self.sockets))
-        self.times += [at - start for at in arrivals if at is not None]
-        self.lost += sum(at is None for at in arrivals)
+        floor_message = {"type": "floor.message", "text": json.dumps(message)}
+        times, lost = await _sent(self.layer, self.group, floor_message, self.sockets)
+        self.times += times
+        self.lost += lost
 
 
 if __name__ == "__main__":
