@@ -68,7 +68,7 @@ class ReviewerSocket(AsyncJsonWebsocketConsumer):
 
     async def connect(self):
         groups = await database_sync_to_async(self.authorize)()
-        if not groups:
+        if groups is None:
             await self.close()
             return
         # Told when what this socket knows of its person may have changed (approvals/live/invalidation.py).
@@ -80,8 +80,12 @@ class ReviewerSocket(AsyncJsonWebsocketConsumer):
         self.groups = groups  # websocket_disconnect leaves these
         for group in groups:
             await self.channel_layer.group_add(group, self.channel_name)
+        await self.joined()
         await self.accept()
         await self.send_current()
+
+    async def joined(self) -> None:
+        """After the socket's groups were joined, before its first read."""
 
     async def send_current(self) -> None:
         """Send the page's partials as they are now, or close the socket if the person lost access."""
@@ -91,8 +95,8 @@ class ReviewerSocket(AsyncJsonWebsocketConsumer):
         else:
             await self.send(text_data=html)
 
-    def authorize(self) -> list[str]:
-        """The groups to join, or nothing to refuse the connection (runs in a thread)."""
+    def authorize(self) -> list[str] | None:
+        """The groups to join, or None to refuse the connection (runs in a thread)."""
         raise NotImplementedError
 
     def render_current(self) -> str | None:
@@ -200,10 +204,10 @@ class QueueConsumer(ReviewerSocket):
     socket (ProposalConsumer) is the one that shows a change at once. A change of the person's access
     is read at once (facts_changed)."""
 
-    def authorize(self) -> list[str]:
+    def authorize(self) -> list[str] | None:
         user = verified_user(self.scope)
         if user is None:
-            return []
+            return None
         tenant_ids = tenant_ids_of(user)
         self.user = user
         self.next_read: asyncio.Task | None = None  # the read that will answer the hints so far
@@ -215,7 +219,7 @@ class QueueConsumer(ReviewerSocket):
             for key in ("q", "tenant", "agent", "policy", "risk", "state", "after", "opened")
             if query.get(key)
         }
-        return [events.tenant_group(tenant_id) for tenant_id in tenant_ids]
+        return [events.tenant_group(tenant_id) for tenant_id in tenant_ids] or None
 
     async def proposal_changed(self, event):
         if self.next_read is None:  # else that read, not yet started, answers this hint too
@@ -247,17 +251,24 @@ class QueueConsumer(ReviewerSocket):
 
 class ProposalConsumer(ReviewerSocket):
     """One proposal page: state, quorum and votes live; the decision panel when its controls change.
-    An event's update is rendered once per process and audience, not per socket (approvals/live/fanout.py)."""
+    An event's update is rendered once per process and audience, not per socket (approvals/live/fanout.py).
+    The proposal's group messages reach the socket through its process's channel
+    (approvals/live/process_channel.py), not one of its own; the socket's channel is in its person's and
+    session's groups only."""
 
-    def authorize(self) -> list[str]:
+    def authorize(self) -> list[str] | None:
         user = verified_user(self.scope)
         if user is None:
-            return []
+            return None
         try:
             proposal = proposal_for_user(self.scope["url_route"]["kwargs"]["proposal_id"], user)
         except NotFound:
-            return []
+            return None
         self.user, self.proposal_id = user, proposal.id
+        # Its updates one at a time, in the order they came: the process's channel's receiver hands it the
+        # proposal's messages beside the socket's own (facts_changed, on its own channel).
+        self.handling = asyncio.Lock()
+        self.closed = False
         # the decision panel's controls, as last sent (the first send includes it)
         self.mode: tuple[str, str] | None = None
         # When this socket's facts were read on connect or after its person's facts changed (time.time()
@@ -272,35 +283,38 @@ class ProposalConsumer(ReviewerSocket):
         # Before the socket joins the group and reads the page: a change committed after that read is
         # rendered for this person (or is a hint); one committed before it is in what the read shows.
         watch(proposal.id, user.pk, self.channel_name)
-        return [events.proposal_group(proposal.id)]
+        return []
 
-    async def connect(self):
-        await super().connect()
-        if getattr(self, "proposal_id", None) is not None:
-            live_updates.join(self)
+    async def joined(self) -> None:
+        await live_updates.join(self)
 
     async def disconnect(self, code):
         if getattr(self, "proposal_id", None) is not None:
-            live_updates.leave(self)
+            self.closed = True
+            await live_updates.leave(self)
             await database_sync_to_async(stop_watching)(self.channel_name)
 
     async def proposal_changed(self, event):
         if event.get("proposal_id") != str(self.proposal_id):
             return
         received = trace.now() if trace.enabled() else 0.0
-        html = self.from_message(event)
-        if html is not None:
-            await self.send(text_data=html)
-        else:
-            await self.send_update(event.get("event"))
+        async with self.handling:
+            if self.closed:
+                return
+            html = self.from_message(event)
+            if html is not None:
+                await self.send(text_data=html)
+            else:
+                await self.send_update(event.get("event"))
         if received:
             trace.handled(event, "message" if html is not None else "read", received)
 
     async def facts_changed(self, event):
         """The person's session, device, memberships or account changed: re-read now (closing the socket
         if their access ended), and trust no message read before this."""
-        self.trusted_from = None
-        await self.send_update(None)
+        async with self.handling:
+            self.trusted_from = None
+            await self.send_update(None)
 
     def from_message(self, event) -> str | None:
         """This socket's update out of a message rendered by the committing process (live/broadcast.py),
@@ -332,7 +346,8 @@ class ProposalConsumer(ReviewerSocket):
         return shared + html
 
     async def send_current(self) -> None:
-        await self.send_update(None)
+        async with self.handling:
+            await self.send_update(None)
 
     async def send_update(self, event_id: str | None) -> None:
         """This socket's part of the event's update, read now, or close it if the person lost access."""

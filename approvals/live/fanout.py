@@ -22,7 +22,9 @@ own (the same function, for one socket).
 
 import asyncio
 import functools
+import logging
 import time
+import uuid
 from collections import OrderedDict, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,12 +38,16 @@ from django_otp import DEVICE_ID_SESSION_KEY
 from django_otp.models import Device
 
 from accounts import passkeys
+from approvals import events
 from approvals import stepup as vote_step_up
 from approvals.live.audiences import AUDIENCE_PARTIALS, SHARED_PARTIALS, PageView
+from approvals.live.process_channel import LAYER_FAILED, ProcessChannel
 from approvals.models import Proposal
 from approvals.services.break_glass import rule_for_proposal
 from approvals.web.pages import decision_context
 from tenants.models import TenantMembership
+
+log = logging.getLogger(__name__)
 
 __all__ = ["AUDIENCE_PARTIALS", "SHARED_PARTIALS", "Update", "Viewer", "live_updates", "render_updates"]
 
@@ -188,7 +194,8 @@ def render_updates(proposal_id, viewers: list[Viewer]) -> dict[str, Update | Non
 
 
 class LiveUpdates:
-    """The proposal pages open in this process, and the updates under way for recent events."""
+    """The proposal pages open in this process, the channel they share in the proposals' groups
+    (process_channel.py), and the updates under way for recent events."""
 
     RECENT = 64  # updates kept for sockets still to take their part (an event's sockets take it at once)
 
@@ -197,15 +204,60 @@ class LiveUpdates:
         # (proposal id, event id) -> (channel names still to take their part, task); an entry goes when
         # its last socket took its part, or as the oldest of more than RECENT (a socket that never did).
         self.recent: OrderedDict = OrderedDict()
+        self.channel: ProcessChannel | None = None
 
-    def join(self, consumer) -> None:
+    async def join(self, consumer) -> None:
+        """Before the socket's first read: a change committed after that read reaches it. Registered before
+        the group is joined, so that a leave of the proposal's last other page meanwhile keeps the group."""
         self.open[consumer.proposal_id][consumer.channel_name] = consumer
+        try:
+            await self._channel_for(consumer.channel_layer).add(events.proposal_group(consumer.proposal_id))
+        except BaseException:  # the socket fails to open, and no disconnect will come for it
+            await self.leave(consumer)
+            raise
 
-    def leave(self, consumer) -> None:
+    async def leave(self, consumer) -> None:
         sockets = self.open.get(consumer.proposal_id, {})
-        sockets.pop(consumer.channel_name, None)
-        if not sockets:
-            self.open.pop(consumer.proposal_id, None)
+        if sockets.pop(consumer.channel_name, None) is None or sockets:
+            return
+        del self.open[consumer.proposal_id]
+        channel = self.channel
+        if channel is None:
+            return
+        if not self.open:  # the process's last page socket: no receiver while none is open
+            channel.stop()
+            self.channel = None
+        await channel.discard(
+            events.proposal_group(consumer.proposal_id), lambda: consumer.proposal_id in self.open
+        )
+
+    def _channel_for(self, layer) -> ProcessChannel:
+        channel = self.channel
+        if channel is None or channel.layer is not layer or channel.loop is not asyncio.get_running_loop():
+            channel = self.channel = ProcessChannel(layer, self._deliver, self._layer_failed)
+        return channel
+
+    async def _deliver(self, message: dict) -> None:
+        """Hand a proposal group's message to this process's sockets on the proposal, one after the other,
+        as a socket's own channel would have (each socket handles its messages in the order they came:
+        ProposalConsumer.handling). Most take their parts from the message; the first that must re-read
+        starts the update of all of them (update_for), so the others wait for one read, not one each."""
+        try:
+            proposal_id = uuid.UUID(str(message.get("proposal_id")))
+        except ValueError:
+            log.warning("live pages: a message of type %r without a proposal id", message.get("type"))
+            return
+        for consumer in list(self.open.get(proposal_id, {}).values()):
+            try:
+                await consumer.proposal_changed(message)
+            except Exception:  # one socket's failure is not the others'
+                log.exception("live pages: a socket's update failed")
+
+    async def _layer_failed(self) -> None:
+        self.channel = None
+        for sockets in list(self.open.values()):
+            for consumer in list(sockets.values()):
+                await consumer.close(code=LAYER_FAILED)
 
     async def update_for(self, consumer, event_id: str | None = None) -> Update | None:
         """This socket's part of the update for `event_id`: started now for every socket of this process
