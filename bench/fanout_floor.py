@@ -14,6 +14,7 @@ Never served by the product.
 """
 
 import asyncio
+import uuid
 
 import django
 
@@ -48,7 +49,8 @@ class ForwardFromProcess(AsyncWebsocketConsumer):
         self.group = self.scope["url_route"]["kwargs"]["group"]
         _local_sockets.setdefault(self.group, set()).add(self)
         if self.group not in _receivers:
-            channel = await self.channel_layer.new_channel()
+            # a plain channel, as the product's (approvals/live/process_channel.py)
+            channel = f"floor-process.{uuid.uuid4().hex}"
             await self.channel_layer.group_add(self.group, channel)
             _receivers[self.group] = asyncio.create_task(_receive(self.channel_layer, self.group, channel))
         await self.accept()

@@ -290,12 +290,12 @@ class _Phase:
             sent = time.perf_counter()
             wall_rendered = time.time()
             self.renders.append(sent - start)
-        self.queries += len(read)
-        self.size = len(json.dumps(message))
-        self.last_message = message
         await layer.group_send(group, message)
         wall_sent = time.time()
         received = await asyncio.gather(*(_arrival(s, wall=True) for s in connections))
+        self.queries += len(read)
+        self.size = len(json.dumps(message))  # after the clock: not part of the change's way
+        self.last_message = message
         arrivals = [at[0] if at else None for at in received]
         self.marks[message["event"]] = {
             "start": wall_start,

@@ -265,6 +265,9 @@ class ProposalConsumer(ReviewerSocket):
         except NotFound:
             return None
         self.user, self.proposal_id = user, proposal.id
+        # How the proposal's messages name the proposal and this person (compared for every message of the
+        # process's channel: the strings are made once, not per message and socket).
+        self.proposal_key, self.person_key = str(proposal.id), str(user.pk)
         # Its updates one at a time, in the order they came: the process's channel's receiver hands it the
         # proposal's messages beside the socket's own (facts_changed, on its own channel).
         self.handling = asyncio.Lock()
@@ -295,7 +298,7 @@ class ProposalConsumer(ReviewerSocket):
             await database_sync_to_async(stop_watching)(self.channel_name)
 
     async def proposal_changed(self, event):
-        if event.get("proposal_id") != str(self.proposal_id):
+        if event.get("proposal_id") != self.proposal_key:
             return
         received = trace.now() if trace.enabled() else 0.0
         async with self.handling:
@@ -333,7 +336,7 @@ class ProposalConsumer(ReviewerSocket):
             return None
         if not (isinstance(shared, str) and isinstance(audiences, list) and isinstance(people, dict)):
             return None
-        index = people.get(str(self.user.pk))
+        index = people.get(self.person_key)
         if not isinstance(index, int) or not 0 <= index < len(audiences):
             return None
         entry = audiences[index]
