@@ -123,6 +123,24 @@ def pytest_configure(config):
         layer["CONFIG"]["prefix"] = prefix
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """pytest-django's, and on PostgreSQL the other sessions on the test database ended before its
+    teardown drops it. Connections opened in this process's other threads (Channels' and asgiref's
+    sync threads, which outlive their tests) stay open, and PostgreSQL refuses to drop a database in
+    use ("being accessed by other users"): each xdist worker's database was left behind, with a warning."""
+    yield
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+
+
 # What a test asks for to reach the suite's test database (pytest-django refuses every other access).
 _DATABASE_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback"}
 
