@@ -53,6 +53,18 @@ def private_redis(fault_folder):
         server.stop()
 
 
+@pytest.fixture
+def layer_on_private_redis(private_redis, settings):
+    """This test's channel layer on the module's private Redis; returns the server (to restart it)."""
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [private_redis.url], "prefix": "faults"},
+        }
+    }
+    return private_redis
+
+
 @contextmanager
 def default_database(url: str):
     """Django's default connection, in this thread, goes to `url` (no pool: a test's few queries)."""

@@ -2,7 +2,7 @@
 of every change (lib/commit_hooks.py run_async). That connection outlives a Redis restart, and the
 first command on it then fails: the first change after the restart must still reach the sockets
 (approvals/events.py sends it again on a new connection), not be lost to the dead connection. A real
-redis-server of this test's own (tests/faults/servers.py), killed and started again on its port."""
+redis-server of the module's own (tests/faults/servers.py), killed and started again on its port."""
 
 import asyncio
 import shutil
@@ -15,7 +15,6 @@ from django.db import transaction
 from approvals import events
 from lib.commit_hooks import wait_for_background_hooks
 from tests.factories import submit
-from tests.faults.servers import PrivateRedis
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -23,19 +22,11 @@ pytestmark = [
 ]
 
 
-@pytest.fixture
-def private_redis(tmp_path, settings):
-    server = PrivateRedis(tmp_path / "redis").start()
-    settings.CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [server.url], "prefix": "restart-test"},
-        }
-    }
+@pytest.fixture(autouse=True)
+def hooks_in_background(layer_on_private_redis, settings):
     settings.COMMIT_HOOKS_IN_BACKGROUND = True  # as deployed: the broadcasts run on the after-commit thread
-    yield server
-    wait_for_background_hooks()
-    server.stop()
+    yield
+    wait_for_background_hooks()  # before the Redis server stops
 
 
 def heard(proposal) -> dict:
@@ -57,9 +48,9 @@ def heard(proposal) -> dict:
 
 
 def test_the_first_change_after_redis_restarted_still_reaches_the_sockets(
-    private_redis, agent, refund_policy
+    layer_on_private_redis, agent, refund_policy
 ):
     proposal = submit(agent)
     assert heard(proposal)["proposal_id"] == str(proposal.id)  # the thread's connection is open now
-    private_redis.restart()  # killed and back, empty: the groups are gone, the connection is dead
+    layer_on_private_redis.restart()  # killed and back, empty: the groups are gone, the connection is dead
     assert heard(proposal)["proposal_id"] == str(proposal.id)

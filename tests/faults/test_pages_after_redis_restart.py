@@ -1,6 +1,6 @@
 """When Redis dies and comes back empty (every group gone), a Daphne process's proposal pages close with
 1011, which htmx reconnects on, and the reconnected pages join their groups again and get the next
-change (approvals/live/process_channel.py). A real redis-server of this test's own
+change (approvals/live/process_channel.py). A real redis-server of the module's own
 (tests/faults/servers.py), killed and started again on its port."""
 
 import asyncio
@@ -18,25 +18,11 @@ from tests.approvals.test_consumers import TIMEOUT, connected, proposal_path, si
 from tests.approvals.test_live_facts import rendered
 from tests.approvals.test_process_channel import fresh_process  # noqa: F401 (autouse)
 from tests.factories import submit
-from tests.faults.servers import PrivateRedis
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(not shutil.which("redis-server"), reason="needs redis-server (apt-get install redis)"),
 ]
-
-
-@pytest.fixture
-def private_redis(tmp_path, settings):
-    server = PrivateRedis(tmp_path / "redis").start()
-    settings.CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [server.url], "prefix": "pages-restart-test"},
-        }
-    }
-    yield server
-    server.stop()
 
 
 async def ended(page) -> dict:
@@ -52,12 +38,12 @@ async def ended(page) -> dict:
 
 
 async def test_pages_close_when_redis_restarts_and_get_changes_again_once_reconnected(
-    private_redis, agent, refund_policy, reviewer_a
+    layer_on_private_redis, agent, refund_policy, reviewer_a
 ):
     proposal = await database_sync_to_async(submit)(agent)
     session = await database_sync_to_async(sign_in)(reviewer_a)
     page = await connected(proposal_path(proposal), session)
-    await asyncio.to_thread(private_redis.restart)
+    await asyncio.to_thread(layer_on_private_redis.restart)
     assert await ended(page) == {"type": "websocket.close", "code": LAYER_FAILED}
 
     again = await connected(proposal_path(proposal), session)  # as htmx reconnects
