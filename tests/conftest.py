@@ -9,6 +9,7 @@ import os
 
 import pytest
 from django.conf import settings as django_settings
+from django.db import connection
 
 from approvals.a2a.client import forget_cards
 from tenants.models import TenantMembership
@@ -126,12 +127,10 @@ def pytest_configure(config):
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup, django_db_blocker):
     """pytest-django's, and on PostgreSQL the other sessions on the test database ended before its
-    teardown drops it. Connections opened in this process's other threads (Channels' and asgiref's
-    sync threads, which outlive their tests) stay open, and PostgreSQL refuses to drop a database in
-    use ("being accessed by other users"): each xdist worker's database was left behind, with a warning."""
+    teardown drops it. Connections that other threads of this process opened stay open after their tests
+    (nothing closes them), and PostgreSQL refuses to drop a database in use ("being accessed by other
+    users"): each xdist worker's database was left behind, with a warning."""
     yield
-    from django.db import connection
-
     if connection.vendor != "postgresql":
         return
     with django_db_blocker.unblock(), connection.cursor() as cursor:
