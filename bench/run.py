@@ -151,6 +151,12 @@ def main(selected: list[str]) -> int:
     for row in rows:
         if row.get("note"):
             print(f"  {row['id']}: {row['note']}")
+    missed = [row["id"] for row in rows if row["met"] is False]
+    if missed:
+        print(
+            f"\nmissed: {', '.join(missed)}. Each one's profile and the design that would reach it: "
+            'bench/README.md, "Where each missed row stands".'
+        )
     OUTPUT.parent.mkdir(exist_ok=True)
     OUTPUT.write_text(
         json.dumps({"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}, indent=2) + "\n"
