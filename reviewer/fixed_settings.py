@@ -22,6 +22,31 @@ CONTENT_SECURITY_POLICY = {
 }
 
 
+def redis_channel_layers(url: str, prefix: str, socket_timeout: int = 30) -> dict:
+    """CHANNEL_LAYERS on the Redis at `url` (REDIS_URL), keys under `prefix` (also the fault tests' own
+    Redis, so that they test this configuration).
+
+    Every open WebSocket, and each process's page channel (approvals/live/process_channel.py), waits on a
+    blocking pop (BZPOPMIN) that Redis answers after at most 5 s (channels-redis's brpop_timeout).
+    redis-py 8 made socket_timeout default to 5 s, so the read raced the pop and idle sockets died with
+    1011 (channels_redis#422, redis-py#4091). The read timeout must exceed the pop: 30 s never fires
+    against a live Redis, yet a half-open connection (a Redis that vanished without closing it) is still
+    noticed. Connecting keeps a short timeout, so a Redis that is restarting is retried (sockets
+    reconnect) instead of hanging them."""
+    host = {
+        "address": url,
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": 5,
+        "socket_keepalive": True,
+    }
+    return {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [host], "prefix": prefix},
+        }
+    }
+
+
 def logging_config(level: str) -> dict:
     """Django's LOGGING: plain lines on the console at `level` (LOG_LEVEL), chatty libraries quieter."""
     return {

@@ -201,28 +201,11 @@ if AUDIT_SEQUENCER_DATABASE_URL:
 
 REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:
-    # Every open WebSocket waits on a blocking pop (BZPOPMIN) that Redis answers after at most 5 s
-    # (channels-redis's brpop_timeout). redis-py 8 made socket_timeout default to 5 s, so the read raced
-    # the pop and idle sockets died with 1011 (channels_redis#422, redis-py#4091). The read
-    # timeout must exceed the pop: 30 s never fires against a live Redis, yet a half-open connection
-    # (a Redis that vanished without closing it) is still noticed. Connecting keeps a short timeout, so
-    # a Redis that is restarting is retried (sockets reconnect) instead of hanging them.
-    CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {
-                "hosts": [
-                    {
-                        "address": REDIS_URL,
-                        "socket_timeout": env_int("REDIS_SOCKET_TIMEOUT", 30),
-                        "socket_connect_timeout": 5,
-                        "socket_keepalive": True,
-                    }
-                ],
-                "prefix": env_str("CHANNELS_PREFIX", "reviewer"),
-            },
-        }
-    }
+    CHANNEL_LAYERS = fixed_settings.redis_channel_layers(
+        REDIS_URL,
+        prefix=env_str("CHANNELS_PREFIX", "reviewer"),
+        socket_timeout=env_int("REDIS_SOCKET_TIMEOUT", 30),
+    )
 else:
     # One process only: the embedded default. Several Daphne processes need REDIS_URL.
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}

@@ -76,9 +76,7 @@ class ProcessChannel:
         while True:
             try:
                 message = await self.layer.receive(channel)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
+            except Exception:  # not a cancel (a BaseException): stop() ends the task that way
                 log.exception("live pages: receiving on %s failed; closing the page sockets", channel)
                 await self.failed()
                 return

@@ -59,7 +59,8 @@ def signed_in(url: str, user) -> httpx.Client:
 
 
 # redis-py 8 reads with a 5 s socket timeout by default, and channels-redis's blocking pop waits 5 s:
-# without the layer's own socket_timeout (settings.py) an idle socket died with 1011 after ~5 s.
+# without the layer's own socket_timeout (reviewer/fixed_settings.py, redis_channel_layers) an idle
+# socket died with 1011 after ~5 s.
 IDLE_SECONDS = 16
 
 

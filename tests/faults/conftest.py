@@ -19,6 +19,7 @@ import pytest
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.utils import load_backend
 
+from reviewer.fixed_settings import redis_channel_layers
 from tests.faults.servers import PrivatePostgres, PrivateRedis
 
 _database_numbers = itertools.count(1)
@@ -55,13 +56,9 @@ def private_redis(fault_folder):
 
 @pytest.fixture
 def layer_on_private_redis(private_redis, settings):
-    """This test's channel layer on the module's private Redis; returns the server (to restart it)."""
-    settings.CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [private_redis.url], "prefix": "faults"},
-        }
-    }
+    """This test's channel layer on the module's private Redis, configured as deployed; returns the server
+    (to restart it)."""
+    settings.CHANNEL_LAYERS = redis_channel_layers(private_redis.url, prefix="faults")
     return private_redis
 
 
