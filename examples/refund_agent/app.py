@@ -8,6 +8,7 @@ from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from a2a.server.tasks import DatabasePushNotificationConfigStore, DatabaseTaskStore
 from a2a.types import AgentCapabilities, AgentCard, AgentExtension, AgentInterface, AgentSkill
+from sqlalchemy import event
 from sqlalchemy.ext.asyncio import create_async_engine
 from starlette.applications import Starlette
 
@@ -77,6 +78,16 @@ def build_approvals(settings: AgentSettings) -> A2AApprovals:
     )
 
 
+def _write_ahead_log(dbapi_connection, _record) -> None:
+    """The task store in WAL mode, as the agent's other SQLite files (reviewer_gate.sqlite_files): a
+    commit syncs the WAL once, where SQLite's default rollback journal synced the journal, the database
+    and the folder (strace of the demo: 5 task-store commits per refund, 4 or 5 fsyncs each). Durability
+    is unchanged: synchronous stays FULL."""
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.close()
+
+
 def build_app(settings: AgentSettings) -> Starlette:
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     # A write waits for the file lock up to 30 s (sqlite3's default 5 s failed SendMessage with "database
@@ -84,6 +95,7 @@ def build_app(settings: AgentSettings) -> Starlette:
     engine = create_async_engine(
         f"sqlite+aiosqlite:///{settings.state_dir / 'a2a_tasks.sqlite3'}", connect_args={"timeout": 30}
     )
+    event.listen(engine.sync_engine, "connect", _write_ahead_log)
     task_store = DatabaseTaskStore(engine)
     push_store = DatabasePushNotificationConfigStore(engine)
     # Pushes to Reviewer wait out its overload answers (503 + Retry-After) instead of being dropped.

@@ -11,9 +11,9 @@ Every method is blocking: call them with `asyncio.to_thread` from the executor.
 
 import sqlite3
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
+
+from reviewer_gate.sqlite_files import ThreadConnections
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS cancelled_tasks (
@@ -36,34 +36,21 @@ CREATE TABLE IF NOT EXISTS executions (
 class AgentState:
     def __init__(self, path: str | Path):
         self.path = str(path)
-        with self._connect() as connection:
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.executescript(_SCHEMA)
-
-    @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        """One transaction on a fresh connection, committed on success and always closed.
-
-        A connection per call: calls arrive on worker threads, and a sqlite3 connection stays on one.
-        """
-        connection = sqlite3.connect(self.path, timeout=30)
-        try:
-            with connection:
-                yield connection
-        finally:
-            connection.close()
+        # A connection kept open per thread, each call one transaction (reviewer_gate.sqlite_files).
+        self._connections = ThreadConnections(path)
+        self._connections.connection().executescript(_SCHEMA)
 
     # cancellation ----------------------------------------------------------------------------
 
     def mark_cancelled(self, task_id: str) -> None:
-        with self._connect() as connection:
+        with self._connections.transaction() as connection:
             connection.execute(
                 "INSERT OR IGNORE INTO cancelled_tasks (task_id, cancelled_at) VALUES (?, ?)",
                 (task_id, time.time()),
             )
 
     def is_cancelled(self, task_id: str) -> bool:
-        with self._connect() as connection:
+        with self._connections.transaction() as connection:
             row = connection.execute("SELECT 1 FROM cancelled_tasks WHERE task_id = ?", (task_id,)).fetchone()
         return row is not None
 
@@ -80,7 +67,7 @@ class AgentState:
         transaction_id: str | None = None,
         detail: str | None = None,
     ) -> None:
-        with self._connect() as connection:
+        with self._connections.transaction() as connection:
             connection.execute(
                 "INSERT INTO executions"
                 " (jti, task_id, request_id, idempotency_key, phase, transaction_id, detail, updated_at)"
@@ -92,7 +79,8 @@ class AgentState:
             )
 
     def execution(self, jti: str) -> dict | None:
-        with self._connect() as connection:
-            connection.row_factory = sqlite3.Row
-            row = connection.execute("SELECT * FROM executions WHERE jti = ?", (jti,)).fetchone()
+        with self._connections.transaction() as connection:
+            cursor = connection.cursor()
+            cursor.row_factory = sqlite3.Row  # this read's rows only: the connection is kept and shared
+            row = cursor.execute("SELECT * FROM executions WHERE jti = ?", (jti,)).fetchone()
         return dict(row) if row else None

@@ -4,13 +4,12 @@ record, never against the message that carried it (reviewer_gate.a2a, which re-e
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+
+from reviewer_gate.sqlite_files import ThreadConnections
 
 
 @dataclass(frozen=True)
@@ -62,22 +61,11 @@ class SQLiteRequestStore:
 
     def __init__(self, path: str | Path):
         self.path = str(path)
-        with self._connect() as connection:
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.executescript(self.SCHEMA)
-
-    @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        # One short transaction per call on a fresh connection: calls arrive on worker threads.
-        connection = sqlite3.connect(self.path, timeout=30)
-        try:
-            with connection:
-                yield connection
-        finally:
-            connection.close()
+        self._connections = ThreadConnections(path)
+        self._connections.connection().executescript(self.SCHEMA)
 
     def save_request(self, task_id: str, context_id: str, request: dict[str, Any]) -> None:
-        with self._connect() as connection:
+        with self._connections.transaction() as connection:
             connection.execute(
                 "INSERT INTO approval_requests (request_id, task_id, context_id, request_json, created_at)"
                 " VALUES (?, ?, ?, ?, ?)",
@@ -91,7 +79,7 @@ class SQLiteRequestStore:
 
     def current_request(self, task_id: str) -> AskedRequest | None:
         """The task's newest request that nothing superseded: the only one a decision may answer."""
-        with self._connect() as connection:
+        with self._connections.transaction() as connection:
             row = connection.execute(
                 "SELECT context_id, request_json FROM approval_requests"
                 " WHERE task_id = ? AND superseded_by IS NULL ORDER BY created_at DESC LIMIT 1",

@@ -1,10 +1,11 @@
 """Single use: where the gate records each decision's jti, so that a token releases one action once."""
 
-import sqlite3
 import threading
 import time
 from pathlib import Path
 from typing import Protocol
+
+from reviewer_gate.sqlite_files import ThreadConnections
 
 
 class UsedDecisionStore(Protocol):
@@ -39,41 +40,34 @@ class SQLiteUsedStore:
 
     def __init__(self, path: str | Path):
         self.path = str(path)
-        with self._connect() as connection:
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute(
-                "CREATE TABLE IF NOT EXISTS used_decisions ("
-                " jti TEXT PRIMARY KEY, expires_at INTEGER NOT NULL, claimed_at INTEGER NOT NULL)"
-            )
-            connection.execute(
-                "CREATE INDEX IF NOT EXISTS used_decisions_expires_at ON used_decisions (expires_at)"
-            )
-
-    def _connect(self) -> sqlite3.Connection:
-        # One short-lived connection per call: sqlite3 connections must not cross threads.
-        connection = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        return connection
+        # Autocommit at the driver: the claim opens its own BEGIN IMMEDIATE (the write lock at once).
+        self._connections = ThreadConnections(path, isolation_level=None)
+        connection = self._connections.connection()
+        connection.execute(
+            "CREATE TABLE IF NOT EXISTS used_decisions ("
+            " jti TEXT PRIMARY KEY, expires_at INTEGER NOT NULL, claimed_at INTEGER NOT NULL)"
+        )
+        connection.execute(
+            "CREATE INDEX IF NOT EXISTS used_decisions_expires_at ON used_decisions (expires_at)"
+        )
 
     def claim(self, jti: str, expires_at: int) -> bool:
         now = int(time.time())
-        connection = self._connect()
+        connection = self._connections.connection()
+        # One transaction (one commit, one fsync) for the claim and the clean-up of old rows.
+        connection.execute("BEGIN IMMEDIATE")
         try:
-            # One transaction (one commit, one fsync) for the claim and the clean-up of old rows.
-            connection.execute("BEGIN IMMEDIATE")
-            try:
-                cursor = connection.execute(
-                    "INSERT OR IGNORE INTO used_decisions (jti, expires_at, claimed_at) VALUES (?, ?, ?)",
-                    (jti, int(expires_at), now),
-                )
-                claimed = cursor.rowcount == 1
-                connection.execute(
-                    "DELETE FROM used_decisions WHERE expires_at < ?",
-                    (now - self.RETAIN_AFTER_EXPIRY_SECONDS,),
-                )
-            except BaseException:
-                connection.execute("ROLLBACK")
-                raise
-            connection.execute("COMMIT")
-            return claimed
-        finally:
-            connection.close()
+            cursor = connection.execute(
+                "INSERT OR IGNORE INTO used_decisions (jti, expires_at, claimed_at) VALUES (?, ?, ?)",
+                (jti, int(expires_at), now),
+            )
+            claimed = cursor.rowcount == 1
+            connection.execute(
+                "DELETE FROM used_decisions WHERE expires_at < ?",
+                (now - self.RETAIN_AFTER_EXPIRY_SECONDS,),
+            )
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+        connection.execute("COMMIT")
+        return claimed
