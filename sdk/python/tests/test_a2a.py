@@ -42,11 +42,15 @@ ACTION = {"tool": "files.delete", "arguments": {"path": "reports/q3.xlsx"}}
 
 
 class DeletingExecutor(AgentExecutor):
-    def __init__(self, approvals: A2AApprovals, deleted: list):
+    def __init__(self, approvals: A2AApprovals, deleted: list, cancellation_checks: list | None = None):
         self.approvals, self.deleted = approvals, deleted
+        # The task ids still_wanted was asked about, in order.
+        self.cancellation_checks = [] if cancellation_checks is None else cancellation_checks
 
     async def execute(self, context, event_queue):
-        released = await self.approvals.approval(context, event_queue, propose=self.propose)
+        released = await self.approvals.approval(
+            context, event_queue, propose=self.propose, still_wanted=self.still_wanted
+        )
         if released is None:
             return
         self.deleted.append((released.action["arguments"]["path"], released.idempotency_key))
@@ -55,6 +59,10 @@ class DeletingExecutor(AgentExecutor):
 
     async def propose(self, context, updater):
         return build_request(ACTION, summary="Delete reports/q3.xlsx", principal={"id": "casey"})
+
+    async def still_wanted(self, context) -> bool:
+        self.cancellation_checks.append(context.task_id)
+        return True
 
     async def cancel(self, context, event_queue):
         raise NotImplementedError
@@ -73,12 +81,23 @@ def agent(reviewer, tmp_path):
 
 
 @pytest.fixture
+def cancellation_checks():
+    return []
+
+
+@pytest.fixture
+def watched_agent(reviewer, tmp_path, cancellation_checks):
+    """The agent, its still_wanted calls recorded in `cancellation_checks`."""
+    yield from serve_agent(reviewer, tmp_path, cancellation_checks)
+
+
+@pytest.fixture
 def patient_agent(reviewer, tmp_path):
     """The same agent, never acting on the announcement's answer (answer_wait=0)."""
     yield from serve_agent(reviewer, tmp_path, answer_wait=0)
 
 
-def serve_agent(reviewer, tmp_path, **options):
+def serve_agent(reviewer, tmp_path, cancellation_checks: list | None = None, **options):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     audience = f"{url}/.well-known/agent-card.json"
@@ -100,7 +119,9 @@ def serve_agent(reviewer, tmp_path, **options):
     )
     approvals = A2AApprovals(client, SQLiteRequestStore(tmp_path / "requests.sqlite3"), **options)
     handler = DefaultRequestHandler(
-        agent_executor=DeletingExecutor(approvals, deleted), task_store=InMemoryTaskStore(), agent_card=card
+        agent_executor=DeletingExecutor(approvals, deleted, cancellation_checks),
+        task_store=InMemoryTaskStore(),
+        agent_card=card,
     )
     app = Starlette(routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, rpc_url="/")])
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
@@ -188,6 +209,34 @@ async def test_an_approval_is_one_awaited_call_and_acts_once(agent, reviewer, ke
     assert reviewer.consumes_for(idempotency_key) and reviewer.outcomes_for(idempotency_key) == ["succeeded"]
     assert reviewer.proposals_for(task.id)[0]["request"] == request  # announced in the background
     assert request["agent"] == "deleter"  # the parked request names its registration (ListTasks adopts by it)
+
+
+async def test_cancellation_is_checked_before_and_after_the_consume(
+    watched_agent, reviewer, key, cancellation_checks
+):
+    url, audience, deleted = watched_agent
+    client, http, task, _ = await park_and_decide(url, reviewer, key, audience)
+    try:
+        await wait_state(client, task.id, TaskState.TASK_STATE_COMPLETED)
+    finally:
+        await http.aclose()
+    assert len(deleted) == 1 and len(reviewer.consumes) == 1
+    assert cancellation_checks == [task.id, task.id]
+
+
+async def test_a_decision_that_needs_no_consume_is_checked_for_cancellation_once(
+    watched_agent, reviewer, key, cancellation_checks
+):
+    """consume_online: false: no round trip for a cancel to land in after the check, so one check,
+    right before the action is released."""
+    url, audience, deleted = watched_agent
+    client, http, task, _ = await park_and_decide(url, reviewer, key, audience, consume=False)
+    try:
+        await wait_state(client, task.id, TaskState.TASK_STATE_COMPLETED)
+    finally:
+        await http.aclose()
+    assert len(deleted) == 1 and reviewer.consumes == []
+    assert cancellation_checks == [task.id]
 
 
 async def test_a_decision_for_another_tenant_fails_the_task_and_nothing_runs(agent, reviewer, key):

@@ -137,7 +137,8 @@ class A2AApprovals:
         - `answer_question(asked, decision)`: the request answering a reviewer's question (it must
           `supersede` the asked one); without it a question fails the task;
         - `still_wanted(context)`: False when the task was cancelled; checked right before consuming
-          and again right after (then the consumed decision is reported failed);
+          and again right after (then the consumed decision is reported failed); for a decision that
+          needs no consume (`consume_online: false`), once, right before it is returned;
         - `can_perform(action)`: False refuses a reviewer's edit this agent cannot execute.
         """
         task = context.current_task
@@ -358,10 +359,11 @@ class A2AApprovals:
                     )
                 )
                 return None
-        if still_wanted is not None and not await still_wanted(context):
-            detail = "task cancelled before acting; nothing was executed"
-            if decision.consume:  # Reviewer moved it to executing: settle it
-                await released.report("failed", detail=detail)
+        # Checked again only after a consume: its round trip is the window a cancel may land in. Without
+        # one, the check above was a moment ago, with nothing in between but the task's WORKING event.
+        if decision.consume and still_wanted is not None and not await still_wanted(context):
+            # Reviewer moved it to executing: settle it.
+            await released.report("failed", detail="task cancelled before acting; nothing was executed")
             await updater.cancel(text_message(updater, "Cancelled before acting; nothing was executed."))
             return None
         return released
