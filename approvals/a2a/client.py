@@ -58,6 +58,10 @@ class DeliveryError(Exception):
     """The call did not get through, or the agent refused it for a reason that may pass: retry later."""
 
 
+# The agent's fields AgentEndpoint.of reads (a caller may read only these).
+AGENT_ENDPOINT_FIELDS = ("slug", "card_url", "outbound_auth_scheme", "outbound_auth_credentials")
+
+
 @dataclass(frozen=True)
 class AgentEndpoint:
     """What a call needs, read from the database before any network I/O starts."""
@@ -274,10 +278,27 @@ def _decision_text(decision: Decision) -> str:
     return f"Rejected in Reviewer: {summary}. Reason: {decision.reason or 'none given'}"
 
 
+CONTINUATION_FIELDS = (
+    "kind",
+    "reason",
+    "token",
+    "proposal__summary",
+    "proposal__task_id",
+    "proposal__context_id",
+    *(f"proposal__agent__{field}" for field in AGENT_ENDPOINT_FIELDS),
+)
+
+
 def continuation_message(outbox_message: OutboxMessage) -> tuple[AgentEndpoint, Message]:
     """The SendMessage payload for a decision: same task and context, role user, the JWT in the
     message metadata under our extension, and the outbox row's stable message_id."""
-    decision = Decision.objects.select_related("proposal__agent").get(jti=outbox_message.payload["jti"])
+    # Only what the message and the call need: the proposal's long JSON fields (action, consequences,
+    # diff, evidence) cost more to decode than the read itself, on the path to the agent.
+    decision = (
+        Decision.objects.select_related("proposal__agent")
+        .only(*CONTINUATION_FIELDS)
+        .get(jti=outbox_message.payload["jti"])
+    )
     proposal = decision.proposal
     message = Message(
         message_id=outbox_message.message_id,

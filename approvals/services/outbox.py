@@ -1,14 +1,15 @@
 """Outbox delivery (run by the worker; the network call happens between these, outside any transaction)."""
 
 from datetime import datetime, timedelta
+from functools import lru_cache
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import F
+from django.db import connection, transaction
 from django.utils import timezone
 
 from approvals.models import OutboxMessage, Proposal
 from approvals.services.common import proposal_subject
+from approvals.sql import model_columns, quoted_names
 from audit.labels import SYSTEM
 from audit.models import Verb
 from audit.trail import audit_time, record
@@ -53,12 +54,33 @@ def claim_outbox_message(
     number of workers wins it. None if it is not pending and due (a worker has it, or it is settled)."""
     clock = now or timezone.now()
     lease_until = clock + timedelta(seconds=lease_seconds)
-    won = OutboxMessage.objects.filter(
-        pk=message_id, status=OutboxMessage.Status.PENDING, next_attempt_at__lte=clock
-    ).update(next_attempt_at=lease_until, attempts=F("attempts") + 1)
-    if won != 1:
+    at = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _claim_one_sql(connection.vendor),
+            [at(lease_until), message_id, OutboxMessage.Status.PENDING.value, at(clock)],
+        )
+        row = cursor.fetchone()
+    if row is None:
         return None
-    return OutboxMessage.objects.get(pk=message_id)
+    return _outbox_columns(connection.vendor).load(row)
+
+
+def _outbox_columns(vendor: str):
+    return model_columns(OutboxMessage, OutboxMessage._meta.db_table, vendor)
+
+
+@lru_cache
+def _claim_one_sql(vendor: str) -> str:
+    """The claim and the claimed row in one round trip (`UPDATE … RETURNING`, PostgreSQL and SQLite
+    3.35+): it is on the direct send's path, between a decision's commit and its continuation."""
+    table, column = quoted_names(OutboxMessage)
+    attempts = column("attempts")
+    return (  # only quoted names go into the text (approvals/sql.py); every value is a parameter
+        f"UPDATE {table} SET {column('next_attempt_at')} = %s, {attempts} = {attempts} + 1"  # noqa: S608
+        f" WHERE {column('id')} = %s AND {column('status')} = %s AND {column('next_attempt_at')} <= %s"
+        f" RETURNING {_outbox_columns(vendor).select}"
+    )
 
 
 def _outbox_audit(message: OutboxMessage, verb: str, data: dict):
