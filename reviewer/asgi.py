@@ -2,11 +2,16 @@
 
 import os
 
-from django.core.asgi import get_asgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reviewer.settings")
-# Initialise Django (apps, models) before importing anything that touches models.
-django_asgi_app = get_asgi_application()
+# Initialise Django (apps, models) before importing anything that touches models, as
+# get_asgi_application() does; the handler is Django's, run in one thread per request (http_handler.py).
+django.setup(set_prefix=False)
+
+from reviewer.http_handler import OneThreadASGIHandler  # noqa: E402
+
+django_asgi_app = OneThreadASGIHandler()
 
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
