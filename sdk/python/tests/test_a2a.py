@@ -211,32 +211,20 @@ async def test_an_approval_is_one_awaited_call_and_acts_once(agent, reviewer, ke
     assert request["agent"] == "deleter"  # the parked request names its registration (ListTasks adopts by it)
 
 
-async def test_cancellation_is_checked_before_and_after_the_consume(
-    watched_agent, reviewer, key, cancellation_checks
+@pytest.mark.parametrize("consume, checks", [(True, 2), (False, 1)])
+async def test_cancellation_is_checked_around_a_consume_and_once_without_one(
+    watched_agent, reviewer, key, cancellation_checks, consume, checks
 ):
+    """Before and after a consume (its round trip is where a cancel may land); for a decision that
+    needs no consume (consume_online: false), once, right before the action is released."""
     url, audience, deleted = watched_agent
-    client, http, task, _ = await park_and_decide(url, reviewer, key, audience)
+    client, http, task, _ = await park_and_decide(url, reviewer, key, audience, consume=consume)
     try:
         await wait_state(client, task.id, TaskState.TASK_STATE_COMPLETED)
     finally:
         await http.aclose()
-    assert len(deleted) == 1 and len(reviewer.consumes) == 1
-    assert cancellation_checks == [task.id, task.id]
-
-
-async def test_a_decision_that_needs_no_consume_is_checked_for_cancellation_once(
-    watched_agent, reviewer, key, cancellation_checks
-):
-    """consume_online: false: no round trip for a cancel to land in after the check, so one check,
-    right before the action is released."""
-    url, audience, deleted = watched_agent
-    client, http, task, _ = await park_and_decide(url, reviewer, key, audience, consume=False)
-    try:
-        await wait_state(client, task.id, TaskState.TASK_STATE_COMPLETED)
-    finally:
-        await http.aclose()
-    assert len(deleted) == 1 and reviewer.consumes == []
-    assert cancellation_checks == [task.id]
+    assert len(deleted) == 1 and len(reviewer.consumes) == (1 if consume else 0)
+    assert cancellation_checks == [task.id] * checks
 
 
 async def test_a_decision_for_another_tenant_fails_the_task_and_nothing_runs(agent, reviewer, key):
