@@ -9,9 +9,11 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reviewer.settings")
 # get_asgi_application() does; the handler is Django's, run in one thread per request (http_handler.py).
 django.setup(set_prefix=False)
 
+from django.core.handlers.asgi import ASGIHandler  # noqa: E402
+
 from reviewer.http_handler import OneThreadASGIHandler  # noqa: E402
 
-django_asgi_app = OneThreadASGIHandler()
+django_asgi_app: ASGIHandler = OneThreadASGIHandler()
 
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
