@@ -4,7 +4,7 @@ Why open connections are kept. The files are in WAL mode (readers and one writer
 agent's threads and processes). In that mode the last connection to close a database checkpoints it:
 it copies the WAL into the database, syncs both and deletes the WAL. A store that opened and closed a
 connection for every call paid that checkpoint, and the open, on every call: strace of the demo refund
-agent counted about 39 fsyncs per refund before (bench/README.md, R1a), most of them checkpoints.
+agent counted about 39 fsyncs per refund before (Reviewer's bench/README.md, R1), most of them checkpoints.
 Kept open, a commit syncs the WAL once and the checkpoint runs when the WAL has grown (SQLite's
 automatic checkpoint, every 1,000 pages).
 
