@@ -40,8 +40,8 @@ class SQLiteUsedStore:
 
     def __init__(self, path: str | Path):
         self.path = str(path)
-        # Autocommit at the driver: the claim opens its own BEGIN IMMEDIATE (the write lock at once).
-        self._connections = ThreadConnections(path, isolation_level=None)
+        # IMMEDIATE: the claim's transaction takes the write lock with its first statement.
+        self._connections = ThreadConnections(path, isolation_level="IMMEDIATE")
         connection = self._connections.connection()
         connection.execute(
             "CREATE TABLE IF NOT EXISTS used_decisions ("
@@ -53,21 +53,14 @@ class SQLiteUsedStore:
 
     def claim(self, jti: str, expires_at: int) -> bool:
         now = int(time.time())
-        connection = self._connections.connection()
         # One transaction (one commit, one fsync) for the claim and the clean-up of old rows.
-        connection.execute("BEGIN IMMEDIATE")
-        try:
+        with self._connections.transaction() as connection:
             cursor = connection.execute(
                 "INSERT OR IGNORE INTO used_decisions (jti, expires_at, claimed_at) VALUES (?, ?, ?)",
                 (jti, int(expires_at), now),
             )
-            claimed = cursor.rowcount == 1
             connection.execute(
                 "DELETE FROM used_decisions WHERE expires_at < ?",
                 (now - self.RETAIN_AFTER_EXPIRY_SECONDS,),
             )
-        except BaseException:
-            connection.execute("ROLLBACK")
-            raise
-        connection.execute("COMMIT")
-        return claimed
+        return cursor.rowcount == 1
