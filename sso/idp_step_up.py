@@ -68,7 +68,7 @@ def complete(request, provider, claims: dict, pending: dict) -> dict:
     """Check that the ID token is this person's fresh re-authentication for this proposal and digest;
     keep what it proved in the session and return it. SignInRefused, changing nothing, otherwise."""
     subject = claims.get(provider.subject_claim)
-    identity = ExternalIdentity.objects.filter(issuer=provider.issuer, subject=subject).first()
+    identity = ExternalIdentity.objects.at(provider, str(subject or "")).first()
     if identity is None or identity.user_id != pending["user"]:
         raise SignInRefused(
             "other_person", "the provider confirmed someone else, not the person voting", provider

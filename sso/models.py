@@ -1,12 +1,16 @@
 """What single sign-on stores: a tenant's identity provider, the people it vouches for, and the device that
 marks a session the provider verified.
 
-Tenant ── IdentityProvider ──< ExternalIdentity (issuer, subject) ── User
+Tenant ── IdentityProvider ──< ExternalIdentity (provider, issuer, subject) ── User
                          └── ScimToken (hash of the provisioning bearer token)
 
-A person is matched by the provider's issuer and their subject there, never by e-mail: an e-mail address
-can be reassigned, an (issuer, subject) pair names one account at one provider for good. The group
-mapping (provider group name → approver group) lives beside ApproverGroup in tenants/models.py.
+A person is matched by the tenant's provider, its issuer and their subject there, never by e-mail: an
+e-mail address can be reassigned, an (issuer, subject) pair names one person at one provider for good.
+The tenant is part of the match because two tenants' providers may share an issuer (Google Workspace
+has one for every customer, a multi-tenant Entra ID app one per directory but any directory's people
+can sign in): the same person then has one account per tenant, and one tenant's directory never finds,
+renames or re-addresses the account another tenant's created. The group mapping (provider group name →
+approver group) lives beside ApproverGroup in tenants/models.py.
 """
 
 import os
@@ -118,8 +122,15 @@ class IdentityProvider(models.Model):
         return [domain.lower().lstrip("@") for domain in self.allowed_email_domains.split()]
 
 
+class ExternalIdentityQuerySet(models.QuerySet):
+    def at(self, provider: "IdentityProvider", subject: str) -> "ExternalIdentityQuerySet":
+        """The identity this tenant's provider knows by `subject`: never another tenant's, even where
+        the two providers share an issuer."""
+        return self.filter(provider=provider, issuer=provider.issuer, subject=subject)
+
+
 class ExternalIdentity(models.Model):
-    """One person at one provider. `issuer` is copied from the provider at creation: a provider
+    """One person at one tenant's provider. `issuer` is copied from the provider at creation: a provider
     reconfigured with another issuer does not hand its people to whoever signs in there."""
 
     provider = models.ForeignKey(IdentityProvider, on_delete=models.CASCADE, related_name="identities")
@@ -131,10 +142,14 @@ class ExternalIdentity(models.Model):
     email = models.EmailField(blank=True)
     last_sign_in_at = models.DateTimeField(null=True, blank=True)
 
+    objects = ExternalIdentityQuerySet.as_manager()
+
     class Meta:
         verbose_name_plural = "external identities"
         constraints = [
-            models.UniqueConstraint(fields=["issuer", "subject"], name="one_user_per_issuer_subject"),
+            models.UniqueConstraint(
+                fields=["provider", "issuer", "subject"], name="one_user_per_provider_issuer_subject"
+            ),
             models.UniqueConstraint(fields=["provider", "user"], name="one_identity_per_provider_user"),
         ]
 

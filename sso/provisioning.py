@@ -57,20 +57,25 @@ def provision_user(tenant, values: dict) -> ScimUser:
             raise ProvisioningRefused(409, f"userName {values['user_name']!r} exists already", "uniqueness")
         identity = None
         if provider is not None and values["external_id"]:
-            identity = ExternalIdentity.objects.filter(
-                issuer=provider.issuer, subject=values["external_id"]
-            ).first()
+            # This tenant's provider only: another tenant's person with the same subject at a shared
+            # issuer is another account (sso/models.py).
+            identity = ExternalIdentity.objects.at(provider, values["external_id"]).first()
         if identity is not None:
             user = identity.user
+            if ScimUser.objects.filter(tenant=tenant, user=user).exists():
+                raise ProvisioningRefused(
+                    409, f"externalId {values['external_id']!r} is provisioned already", "uniqueness"
+                )
         else:
             user = get_user_model().objects.create_user(
                 free_username(values["user_name"]), email=values["email"]
             )
             user.set_unusable_password()  # the provider signs them in
-        user.first_name = (values.get("given_name") or "")[:150]
-        user.last_name = (values.get("family_name") or "")[:150]
-        user.email = values["email"]
-        user.save()
+        if account_is_the_tenants_alone(tenant, user):
+            user.first_name = (values.get("given_name") or "")[:150]
+            user.last_name = (values.get("family_name") or "")[:150]
+            user.email = values["email"]
+            user.save(update_fields=["first_name", "last_name", "email"])
         if provider is not None and values["external_id"] and identity is None:
             ExternalIdentity.objects.create(
                 provider=provider, issuer=provider.issuer, subject=values["external_id"], user=user
@@ -107,10 +112,12 @@ def update_user(scim_user: ScimUser, values: dict) -> ScimUser:
         if "emails" in values:
             scim_user.emails = values["emails"]
         scim_user.save(update_fields=["user_name", "external_id", "emails", "updated_at"])
-        for field, key in (("first_name", "given_name"), ("last_name", "family_name"), ("email", "email")):
-            if key in values and values[key] is not None:
-                setattr(user, field, values[key][:150] if field != "email" else values[key])
-        user.save(update_fields=["first_name", "last_name", "email"])
+        if account_is_the_tenants_alone(tenant, user):
+            names = (("first_name", "given_name"), ("last_name", "family_name"), ("email", "email"))
+            for field, key in names:
+                if key in values and values[key] is not None:
+                    setattr(user, field, values[key][:150] if field != "email" else values[key])
+            user.save(update_fields=["first_name", "last_name", "email"])
         after = {"user_name": scim_user.user_name, "email": user.email, "active": scim_user.active}
         if before != after:
             # Which fields changed, not their values: names and addresses stay out of the trail.
@@ -143,6 +150,13 @@ def delete_user(scim_user: ScimUser) -> None:
             data={"by": "scim", "deleted": True},
         )
         scim_user.delete()
+
+
+def account_is_the_tenants_alone(tenant, user) -> bool:
+    """Whether the tenant's directory may write the account's names and e-mail: only while no other
+    tenant has the person (an account an admin also put in another tenant keeps what that tenant's
+    notices rely on; the SCIM record still takes the new values)."""
+    return not memberships_of(user).exclude(tenant=tenant).exists()
 
 
 def _deactivate(scim_user: ScimUser) -> None:

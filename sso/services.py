@@ -20,7 +20,7 @@ from audit.labels import actor_label, user_label
 from audit.models import Verb
 from audit.trail import record
 from sso.errors import SignInRefused
-from sso.models import ExternalIdentity, IdentityProvider, IdentityProviderDevice
+from sso.models import ExternalIdentity, IdentityProvider, IdentityProviderDevice, ScimUser
 from tenants.models import GroupMembership, ProviderGroupMapping, TenantMembership
 
 MAX_GROUP_NAMES = 500  # a groups claim longer than this is refused, not cut (a cut list removes memberships)
@@ -38,16 +38,19 @@ def sign_in(provider: IdentityProvider, claims: dict) -> tuple:
     group_names = _group_names(provider, claims)
     with transaction.atomic():
         identity = (
-            ExternalIdentity.objects.select_for_update()
-            .select_related("user")
-            .filter(issuer=provider.issuer, subject=subject)
-            .first()
+            ExternalIdentity.objects.select_for_update().select_related("user").at(provider, subject).first()
         )
         if identity is None:
             identity = _first_sign_in(provider, subject, email, claims)
         user = identity.user
         if not user.is_active:
             raise SignInRefused("deactivated", "this account is deactivated; ask your administrator")
+        if ScimUser.objects.filter(tenant=provider.tenant, user=user, active=False).exists():
+            # The tenant's directory deprovisioned this person: a sign-in at its provider (whose
+            # session may outlive the directory's change) does not bring the membership back.
+            raise SignInRefused(
+                "deprovisioned", f"your access to {provider.tenant.name} was ended by its directory"
+            )
         membership = TenantMembership.objects.filter(tenant=provider.tenant, user=user).first()
         if membership is None:
             if not provider.create_users:

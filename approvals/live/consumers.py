@@ -40,7 +40,7 @@ from approvals.web.list_pages import queue_context, watching_context
 from approvals.web.lists import LIST_PAGES
 from approvals.web.pages import page_hash
 from lib.errors import NotFound, ServiceError, error_body
-from tenants.queries import memberships_of, tenant_ids_of
+from tenants.queries import tenant_ids_of
 
 # The close code of a socket whose person lost access since it opened (signed out, deprovisioned, removed
 # from the tenant): the page says so instead of "reconnecting", and htmx does not reconnect (4000-4999 are
@@ -209,7 +209,7 @@ class QueueConsumer(ReviewerSocket):
         if user is None:
             return None
         tenant_ids = tenant_ids_of(user)
-        self.user = user
+        self.user, self.tenant_ids = user, set(tenant_ids)
         self.next_read: asyncio.Task | None = None  # the read that will answer the hints so far
         self.last_read = time.monotonic()  # connect() reads the list right after this
         query = QueryDict(self.scope.get("query_string", b""))
@@ -241,8 +241,10 @@ class QueueConsumer(ReviewerSocket):
             next_read.cancel()
 
     def render_current(self) -> str | None:
-        if verified_user(self.scope) is None or not memberships_of(self.user).exists():
-            return None  # signed out, or removed from every tenant, since connecting
+        if verified_user(self.scope) is None or not self.tenant_ids <= set(tenant_ids_of(self.user)):
+            # Signed out, or removed from a tenant since connecting (a directory's deprovisioning ends
+            # that tenant's access even for a person another tenant keeps): the page closes and says so.
+            return None
         build = watching_context if self.view == "watching" else queue_context
         context = build(self.user, self.params)
         context.update(list_page=LIST_PAGES[self.view], oob=True)

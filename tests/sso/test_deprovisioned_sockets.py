@@ -67,3 +67,25 @@ def next_page_status(session_id) -> int:
     client = Client()
     client.cookies["sessionid"] = session_id
     return client.get("/").status_code
+
+
+def also_in(tenant, user):
+    from tenants.models import TenantMembership
+
+    TenantMembership.objects.create(tenant=tenant, user=user)
+
+
+async def test_deactivation_closes_the_queue_of_a_person_another_tenant_keeps(
+    tenant, other_tenant, agent, refund_policy, reviewer_a
+):
+    """The person stays signed in (the other tenant has them), but the queue that showed the
+    deprovisioning tenant's work closes: its access ended there."""
+    await database_sync_to_async(also_in)(other_tenant, reviewer_a)
+    token, scim_id = await database_sync_to_async(provision_and_link)(tenant, reviewer_a)
+    session = await database_sync_to_async(sign_in)(reviewer_a)
+    queue = await connected("/ws/queue/", session)
+
+    await database_sync_to_async(deactivate)(token, scim_id)
+
+    assert await queue.receive_output(timeout=TIMEOUT) == {"type": "websocket.close", "code": 4403}
+    assert await database_sync_to_async(next_page_status)(session) == 200  # still in the other tenant
