@@ -2,13 +2,12 @@
 authenticator. The one-time code widget and its normalization are shared with the decision form's step-up."""
 
 from django import forms
-from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import AuthenticationForm
 from django_otp import devices_for_user
 
 from accounts import passkeys, throttle
 from accounts.codes import verify_sign_in_code
-from sso.required import password_refusal
+from sso.backends import SSO_REFUSAL_ATTRIBUTE
 
 ONE_TIME_CODE = {
     "autocomplete": "one-time-code",
@@ -97,12 +96,11 @@ class LoginForm(AuthenticationForm):
 
     def get_invalid_login_error(self):
         """A right password of someone whose tenant requires single sign-on (the password backend refused
-        it) is told where to sign in instead; every other refusal reads alike."""
-        user = get_user_model().objects.filter(username=self.cleaned_data.get("username")).first()
-        if user is not None and user.check_password(self.cleaned_data.get("password") or ""):
-            message = password_refusal(user)
-            if message:
-                return forms.ValidationError(message, code="sso_required")
+        it, and said so on the request, sso/backends.py) is told where to sign in instead; every other
+        refusal reads alike."""
+        message = getattr(self.request, SSO_REFUSAL_ATTRIBUTE, "")
+        if message:
+            return forms.ValidationError(message, code="sso_required")
         return super().get_invalid_login_error()
 
 

@@ -10,11 +10,16 @@ gets nowhere, because the account then signs in only with a factor that cannot b
 a backup code (never with the six-digit code). Such a sign-in unlocks the account: a success starts the
 count again.
 
+Every limit counts a name as `sign_in_name` spells it (Unicode NFKC, trimmed, case-folded): `' pat'`,
+`'Pat'` and a fullwidth `ｐａｔ` are one count, whatever the guesser types. (Signing in compares the
+username exactly after NFKC and trimming, as Django's form does: case matters there, not for the limits.)
+
 Every refusal is the page a wrong password gets, so a guesser learns nothing. Throttling is audited in
 aggregate: one `sign_in.throttled` event when a pair or address reaches the limit, one when an account
 does, and `sign_in.unlocked` when a person unlocks theirs, never one per refused attempt.
 """
 
+import unicodedata
 from datetime import timedelta
 
 from axes.models import AccessFailureLog, AccessLog
@@ -29,6 +34,19 @@ from accounts.devices import person_chains, record_for_person, record_sign_in_th
 from audit.labels import SYSTEM, actor_label, user_label
 from audit.models import AuditEvent, Verb
 from audit.trail import record
+
+
+def sign_in_name(typed: str | None) -> str:
+    """The one spelling of a typed username that every limit counts under."""
+    return unicodedata.normalize("NFKC", typed or "").strip().casefold()[:150]
+
+
+def axes_username(request, credentials) -> str:
+    """AXES_USERNAME_CALLABLE: axes counts failures and successes under `sign_in_name`, not as typed."""
+    typed = (credentials or {}).get("username")
+    if typed is None and request is not None:
+        typed = request.POST.get("username")
+    return sign_in_name(typed)
 
 
 def client_address(request) -> str | None:
@@ -55,14 +73,18 @@ def account_window() -> timedelta:
 def _count_since(username: str):
     """Where the account's count starts: the window's start, or its last successful sign-in if later."""
     since = timezone.now() - account_window()
-    last_success = AccessLog.objects.filter(username=username).aggregate(at=Max("attempt_time"))["at"]
+    last_success = AccessLog.objects.filter(username=sign_in_name(username)).aggregate(
+        at=Max("attempt_time")
+    )["at"]
     return max(since, last_success) if last_success else since
 
 
 def account_failures(username: str) -> int:
     """Counted failures of `username` from every address (axes' failure log: refused attempts are not
     in it)."""
-    return AccessFailureLog.objects.filter(username=username, attempt_time__gt=_count_since(username)).count()
+    return AccessFailureLog.objects.filter(
+        username=sign_in_name(username), attempt_time__gt=_count_since(username)
+    ).count()
 
 
 def account_locked(username: str | None) -> bool:
@@ -88,8 +110,8 @@ def record_account_lock(username: str) -> bool:
     """One `sign_in.throttled` event (data `"limit": "account"`) when `username` reaches the account
     limit, in the person's tenants (the system chain for an unknown name); not again while it holds.
     Returns whether it recorded."""
-    username = (username or "")[:150]
-    person = get_user_model().objects.filter(username=username).first()
+    username = sign_in_name(username)
+    person = get_user_model().objects.filter(username__iexact=username).first()
     # A person by pseudonym (erasable); a name nobody has is kept as typed.
     subject = user_label(person) if person is not None else f"sign_in:{username}"
     with transaction.atomic():

@@ -290,6 +290,7 @@ AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "accounts.throttle.client_address"
 AXES_LOCKOUT_CALLABLE = "accounts.views.refused_page"
 AXES_USERNAME_FORM_FIELD = "username"
+AXES_USERNAME_CALLABLE = "accounts.throttle.axes_username"  # one count per name however it is spelled
 AXES_SENSITIVE_PARAMETERS = ["password", "otp_token"]
 AXES_VERBOSE = False
 
