@@ -13,6 +13,7 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
+from accounts.stepup import verify_code
 from approvals.admin.common import TenantScopedAdmin, adopt_stored, tenant_group_slugs
 from approvals.models import (
     Policy,
@@ -178,7 +179,6 @@ class PolicyVersionAdmin(TenantScopedAdmin):
     list_filter = ["status", "outcome", "policy__tenant"]
     list_select_related = ["policy__tenant", "author", "activated_by"]
     search_fields = ["policy__slug", "tool_pattern", "condition"]
-    actions = ["approve_and_activate"]
     readonly_after_creation = [
         "policy",
         "version",
@@ -266,30 +266,31 @@ class PolicyVersionAdmin(TenantScopedAdmin):
         ]
         return own + super().get_urls()
 
-    def _activate(self, request, version: PolicyVersion) -> bool:
-        try:
-            activate_policy_version(version, actor=request.user)
-        except ServiceError as error:
-            messages.error(request, f"{version}: {error.message}")
-            return False
-        messages.success(request, f"{version} is now active; the version it replaces is retired.")
-        return True
-
-    @admin.action(
-        description="Approve and activate (by a second admin, not the author)", permissions=["activate"]
-    )
-    def approve_and_activate(self, request, queryset):
-        for version in queryset.select_related("policy"):
-            self._activate(request, version)
-
     def activate_view(self, request, version_id):
+        """Approve and activate one draft, with the approving admin's fresh one-time code (or backup code),
+        as `manage.py policy activate --code` and every vote ask: a session alone (a phished password
+        plus one code at sign-in) does not change what every later proposal is decided by. There is no
+        bulk action: each activation carries its own code."""
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
         if not self.has_activate_permission(request):
             raise PermissionDenied
         version = get_object_or_404(self.get_queryset(request), pk=version_id)
-        self._activate(request, version)
-        return HttpResponseRedirect(reverse("admin:approvals_policyversion_change", args=[version.pk]))
+        back = HttpResponseRedirect(reverse("admin:approvals_policyversion_change", args=[version.pk]))
+        if verify_code(request.user, request.POST.get("otp_token", "")) is None:
+            messages.error(
+                request,
+                f"{version}: type a fresh one-time code from your authenticator (or a backup code) to "
+                "activate it; that one was wrong, used or expired",
+            )
+            return back
+        try:
+            activate_policy_version(version, actor=request.user)
+        except ServiceError as error:
+            messages.error(request, f"{version}: {error.message}")
+            return back
+        messages.success(request, f"{version} is now active; the version it replaces is retired.")
+        return back
 
     def dry_run_view(self, request, version_id):
         versions = self.get_queryset(request).select_related("policy__tenant")

@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.urls import reverse
 
-from accounts.stepup import step_up_for
+from accounts.stepup import step_up_for, verify_code
 from approvals.models import Agent, Decision, Halt, OutboxMessage, PolicyVersion, Vote
 from approvals.services import halts
 from approvals.services.halts import active_halt
@@ -233,12 +233,14 @@ def draft(refund_policy, author):
     )
 
 
-def test_activation_by_the_author_is_refused(as_author, draft, refund_policy):
+def test_activation_by_the_author_is_refused(as_author, author, draft, refund_policy):
     page = as_author.get(url("policyversion", "change", draft.pk)).content.decode()
     assert "another admin must approve and activate it" in page
     assert url("policyversion", "activate", draft.pk) not in page
 
-    response = as_author.post(url("policyversion", "activate", draft.pk), follow=True)
+    response = as_author.post(
+        url("policyversion", "activate", draft.pk), {"otp_token": factories.totp_code(author)}, follow=True
+    )
 
     assert any("cannot activate" in message for message in error_messages(response))
     draft.refresh_from_db()
@@ -254,7 +256,9 @@ def test_a_second_admin_approves_and_activates_from_the_version_page(client, app
         in client.get(url("policyversion", "change", draft.pk)).content.decode()
     )
 
-    response = client.post(url("policyversion", "activate", draft.pk))
+    response = client.post(
+        url("policyversion", "activate", draft.pk), {"otp_token": factories.totp_code(approver)}
+    )
 
     assert response.status_code == 302
     draft.refresh_from_db()
@@ -263,25 +267,38 @@ def test_a_second_admin_approves_and_activates_from_the_version_page(client, app
     assert refund_policy.status == PolicyVersion.Status.RETIRED
 
 
+@pytest.mark.parametrize("code", ["", "000000", "used"], ids=["no-code", "wrong-code", "used-code"])
+def test_activation_in_the_admin_needs_a_fresh_code(client, approver, draft, refund_policy, code):
+    """As `manage.py policy activate --code` and every vote: the signed-in session alone activates nothing."""
+    factories.sign_in_verified(client, approver)
+    if code == "used":
+        code = factories.totp_code(approver)
+        assert verify_code(approver, code) is not None  # spent, e.g. on a vote a moment ago
+
+    response = client.post(url("policyversion", "activate", draft.pk), {"otp_token": code}, follow=True)
+
+    assert any("fresh one-time code" in message for message in error_messages(response))
+    draft.refresh_from_db()
+    assert draft.status == PolicyVersion.Status.DRAFT
+
+
+def test_the_version_page_asks_for_the_code_beside_the_button(client, approver, draft):
+    factories.sign_in_verified(client, approver)
+    page = client.get(url("policyversion", "change", draft.pk)).content.decode()
+    assert 'name="otp_token"' in page and 'autocomplete="one-time-code"' in page
+
+
 def test_the_activate_url_takes_only_post(client, approver, draft):
     factories.sign_in_verified(client, approver)
     assert client.get(url("policyversion", "activate", draft.pk)).status_code == 405
 
 
-def test_the_approve_and_activate_action_refuses_the_author_and_accepts_another_admin(
-    client, author, approver, draft
-):
-    action = {"action": "approve_and_activate", "_selected_action": [draft.pk]}
-    factories.sign_in_verified(client, author)
-    response = client.post(url("policyversion", "changelist"), action, follow=True)
-    assert any("cannot activate" in message for message in error_messages(response))
-    draft.refresh_from_db()
-    assert draft.status == PolicyVersion.Status.DRAFT
-
+def test_there_is_no_bulk_activation_without_a_code(client, approver, draft):
     factories.sign_in_verified(client, approver)
+    action = {"action": "approve_and_activate", "_selected_action": [draft.pk]}
     client.post(url("policyversion", "changelist"), action)
     draft.refresh_from_db()
-    assert draft.status == PolicyVersion.Status.ACTIVE
+    assert draft.status == PolicyVersion.Status.DRAFT
 
 
 # ---------------------------------------------------------------------------------------------------

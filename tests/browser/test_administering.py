@@ -55,6 +55,9 @@ def test_the_demos_second_admin_activates_a_draft_in_the_browser(new_page):
     _sign_in(page, "demo-admin2", next_path="/admin/")
     expect(page.locator("#site-name")).to_be_visible()
     page.goto(f"/admin/approvals/policyversion/{draft.pk}/change/")
+    page.get_by_label("Your one-time code").fill(
+        totp_code(get_user_model().objects.get(username="demo-admin2"))
+    )
     page.get_by_role("button", name="Approve and activate").click()
     expect(page.locator(".messagelist")).to_contain_text("is now active")
     screenshot(page, "admin-second-admin-activated")
