@@ -1,6 +1,7 @@
 """In-process CPU of one REST policy-allowed call (submit with the decision in the answer → verify →
 consume) against a bare authenticated GET, through Django's test client on a scratch PostgreSQL
-database (bench/README.md "This round"). Not a module of bench/run.py: it prints, it returns no rows.
+database (bench/README.md, "Performance: results and profiles"). Not a module of bench/run.py: it
+prints, it returns no rows.
 
     BENCH_DB_PREFIX=me_ CLOCK=thread|process N=40 [MEMBERS=5] [PROFILE=40 [PROFILE_OUT=file]] \
         .venv/bin/python bench/profile_allowed_call.py

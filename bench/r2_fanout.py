@@ -203,7 +203,8 @@ async def _fan_out(proposal, cookies, events: int, pids: list[int], floor_urls: 
     # A socket trusts a message rendered at least CLOCK_MARGIN after its own read on connect
     # (consumers.py); before that it re-reads the page. A reviewer's page is open far longer than that:
     # the run starts once the last socket's read is that old, so the first events do not measure the
-    # sockets' first moments (in session 12's run, 65 of 2,000 deliveries took the re-read there).
+    # sockets' first moments (in the run of 2026-12-06 on bdb353b, 65 of 2,000 deliveries took the
+    # re-read there).
     await asyncio.sleep(CLOCK_MARGIN)
     bare = await _BareGroup.joined(layer, len(cookies))
     floor = await _Floor.connected(layer, floor_urls, "floor")

@@ -256,7 +256,7 @@ def write_report(out: Path, report: dict) -> None:
     lines = [
         "# Load test of Reviewer: REST pull agents, reviewers through the pages, sockets open",
         "",
-        "All on one shared 2-core machine (other sessions were running). Load average before: "
+        "All on one shared 2-core machine (other work was running). Load average before: "
         f"{', '.join(f'{x:.2f}' for x in report['load_before'])}; after: "
         f"{', '.join(f'{x:.2f}' for x in report['load_after'])}.",
         "",

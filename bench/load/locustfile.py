@@ -127,7 +127,7 @@ class Agent(FastHttpUser):
     # Connections: calls overlap when Reviewer is slow. Under overload each call is refused and sent again
     # after Retry-After many times (about 2,000 answers a second at 96 calls/s on two Daphnes); with 64,
     # the attempts queued for a connection and a fifth of the calls were not answered once before the
-    # step ended, so the harness offered less than its schedule (session 15).
+    # step ended, so the harness offered less than its schedule (the run of 2026-12-06 on 28c94f3).
     concurrency = 256
     network_timeout = connection_timeout = 60.0
 

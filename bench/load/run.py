@@ -64,6 +64,18 @@ SECRET = secrets.token_urlsafe(40)
 SCRATCH = Path(tempfile.mkdtemp(prefix="reviewer-load-"))
 
 
+def default_run_name() -> str:
+    """A run is named by what it measured: the day and the commit checked out."""
+    commit = subprocess.run(  # noqa: S603 (git, a fixed argument list)
+        ["git", "rev-parse", "--short=7", "HEAD"],  # noqa: S607 (git from PATH, as make does)
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    return f"knee-{time.strftime('%Y-%m-%d', time.gmtime())}-{commit or 'nocommit'}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--processes", default="1,2", help="HTTP process counts, comma-separated")
@@ -72,7 +84,7 @@ def main() -> int:
     parser.add_argument("--quad-seconds", type=float, default=45)
     parser.add_argument("--quad-rate", type=float, default=0, help="the overload step's rate (4x the knee)")
     parser.add_argument("--p95-ms", type=float, default=250)
-    parser.add_argument("--name", default="", help="results folder name")
+    parser.add_argument("--name", default="", help="results folder name (default: knee-<date>-<commit>)")
     parser.add_argument("--base-port", type=int, default=int(os.environ.get("LOAD_BASE_PORT", "8240")))
     parser.add_argument("--reviewer-users", type=int, default=3)
     parser.add_argument("--review-every", type=int, default=10, help="one call in N needs a reviewer")
@@ -84,7 +96,7 @@ def main() -> int:
         return 2
     counts = [int(n) for n in args.processes.split(",")]
     rates = [float(r) for r in args.rates.split(",")]
-    out = RESULTS / (args.name or "knee-" + "-".join(map(str, counts)))
+    out = RESULTS / (args.name or default_run_name())
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     report = {"args": vars(args), "load_before": os.getloadavg(), "configurations": []}

@@ -1,7 +1,7 @@
 """Private PostgreSQL and Redis servers for the fault tests: started from the installed binaries in a
 temporary folder, on loopback ports picked free, restarted at will, stopped by their PID.
 
-Never the machine's shared servers: the rest of the suite (and other sessions) use those, and these
+Never the machine's shared servers: the rest of the suite (and whatever else runs here) uses those, and these
 tests stop and crash theirs on purpose. PostgreSQL refuses to run as root; when the tests do, the server
 runs as the `postgres` account (setpriv, which execs, so the PID is the postmaster's).
 """
