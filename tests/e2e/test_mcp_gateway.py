@@ -19,7 +19,7 @@ from approvals.services.agents import register_agent
 from approvals.states import State
 from tests import factories
 from tests.e2e.test_a2a_loop import decide_in_browser, wait_for
-from tests.examples.harness import free_port
+from tests.examples.harness import CHECKOUT_PYTHONPATH, free_port
 from tests.reviewer_processes import REPO, ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -48,7 +48,7 @@ def registered(reviewer_stack):
     return reviewer
 
 
-def gateway_args(stack, *, ttl: int = 600) -> list[str]:
+def gateway_args(stack, *, ttl: int = 600, progress_seconds: float = 5) -> list[str]:
     return [
         "-m",
         "reviewer_gate.mcp_gateway",
@@ -58,18 +58,20 @@ def gateway_args(stack, *, ttl: int = 600) -> list[str]:
         AUDIENCE,
         "--ttl",
         str(ttl),
+        "--progress-seconds",
+        str(progress_seconds),
     ]
 
 
 def environment() -> dict:
-    return {**os.environ, "PYTHONPATH": str(REPO), "REVIEWER_API_TOKEN": API_TOKEN}
+    return {**os.environ, "PYTHONPATH": CHECKOUT_PYTHONPATH, "REVIEWER_API_TOKEN": API_TOKEN}
 
 
-def stdio_gateway(stack, record, *, ttl: int = 600) -> StdioServerParameters:
+def stdio_gateway(stack, record, *, ttl: int = 600, progress_seconds: float = 5) -> StdioServerParameters:
     upstream = [sys.executable, "-m", "examples.mcp.files_server", "--record", str(record)]
     return StdioServerParameters(
         command=sys.executable,
-        args=[*gateway_args(stack, ttl=ttl), "--", *upstream],
+        args=[*gateway_args(stack, ttl=ttl, progress_seconds=progress_seconds), "--", *upstream],
         env=environment(),
         cwd=REPO,
     )
@@ -78,16 +80,23 @@ def stdio_gateway(stack, record, *, ttl: int = 600) -> StdioServerParameters:
 class ToolCall(threading.Thread):
     """One MCP client session calling one tool, in the background while the test plays the reviewer."""
 
-    def __init__(self, server, tool: str, arguments: dict):
+    def __init__(self, server, tool: str, arguments: dict, *, with_progress: bool = False):
         super().__init__(daemon=True)
         self.server, self.tool, self.arguments = server, tool, arguments
+        self.with_progress = with_progress
+        self.progress: list[tuple[float, str | None]] = []  # (progress, message) as the client heard them
         self.result = None
         self.error: BaseException | None = None
 
     def run(self):
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            self.progress.append((progress, message))
+
         async def call():
             async with Client(self.server, read_timeout_seconds=60) as client:
-                return await client.call_tool(self.tool, self.arguments)
+                return await client.call_tool(
+                    self.tool, self.arguments, progress_callback=on_progress if self.with_progress else None
+                )
 
         try:
             self.result = asyncio.run(call())
@@ -188,8 +197,8 @@ def test_a_replayed_call_needs_its_own_approval(reviewer_stack, registered, tmp_
     assert len(recorded(record)) == 1  # the first approval released exactly one call
 
 
-def test_over_streamable_http_with_an_ungated_tool_passing_through(reviewer_stack, registered, tmp_path):
-    record = tmp_path / "calls.jsonl"
+def http_gateway(stack, record, *, progress_seconds: float = 5) -> str:
+    """The upstream and the gateway as processes serving streamable HTTP; the gateway's URL."""
     upstream_port, gateway_port = free_port(), free_port()
     upstream = ServerProcess(
         "mcp-upstream",
@@ -203,26 +212,31 @@ def test_over_streamable_http_with_an_ungated_tool_passing_through(reviewer_stac
             f"127.0.0.1:{upstream_port}",
         ],
         env=environment(),
-        log_dir=reviewer_stack.log_dir,
+        log_dir=stack.log_dir,
     ).start()
     gateway = ServerProcess(
         "mcp-gateway",
         [
             sys.executable,
-            *gateway_args(reviewer_stack),
+            *gateway_args(stack, progress_seconds=progress_seconds),
             "--upstream-url",
             f"http://127.0.0.1:{upstream_port}/mcp",
             "--listen",
             f"http://127.0.0.1:{gateway_port}/mcp",
         ],
         env=environment(),
-        log_dir=reviewer_stack.log_dir,
+        log_dir=stack.log_dir,
     )
-    reviewer_stack.processes += [upstream, gateway]
+    stack.processes += [upstream, gateway]
     upstream.wait_until(lambda: _port_open(upstream_port), "the upstream listening")
     gateway.start()
     gateway.wait_until(lambda: _port_open(gateway_port), "the gateway listening")
-    url = f"http://127.0.0.1:{gateway_port}/mcp"
+    return f"http://127.0.0.1:{gateway_port}/mcp"
+
+
+def test_over_streamable_http_with_an_ungated_tool_passing_through(reviewer_stack, registered, tmp_path):
+    record = tmp_path / "calls.jsonl"
+    url = http_gateway(reviewer_stack, record)
 
     read = ToolCall(url, "read_file", {"path": "notes.txt"})
     read.start()
@@ -241,3 +255,32 @@ def _port_open(port: int) -> bool:
     with socket.socket() as probe:
         probe.settimeout(0.5)
         return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.mark.parametrize("transport", ["stdio", "streamable-http"])
+def test_progress_reaches_the_clients_callback_while_the_call_waits(
+    reviewer_stack, registered, tmp_path, transport
+):
+    """The official client's progress_callback hears from the gateway at once and then every
+    --progress-seconds while a long poll (30 s, the client's default) is out: before this, the first
+    notification came only when a poll returned without a decision."""
+    record = tmp_path / "calls.jsonl"
+    server = (
+        stdio_gateway(reviewer_stack, record, progress_seconds=0.5)
+        if transport == "stdio"
+        else http_gateway(reviewer_stack, record, progress_seconds=0.5)
+    )
+    call = ToolCall(server, "delete_file", {"path": "reports/q4.xlsx"}, with_progress=True)
+    call.start()
+    (proposal,) = proposals_after(0, reviewer_stack)
+
+    wait_for(lambda: len(call.progress) >= 3 or None, "three progress notifications", stack=reviewer_stack)
+    assert recorded(record) == []  # still waiting for people
+    values = [value for value, _ in call.progress]
+    assert values == sorted(values) and all(
+        message and message.startswith("waiting for a reviewer's decision") for _, message in call.progress
+    )
+
+    decide_in_browser(reviewer_stack, registered, proposal, "approve")
+    assert not call.outcome().is_error
+    assert [c["path"] for c in recorded(record)] == ["reports/q4.xlsx"]

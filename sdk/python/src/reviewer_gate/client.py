@@ -109,6 +109,7 @@ class ReviewerClient:
         poll_seconds: int = 30,
         tenant: str | None = None,
         agent: str | None = None,
+        progress_seconds: float = 5,
     ):
         self.reviewer_url = reviewer_url.rstrip("/")
         self.agent = agent  # the registration's slug, stated in each request (see `stamped`)
@@ -117,6 +118,10 @@ class ReviewerClient:
         self.retries = retries
         self.backoff_seconds = backoff_seconds
         self.poll_seconds = max(0, min(int(poll_seconds), MAX_WAIT_SECONDS))
+        # How often `await_release` tells its `on_wait` that it still waits while a long poll is out (an
+        # MCP client's progress callback hears from the gateway at once and then this often, not only
+        # when a poll of up to `poll_seconds` returns).
+        self.progress_seconds = max(0.1, float(progress_seconds))
         self._http = KeptAliveClient(http_timeout)  # one client for every call
         self.gate = gate or Gate(
             issuer=(issuer or self.reviewer_url).rstrip("/"),
@@ -357,13 +362,24 @@ class ReviewerClient:
         on_wait: Callable[[str, float], Awaitable[None]] | None = None,
     ) -> Approval:
         """Wait for the decision of a submitted request (unless the intake answer carried it), then verify
-        and consume it (asyncio)."""
+        and consume it (asyncio). `on_wait(state, seconds waited)` is awaited once right away, every
+        `progress_seconds` while a long poll is out, and after each poll that brought no decision."""
         if submission.token:
             return await asyncio.to_thread(self.release, submission, submission.token)
         started = time.monotonic()
+        state = submission.state
+        if on_wait is not None:
+            await on_wait(state, 0.0)
         while True:
             wait = self._next_wait(started, timeout)
-            token, state = await asyncio.to_thread(self.poll_decision, submission.proposal_id, wait=wait)
+            poll = asyncio.ensure_future(
+                asyncio.to_thread(self.poll_decision, submission.proposal_id, wait=wait)
+            )
+            while on_wait is not None and not poll.done():
+                finished, _ = await asyncio.wait({poll}, timeout=self.progress_seconds)
+                if not finished:
+                    await on_wait(state, time.monotonic() - started)
+            token, state = await poll
             if token:
                 return await asyncio.to_thread(self.release, submission, token)
             elapsed = still_waiting(state, started, timeout)

@@ -383,6 +383,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-risk-hint", action="store_true", help="gate only the --gate patterns")
     parser.add_argument("--ttl", type=int, help="seconds a proposal may wait for a decision")
     parser.add_argument("--timeout", type=float, help="seconds a call waits before giving up (not approved)")
+    parser.add_argument(
+        "--progress-seconds",
+        type=float,
+        default=5,
+        help="how often a waiting call sends a progress notification (when its client asked for them)",
+    )
     parser.add_argument("--used-store", help="SQLite file of used decisions (shared by gateway processes)")
     parser.add_argument("--upstream-url", help="the upstream MCP server's streamable HTTP URL")
     parser.add_argument("--upstream-name", help="the upstream's name as reviewers read it (e.g. payments)")
@@ -414,6 +420,7 @@ def main(argv: list[str] | None = None) -> None:
         tenant=args.tenant,
         agent=args.agent_slug,
         used_store=SQLiteUsedStore(args.used_store) if args.used_store else None,
+        progress_seconds=args.progress_seconds,
     )
     try:
         descriptions = load_descriptions(args.describe) if args.describe else None
