@@ -4,6 +4,7 @@ tracker entry (a number means nothing to whoever reads the code next; a comment 
 a fact with one home is not written again elsewhere (two copies drift: the risk rank did)."""
 
 import re
+import warnings
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,11 @@ PRODUCT = (
 )
 
 pytestmark = pytest.mark.database_independent  # never reaches the suite's database
-MAX_LINES = 450
+# Module length is a hint, not a cut line: past REVIEW_LINES a module is listed as a warning for a
+# reviewer to weigh (split where a reader's question splits, never to get under a number); past
+# MAX_LINES nobody reads it in one sitting, and the test fails.
+REVIEW_LINES = 450
+MAX_LINES = 900
 MAX_APPROVALS_TOP_LEVEL = 15
 # Our own tracker's numbers (the word issue, point or item, then a number); an upstream project's issue
 # is cited as project#N and is not matched.
@@ -52,13 +57,12 @@ def scanned_text_files():
             yield path
 
 
-def test_no_product_module_is_longer_than_450_lines():
-    too_long = {
-        str(path.relative_to(ROOT)): lines
-        for path in product_modules()
-        if (lines := len(path.read_text().splitlines())) > MAX_LINES
-    }
-    assert too_long == {}
+def test_no_product_module_is_longer_than_900_lines_and_long_ones_are_listed():
+    lengths = {str(path.relative_to(ROOT)): len(path.read_text().splitlines()) for path in product_modules()}
+    long_ones = {path: lines for path, lines in lengths.items() if lines > REVIEW_LINES}
+    if long_ones:
+        warnings.warn(f"over {REVIEW_LINES} lines, for a reviewer to weigh: {long_ones}", stacklevel=1)
+    assert {path: lines for path, lines in long_ones.items() if lines > MAX_LINES} == {}
 
 
 def test_approvals_keeps_at_most_15_top_level_modules():
