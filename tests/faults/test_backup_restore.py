@@ -21,11 +21,14 @@ from django.utils import timezone
 import signing_keys as keys
 from accounts.stepup import SESSION, StepUp
 from approvals.models import Decision, OutboxMessage, Proposal
+from approvals.services.decisions import consume_decision
 from approvals.services.outbox import claim_outbox_message, mark_outbox_delivered
 from approvals.services.votes import cast_vote
+from approvals.states import State
 from approvals.worker.loop import Worker
 from audit.models import AuditEvent, Verb
 from audit.verify_db import verify_chain
+from lib.errors import ConsumeRefused
 from tests import factories
 from tests.examples.harness import free_port
 from tests.faults.servers import postgres_bin
@@ -123,3 +126,49 @@ def test_audit_verify_refuses_a_checkpoint_folder_that_is_not_there(db, tmp_path
     with pytest.raises(CommandError, match=f"no checkpoint files at {missing}"):
         call_command("audit_verify", "--checkpoints", str(missing), stdout=out)
     assert out.getvalue() == ""
+
+
+@pytest.mark.database_independent  # on its private PostgreSQL
+def test_a_decision_consumed_after_the_backup_is_never_consumed_again_once_the_restore_is_fenced(
+    on_private_database, private_postgres, settings, tmp_path
+):
+    """The backup holds a released, unconsumed decision; the agent consumes it after the backup; the
+    database is restored. Its token still verifies, and the restored row says unconsumed: without the
+    fence a second consume would be granted. `manage.py fence_restored_decisions`, run as the procedure
+    says before the servers start, revokes it: the consume is refused and CancelTask is queued."""
+    database_url = on_private_database()
+    settings.AUDIT_CHECKPOINT_DIR = tmp_path / "checkpoints"
+    tenant = factories.make_tenant()
+    reviewer = factories.make_user("reviewer_a", tenant=tenant, groups=["finance"])
+    factories.make_policy(tenant, "refunds", thresholds=[{"group": "finance", "count": 1}], step_up="3600")
+    agent = factories.make_agent(
+        tenant, card_url=f"http://127.0.0.1:{free_port()}/.well-known/agent-card.json"
+    )
+    released = approve_and_deliver(agent, reviewer, "F1")
+    consumed_before = approve_and_deliver(agent, reviewer, "F2")
+    first = Decision.objects.get(proposal=consumed_before)
+    consume_decision(agent, first.jti, rev=first.rev)  # consumed before the backup: stays consumed
+
+    dump = tmp_path / "reviewer.dump"
+    subprocess.run([postgres_bin("pg_dump"), "-Fc", "-f", str(dump), database_url], check=True)
+    decision = Decision.objects.get(proposal=released)
+    consume_decision(agent, decision.jti, rev=decision.rev)  # after the backup: the agent acted on it
+
+    restored_url = private_postgres.create_database("reviewer_fenced")
+    subprocess.run(
+        [postgres_bin("pg_restore"), "--no-owner", "--exit-on-error", "-d", restored_url, str(dump)],
+        check=True,
+    )
+    on_private_database(restored_url, migrate=False)
+    assert Proposal.objects.get(pk=released.pk).state == State.APPROVED  # consumable again, unfenced
+
+    out = StringIO()
+    call_command("fence_restored_decisions", stdout=out)
+
+    assert "1 released, unconsumed decision(s) revoked" in out.getvalue()
+    with pytest.raises(ConsumeRefused) as refused:
+        consume_decision(agent, decision.jti, rev=decision.rev)
+    assert refused.value.code == "revoked"
+    assert Proposal.objects.get(pk=consumed_before.pk).state == State.EXECUTING  # untouched
+    assert OutboxMessage.objects.filter(proposal=released, kind=OutboxMessage.Kind.CANCEL).exists()
+    assert AuditEvent.objects.filter(verb=Verb.DECISION_REVOKED, data__jti=str(decision.jti)).exists()
