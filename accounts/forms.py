@@ -8,7 +8,7 @@ from django_otp import devices_for_user
 
 from accounts import passkeys, throttle
 from accounts.codes import verify_sign_in_code
-from sso.required import password_refusal
+from sso.sign_in.required import password_refusal
 
 ONE_TIME_CODE = {
     "autocomplete": "one-time-code",

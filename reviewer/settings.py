@@ -107,7 +107,7 @@ AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     # The password, refused to members of a tenant that requires single sign-on (sso/backends.py).
     "sso.backends.PasswordBackend",
-    # The tenant's identity provider (sso/oidc.py).
+    # The tenant's identity provider (sso/oidc/backend.py; sessions record this name, so it stays).
     "sso.oidc.ProviderBackend",
 ]
 
@@ -427,7 +427,7 @@ WEB_PUSH_SERVICE_HOSTS = env_list(
 
 LOGGING = fixed_settings.logging_config(env_str("LOG_LEVEL", "INFO"))
 SCIM_SERVICE_PROVIDER = fixed_settings.SCIM_SERVICE_PROVIDER  # SCIM 2.0 provisioning, under /scim/v2/
-# SAML per tenant (sso/saml.py; no SAML_CONFIG). Signatures are checked by xmlsec1; without it, refused.
+# SAML per tenant (sso/saml/; no SAML_CONFIG). Signatures are checked by xmlsec1; without it, refused.
 SAML_XMLSEC_BINARY = env_str("SAML_XMLSEC_BINARY", "")  # empty: xmlsec1 on PATH
 SAML_DEFAULT_BINDING = fixed_settings.SAML_DEFAULT_BINDING
 SAML_SESSION_COOKIE_NAME = "saml_session"

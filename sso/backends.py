@@ -1,9 +1,10 @@
 """Authentication backends: the local password (refused where the tenant requires single sign-on) and the
-identity provider's (sso/oidc.py)."""
+identity provider's (sso/oidc/backend.py). AUTHENTICATION_BACKENDS names this module, and every session
+a backend signed in keeps that name (Django checks it against the setting): it stays where it is."""
 
 from django.contrib.auth.backends import ModelBackend
 
-from sso.required import sso_required_provider
+from sso.sign_in.required import sso_required_provider
 
 
 class PasswordBackend(ModelBackend):
