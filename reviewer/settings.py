@@ -333,15 +333,15 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "static"
 # With DEBUG on, Daphne serves css/js from the app folders as they are (SERVE_STATIC). With DEBUG off,
-# `manage.py collectstatic` writes them to STATIC_ROOT under hashed names, compressed (WhiteNoise's
-# manifest storage), and WhiteNoise serves them from there, cached for good (reviewer/static_files.py).
+# `manage.py collectstatic` writes them to STATIC_ROOT under hashed names, compressed (ServeStatic's
+# manifest storage), and ServeStatic serves them from there, cached for good (reviewer/static_files.py).
 SERVE_STATIC = env_bool("SERVE_STATIC", DEBUG)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
         "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
         if SERVE_STATIC
-        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        else "servestatic.storage.CompressedManifestStaticFilesStorage"
     },
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
