@@ -1,6 +1,6 @@
 """Single sign-on pages: "Sign in with single sign-on" (which organisation), the start of a tenant's
 sign-in at its provider, the provider's callback, and a vote's step-up at the provider (sso/oidc/ does
-the protocol, sso/saml/ the SAML one)."""
+OpenID Connect, sso/saml/ SAML)."""
 
 import time
 
