@@ -128,7 +128,7 @@ IDP = "idp"
 @dataclass(frozen=True)
 class ProviderStepUp(StepUp):
     """A fresh sign-in at the tenant's identity provider for the (proposal id, action digest) in
-    `bound_to` (sso/idp_step_up.py checked it), with the acr and amr its ID token carried."""
+    `bound_to` (sso/oidc/idp_step_up.py checked it), with the acr and amr its ID token carried."""
 
     acr: str = ""
     amr: tuple[str, ...] = ()

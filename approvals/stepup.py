@@ -1,13 +1,13 @@
 """The step-up a decision request carries: a fresh sign-in at the tenant's identity provider for this
-proposal and digest (sso/idp_step_up.py kept it in the session) where the tenant confirms votes there,
+proposal and digest (sso/oidc/idp_step_up.py kept it in the session) where the tenant confirms votes there,
 else Reviewer's own factors (accounts/stepup.py). The services decide whether it satisfies the policy."""
 
 from django.utils import timezone
 
 from accounts import stepup
 from accounts.stepup import ProviderStepUp, StepUp
-from sso import idp_step_up
 from sso.models import IdentityProvider
+from sso.oidc import idp_step_up
 
 
 def confirms_at_provider(tenant_id) -> IdentityProvider | None:

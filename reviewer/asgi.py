@@ -24,7 +24,7 @@ if settings.SERVE_STATIC:
     # The embedded default: css/js from the app folders as they are, no collectstatic needed.
     django_asgi_app = ASGIStaticFilesHandler(django_asgi_app)
 else:
-    # Production: collectstatic's hashed, compressed files, served by WhiteNoise and cached for good.
+    # Production: collectstatic's hashed, compressed files, served by ServeStatic and cached for good.
     django_asgi_app = with_static_files(
         django_asgi_app, root=settings.STATIC_ROOT, prefix="/" + settings.STATIC_URL.strip("/") + "/"
     )

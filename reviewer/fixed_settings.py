@@ -67,10 +67,10 @@ def logging_config(level: str) -> dict:
     }
 
 
-# SCIM 2.0 provisioning (sso/scim_*.py on django-scim2), under /scim/v2/, each tenant with its own bearer
+# SCIM 2.0 provisioning (sso/scim/ on django-scim2), under /scim/v2/, each tenant with its own bearer
 # token (`manage.py scim_token <tenant>`; README "Single sign-on and provisioning").
 SCIM_SERVICE_PROVIDER = {
-    "NETLOC": "unused",  # locations are built from the request (sso.scim_adapters.base_location)
+    "NETLOC": "unused",  # locations are built from the request (sso.scim.adapters.base_location)
     "AUTHENTICATION_SCHEMES": [
         {
             "type": "oauthbearertoken",
@@ -79,17 +79,17 @@ SCIM_SERVICE_PROVIDER = {
             "primary": True,
         }
     ],
-    "USER_MODEL_GETTER": "sso.scim_adapters.scim_user_model",
-    "USER_ADAPTER": "sso.scim_adapters.ScimUserAdapter",
+    "USER_MODEL_GETTER": "sso.scim.adapters.scim_user_model",
+    "USER_ADAPTER": "sso.scim.adapters.ScimUserAdapter",
     "GROUP_MODEL": "sso.models.ScimGroup",
-    "GROUP_ADAPTER": "sso.scim_adapters.ScimGroupAdapter",
-    "USER_FILTER_PARSER": "sso.scim_filters.UserFilterQuery",
-    "GROUP_FILTER_PARSER": "sso.scim_filters.GroupFilterQuery",
-    "SERVICE_PROVIDER_CONFIG_MODEL": "sso.scim_config.ServiceProviderConfig",
-    "BASE_LOCATION_GETTER": "sso.scim_adapters.base_location",
-    "GET_EXTRA_MODEL_FILTER_KWARGS_GETTER": "sso.scim_adapters.tenant_filter",
-    "AUTH_CHECK_MIDDLEWARE": "sso.scim_auth.BearerTokenCheck",
-    "SCHEMAS_GETTER": "sso.scim_schemas.published_schemas",
+    "GROUP_ADAPTER": "sso.scim.adapters.ScimGroupAdapter",
+    "USER_FILTER_PARSER": "sso.scim.filters.UserFilterQuery",
+    "GROUP_FILTER_PARSER": "sso.scim.filters.GroupFilterQuery",
+    "SERVICE_PROVIDER_CONFIG_MODEL": "sso.scim.config.ServiceProviderConfig",
+    "BASE_LOCATION_GETTER": "sso.scim.adapters.base_location",
+    "GET_EXTRA_MODEL_FILTER_KWARGS_GETTER": "sso.scim.adapters.tenant_filter",
+    "AUTH_CHECK_MIDDLEWARE": "sso.scim.auth.BearerTokenCheck",
+    "SCHEMAS_GETTER": "sso.scim.schemas.published_schemas",
 }
 
 # The SAML AuthnRequest goes as a link (HTTP-Redirect): the sign-in pages' CSP allows no inline form posting.

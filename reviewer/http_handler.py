@@ -13,6 +13,12 @@ signal, the whole chain with the view, and the response's close (the request-fin
 only hand-offs. The request still runs on its own thread (the handler's per-request
 ThreadSensitiveContext), the same thread every piece of its sync code ran on before. Behaviour is
 Django's sync path, the one the test client exercises.
+
+It relies on Django's internals: ASGIHandler.__init__ doing no more than BaseHandler's and
+`load_middleware(is_async=True)`, `load_middleware(is_async=...)` setting `_middleware_chain`,
+`run_get_response` awaiting `get_response_async`, and the sync `get_response` doing what the async one
+does. tests/approvals/test_http_handler.py checks each of them, so a Django upgrade that changes one
+fails there by name.
 """
 
 from asgiref.sync import sync_to_async

@@ -107,7 +107,7 @@ AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     # The password, refused to members of a tenant that requires single sign-on (sso/backends.py).
     "sso.backends.PasswordBackend",
-    # The tenant's identity provider (sso/oidc.py).
+    # The tenant's identity provider (sso/oidc/backend.py; sessions record this name, so it stays).
     "sso.oidc.ProviderBackend",
 ]
 
@@ -334,15 +334,15 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "static"
 # With DEBUG on, Daphne serves css/js from the app folders as they are (SERVE_STATIC). With DEBUG off,
-# `manage.py collectstatic` writes them to STATIC_ROOT under hashed names, compressed (WhiteNoise's
-# manifest storage), and WhiteNoise serves them from there, cached for good (reviewer/static_files.py).
+# `manage.py collectstatic` writes them to STATIC_ROOT under hashed names, compressed (ServeStatic's
+# manifest storage), and ServeStatic serves them from there, cached for good (reviewer/static_files.py).
 SERVE_STATIC = env_bool("SERVE_STATIC", DEBUG)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
         "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
         if SERVE_STATIC
-        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        else "servestatic.storage.CompressedManifestStaticFilesStorage"
     },
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -428,7 +428,7 @@ WEB_PUSH_SERVICE_HOSTS = env_list(
 
 LOGGING = fixed_settings.logging_config(env_str("LOG_LEVEL", "INFO"))
 SCIM_SERVICE_PROVIDER = fixed_settings.SCIM_SERVICE_PROVIDER  # SCIM 2.0 provisioning, under /scim/v2/
-# SAML per tenant (sso/saml.py; no SAML_CONFIG). Signatures are checked by xmlsec1; without it, refused.
+# SAML per tenant (sso/saml/; no SAML_CONFIG). Signatures are checked by xmlsec1; without it, refused.
 SAML_XMLSEC_BINARY = env_str("SAML_XMLSEC_BINARY", "")  # empty: xmlsec1 on PATH
 SAML_DEFAULT_BINDING = fixed_settings.SAML_DEFAULT_BINDING
 SAML_SESSION_COOKIE_NAME = "saml_session"

@@ -23,6 +23,6 @@ urlpatterns = [
     path("accounts/", include("accounts.urls")),
     path("", include("approvals.urls")),
     path("audit/", include("audit.urls")),
-    path("scim/v2/", include("sso.scim_views", namespace="scim")),  # provisioning (sso/scim_*.py)
+    path("scim/v2/", include("sso.scim.views", namespace="scim")),  # provisioning (sso/scim/)
     path("metrics", audit_views.prometheus, name="metrics"),  # where Prometheus looks by default
 ]

@@ -1,13 +1,13 @@
 """The admin of single sign-on: a tenant's identity provider, its group mappings, and (read-only) the
 people it provisioned. Superusers only: a provider decides who may approve. Changes go through
-sso/services.py with their audit event; SCIM records change only through SCIM."""
+sso/sign_in/configuration.py with their audit event; SCIM records change only through SCIM."""
 
 from django import forms
 from django.contrib import admin
 
-from sso import services
 from sso.models import ExternalIdentity, IdentityProvider, ScimGroup, ScimUser
-from sso.saml import metadata_entity_id
+from sso.saml.config import metadata_entity_id
+from sso.sign_in import configuration
 from tenants.models import ProviderGroupMapping
 
 
@@ -23,14 +23,14 @@ class SuperuserOnly(admin.ModelAdmin):
 
 class AuditedConfiguration(SuperuserOnly):
     def save_model(self, request, obj, form, change):
-        services.save_provider_configuration(obj, actor=request.user, changed=list(form.changed_data))
+        configuration.save_provider_configuration(obj, actor=request.user, changed=list(form.changed_data))
 
     def delete_model(self, request, obj):
-        services.delete_provider_configuration(obj, actor=request.user)
+        configuration.delete_provider_configuration(obj, actor=request.user)
 
     def delete_queryset(self, request, queryset):
         for obj in queryset:
-            services.delete_provider_configuration(obj, actor=request.user)
+            configuration.delete_provider_configuration(obj, actor=request.user)
 
 
 # Django's own URL form field, as the model's URLField gave the admin before: a scheme is assumed when

@@ -1,10 +1,11 @@
 """Authentication backends: the local password (refused where the tenant requires single sign-on) and the
-identity provider's (sso/oidc.py)."""
+identity provider's (sso/oidc/backend.py). AUTHENTICATION_BACKENDS names this module, and every session
+a backend signed in keeps that name (Django checks it against the setting): it stays where it is."""
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.backends import ModelBackend
 
-from sso.required import password_refusal, sso_required_provider
+from sso.sign_in.required import password_refusal, sso_required_provider
 
 # Set on the request by PasswordBackend when the password was right but the tenant requires single
 # sign-on: the sign-in form then says where to sign in, without checking the password a second time.

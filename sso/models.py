@@ -91,7 +91,7 @@ class IdentityProvider(models.Model):
         "step-up amr", max_length=200, blank=True, help_text="space-separated amr values it must all carry"
     )
 
-    # SAML 2.0 (sso/saml.py): the provider's metadata gives its signing certificate and sign-in URL.
+    # SAML 2.0 (sso/saml/): the provider's metadata gives its signing certificate and sign-in URL.
     saml_metadata = models.TextField(
         "SAML metadata",
         blank=True,

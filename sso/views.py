@@ -1,5 +1,6 @@
 """Single sign-on pages: "Sign in with single sign-on" (which organisation), the start of a tenant's
-sign-in at its provider, and the provider's callback (sso/oidc.py does the protocol)."""
+sign-in at its provider, the provider's callback, and a vote's step-up at the provider (sso/oidc/ does
+OpenID Connect, sso/saml/ SAML)."""
 
 import time
 
@@ -14,10 +15,11 @@ from django.views.decorators.http import require_GET, require_http_methods
 from django_otp import login as otp_login
 
 from lib.decorators import verified_required
-from sso import idp_step_up, services
 from sso.errors import SignInRefused
 from sso.models import IdentityProvider
-from sso.oidc import ProviderCallback, ProviderSignInStart
+from sso.oidc import idp_step_up
+from sso.oidc.views import ProviderCallback, redirect_to_provider
+from sso.sign_in import services
 
 
 class OrganisationForm(forms.Form):
@@ -78,7 +80,7 @@ def start(request, tenant_slug):
             target += "?" + urlencode({"next": request.GET["next"]})
         return redirect(target)
     try:
-        return ProviderSignInStart.as_view()(request, provider=provider)
+        return redirect_to_provider(request, provider)
     except SignInRefused as refusal:
         return refused(request, refusal, provider=provider)
 
@@ -118,17 +120,20 @@ def step_up(request, proposal_id):
     if provider is None:
         raise Http404("this tenant confirms votes with Reviewer's own factors")
     digest = request.GET.get("digest", "")[:128]
-    view = ProviderSignInStart.as_view(
-        remembered={
-            "purpose": "step_up",
-            "proposal": str(proposal.id),
-            "digest": digest,
-            "user": request.user.pk,
-            "started": int(time.time()),
-        }
-    )
+    remembered = {
+        "purpose": "step_up",
+        "proposal": str(proposal.id),
+        "digest": digest,
+        "user": request.user.pk,
+        "started": int(time.time()),
+    }
     try:
-        return view(request, provider=provider, extra_params=idp_step_up.extra_params(provider))
+        return redirect_to_provider(
+            request,
+            provider,
+            extra_params=idp_step_up.extra_params(provider, proposal.id, digest),
+            remembered=remembered,
+        )
     except SignInRefused as refusal:
         return refused(request, refusal, provider=provider)
 

@@ -18,7 +18,7 @@ from approvals.models import Decision, Vote
 from audit.labels import actor_label
 from audit.models import AuditEvent, Verb
 from sso.models import IdentityProvider
-from sso.scim_auth import issue_token
+from sso.scim.auth import issue_token
 from tenants.models import ProviderGroupMapping, TenantMembership
 from tests import factories
 from tests.browser.conftest import beside_the_browser, screenshot

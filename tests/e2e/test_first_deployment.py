@@ -241,7 +241,7 @@ def test_the_first_deployment_section_reaches_a_first_approved_decision(tmp_path
 
 
 def assert_static_files_load(browser, page: str) -> None:
-    """With DEBUG=false the page's CSS and scripts come from WhiteNoise under hashed names, cached for
+    """With DEBUG=false the page's CSS and scripts come from ServeStatic under hashed names, cached for
     good (a new release has new names)."""
     stylesheets = re.findall(r'<link rel="stylesheet" href="([^"]+)"', page)
     scripts = re.findall(r'<script src="([^"]+)"', page)

@@ -9,7 +9,7 @@ import pytest
 from scim2_client.engines.httpx2 import SyncSCIMClient
 
 from sso.models import IdentityProvider, ScimUser
-from sso.scim_auth import issue_token
+from sso.scim.auth import issue_token
 from tenants.models import TenantMembership
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

@@ -11,7 +11,7 @@ import pytest
 
 pytestmark = pytest.mark.database_independent  # never reaches the suite's database
 
-PACKAGES = ("approvals", "audit", "tenants", "accounts", "signing_keys", "lib", "reviewer")
+PACKAGES = ("approvals", "audit", "tenants", "accounts", "signing_keys", "lib", "sso", "reviewer")
 
 
 def import_cycles(graph) -> list[list[str]]:

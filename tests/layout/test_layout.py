@@ -1,8 +1,10 @@
 """The layout's facts, read off the files as a newcomer would: every product module is short enough to
-read at once, `approvals/` keeps its capabilities in sub-packages, no comment points at an issue
-tracker entry (a number means nothing to whoever reads the code next; a comment says why instead), and
+read at once, `approvals/` and `sso/` keep their capabilities in sub-packages (sso's each saying what
+lives there), no comment points at an issue tracker entry (a number means nothing to whoever reads the
+code next; a comment says why instead), and
 a fact with one home is not written again elsewhere (two copies drift: the risk rank did)."""
 
+import ast
 import re
 import warnings
 from pathlib import Path
@@ -29,6 +31,7 @@ pytestmark = pytest.mark.database_independent  # never reaches the suite's datab
 REVIEW_LINES = 450
 MAX_LINES = 900
 MAX_APPROVALS_TOP_LEVEL = 15
+MAX_SSO_TOP_LEVEL = 12
 # Our own tracker's numbers (the word issue, point or item, then a number); an upstream project's issue
 # is cited as project#N and is not matched.
 ISSUE_REFERENCE = re.compile(r"\bissues? #?\d|\bpoints? \d+\b|\bitem \d", re.IGNORECASE)
@@ -68,6 +71,22 @@ def test_no_product_module_is_longer_than_900_lines_and_long_ones_are_listed():
 def test_approvals_keeps_at_most_15_top_level_modules():
     top_level = sorted(path.name for path in (ROOT / "approvals").glob("*.py"))
     assert len(top_level) <= MAX_APPROVALS_TOP_LEVEL, top_level
+
+
+def test_sso_keeps_at_most_12_top_level_modules():
+    top_level = sorted(path.name for path in (ROOT / "sso").glob("*.py"))
+    assert len(top_level) <= MAX_SSO_TOP_LEVEL, top_level
+
+
+def test_every_sub_package_of_sso_opens_with_a_docstring_saying_what_lives_there():
+    undocumented = [
+        str(init.relative_to(ROOT))
+        for init in sorted((ROOT / "sso").glob("*/__init__.py"))
+        if "migrations" not in init.parts
+        and "management" not in init.parts
+        and not ast.get_docstring(ast.parse(init.read_text()))
+    ]
+    assert undocumented == []
 
 
 def test_no_comment_or_document_cites_an_issue_number():

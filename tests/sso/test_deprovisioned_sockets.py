@@ -8,7 +8,7 @@ from channels.db import database_sync_to_async
 from django.test import Client
 
 from sso.models import IdentityProvider
-from sso.scim_auth import issue_token
+from sso.scim.auth import issue_token
 from tests.approvals.test_consumers import TIMEOUT, _own_channel_prefix, connected, proposal_path, sign_in  # noqa: F401
 from tests.factories import submit
 

@@ -15,7 +15,9 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from sso.errors import SignInRefused
-from sso.oidc import ProviderBackend, discovery, verified_claims
+from sso.oidc.backend import TenantRelyingParty
+from sso.oidc.id_token import verified_claims
+from sso.oidc.provider import discovery
 from tests.sso.conftest import CLIENT_SECRET, provider_id_token, sign_in_through_provider
 
 pytestmark = pytest.mark.django_db
@@ -23,11 +25,8 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def backend(identity_provider):
-    backend = ProviderBackend()
-    backend.provider = identity_provider
-    backend.document = discovery(identity_provider)
-    backend.OIDC_OP_JWKS_ENDPOINT = backend.document["jwks_uri"]
-    return backend
+    """The library's backend as a callback builds it for the tenant's provider."""
+    return TenantRelyingParty(identity_provider, discovery(identity_provider), pending={})
 
 
 @pytest.fixture(scope="module")

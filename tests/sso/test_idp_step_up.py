@@ -7,9 +7,9 @@ import time
 import pytest
 from django.utils.http import urlencode
 
-from sso import idp_step_up
 from sso.errors import SignInRefused
 from sso.models import ExternalIdentity
+from sso.oidc import idp_step_up
 from tests import factories
 from tests.sso.conftest import sign_in_through_provider
 

@@ -16,8 +16,8 @@ from approvals.models import Decision, Proposal, Vote
 from approvals.states import State
 from audit.labels import actor_label
 from audit.models import AuditEvent, Verb
-from sso import idp_step_up
 from sso.models import ExternalIdentity
+from sso.oidc import idp_step_up
 from tenants.models import ProviderGroupMapping
 from tests import factories
 from tests.sso.conftest import sign_in_through_provider

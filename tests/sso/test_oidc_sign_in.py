@@ -1,7 +1,7 @@
 """Sign-in through the tenant's OpenID Connect provider, against a real provider on loopback.
 
 The provider (tests/sso/oidc_idp) stands in for Okta, Entra ID, Google or Keycloak, which this machine
-cannot reach: django-oauth-toolkit's certified-protocol OIDC mode, so Reviewer's relying party (sso/oidc.py,
+cannot reach: django-oauth-toolkit's certified-protocol OIDC mode, so Reviewer's relying party (sso/oidc/,
 mozilla-django-oidc) runs the real authorization code flow with PKCE, state and nonce, the real token
 exchange and the real JWKS signature check.
 """

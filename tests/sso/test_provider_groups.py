@@ -82,7 +82,7 @@ def test_compliance_staff_join_no_group_whatever_the_provider_says(
 
 def test_a_groups_claim_that_is_not_a_list_of_names_is_refused(identity_provider):
     from sso.errors import SignInRefused
-    from sso.services import sign_in
+    from sso.sign_in.services import sign_in
 
     with pytest.raises(SignInRefused) as refused:
         sign_in(identity_provider, {"sub": "x", "email": "q@acme.example", "groups": [{"id": 1}]})

@@ -9,7 +9,7 @@ from django.test import Client
 
 from audit.models import AuditEvent, Verb
 from sso.models import ExternalIdentity, ScimUser
-from sso.scim_auth import issue_token
+from sso.scim.auth import issue_token
 from tenants.models import GroupMembership, ProviderGroupMapping, TenantMembership
 from tests import factories
 from tests.sso.scim import scim_client

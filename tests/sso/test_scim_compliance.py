@@ -5,7 +5,7 @@ import pytest
 from scim2_tester import Status, check_server
 
 from sso.models import IdentityProvider
-from sso.scim_auth import issue_token
+from sso.scim.auth import issue_token
 from tests.sso.scim import scim_client
 
 pytestmark = pytest.mark.django_db

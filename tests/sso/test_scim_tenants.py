@@ -7,8 +7,8 @@ from django.contrib.auth import get_user_model
 
 from sso.errors import SignInRefused
 from sso.models import ExternalIdentity, IdentityProvider, ScimUser
-from sso.scim_auth import issue_token
-from sso.services import sign_in
+from sso.scim.auth import issue_token
+from sso.sign_in.services import sign_in
 from tenants.models import TenantMembership
 from tests import factories
 from tests.sso.test_scim import raw

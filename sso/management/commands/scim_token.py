@@ -4,7 +4,7 @@ Printed once; only its SHA-256 is stored."""
 from django.core.management.base import BaseCommand, CommandError
 
 from sso.models import IdentityProvider
-from sso.scim_auth import issue_token
+from sso.scim.auth import issue_token
 
 
 class Command(BaseCommand):

@@ -9,14 +9,15 @@ proved is kept, signed, in the session for that proposal and digest, usable once
 approvals/stepup.py takes it for the vote and the decision token records it in approvers[].auth as
 {"method": "idp", "acr": …, "amr": […]}.
 
-This module imports no approvals: approvals/stepup.py imports it.
+The request goes out through sso/oidc/views.py's `redirect_to_provider` with `extra_params`; the callback's
+backend (sso/oidc/backend.py) hands the ID token's claims to `complete`. This module imports no
+approvals: approvals/stepup.py imports it.
 """
 
 import hashlib
 import hmac
 import secrets
 import time
-from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 
 from django.core import signing
 
@@ -43,25 +44,15 @@ def nonce_binds(nonce: str, proposal_id: str, digest: str) -> bool:
     return bool(random) and hmac.compare_digest(binding, _binding(random, str(proposal_id), digest))
 
 
-def extra_params(provider) -> dict:
+def extra_params(provider, proposal_id, digest: str) -> dict:
+    """What the redirect to the provider asks besides the library's own parameters: a new authentication
+    (`prompt=login`, `max_age=0`), the tenant's acr values, and a nonce bound to the proposal and digest
+    (the library keeps it with the state, as it would its own random one, for the callback's check)."""
     params = {"prompt": "login", "max_age": "0"}
     if provider.step_up_acr.strip():
         params["acr_values"] = provider.step_up_acr.strip()
+    params["nonce"] = bound_nonce(proposal_id, digest)
     return params
-
-
-def rebind_nonce(request, response, state: str, proposal_id: str, digest: str):
-    """Replace the library's random nonce, in the redirect to the provider and in the session's record of
-    the state, by one bound to the proposal and digest."""
-    nonce = bound_nonce(proposal_id, digest)
-    parts = urlparse(response["Location"])
-    query = {key: values[0] for key, values in parse_qs(parts.query).items()}
-    query["nonce"] = nonce
-    response["Location"] = urlunparse(parts._replace(query=urlencode(query)))
-    states = request.session["oidc_states"]
-    states[state]["nonce"] = nonce
-    request.session["oidc_states"] = states
-    return response
 
 
 def complete(request, provider, claims: dict, pending: dict) -> dict:

@@ -20,7 +20,7 @@ from audit.models import Verb
 from audit.trail import record
 from sso.errors import ProvisioningRefused
 from sso.models import ExternalIdentity, IdentityProvider, ScimGroup, ScimUser
-from sso.services import free_username, sync_groups
+from sso.sign_in.services import free_username, sync_groups
 from tenants.models import GroupMembership, TenantMembership
 from tenants.queries import memberships_of
 
@@ -160,7 +160,7 @@ def account_is_the_tenants_alone(tenant, user) -> bool:
 
 
 def _deactivate(scim_user: ScimUser) -> None:
-    from sso.access import access_ended  # sockets and sessions: imports the channel layer
+    from sso.scim.access import access_ended  # sockets and sessions: imports the channel layer
 
     tenant, user = scim_user.tenant, scim_user.user
     scim_user.active = False

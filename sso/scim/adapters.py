@@ -1,7 +1,7 @@
 """django-scim2's adapters for Reviewer's SCIM resources (sso/models.py ScimUser and ScimGroup).
 
 django-scim2 routes the requests, parses filters, pages lists and writes SCIM's error format; these
-adapters turn a resource into JSON and back, and hand every change to sso/provisioning.py (which checks,
+adapters turn a resource into JSON and back, and hand every change to sso/scim/provisioning.py (which checks,
 audits and applies it). PATCH is parsed here for the shapes Okta and Entra ID send: `replace` with a
 value object or a path, `active` as a boolean or as Entra's "False"/"True" strings, `add`/`remove` of
 `members` with a value list or a `members[value eq "…"]` path.
@@ -14,10 +14,10 @@ from django.urls import reverse
 from django_scim import constants, exceptions
 from django_scim.adapters import SCIMGroup, SCIMUser
 
-from sso import provisioning
 from sso.errors import ProvisioningRefused
 from sso.models import ScimGroup, ScimUser
-from sso.scim_filters import GroupFilterQuery, UserFilterQuery
+from sso.scim import provisioning
+from sso.scim.filters import GroupFilterQuery, UserFilterQuery
 
 
 def scim_user_model():
