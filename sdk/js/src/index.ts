@@ -27,3 +27,35 @@ export {
   type PublicKey,
 } from "./keys.js";
 export { FileUsedStore, MemoryUsedStore, type UsedDecisionStore } from "./used-stores.js";
+export {
+  Approval,
+  CLOSED_WITHOUT_DECISION,
+  Submission,
+  buildRequest,
+  currentApproval,
+  rfc3339,
+  runningUnder,
+  type RequestFields,
+} from "./approval.js";
+export {
+  MAX_WAIT_SECONDS,
+  RequestRefused,
+  ReviewerClient,
+  type ApprovalOptions,
+  type ReviewerClientOptions,
+  type SubmitOptions,
+  type WaitOptions,
+} from "./client.js";
+export {
+  NAME_MAX,
+  SUMMARY_MAX,
+  TARGET_ARGUMENTS,
+  TEXT_MAX,
+  ToolDescription,
+  ToolDescriptionError,
+  type DescribedCall,
+  type Principal,
+  type RequestFieldsOptions,
+  type ToolDescriptionFields,
+} from "./describe.js";
+export { RISK_KEYWORDS, riskHint } from "./risk.js";

@@ -1,0 +1,98 @@
+// The package as users get it: `npm pack`ed into a tarball, installed into a fresh folder outside the
+// source tree, imported from there (both entry points), and its types checked by tsc from there, so a
+// file missing from the tarball or a broken .d.ts fails here (as `make sdk-test` does for the wheel).
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { before, describe, it } from "node:test";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+
+const run = promisify(execFile);
+const npm = process.platform === "win32" ? "npm.cmd" : "npm";
+const source = fileURLToPath(new URL("..", import.meta.url));
+const tsc = join(source, "node_modules", "typescript", "bin", "tsc");
+const tokens = fileURLToPath(new URL("../../vectors/tokens.json", import.meta.url));
+
+describe("the packed package", () => {
+  let app;
+  let tarball;
+
+  before(async () => {
+    const packed = mkdtempSync(join(tmpdir(), "reviewer-gate-pack-"));
+    const { stdout } = await run(npm, ["pack", "--json", "--pack-destination", packed], { cwd: source });
+    const [{ filename, files }] = JSON.parse(stdout);
+    tarball = { path: join(packed, filename), files: files.map((file) => file.path) };
+    app = mkdtempSync(join(tmpdir(), "reviewer-gate-app-"));
+    writeFileSync(join(app, "package.json"), JSON.stringify({ name: "app", private: true, type: "module" }));
+    await run(npm, ["install", "--no-audit", "--no-fund", "--prefer-offline", tarball.path], { cwd: app });
+  });
+
+  it("holds the built code, its types and the README, and no sources or tests", () => {
+    for (const file of ["dist/index.js", "dist/index.d.ts", "dist/testing.js", "dist/testing.d.ts", "README.md", "package.json"]) {
+      assert.ok(tarball.files.includes(file), `${file} is missing from the tarball`);
+    }
+    assert.deepEqual(tarball.files.filter((file) => file.startsWith("src/") || file.startsWith("test/")), []);
+  });
+
+  it("imports from outside the source tree and verifies a decision there", async () => {
+    const vectors = JSON.parse(readFileSync(tokens, "utf8"));
+    const approved = vectors.cases.find((vector) => vector.name === "approved");
+    writeFileSync(join(app, "vectors.json"), JSON.stringify({ gate: vectors.gate, approved }));
+    writeFileSync(
+      join(app, "check.js"),
+      `
+      import { readFileSync } from "node:fs";
+      import { Gate, MemoryUsedStore, StaticKeySource, ReviewerClient, ToolDescription } from "@reviewer/gate";
+      import { FakeReviewer } from "@reviewer/gate/testing";
+      const { gate: settings, approved } = JSON.parse(readFileSync("vectors.json", "utf8"));
+      const gate = new Gate({ issuer: settings.issuer, audience: settings.audience, keys: new StaticKeySource(settings.jwks), usedStore: new MemoryUsedStore() });
+      const v = approved.verify;
+      const decision = await gate.verify(approved.token, { taskId: v.task_id, requestId: v.request_id, actionDigest: v.action_digest });
+      const where = import.meta.resolve("@reviewer/gate");
+      console.log(JSON.stringify({ decision: decision.decision, where, kinds: [typeof ReviewerClient, typeof ToolDescription, typeof FakeReviewer] }));
+      `,
+    );
+    const { stdout } = await run(process.execPath, ["check.js"], { cwd: app });
+    const result = JSON.parse(stdout);
+    assert.equal(result.decision, "approved");
+    assert.ok(result.where.includes("/node_modules/@reviewer/gate/"), result.where);
+    assert.ok(!fileURLToPath(result.where).startsWith(source), "imported the source tree, not the installed copy");
+    assert.deepEqual(result.kinds, ["function", "function", "function"]);
+  });
+
+  it("type-checks a TypeScript agent against the installed .d.ts", async () => {
+    writeFileSync(
+      join(app, "agent.ts"),
+      `
+      import { ReviewerClient, NotApproved, type VerifiedDecision } from "@reviewer/gate";
+      import { FakeReviewer } from "@reviewer/gate/testing";
+      const client = new ReviewerClient({ reviewerUrl: "http://127.0.0.1:8000", apiToken: "t", audience: "urn:agent:x" });
+      export async function refund(): Promise<string> {
+        try {
+          const approval = await client.requestApproval({ tool: "payments.refund", arguments: { amount: "1.00" } }, { summary: "Refund", principal: { id: "u-7" } });
+          const decision: VerifiedDecision = approval.decision;
+          await approval.report("succeeded");
+          return decision.jti + approval.idempotencyKey;
+        } catch (error) {
+          if (error instanceof NotApproved) return error.code;
+          throw error;
+        }
+      }
+      export const fake: typeof FakeReviewer = FakeReviewer;
+      `,
+    );
+    writeFileSync(
+      join(app, "tsconfig.json"),
+      JSON.stringify({
+        compilerOptions: { module: "NodeNext", moduleResolution: "NodeNext", target: "ES2022", strict: true, noEmit: true, skipLibCheck: false, types: [] },
+        files: ["agent.ts"],
+      }),
+    );
+    await run(process.execPath, [tsc, "-p", "tsconfig.json"], { cwd: app }).catch((error) => {
+      assert.fail(`tsc: ${error.stdout}${error.stderr}`);
+    });
+  });
+});
