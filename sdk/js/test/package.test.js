@@ -1,20 +1,26 @@
 // The package as users get it: `npm pack`ed into a tarball, installed into a fresh folder outside the
 // source tree, imported from there (both entry points), and its types checked by tsc from there, so a
-// file missing from the tarball or a broken .d.ts fails here (as `make sdk-test` does for the wheel).
+// file missing from the tarball or a broken .d.ts fails here (as `make sdk-test` does for the wheel). The
+// examples of examples/js run there too, as users run them, against a fake Reviewer.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { cpSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { before, describe, it } from "node:test";
+import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
+
+import { FakeReviewer, ReviewerKey, decideAtIntake, decideNextProposal } from "@reviewer/gate/testing";
 
 const run = promisify(execFile);
 const npm = process.platform === "win32" ? "npm.cmd" : "npm";
 const source = fileURLToPath(new URL("..", import.meta.url));
 const tsc = join(source, "node_modules", "typescript", "bin", "tsc");
 const tokens = fileURLToPath(new URL("../../vectors/tokens.json", import.meta.url));
+const examples = fileURLToPath(new URL("../../../examples/js/", import.meta.url));
+// What the examples need beside the package: the frameworks its adapters plug into.
+const FRAMEWORKS = ["@openai/agents@^0.20.0", "ai@^7.0.0", "zod@^4.0.0"];
 
 describe("the packed package", () => {
   let app;
@@ -27,11 +33,12 @@ describe("the packed package", () => {
     tarball = { path: join(packed, filename), files: files.map((file) => file.path) };
     app = mkdtempSync(join(tmpdir(), "reviewer-gate-app-"));
     writeFileSync(join(app, "package.json"), JSON.stringify({ name: "app", private: true, type: "module" }));
-    await run(npm, ["install", "--no-audit", "--no-fund", "--prefer-offline", tarball.path], { cwd: app });
+    await run(npm, ["install", "--no-audit", "--no-fund", "--prefer-offline", tarball.path, ...FRAMEWORKS], { cwd: app });
   });
 
   it("holds the built code, its types and the README, and no sources or tests", () => {
-    for (const file of ["dist/index.js", "dist/index.d.ts", "dist/testing.js", "dist/testing.d.ts", "README.md", "package.json"]) {
+    const built = ["index", "testing", "adapters/openai-agents", "adapters/ai-sdk"].flatMap((name) => [`dist/${name}.js`, `dist/${name}.d.ts`]);
+    for (const file of [...built, "README.md", "package.json"]) {
       assert.ok(tarball.files.includes(file), `${file} is missing from the tarball`);
     }
     assert.deepEqual(tarball.files.filter((file) => file.startsWith("src/") || file.startsWith("test/")), []);
@@ -93,6 +100,51 @@ describe("the packed package", () => {
     );
     await run(process.execPath, [tsc, "-p", "tsconfig.json"], { cwd: app }).catch((error) => {
       assert.fail(`tsc: ${error.stdout}${error.stderr}`);
+    });
+  });
+
+  describe("the examples of examples/js", () => {
+    const AUDIENCE = "urn:agent:examples";
+    let reviewer;
+    let key;
+
+    before(async () => {
+      cpSync(examples, join(app, "examples"), { recursive: true, filter: (path) => !path.includes("node_modules") });
+      key = await ReviewerKey.create();
+      reviewer = await new FakeReviewer([key]).start();
+    });
+    after(() => reviewer.stop());
+
+    async function example(script, ledger) {
+      const args = [join("examples", script), "--reviewer-url", reviewer.url, "--audience", AUDIENCE, "--ledger", ledger];
+      const env = { ...process.env, REVIEWER_API_TOKEN: "example-token", TMPDIR: mkdtempSync(join(tmpdir(), "reviewer-gate-example-")) };
+      const { stdout } = await run(process.execPath, args, { cwd: app, env });
+      const entries = readFileSync(join(app, ledger), "utf8").split("\n").filter(Boolean).map((line) => JSON.parse(line));
+      return { stdout, entries };
+    }
+
+    for (const script of ["rest-refund.js", "openai-agents-refund.js", "ai-sdk-refund.js"]) {
+      it(`${script} refunds once on Reviewer's approval, with the decision as the idempotency key`, async () => {
+        const decided = decideNextProposal(reviewer, key, { audience: AUDIENCE });
+        const { stdout, entries } = await example(script, `${script}.jsonl`);
+        const token = await decided;
+        const jti = JSON.parse(Buffer.from(token.split(".")[1], "base64url").toString()).jti;
+        assert.match(stdout, /refunded EUR 40.00 for order 1182: tx-/);
+        assert.deepEqual(entries.map((entry) => [entry.order_id, entry.amount, entry.idempotency_key]), [["1182", "40.00", jti]]);
+        assert.equal(reviewer.consumesFor(jti).length, 1);
+        assert.deepEqual(reviewer.outcomesFor(jti), ["succeeded"]);
+      });
+    }
+
+    it("a denial at intake refunds nothing", async () => {
+      decideAtIntake(reviewer, key, { audience: AUDIENCE, decision: "rejected", reason: "over the limit", consume: false });
+      try {
+        const args = [join("examples", "rest-refund.js"), "--reviewer-url", reviewer.url, "--audience", AUDIENCE, "--ledger", "denied.jsonl"];
+        const { stdout } = await run(process.execPath, args, { cwd: app, env: { ...process.env, REVIEWER_API_TOKEN: "t" } });
+        assert.match(stdout, /not refunded \(rejected\): over the limit/);
+      } finally {
+        reviewer.intakeDecision = null;
+      }
     });
   });
 });
