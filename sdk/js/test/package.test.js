@@ -103,6 +103,41 @@ describe("the packed package", () => {
     });
   });
 
+  it("type-checks agents on the adapters against the installed .d.ts", async () => {
+    writeFileSync(
+      join(app, "adapters.ts"),
+      `
+      import { Agent, tool } from "@openai/agents";
+      import { tool as aiTool } from "ai";
+      import { z } from "zod";
+      import { ReviewerClient, ToolDescription } from "@reviewer/gate";
+      import { ReviewerApprovals } from "@reviewer/gate/openai-agents";
+      import { ReviewerToolApprovals, type ReviewerApprovalFunction } from "@reviewer/gate/ai-sdk";
+      const client = new ReviewerClient({ reviewerUrl: "http://127.0.0.1:8000", apiToken: "t", audience: "urn:agent:x" });
+      const approvals = new ReviewerApprovals(client, { decisionTimeoutSeconds: 60 });
+      const refund = tool({ name: "refund", description: "Refund.", parameters: z.object({ order_id: z.string() }), execute: async ({ order_id }) => order_id });
+      export const agent = new Agent({ name: "ops", tools: [approvals.gate(refund, new ToolDescription({ name: "payments.refund" }))] });
+      export const run = () => approvals.run(agent, "Refund order 1182");
+      const aiApprovals = new ReviewerToolApprovals(client);
+      const aiRefund = aiTool({ description: "Refund.", inputSchema: z.object({ order_id: z.string() }), execute: async ({ order_id }) => order_id });
+      export const tools = { refund: aiApprovals.gate("refund", aiRefund) };
+      export const toolApproval: Record<string, ReviewerApprovalFunction> = aiApprovals.toolApproval();
+      `,
+    );
+    // The frameworks' own .d.ts need their @types under strict checking: skipLibCheck leaves those
+    // alone, and a name missing from this package's types still fails.
+    writeFileSync(
+      join(app, "tsconfig.adapters.json"),
+      JSON.stringify({
+        compilerOptions: { module: "NodeNext", moduleResolution: "NodeNext", target: "ES2022", strict: true, noEmit: true, skipLibCheck: true, types: [] },
+        files: ["adapters.ts"],
+      }),
+    );
+    await run(process.execPath, [tsc, "-p", "tsconfig.adapters.json"], { cwd: app }).catch((error) => {
+      assert.fail(`tsc: ${error.stdout}${error.stderr}`);
+    });
+  });
+
   describe("the examples of examples/js", () => {
     const AUDIENCE = "urn:agent:examples";
     let reviewer;
