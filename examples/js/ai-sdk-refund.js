@@ -31,7 +31,8 @@ function scriptedModel(orderId, amount) {
         return { content: [call], finishReason: { unified: "tool-calls", raw: undefined }, usage, warnings: [] };
       }
       const { output } = last.content[0];
-      const text = output.type === "execution-denied" ? output.reason : JSON.stringify(output.value);
+      const text =
+        output.type === "execution-denied" ? output.reason : typeof output.value === "string" ? output.value : JSON.stringify(output.value);
       return { content: [{ type: "text", text }], finishReason: { unified: "stop", raw: undefined }, usage, warnings: [] };
     },
   });
