@@ -10,8 +10,9 @@ SDK := sdk/python
 SDK_BUILD := build/sdk
 # The extras whose adapters sdk/python/tests exercise.
 SDK_EXTRAS := test,a2a,mcp,langgraph,openai-agents
+JS_SDK := sdk/js
 
-.PHONY: demo test check pytest lint venv clean sdk-test bench load
+.PHONY: demo test check pytest lint venv clean sdk-test js-test bench load
 
 $(STAMP): pyproject.toml $(SDK)/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is required")'
@@ -43,6 +44,7 @@ check: $(STAMP)
 	$(PY) -m mypy  # the product with django-stubs, pyproject.toml [tool.mypy]
 	cd $(SDK) && ../../$(PY) -m mypy  # strict, sdk/python/pyproject.toml [tool.mypy]
 	$(MAKE) sdk-test
+	$(MAKE) js-test
 
 # PYTEST_ARGS="-m 'not browser'" and the like select tests. pytest-xdist runs the suite on
 # PYTEST_WORKERS processes (each with its own test database and channel-layer prefix), a test module
@@ -63,6 +65,14 @@ sdk-test: $(STAMP)
 	$(PYTHON) -m venv $(SDK_BUILD)/venv
 	$(SDK_BUILD)/venv/bin/python -m pip install --quiet "$$(ls $(SDK_BUILD)/reviewer_gate-*.whl)[$(SDK_EXTRAS)]"
 	cd $(SDK) && ../../$(SDK_BUILD)/venv/bin/python -m pytest -q -p no:cacheprovider tests
+
+# @reviewer/gate (sdk/js), the TypeScript twin of reviewer-gate, as `sdk-test` checks the wheel: a clean
+# install from its package-lock.json, the build (tsc), then node's own test runner, whose summary ends the
+# output: the shared vectors of sdk/vectors (which sdk/python/tests/test_vectors.py checks too), the
+# gate and the client against a fake Reviewer, and the packed tarball installed into a fresh folder and
+# imported (and type-checked) from there. Needs Node 20 or newer and the npm registry (or npm's cache).
+js-test:
+	cd $(JS_SDK) && npm ci --no-audit --no-fund && npm run build && node --test test/*.test.js
 
 # Benchmarks (not tests): bench/run.py runs every bench/r<N>_*.py and prints one table of ratios against
 # bare baselines measured in the same run (JSON in test-output/bench.json). Needs PostgreSQL
@@ -91,4 +101,4 @@ lint: $(STAMP)
 	$(PY) -m ruff format --check .
 
 clean:
-	rm -rf $(VENV) test-output .pytest_cache $(SDK_BUILD)
+	rm -rf $(VENV) test-output .pytest_cache $(SDK_BUILD) $(JS_SDK)/node_modules $(JS_SDK)/dist
