@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = ROOT / "pyproject.toml"
@@ -54,9 +55,17 @@ def product_modules() -> set[str]:
     }
 
 
-def strict_override() -> dict[str, object]:
-    overrides = tomllib.loads(PYPROJECT.read_text())["tool"]["mypy"]["overrides"]
-    (block,) = [block for block in overrides if block.get("disallow_untyped_defs") is True]
+def test_modules() -> set[str]:
+    """Every module of tests/ (`mypy tests` checks them)."""
+    return {module_name(path) for path in (ROOT / "tests").rglob("*.py")}
+
+
+def mypy_overrides() -> list[dict[str, Any]]:
+    return tomllib.loads(PYPROJECT.read_text())["tool"]["mypy"]["overrides"]
+
+
+def strict_override() -> dict[str, Any]:
+    (block,) = [block for block in mypy_overrides() if block.get("disallow_untyped_defs") is True]
     return block
 
 
