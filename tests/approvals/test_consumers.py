@@ -379,6 +379,7 @@ async def test_a_burst_of_changes_costs_an_open_queue_one_read_that_shows_them_a
 ):
     reads: list = []
     render_current = consumers.QueueConsumer.render_current
+    # Counts the read, then reads: append() is None, so `or` goes on to the real call.
     monkeypatch.setattr(
         consumers.QueueConsumer,
         "render_current",
