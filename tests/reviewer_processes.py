@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -32,7 +33,8 @@ class ServerProcess:
         self.name, self.args, self.env, self.pass_fds = name, args, env, pass_fds
         self.log_path = log_dir / f"{name}.log"
         self.process: subprocess.Popen | None = None
-        self.ready = None  # set by the helpers below: what `wait_ready` polls for
+        # Set by the helpers below: what `wait_ready` polls for, and its name.
+        self.ready: tuple[Callable[[], bool], str] | None = None
 
     def start(self) -> "ServerProcess":
         with self.log_path.open("ab") as log:
@@ -49,10 +51,12 @@ class ServerProcess:
 
     def wait_until(self, ready, what: str, timeout: float = READY_SECONDS) -> None:
         """Wait for `ready()` while the process runs; stop at once, with its log, if it exited."""
+        process = self.process
+        assert process is not None, f"{self.name}: start() first"
 
         def ready_while_running():
-            if self.process.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.process.returncode}:\n{self.log()}")
+            if process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {process.returncode}:\n{self.log()}")
             return ready()
 
         wait_until(
@@ -61,6 +65,7 @@ class ServerProcess:
 
     def wait_ready(self) -> "ServerProcess":
         """Wait for the sign of life its helper named (daphne(): JWKS answers; worker(): its log line)."""
+        assert self.ready is not None, f"{self.name}: no sign of life named"
         ready, what = self.ready
         self.wait_until(ready, what)
         return self

@@ -69,7 +69,7 @@ def test_the_factor_a_change_needs_is_the_strongest_the_person_has(tenant, revie
     only_new_passkey = factories.make_user("passkey_only", tenant=tenant, totp=False)
     register_passkey(only_new_passkey, established=False)
     assert factors.needed_for_change(only_new_passkey) == factors.NEW_PASSKEY
-    assert factors.refusal(only_new_passkey, None, "adding a passkey").startswith(
+    assert (factors.refusal(only_new_passkey, None, "adding a passkey") or "").startswith(
         "Adding a passkey needs you to confirm with one of your passkeys first"
     )
 
@@ -100,7 +100,8 @@ def test_a_confirmation_is_kept_for_its_window_in_its_own_session_only(client, r
 
     assert response.status_code == 302
     session = client.session
-    assert factors.confirmation_in(session).method == factors.TOTP
+    confirmation = factors.confirmation_in(session)
+    assert confirmation is not None and confirmation.method == factors.TOTP
     elsewhere = SessionStore()
     elsewhere.create()
     elsewhere[factors.SESSION_KEY] = session[factors.SESSION_KEY]  # copied into another session
@@ -113,8 +114,9 @@ def test_a_confirmation_older_than_its_window_no_longer_counts(client, reviewer_
     factories.sign_in_verified(client, reviewer_a)
     client.post(reverse("accounts:confirm"), {"otp_token": totp_code(reviewer_a)})
     session = client.session
-    later = signing.time.time() + settings.FACTOR_CHANGE_WINDOW_SECONDS + 1
-    monkeypatch.setattr(signing.time, "time", lambda: later)  # a fake clock for the signature's age
+    # django.core.signing's own `time` module, whose clock dates a signature (not in django-stubs).
+    later = signing.time.time() + settings.FACTOR_CHANGE_WINDOW_SECONDS + 1  # type: ignore[attr-defined]
+    monkeypatch.setattr(signing.time, "time", lambda: later)  # type: ignore[attr-defined]  # a fake clock for the signature's age
 
     assert factors.confirmation_in(session) is None
 

@@ -56,13 +56,14 @@ class RecordingExecutor(AgentExecutor):
         self.finish = True  # False: a decision leaves the task WORKING (an execution that never reports)
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
-        task = context.current_task
+        task, message = context.current_task, context.message
+        # The request handler gives every request a message, a task id and a context id.
+        assert message is not None and context.task_id is not None and context.context_id is not None
         if task is None:
-            await event_queue.enqueue_event(new_task_from_user_message(context.message))
+            await event_queue.enqueue_event(new_task_from_user_message(message))
             updater = TaskUpdater(event_queue, context.task_id, context.context_id)
             await updater.requires_auth(updater.new_agent_message([new_text_part("Approval required")]))
             return
-        message = context.message
         self.received.append(
             Received(
                 task.id,
@@ -79,6 +80,7 @@ class RecordingExecutor(AgentExecutor):
             await updater.start_work(updater.new_agent_message([new_text_part("working")]))
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        assert context.task_id is not None and context.context_id is not None  # given by the handler
         self.cancelled.append(context.task_id)
         updater = TaskUpdater(event_queue, context.task_id, context.context_id)
         await updater.cancel(updater.new_agent_message([new_text_part("cancelled")]))
@@ -142,13 +144,14 @@ class FakeAgent:
         self._server = uvicorn.Server(
             uvicorn.Config(self.front, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
         )
-        self._thread = threading.Thread(target=self._server.run, name="fake-agent", daemon=True)
-        self._thread.start()
+        server = self._server
+        thread = self._thread = threading.Thread(target=server.run, name="fake-agent", daemon=True)
+        thread.start()
 
         def started() -> bool:
-            if not self._thread.is_alive():
+            if not thread.is_alive():
                 raise RuntimeError("the fake agent did not start")
-            return self._server.started
+            return server.started
 
         wait_until(started, "the fake agent's start", timeout=timeout, interval=0.01)
         port = self._server.servers[0].sockets[0].getsockname()[1]
@@ -179,9 +182,11 @@ class FakeAgent:
             self._thread.join(timeout=10)
 
     def fail_next(self, count: int) -> None:
+        assert self.front is not None, "start() first"
         self.front.failures = count
 
     def drop_next_responses(self, count: int) -> None:
+        assert self.front is not None, "start() first"
         self.front.dropped_responses = count
 
     # --- acting as the agent's user (a client of the agent) ------------------------------------------

@@ -89,6 +89,8 @@ def all_messages(response) -> list[str]:
 
 def test_every_admin_page_loads_for_a_superuser(as_author, tenant, decided):
     halts.halt(scope=Halt.Scope.TENANT, actor=None, reason="drill", tenant=tenant)
+    outbox_message = OutboxMessage.objects.filter(proposal=decided).first()
+    assert outbox_message is not None
     objects = {
         "tenant": tenant.pk,
         "approvergroup": tenant.groups.get(slug="finance").pk,
@@ -96,7 +98,7 @@ def test_every_admin_page_loads_for_a_superuser(as_author, tenant, decided):
         "policy": decided.policy_versions.get().policy_id,
         "policyversion": decided.policy_versions.get().pk,
         "halt": Halt.objects.get().pk,
-        "outboxmessage": OutboxMessage.objects.filter(proposal=decided).first().pk,
+        "outboxmessage": outbox_message.pk,
         "proposal": decided.pk,
         "vote": Vote.objects.get(proposal=decided).pk,
         "decision": Decision.objects.get(proposal=decided).pk,

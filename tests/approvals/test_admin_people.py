@@ -59,7 +59,9 @@ def test_a_dry_run_of_an_unsaved_draft_links_back_to_the_form_with_its_fields(de
     }
     page = client.post("/admin/approvals/policyversion/add/", draft).content.decode()
     assert 'id="dry-run-summary"' in page
-    back = unescape(re.search(r'<a href="([^"]+)">&larr; Back to the unsaved draft</a>', page).group(1))
+    back_link = re.search(r'<a href="([^"]+)">&larr; Back to the unsaved draft</a>', page)
+    assert back_link is not None
+    back = unescape(back_link.group(1))
     form = client.get(back).content.decode()
     assert "double(args.amount) &gt; 250.0</textarea>" in form
     assert 'value="payments.refund"' in form

@@ -148,6 +148,7 @@ def test_over_budget_is_refused_and_recorded_and_a_week_old_release_no_longer_co
     assert fourth.state == State.AWAITING_REVIEW
     # A rolling week: once the oldest release is more than 7 days old, one is free again.
     oldest = BreakGlassRelease.objects.order_by("created_at").first()
+    assert oldest is not None
     BreakGlassRelease.objects.filter(pk=oldest.pk).update(
         created_at=timezone.now() - timedelta(days=7, minutes=1)
     )

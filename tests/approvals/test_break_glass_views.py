@@ -187,6 +187,7 @@ def test_the_metrics_count_budget_refusals_and_disagreements(agent, glass_policy
     with pytest.raises(BreakGlassRefused):
         release(submit(agent), reviewer_a)
     review = PostHocReview.objects.filter(reviewer=admin_user).first()
+    assert review is not None
     complete_post_hoc_review(review.id, admin_user, verdict="disagree", note="could have waited")
     sequence_pending()
     text = unescape(

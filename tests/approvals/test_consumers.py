@@ -87,7 +87,9 @@ async def connected_with_state(path: str, session_id: str | None) -> tuple[Webso
     communicator = socket(path, session_id)
     ok, _ = await communicator.connect(timeout=TIMEOUT)
     assert ok, f"{path} refused the connection"
-    return communicator, await communicator.receive_from(timeout=TIMEOUT)
+    state = await communicator.receive_from(timeout=TIMEOUT)
+    assert isinstance(state, str)  # the pages' updates are text frames
+    return communicator, state
 
 
 async def refused(path: str, session_id: str | None, **socket_kwargs) -> bool:
@@ -377,8 +379,11 @@ async def test_a_burst_of_changes_costs_an_open_queue_one_read_that_shows_them_a
 ):
     reads: list = []
     render_current = consumers.QueueConsumer.render_current
+    # Counts the read, then reads: append() is None, so `or` goes on to the real call.
     monkeypatch.setattr(
-        consumers.QueueConsumer, "render_current", lambda self: reads.append(1) or render_current(self)
+        consumers.QueueConsumer,
+        "render_current",
+        lambda self: reads.append(1) or render_current(self),  # type: ignore[func-returns-value]
     )
     held = asyncio.Event()  # the wait for the next read, held until every change has committed
 

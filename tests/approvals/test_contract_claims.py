@@ -33,8 +33,10 @@ def claims_of(decision: Decision) -> dict:
 
 def strict_gate(client, agent) -> gate.Gate:
     """The agent-side gate, with the keys Reviewer publishes."""
+    decision = Decision.objects.first()
+    assert decision is not None
     return gate.Gate(
-        issuer=claims_of(Decision.objects.first())["iss"],
+        issuer=claims_of(decision)["iss"],
         audience=agent.audience,
         keys=gate.StaticKeySource(client.get("/.well-known/jwks.json").json()),
         used_store=gate.MemoryUsedStore(),

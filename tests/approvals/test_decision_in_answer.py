@@ -101,6 +101,7 @@ def test_a_held_continuation_of_a_decision_the_agent_consumed_is_recorded_not_se
     decision = Decision.objects.get(proposal=proposal)
     consume_decision(a2a_agent, decision.jti, rev=decision.rev)  # acted on from the answer
     message = claim_outbox_message(continuation(proposal).id, now=continuation(proposal).next_attempt_at)
+    assert message is not None
 
     assert deliver_claimed(message) == "delivered"
 
@@ -116,6 +117,7 @@ def test_a_held_continuation_the_agent_never_acted_on_is_sent_when_due(
     """The answer was lost on its way, or came after the agent stopped waiting and parked the task."""
     _, proposal = submit(client, fake_agent, HTTP_PREFER="decision-in-answer")
     message = claim_outbox_message(continuation(proposal).id, now=continuation(proposal).next_attempt_at)
+    assert message is not None
 
     assert deliver_claimed(message) == "delivered"
 

@@ -39,8 +39,12 @@ def test_register_agent_prints_generated_tokens_once_and_stores_their_hashes(ten
         "out-1",
     )
 
-    push_token = re.search(r"push token \(shown once\): (\S+)", output).group(1)
-    api_token = re.search(r"API token \(shown once\):\s+(\S+)", output).group(1)
+    push_token_match = re.search(r"push token \(shown once\): (\S+)", output)
+    assert push_token_match is not None
+    push_token = push_token_match.group(1)
+    api_token_match = re.search(r"API token \(shown once\):\s+(\S+)", output)
+    assert api_token_match is not None
+    api_token = api_token_match.group(1)
     agent = Agent.objects.get(slug="billing")
     assert (agent.push_token_hash, agent.api_token_hash) == (hash_token(push_token), hash_token(api_token))
     assert agent.audience == agent.card_url
@@ -82,7 +86,7 @@ def test_seed_demo_is_idempotent_and_routes_large_refunds_to_two_approvers():
     run("seed_demo", "--quiet", "--push-token", "p", "--api-token", "a")
 
     tenant = Tenant.objects.get(slug="demo")
-    assert tenant.admin_group.slug == "admins"
+    assert tenant.admin_group is not None and tenant.admin_group.slug == "admins"
     assert set(get_user_model().objects.values_list("username", flat=True)) >= {
         "reviewer1",
         "reviewer2",

@@ -40,6 +40,13 @@ def viewer_of(user, channel=None, sent_mode=None) -> fanout.Viewer:
     return fanout.Viewer(channel or f"socket-{uuid.uuid4().hex}", scope, "test-csrf", sent_mode)
 
 
+def sent(updates: dict[str, fanout.Update | None], channel: str) -> fanout.Update:
+    """The update a socket is sent (None: it is sent nothing)."""
+    update = updates[channel]
+    assert update is not None, f"{channel} is sent nothing"
+    return update
+
+
 def reviewers(tenant, count: int) -> list:
     return [factories.make_user(f"extra{n}", tenant=tenant, groups=["finance"]) for n in range(count)]
 
@@ -59,9 +66,9 @@ def test_one_event_costs_the_same_queries_for_two_sockets_or_ten(tenant, agent, 
     assert all(update is not None for update in updates.values())
     # The shared partials and the partials of one audience (ten reviewers who can each decide) are
     # rendered once: every socket's update holds the very same strings.
-    first = updates[many[0].channel]
-    assert all(updates[v.channel].parts[0] is first.parts[0] for v in many)
-    assert all(updates[v.channel].parts[1] is first.parts[1] for v in many)
+    first = sent(updates, many[0].channel)
+    assert all(sent(updates, v.channel).parts[0] is first.parts[0] for v in many)
+    assert all(sent(updates, v.channel).parts[1] is first.parts[1] for v in many)
     assert '<section id="live"' in first.parts[0] and 'id="you"' in first.parts[1]
 
 
@@ -88,7 +95,7 @@ def test_every_person_gets_what_their_own_page_shows(
         updates = fanout.render_updates(proposal.id, list(viewers.values()))
         for user in people:
             viewer = viewers[user.pk]
-            assert updates[viewer.channel].html == expected_update(proposal, user, viewer), user
+            assert sent(updates, viewer.channel).html == expected_update(proposal, user, viewer), user
 
     check()
     cast_vote(
@@ -119,8 +126,8 @@ def test_a_delegate_and_a_stand_in_get_what_their_own_page_shows(
 
     for user in (reviewer_c, admin_user):
         viewer = viewers[user.pk]
-        assert updates[viewer.channel].html == expected_update(proposal, user, viewer), user
-        assert "not a member of a group" not in updates[viewer.channel].html
+        assert sent(updates, viewer.channel).html == expected_update(proposal, user, viewer), user
+        assert "not a member of a group" not in sent(updates, viewer.channel).html
 
 
 def test_a_socket_whose_person_left_the_tenant_gets_nothing(
@@ -137,10 +144,12 @@ def test_a_socket_whose_person_left_the_tenant_gets_nothing(
 def test_a_panel_is_sent_again_only_when_its_controls_change(tenant, agent, refund_policy, reviewer_a):
     proposal = submit(agent)
     fresh = viewer_of(reviewer_a)
-    first = fanout.render_updates(proposal.id, [fresh])[fresh.channel]
+    first = sent(fanout.render_updates(proposal.id, [fresh]), fresh.channel)
     assert '<section id="decision"' in first.html and first.mode == ("vote", "awaiting_review")
     again = viewer_of(reviewer_a, sent_mode=first.mode)
-    assert '<section id="decision"' not in fanout.render_updates(proposal.id, [again])[again.channel].html
+    assert (
+        '<section id="decision"' not in sent(fanout.render_updates(proposal.id, [again]), again.channel).html
+    )
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -325,7 +325,8 @@ def test_reads_still_work_while_halted(tenant, agent, refund_policy, requester, 
     halts.halt(scope=Halt.Scope.GLOBAL, actor=admin_user, reason="incident")
 
     assert proposal_for_user(proposal.id, reviewer_a).id == proposal.id
-    assert active_halt(tenant.id, agent.id).reason == "incident"
+    halt = active_halt(tenant.id, agent.id)
+    assert halt is not None and halt.reason == "incident"
 
 
 def test_outcome_reports_are_still_recorded_while_halted(
@@ -386,7 +387,8 @@ def test_resume_lifts_only_its_own_scope(tenant, agent, admin_user):
     halts.halt(scope=Halt.Scope.GLOBAL, actor=admin_user, reason="everything")
 
     assert resume(actor=admin_user, tenant=tenant) == 0
-    assert active_halt(tenant.id, agent.id).scope == Halt.Scope.GLOBAL
+    halt = active_halt(tenant.id, agent.id)
+    assert halt is not None and halt.scope == Halt.Scope.GLOBAL
 
 
 def test_halt_needs_a_reason(tenant, admin_user):

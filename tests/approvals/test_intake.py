@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 import rfc8785
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from accounts.stepup import step_up_for
 from approvals.canonical import action_digest
@@ -254,7 +255,7 @@ def test_intake_while_halted_is_refused_and_nothing_is_saved(agent, refund_polic
 # Malformed bodies: the schema refuses them before the service sees them
 
 
-def errors_of(data: dict) -> list[dict]:
+def errors_of(data: dict) -> list[ErrorDetails]:
     with pytest.raises(ValidationError) as invalid:
         ProposalSubmission.model_validate(data)
     return invalid.value.errors()

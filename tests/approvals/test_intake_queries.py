@@ -73,7 +73,12 @@ def test_a_condition_is_compiled_once_for_many_proposals(monkeypatch, tenant, ag
     factories.make_policy(tenant, "big-refunds", condition="double(args.amount) > 100.0")
     compiled = []
     real = cel.compile
-    monkeypatch.setattr(cel, "compile", lambda source: compiled.append(source) or real(source))
+    # Counts the compilations, then compiles: append() is None, so `or` goes on to the real call.
+    monkeypatch.setattr(
+        cel,
+        "compile",
+        lambda source: compiled.append(source) or real(source),  # type: ignore[func-returns-value]
+    )
     compile_condition.cache_clear()
     for amount in ("150.00", "5.00", "500.00"):
         submit(agent, action={"tool": "payments.refund", "arguments": {"order_id": "9", "amount": amount}})

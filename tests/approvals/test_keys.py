@@ -52,6 +52,7 @@ def new_pem() -> str:
 
 def secrets_of(key: keys.SigningKey) -> list[str]:
     """Every form a private key could leak in: its PEM body, and its raw bytes as hex and base64."""
+    assert key.private_key is not None
     pem = key.private_key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     ).decode()
@@ -162,6 +163,7 @@ def test_the_old_kid_stays_published_until_every_token_it_signed_has_expired(
     old_kid = last_signed.kid
     rotate_signing_key()
     [old] = [k for k in keys.all_keys() if k.kid == old_kid]
+    assert old.retired_at is not None
 
     assert last_signed.expires_at <= old.retired_at + MAX  # no token it signed outlives this
     published_at = lambda when: {k.kid for k in keys.published_keys(now=when)}  # noqa: E731
@@ -189,13 +191,17 @@ def test_prune_deletes_only_private_keys_no_token_can_need(db, key_dir):
     old = keys.active_key().kid
     rotate_signing_key()
     [old_key] = [k for k in keys.all_keys() if k.kid == old]
+    assert old_key.retired_at is not None
 
     assert keys.prune_expired(now=old_key.retired_at + MAX) == []
     later = old_key.retired_at + MAX + keys.RETIREMENT_GRACE
     assert keys.prune_expired(now=later) == [old]
 
     assert not list(key_dir.glob(f"*_{old}.pem"))
-    assert keys.key_by_kid(old).private_key is None  # its public half stays for old audit checkpoints
+    pruned = keys.key_by_kid(old)
+    assert (
+        pruned is not None and pruned.private_key is None
+    )  # its public half stays for old audit checkpoints
     assert old not in {k.kid for k in keys.published_keys(now=later)}
     assert keys.active_key().private_key is not None
 
@@ -226,6 +232,7 @@ def test_audit_checkpoints_signed_by_a_pruned_key_still_verify(
     approve(agent, reviewer_a)  # every event is checkpointed, signed with the old key
     rotate_signing_key()
     [old_key] = [k for k in keys.all_keys() if k.kid == old]
+    assert old_key.retired_at is not None
     keys.prune_expired(now=old_key.retired_at + MAX + keys.RETIREMENT_GRACE)
 
     result = verify_chain(f"tenant:{agent.tenant_id}")
@@ -246,7 +253,8 @@ def test_a_key_whose_retirement_crashed_half_way_keeps_its_private_file(db, key_
     )
 
     assert [k.kid for k in keys.all_keys()].count(old.kid) == 1
-    assert keys.key_by_kid(old.kid).private_key is not None
+    kept = keys.key_by_kid(old.kid)
+    assert kept is not None and kept.private_key is not None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -260,6 +268,7 @@ def test_the_environment_key_signs_and_is_the_only_published_key(settings, key_d
     token, kid = sign_decision({"sub": "task-1"})
 
     private = serialization.load_pem_private_key(pem.encode(), password=None)
+    assert isinstance(private, Ed25519PrivateKey)
     expected_kid = keys.active_key().kid
     assert kid == expected_kid
     assert [k["kid"] for k in keys.jwks()["keys"]] == [expected_kid]
@@ -288,7 +297,9 @@ def test_the_environment_key_can_be_given_as_a_file(monkeypatch, tmp_path):
 
 def test_a_process_started_with_reviewer_signing_key_signs_with_it(tmp_path):
     pem = new_pem()
-    expected = keys._kid_for(serialization.load_pem_private_key(pem.encode(), password=None).public_key())
+    private = serialization.load_pem_private_key(pem.encode(), password=None)
+    assert isinstance(private, Ed25519PrivateKey)
+    expected = keys._kid_for(private.public_key())
     script = "import django; django.setup(); import signing_keys as keys; print(json.dumps(keys.jwks()))"
     env = {
         **os.environ,
@@ -435,7 +446,8 @@ def folder_reads(monkeypatch) -> list:
     """Each listing of the key folder (its files read and parsed)."""
     reads: list = []
     read = keys._key_files
-    monkeypatch.setattr(keys, "_key_files", lambda: reads.append(1) or read())
+    # Counts the listing, then lists: append() is None, so `or` goes on to the real call.
+    monkeypatch.setattr(keys, "_key_files", lambda: reads.append(1) or read())  # type: ignore[func-returns-value]
     return reads
 
 

@@ -162,6 +162,7 @@ async def test_a_message_read_before_the_sockets_facts_is_not_trusted(
     _, bob = await open_page(proposal, reviewer_b)
     reads.clear()
     layer = get_channel_layer()
+    assert layer is not None
 
     await layer.group_send(events.proposal_group(proposal.id), await rendered(proposal, read_at=0.0))
     assert VOTE_CONTROLS in await bob.receive_from(timeout=TIMEOUT)
@@ -190,6 +191,7 @@ async def test_facts_older_than_their_maximum_age_are_read_again(
     reads.clear()
     monkeypatch.setattr(consumers, "FACTS_MAX_AGE", -1.0)
     layer = get_channel_layer()
+    assert layer is not None
     await layer.group_send(
         events.proposal_group(proposal.id), await rendered(proposal, read_at=time.time() + 60)
     )
@@ -327,6 +329,7 @@ async def test_a_message_older_than_what_the_page_shows_is_not_sent_the_socket_r
     _, bob = await open_page(proposal, reviewer_b)
     reads.clear()
     layer, group = get_channel_layer(), events.proposal_group(proposal.id)
+    assert layer is not None
     await layer.group_send(group, await rendered(proposal, read_at=time.time() + 60))
     assert VOTE_CONTROLS in await bob.receive_from(timeout=TIMEOUT)
     assert reads == []  # sent from the message

@@ -5,6 +5,7 @@ from datetime import timedelta
 
 import pytest
 from django.core import mail
+from django.core.mail import EmailMultiAlternatives
 from django.utils import timezone
 
 from accounts.stepup import step_up_for
@@ -40,7 +41,9 @@ def test_intake_sends_no_mail_and_the_worker_sends_each_eligible_reviewer_a_link
     message = mail.outbox[0]
     link = f"https://reviewer.example.test/proposals/{proposal.id}/"
     assert link in message.body
+    assert isinstance(message, EmailMultiAlternatives)
     html, mimetype = message.alternatives[0]
+    assert isinstance(html, str)
     assert mimetype == "text/html" and f'href="{link}"' in html
     assert message.subject == f"[Reviewer] Decision needed: {proposal.summary}"
 
@@ -82,7 +85,9 @@ def test_the_email_carries_no_secret_and_escapes_agent_text(agent, refund_policy
     proposal = submit(agent, summary="Refund <b>now</b>\nBcc: victim@example.test")
     notifications.send_digests()
     message = mail.outbox[0]
+    assert isinstance(message, EmailMultiAlternatives)
     html = message.alternatives[0][0]
+    assert isinstance(html, str)
     assert "\n" not in message.subject and "Bcc" in message.subject  # one line: no header injection
     assert "<b>now</b>" not in html and "&lt;b&gt;now&lt;/b&gt;" in html
     for secret in (

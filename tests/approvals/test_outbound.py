@@ -201,8 +201,8 @@ def test_ipv6_addresses_that_reach_an_ipv4_or_a_local_one_are_refused_for_an_all
 def test_an_ipv6_address_carrying_the_metadata_address_is_refused_even_inside_an_allowed_network(settings):
     settings.AGENT_ALLOWED_HOSTS, settings.AGENT_ALLOWED_NETWORKS = [], ["::/0"]
 
-    assert "link-local" in outbound.refusal("x", ipaddress.ip_address("64:ff9b::a9fe:a9fe"))
-    assert "link-local" in outbound.refusal("x", ipaddress.ip_address("::a9fe:a9fe"))
+    assert "link-local" in (outbound.refusal("x", ipaddress.ip_address("64:ff9b::a9fe:a9fe")) or "")
+    assert "link-local" in (outbound.refusal("x", ipaddress.ip_address("::a9fe:a9fe")) or "")
 
 
 def test_a_nat64_address_of_a_public_ipv4_one_is_judged_as_that_address(settings):

@@ -419,7 +419,7 @@ def test_thresholds_must_name_the_tenants_groups_with_positive_counts(thresholds
     if problem is None:
         assert error is None
     else:
-        assert problem in error
+        assert error is not None and problem in error
 
 
 def test_an_approval_policy_must_name_a_threshold():

@@ -414,7 +414,11 @@ def test_dry_run_of_a_new_policy_adds_to_the_active_ones(history, tenant, admin_
 
 
 def test_dry_run_of_the_active_version_reproduces_what_intake_decided(history, refunds):
-    intake_outcome = {State.AWAITING_REVIEW: "require_approval", State.DENIED: "deny", State.ALLOWED: "allow"}
+    intake_outcome: dict[str, str] = {
+        State.AWAITING_REVIEW: "require_approval",
+        State.DENIED: "deny",
+        State.ALLOWED: "allow",
+    }
 
     rows = dry_run(refunds.active_version, recent_proposals(refunds.tenant))
 

@@ -52,7 +52,9 @@ async def test_three_pages_of_one_process_take_a_change_off_the_layer_once(
     dora = await database_sync_to_async(factories.make_user)("dora", tenant=tenant, groups=["finance"])
     pages = [(await open_page(proposal, user))[1] for user in (reviewer_a, reviewer_b, dora)]
     message = await rendered(proposal, shared="<p>THE CHANGE</p>")
-    await get_channel_layer().group_send(events.proposal_group(proposal.id), message)
+    layer = get_channel_layer()
+    assert layer is not None
+    await layer.group_send(events.proposal_group(proposal.id), message)
     for page in pages:
         assert "THE CHANGE" in await page.receive_from(timeout=TIMEOUT)
     assert deliveries == [message["event"]]
@@ -68,7 +70,9 @@ async def test_the_process_leaves_the_group_with_its_last_page_and_joins_again_w
     _, first = await open_page(proposal, reviewer_a)
     _, second = await open_page(proposal, reviewer_b)
     await first.disconnect()
-    await get_channel_layer().group_send(group, await rendered(proposal))
+    layer = get_channel_layer()
+    assert layer is not None
+    await layer.group_send(group, await rendered(proposal))
     assert await second.receive_from(timeout=TIMEOUT)  # one page left: the process stays in the group
     await second.disconnect()
     assert fanout.live_updates.channel is None  # no page open: no receiver
@@ -77,7 +81,7 @@ async def test_the_process_leaves_the_group_with_its_last_page_and_joins_again_w
     _, third = await open_page(proposal, reviewer_a)
     deliveries.clear()
     message = await rendered(proposal)
-    await get_channel_layer().group_send(group, message)
+    await layer.group_send(group, message)
     assert await third.receive_from(timeout=TIMEOUT)
     assert deliveries == [message["event"]]
     await third.disconnect()
@@ -91,6 +95,7 @@ async def test_when_the_layer_fails_the_pages_close_to_reconnect_and_the_next_pa
     proposal = await database_sync_to_async(submit)(agent)
     _, page = await open_page(proposal, reviewer_a)
     layer, channel = get_channel_layer(), fanout.live_updates.channel
+    assert layer is not None and channel is not None  # the open page's receiver
     receive = layer.receive
 
     async def failing(name):
@@ -141,6 +146,7 @@ async def test_a_change_that_comes_while_the_page_rereads_for_its_person_waits_f
     monkeypatch.setattr(fanout, "render_updates", held)
     monkeypatch.setattr(consumers.ProposalConsumer, "proposal_changed", taking)
     layer = get_channel_layer()
+    assert layer is not None
     await layer.group_send(events.person_group(reviewer_b.pk), {"type": "facts.changed"})
     assert await asyncio.to_thread(reading.wait, TIMEOUT)  # the page re-reads its person's facts now
     await layer.group_send(events.proposal_group(proposal.id), change)

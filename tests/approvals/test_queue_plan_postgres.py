@@ -58,6 +58,7 @@ def test_the_queues_next_page_reads_the_index_from_the_cursor_on(agent, refund_p
     listed = queries.with_row_data(queries.eligible_proposals(queries.ReviewerScope.of(reviewer_a)))
     first = queries.keyset_page(listed, QUEUE_ORDER, "", PAGE_SIZE)
     values = queries.decode_cursor(first.next_cursor, QUEUE_ORDER)
+    assert values is not None
     page = listed.filter(queries.rows_after(QUEUE_ORDER, values)).order_by(*QUEUE_ORDER)
     plan = plan_of(page[: PAGE_SIZE + 1])
     assert plan.lstrip().startswith("Limit"), plan

@@ -233,6 +233,8 @@ def test_an_approval_with_a_reservation_is_signed_and_can_ask_for_a_second_appro
     cast = AuditEvent.objects.filter(verb=Verb.VOTE_CAST, data__reservation__startswith="Amount")
     assert cast.count() == 1
     sequence_pending()  # metrics read the chained trail (the sequencer runs after commit)
-    by_policy = collect(cast.first().chain).by_policy
+    first_cast = cast.first()
+    assert first_cast is not None
+    by_policy = collect(first_cast.chain).by_policy
     group = next(g for label, g in by_policy.items() if label.startswith("refunds") or "@" in label)
     assert (group.reservations, group.approvals_cast, group.reservation_rate) == (1, 2, 0.5)

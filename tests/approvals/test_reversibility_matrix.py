@@ -6,7 +6,7 @@ import pytest
 from approvals.policy import classification
 
 # What the agent may say, and the class it states ("" for nothing).
-AGENT_STATEMENTS = {
+AGENT_STATEMENTS: dict[str, tuple[dict, str]] = {
     "nothing": ({}, ""),
     "reversibility R0": ({"reversibility": "R0"}, "R0"),
     "reversible: true": ({"reversible": True}, "R1"),

@@ -226,6 +226,7 @@ def test_creating_a_tenant_gives_it_an_admin_group_and_starts_its_chain(db):
 
     created = create_tenant(slug="initech", name="Initech", actor=superuser)
 
+    assert created.admin_group is not None
     assert created.admin_group.slug == "admins"
     assert created.admin_group.tenant == created
     first = tenant_events(created)[0]
@@ -417,6 +418,7 @@ def test_setup_tenant_admin_role_joins_the_admin_group_and_can_use_the_admin_sit
     dana = get_user_model().objects.get(username="dana")
     initech = Tenant.objects.get(slug="initech")
 
+    assert initech.admin_group is not None
     assert initech.admin_group.members.filter(pk=dana.pk).exists()
     assert dana.is_staff and not dana.is_superuser
     browser = factories.verified_client(dana)

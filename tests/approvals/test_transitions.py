@@ -83,6 +83,7 @@ def test_allowed_transition_works(proposal_in, source, target):
     event = AuditEvent.objects.filter(
         verb=Verb.PROPOSAL_TRANSITIONED, subject=f"proposal:{proposal.id}"
     ).last()
+    assert event is not None
     assert (event.data["from"], event.data["to"], event.data["rev"]) == (source, target, rev + 1)
 
 
@@ -108,6 +109,7 @@ def test_timestamps_follow_the_state(proposal_in):
     move(proposal, State.SUCCEEDED)
 
     stored = Proposal.objects.get(pk=proposal.pk)
+    assert stored.decided_at and stored.executing_since and stored.settled_at
     assert stored.decided_at <= stored.executing_since <= stored.settled_at
 
 

@@ -60,7 +60,7 @@ def test_login_with_password_and_current_code_verifies_the_session(reviewer_a):
     )
     assert response.status_code == 302
     assert response["Location"] == reverse("approvals:queue")
-    assert client.get(reverse("approvals:queue")).wsgi_request.user.is_verified()
+    assert client.get(reverse("approvals:queue")).wsgi_request.user.is_verified()  # type: ignore[union-attr]  # django-otp's middleware adds it
 
 
 def test_login_goes_back_to_the_page_asked_for_but_never_off_site(reviewer_a):
@@ -152,7 +152,7 @@ def test_enrollment_shows_a_qr_code_confirms_a_code_and_shows_backup_codes_once(
     codes = StaticDevice.objects.get(user=user).token_set.values_list("token", flat=True)
     assert len(codes) == BACKUP_CODE_COUNT
     assert all(code in done.content.decode() for code in codes)
-    assert done.wsgi_request.user.is_verified()
+    assert done.wsgi_request.user.is_verified()  # type: ignore[union-attr]  # django-otp's middleware adds it
     event = AuditEvent.objects.get(verb=Verb.DEVICE_ENROLLED)
     assert event.subject == trail_name("newcomer") and not any(code in str(event.data) for code in codes)
 
@@ -323,7 +323,9 @@ def test_the_queue_pages_through_many_proposals(agent, refund_policy, requester,
     client = verified_client(reviewer_a)
     first = client.get(reverse("approvals:queue")).content.decode()
     assert f"{PAGE_SIZE + 3} proposals waiting for you" in first
-    next_link = re.search(r'href="\?(after=[^"]+)" rel="next"', first).group(1)
+    next_link_match = re.search(r'href="\?(after=[^"]+)" rel="next"', first)
+    assert next_link_match is not None
+    next_link = next_link_match.group(1)
     second = client.get(reverse("approvals:queue") + "?" + unescape(next_link)).content.decode()
     assert second.count('class="proposal-link"') == 3 and 'rel="first"' in second
     shown = re.findall(r'class="proposal-link" href="/proposals/([0-9a-f-]+)/"', first + second)

@@ -5,4 +5,5 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 
 from reviewer.asgi import application as reviewer_application
 
-application = ASGIStaticFilesHandler(reviewer_application)
+# django-stubs types the wrapped app as Django's ASGIHandler; the handler wraps any ASGI app.
+application = ASGIStaticFilesHandler(reviewer_application)  # type: ignore[arg-type]

@@ -40,7 +40,9 @@ def test_the_demos_second_admin_activates_a_draft_in_the_browser(new_page):
     from django.contrib.auth import get_user_model
 
     author = get_user_model().objects.get(username="demo-admin")
-    refunds = PolicyVersion.objects.filter(status="active", policy__slug="refunds").first().policy
+    active = PolicyVersion.objects.filter(status="active", policy__slug="refunds").first()
+    assert active is not None
+    refunds = active.policy
     draft = beside_the_browser(
         create_policy_version,
         refunds,

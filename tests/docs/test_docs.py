@@ -65,7 +65,12 @@ def assigned_strings(name: str) -> list[str]:
             if isinstance(node, ast.Assign) and any(
                 isinstance(target, ast.Name) and target.id == name for target in node.targets
             ):
-                return [element.value for element in node.value.elts if isinstance(element, ast.Constant)]
+                assert isinstance(node.value, ast.Tuple | ast.List | ast.Set), f"{name} is not a literal"
+                return [
+                    element.value
+                    for element in node.value.elts
+                    if isinstance(element, ast.Constant) and isinstance(element.value, str)
+                ]
     raise AssertionError(f"no assignment to {name} in {PRODUCT_DIRS}")
 
 
@@ -81,7 +86,9 @@ def documented_fields(heading: str) -> set[str]:
             rows.append(line)
         elif rows and not line.startswith("|"):
             break
-    return {re.match(r"\| `([^`]+)`", row).group(1) for row in rows}
+    names = [re.match(r"\| `([^`]+)`", row) for row in rows]
+    assert all(names), rows
+    return {name.group(1) for name in names if name}
 
 
 def test_every_policy_field_the_validator_accepts_is_documented_and_no_other():
@@ -151,14 +158,18 @@ def raised_codes(paths: list[Path]) -> dict[str, str]:
     positions = _subclasses(trees, positions)
     codes: dict[str, str] = {}
 
-    def keep(value, path: Path, node: ast.AST) -> None:
+    def keep(value, path: Path, node: ast.expr | ast.stmt) -> None:
         if isinstance(value, ast.Constant) and isinstance(value.value, str) and CODE.fullmatch(value.value):
             codes.setdefault(value.value, f"{path.relative_to(ROOT)}:{node.lineno}")
 
     for path, tree in zip(paths, trees, strict=True):
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and _called_name(node) in positions:
-                position = positions[_called_name(node)]
+            if (
+                isinstance(node, ast.Call)
+                and (called := _called_name(node)) is not None
+                and called in positions
+            ):
+                position = positions[called]
                 keyword = next((k.value for k in node.keywords if k.arg == "code"), None)
                 keep(keyword if keyword is not None else (node.args + [None] * 9)[position], path, node)
             elif isinstance(node, ast.Dict):
@@ -283,7 +294,9 @@ def test_readme_keeps_the_sections_other_pages_refer_to_and_the_two_commands():
         "Changes to the contract",
     ):
         assert name in headings, name
-    commands = re.search(r"## Two commands.*?```sh\n(.*?)```", readme, re.S).group(1)
+    commands_match = re.search(r"## Two commands.*?```sh\n(.*?)```", readme, re.S)
+    assert commands_match is not None
+    commands = commands_match.group(1)
     assert [line.split()[:2] for line in commands.splitlines()] == [["make", "demo"], ["make", "test"]]
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^demo:", makefile, re.M) and re.search(r"^test:", makefile, re.M)

@@ -133,7 +133,9 @@ class Stack:
         return self
 
     def running(self) -> bool:
-        return bool(self.processes) and all(p.process.poll() is None for p in self.processes)
+        return bool(self.processes) and all(
+            p.process is not None and p.process.poll() is None for p in self.processes
+        )
 
     def stop_processes(self) -> None:
         """Stop the agent, the worker and Reviewer together (each by its PID)."""

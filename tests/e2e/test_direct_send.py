@@ -7,6 +7,7 @@ is retried by the worker with the same message id.
 Real processes, a real agent server (tests/approvals/fake_agent.py) and real HTTP; the one staged fault
 is the lost response (the fake agent's front handles the message and answers 502)."""
 
+import functools
 import subprocess
 import sys
 import threading
@@ -74,7 +75,7 @@ def test_the_direct_send_racing_two_woken_workers_delivers_each_message_once(
     for task in tasks:
         proposal, _ = approve(agent, reviewer_a, task)  # committed: the workers are woken now
         message_id = continuation(proposal).id
-        outcomes = []
+        outcomes: list[str | None] = []
 
         def send(message_id=message_id, outcomes=outcomes):
             try:
@@ -90,7 +91,9 @@ def test_the_direct_send_racing_two_woken_workers_delivers_each_message_once(
         proposals.append(proposal)
 
     for proposal in proposals:
-        wait_until(lambda p=proposal: delivered(p), "every approval delivered", timeout=DELIVERY_DEADLINE)
+        wait_until(
+            functools.partial(delivered, proposal), "every approval delivered", timeout=DELIVERY_DEADLINE
+        )
     received = [message.message_id for message in fake_agent.decisions_received()]
     assert len(received) == len(set(received)) == 4
     assert all(continuation(p).attempts == 1 for p in proposals)  # claimed once, sent once

@@ -93,7 +93,9 @@ def watch_then_vote(first, second, proposal, watcher, voter, *, idle_seconds: fl
                 },
             )
             assert decided.status_code == 302, decided.text[:500]
-            return await asyncio.wait_for(socket.recv(), timeout=10)
+            update = await asyncio.wait_for(socket.recv(), timeout=10)
+            assert isinstance(update, str)  # the pages' updates are text frames
+            return update
 
     try:
         return asyncio.run(run())

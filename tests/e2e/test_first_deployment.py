@@ -17,6 +17,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 import jwt
@@ -50,7 +51,7 @@ requires_postgres = pytest.mark.skipif(
 def fresh_database():
     """An empty database, as `createdb` makes one; dropped afterwards."""
     name = f"first_deployment_{uuid.uuid4().hex[:8]}"
-    server = {
+    server: dict[str, Any] = {
         "host": DATABASE["HOST"] or "127.0.0.1",
         "port": DATABASE["PORT"] or 5432,
         "user": DATABASE["USER"],
@@ -229,7 +230,9 @@ def test_the_first_deployment_section_reaches_a_first_approved_decision(tmp_path
         ledger = agent.state_dir / "ledger.jsonl"
         (refund,) = [json.loads(line) for line in ledger.read_text().splitlines()]
         with psycopg.connect(**connect) as db:
-            (token,) = db.execute("SELECT token FROM approvals_decision").fetchone()
+            row = db.execute("SELECT token FROM approvals_decision").fetchone()
+        assert row is not None
+        (token,) = row
         claims = jwt.decode(token, options={"verify_signature": False})
         assert claims["policy"] == {"id": "tenant-default", "version": 1}
         assert refund["idempotency_key"] == claims["jti"]
@@ -273,7 +276,9 @@ def sign_in_enroll_and_approve(deployment, browser, people: str, name: str) -> s
     )
     assert signed_in.status_code == 302 and signed_in.headers["location"].endswith("/accounts/enroll/")
     enroll_page = browser.get("/accounts/enroll/").text
-    secret = re.search(r'<code class="secret">([A-Z2-7 ]+)</code>', enroll_page).group(1)
+    secret_match = re.search(r'<code class="secret">([A-Z2-7 ]+)</code>', enroll_page)
+    assert secret_match is not None
+    secret = secret_match.group(1)
     enrolled = browser.post(
         "/accounts/enroll/",
         data={"csrfmiddlewaretoken": browser.cookies["csrftoken"], "otp_token": code_for(secret)},
@@ -284,9 +289,11 @@ def sign_in_enroll_and_approve(deployment, browser, people: str, name: str) -> s
         f"the request in {name}'s queue",
         timeout=30,
         detail=deployment.logs,
-    ).group(1)
+    ).group(1)  # type: ignore[union-attr]  # wait_until returns the condition's value once truthy: a match
     page = browser.get(proposal_path).text
-    digest = re.search(r'name="digest" value="([^"]+)"', page).group(1)
+    digest_match = re.search(r'name="digest" value="([^"]+)"', page)
+    assert digest_match is not None
+    digest = digest_match.group(1)
     decided = browser.post(
         proposal_path + "decide",
         data={

@@ -615,6 +615,7 @@ def reviewer_signed_token(stack, proposal: Proposal, **overrides) -> str:
         **overrides,
     }
     key = keys.active_key()
+    assert key.private_key is not None  # active_key() is a key that signs
     return jwt.encode(claims, key.private_key, algorithm="EdDSA", headers={"kid": key.kid, "typ": TOKEN_TYPE})
 
 

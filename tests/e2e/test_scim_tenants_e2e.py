@@ -29,6 +29,7 @@ def directory_client(url: str, tenant) -> SyncSCIMClient:
 
 def create_person(client: SyncSCIMClient, user_name: str, external_id: str, email: str):
     user_model = client.get_resource_model("User")
+    assert user_model is not None
     return client.create(
         user_model.model_validate(
             {

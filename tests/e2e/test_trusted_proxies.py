@@ -27,7 +27,9 @@ def _sign_in_once(url: str, source: str) -> httpx.Response:
     transport = httpx.HTTPTransport(local_address=source)
     with httpx.Client(base_url=url, transport=transport, headers=forged, timeout=10) as client:
         page = client.get("/accounts/login/")
-        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+        token_match = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+        assert token_match is not None
+        token = token_match.group(1)
         scheme = "https" if "strict-transport-security" in page.headers else "http"
         origin = f"{scheme}://{url.split('://', 1)[1]}"
         posted = client.post(

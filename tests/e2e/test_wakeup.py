@@ -4,6 +4,7 @@ commit (LISTEN/NOTIFY on PostgreSQL, the doorbell socket on SQLite), not found b
 a policy-allowed and a policy-denied decision; two woken workers deliver each message once; a
 rolled-back transaction wakes nobody."""
 
+import functools
 import threading
 
 import pytest
@@ -60,7 +61,9 @@ def test_two_woken_workers_deliver_each_message_once(workers, fake_agent, agent,
     proposals = [approve(agent, reviewer_a, task)[0] for task in tasks]
 
     for proposal in proposals:
-        wait_until(lambda p=proposal: delivered(p), "every approval delivered", timeout=DELIVERY_DEADLINE)
+        wait_until(
+            functools.partial(delivered, proposal), "every approval delivered", timeout=DELIVERY_DEADLINE
+        )
     received = [message.message_id for message in fake_agent.decisions_received()]
     assert len(received) == len(set(received)) == 4
     assert all(continuation(p).attempts == 1 for p in proposals)  # claimed once, sent once

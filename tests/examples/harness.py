@@ -122,10 +122,12 @@ class AgentProcess:
 
     def wait_ready(self, timeout: float = 30) -> "AgentProcess":
         """Wait until the agent serves its card; stop it and fail, with its log, if it exits first."""
+        process = self.process
+        assert process is not None, "launch() first"
 
         def card_served() -> bool:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"agent exited with {self.process.returncode}:\n{self.log()}")
+            if process.poll() is not None:
+                raise RuntimeError(f"agent exited with {process.returncode}:\n{self.log()}")
             try:
                 return httpx.get(self.audience, timeout=1).status_code == 200
             except httpx.HTTPError:
@@ -229,7 +231,9 @@ class AgentClient:
             )
 
         task = await self.wait_for(task_id, parked)
-        return task, approval_request_of(task)
+        request = approval_request_of(task)
+        assert request is not None  # parked() saw it
+        return task, request
 
     async def wait_asked(self, task_id: str) -> Task:
         """Wait until the agent parked the task on its request, or ended it on a decision a policy made at

@@ -423,7 +423,7 @@ async def test_an_agent_restarted_while_parked_still_executes_the_approval(tmp_p
             await client.close()
     finally:
         first.stop()
-    assert first.process.returncode is not None
+    assert first.process is not None and first.process.returncode is not None
 
     second = AgentProcess(state_dir=state_dir, reviewer_url=reviewer.url, port=first.port).start()
     try:

@@ -11,7 +11,7 @@ import itertools
 import os
 import shutil
 import tempfile
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import dj_database_url
@@ -84,7 +84,7 @@ def on_private_database(private_postgres, django_db_blocker):
     function that names it again (after a restore into another database, say)."""
     from django.core.management import call_command
 
-    stack = []
+    stack: list[AbstractContextManager[object]] = []
 
     def use(url: str | None = None, *, migrate: bool = True) -> str:
         url = url or private_postgres.create_database(f"reviewer_{next(_database_numbers)}")

@@ -127,6 +127,7 @@ class PrivatePostgres:
         return self
 
     def _accepts(self) -> bool:
+        assert self.process is not None, "start() first"
         if self.process.poll() is not None:
             raise RuntimeError(f"postgres exited with {self.process.returncode}:\n{self.log()}")
         try:
@@ -211,6 +212,7 @@ class PrivateRedis:
         return self
 
     def _answers(self) -> bool:
+        assert self.process is not None, "start() first"
         if self.process.poll() is not None:
             raise RuntimeError(f"redis-server exited with {self.process.returncode}:\n{self.log()}")
         try:

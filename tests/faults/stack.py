@@ -85,15 +85,18 @@ class FaultStack:
 
     def kill(self, process: ServerProcess) -> None:
         """SIGKILL, by PID: no handler runs, nothing is flushed, nothing is handed over."""
+        assert process.process is not None, f"{process.name} was never started"
         os.kill(process.process.pid, signal.SIGKILL)
         process.process.wait(timeout=10)
         self.ended.append(process)
 
     def kill_reviewer(self) -> None:
+        assert self.reviewer is not None, "no Reviewer running"
         self.kill(self.reviewer)
         self.reviewer = None
 
     def kill_worker(self) -> None:
+        assert self.worker is not None, "no worker running"
         self.kill(self.worker)
         self.worker = None
 

@@ -32,6 +32,7 @@ def hooks_in_background(layer_on_private_redis, settings):
 def heard(proposal) -> dict:
     """A change of the proposal, committed, as a socket on its tenant's queue hears it."""
     layer = get_channel_layer()
+    assert layer is not None
 
     async def listen_then_hear():
         channel = await layer.new_channel()

@@ -48,6 +48,8 @@ async def test_pages_close_when_redis_restarts_and_get_changes_again_once_reconn
 
     again = await connected(proposal_path(proposal), session)  # as htmx reconnects
     change = await rendered(proposal, shared="<p>THE CHANGE</p>", read_at=time.time() + 60)
-    await get_channel_layer().group_send(events.proposal_group(proposal.id), change)
+    layer = get_channel_layer()
+    assert layer is not None
+    await layer.group_send(events.proposal_group(proposal.id), change)
     assert "THE CHANGE" in await again.receive_from(timeout=TIMEOUT)
     await again.disconnect()

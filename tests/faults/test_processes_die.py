@@ -39,6 +39,7 @@ from tests import factories
 from tests.e2e.test_a2a_loop import ask_refund
 from tests.e2e.test_gate_holds import Reviewer
 from tests.examples.harness import AgentClient
+from tests.faults.servers import PrivatePostgres, PrivateRedis
 from tests.faults.stack import FaultStack
 from tests.waiting import wait_until
 
@@ -52,8 +53,8 @@ SETTLE_SECONDS = 240  # a send killed mid-call waits out its lease (90 s) before
 @dataclass
 class Run:
     stack: FaultStack
-    postgres: object
-    redis: object
+    postgres: PrivatePostgres
+    redis: PrivateRedis
     payments: FakePaymentsServer
     reviewer: object  # the person voting here (services) and through the pages (`page`)
     page: Reviewer
