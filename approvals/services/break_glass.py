@@ -24,8 +24,8 @@ from approvals.services.common import proposal_subject
 from approvals.services.decisions import issue_decision
 from approvals.services.lifecycle import expire_proposal, transition
 from approvals.services.quorum import count_quorum
-from approvals.services.vote_step_up import check_step_up
 from approvals.services.votes import refusal_to_vote
+from approvals.services.votes.step_up import check_step_up
 from approvals.states import State
 from audit.labels import SYSTEM, actor_label, user_label
 from audit.models import Verb

@@ -1,4 +1,6 @@
-"""Votes, questions and edits by reviewers."""
+"""Votes, questions and edits by reviewers: the verbs (`cast_vote`, `request_info`, `edit_proposal`) and
+the refusal they share (`refusal_to_vote`). Whether the act carries the fresh factor its policy asks
+for is `votes.step_up`, read with them: every act here checks it first."""
 
 from datetime import datetime, timedelta
 
@@ -20,7 +22,7 @@ from approvals.services.halts import active_halt
 from approvals.services.intake import evaluate_and_route
 from approvals.services.lifecycle import closed_reason, enqueue_cancel, expire_proposal, transition
 from approvals.services.quorum import count_quorum
-from approvals.services.vote_step_up import STEP_UP_REFUSALS, auth_detail, check_step_up
+from approvals.services.votes.step_up import STEP_UP_REFUSALS, auth_detail, check_step_up
 from approvals.states import OPEN_FOR_VOTES, WAITING_FOR_PEOPLE, State
 from audit.labels import SYSTEM, actor_label, user_label
 from audit.models import Verb
