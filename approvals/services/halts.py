@@ -109,7 +109,7 @@ def resume(
 ) -> int:
     """Lift the active halts of exactly this scope. Returns how many were lifted."""
     label = actor_label(actor)
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         halts = Halt.objects.select_for_update().filter(lifted_at__isnull=True)
         if everything:
             halts = halts.filter(scope=Halt.Scope.GLOBAL)

@@ -55,7 +55,7 @@ def cast_vote(
     if reservation and verdict != Vote.Verdict.APPROVE:
         raise VoteRefused("reservation_with_reject", "a reservation goes with an approval", "reservation")
     refusal: VoteRefused | None = None
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         proposal, role = lock_proposal_with_role(proposal_id, actor)
         clock = now or timezone.now()
         slots = VoterSlots(proposal, actor, role=role)
@@ -245,7 +245,7 @@ def request_info(
     question = (question or "").strip()
     if not question:
         raise VoteRefused("question_required", "write the question the agent must answer", "question")
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         proposal, refusal = _locked_for_a_reviewer(proposal_id, actor, digest_seen)
         if refusal:
             raise refusal
@@ -293,7 +293,7 @@ def edit_proposal(
         raise EditRefused("bad_arguments", "arguments must be an object", "arguments")
     if (number := first_number(arguments, ("arguments",))) is not None:  # the intake rule
         raise EditRefused("json_number", f"{number}: {NUMBERS_ARE_STRINGS}", "arguments")
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         old, refusal = _locked_for_a_reviewer(proposal_id, actor, digest_seen)
         if refusal:
             raise EditRefused(refusal.code, refusal.message, refusal.field)
