@@ -142,7 +142,7 @@ def policy_counts(proposal: Proposal | None) -> dict:
 
 
 def policy_counts_expression(proposal: Proposal):
-    """policy_counts() as one scalar subquery (a `RawSQL`, approvals/storage/history.py), for a caller that
+    """policy_counts() as one scalar subquery of plain SQL (approvals/storage/history.py), for a caller that
     reads it in a query it makes anyway (intake, before the proposal is stored): one scan of the
     target's rows, every count at once, as "n,n,n,n,n" in POLICY_COUNTS order (read it with
     read_policy_counts; NULL when there is no row). The same rows as earlier_on_target; a proposal not
