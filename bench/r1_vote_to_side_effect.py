@@ -84,7 +84,7 @@ def _vote(proposal, reviewer, step_up) -> float:
         commit()
         marks.append(time.perf_counter())
 
-    connection.commit = timed_commit  # type: ignore[method-assign]
+    connection.commit = timed_commit
     try:
         cast_vote(
             proposal.id,
