@@ -27,10 +27,9 @@ import sys
 from pathlib import Path
 
 from django.conf import settings
-from django.db import connection as django_connection
 
+from lib import pg_listen
 from lib.commit_hooks import on_commit, on_commit_first
-from lib.pg_listen import PostgresListener
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +41,8 @@ CHANNEL = "reviewer_outbox"
 
 def outbox_message_queued() -> None:
     """Wake the workers once the current transaction commits (never if it rolls back)."""
-    if django_connection.vendor == "postgresql":
-        # Delivered at commit; several NOTIFYs of one transaction reach a listener once.
-        with django_connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, '')", [CHANNEL])
+    if pg_listen.supported():
+        pg_listen.notify(CHANNEL)  # delivered at commit
     else:
         on_commit(ring_doorbells, robust=True)
 
@@ -77,9 +74,8 @@ def continuation_queued(outbox_message_id: int) -> None:
 
 def ring_now() -> None:
     """Wake the workers now, outside any transaction (a committed message this process will not send)."""
-    if django_connection.vendor == "postgresql":
-        with django_connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, '')", [CHANNEL])
+    if pg_listen.supported():
+        pg_listen.notify(CHANNEL)
     else:
         ring_doorbells()
 
@@ -155,8 +151,8 @@ class UnixDoorbell:
 def doorbell(stop):
     """What the worker waits on between ticks; polling only if no wake-up works here."""
     try:
-        if django_connection.vendor == "postgresql":
-            return PostgresListener(CHANNEL)
+        if pg_listen.supported():
+            return pg_listen.PostgresListener(CHANNEL)
         if sys.platform == "linux":
             return UnixDoorbell()
     except Exception:  # waking is an optimisation: never stop the worker for it

@@ -71,14 +71,21 @@ def _vote(proposal, reviewer, step_up) -> float:
     """Cast the final vote; returns the perf_counter of its commit. The clock starts at the commit, not
     when cast_vote returns: the vote's own after-commit hooks (audit sequencing, the broadcast, the
     direct send's hand-off) run before it returns, while the continuation may already be on its way.
-    (An outer atomic block with a first on-commit hook: cast_vote's block becomes a savepoint of it.)"""
-    from django.db import transaction
+    cast_vote's transaction is durable (nothing may wrap it), so the commit is timed by wrapping this
+    connection's commit() for the one call: Django's atomic block calls it, then runs the hooks."""
+    from django.db import connection
 
     from approvals.services.votes import cast_vote  # Django is set up by now (measure_on_stack)
 
     marks = []
-    with transaction.atomic():
-        transaction.on_commit(lambda: marks.append(time.perf_counter()))
+    commit = connection.commit
+
+    def timed_commit():
+        commit()
+        marks.append(time.perf_counter())
+
+    connection.commit = timed_commit
+    try:
         cast_vote(
             proposal.id,
             reviewer,
@@ -86,6 +93,8 @@ def _vote(proposal, reviewer, step_up) -> float:
             digest_seen=proposal.action_digest,
             step_up=step_up,
         )
+    finally:
+        del connection.commit  # the backend's own method again
     return marks[0]
 
 

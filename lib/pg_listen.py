@@ -1,9 +1,23 @@
-"""LISTEN on a PostgreSQL channel from a connection of its own, in autocommit: how the worker is woken
-for outbox messages (approvals/wakeup.py) and its audit sequencer for pending events
-(audit/sequencer_wakeup.py)."""
+"""LISTEN and NOTIFY on PostgreSQL channels: how the worker is woken for outbox messages
+(approvals/wakeup.py) and its audit sequencer for pending events (audit/sequencer_wakeup.py). A listener
+has a connection of its own, in autocommit; a notification goes on Django's connection, in the
+sender's transaction. One of the few modules outside a storage module that use the connection itself
+(pyproject.toml, the banned-api list)."""
 
 import psycopg
 from django.db import connection
+
+
+def supported() -> bool:
+    """Whether the database is PostgreSQL, where LISTEN/NOTIFY reach other processes."""
+    return connection.vendor == "postgresql"
+
+
+def notify(channel: str) -> None:
+    """NOTIFY `channel` on Django's connection: PostgreSQL delivers it when (and if) the current
+    transaction commits, at once outside one; several of one transaction reach a listener once."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, '')", [channel])
 
 
 class PostgresListener:

@@ -49,7 +49,7 @@ class AgentToken(HttpBearer):
         return self.authenticate(request, token.strip())
 
     def authenticate(self, request, token):
-        return agent_for_token(token)  # plain SQL built once, read on every request (tokens.py)
+        return agent_for_token(token)  # read on every request, no cache (tokens.py)
 
 
 api = NinjaAPI(

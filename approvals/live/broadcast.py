@@ -15,10 +15,8 @@ socket re-reads, as it did before this message carried its content.
 
 import logging
 import time
-import uuid
 
 from django.conf import settings
-from django.db import connection
 from django.db.models import Subquery
 
 from approvals import events
@@ -37,23 +35,13 @@ def max_bytes() -> int:
     return getattr(settings, "LIVE_MESSAGE_MAX_BYTES", 256 * 1024)
 
 
-def _watched(proposal_id) -> bool:
-    """Whether anyone has the proposal's page open: plain SQL, asked first, since for most changes
-    (an allowed call's) the answer is no and the members' query would cost more to build than to run."""
-    key = Proposal._meta.pk.get_db_prep_value(uuid.UUID(str(proposal_id)), connection)  # SQLite: hex
-    with connection.cursor() as cursor:
-        cursor.execute(_WATCHED_SQL, [key])
-        return cursor.fetchone() is not None
-
-
-_WATCHED_SQL = f"SELECT 1 FROM {PageWatcher._meta.db_table} WHERE proposal_id = %s LIMIT 1"  # noqa: S608 (a table name)
-
-
 def rendered_message(proposal_id) -> dict:
     """events.changed_message, with the page's parts for every member of the tenant who has the page
     open, when they fit."""
     message = events.changed_message(proposal_id)
-    if not _watched(proposal_id):  # the allowed path: one small query, not the page's reads
+    # Asked first: for most changes (an allowed call's) nobody has the page open, and this one small
+    # query costs less than building the members' query below.
+    if not PageWatcher.objects.filter(proposal_id=proposal_id).exists():
         return message
     read_at = time.time()  # before the page's reads: a socket whose facts are newer re-reads instead
     limit = max_people()

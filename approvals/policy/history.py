@@ -12,16 +12,12 @@ order share one history): `evaluation.tool_classification`. An action with no ta
 import re
 import unicodedata
 from datetime import timedelta
-from functools import lru_cache
 
-from django.db import connection
-from django.db.models import CharField
-from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from approvals.models import Proposal
-from approvals.sql import quoted_names
 from approvals.states import RELEASED, STARTED, WAITING_FOR_PEOPLE, State
+from approvals.storage.history import target_counts_expression
 
 # Arguments that name what an action acts on, in the order they are tried.
 KEY_ARGUMENTS = (
@@ -130,6 +126,7 @@ POLICY_COUNTS = {
     "count_rejected_24h": frozenset({State.REJECTED, State.DENIED}),
     "count_open": WAITING_FOR_PEOPLE,
 }
+_COUNTED_STATES = tuple(None if among is None else tuple(sorted(among)) for among in POLICY_COUNTS.values())
 
 
 def policy_counts(proposal: Proposal | None) -> dict:
@@ -144,37 +141,21 @@ def policy_counts(proposal: Proposal | None) -> dict:
     }
 
 
-def policy_counts_expression(proposal: Proposal) -> RawSQL | None:
-    """policy_counts() as one scalar subquery, for a caller that reads it in a query it makes anyway
-    (intake, before the proposal is stored): one scan of the target's rows, every count at once, as
-    "n,n,n,n,n" in POLICY_COUNTS order (read it with read_policy_counts; NULL when there is no row).
-    Plain SQL built once per process: the ORM would rebuild this expression tree on every intake, at a
-    cost several times the query's. The same rows as earlier_on_target (test_history.py checks both
-    agree); a proposal not stored yet cannot be among them, so its own id needs no exclusion. None
-    without a target: its counts are all zero, no query needed."""
+def policy_counts_expression(proposal: Proposal):
+    """policy_counts() as one scalar subquery of plain SQL (approvals/storage/history.py), for a caller that
+    reads it in a query it makes anyway (intake, before the proposal is stored): one scan of the
+    target's rows, every count at once, as "n,n,n,n,n" in POLICY_COUNTS order (read it with
+    read_policy_counts; NULL when there is no row). The same rows as earlier_on_target; a proposal not
+    stored yet cannot be among them, so its own id needs no exclusion. None without a target: its
+    counts are all zero, no query needed."""
     if not proposal.target_key:
         return None
-    since = connection.ops.adapt_datetimefield_value(timezone.now() - POLICY_WINDOW)
-    states = [state for among in POLICY_COUNTS.values() if among is not None for state in sorted(among)]
-    params = (*states, proposal.tenant_id, proposal.target_key, since, proposal.agent_id, proposal.task_id)
-    # Only names from the models and placeholders go into the SQL; every value is a parameter.
-    return RawSQL(_policy_counts_sql(connection.vendor), params, output_field=CharField())  # noqa: S611
-
-
-@lru_cache
-def _policy_counts_sql(vendor: str) -> str:
-    table, column = quoted_names(Proposal)
-
-    def count(among) -> str:
-        if among is None:
-            return "COUNT(*)"
-        placeholders = ", ".join(["%s"] * len(among))  # the states, in sorted order: see the params
-        return f"SUM(CASE WHEN {column('state')} IN ({placeholders}) THEN 1 ELSE 0 END)"
-
-    counts = " || ',' || ".join(count(among) for among in POLICY_COUNTS.values())
-    return (
-        f"SELECT {counts} FROM {table} WHERE {column('tenant')} = %s AND {column('target_key')} = %s"  # noqa: S608
-        f" AND {column('created_at')} >= %s AND NOT ({column('agent')} = %s AND {column('task_id')} = %s)"
+    return target_counts_expression(
+        tenant_id=proposal.tenant_id,
+        target_key=proposal.target_key,
+        since=timezone.now() - POLICY_WINDOW,
+        excluding_task=(proposal.agent_id, proposal.task_id),
+        counts=_COUNTED_STATES,
     )
 
 

@@ -153,7 +153,7 @@ def register_agent(
 
 
 def rotate_signing_key(*, actor=None) -> str:
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         new_key, retired = keys.rotate()
         record(
             None,
@@ -218,7 +218,7 @@ def rotate_agent_tokens(agent: Agent, *, actor=None) -> tuple[str, str]:
 
     require_config_admin(actor, agent.tenant_id)
     push_token, api_token = new_token(), new_token()
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         updated = Agent.objects.filter(pk=agent.pk).update(
             push_token_hash=hash_token(push_token), api_token_hash=hash_token(api_token)
         )

@@ -24,8 +24,8 @@ from approvals.services.common import proposal_subject
 from approvals.services.decisions import issue_decision
 from approvals.services.lifecycle import expire_proposal, transition
 from approvals.services.quorum import count_quorum
-from approvals.services.vote_step_up import check_step_up
 from approvals.services.votes import refusal_to_vote
+from approvals.services.votes.step_up import check_step_up
 from approvals.states import State
 from audit.labels import SYSTEM, actor_label, user_label
 from audit.models import Verb
@@ -67,7 +67,7 @@ def break_glass_release(
     if not reason:
         raise BreakGlassRefused("reason_required", "a break-glass release needs a reason", "reason")
     refusal: BreakGlassRefused | None = None
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         proposal, role = lock_proposal_with_role(proposal_id, actor)
         clock = now or timezone.now()
         slots = VoterSlots(proposal, actor, role=role)  # read once for the checks and the release
@@ -273,7 +273,7 @@ def complete_post_hoc_review(
     if not note:
         raise PostHocReviewRefused("note_required", "write a note: what you checked and found", "note")
     clock = now or timezone.now()
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         review = (
             PostHocReview.objects.select_for_update(of=("self",))
             .select_related("release__proposal")
@@ -302,7 +302,7 @@ def note_overdue_reviews(now: datetime | None = None, *, limit: int = 500) -> in
     """Record once each post-hoc review that passed its deadline undone (the worker calls this)."""
     clock = now or timezone.now()
     noted = 0
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         due = (
             PostHocReview.objects.select_for_update(of=("self",), skip_locked=_skip_locked())
             .filter(done_at__isnull=True, overdue_noted_at__isnull=True, due_at__lte=clock)

@@ -30,7 +30,7 @@ def events_after_cursor(
     than `batch` matched (nothing before it is left for this reader); on an error nothing moves. The
     cursor's row is locked, so two workers never read the same events."""
     start_at_head(sink, chain)
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         cursor = SiemCursor.objects.select_for_update().get(sink=sink, chain=chain)
         head = sealed_head(chain)
         events = AuditEvent.objects.chained(chain).filter(seq__gt=cursor.seq, seq__lte=head, **filters)

@@ -51,7 +51,7 @@ def set_delegation(
         raise DelegationRefused(
             "bad_delegate", "the delegate must be an active reviewer or admin of this tenant", "delegate"
         )
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         overlapping = Delegation.objects.filter(
             tenant=tenant, delegator=actor, starts_at__lt=ends_at, ends_at__gt=starts_at, ended_at=None
         )
@@ -83,7 +83,7 @@ def set_delegation(
 
 def end_delegation(delegation_id, *, actor) -> Delegation:
     """End a delegation now: its delegator or a tenant admin may."""
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         delegation = Delegation.objects.select_for_update().filter(pk=delegation_id).first()
         if delegation is None:
             raise DelegationRefused("not_found", "no such delegation")
@@ -126,7 +126,7 @@ def note_ended_delegations(now: datetime | None = None) -> int:
     for delegation_id in Delegation.objects.filter(end_recorded=False, ends_at__lte=now).values_list(
         "pk", flat=True
     )[:200]:
-        with transaction.atomic():
+        with transaction.atomic(durable=True):
             delegation = (
                 Delegation.objects.select_for_update().filter(pk=delegation_id, end_recorded=False).first()
             )

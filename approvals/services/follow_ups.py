@@ -119,7 +119,7 @@ def _chase_together(ids: list, now: datetime, reach: ReachReader) -> list[Chase]
     """If anything in the batch fails, the batch rolls back and each follow-up is chased in a
     transaction of its own (chase_one), so one bad proposal holds back no other."""
     try:
-        with transaction.atomic():
+        with transaction.atomic(durable=True):
             return _chase_locked_batch(ids, now, reach)
     except Exception:
         log.exception("chasing %d follow-ups together failed; chasing them one by one", len(ids))
@@ -139,7 +139,7 @@ def chase_one(follow_up_id, now: datetime | None = None, reach: ReachReader | No
     """chase_due for one follow-up, in a transaction of its own; None when nothing is to be told."""
     now = now or timezone.now()
     reach = reach or ReachReader()
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         chases = _chase_locked_batch([follow_up_id], now, reach)
     return chases[0] if chases else None
 

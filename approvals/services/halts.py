@@ -1,16 +1,16 @@
 """The kill switch: halting and resuming a tenant or one agent."""
 
-from functools import lru_cache
-
-from django.db import connection, transaction
-from django.db.models import BigIntegerField, Q
-from django.db.models.expressions import RawSQL
+from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from approvals.models import Agent, Halt, Proposal
 from approvals.services.lifecycle import enqueue_cancel, revoke_proposal, transition
-from approvals.sql import quoted_names
 from approvals.states import RELEASED, WAITING_FOR_PEOPLE, State
+
+# Intake's one read and the consume's claim ask for a halt inside a statement they make anyway: the same
+# question as active_halt, as plain SQL (its bench row and test are in approvals/storage/halts.py).
+from approvals.storage.halts import active_halt_expression as active_halt_expression
 from audit.labels import actor_label
 from audit.models import Verb
 from audit.trail import record
@@ -19,35 +19,13 @@ from tenants.models import Tenant
 
 
 def active_halts(tenant_id: int | None = None, agent_id: int | None = None):
-    """The halts in force on everything, the tenant or the agent, oldest first (a query, unevaluated:
-    intake reads it as a subquery of the one query it makes before writing)."""
+    """The halts in force on everything, the tenant or the agent, oldest first."""
     scope = Q(scope=Halt.Scope.GLOBAL)
     if tenant_id is not None:
         scope |= Q(scope=Halt.Scope.TENANT, tenant_id=tenant_id)
     if agent_id is not None:
         scope |= Q(scope=Halt.Scope.AGENT, agent_id=agent_id)
     return Halt.objects.filter(scope, lifted_at__isnull=True).order_by("created_at")
-
-
-def active_halt_expression(tenant_id: int, agent_id: int) -> RawSQL:
-    """The id of active_halts(tenant_id, agent_id).first(), as a scalar subquery for a query the caller
-    makes anyway (intake reads it with the policy versions: a real read on every request, no cache).
-    Plain SQL built once per process, so the hot path does not rebuild an ORM expression each time;
-    test_halt.py checks it finds what active_halt finds."""
-    params = (Halt.Scope.GLOBAL, Halt.Scope.TENANT, tenant_id, Halt.Scope.AGENT, agent_id)
-    # Only names from the model and placeholders go into the SQL; every value is a parameter.
-    return RawSQL(_active_halt_sql(connection.vendor), params, output_field=BigIntegerField())  # noqa: S611
-
-
-@lru_cache
-def _active_halt_sql(vendor: str) -> str:
-    table, column = quoted_names(Halt)
-    return (
-        f"SELECT {column('id')} FROM {table} WHERE {column('lifted_at')} IS NULL"  # noqa: S608
-        f" AND ({column('scope')} = %s OR ({column('scope')} = %s AND {column('tenant')} = %s)"
-        f" OR ({column('scope')} = %s AND {column('agent')} = %s))"
-        f" ORDER BY {column('created_at')} LIMIT 1"
-    )
 
 
 def active_halt(tenant_id: int | None = None, agent_id: int | None = None) -> Halt | None:
@@ -131,7 +109,7 @@ def resume(
 ) -> int:
     """Lift the active halts of exactly this scope. Returns how many were lifted."""
     label = actor_label(actor)
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         halts = Halt.objects.select_for_update().filter(lifted_at__isnull=True)
         if everything:
             halts = halts.filter(scope=Halt.Scope.GLOBAL)

@@ -23,7 +23,7 @@ def subscribe(
     if not p256dh or not auth or len(p256dh) > 200 or len(auth) > 100:
         raise ActionRefused("push_keys", "the subscription's keys are missing or malformed", "keys")
     name = (name or "").strip()[:100] or "This device"
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         if PushSubscription.objects.filter(user=user).count() >= MAX_DEVICES:
             raise ActionRefused("push_devices", f"at most {MAX_DEVICES} devices; remove one first")
         try:
@@ -44,7 +44,7 @@ def subscribe(
 
 
 def remove(user, device_id: int) -> None:
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         deleted, _ = PushSubscription.objects.filter(user=user, pk=device_id).delete()
         if not deleted:
             raise ActionRefused("not_found", "no such device")
@@ -58,7 +58,7 @@ def remove(user, device_id: int) -> None:
 
 
 def forget_subscription(device: PushSubscription, why: str) -> None:
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         PushSubscription.objects.filter(pk=device.pk).delete()
         record(
             None,

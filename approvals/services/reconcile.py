@@ -31,7 +31,7 @@ def expire_due(now: datetime | None = None) -> int:
     for proposal_id in list(waiting.values_list("pk", flat=True)) + list(
         released.values_list("pk", flat=True)
     ):
-        with transaction.atomic():
+        with transaction.atomic(durable=True):
             proposal = Proposal.objects.select_for_update().filter(pk=proposal_id).first()
             if proposal is None:
                 continue
@@ -46,7 +46,7 @@ def expire_due(now: datetime | None = None) -> int:
 
 def mark_unknown(proposal_id, *, reason: str) -> Proposal:
     """An execution whose result nobody can tell yet; only the agent's own state settles it."""
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         proposal = Proposal.objects.select_for_update().get(pk=proposal_id)
         if proposal.state == State.EXECUTING:
             transition(proposal, State.UNKNOWN, actor=SYSTEM, reason=reason)
@@ -55,7 +55,7 @@ def mark_unknown(proposal_id, *, reason: str) -> Proposal:
 
 def settle_from_task_state(proposal_id, *, task_state: str, detail: str = "") -> Proposal:
     """Reconciliation: the agent's task state (from GetTask or a push) settles an execution."""
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         locked = Proposal.objects.select_for_update(of=("self",)).select_related("agent")
         proposal = locked.get(pk=proposal_id)
         decision = getattr(proposal, "decision", None)
@@ -78,7 +78,7 @@ def settle_from_task_state(proposal_id, *, task_state: str, detail: str = "") ->
 def close_for_ended_task(proposal_id, *, task_state: str) -> Proposal:
     """The agent's task ended (a push or GetTask says so) while its request still waited for people:
     nothing can act on a decision any more, so the request is cancelled rather than left in the queue."""
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         proposal = Proposal.objects.select_for_update().get(pk=proposal_id)
         if proposal.state in WAITING_FOR_PEOPLE:
             transition(

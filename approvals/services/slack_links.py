@@ -57,7 +57,7 @@ def confirm_link(token: str, *, actor) -> SlackIdentity:
     """The signed-in person takes the Slack user the link was offered to. Refused if the link is used,
     expired or unknown, if the person is not a member of the workspace's tenant, or if either side is
     already linked to someone else."""
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         offer = SlackLinkRequest.objects.select_for_update().filter(token_hash=_hash(token or "")).first()
         if offer is None or offer.used_at is not None or offer.expires_at <= timezone.now():
             raise ActionRefused(
@@ -94,7 +94,7 @@ def confirm_link(token: str, *, actor) -> SlackIdentity:
 
 def note_refused_request(workspace: SlackWorkspace | None, code: str, detail: dict | None = None) -> None:
     """A Slack request refused (bad or missing signature, replay, a decision chat may not take)."""
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         record(
             workspace.tenant_id if workspace else None,
             actor=SYSTEM,
@@ -108,7 +108,7 @@ def first_sight(signature: str, now: datetime | None = None) -> bool:
     """True the first time a (verified) signature is seen; False for a replay."""
     now = now or timezone.now()
     try:
-        with transaction.atomic():
+        with transaction.atomic(durable=True):
             SlackRequestSeen.objects.create(signature=signature[:100], at=now)
     except IntegrityError:
         return False

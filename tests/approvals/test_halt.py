@@ -69,46 +69,6 @@ def test_halt_refuses_intake_in_scope(tenant, agent, refund_policy, requester, a
     assert Proposal.objects.count() == before
 
 
-def test_intake_reads_in_its_one_query_the_halt_active_halt_finds(
-    tenant, agent, other_agent, globex_agent, admin_user
-):
-    """Intake checks for a halt inside the one query it makes before writing (services/halts.py
-    active_halt_expression, plain SQL): it must find what active_halt finds, scope by scope."""
-    from django.utils import timezone
-
-    from approvals.models import Agent
-    from approvals.services.halts import active_halt_expression
-
-    def in_one_query():
-        expression = active_halt_expression(agent.tenant_id, agent.id)
-        return (
-            Agent.objects.filter(pk=agent.pk).annotate(found=expression).values_list("found", flat=True).get()
-        )
-
-    def agree() -> int | None:
-        found = active_halt(agent.tenant_id, agent.id)
-        assert in_one_query() == (found.id if found else None)
-        return in_one_query()
-
-    def halt(**fields):
-        return Halt.objects.create(reason="test", operator=admin_user, **fields)
-
-    assert agree() is None
-    halt(scope=Halt.Scope.GLOBAL, lifted_at=timezone.now())
-    halt(scope=Halt.Scope.TENANT, tenant=globex_agent.tenant)
-    halt(scope=Halt.Scope.AGENT, agent=other_agent)
-    assert agree() is None  # lifted, another tenant's, another agent's
-    by_agent = halt(scope=Halt.Scope.AGENT, agent=agent)
-    assert agree() == by_agent.id
-    halt(scope=Halt.Scope.TENANT, tenant=tenant)
-    assert agree() == by_agent.id  # the oldest in force
-    Halt.objects.filter(pk=by_agent.pk).update(lifted_at=timezone.now())
-    assert agree() is not None
-    Halt.objects.filter(lifted_at__isnull=True, scope=Halt.Scope.TENANT).update(lifted_at=timezone.now())
-    everything = halt(scope=Halt.Scope.GLOBAL)
-    assert agree() == everything.id
-
-
 def test_agent_halt_leaves_other_agents_accepting(agent, other_agent, refund_policy, requester, admin_user):
     halts.halt(scope=Halt.Scope.AGENT, actor=admin_user, reason="bad deploy of refund-demo", agent=agent)
 

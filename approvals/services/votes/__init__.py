@@ -1,4 +1,6 @@
-"""Votes, questions and edits by reviewers."""
+"""Votes, questions and edits by reviewers: the verbs (`cast_vote`, `request_info`, `edit_proposal`) and
+the refusal they share (`refusal_to_vote`). Whether the act carries the fresh factor its policy asks
+for is `votes.step_up`, read with them: every act here checks it first."""
 
 from datetime import datetime, timedelta
 
@@ -20,7 +22,7 @@ from approvals.services.halts import active_halt
 from approvals.services.intake import evaluate_and_route
 from approvals.services.lifecycle import closed_reason, enqueue_cancel, expire_proposal, transition
 from approvals.services.quorum import count_quorum
-from approvals.services.vote_step_up import STEP_UP_REFUSALS, auth_detail, check_step_up
+from approvals.services.votes.step_up import STEP_UP_REFUSALS, auth_detail, check_step_up
 from approvals.states import OPEN_FOR_VOTES, WAITING_FOR_PEOPLE, State
 from audit.labels import SYSTEM, actor_label, user_label
 from audit.models import Verb
@@ -53,7 +55,7 @@ def cast_vote(
     if reservation and verdict != Vote.Verdict.APPROVE:
         raise VoteRefused("reservation_with_reject", "a reservation goes with an approval", "reservation")
     refusal: VoteRefused | None = None
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         proposal, role = lock_proposal_with_role(proposal_id, actor)
         clock = now or timezone.now()
         slots = VoterSlots(proposal, actor, role=role)
@@ -243,7 +245,7 @@ def request_info(
     question = (question or "").strip()
     if not question:
         raise VoteRefused("question_required", "write the question the agent must answer", "question")
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         proposal, refusal = _locked_for_a_reviewer(proposal_id, actor, digest_seen)
         if refusal:
             raise refusal
@@ -291,7 +293,7 @@ def edit_proposal(
         raise EditRefused("bad_arguments", "arguments must be an object", "arguments")
     if (number := first_number(arguments, ("arguments",))) is not None:  # the intake rule
         raise EditRefused("json_number", f"{number}: {NUMBERS_ARE_STRINGS}", "arguments")
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         old, refusal = _locked_for_a_reviewer(proposal_id, actor, digest_seen)
         if refusal:
             raise EditRefused(refusal.code, refusal.message, refusal.field)
