@@ -2,25 +2,19 @@
 
 Inside `held_writes()` (in a transaction), `write(sql, params)` keeps its statement instead of running
 it. The kept statements run, in their order, in one `execute` when the block ends, or earlier, just
-before any other statement of this connection (an ORM query, a raw cursor), so that whatever runs next
-sees them: a read inside the block never misses a held write, and the order of writes is the order of
-the calls. Outside the block `write()` runs its statement at once.
+before any other statement of this connection (an ORM query, a raw cursor: Django's
+`connection.execute_wrapper` hook), so that whatever runs next sees them: a read inside the block never
+misses a held write, and the order of writes is the order of the calls. Outside the block `write()`
+runs its statement at once.
 
 On PostgreSQL the statements go as one text (Django's psycopg backend binds parameters client-side, so
 one execute may hold several statements; they run in order, in the caller's transaction, and the first
 error stops the rest and surfaces as that statement's error). Elsewhere they run one by one. A block
-left by an exception drops what it held: the transaction is rolling back anyway.
+left by an exception drops what it held: the transaction is rolling back anyway. The transaction's
+COMMIT stays Django's: the block ends before its `transaction.atomic()` does.
 
 For a change that writes several rows and reads none of them (intake: the quota spend, the proposal
-with its pins, the decision or the review notice and follow-up row, the audit events).
-
-`held_writes(commit=True)`: the block is the end of its transaction, which is the outermost one, so
-on PostgreSQL the COMMIT goes in the same round trip as the block's last writes. Intake holds its
-quota rows' lock until its commit, and every intake of a tenant waits for it: one round trip less is
-a shorter wait for all of them. The transaction's own commit then finds nothing left to send (psycopg
-sends no COMMIT for a connection already out of its transaction), and its on-commit hooks run as
-always. A COMMIT that fails (a deferred constraint) fails the block like any of its writes. Inside an
-enclosing transaction (a savepoint: tests, a caller's atomic) nothing is committed early.
+with its pins, the follow-up row, the audit events).
 """
 
 from collections.abc import Iterator, Sequence
@@ -43,9 +37,8 @@ def write(sql: str, params: Sequence = ()) -> None:
 
 
 @contextmanager
-def held_writes(*, commit: bool = False) -> Iterator[None]:
-    """Hold this block's `write()`s for one round trip (see above); nested blocks leave it to the outer.
-    `commit`: nothing of the transaction follows the block; its COMMIT goes with the last writes."""
+def held_writes() -> Iterator[None]:
+    """Hold this block's `write()`s for one round trip (see above); nested blocks leave it to the outer."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("held_writes() must run inside the transaction its writes belong to")
     if _held.get() is not None:  # an outer block sends them
@@ -64,21 +57,16 @@ def held_writes(*, commit: bool = False) -> Iterator[None]:
             yield
             if held:
                 with connection.cursor() as cursor:
-                    _send(held, cursor, commit=commit and _outermost_transaction())
+                    _send(held, cursor)
     finally:
         _held.reset(token)
 
 
-def _outermost_transaction() -> bool:
-    """Whether the block runs in the outermost transaction of the connection, not in a savepoint."""
-    return len(connection.atomic_blocks) == 1 and not connection.savepoint_ids
-
-
-def _send(held: list[tuple[str, Sequence]], cursor, *, commit: bool = False) -> None:
+def _send(held: list[tuple[str, Sequence]], cursor) -> None:
     statements = held[:]
     held.clear()  # first: the execute below passes through send_held_first again
     if connection.vendor == "postgresql":
-        text = ";\n".join([*(sql for sql, _ in statements), *(["COMMIT"] if commit else [])])
+        text = ";\n".join(sql for sql, _ in statements)
         cursor.execute(text, [value for _, params in statements for value in params])
         return
     for sql, params in statements:

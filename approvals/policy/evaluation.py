@@ -305,7 +305,7 @@ def _admin_group_slug(tenant: Tenant) -> str:
 
 def active_versions_query(tenant: Tenant):
     """The tenant's active versions, each with its policy, in policy order: one query, whatever their
-    number. Intake reads it annotated with what else it needs to know (approvals/services/intake.py)."""
+    number. Intake reads it annotated with what else it needs to know (approvals/services/intake/read.py)."""
     return (
         PolicyVersion.objects.filter(policy__tenant=tenant, status=PolicyVersion.Status.ACTIVE)
         .select_related("policy")

@@ -1,7 +1,6 @@
 """Signed decisions: issue, revoke, consume, and the outcome the agent reports."""
 
 from datetime import datetime, timedelta
-from functools import lru_cache
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -12,7 +11,7 @@ from approvals.models import Agent, Decision, OutboxMessage, Proposal, Vote
 from approvals.policy.evaluation import shaping_refs
 from approvals.selectors import lock_proposal_for, tenant_role
 from approvals.services.common import agent_actor, proposal_subject
-from approvals.services.halts import active_halt, active_halt_expression
+from approvals.services.halts import active_halt
 from approvals.services.lifecycle import (
     closed_reason,
     enqueue_message,
@@ -24,14 +23,14 @@ from approvals.services.lifecycle import (
 )
 from approvals.services.quorum import Quorum
 from approvals.signing import decision_claims, sign_decision
-from approvals.sql import insert_statement, quoted_names
 from approvals.states import RELEASED, STARTED, State
+from approvals.storage.decisions import claim_sql
+from approvals.storage.halts import active_halt_expression
 from audit.labels import SYSTEM, actor_label, tenant_chain
 from audit.models import Verb
 from audit.statement_events import accept_sql
 from audit.trail import audit_time, record
 from lib.errors import CompensationRefused, Conflict, ConsumeRefused, NotFound, RevokeRefused, ServiceError
-from lib.held_writes import write
 from tenants.models import TenantMembership
 from tenants.queries import DECIDING_ROLES
 
@@ -93,7 +92,7 @@ def issue_decision(
     claims["replaces"] = supersession_chain(proposal)
     claims["policies"] = policy_refs
     decision.token, decision.kid = sign_decision(claims)
-    write(*insert_statement(decision))  # plain SQL built once; with intake's other writes where it holds them
+    decision.save(force_insert=True)
     record(
         proposal.tenant_id,
         actor=SYSTEM,
@@ -164,7 +163,7 @@ def revoke_decision(proposal_id, actor, *, reason: str) -> Proposal:
     reason = (reason or "").strip()
     if not reason:
         raise RevokeRefused("reason_required", "a revocation needs a reason", "reason")
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         proposal = lock_proposal_for(proposal_id, actor)
         if not may_revoke(proposal, actor):
             raise RevokeRefused(
@@ -185,7 +184,7 @@ def note_compensation(proposal_id, actor, *, note: str) -> Proposal:
     note = (note or "").strip()
     if not note:
         raise CompensationRefused("note_required", "write the compensation note", "note")
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         proposal = lock_proposal_for(proposal_id, actor, roles=DECIDING_ROLES)
         proposal.compensation_note = (proposal.compensation_note + "\n" + note).strip()[:5000]
         proposal.save(update_fields=["compensation_note"])
@@ -204,7 +203,7 @@ def consume_decision(agent: Agent, jti, *, rev: int, now: datetime | None = None
     Exactly one caller wins; every other gets ConsumeRefused with the reason."""
     clock = now or timezone.now()
     refusal: ConsumeRefused | None = None
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         claimed = _claim(agent, jti, rev, clock) if connection.vendor == "postgresql" else None
         if claimed is not None:
             return claimed
@@ -250,12 +249,10 @@ def consume_decision(agent: Agent, jti, *, rev: int, now: datetime | None = None
 
 
 def _claim(agent: Agent, jti, rev: int, clock: datetime) -> Proposal | None:
-    """The consume in one statement (PostgreSQL): the proposal moves to executing and the decision is
-    marked consumed only if every condition of _consume_refusal holds, with both audit events in the
-    same round trip; None when nothing matched. The proposal row is locked before the decision's, the
-    order revoke, halt and expiry take them in; a consume waiting on the proposal's lock re-checks its
-    state once the holder commits (READ COMMITTED), so a concurrent consume, revoke or expiry leaves
-    nothing to claim. The halt is read in the statement, without a cache."""
+    """The consume in one statement (PostgreSQL, approvals/storage/decisions.py): the proposal moves to
+    executing and the decision is marked consumed only if every condition of _consume_refusal holds,
+    with both audit events in the same round trip; None when nothing matched. The halt is read in the
+    statement, without a cache."""
     halt = active_halt_expression(agent.tenant_id, agent.id)
     actor = agent_actor(agent)
     audit, audit_params = accept_sql(
@@ -275,7 +272,7 @@ def _claim(agent: Agent, jti, rev: int, clock: datetime) -> Proposal | None:
     params = [State.EXECUTING, timezone.now(), jti, agent.id, *RELEASED, Decision.Kind.APPROVED, rev]
     params += [clock, clock, *halt.params, clock, *audit_params]
     with connection.cursor() as cursor:
-        cursor.execute(_claim_sql(halt.sql, audit), params)
+        cursor.execute(claim_sql(halt.sql, audit), params)
         row = cursor.fetchone()
     if row is None:
         return None
@@ -287,27 +284,6 @@ def _claim(agent: Agent, jti, rev: int, clock: datetime) -> Proposal | None:
     proposal.agent = agent
     events.proposal_changed(proposal)  # as transition() announces it
     return proposal
-
-
-@lru_cache
-def _claim_sql(halt_sql: str, audit: str) -> str:
-    proposals, proposal = quoted_names(Proposal)
-    decisions, decision = quoted_names(Decision)
-    return (
-        f"WITH claimed AS (UPDATE {proposals} AS p SET {proposal('state')} = %s,"  # noqa: S608
-        f" {proposal('rev')} = p.{proposal('rev')} + 1, {proposal('executing_since')} = %s"
-        f" FROM {decisions} AS d, {proposals} AS before"
-        f" WHERE d.{decision('jti')} = %s AND p.{proposal('id')} = d.{decision('proposal')}"
-        f" AND before.{proposal('id')} = p.{proposal('id')} AND p.{proposal('agent')} = %s"
-        f" AND p.{proposal('state')} IN (%s, %s) AND d.{decision('kind')} = %s AND d.{decision('rev')} = %s"
-        f" AND d.{decision('consumed_at')} IS NULL AND d.{decision('revoked_at')} IS NULL"
-        f" AND %s < d.{decision('expires_at')} AND %s < p.{proposal('expires_at')} AND ({halt_sql}) IS NULL"
-        f" RETURNING p.{proposal('id')} AS id, p.{proposal('rev')} AS rev,"
-        f" before.{proposal('state')} AS previous),"
-        f" spent AS (UPDATE {decisions} AS d SET {decision('consumed_at')} = %s FROM claimed"
-        f" WHERE d.{decision('proposal')} = claimed.id),"
-        f" {audit} SELECT id, rev FROM claimed"
-    )
 
 
 def _lock_decision(agent: Agent, jti) -> tuple[Proposal, Decision]:
@@ -366,7 +342,7 @@ def record_outcome(
     targets = {"succeeded": State.SUCCEEDED, "failed": State.FAILED, "unknown": State.UNKNOWN}
     if status not in targets:
         raise ServiceError("bad_status", "status is succeeded, failed or unknown", "status")
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         proposal, decision = _lock_decision(agent, jti)
         target = targets[status]
         if proposal.state == target:

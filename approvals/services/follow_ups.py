@@ -20,8 +20,8 @@ from approvals.models import Proposal
 from approvals.models.notifications import FollowUp, StandIn
 from approvals.selectors.reach import ReachReader
 from approvals.services.common import proposal_subject
-from approvals.sql import insert_statement, update_statement
 from approvals.states import WAITING_FOR_PEOPLE
+from approvals.storage.rows import insert_statement, update_statement
 from audit.labels import SYSTEM, user_label
 from audit.models import Verb
 from audit.people import read_pseudonyms

@@ -10,7 +10,6 @@ from approvals.states import RELEASED, WAITING_FOR_PEOPLE, State
 
 # Intake's one read and the consume's claim ask for a halt inside a statement they make anyway: the same
 # question as active_halt, as plain SQL (its bench row and test are in approvals/storage/halts.py).
-from approvals.storage.halts import active_halt_expression as active_halt_expression
 from audit.labels import actor_label
 from audit.models import Verb
 from audit.trail import record

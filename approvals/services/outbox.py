@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from approvals.models import OutboxMessage, Proposal
 from approvals.services.common import proposal_subject
-from approvals.sql import model_columns, quoted_names
+from approvals.storage.rows import model_columns, quoted_names
 from audit.labels import SYSTEM
 from audit.models import Verb
 from audit.trail import audit_time, record

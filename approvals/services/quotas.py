@@ -1,6 +1,6 @@
 """Intake quotas: a token bucket per agent and per tenant (a burst, refilled at a sustained rate) and a
 ceiling of open proposals (those waiting for people) per agent and per tenant. Intake asks them inside
-its own transaction (approvals/services/intake.py); the admin sets the limits (`set_agent_limits`,
+its own transaction (approvals/services/intake/); the admin sets the limits (`set_agent_limits`,
 `set_tenant_limits`; empty: the settings' defaults).
 
 Where the state lives: in PostgreSQL (QuotaState rows), not in Redis or in a process. Every Daphne
@@ -10,15 +10,15 @@ cannot escape the count; and the ceiling has to be counted in the database anywa
 the bucket then shares for free. Redis is optional (the in-memory channel layer), and a bucket there
 would be a second store that can disagree with the rows after a rollback.
 
-Concurrency: the locking statement (`locking_statement`) locks the tenant's QuotaState row and then the
-agent's (in that order everywhere, so two intakes cannot deadlock), before intake reads anything it
-decides on. On PostgreSQL's READ COMMITTED the counts intake reads next (its one read,
-`open_counts_expressions`) are a new statement, so they see every proposal committed by the intakes that
+Concurrency: the locking statement (approvals/storage/quotas.py) locks the tenant's QuotaState row
+and then the agent's (in that order everywhere, so two intakes cannot deadlock), before intake reads
+anything it decides on. On PostgreSQL's READ COMMITTED the counts intake reads next (in its one read,
+`open_counts_subqueries`) are a new statement, so they see every proposal committed by the intakes that
 held the lock before; the lock is held to commit, so no two intakes of a tenant count at once, and N
 parallel submissions never take it past its ceiling. The price: one tenant's intakes are serialized
-(each holds the lock for its own transaction), so intake keeps that transaction to two round trips: the
-lock and the read sent together (services/intake_read.py), then the writes with the COMMIT
-(lib/held_writes.py).
+(each holds the lock for its own transaction), so intake keeps that transaction to a few round trips:
+the lock and the read sent together (approvals/services/intake/read.py), then the writes, held together
+where nothing reads them back (lib/held_writes.py), then the COMMIT.
 
 Counting what waits costs a row per waiting proposal, under the tenant's lock: at thousands waiting,
 milliseconds of the database's time for every intake. So each quota row keeps `open_at_most`, a bound
@@ -39,18 +39,17 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import lru_cache
 
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import IntegerField
 from django.db.models.expressions import RawSQL
 
-from approvals.models import Agent, Proposal, QuotaState
+from approvals.models import Agent, QuotaState
 from approvals.services.common import agent_actor
 from approvals.services.tenants import require_config_admin
-from approvals.sql import model_columns, quoted_names
-from approvals.states import WAITING_FOR_PEOPLE
+from approvals.storage import quotas as storage
+from approvals.storage.rows import model_columns
 from audit.labels import actor_label, agent_label, tenant_label
 from audit.models import Verb
 from audit.trail import audit_time, record
@@ -127,14 +126,12 @@ def hold_quotas(agent: Agent, now: datetime) -> Hold:
 
 def locking_statement(agent: Agent) -> tuple[str, tuple]:
     """The statement that locks the agent's and its tenant's quota rows (tenant first) and reads them
-    with the limits their owners have now: built once per process; its rows go to hold_from_rows."""
-    return _locked_sql(connection.vendor), (agent.tenant_id, agent.id)
+    with the limits their owners have now (approvals/storage/quotas.py); its rows go to hold_from_rows."""
+    return storage.locking_sql(connection.vendor, LIMIT_FIELDS), (agent.tenant_id, agent.id)
 
 
 def _locked_rows(agent: Agent) -> list:
-    with connection.cursor() as cursor:
-        cursor.execute(*locking_statement(agent))
-        return cursor.fetchall()
+    return storage.locked_rows(agent, LIMIT_FIELDS)
 
 
 def hold_from_rows(agent: Agent, rows: list) -> Hold | None:
@@ -155,27 +152,6 @@ def hold_from_rows(agent: Agent, rows: list) -> Hold | None:
     )
 
 
-@lru_cache
-def _locked_sql(vendor: str) -> str:
-    columns = model_columns(QuotaState, "quota", vendor)
-    states, state = quoted_names(QuotaState)
-    agents, agent = quoted_names(Agent)
-    tenants, tenant = quoted_names(Tenant)
-    agent_limits_sql = ", ".join(f'"agent".{agent(name)}' for name in LIMIT_FIELDS)
-    tenant_limits_sql = ", ".join(f'"tenant".{tenant(name)}' for name in LIMIT_FIELDS)
-    # PostgreSQL puts NULLs last in ascending order, SQLite first: NULLS FIRST says it for both.
-    lock = ' FOR UPDATE OF "quota"' if connection.features.has_select_for_update_of else ""
-    return (
-        f"SELECT {columns.select}, {agent_limits_sql}, {tenant_limits_sql}"  # noqa: S608
-        f' FROM {states} AS "quota"'
-        f' LEFT OUTER JOIN {agents} AS "agent" ON "agent".{agent("id")} = "quota".{state("agent")}'
-        f' INNER JOIN {tenants} AS "tenant" ON "tenant".{tenant("id")} = "quota".{state("tenant")}'
-        f' WHERE ("quota".{state("tenant")} = %s AND "quota".{state("agent")} IS NULL)'
-        f' OR "quota".{state("agent")} = %s'
-        f' ORDER BY "quota".{state("agent")} ASC NULLS FIRST{lock}'
-    )
-
-
 # ---------------------------------------------------------------------------------------------------
 # The open-proposal counts, read in intake's one read after the lock
 
@@ -192,6 +168,11 @@ class CountCaps:
     def of(cls, agent_limit: Limits, tenant_limit: Limits) -> "CountCaps":
         return cls(agent=agent_limit.open_max + 1, tenant=tenant_limit.open_max + 1)
 
+    @classmethod
+    def for_agent(cls, agent: Agent) -> "CountCaps":
+        """The caps of the limits read with the agent when it authenticated (checked under the lock)."""
+        return cls.of(agent_limits(agent), tenant_limits(agent.tenant))
+
     def cover(self, hold: Hold) -> bool:
         """Whether counts this far decide against the ceilings the lock read: not when an admin raised
         one since the agent authenticated (its row is read with the agent, its limits again under the
@@ -199,40 +180,22 @@ class CountCaps:
         return self.agent >= hold.agent_limit.open_max + 1 and self.tenant >= hold.tenant_limit.open_max + 1
 
 
-def open_counts_expressions(agent: Agent, caps: CountCaps, *, always: bool = False) -> tuple[RawSQL, RawSQL]:
+def open_counts_subqueries(agent: Agent, caps: CountCaps, *, always: bool = False) -> tuple[RawSQL, RawSQL]:
     """Scalar subqueries counting the agent's and the tenant's proposals that wait for people (in that
     order), each capped (CountCaps), and null where the owner's quota row bounds the count under the
     ceiling (`open_at_most`, unless `always`): the count is then not made."""
-    waiting = [str(state) for state in sorted(WAITING_FOR_PEOPLE)]
     return (
-        _capped_count("agent", agent.id, waiting, caps.agent, always=always),
-        _capped_count("tenant", agent.tenant_id, waiting, caps.tenant, always=always),
+        _capped_count("agent", agent.id, caps.agent, always=always),
+        _capped_count("tenant", agent.tenant_id, caps.tenant, always=always),
     )
 
 
-def _capped_count(owner: str, owner_id: int, waiting: Sequence[str], cap: int, *, always: bool) -> RawSQL:
+def _capped_count(owner: str, owner_id: int, cap: int, *, always: bool) -> RawSQL:
     # A bound is never under 0: with `always` the count is made whatever the bound.
     ceiling = 0 if always else cap - 1
-    params = (owner_id, ceiling, owner_id, *waiting, cap)
+    params = storage.open_count_params(owner_id, ceiling, cap)
     # Only names from the model and placeholders go into the SQL; every value is a parameter.
-    return RawSQL(_count_sql(connection.vendor, owner), params, IntegerField())  # noqa: S611
-
-
-@lru_cache
-def _count_sql(vendor: str, owner: str) -> str:
-    table, column = quoted_names(Proposal)
-    states_table, state_column = quoted_names(QuotaState)
-    states = ", ".join(["%s"] * len(WAITING_FOR_PEOPLE))
-    if owner == "agent":
-        quota_row = f"{state_column('agent')} = %s"
-    else:
-        quota_row = f"{state_column('tenant')} = %s AND {state_column('agent')} IS NULL"
-    # A CASE computes only the branch it takes (in PostgreSQL and SQLite alike): no count under the bound.
-    return (
-        f"CASE WHEN (SELECT {state_column('open_at_most')} FROM {states_table} WHERE {quota_row}) < %s"  # noqa: S608
-        f" THEN NULL ELSE (SELECT COUNT(*) FROM (SELECT 1 FROM {table}"
-        f" WHERE {column(owner)} = %s AND {column('state')} IN ({states}) LIMIT %s) AS waiting) END"
-    )
+    return RawSQL(storage.open_count_sql(connection.vendor, owner), params, IntegerField())  # noqa: S611
 
 
 @dataclass(frozen=True)
@@ -250,6 +213,14 @@ class OpenCounts:
         return _bounded(self.agent, hold.agent_state, hold.agent_limit) and _bounded(
             self.tenant, hold.tenant_state, hold.tenant_limit
         )
+
+
+def count_again(hold: Hold, caps: CountCaps, counts: OpenCounts) -> bool:
+    """Whether intake must count again, in full, after the lock: the caps the counts were made with, or
+    the bounds they relied on, do not decide against the ceilings the lock read (an admin changed a
+    limit since the agent authenticated). Intake counts again too on the agent's first intake, when the
+    quota rows did not exist yet."""
+    return not caps.cover(hold) or not counts.under_ceilings(hold)
 
 
 def _bounded(counted: int | None, state: QuotaState, limit: Limits) -> bool:
@@ -313,22 +284,16 @@ def spend_or_refuse(
     caps = counts.caps
     agent_bound = _bound_after(counts.agent, caps.agent if caps else None, hold.agent_state, waiting)
     tenant_bound = _bound_after(counts.tenant, caps.tenant if caps else None, hold.tenant_state, waiting)
-    # One UPDATE for both rows, already locked (plain SQL built once per process).
-    agent_row, tenant_row = hold.agent_state.pk, hold.tenant_state.pk
-    tokens = (agent_row, agent_tokens - 1, tenant_tokens - 1)
-    bounds = (agent_row, agent_bound, tenant_bound)
-    write(_spend_sql(connection.vendor), (*tokens, *bounds, now, agent_row, tenant_row))
-    return None
-
-
-@lru_cache
-def _spend_sql(vendor: str) -> str:
-    table, column = quoted_names(QuotaState)
-    return (
-        f"UPDATE {table} SET {column('tokens')} = CASE WHEN {column('id')} = %s THEN %s ELSE %s END,"  # noqa: S608
-        f" {column('open_at_most')} = CASE WHEN {column('id')} = %s THEN %s ELSE %s END,"
-        f" {column('refilled_at')} = %s WHERE {column('id')} IN (%s, %s)"
+    # One UPDATE for both rows, already locked (approvals/storage/quotas.py), held with intake's writes.
+    params = storage.spend_params(
+        hold.agent_state.pk,
+        hold.tenant_state.pk,
+        tokens=(agent_tokens - 1, tenant_tokens - 1),
+        bounds=(agent_bound, tenant_bound),
+        now=now,
     )
+    write(storage.spend_sql(connection.vendor), params)
+    return None
 
 
 def _available(state: QuotaState, limit: Limits, now: datetime) -> float:

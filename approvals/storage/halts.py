@@ -13,7 +13,7 @@ from django.db.models import BigIntegerField
 from django.db.models.expressions import RawSQL
 
 from approvals.models import Halt
-from approvals.sql import quoted_names
+from approvals.storage.rows import quoted_names
 
 
 def active_halt_expression(tenant_id: int, agent_id: int) -> RawSQL:

@@ -17,7 +17,7 @@ from django.db.models import CharField
 from django.db.models.expressions import RawSQL
 
 from approvals.models import Proposal
-from approvals.sql import quoted_names
+from approvals.storage.rows import quoted_names
 
 
 def target_counts_expression(

@@ -12,7 +12,7 @@ from functools import lru_cache
 from django.db import connection
 
 from approvals.models import Agent
-from approvals.sql import model_columns, quoted_names
+from approvals.storage.rows import model_columns, quoted_names
 from tenants.models import Tenant
 
 _TENANT_FIELD = Agent._meta.get_field("tenant")

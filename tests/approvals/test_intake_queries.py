@@ -15,17 +15,17 @@ pytestmark = pytest.mark.django_db
 
 # Exactly, per path: one query locks the tenant's and the agent's quota rows (approvals/services/quotas.py),
 # one reads the replay check, the halt check, the open-proposal counts, the target's history and the
-# active policy versions (approvals/services/intake_read.py hold_and_read); on PostgreSQL the two go in one
+# active policy versions (approvals/services/intake/read.py hold_and_read); on PostgreSQL the two go in one
 # execute. Then the writes, which read nothing back: the quota spend (one UPDATE of both buckets), the
 # proposal, already evaluated, with its pinned versions, its audit events (3 to review, 4 to allow or deny,
 # in one INSERT with their places in the sequencer's queue: audit/trail.py recorded_together), and to
 # review the review notice and the follow-up row the worker chases it by (approvals/notify/chase.py), to
-# allow or deny the decision. On PostgreSQL all of those go in one round trip (lib/held_writes.py), with
-# the COMMIT outside a test's transaction: lock and read, then writes. An agent Reviewer pushes to also
-# gets its decision's outbox row (its id is read back) and the worker's NOTIFY, which send the writes held
-# before them first. Plus the transaction's savepoint and release (a test runs inside a transaction). No
-# mail, no per-reviewer or per-policy query.
-POSTGRES = {"review": 4, "allow": 7, "deny": 7, "allow (pull agent)": 4}
+# allow or deny the decision. On PostgreSQL the writes held by lib/held_writes.py go in one round trip
+# each side of the review notice's or the decision's INSERT (the ORM's, a statement of its own). An agent
+# Reviewer pushes to also gets its decision's outbox row (its id is read back) and the worker's NOTIFY,
+# which send the writes held before them first. Plus the transaction's savepoint and release (a test runs
+# inside a transaction). No mail, no per-reviewer or per-policy query.
+POSTGRES = {"review": 6, "allow": 8, "deny": 8, "allow (pull agent)": 6}
 # SQLite: each write its own statement (the proposal and its pins two, the events and their queue rows two).
 SQLITE = {"review": 11, "allow": 11, "deny": 11, "allow (pull agent)": 10}
 ACTIONS = {

@@ -66,7 +66,7 @@ def test_holding_writes_outside_a_transaction_is_refused():
         pass
 
 
-# --- commit=True: the COMMIT in the same round trip as the last writes ------------------------------
+# --- the COMMIT is the transaction's own ----------------------------------------------------------------
 
 
 @pytest.fixture
@@ -99,27 +99,27 @@ postgresql_only = pytest.mark.skipif(
 
 @postgresql_only
 @pytest.mark.django_db(transaction=True)
-def test_the_commit_goes_with_the_last_writes_and_the_on_commit_hooks_still_run(committed_numbers):
+def test_the_writes_commit_with_their_transaction_and_the_on_commit_hooks_see_them(committed_numbers):
     ran = []
     with transaction.atomic():
-        with held_writes(commit=True):
+        with held_writes():
             insert(1)
             insert(2)
             transaction.on_commit(lambda: ran.append(committed_elsewhere()))
-        assert committed_elsewhere() == [1, 2]  # committed when the block ended, before the atomic's end
+        assert committed_elsewhere() == []  # sent when the block ended; committed by the atomic's end
     assert ran == [[1, 2]]
     assert stored() == [1, 2]
 
 
 @postgresql_only
 @pytest.mark.django_db(transaction=True)
-def test_a_commit_that_fails_fails_the_block_and_nothing_stays(committed_numbers):
+def test_a_commit_that_fails_fails_the_transaction_and_nothing_stays(committed_numbers):
     with connection.cursor() as cursor:
         cursor.execute(
             "CREATE TABLE held_refs (n integer REFERENCES held_numbers (n) DEFERRABLE INITIALLY DEFERRED)"
         )
     try:
-        with pytest.raises(IntegrityError), transaction.atomic(), held_writes(commit=True):
+        with pytest.raises(IntegrityError), transaction.atomic(), held_writes():
             insert(3)
             write("INSERT INTO held_refs (n) VALUES (%s)", [99])  # refused only at COMMIT
         assert committed_elsewhere() == []
@@ -129,13 +129,13 @@ def test_a_commit_that_fails_fails_the_block_and_nothing_stays(committed_numbers
             cursor.execute("DROP TABLE held_refs")
 
 
-def test_inside_an_enclosing_transaction_nothing_is_committed_early(numbers):
+def test_the_block_never_ends_an_enclosing_transaction(numbers):
     # (a test runs inside a transaction: the block's atomic is a savepoint of it)
-    with transaction.atomic(), held_writes(commit=True):
+    with transaction.atomic(), held_writes():
         insert(4)
     if connection.vendor == "postgresql":
         from psycopg.pq import TransactionStatus
 
-        # still inside the test's transaction: a COMMIT sent with the writes would have ended it
+        # still inside the test's transaction: the block sent no COMMIT
         assert connection.connection.info.transaction_status == TransactionStatus.INTRANS
     assert stored() == [4]

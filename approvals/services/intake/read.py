@@ -1,31 +1,29 @@
-"""Intake's one read: everything intake decides on, in one round trip of plain SQL built once per
-process, with the quota rows' lock before it (services/intake.py writes what this read decides)."""
+"""Intake's one read: the quota rows' lock, then everything intake decides on, in one round trip
+(approvals/storage/intake.py and approvals/storage/quotas.py hold the statements)."""
 
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from functools import lru_cache
 
 from django.db import connection
 from django.db.models import UUIDField
 from django.db.models.expressions import RawSQL
 
-from approvals.models import Agent, Policy, PolicyVersion, Proposal
+from approvals.models import Agent, PolicyVersion, Proposal
 from approvals.policy.evaluation import classified_target_key
 from approvals.policy.history import policy_counts, policy_counts_expression, read_policy_counts
-from approvals.services.halts import active_halt_expression
 from approvals.services.quotas import (
     CountCaps,
     Hold,
     OpenCounts,
-    agent_limits,
+    count_again,
     hold_from_rows,
     hold_quotas,
     locking_statement,
-    open_counts_expressions,
-    tenant_limits,
+    open_counts_subqueries,
 )
-from approvals.sql import model_columns, quoted_names
+from approvals.storage import intake as storage
+from approvals.storage.halts import active_halt_expression
 from lib.errors import NotFound
 
 
@@ -49,17 +47,15 @@ def hold_and_read(agent: Agent, proposal: Proposal, now: datetime) -> tuple[Hold
     The read: the tenant's active policy versions with their policies, and on every row the replay
     check, the halt check, the open-proposal counts of the quotas and the target's history counts
     (uncorrelated scalar subqueries: PostgreSQL and SQLite compute each once). Plain SQL built once per
-    process (_intake_sql); its values are read on every request and nothing is cached across requests,
-    so a halt or a policy change committed before this read counts at once, in every process. The rows
-    hang off the agent's own row, so a tenant with no active version still gets one row (its version
-    columns null), and an agent deleted since it authenticated gets none.
+    process (approvals/storage/intake.py); its values are read on every request and nothing is cached
+    across requests, so a halt or a policy change committed before this read counts at once, in every
+    process. An agent deleted since it authenticated gets no row.
 
     The counts are capped by the limits read with the agent when it authenticated, and made only where
-    the quota row's bound (`open_at_most`, services/quotas.py) is not under that ceiling; where the lock
-    read a higher one (an admin raised it meanwhile), a lower one the bound is not under (an admin lowered
-    it), or the quota rows did not exist yet (the agent's first intake), the read runs again after the
-    lock, counting in full."""
-    caps = CountCaps.of(agent_limits(agent), tenant_limits(agent.tenant))
+    the quota row's bound (`open_at_most`, services/quotas.py) is not under that ceiling; where the
+    quotas say the lock read otherwise (`count_again`), the read runs again after the lock, counting in
+    full."""
+    caps = CountCaps.for_agent(agent)
     read_sql, read_params, scalars = _read_statement(agent, proposal, caps)
     lock_sql, lock_params = locking_statement(agent)
     with connection.cursor() as cursor:
@@ -74,7 +70,7 @@ def hold_and_read(agent: Agent, proposal: Proposal, now: datetime) -> tuple[Hold
         rows = cursor.fetchall()
     hold = hold_from_rows(agent, locked)
     counts = _open_counts(rows, caps)
-    if hold is None or not caps.cover(hold) or not counts.under_ceilings(hold):
+    if hold is None or count_again(hold, caps, counts):
         hold = hold or hold_quotas(agent, now)
         caps = CountCaps.of(hold.agent_limit, hold.tenant_limit)
         read_sql, read_params, scalars = _read_statement(agent, proposal, caps, count_always=True)
@@ -102,7 +98,7 @@ def _read_statement(
     subqueries = [
         _replay_expression(agent.id, proposal.task_id, proposal.request_id),
         active_halt_expression(agent.tenant_id, agent.id),
-        *open_counts_expressions(agent, caps, always=count_always),  # the agent's count, then the tenant's
+        *open_counts_subqueries(agent, caps, always=count_always),  # the agent's count, then the tenant's
     ]
     history = policy_counts_expression(proposal)
     if history is not None:
@@ -114,7 +110,7 @@ def _read_statement(
         agent.tenant_id,
         agent.id,
     )
-    return _intake_sql(connection.vendor, texts), params, len(texts)
+    return storage.one_read_sql(connection.vendor, texts), params, len(texts)
 
 
 def _found(agent: Agent, proposal: Proposal, rows: list, *, scalars: int, open_counts: OpenCounts) -> Found:
@@ -141,9 +137,9 @@ def _found(agent: Agent, proposal: Proposal, rows: list, *, scalars: int, open_c
 
 
 def _versions_from(rows: list, tenant, *, skip: int) -> list[PolicyVersion]:
-    """The active versions of _intake_sql's rows (none when its version columns are null), each with its
+    """The active versions of the one read's rows (none when its version columns are null), each with its
     policy, whose tenant is the agent's (as active_versions_for gives them)."""
-    version_columns, policy_columns = _version_columns(connection.vendor)
+    version_columns, policy_columns = storage.version_columns(connection.vendor)
     versions = []
     for row in rows:
         if row[skip] is None:  # the version's id: no active version
@@ -156,41 +152,8 @@ def _versions_from(rows: list, tenant, *, skip: int) -> list[PolicyVersion]:
     return versions
 
 
-def _version_columns(vendor: str):
-    return model_columns(PolicyVersion, "version", vendor), model_columns(Policy, "policy", vendor)
-
-
-@lru_cache
-def _intake_sql(vendor: str, subqueries: tuple[str, ...]) -> str:
-    """The one read's text, for the scalar subqueries' texts (each built once per process itself)."""
-    version_columns, policy_columns = _version_columns(vendor)
-    agents, agent = quoted_names(Agent)
-    policies, policy = quoted_names(Policy)
-    versions, version = quoted_names(PolicyVersion)
-    scalars = ", ".join(f"({text})" for text in subqueries)
-    return (
-        f"SELECT {scalars}, {version_columns.select}, {policy_columns.select}"  # noqa: S608
-        f' FROM {agents} AS "intake_agent"'
-        f' LEFT OUTER JOIN ({policies} AS "policy" INNER JOIN {versions} AS "version"'
-        f' ON "version".{version("policy")} = "policy".{policy("id")} AND "version".{version("status")} = %s)'
-        f' ON "policy".{policy("tenant")} = %s'
-        f' WHERE "intake_agent".{agent("id")} = %s'
-        f' ORDER BY "policy".{policy("slug")}'
-    )
-
-
 def _replay_expression(agent_id: int, task_id: str, request_id: str) -> RawSQL:
-    """The id of this agent's earlier proposal with this task and request id, as a scalar subquery (plain
-    SQL built once per process, like the others of read_for_intake)."""
+    """The id of this agent's earlier proposal with this task and request id, as a scalar subquery."""
     # Only names from the model and placeholders go into the SQL; every value is a parameter.
-    return RawSQL(_replay_sql(connection.vendor), (agent_id, task_id, request_id), output_field=UUIDField())  # noqa: S611
-
-
-@lru_cache
-def _replay_sql(vendor: str) -> str:
-    table, column = quoted_names(Proposal)
-    return (
-        f"SELECT {column('id')} FROM {table}"  # noqa: S608
-        f" WHERE {column('agent')} = %s AND {column('task_id')} = %s AND {column('request_id')} = %s"
-        " LIMIT 1"
-    )
+    replay = storage.replay_sql(connection.vendor)
+    return RawSQL(replay, (agent_id, task_id, request_id), output_field=UUIDField())  # noqa: S611

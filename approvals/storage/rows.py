@@ -1,16 +1,17 @@
-"""Plain SQL for the hot paths (the agent's token, intake's quota lock and its one read, the inserts of
-a new proposal and a decision): the text is
-built once per process from the models' own names, so the ORM does not rebuild and compile an
-expression tree on every request. Only quoted names and placeholders go into the text; every value is
-a parameter. `model_columns` reads a model's whole row from such a statement into an instance, with
-the same conversions the ORM applies (JSON, and SQLite's datetimes, UUIDs and booleans)."""
+"""Rows in plain SQL: a model's quoted names, its whole row read from such a statement into an instance
+(`model_columns`: `Model.from_db`, with the same conversions the ORM applies: JSON, and SQLite's
+datetimes, UUIDs and booleans), and the INSERT or UPDATE of an instance with its values prepared by its
+fields as the ORM's save() prepares them."""
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TypeVar
 
 from django.db import connection
-from django.db.models import Model
+from django.db.models import ForeignKey, Model
+
+M = TypeVar("M", bound=Model)
 
 
 def quoted_names(model) -> tuple[str, Callable[[str], str]]:
@@ -23,9 +24,10 @@ def quoted_names(model) -> tuple[str, Callable[[str], str]]:
 class ModelColumns:
     """Every concrete column of a model, under a table alias, in the model's field order."""
 
-    model: type
+    model: type[Model]
     select: str  # '"alias"."column", ...' for a SELECT list
     width: int  # how many columns `select` has
+    attnames: tuple[str, ...]  # the fields' attribute names, in that order
     # (position, converters, the column's expression): what the ORM's compiler would apply to the value.
     converters: tuple[tuple[int, tuple, object], ...]
 
@@ -38,10 +40,7 @@ class ModelColumns:
                 for convert in converters:
                     value = convert(value, expression, connection)
                 values[position] = value
-        instance = self.model(*values)
-        instance._state.adding = False
-        instance._state.db = connection.alias
-        return instance
+        return self.model.from_db(connection.alias, self.attnames, values)
 
 
 @lru_cache
@@ -60,23 +59,35 @@ def model_columns(model, alias: str, vendor: str) -> ModelColumns:
         model=model,
         select=", ".join(f"{quote(alias)}.{quote(field.column)}" for field in fields),
         width=len(fields),
+        attnames=tuple(field.attname for field in fields),
         converters=tuple(converters),
     )
 
 
 def insert_statement(instance: Model) -> tuple[str, list]:
     """The INSERT of a new model instance (no RETURNING), and its values, prepared by the fields as the
-    ORM's save() prepares them (auto_now_add set now, JSON adapted); the instance then counts as stored.
-    An auto-increment primary key left unset is left to the database, and the instance never learns it:
+    ORM's save() prepares them (auto_now_add set now, JSON adapted). The instance itself still counts as
+    new: `stored(instance)` is the stored row's instance, for a caller that goes on using it. An
+    auto-increment primary key left unset is left to the database, and the instance never learns it:
     use it where nobody reads the new row's id. No save signals are sent: use it only for a model
     nothing listens to."""
     model: type[Model] = type(instance)
     assigned_pk = model._meta.auto_field is None or instance.pk is not None
     fields = _insert_fields(model, assigned_pk)
     values = [field.get_db_prep_save(field.pre_save(instance, True), connection) for field in fields]
-    instance._state.adding = False
-    instance._state.db = connection.alias
     return insert_sql(model, connection.vendor, assigned_pk), values
+
+
+def stored(instance: M) -> M:
+    """The instance a query would load for the row `insert_statement(instance)` wrote (`Model.from_db`,
+    so a later save() updates it), with the related objects the caller already holds on it."""
+    model = type(instance)
+    names = [field.attname for field in model._meta.concrete_fields]
+    loaded = model.from_db(connection.alias, names, [getattr(instance, name) for name in names])
+    for field in model._meta.concrete_fields:
+        if isinstance(field, ForeignKey) and field.is_cached(instance):
+            setattr(loaded, field.name, field.get_cached_value(instance))
+    return loaded
 
 
 def _insert_fields(model, assigned_pk: bool) -> list:

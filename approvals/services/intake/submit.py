@@ -1,0 +1,188 @@
+"""Taking in an agent's proposal: validation, replay, supersession, the quota rows' lock and the one read
+(read.py), the quotas (approvals/services/quotas.py), policy and routing (routing.py)."""
+
+import rfc8785
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from approvals.canonical import action_digest
+from approvals.models import Agent, Halt, Proposal
+from approvals.policy.history import target_key
+from approvals.schemas import ProposalSubmission
+from approvals.services.common import agent_actor
+from approvals.services.halts import refuse_halted
+from approvals.services.intake.read import hold_and_read
+from approvals.services.intake.routing import evaluate_proposal, store_and_route, target_state
+from approvals.services.quotas import spend_or_refuse
+from approvals.states import ALLOWED, State
+from audit.labels import agent_label
+from audit.models import Verb
+from audit.trail import record, recorded_together
+from lib.errors import IntakeError, ServiceError
+from lib.held_writes import held_writes
+
+
+def submit_proposal(
+    agent: Agent, submission: ProposalSubmission, *, via: str, decision_in_answer: bool = False
+) -> tuple[Proposal, bool]:
+    """Create the proposal for an agent's approval request (idempotent on agent, task, request id) and
+    evaluate policy. Returns (proposal, created). `decision_in_answer`: the agent acts on a decision
+    policy makes here from the answer, so its continuation is held (ANSWERED_CONTINUATION_DELAY_SECONDS)
+    instead of sent right after the commit."""
+    request = submission.request
+    if request.agent and request.agent != agent.slug:
+        raise IntakeError(
+            "wrong_agent",
+            f"the request names agent {request.agent!r}, but it came from agent {agent.slug!r}",
+            "request.agent",
+        )
+    # The digest is checked before the replay lookup: a replay must carry the action it names, or a
+    # changed action under a known request_id would pass as the same request.
+    try:
+        recomputed = action_digest(request.action)
+    except rfc8785.CanonicalizationError as error:
+        raise IntakeError(
+            "bad_action", f"action cannot be canonicalized: {error}", "request.action"
+        ) from error
+    if recomputed != request.action_digest:
+        raise IntakeError(
+            "digest_mismatch",
+            f"action_digest does not match the action: Reviewer computed {recomputed} (RFC 8785 + SHA-256)",
+            "request.action_digest",
+        )
+    # Refusals that a replay does not meet: a replay returns what was stored, so they are raised only
+    # once the read below has found no earlier request.
+    canonical = rfc8785.dumps(request.action).decode()
+    material = len(canonical) + len(rfc8785.dumps(request.consequences))
+    created_at = timezone.now()
+    refusal = None
+    if material > settings.PROPOSAL_MAX_BYTES:
+        refusal = IntakeError(
+            "too_large",
+            f"action and consequences take {material} bytes; the limit is {settings.PROPOSAL_MAX_BYTES}",
+            "request.action",
+        )
+    elif request.expires_at and request.expires_at <= created_at:
+        refusal = IntakeError("already_expired", "expires_at is in the past", "request.expires_at")
+
+    refused = None
+    try:
+        # The proposal's audit events (submitted, evaluated, its transition, the decision) in one INSERT,
+        # and the writes after the reads held for one round trip (lib/held_writes.py): the quota rows'
+        # lock, which every intake of the tenant waits for, is held for fewer round trips.
+        with transaction.atomic(durable=True), held_writes(), recorded_together():
+            proposal = Proposal(
+                tenant=agent.tenant,  # the agent's, already read: policy evaluation needs it again
+                agent=agent,
+                task_id=submission.task_id,
+                context_id=submission.context_id,
+                request_id=request.request_id,
+                summary=request.summary,
+                action=request.action,
+                action_canonical=canonical,
+                action_digest=recomputed,
+                tool=request.action["tool"],
+                target_key=target_key(request.action),
+                principal_id=request.principal.id,
+                principal_display=request.principal.display,
+                agent_version=request.agent_version,
+                consequences=request.consequences,
+                diff=[d.model_dump() for d in request.diff],
+                evidence=[e.model_dump() for e in request.evidence],
+            )
+            # First, before any read intake decides on: the quota rows' lock, so that the counts read
+            # with it see every proposal the intakes before this one committed (services/quotas.py).
+            hold, found = hold_and_read(agent, proposal, created_at)
+            old = None
+            if request.supersedes:
+                # Lock the request this one replaces (after the quota rows, as before any change of it).
+                old = (
+                    Proposal.objects.select_for_update()
+                    .filter(agent=agent, task_id=submission.task_id, request_id=request.supersedes)
+                    .first()
+                )
+            if found.existing_id is not None:
+                return _same_request_or_error(Proposal.objects.get(pk=found.existing_id), request), False
+            if refusal:
+                raise refusal
+            if found.halt_id is not None:
+                refuse_halted(Halt.objects.get(pk=found.halt_id))
+            if request.supersedes:
+                _check_supersedable(old, request.supersedes)
+                proposal.supersedes = old
+            evaluation = evaluate_proposal(
+                proposal, found, requested_expiry=request.expires_at, created_at=created_at
+            )
+            refused = spend_or_refuse(
+                hold,
+                found.open_counts,
+                waiting=target_state(evaluation) == State.AWAITING_REVIEW,
+                now=created_at,
+                via=via,
+            )
+            if refused is None:
+                proposal = store_and_route(
+                    proposal,
+                    evaluation,
+                    old,
+                    via=via,
+                    supersedes=request.supersedes,
+                    decision_in_answer=decision_in_answer,
+                )
+    except IntegrityError:
+        # The same request arrived twice at once (push and REST): the other one created it.
+        existing = Proposal.objects.filter(
+            agent=agent, task_id=submission.task_id, request_id=request.request_id
+        ).first()
+        if existing is None:
+            raise
+        return _same_request_or_error(existing, request), False
+    if refused is not None:
+        # Raised after the commit: the refusal's count and audit event stay, and nothing else was written.
+        raise refused
+    return proposal, True
+
+
+def record_intake_refusal(
+    agent: Agent, error: ServiceError, *, via: str, task_id: str = "", request_id: str = ""
+) -> None:
+    """Leave a trace of an authenticated agent's request that intake refused (a digest that does not
+    match its action, a reused request id, a halt): the attempt itself is evidence."""
+    with transaction.atomic(durable=True):
+        record(
+            agent.tenant_id,
+            actor=agent_actor(agent),
+            verb=Verb.INTAKE_REFUSED,
+            subject=agent_label(agent.slug),
+            data={
+                "via": via,
+                "code": error.code,
+                "field": error.field,
+                "task_id": task_id[:200],
+                "request_id": request_id[:200],
+            },
+        )
+
+
+def _same_request_or_error(existing: Proposal, request) -> Proposal:
+    if existing.action_digest != request.action_digest:
+        raise IntakeError(
+            "request_id_reused",
+            "this request_id is already known with another action; a changed action needs a new request_id",
+            "request.request_id",
+        )
+    return existing
+
+
+def _check_supersedable(old: Proposal | None, old_request_id: str) -> None:
+    if old is None:
+        raise IntakeError(
+            "unknown_supersedes",
+            f"supersedes names {old_request_id!r}, which this task never asked for",
+            "request.supersedes",
+        )
+    if State.SUPERSEDED not in ALLOWED[old.state]:
+        raise IntakeError(
+            "cannot_supersede", f"the request it supersedes is {old.state}", "request.supersedes"
+        )
