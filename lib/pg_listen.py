@@ -1,6 +1,6 @@
 """LISTEN on a PostgreSQL channel from a connection of its own, in autocommit: how the worker is woken
 for outbox messages (approvals/wakeup.py) and its audit sequencer for pending events
-(audit/sequencer_wakeup.py)."""
+(audit/chain/wakeup.py)."""
 
 import psycopg
 from django.db import connection

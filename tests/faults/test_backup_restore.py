@@ -24,8 +24,8 @@ from approvals.models import Decision, OutboxMessage, Proposal
 from approvals.services.outbox import claim_outbox_message, mark_outbox_delivered
 from approvals.services.votes import cast_vote
 from approvals.worker.loop import Worker
+from audit.chain.verification import verify_chain
 from audit.models import AuditEvent, Verb
-from audit.verify_db import verify_chain
 from tests import factories
 from tests.examples.harness import free_port
 from tests.faults.servers import postgres_bin

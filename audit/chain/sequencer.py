@@ -1,13 +1,12 @@
-"""Accept, then sequence (as Certificate Transparency logs do).
+"""Sequencing: events are accepted first (audit/chain/accept.py), then chained, as Certificate
+Transparency logs do.
 
-`append()` runs inside the transaction of the change it records and only inserts the event and its
-pending row (one statement on PostgreSQL): no lock, so a tenant's writes never queue behind one another.
 `sequence_chain()` chains what has committed: in one short transaction it locks the chain head, takes
 the chain's pending events in id order, inserts each one's seal (seq, prev_hash, hash) in one multi-row
 INSERT, drops their pending rows, moves the head and signs a checkpoint every AUDIT_CHECKPOINT_EVERY
 events. No row is ever updated but the head: an event and its seal are each written once. Where it
 runs is AUDIT_SEQUENCING: "worker" (the appending process wakes the workers after commit and their
-sequencer thread chains in batches, audit/sequencer_worker.py) or "after_commit" (the appending process
+sequencer thread chains in batches, audit/chain/sequencer_thread.py) or "after_commit" (the appending process
 chains right after its commit, on its after-commit thread, lib/commit_hooks.py); in both, every worker
 tick chains what is pending (`sequence_pending()`), e.g. an event whose process died after its commit.
 
@@ -25,23 +24,16 @@ left for audit_verify to name: it never stops the chain's later events from bein
 
 import logging
 import threading
-from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
-from django.db.models import Exists, Field, Max, OuterRef
-from django.utils import timezone
+from django.db.models import Exists, OuterRef
 
-from audit import checkpoint_files
-from audit.event_data import refuse_unfit_event
-from audit.lost_pending import restore_lost_pending
-from audit.models import AuditEvent, AuditPending, AuditSeal, ChainHead, Checkpoint, PublicKey
-from audit.sequencer_wakeup import wake_sequencers
-from audit.shapes import format_time, parse_time
-from audit.verify.hashing import GENESIS_HASH, checkpoint_payload, hash_body
-from lib.commit_hooks import on_commit_in_background
-from lib.held_writes import write
+from audit.chain.checkpoints import write_checkpoint
+from audit.chain.lost_pending import restore_lost_pending
+from audit.models import AuditEvent, AuditPending, AuditSeal, ChainHead
+from audit.verify.hashing import GENESIS_HASH, hash_body
 
 log = logging.getLogger(__name__)
 
@@ -55,112 +47,6 @@ def sequencer_alias() -> str:
 
 # Events chained per sequencer transaction: the head lock is held for one batch at a time.
 SEQUENCE_BATCH = 500
-
-
-def append(chain: str, *, actor: str, verb: str, subject: str, data: dict | None = None) -> AuditEvent:
-    """Accept one event in the current transaction (an insert, no lock); it is chained once the
-    transaction commits (by the worker, or right after the commit: AUDIT_SEQUENCING). Its seq and hash
-    are None until then."""
-    return append_many(chain, [{"actor": actor, "verb": verb, "subject": subject, "data": data}])[0]
-
-
-def append_many(chain: str, events: list[dict]) -> list[AuditEvent]:
-    """Accept several events of one chain in the current transaction, in this order, with one statement
-    on PostgreSQL (one round trip, however many): each dict has actor, verb, subject and optionally data.
-    They are chained, in this order and next to each other unless another writer's events commit in
-    between, once the transaction commits."""
-    accepted = _accepted(chain, events)
-    if not accepted:
-        return []
-    if connection.vendor == "postgresql":
-        sql, params = _insert_with_pending_sql(accepted)
-        with connection.cursor() as cursor:
-            cursor.execute(sql + " RETURNING event_id", params)
-            ids = sorted(row[0] for row in cursor.fetchall())
-        accepted = _as_stored(accepted, ids)
-    else:
-        AuditEvent.objects.bulk_create(accepted)
-        AuditPending.objects.bulk_create([AuditPending(event=e, chain=chain) for e in accepted])
-    chain_when_committed(chain)
-    return accepted
-
-
-def accept_many(chain: str, events: list[dict]) -> None:
-    """append_many for a caller that reads nothing back: on PostgreSQL its statement goes with the
-    caller's held writes, if it holds them (lib/held_writes.py), in the same round trip."""
-    if connection.vendor != "postgresql":
-        append_many(chain, events)  # the pending rows need the events' ids: two statements
-        return
-    accepted = _accepted(chain, events)
-    if accepted:
-        write(*_insert_with_pending_sql(accepted))
-        chain_when_committed(chain)
-
-
-def _accepted(chain: str, events: list[dict]) -> list[AuditEvent]:
-    """The events as unsaved rows, each checked (a verb the trail knows, no secret in its data)."""
-    if not transaction.get_connection().in_atomic_block:
-        raise RuntimeError("audit.append must run inside the transaction of the change it records")
-    now = timezone.now()  # microsecond precision survives every round trip: the hash can be recomputed
-    accepted = []
-    for event in events:
-        data = event.get("data") or {}
-        refuse_unfit_event(event["verb"], data)
-        accepted.append(
-            AuditEvent(
-                chain=chain,
-                at=now,
-                actor=event["actor"],
-                verb=event["verb"],
-                subject=event["subject"],
-                data=data,
-            )
-        )
-    return accepted
-
-
-def chain_when_committed(chain: str) -> None:
-    # One hook per transaction (and chain), on the process's after-commit thread (the request answers
-    # without waiting for it), where one queued run covers every commit before it: a NOTIFY that wakes
-    # the workers' sequencers, or this process chaining the events itself.
-    if settings.AUDIT_SEQUENCING == "worker":
-        on_commit_in_background(wake_sequencers, key="audit.wake")
-    else:
-        on_commit_in_background(lambda: sequence_after_commit(chain), key=("audit.sequence", chain))
-
-
-EVENT_COLUMNS = ("chain", "at", "actor", "verb", "subject", "data")
-
-
-def _insert_with_pending_sql(events: list[AuditEvent]) -> tuple[str, list]:
-    """The events and their pending rows in one statement (PostgreSQL): a data-modifying CTE."""
-    # Columns, no relations: get_field gives Fields here.
-    fields = [cast(Field, AuditEvent._meta.get_field(name)) for name in EVENT_COLUMNS]
-    rows = ", ".join(["(" + ", ".join(["%s"] * len(fields)) + ")"] * len(events))
-    params = [
-        field.get_db_prep_save(getattr(event, field.attname), connection)
-        for event in events
-        for field in fields
-    ]
-    event_table = connection.ops.quote_name(AuditEvent._meta.db_table)
-    pending_table = connection.ops.quote_name(AuditPending._meta.db_table)
-    sql = (
-        f"WITH accepted AS (INSERT INTO {event_table} ({', '.join(EVENT_COLUMNS)}) "  # noqa: S608
-        f"VALUES {rows} RETURNING id, chain) "
-        f"INSERT INTO {pending_table} (event_id, chain) SELECT id, chain FROM accepted ORDER BY id"
-    )
-    return sql, params
-
-
-def _as_stored(events: list[AuditEvent], ids: list[int]) -> list[AuditEvent]:
-    """The events as stored rows (with their ids), as a query would have read them."""
-    columns = [field.attname for field in AuditEvent._meta.concrete_fields]
-    stored = []
-    for event, id_ in zip(events, ids, strict=True):  # ids come from one sequence, in VALUES order
-        event.id = id_
-        stored.append(AuditEvent.from_db(connection.alias, columns, [getattr(event, c) for c in columns]))
-    return stored
-
 
 # One sequencer per chain and process at a time: a writer whose commit finds this process already
 # sequencing its chain leaves its event to that sequencer instead of queueing on the head's row lock.
@@ -356,88 +242,3 @@ def make_seals_durable(chain: str) -> None:
             cursor.execute("SET LOCAL synchronous_commit = on")
             head_table = connection.ops.quote_name(ChainHead._meta.db_table)
             cursor.execute(f"SELECT 1 FROM {head_table} WHERE chain = %s FOR UPDATE", [chain])  # noqa: S608
-
-
-def archive_public_key(kid: str, using: str = DEFAULT_DB_ALIAS) -> None:
-    """Keep the public half of a signing key for as long as the checkpoints it signed."""
-    from signing_keys import key_by_kid
-
-    if PublicKey.objects.using(using).filter(kid=kid).exists():
-        return
-    key = key_by_kid(kid)
-    if key is not None:
-        try:
-            with transaction.atomic(using=using):
-                PublicKey.objects.using(using).create(kid=kid, jwk=key.public_jwk())
-        except IntegrityError:
-            pass  # archived meanwhile by another writer
-
-
-def write_checkpoint(chain: str, seq: int, head_hash: str, using: str = DEFAULT_DB_ALIAS) -> Checkpoint:
-    from signing_keys import sign_bytes
-
-    at = format_time(timezone.now())
-    kid, signature = sign_bytes(checkpoint_payload(chain, seq, head_hash, at))
-    archive_public_key(kid, using)
-    checkpoints = Checkpoint.objects.using(using)
-    try:
-        with transaction.atomic(using=using):
-            checkpoint = checkpoints.create(
-                chain=chain, seq=seq, hash=head_hash, at=parse_time(at), kid=kid, signature=signature
-            )
-    except IntegrityError:
-        return checkpoints.get(chain=chain, seq=seq)  # another process signed this head first
-    # Outside the database too, once the checkpoint is committed (never a line for a rolled-back head).
-    transaction.on_commit(lambda: checkpoint_files.write(checkpoint), using=using)
-    return checkpoint
-
-
-def checkpoint_head(chain: str) -> Checkpoint | None:
-    """Sign the chain's committed head now (no-op when it is already signed or the chain is empty)."""
-    head = ChainHead.objects.filter(chain=chain).first()
-    if head is None or head.seq == 0:
-        return None
-    existing = Checkpoint.objects.filter(chain=chain, seq=head.seq).first()
-    if existing:
-        return existing
-    with transaction.atomic():
-        return write_checkpoint(chain, head.seq, head.hash)
-
-
-def write_due_checkpoints(now: datetime | None = None, seconds: int | None = None) -> list[Checkpoint]:
-    """Time-based checkpoints: sign every chain whose head moved since its last checkpoint and whose last
-    checkpoint is older than `seconds` (settings.AUDIT_CHECKPOINT_SECONDS); a chain never signed counts
-    from its first event. Bounds the unsigned tail of a quiet chain (what a database owner could rewrite
-    or remove unnoticed). Writes nothing when nothing is due (the worker calls this every tick)."""
-    now = now or timezone.now()
-    seconds = settings.AUDIT_CHECKPOINT_SECONDS if seconds is None else seconds
-    cutoff = now - timedelta(seconds=seconds)
-    latest = {
-        row["chain"]: row
-        for row in Checkpoint.objects.values("chain").annotate(last_seq=Max("seq"), last_at=Max("at"))
-    }
-    written = []
-    for head in ChainHead.objects.filter(seq__gt=0):
-        last = latest.get(head.chain)
-        if last is not None:
-            due = last["last_seq"] < head.seq and last["last_at"] <= cutoff
-        else:
-            started = (
-                AuditEvent.objects.chained(head.chain).filter(seq=1).values_list("at", flat=True).first()
-            )
-            due = started is None or started <= cutoff
-        if due:
-            checkpoint = checkpoint_head(head.chain)
-            if checkpoint is not None:
-                written.append(checkpoint)
-    return written
-
-
-def verification_jwks() -> dict:
-    """Public keys to check checkpoints with: every archived key plus the keys on disk now."""
-    import signing_keys as keys
-
-    by_kid = {row.kid: row.jwk for row in PublicKey.objects.all()}
-    for key in keys.all_keys():
-        by_kid.setdefault(key.kid, key.public_jwk())
-    return {"keys": [by_kid[kid] for kid in sorted(by_kid)]}

@@ -15,7 +15,7 @@ def restore_lost_pending(db: str) -> int:
     something emptied the UNLOGGED pending table (crash recovery, a promoted standby, a restored base
     backup: see AuditPendingMark), through connection `db` (the sequencer's); returns how many. Costs
     one indexed read while the mark is there. The scan reads every event without a seal: once per
-    recovery, never per append. Every sequencer pass calls it first (audit/chain.py)."""
+    recovery, never per append. Every sequencer pass calls it first (audit/chain/sequencer.py)."""
     if AuditPendingMark.objects.using(db).exists():
         return 0
     event_table, seal_table, pending_table, mark_table = (

@@ -1,6 +1,6 @@
 """CSV and JSON Lines export pages formatted by PostgreSQL itself: each row comes back as the text of its
 line around the event's `data`, so Python neither builds a row through the ORM nor formats a time or
-a cell; it only joins text, hashes and writes. The bytes are the Python writer's (audit/exports.py
+a cell; it only joins text, hashes and writes. The bytes are the Python writer's (audit/exports/lines.py
 `csv_page`, `jsonl_page`, which SQLite uses), as tests/audit/test_export_lines.py checks:
 
 - the time is `to_char` in UTC with microseconds, as `format_time` writes it;
@@ -29,7 +29,7 @@ from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-
 import psycopg
 from django.db import connection
 
-from audit import records
+from audit.chain import records
 from audit.people import PREFIX, pseudonyms_in
 
 _AT = """to_char(e.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')"""
