@@ -24,12 +24,12 @@ left for audit_verify to name: it never stops the chain's later events from bein
 
 import logging
 import threading
-from typing import Any
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
 from django.db.models import Exists, OuterRef
 
+from audit import storage
 from audit.chain.checkpoints import write_checkpoint
 from audit.chain.lost_pending import restore_lost_pending
 from audit.models import AuditEvent, AuditPending, AuditSeal, ChainHead
@@ -136,41 +136,6 @@ def _adopt_foreign_seals(chain: str, head: ChainHead, db: str) -> None:
     AuditPending.objects.using(db).filter(event_id__in=[event_id for _, _, event_id in adopted]).delete()
 
 
-def _seal(
-    chain: str, events: list[AuditEvent], head_seq: int, head_hash: str, db: str, *, durable: bool
-) -> None:
-    """The seals of `events` (one multi-row INSERT, which the PostgreSQL trigger checks continues the
-    chain), their pending rows dropped and the head moved: the events themselves are not written again.
-    Not `durable`: the commit does not wait for its fsync (PostgreSQL)."""
-    seal_table = connection.ops.quote_name(AuditSeal._meta.db_table)
-    pending_table = connection.ops.quote_name(AuditPending._meta.db_table)
-    rows = ", ".join(["(%s, %s, %s, %s, %s)"] * len(events))
-    params = [value for e in events for value in (e.id, chain, e.seq, e.prev_hash, e.hash)]
-    ids = [e.id for e in events]
-    marks = ", ".join(["%s"] * len(ids))
-    sequencer = connections[db]
-    head_table = connection.ops.quote_name(ChainHead._meta.db_table)
-    # Table names from the models, values as parameters.
-    insert = f"INSERT INTO {seal_table} (event_id, chain, seq, prev_hash, hash) VALUES {rows}"  # noqa: S608
-    delete = f"DELETE FROM {pending_table} WHERE event_id IN ({marks})"  # noqa: S608
-    move = f"UPDATE {head_table} SET seq = %s, hash = %s WHERE chain = %s"  # noqa: S608
-    statements: list[tuple[str, list[Any]]] = [
-        (insert, params),
-        (delete, ids),
-        (move, [head_seq, head_hash, chain]),
-    ]
-    if not durable and sequencer.vendor == "postgresql":
-        statements.insert(0, ("SET LOCAL synchronous_commit = off", []))
-    with sequencer.cursor() as cursor:
-        if sequencer.vendor == "postgresql":
-            # One round trip: psycopg binds client-side here (Django's default), so several statements
-            # go in one execute, still in order and in this transaction.
-            cursor.execute(";\n".join(sql for sql, _ in statements), [p for _, ps in statements for p in ps])
-        else:
-            for sql, statement_params in statements:
-                cursor.execute(sql, statement_params)
-
-
 def sequence_chain(chain: str) -> int:
     """Chain every committed pending event of `chain`, in id order; returns how many. Everything
     committed before the call is chained when it returns."""
@@ -210,7 +175,9 @@ def _sequence_batch(chain: str) -> int:
                 due.append((seq, prev_hash))
         # A checkpoint leaves the database (its file): its batch, and so every seal before it, is flushed.
         durable = bool(due) or not settings.AUDIT_SEQUENCER_ASYNC_COMMIT
-        _seal(chain, batch, seq, prev_hash, db, durable=durable)
+        # The seals (which the PostgreSQL trigger checks continue the chain), their pending rows dropped
+        # and the head moved: the events themselves are not written again.
+        storage.seal(chain, batch, seq, prev_hash, db, durable=durable)
         for checkpoint_seq, checkpoint_hash in due:
             write_checkpoint(chain, checkpoint_seq, checkpoint_hash, using=db)
     return len(batch)
@@ -238,7 +205,5 @@ def make_seals_durable(chain: str) -> None:
     if connections[db].vendor != "postgresql":
         return
     with transaction.atomic(using=db):
-        with connections[db].cursor() as cursor:
-            cursor.execute("SET LOCAL synchronous_commit = on")
-            head_table = connection.ops.quote_name(ChainHead._meta.db_table)
-            cursor.execute(f"SELECT 1 FROM {head_table} WHERE chain = %s FOR UPDATE", [chain])  # noqa: S608
+        storage.synchronous_commit(db)
+        list(ChainHead.objects.using(db).select_for_update().filter(chain=chain).values_list("chain"))

@@ -6,6 +6,7 @@ whatever the events hold."""
 import pytest
 from django.db import connection, transaction
 
+from audit import storage
 from audit.chain.records import event_pages
 from audit.chain.sequencer import sequence_pending
 from audit.exports import server_lines
@@ -91,7 +92,7 @@ def test_outside_a_transaction_one_streamed_statement_prints_the_same_lines_and_
     def no_keyset(*args):
         raise AssertionError("read by keyset pages, not streamed")
 
-    monkeypatch.setattr(server_lines, "_keyset_rows", no_keyset)
+    monkeypatch.setattr(storage, "_keyset_rows", no_keyset)
     _compare_with_the_python_writer(Selection.for_tenant(tenant_ref(tenant)).events())
 
 
