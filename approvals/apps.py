@@ -9,7 +9,7 @@ class ApprovalsConfig(AppConfig):
         # The dependency points from approvals to audit: audit's evidence packet gets the proposal's
         # envelope, decision and deliveries from here without importing approvals.
         from approvals.evidence import proposal_record
-        from audit.evidence import provide_proposal_records
+        from audit.exports.evidence import provide_proposal_records
 
         provide_proposal_records(proposal_record)
 

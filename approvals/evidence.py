@@ -1,6 +1,6 @@
 """The approvals half of a proposal's evidence packet: what the audit log cannot say.
 
-audit/evidence.py builds the packet from the audit log and asks for this record through the provider
+audit/exports/evidence.py builds the packet from the audit log and asks for this record through the provider
 that approvals registers at start-up (approvals/apps.py), because audit/ never imports approvals/.
 """
 

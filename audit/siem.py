@@ -27,7 +27,7 @@ import httpx
 from django.conf import settings
 from django.db import transaction
 
-from audit.chain import make_seals_durable
+from audit.chain.sequencer import make_seals_durable
 from audit.models import AuditEvent, ChainHead, SiemCursor
 from audit.shapes import format_time, parse_time
 

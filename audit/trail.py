@@ -6,7 +6,7 @@ from contextvars import ContextVar
 from datetime import datetime
 from itertools import groupby
 
-from audit.chain import accept_many, append
+from audit.chain.accept import accept_many, append
 from audit.labels import tenant_chain
 from audit.shapes import format_time
 

@@ -55,7 +55,7 @@ def _generate(events: int) -> dict:
     from django.db import transaction
 
     call_command("migrate", verbosity=0)
-    from audit.chain import write_checkpoint
+    from audit.chain.checkpoints import write_checkpoint
     from audit.models import AuditEvent, AuditSeal, ChainHead
     from audit.shapes import event_body
     from audit.verify.hashing import GENESIS_HASH, hash_body
@@ -214,7 +214,7 @@ def _generate(events: int) -> dict:
 
 
 def _selection(up_to: int):
-    from audit.exports import Selection
+    from audit.exports.lines import Selection
     from tenants.queries import tenant_by_key
 
     tenant = tenant_by_key("bench")
@@ -228,8 +228,8 @@ def _child(task: str, up_to: int, out: Path, events: int) -> dict:
     _setup_django()
     if task == "generate":
         return _generate(events)
-    from audit.bundles import write_bundle
-    from audit.exports import chunks, write_lines
+    from audit.exports.bundles import write_bundle
+    from audit.exports.lines import chunks, write_lines
     from audit.models import AuditEvent
 
     if task == "baseline":
@@ -247,12 +247,12 @@ def _child(task: str, up_to: int, out: Path, events: int) -> dict:
         for written in write_bundle(selection, out, created_by="bench"):  # noqa: B007
             pass
     elif task == "pdf":
-        from audit.pdf import write_report
+        from audit.exports.pdf import write_report
 
         for written in write_report(selection, out, created_by="bench"):  # noqa: B007
             pass
     elif task == "naive":  # what not to do: every event in memory at once
-        from audit.records import event_dict
+        from audit.chain.records import event_dict
 
         rows = [
             event_dict(row)

@@ -7,7 +7,7 @@ row, on PostgreSQL.
 Not a test: it prints numbers. Each writer is a thread with its own connection; each event is its own
 transaction, as a service's change is.
 - **plain**: `AuditEvent.objects.create(...)` of the same row in a transaction, nothing else;
-- **chained**: `audit.chain.append(...)` in a transaction, then the sequencer (lock the chain head,
+- **chained**: `audit.chain.accept.append(...)` in a transaction, then the sequencer (lock the chain head,
   insert the seals of every committed pending event in one statement, move the head, a checkpoint
   every AUDIT_CHECKPOINT_EVERY) where AUDIT_SEQUENCING puts it: "worker" (the default on PostgreSQL)
   in a `run_worker` process this bench starts, woken after each commit; "after_commit" on this
@@ -116,7 +116,7 @@ def _plain(chain: str):
 def _chained(chain: str):
     from django.db import transaction
 
-    from audit.chain import append
+    from audit.chain.accept import append
 
     def write_one(writer: int, index: int) -> None:
         with transaction.atomic():
@@ -138,7 +138,7 @@ def _wal_position() -> int:
 def _round(label: str, writers: int, events: int, make, *, chained: bool, number: int) -> tuple[float, float]:
     """One round on a fresh chain: events per second, and WAL bytes written per event (what every
     commit waits to flush)."""
-    from audit.chain import sequence_chain
+    from audit.chain.sequencer import sequence_chain
     from audit.models import AuditEvent
 
     each = max(events // writers, 1)
@@ -184,8 +184,8 @@ def main(events: int = 2000) -> list[dict]:
     _setup("bench_audit_append")
     from django.conf import settings
 
+    from audit.chain.verification import verify_chain
     from audit.models import AuditEvent
-    from audit.verify_db import verify_chain
     from bench.common import start_worker, stop_process
 
     mode = settings.AUDIT_SEQUENCING

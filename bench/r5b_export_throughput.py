@@ -28,7 +28,7 @@ VERIFY_TARGET = 100_000  # events per second
 def _copy_rate(selection) -> tuple[float, int]:
     from django.db import connection
 
-    from audit.records import EVENT_FIELDS
+    from audit.chain.records import EVENT_FIELDS
 
     sql, params = selection.events().order_by("seq").values(*EVENT_FIELDS).query.sql_with_params()
     started = time.perf_counter()
@@ -41,7 +41,7 @@ def _copy_rate(selection) -> tuple[float, int]:
 
 
 def _export_rate(selection, fmt: str, folder: Path) -> tuple[float, int]:
-    from audit.exports import write_lines
+    from audit.exports.lines import write_lines
 
     path = folder / f"export.{fmt}"
     started = time.perf_counter()
@@ -85,7 +85,7 @@ def main() -> list[dict]:
             rate, sizes[fmt] = _export_rate(selection, fmt, folder)
             rates[fmt].append(rate)
 
-    from audit.bundles import write_bundle
+    from audit.exports.bundles import write_bundle
 
     bundle = folder / "bundle.zip"
     for _ in write_bundle(selection, bundle, created_by="bench"):

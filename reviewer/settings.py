@@ -164,7 +164,8 @@ if AUDIT_SEQUENCING not in ("worker", "after_commit"):
         f"AUDIT_SEQUENCING must be 'worker' or 'after_commit', not {AUDIT_SEQUENCING!r}"
     )
 # A batch with no checkpoint due commits with synchronous_commit off: a crash may lose seals, never an
-# event (it is sealed again); everything is flushed before it leaves (audit.chain.make_seals_durable).
+# event (it is sealed again); everything is flushed before it leaves
+# (audit.chain.sequencer.make_seals_durable).
 AUDIT_SEQUENCER_ASYNC_COMMIT = env_bool("AUDIT_SEQUENCER_ASYNC_COMMIT", True)
 # An event still pending after this long is overdue (Prometheus: reviewer_audit_oldest_pending_seconds).
 AUDIT_PENDING_ALERT_SECONDS = env_int("AUDIT_PENDING_ALERT_SECONDS", 30)

@@ -5,7 +5,7 @@ from django.urls import include, path
 from django_otp.admin import OTPAdminSite
 
 from accounts import views as account_views
-from audit import views as audit_views
+from audit.web import views as audit_views
 
 # The admin configures who may release payments: it must ask for a second factor like every page
 # (reviewer/apps.py sets the site). A settings module that lists django.contrib.admin instead fails here.

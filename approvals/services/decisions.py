@@ -26,9 +26,9 @@ from approvals.signing import decision_claims, sign_decision
 from approvals.states import RELEASED, STARTED, State
 from approvals.storage.decisions import claim_sql
 from approvals.storage.halts import active_halt_expression
+from audit.chain.accept import accept_sql
 from audit.labels import SYSTEM, actor_label, tenant_chain
 from audit.models import Verb
-from audit.statement_events import accept_sql
 from audit.trail import audit_time, record
 from lib.errors import CompensationRefused, Conflict, ConsumeRefused, NotFound, RevokeRefused, ServiceError
 from tenants.models import TenantMembership

@@ -3,8 +3,8 @@
 Bench rows R7 and R1r (the allowed call: submit, verify, consume): a released consume is 4 statements
 over HTTP (the token, BEGIN, this claim, COMMIT; it was 9), and its request costs about as much CPU as a
 bare read. With intake's audit events in one INSERT and the quota spend as one statement, it moved R7
-from 0.15-0.16x to 0.21-0.23x and R1r from 6.9-7.3x to 4.6-5.1x (bench/HISTORY.md, "2026-12-02,
-the `allowed` branch: the consume in one statement"). Its ORM twin is the step-by-step path consume_decision takes on SQLite and
+from 0.15-0.16x to 0.21-0.23x and R1r from 6.9-7.3x to 4.6-5.1x (bench/HISTORY.md, allowed branch
+of 2026-12-02). Its ORM twin is the step-by-step path consume_decision takes on SQLite and
 for a refusal."""
 
 from functools import lru_cache

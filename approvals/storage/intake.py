@@ -34,8 +34,8 @@ def one_read_sql(vendor: str, subqueries: tuple[str, ...]) -> str:
     agent's id.
 
     R7 / R1r / R3: under cProfile the read fell from 0.324 to 0.082 s per 40 intakes against the ORM's
-    query of the versions with the same subqueries annotated (bench/HISTORY.md, "2026-12-02, the `intake` branch"); its
-    subqueries as plain text cost less CPU than the four ORM queries they replaced had
+    query of the versions with the same subqueries annotated (bench/HISTORY.md, intake branch of
+    2026-12-02); its subqueries as plain text cost less CPU than the four ORM queries they replaced had
     (bench/HISTORY.md, "R3 misses its target, and why")."""
     versions_select, policies_select = version_columns(vendor)
     agents, agent = quoted_names(Agent)
@@ -73,8 +73,8 @@ def insert_proposal(proposal: Proposal, versions: list[PolicyVersion]) -> Propos
     (created_at set now, the JSON adapted). No save signals: nothing listens for Proposal's.
 
     R7 / R1r: intake's CPU per allowed call fell from 6.18 to 5.45 ms, the allowed call from 2.90 to
-    2.67 bare requests, and intake is a statement shorter (bench/HISTORY.md, "2026-12-02, the `intake` branch"); its ORM
-    twin is `Proposal.objects.create()` and `policy_versions.add()`."""
+    2.67 bare requests, and intake is a statement shorter (bench/HISTORY.md, intake branch of
+    2026-12-02); its ORM twin is `Proposal.objects.create()` and `policy_versions.add()`."""
     insert, values = insert_statement(proposal)
     pins = [version.pk for version in versions]
     if connection.vendor == "postgresql" and pins:

@@ -22,8 +22,8 @@ def locking_sql(vendor: str, limit_fields: tuple[str, ...]) -> str:
     on the tenant's), then the tenant's. Parameters: the tenant's id, the agent's id.
 
     R7 / R1r / R3: under cProfile the lock fell from 0.276 to 0.048 s per 40 intakes against the ORM's
-    `select_for_update` with the agent and tenant joined (bench/HISTORY.md, "2026-12-02, the `intake` branch"); alternating
-    200 each on PostgreSQL, 0.47 ms here against 2.00 ms for the ORM twin."""
+    `select_for_update` with the agent and tenant joined (bench/HISTORY.md, intake branch of
+    2026-12-02); alternating 200 each on PostgreSQL, 0.47 ms here against 2.00 ms for the ORM twin."""
     columns = model_columns(QuotaState, "quota", vendor)
     states, state = quoted_names(QuotaState)
     agents, agent = quoted_names(Agent)

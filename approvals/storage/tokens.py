@@ -4,7 +4,7 @@ from the next request on, in every process).
 
 Bench rows R7 and R1r (a REST agent's allowed call: each of its requests authenticates): the ORM's
 `Agent.objects.select_related("tenant").filter(api_token_hash=...).first()` cost, under
-cProfile, 0.535 s per 120 requests against 0.100 s for this (bench/HISTORY.md, "2026-12-02, the `intake` branch").
+cProfile, 0.535 s per 120 requests against 0.100 s for this (bench/HISTORY.md, intake branch of 2026-12-02).
 tests/approvals/test_storage_tokens.py checks it loads what that ORM lookup loads."""
 
 from functools import lru_cache

@@ -13,9 +13,9 @@ then delivers at once; every POLL_SECONDS it also runs a full tick, the safety n
    review is closed if its task ended (its push may have been lost: A2A push is best-effort). Nothing
    here ever approves anything;
 4. chains the audit events pending: in `run()` a thread of its own does it, woken by the appending
-   processes' NOTIFY (audit/sequencer_worker.py; with AUDIT_SEQUENCING = "worker" that is where every
+   processes' NOTIFY (audit/chain/sequencer_thread.py; with AUDIT_SEQUENCING = "worker" that is where every
    event is chained), in a single tick (`--once`) the tick itself; and runs the audit export jobs
-   (audit.jobs.run_pending_exports);
+   (audit.exports.jobs.run_pending_exports);
 5. sends the reviewers their e-mail digests of new proposals (approvals/worker/notifications.py);
 6. records each post-hoc review of a break-glass release that passed its deadline undone, once
    (services.break_glass.note_overdue_reviews);
@@ -52,9 +52,9 @@ from approvals.services.webhooks import feed_from_chain
 from approvals.states import WAITING_FOR_PEOPLE, State
 from approvals.worker import delivery, notifications
 from audit import siem
-from audit.chain import sequence_pending
-from audit.jobs import run_pending_exports
-from audit.sequencer_worker import SequencerThread
+from audit.chain.sequencer import sequence_pending
+from audit.chain.sequencer_thread import SequencerThread
+from audit.exports.jobs import run_pending_exports
 
 log = logging.getLogger(__name__)
 

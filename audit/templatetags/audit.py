@@ -2,7 +2,7 @@ import json
 
 from django import template
 
-from audit.metrics import format_duration
+from audit.metrics.queue import format_duration
 
 register = template.Library()
 

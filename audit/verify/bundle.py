@@ -189,8 +189,9 @@ def _earlier_checkpoints(path: str, keys: dict, result: Result) -> dict[str, dic
 
 
 def verify_bundle(path, *, jwks: dict | None = None, previous: str | None = None) -> Result:
-    """Verify a bundle written by audit/exports.py. `jwks` pins the keys to trust; without it the keys in
-    the bundle are used (which proves integrity against the exporter's keys, not who the exporter was).
+    """Verify a bundle written by audit/exports/bundles.py. `jwks` pins the keys to trust; without it the
+    keys in the bundle are used (which proves integrity against the exporter's keys, not who the exporter
+    was).
 
     With pinned keys and no `previous` (whose every hash is compared, so each line is decoded anyway),
     event lines in the layout of audit/verify/lines.py are checked by hashing their own bytes

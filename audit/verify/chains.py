@@ -9,7 +9,8 @@ command refuses to run without `--jwks` (the JWKS you trust, a file or an https 
 /.well-known/jwks.json) or an explicit `--trust-bundle-keys`.
 
 This module must stay importable with no Django settings and no database (compliance runs it offline
-on an exported bundle). The hashing rule comes from audit/verify/hashing.py, which audit/chain.py uses too.
+on an exported bundle). The hashing rule comes from audit/verify/hashing.py, which
+audit/chain/sequencer.py uses too.
 
 What it checks, streaming (memory does not grow with the number of events):
 - every event's hash is sha256 of the RFC 8785 form of {chain, seq, at, actor, verb, subject, data,
@@ -33,7 +34,7 @@ from .hashing import GENESIS_HASH, HASHED_FIELDS, canonical_json, checkpoint_pay
 from .lines import HASH_TEXT, chain_member, linked_run
 
 BUNDLE_FORMAT = "reviewer-audit-bundle/1"
-# The last line of a CSV or JSON Lines export: its signed head (audit/exports.py head_record).
+# The last line of a CSV or JSON Lines export: its signed head (audit/exports/lines.py head_record).
 EXPORT_HEAD_FORMAT = "reviewer-audit-export/1"
 EXPORT_HEAD_MARK = "export_head"
 CSV_COLUMNS = ("seq", "at", "chain", "actor", "verb", "subject", "data", "prev_hash", "hash")

@@ -1,6 +1,6 @@
 """The hashing and signing rules of the audit chain, in one Django-free module.
 
-audit/chain.py (writing, inside Django) and audit/verify/ (checking, offline without Django) both
+audit/chain/sequencer.py (writing, inside Django) and audit/verify/ (checking, offline without Django) both
 import these, so the rule a verifier checks is the rule the writer applied. Keep this module free of
 Django imports: `python -m audit.verify` must run on a compliance laptop with no settings.
 

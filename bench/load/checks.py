@@ -154,8 +154,8 @@ def check(seed: dict, logs: list[Path], result: dict) -> dict:
     from django.db.models import Count
 
     from approvals.models import Proposal
-    from audit.chain import sequence_pending
-    from audit.verify_db import all_chains, verify_chain
+    from audit.chain.sequencer import sequence_pending
+    from audit.chain.verification import all_chains, verify_chain
 
     close_old_connections()
     calls_file = Path(seed["calls_file"])

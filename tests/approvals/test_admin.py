@@ -14,7 +14,7 @@ from approvals.services.outbox import mark_outbox_failed
 from approvals.services.policies import create_policy_version
 from approvals.services.votes import cast_vote
 from approvals.states import State
-from audit.chain import sequence_pending
+from audit.chain.sequencer import sequence_pending
 from audit.models import AuditEvent, Verb
 from lib.tokens import hash_token
 from tenants.models import GroupMembership, TenantMembership

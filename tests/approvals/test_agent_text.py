@@ -116,7 +116,7 @@ def test_the_evidence_packet_lists_warnings_by_path_and_its_page_and_pdf_hold_no
 
 
 def test_the_pdf_prints_hidden_characters_as_codes():
-    from audit.pdf_document import Document
+    from audit.exports.pdf_document import Document
 
     document = Document("test")
 

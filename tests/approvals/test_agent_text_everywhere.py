@@ -17,7 +17,7 @@ from django.urls import NoReverseMatch, get_resolver, reverse
 
 from approvals.models import Proposal
 from approvals.services.decisions import consume_decision, record_outcome
-from audit.chain import sequence_pending
+from audit.chain.sequencer import sequence_pending
 from tests import factories
 from tests.factories import verified_client
 

@@ -17,7 +17,7 @@ from approvals.services.break_glass import (
 )
 from approvals.services.policies import create_policy, create_policy_version
 from approvals.states import State
-from audit.chain import sequence_pending
+from audit.chain.sequencer import sequence_pending
 from audit.models import AuditEvent, Verb
 from lib.errors import BreakGlassRefused, PolicyInvalid, PostHocReviewRefused
 from tests import factories

@@ -18,7 +18,7 @@ from django.utils import timezone
 from approvals.models import BreakGlassRelease, PostHocReview
 from approvals.services.break_glass import complete_post_hoc_review, note_overdue_reviews
 from approvals.states import State
-from audit.chain import sequence_pending
+from audit.chain.sequencer import sequence_pending
 from lib.errors import BreakGlassRefused
 from tests import factories
 from tests.approvals.test_break_glass import RULE, release

@@ -9,10 +9,10 @@ from django.test.utils import CaptureQueriesContext
 from approvals.models import Decision, PolicyVersion
 from approvals.services.decisions import consume_decision
 from approvals.states import State
-from audit.chain import sequence_pending
+from audit.chain.sequencer import sequence_pending
+from audit.chain.verification import verify_chain
 from audit.labels import tenant_chain
 from audit.models import AuditEvent, Verb
-from audit.verify_db import verify_chain
 from lib.errors import ConsumeRefused
 from tests import factories
 from tests.concurrency import requires_postgres

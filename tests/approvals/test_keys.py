@@ -25,8 +25,8 @@ from approvals.models import Decision
 from approvals.services.agents import rotate_signing_key
 from approvals.services.votes import cast_vote
 from approvals.signing import TOKEN_TYPE, sign_decision
+from audit.chain.verification import verify_chain
 from audit.models import AuditEvent, Verb
-from audit.verify_db import verify_chain
 from lib.env import env_str
 from tests.factories import submit, totp_code, trail_name
 

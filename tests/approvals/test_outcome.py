@@ -12,7 +12,7 @@ from approvals.services.lifecycle import transition
 from approvals.services.reconcile import mark_unknown, settle_from_task_state
 from approvals.services.votes import cast_vote
 from approvals.states import IllegalTransition, State
-from audit.chain import sequence_pending
+from audit.chain.sequencer import sequence_pending
 from audit.models import AuditEvent, Verb
 from lib.errors import Conflict, ConsumeRefused, NotFound, ServiceError, VoteRefused
 from tests import factories

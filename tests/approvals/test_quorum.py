@@ -205,8 +205,8 @@ def test_an_approval_with_a_reservation_is_signed_and_can_ask_for_a_second_appro
     agent, tenant, requester, reviewer_a, reviewer_b
 ):
     from approvals.models import PolicyVersion
-    from audit.chain import sequence_pending
-    from audit.metrics import collect
+    from audit.chain.sequencer import sequence_pending
+    from audit.metrics.queue import collect
     from audit.models import AuditEvent, Verb
 
     factories.make_policy(tenant, "refunds", thresholds=[{"group": "finance", "count": 1}])

@@ -8,8 +8,8 @@ import pytest
 from approvals.models import Proposal, QuotaState
 from approvals.services.quotas import set_agent_limits, set_tenant_limits
 from approvals.states import WAITING_FOR_PEOPLE
+from audit.chain.verification import verify_chain
 from audit.models import AuditEvent, Verb
-from audit.verify_db import verify_chain
 from lib.errors import QuotaExceeded
 from tests import factories
 from tests.concurrency import requires_postgres, run_together

@@ -19,8 +19,8 @@ from approvals.models import Decision, OutboxMessage, Vote
 from approvals.services.tenants import add_group_member, set_tenant_membership
 from approvals.services.votes import cast_vote
 from approvals.states import State
+from audit.chain.verification import verify_chain
 from audit.models import AuditEvent, Verb
-from audit.verify_db import verify_chain
 from lib.errors import VoteRefused
 from tests import factories
 from tests.factories import submit, totp_code, trail_name

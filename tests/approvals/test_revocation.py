@@ -9,8 +9,8 @@ from approvals.models import OutboxMessage, PolicyVersion
 from approvals.services.decisions import consume_decision, note_compensation, revoke_decision
 from approvals.services.votes import cast_vote
 from approvals.states import State
+from audit.chain.verification import verify_chain
 from audit.models import AuditEvent, Verb
-from audit.verify_db import verify_chain
 from lib.errors import Conflict, ConsumeRefused, NotFound, RevokeRefused
 from tests import factories
 from tests.concurrency import requires_postgres, run_together

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.test import Client
 from django.urls import reverse
 
-from audit.chain import sequence_pending
+from audit.chain.sequencer import sequence_pending
 from tests import factories
 from tests.factories import submit, verified_client
 

@@ -17,7 +17,7 @@ from approvals.services.quorum import count_quorum
 from approvals.services.tenants import add_group_member, remove_group_member, remove_tenant_membership
 from approvals.services.votes import cast_vote, edit_proposal
 from approvals.states import State
-from audit.chain import sequence_pending
+from audit.chain.sequencer import sequence_pending
 from audit.models import AuditEvent, Verb
 from lib.errors import ServiceError
 from tests import factories

@@ -4,7 +4,7 @@ from accounts.stepup import step_up_for
 from approvals.models import Decision, OutboxMessage
 from approvals.services.votes import cast_vote
 from approvals.states import State
-from audit.verify_db import verify_chain
+from audit.chain.verification import verify_chain
 from lib.errors import VoteRefused
 from tests.factories import submit, totp_code
 

@@ -26,7 +26,7 @@ from approvals.services.tenants import (
 )
 from approvals.services.votes import cast_vote, edit_proposal, request_info
 from approvals.states import State
-from audit.chain import sequence_pending
+from audit.chain.sequencer import sequence_pending
 from audit.models import AuditEvent, Verb
 from lib.errors import ConfigRefused, Conflict, NotFound, ServiceError, VoteRefused
 from lib.tokens import new_token

@@ -18,9 +18,9 @@ from approvals.services.outbox import claim_due_outbox, outbox_backoff_seconds
 from approvals.services.votes import cast_vote
 from approvals.states import State
 from approvals.worker.loop import RECONCILE_EVERY_SECONDS, Worker
-from audit.chain import sequence_pending
+from audit.chain.sequencer import sequence_pending
+from audit.chain.verification import verify_chain
 from audit.models import AuditEvent, Verb
-from audit.verify_db import verify_chain
 from tests import factories
 from tests.approvals.fake_agent import FakeAgent
 from tests.factories import totp_code

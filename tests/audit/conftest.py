@@ -2,7 +2,7 @@
 
 import pytest
 
-from audit import jobs
+from audit.exports import jobs
 
 
 @pytest.fixture(autouse=True)

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from audit import bundles
-from audit.chain import verification_jwks
-from audit.exports import jsonl_page
+from audit.chain.checkpoints import verification_jwks
+from audit.exports import bundles
+from audit.exports.lines import jsonl_page
 from audit.verify.bundle import verify_bundle
 from audit.verify.chains import ChainVerifier, Result
 from audit.verify.hashing import SAFE_INTEGER, PlainJson, body_bytes, hash_fields

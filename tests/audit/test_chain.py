@@ -13,7 +13,10 @@ import signing_keys as keys
 from accounts.stepup import step_up_for
 from approvals.services.agents import rotate_signing_key
 from approvals.services.votes import cast_vote
-from audit.chain import append, checkpoint_head, sequence_pending, write_due_checkpoints
+from audit.chain.accept import append
+from audit.chain.checkpoints import checkpoint_head, write_due_checkpoints
+from audit.chain.sequencer import sequence_pending
+from audit.chain.verification import verify_chain
 from audit.models import (
     AuditEvent,
     AuditPending,
@@ -23,7 +26,6 @@ from audit.models import (
     PublicKey,
     Verb,
 )
-from audit.verify_db import verify_chain
 from lib.errors import VoteRefused
 from tests.audit.util import lifecycle
 from tests.factories import submit, trail_name
@@ -172,7 +174,7 @@ def test_time_based_checkpoints_sign_only_moved_heads_whose_last_checkpoint_is_o
 
 
 def test_an_idle_worker_tick_writes_nothing(agent, refund_policy, django_assert_num_queries):
-    from audit.jobs import run_pending_exports
+    from audit.exports.jobs import run_pending_exports
 
     sequence_pending()
     # the pending rows' mark, unsequenced chains, heads, checkpoints, first event, stale jobs, pending jobs

@@ -9,8 +9,8 @@ import pytest
 from django.urls import reverse
 from fpdf.enums import MethodReturnValue
 
-from audit import jobs
-from audit.pdf_document import ZERO_WIDTH_SPACE, Document
+from audit.exports import jobs
+from audit.exports.pdf_document import ZERO_WIDTH_SPACE, Document
 from tests.audit.util import lifecycle, tenant_ref
 from tests.factories import verified_client
 

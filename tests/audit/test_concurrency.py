@@ -6,9 +6,9 @@ import threading
 import pytest
 from django.db import connection, connections, transaction
 
-from audit.chain import append
+from audit.chain.accept import append
+from audit.chain.verification import verify_chain
 from audit.models import AuditEvent, ChainHead, Checkpoint
-from audit.verify_db import verify_chain
 
 WRITERS = 8
 EVENTS_EACH = 25

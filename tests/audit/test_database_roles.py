@@ -10,8 +10,8 @@ import pytest
 from django.core.management import call_command
 from django.db import DatabaseError, connection, transaction
 
+from audit.chain.verification import verify_chain
 from audit.models import AuditEvent, ChainHead
-from audit.verify_db import verify_chain
 from tests.audit.util import lifecycle
 
 pytestmark = [

@@ -11,11 +11,11 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from audit.chain import sequence_pending
-from audit.exports import Selection, chunks
+from audit.chain.sequencer import sequence_pending
+from audit.chain.verification import all_chains, verify_chain
+from audit.exports.lines import Selection, chunks
 from audit.labels import user_label
 from audit.models import AuditEvent, PersonDirectoryEntry, Verb
-from audit.verify_db import all_chains, verify_chain
 from tests.audit.util import export_bundle, lifecycle, tenant_ref, verify_offline
 
 pytestmark = pytest.mark.django_db

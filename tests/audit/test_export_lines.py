@@ -1,16 +1,18 @@
-"""On PostgreSQL the CSV and JSON Lines exports are formatted by the server (audit/export_lines.py): the
-same bytes as the Python writer (csv_page, jsonl_page), and the same pseudonyms for the signed head,
+"""On PostgreSQL the CSV and JSON Lines exports are formatted by the server
+(audit/exports/server_lines.py): the same bytes as the Python writer (csv_page, jsonl_page), and the
+same pseudonyms for the signed head,
 whatever the events hold."""
 
 import pytest
 from django.db import connection, transaction
 
-from audit import export_lines
-from audit.chain import sequence_pending
-from audit.exports import Selection, csv_page, jsonl_page
+from audit import storage
+from audit.chain.records import event_pages
+from audit.chain.sequencer import sequence_pending
+from audit.exports import server_lines
+from audit.exports.lines import Selection, csv_page, jsonl_page
 from audit.models import Verb
 from audit.people import pseudonyms_in
-from audit.records import event_pages
 from audit.trail import record
 from tests.audit.util import lifecycle, tenant_ref
 
@@ -68,7 +70,7 @@ def _compare_with_the_python_writer(events):
                 (render(page), len(page), pseudonyms_in(page))
                 for page in event_pages(events, page_size=page_size)
             ]
-            assert list(export_lines.pages(events, fmt, page_size)) == python, (fmt, page_size)
+            assert list(server_lines.pages(events, fmt, page_size)) == python, (fmt, page_size)
     assert len(python[0][2]) >= 5  # the mentions were compared on pseudonyms that are there
 
 
@@ -90,7 +92,7 @@ def test_outside_a_transaction_one_streamed_statement_prints_the_same_lines_and_
     def no_keyset(*args):
         raise AssertionError("read by keyset pages, not streamed")
 
-    monkeypatch.setattr(export_lines, "_keyset_rows", no_keyset)
+    monkeypatch.setattr(storage, "_keyset_rows", no_keyset)
     _compare_with_the_python_writer(Selection.for_tenant(tenant_ref(tenant)).events())
 
 
@@ -104,7 +106,7 @@ def test_a_streamed_export_lets_the_caller_use_its_connection_between_pages(
     events = Selection.for_tenant(tenant_ref(tenant)).events()
     expected = sum(len(page) for page in event_pages(events, page_size=3))
     read = 0
-    for _, count, _ in export_lines.pages(events, "csv", page_size=3):
+    for _, count, _ in server_lines.pages(events, "csv", page_size=3):
         read += count
         assert events.filter(seq__lte=read).count() == read
     assert read == expected

@@ -10,10 +10,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from approvals.services.votes import edit_proposal
-from audit import jobs, records
-from audit.bundles import bundle_segment
-from audit.chain import checkpoint_head, sequence_pending
-from audit.exports import Selection, chunks
+from audit.chain import records
+from audit.chain.checkpoints import checkpoint_head
+from audit.chain.sequencer import sequence_pending
+from audit.exports import jobs
+from audit.exports.bundles import bundle_segment
+from audit.exports.lines import Selection, chunks
 from audit.models import AuditEvent, ExportJob, Verb
 from audit.verify.bundle import verify_bundle
 from tests.audit.util import export_bundle, lifecycle, raw, rewrite_from, tenant_ref, verify_offline
@@ -66,7 +68,7 @@ def test_csv_export_has_a_header_and_one_row_per_event(mixed, tenant):
 
 
 def test_csv_export_neutralizes_cells_a_spreadsheet_would_run_as_formulas(tenant, reviewer_a):
-    from audit.exports import csv_page
+    from audit.exports.lines import csv_page
 
     row = {
         "seq": 1,
@@ -282,13 +284,13 @@ def test_a_running_export_abandoned_by_a_dead_worker_is_retried(tenant, agent, c
 
 
 def test_a_failing_export_is_marked_failed_with_its_reason(tenant, agent, compliance, monkeypatch):
-    import audit.jobs
+    import audit.exports.jobs
 
     def broken(*args, **kwargs):
         raise OSError("disk full")
         yield
 
-    monkeypatch.setattr(audit.jobs, "write_lines", broken)
+    monkeypatch.setattr(audit.exports.jobs, "write_lines", broken)
     job = jobs.run_export(jobs.create_export(tenant_ref(tenant), user=compliance, kind="csv", filters={}))
     assert job.status == "failed" and "disk full" in job.error
 
@@ -303,7 +305,7 @@ def test_audit_export_command_writes_a_verifiable_bundle_and_records_the_export(
 
 
 def test_the_offline_verifier_accepts_pinned_keys_and_exits_2_on_an_unreadable_file(mixed, tenant, tmp_path):
-    from audit.chain import verification_jwks
+    from audit.chain.checkpoints import verification_jwks
 
     bundle = export_bundle(tenant, tmp_path / "b.zip")
     pinned = tmp_path / "jwks.json"
@@ -324,7 +326,7 @@ def test_the_bundle_readme_names_the_bundle_not_its_temporary_file(mixed, tenant
 
 
 def _pinned_jwks(tmp_path):
-    from audit.chain import verification_jwks
+    from audit.chain.checkpoints import verification_jwks
 
     pinned = tmp_path / "jwks.json"
     pinned.write_text(json.dumps(verification_jwks()))
@@ -373,7 +375,7 @@ def test_a_narrowed_export_verifies_and_a_stranger_cannot_sign_its_head(mixed, t
     path.write_bytes(
         b"".join(chunks(Selection.for_tenant(tenant_ref(tenant), {"agent": "refund-demo"}), "jsonl"))
     )
-    from audit.chain import verification_jwks
+    from audit.chain.checkpoints import verification_jwks
 
     assert verify_export(path, jwks=verification_jwks()).ok
     stranger = Ed25519PrivateKey.generate()

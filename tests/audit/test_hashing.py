@@ -197,7 +197,7 @@ def test_a_trail_hashed_by_rfc8785_alone_still_verifies_event_by_event():
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv"])
 def test_an_export_of_a_trail_hashed_by_rfc8785_alone_still_verifies(fmt, tmp_path):
-    from audit.exports import csv_header, csv_page, head_line, jsonl_page
+    from audit.exports.lines import csv_header, csv_page, head_line, jsonl_page
 
     events = old_trail()
     body = (csv_header() + csv_page(events)) if fmt == "csv" else jsonl_page(events)

@@ -10,8 +10,8 @@ from approvals.models import PolicyVersion
 from approvals.services.decisions import consume_decision, revoke_decision
 from approvals.services.reconcile import expire_due, mark_unknown
 from approvals.services.votes import request_info
-from audit.chain import sequence_pending
-from audit.metrics import Group, collect, percentile
+from audit.chain.sequencer import sequence_pending
+from audit.metrics.queue import Group, collect, percentile
 from tests.audit.util import lifecycle, verified_client
 from tests.factories import fresh_step_up, make_policy, submit
 

@@ -9,9 +9,9 @@ import json
 import pytest
 from django.db import DatabaseError, connection, transaction
 
-from audit import checkpoint_files
+from audit.chain import checkpoint_files
+from audit.chain.verification import verify_chain
 from audit.models import AuditEvent, ChainHead, Checkpoint
-from audit.verify_db import verify_chain
 from tests.audit.util import delete_events, export_bundle, lifecycle, raw, rewrite_from, verify_offline
 
 pytestmark = pytest.mark.django_db
@@ -81,7 +81,7 @@ def test_a_rewritten_event_between_two_checkpoints_is_named_exactly_by_an_earlie
 
     from django.core.management import CommandError, call_command
 
-    from audit.chain import verification_jwks
+    from audit.chain.checkpoints import verification_jwks
 
     chain = shipped_trail
     earlier = export_bundle(agent.tenant, tmp_path / "earlier.zip")

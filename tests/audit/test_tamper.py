@@ -8,9 +8,9 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 
+from audit.chain.verification import verify_chain
 from audit.models import AuditEvent, ChainHead, Checkpoint
 from audit.verify.bundle import verify_bundle
-from audit.verify_db import verify_chain
 from tests.audit.util import (
     change_one_byte,
     delete_events,

@@ -9,7 +9,7 @@ import zipfile
 
 import pytest
 
-from audit.chain import verification_jwks
+from audit.chain.checkpoints import verification_jwks
 from tests.audit.util import ROOT, export_bundle, lifecycle
 
 pytestmark = pytest.mark.django_db

@@ -13,8 +13,9 @@ from django.urls import reverse
 from prometheus_client.parser import text_string_to_metric_families
 
 from approvals.models import Vote
-from audit import jobs
-from audit.chain import append, checkpoint_head
+from audit.chain.accept import append
+from audit.chain.checkpoints import checkpoint_head
+from audit.exports import jobs
 from audit.labels import tenant_chain
 from audit.models import AuditEvent, ExportJob, Verb
 from tenants.models import TenantMembership
@@ -165,8 +166,8 @@ def test_under_asgi_an_export_streams_from_an_async_iterator_instead_of_a_buffer
     from asgiref.sync import async_to_sync
     from django.core.handlers.asgi import ASGIRequest
 
-    from audit import views
-    from audit.exports import Selection, chunks
+    from audit.exports.lines import Selection, chunks
+    from audit.web import views
 
     request = ASGIRequest({"type": "http", "method": "POST", "path": "/", "headers": []}, io.BytesIO())
     pages = chunks(Selection.for_tenant(tenant_ref(tenant)), "jsonl", page_size=3)

@@ -13,9 +13,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import DatabaseError, connection, transaction
 
-from audit.chain import sequence_pending
+from audit.chain.sequencer import sequence_pending
+from audit.chain.verification import verify_chain
 from audit.models import AuditEvent, AuditPending, AuditSeal, ChainHead
-from audit.verify_db import verify_chain
 from tests.audit.test_database_roles import connected_as
 from tests.audit.util import ROOT, lifecycle
 from tests.factories import submit

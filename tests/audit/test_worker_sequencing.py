@@ -13,11 +13,12 @@ import pytest
 from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
-from audit.chain import append, make_seals_durable, sequence_chain, sequence_pending
+from audit.chain.accept import append
+from audit.chain.sequencer import make_seals_durable, sequence_chain, sequence_pending
+from audit.chain.sequencer_thread import SequencerThread
+from audit.chain.verification import verify_chain
+from audit.metrics.prometheus import exposition
 from audit.models import AuditEvent, AuditPending, AuditSeal, ChainHead, Checkpoint
-from audit.prometheus import exposition
-from audit.sequencer_worker import SequencerThread
-from audit.verify_db import verify_chain
 from tests.audit.util import ROOT
 
 pytestmark = [

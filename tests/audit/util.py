@@ -11,9 +11,9 @@ from django.db import connection
 from accounts.stepup import step_up_for
 from approvals.services.decisions import consume_decision, record_outcome
 from approvals.services.votes import cast_vote
-from audit.bundles import write_bundle
-from audit.chain import sequence_pending
-from audit.exports import Selection
+from audit.chain.sequencer import sequence_pending
+from audit.exports.bundles import write_bundle
+from audit.exports.lines import Selection
 from tenants import queries as tenant_queries
 from tests.factories import submit, totp_code, verified_client  # noqa: F401 (audit tests import it from here)
 

@@ -6,7 +6,7 @@ character, so a value left alone is what the agent sent."""
 import pytest
 from playwright.sync_api import expect
 
-from audit.chain import sequence_pending
+from audit.chain.sequencer import sequence_pending
 from tests.browser.conftest import beside_the_browser
 from tests.browser.test_reviewing import sign_in
 from tests.factories import approve, refund_action, submit

@@ -21,8 +21,8 @@ from a2a.types import (
 
 from approvals.models import Decision, OutboxMessage, Proposal
 from approvals.states import State
+from audit.chain.verification import verify_chain
 from audit.models import AuditEvent, Verb
-from audit.verify_db import verify_chain
 from tests import factories
 from tests.examples.harness import AgentClient
 from tests.waiting import wait_until

@@ -27,8 +27,8 @@ from approvals.services.policies import activate_policy_version, create_policy, 
 from approvals.services.tenants import remove_group_member
 from approvals.signing import TOKEN_TYPE
 from approvals.states import State
+from audit.chain.verification import verify_chain
 from audit.models import AuditEvent, Verb
-from audit.verify_db import verify_chain
 from tenants.models import GroupMembership
 from tests import factories
 from tests.e2e.test_a2a_loop import ask_refund, ledger, task_state, wait_for

@@ -26,8 +26,8 @@ from approvals.services.outbox import claim_outbox_message, mark_outbox_delivere
 from approvals.services.votes import cast_vote
 from approvals.states import State
 from approvals.worker.loop import Worker
+from audit.chain.verification import verify_chain
 from audit.models import AuditEvent, Verb
-from audit.verify_db import verify_chain
 from lib.errors import ConsumeRefused
 from tests import factories
 from tests.examples.harness import free_port

@@ -8,10 +8,11 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from audit.chain import append, sequence_chain, sequence_pending, sequencer_alias
-from audit.lost_pending import restore_lost_pending
+from audit.chain.accept import append
+from audit.chain.lost_pending import restore_lost_pending
+from audit.chain.sequencer import sequence_chain, sequence_pending, sequencer_alias
+from audit.chain.verification import verify_chain
 from audit.models import AuditEvent, AuditPending, AuditPendingMark, AuditSeal
-from audit.verify_db import verify_chain
 
 CHAIN = "tenant:crash"
 

@@ -32,8 +32,8 @@ from approvals.models import OutboxMessage, Proposal
 from approvals.services.reconcile import TERMINAL_TASK_STATES
 from approvals.services.votes import cast_vote
 from approvals.states import TERMINAL, State
+from audit.chain.verification import verify_chain
 from audit.models import AuditEvent, Verb
-from audit.verify_db import verify_chain
 from examples.downstream import FakePaymentsServer
 from tests import factories
 from tests.e2e.test_a2a_loop import ask_refund

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from audit import siem
-from audit.chain import sequence_pending
+from audit.chain.sequencer import sequence_pending
 from audit.models import AuditEvent, SiemCursor
 from audit.verify.hashing import GENESIS_HASH, HASHED_FIELDS, hash_body
 from tests.factories import submit

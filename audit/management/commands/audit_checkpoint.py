@@ -3,9 +3,9 @@ does this on its own every AUDIT_CHECKPOINT_SECONDS; this is for an operator (e.
 
 from django.core.management.base import BaseCommand, CommandError
 
-from audit.chain import checkpoint_head, write_due_checkpoints
+from audit.chain.checkpoints import checkpoint_head, write_due_checkpoints
+from audit.chain.verification import all_chains
 from audit.labels import tenant_chain
-from audit.verify_db import all_chains
 from tenants import queries as tenant_queries
 
 

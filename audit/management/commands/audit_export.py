@@ -8,9 +8,9 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from audit import jobs
-from audit.bundles import write_bundle
-from audit.exports import OUTCOMES, Selection, day_bounds, write_lines
+from audit.exports import jobs
+from audit.exports.bundles import write_bundle
+from audit.exports.lines import OUTCOMES, Selection, day_bounds, write_lines
 from audit.models import ExportJob
 from tenants import queries as tenant_queries
 
@@ -72,7 +72,7 @@ class Command(BaseCommand):
         elif kind == "bundle":
             done = _drain(write_bundle(selection, Path(output), created_by="system"))
         else:
-            from audit.pdf import write_report
+            from audit.exports.pdf import write_report
 
             done = _drain(write_report(selection, Path(output), created_by="system"))
         if output != "-":

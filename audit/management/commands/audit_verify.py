@@ -8,8 +8,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from audit.chain.verification import all_chains, verify_chain
 from audit.labels import tenant_chain
-from audit.verify_db import all_chains, verify_chain
 from tenants import queries as tenant_queries
 
 

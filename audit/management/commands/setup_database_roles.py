@@ -47,7 +47,7 @@ APP_GRANTS_WITH_SEQUENCER = {
 SEQUENCER_GRANTS = {
     "audit_auditevent": ("SELECT", ()),
     "audit_auditseal": ("SELECT, INSERT", ()),
-    # INSERT: the pending rows a crash emptied, restored from the events (audit/lost_pending.py).
+    # INSERT: the pending rows a crash emptied, restored from the events (audit/chain/lost_pending.py).
     "audit_auditpending": ("SELECT, INSERT, DELETE", ()),
     "audit_auditpendingmark": ("SELECT, INSERT", ()),
     "audit_chainhead": ("SELECT, INSERT", ("seq", "hash")),

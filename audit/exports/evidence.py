@@ -17,11 +17,12 @@ from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
-from audit.chain import make_seals_durable, sequence_chain, verification_jwks
+from audit.chain.checkpoints import verification_jwks
+from audit.chain.records import checkpoint_dict, event_dict
+from audit.chain.sequencer import make_seals_durable, sequence_chain
 from audit.labels import tenant_chain
 from audit.models import AuditEvent, Checkpoint, Verb
 from audit.people import display_names
-from audit.records import checkpoint_dict, event_dict
 from audit.shapes import format_time
 from audit.verify.chains import event_hash
 from audit.verify.hashing import canonical_digest

@@ -9,7 +9,7 @@ from django.conf import settings
 from fpdf import FPDF
 from fpdf.fonts import FontFace
 
-from audit import charts
+from audit.metrics import charts
 from audit.shapes import format_time
 from lib import agent_text
 

@@ -27,7 +27,7 @@ from audit.models import AuditEvent, Verb
 
 RUBBER_STAMP_RATE = 0.99
 HUMAN = ("approved", "rejected", "info_requested")
-# The one list of first outcomes: the metrics page, its charts (audit.charts) and Prometheus read it.
+# The one list of first outcomes: the metrics page, its charts (audit.metrics.charts) and Prometheus read it.
 FIRST_OUTCOMES = (
     "approved",
     "allowed",

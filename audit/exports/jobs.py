@@ -1,5 +1,5 @@
 """Background exports and time-based checkpoints. The delivery worker calls `run_pending_exports()`
-every tick (after `audit.chain.sequence_pending()`).
+every tick (after `audit.chain.sequencer.sequence_pending()`).
 
 Cooperative, so a long export never holds up the deliveries: each call works for at most
 AUDIT_EXPORT_TICK_SECONDS, one page of events at a time, then hands the worker back; the export's
@@ -21,9 +21,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from audit.bundles import bundle_segment, write_bundle
-from audit.chain import append, make_seals_durable, sequence_chain, write_due_checkpoints
-from audit.exports import Selection, count, write_lines
+from audit.chain.accept import append
+from audit.chain.checkpoints import write_due_checkpoints
+from audit.chain.sequencer import make_seals_durable, sequence_chain
+from audit.exports.bundles import bundle_segment, write_bundle
+from audit.exports.lines import Selection, count, write_lines
 from audit.labels import actor_label, tenant_chain
 from audit.models import AuditSeal, ChainHead, ExportJob, Verb
 from tenants import queries as tenant_queries
@@ -132,7 +134,7 @@ def _steps(job: ExportJob) -> Iterator[None]:
                 _save(job, done=done)
                 yield
         else:
-            from audit.pdf import write_report
+            from audit.exports.pdf import write_report
 
             for done in write_report(selection, partial, created_by=created_by):
                 _save(job, done=min(done, job.total))

@@ -5,7 +5,7 @@ from datetime import datetime, timedelta
 from django import forms
 from django.utils import timezone
 
-from audit.exports import OUTCOMES, day_bounds
+from audit.exports.lines import OUTCOMES, day_bounds
 from audit.models import ExportJob
 
 

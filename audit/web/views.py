@@ -18,16 +18,16 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from audit import evidence, jobs
-from audit.charts import metric_charts
-from audit.exports import Selection, chunks, count
-from audit.forms import ExportForm, PeriodForm, SelectionForm
+from audit.chain.records import event_dict, pending_by_chain
+from audit.exports import evidence, jobs
+from audit.exports.lines import Selection, chunks, count
 from audit.labels import actor_label, tenant_chain
-from audit.metrics import collect, format_duration, rubber_stamp_min_sample
+from audit.metrics.charts import metric_charts
+from audit.metrics.prometheus import exposition
+from audit.metrics.queue import collect, format_duration, rubber_stamp_min_sample
 from audit.models import ChainHead, Checkpoint, ExportJob
 from audit.people import display_names, pseudonyms_in
-from audit.prometheus import exposition
-from audit.records import event_dict, pending_by_chain
+from audit.web.forms import ExportForm, PeriodForm, SelectionForm
 from lib.decorators import verified_required
 from tenants import queries as tenant_queries
 
@@ -268,7 +268,7 @@ def _evidence_download(request, tenant, proposal_id, kind: str):
     else:
         from io import BytesIO
 
-        from audit.pdf import write_evidence
+        from audit.exports.pdf import write_evidence
 
         buffer = BytesIO()
         write_evidence(packet, buffer)

@@ -1,13 +1,13 @@
 """The worker's audit sequencer: a thread of `run_worker` that chains pending events in batches.
 
 With AUDIT_SEQUENCING = "worker" the HTTP processes only accept events (an insert each, pending) and
-wake the workers after commit (audit/sequencer_wakeup.py); this thread chains them, woken by that
+wake the workers after commit (audit/chain/wakeup.py); this thread chains them, woken by that
 NOTIFY, and at least every `interval` seconds in any case (the safety net for a lost wake-up, and the
 only trigger on SQLite). Its first pass chains everything left pending while no worker ran.
 
 Several workers run side by side safely: each pass locks the chain head (SELECT ... FOR UPDATE) and
 reads the pending events after taking it, so an event is sealed once, by whichever sequencer got there
-first (audit/chain.py `sequence_chain`).
+first (audit/chain/sequencer.py `sequence_chain`).
 """
 
 import logging
@@ -15,8 +15,8 @@ import threading
 
 from django.db import close_old_connections, connection
 
-from audit.chain import sequence_pending
-from audit.sequencer_wakeup import CHANNEL
+from audit.chain.sequencer import sequence_pending
+from audit.chain.wakeup import CHANNEL
 from lib.pg_listen import PostgresListener
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Verify the chains stored in the database (used by `manage.py audit_verify` and the PDF report), with
 the same streaming checks as the offline verifier, against the checkpoints kept in the database and the
-ones written outside it (audit/checkpoint_files.py).
+ones written outside it (audit/chain/checkpoint_files.py).
 
 Verification first chains what has committed (`sequence_chain`): it checks the whole committed trail,
 not a prefix that happens to be chained already."""
@@ -10,10 +10,11 @@ from pathlib import Path
 
 from django.db import DatabaseError
 
-from audit import checkpoint_files
-from audit.chain import sequence_chain, verification_jwks
+from audit.chain import checkpoint_files
+from audit.chain.checkpoints import verification_jwks
+from audit.chain.records import checkpoint_dict, event_pages
+from audit.chain.sequencer import sequence_chain
 from audit.models import AuditEvent, AuditPending, AuditSeal, ChainHead, Checkpoint
-from audit.records import checkpoint_dict, event_pages
 from audit.verify.bundle import earlier_hashes
 from audit.verify.chains import ChainVerifier, Result, public_keys, signature_problem
 from audit.verify.hashing import checkpoint_payload

@@ -12,13 +12,13 @@ from pathlib import Path
 from django.conf import settings
 from django.utils import timezone
 
-from audit import charts
-from audit.metrics import FIRST_OUTCOMES, collect_steps, format_duration, rubber_stamp_min_sample
+from audit.chain.records import event_pages
+from audit.chain.verification import verify_chain_steps
+from audit.exports.pdf_document import Document, max_rows, percent
+from audit.metrics import charts
+from audit.metrics.queue import FIRST_OUTCOMES, collect_steps, format_duration, rubber_stamp_min_sample
 from audit.models import Verb
-from audit.pdf_document import Document, max_rows, percent
-from audit.records import event_pages
 from audit.shapes import format_time
-from audit.verify_db import verify_chain_steps
 
 # fpdf2 subsets embedded fonts with fontTools, which logs every table it touches at INFO.
 logging.getLogger("fontTools").setLevel(logging.WARNING)

@@ -13,17 +13,12 @@ from pathlib import Path
 from django.conf import settings
 from django.utils import timezone
 
-from audit.chain import (
-    archive_public_key,
-    make_seals_durable,
-    sequence_chain,
-    verification_jwks,
-    write_checkpoint,
-)
-from audit.exports import Selection
+from audit.chain.checkpoints import archive_public_key, verification_jwks, write_checkpoint
+from audit.chain.records import checkpoint_dict, event_pages
+from audit.chain.sequencer import make_seals_durable, sequence_chain
+from audit.exports.lines import Selection
 from audit.models import AuditEvent, ChainHead, Checkpoint
 from audit.people import display_names, pseudonyms_in
-from audit.records import checkpoint_dict, event_pages
 from audit.shapes import format_time
 from audit.verify.chains import BUNDLE_FORMAT, manifest_payload
 from audit.verify.hashing import GENESIS_HASH

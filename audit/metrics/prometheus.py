@@ -19,10 +19,10 @@ from django.utils import timezone
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from audit.chain.records import pending_by_chain
 from audit.labels import tenant_chain
-from audit.metrics import FIRST_OUTCOMES, Metrics, collect, percentile
+from audit.metrics.queue import FIRST_OUTCOMES, Metrics, collect, percentile
 from audit.models import ChainHead, Checkpoint, ExportJob
-from audit.records import pending_by_chain
 from tenants import queries as tenant_queries
 
 QUANTILES = (0.5, 0.95)

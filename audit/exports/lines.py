@@ -1,5 +1,6 @@
-"""Exports of one tenant's audit trail: CSV and JSON Lines (the verifiable bundle is audit/bundles.py, the
-PDF report audit/pdf.py). They read the audit log only, page by page, so memory stays flat for any size.
+"""Exports of one tenant's audit trail: CSV and JSON Lines (the verifiable bundle is
+audit/exports/bundles.py, the PDF report audit/exports/pdf.py). They read the audit log only, page by
+page, so memory stays flat for any size.
 
 A Selection is a period of one chain, optionally narrowed to the proposals that match a policy, an
 agent, a reviewer or an outcome. The narrowing is a subquery over the audit events themselves:
@@ -25,13 +26,14 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Substr
 from django.utils import timezone
 
-from audit import export_lines
-from audit.chain import archive_public_key, make_seals_durable, sequence_chain
-from audit.export_lines import compact_json, csv_cell
+from audit.chain.checkpoints import archive_public_key
+from audit.chain.records import event_pages
+from audit.chain.sequencer import make_seals_durable, sequence_chain
+from audit.exports import server_lines
+from audit.exports.server_lines import compact_json, csv_cell
 from audit.labels import agent_label, tenant_chain, username_label
 from audit.models import AuditEvent, ChainHead, Verb
 from audit.people import display_names, pseudonyms_in
-from audit.records import event_pages
 from audit.shapes import format_time
 from audit.verify.chains import (
     EXPORT_HEAD_FORMAT,
@@ -302,9 +304,9 @@ def _blocks(selection: Selection, fmt: str, page_size: int | None = None) -> Ite
 
 def _pages(selection: Selection, fmt: str, page_size: int | None) -> Iterator[tuple[bytes, int, set[str]]]:
     """(bytes, events, pseudonyms mentioned) page by page: formatted by PostgreSQL there
-    (audit/export_lines.py, the same bytes), by csv_page or jsonl_page elsewhere."""
+    (audit/exports/server_lines.py, the same bytes), by csv_page or jsonl_page elsewhere."""
     if connection.vendor == "postgresql":
-        yield from export_lines.pages(selection.events(), fmt, page_size)
+        yield from server_lines.pages(selection.events(), fmt, page_size)
         return
     render = csv_page if fmt == "csv" else jsonl_page
     for page in event_pages(selection.events(), page_size=page_size):

@@ -13,7 +13,7 @@ the sequencer only polls.
 
 import logging
 
-from django.db import connection
+from audit import storage
 
 log = logging.getLogger(__name__)
 
@@ -23,10 +23,7 @@ CHANNEL = "reviewer_audit"
 def wake_sequencers() -> None:
     """Tell every listening sequencer that events are pending (outside any transaction). Never raises:
     the poll is the safety net."""
-    if connection.vendor != "postgresql":
-        return
     try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, '')", [CHANNEL])
+        storage.wake(CHANNEL)
     except Exception:
         log.exception("waking the audit sequencers failed; they chain on their next poll")

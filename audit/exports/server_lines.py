@@ -1,7 +1,8 @@
-"""CSV and JSON Lines export pages formatted by PostgreSQL itself: each row comes back as the text of its
-line around the event's `data`, so Python neither builds a row through the ORM nor formats a time or
-a cell; it only joins text, hashes and writes. The bytes are the Python writer's (audit/exports.py
-`csv_page`, `jsonl_page`, which SQLite uses), as tests/audit/test_export_lines.py checks:
+"""CSV and JSON Lines export pages formatted by PostgreSQL itself (the statement: audit/storage.py
+`export_line_rows`): each row comes back as the text of its line around the event's `data`, so Python
+neither builds a row through the ORM nor formats a time or a cell; it only joins text, hashes and
+writes. The bytes are the Python writer's (audit/exports/lines.py `csv_page`, `jsonl_page`, which
+SQLite uses), as tests/audit/test_export_lines.py checks:
 
 - the time is `to_char` in UTC with microseconds, as `format_time` writes it;
 - a text is a JSON string by `to_json` (PostgreSQL escapes exactly what `json.dumps(ensure_ascii=False)`
@@ -23,53 +24,17 @@ the actor or subject when it starts with `person:` (named by the SQL), and strin
 import json
 import re
 from collections.abc import Iterator
-from itertools import islice
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 
-import psycopg
-from django.db import connection
-
-from audit import records
+from audit import storage
+from audit.chain import records
 from audit.people import PREFIX, pseudonyms_in
 
-_AT = """to_char(e.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')"""
-# A CSV cell: quoted as the csv module's QUOTE_MINIMAL does under the excel dialect.
-_CELL = """CASE WHEN {0} ~ '[,"\\r\\n]' THEN '"' || replace({0}, '"', '""') || '"' ELSE {0} END"""
-# A spreadsheet runs a cell that starts with = + - @ as a formula (csv_cell below).
-_GUARD = """CASE WHEN left({0}, 1) IN ('=', '+', '-', '@', E'\\t', E'\\r') THEN '''' || {0} ELSE {0} END"""
-_MENTIONS = (
-    f"CASE WHEN e.actor LIKE '{PREFIX}%%' THEN e.actor END",
-    f"CASE WHEN e.subject LIKE '{PREFIX}%%' THEN e.subject END",
-)
 # jsonb prints a number with a fraction as numeric does, and Python's float repr may differ from it.
 # This matches every such number in jsonb's text (and, rarely, a string that looks like one).
 _FRACTION = re.compile(r"[0-9]\.[0-9]+(?:[,}\]]|$)")
 # How a string that starts with the pseudonyms' prefix begins in JSON text.
 _MENTIONED = f'"{PREFIX}'
-
-
-def _json(column: str) -> str:
-    return f"to_json(e.{column})::text"
-
-
-def _csv(column: str, guarded: bool = False) -> str:
-    value = _GUARD.format(f"e.{column}") if guarded else f"e.{column}"
-    return _CELL.format(value)
-
-
-COLUMNS = {
-    "csv": (
-        f"e.seq || ',' || {_AT} || ',' || {_csv('chain')} || ',' || {_csv('actor', True)} || ',' || "
-        f"{_csv('verb')} || ',' || {_csv('subject', True)} || ','",
-        f"',' || {_csv('prev_hash')} || ',' || {_csv('hash')} || E'\\r\\n'",
-    ),
-    "jsonl": (
-        f"""'{{"chain": ' || {_json("chain")} || ', "seq": ' || e.seq || ', "at": "' || {_AT} || """
-        f"""'", "actor": ' || {_json("actor")} || ', "verb": ' || {_json("verb")} || """
-        f"""', "subject": ' || {_json("subject")} || ', "data": '""",
-        f"""', "prev_hash": ' || {_json("prev_hash")} || ', "hash": ' || {_json("hash")} || E'}}\\n'""",
-    ),
-}
 
 
 def csv_cell(value: str) -> str:
@@ -124,20 +89,11 @@ def pages(events, fmt: str, page_size: int | None = None) -> Iterator[tuple[byte
     """(the lines' bytes, how many events, the pseudonyms they mention) page by page, in seq order, of
     a chain's queryset of events (PostgreSQL only).
 
-    Outside a transaction the rows come from ONE statement streamed on a connection of the export's
-    own (`_streamed_rows`): one snapshot for the whole export, and the server formats the next rows
-    while Python formats these (they wait in the socket's buffers), instead of each page's query
-    waiting for the previous page's Python. Inside the caller's transaction (whose own writes another
-    connection cannot see) the pages are read on Django's connection, one query per page by keyset,
-    all in that transaction."""
-    head, tail = COLUMNS[fmt]
-    # Constant text of this module around Django's own SQL of the queryset; values are parameters.
-    select = f"SELECT {head}, e.data::text, {tail}, {', '.join(_MENTIONS)}, e.seq FROM ("  # noqa: S608
+    Outside a transaction the rows come from one statement streamed on a connection of the export's
+    own; inside the caller's transaction, one query per page by keyset (storage.export_line_rows)."""
     page_size = page_size or records.PAGE_SIZE  # read now: settable
-    if connection.in_atomic_block:
-        batches = _keyset_rows(events, select, page_size)
-    else:
-        batches = _streamed_rows(events, select, page_size)
+    rows_of_lines = events.order_by("seq").values(*records.EVENT_FIELDS)
+    batches = storage.export_line_rows(rows_of_lines, fmt, page_size)
     jsonl = fmt == "jsonl"
     for rows in batches:
         parts, mentioned = [], set()
@@ -157,34 +113,3 @@ def pages(events, fmt: str, page_size: int | None = None) -> Iterator[tuple[byte
             if _MENTIONED in data:
                 mentioned |= pseudonyms_in([{"actor": "", "subject": "", "data": json.loads(data)}])
         yield "".join(parts).encode(), len(rows), mentioned
-
-
-def _streamed_rows(events, select: str, page_size: int) -> Iterator[list[tuple]]:
-    """The rows of the whole export in lists of `page_size`, from one statement streamed on a
-    connection of its own (Django's parameters, adapters and cursor class), so the caller may use
-    Django's connection between pages (the export job saves its progress there). The connection is
-    closed when the export ends or is abandoned."""
-    inner, params = events.order_by("seq").values(*records.EVENT_FIELDS).query.sql_with_params()
-    with psycopg.connect(**connection.get_connection_params(), autocommit=True) as own:
-        with own.cursor() as cursor:
-            rows = cursor.stream(select + inner + ") e ORDER BY e.seq", params, size=page_size)
-            while page := list(islice(rows, page_size)):
-                yield page
-
-
-def _keyset_rows(events, select: str, page_size: int) -> Iterator[list[tuple]]:
-    """The rows of the export in pages of `page_size`, one query each after the last seq read, on
-    Django's connection (inside the caller's transaction)."""
-    after_seq = 0
-    while True:
-        page = events.filter(seq__gt=after_seq).order_by("seq").values(*records.EVENT_FIELDS)[:page_size]
-        inner, params = page.query.sql_with_params()
-        with connection.cursor() as cursor:
-            cursor.execute(select + inner + ") e ORDER BY e.seq", params)
-            rows = cursor.fetchall()
-        if not rows:
-            return
-        yield rows
-        after_seq = rows[-1][-1]
-        if len(rows) < page_size:
-            return

@@ -26,7 +26,7 @@ def file_name(chain: str) -> str:
 def write(checkpoint) -> None:
     """Append one committed checkpoint to its chain's file. A failure is logged, never raised: the
     checkpoint is in the database already, and the next one is written as usual."""
-    from audit.records import checkpoint_dict
+    from audit.chain.records import checkpoint_dict
 
     directory = Path(settings.AUDIT_CHECKPOINT_DIR)
     line = (json.dumps(checkpoint_dict(checkpoint), sort_keys=True) + "\n").encode()

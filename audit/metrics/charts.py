@@ -7,7 +7,7 @@ no chart library, and the PDF draws the very same shapes.
 import math
 from dataclasses import dataclass, field
 
-from audit.metrics import FIRST_OUTCOMES
+from audit.metrics.queue import FIRST_OUTCOMES
 
 # Colours chosen to stay distinguishable for the common colour-vision deficiencies (Okabe-Ito palette);
 # every chart also has a legend and a table with the same numbers.
@@ -184,7 +184,7 @@ def stacked_shares(
 
 
 DAY_CATEGORIES = ["approved", "rejected", "expired", "other", "open"]
-# The outcome shares show every first outcome, in the order audit.metrics counts them.
+# The outcome shares show every first outcome, in the order audit.metrics.queue counts them.
 SHARE_CATEGORIES = list(FIRST_OUTCOMES)
 
 

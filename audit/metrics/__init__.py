@@ -1,0 +1,2 @@
+"""Queue metrics computed from the audit log (`queue`), drawn as SVG charts (`charts`) and exposed to
+Prometheus (`prometheus`): aggregates only, no personal identifiers."""
