@@ -16,14 +16,13 @@ everywhere), and every message is idempotent on the agent's side anyway.
 
 import logging
 import threading
+import time
 from datetime import datetime
 
 from django.db import close_old_connections, connection
 
 from approvals import wakeup
-from approvals.worker import delivery
 from approvals.worker.jobs import JOBS, Job, JobContext, Lanes, interval_of, threads_for_lanes
-from approvals.worker.reconcile import ExecutionReconciler
 from approvals.worker.report import TickReport
 from audit.sequencer_worker import SequencerThread
 
@@ -31,12 +30,11 @@ __all__ = ["POLL_SECONDS", "TickReport", "Worker"]
 
 log = logging.getLogger(__name__)
 
-# A claimed message is not offered to another claimant for this long: longer than one call can take.
-LEASE_SECONDS = delivery.LEASE_SECONDS
 # The safety-net interval of the jobs with no interval of their own: expiry, retries whose backoff
 # ended, reconciliation, and any wake-up that was lost. New messages do not wait for it (approvals/wakeup.py).
 POLL_SECONDS = 2.0
-# How long a stopping worker waits for its job threads (each call has its own deadline).
+# How long a stopping worker waits for its job threads in all (each call has its own deadline; the
+# threads are daemons: one still in a call when this ends goes with the process).
 STOP_WAIT_SECONDS = 30
 
 
@@ -49,10 +47,6 @@ class Worker:
         # benchmarks wait for it before they commit what they expect to be woken for).
         self.listening = threading.Event()
         self.sequencer: SequencerThread | None = None  # run() starts it; a lone tick sequences itself
-
-    @property
-    def reconciler(self) -> ExecutionReconciler:
-        return self.context.reconciler
 
     # --- every job once ---------------------------------------------------------------------------
 
@@ -93,9 +87,10 @@ class Worker:
                 pass
         finally:
             self.stop.set()  # (also when starting failed: every thread ends with it)
+            deadline = time.monotonic() + STOP_WAIT_SECONDS  # one wait for all: they end side by side
             for thread in threads:
-                thread.join(STOP_WAIT_SECONDS)
-            self.sequencer.join(timeout=STOP_WAIT_SECONDS)
+                thread.join(max(deadline - time.monotonic(), 0))
+            self.sequencer.join(timeout=max(deadline - time.monotonic(), 0))
             self.context.lanes.close()
         log.info("worker stopped")
 
