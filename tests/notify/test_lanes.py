@@ -1,8 +1,9 @@
 """The worker's lanes to people's tools (approvals/notify/lanes.py): a target that hangs holds one thread
 of its lane, never the other targets; a failing target is left out for a back-off that doubles up to
-its cap and ends at its first success; what it could not send is handed back, never dropped. And the
-webhook job over real sockets: an endpoint that refuses connections leaves the other endpoint's webhook
-delivered and its own second webhook released unsent, its attempt not counted."""
+its cap and ends at its first success; what it could not send is handed back, never dropped. And over
+real sockets: a webhook endpoint that refuses connections leaves the other endpoint's webhooks
+delivered and its own second webhook released unsent, its attempt not counted; a Slack workspace whose
+API refuses connections is left out, its other posts due and unattempted."""
 
 import socket
 import threading
@@ -10,11 +11,14 @@ import threading
 import pytest
 
 from approvals.models import OutboxMessage
+from approvals.models.notifications import SlackPost, SlackWorkspace
 from approvals.notify.lanes import Lane, TargetBackoff
 from approvals.services.webhooks import register_endpoint
 from approvals.worker.loop import Worker
 from tests import factories
 from tests.notify.receivers import WebhookReceiver
+from tests.notify.slack_requests import FINANCE_CHANNEL, TEAM
+from tests.notify.slack_standin import BOT_TOKEN
 
 DEADLINE = 30  # seconds a wait may take before the test fails (never a pass condition)
 
@@ -140,3 +144,31 @@ def test_an_endpoint_that_refuses_holds_back_no_other_and_its_second_webhook_wai
         assert waiting.next_attempt_at > tried.created_at  # due once the endpoint's back-off ends
     finally:
         receiver.stop()
+
+
+@pytest.mark.django_db
+def test_a_slack_api_that_refuses_connections_is_left_out_and_the_workspaces_other_posts_stay_due(
+    settings, monkeypatch, tenant, agent, refund_policy, requester
+):
+    """The refusing port stands in for Slack's Web API when it cannot be reached; the worker calls it
+    with its real client, slack_sdk's WebClient (SLACK_API_BASE_URL)."""
+    settings.SLACK_API_BASE_URL = refusing_url() + "/api/"
+    monkeypatch.setenv("SLACK_BOT_TOKEN_ACME", BOT_TOKEN)
+    SlackWorkspace.objects.create(
+        tenant=tenant,
+        team_id=TEAM,
+        bot_token_ref="env:SLACK_BOT_TOKEN_ACME",
+        signing_secret_ref="env:SLACK_BOT_TOKEN_ACME",
+        channels={"finance": FINANCE_CHANNEL},
+    )
+    factories.submit(agent)
+    factories.submit(agent)
+    worker = Worker()
+
+    worker.tick()
+    assert sorted(SlackPost.objects.values_list("attempts", flat=True)) == [0, 1]  # one call, refused
+
+    worker.tick()  # the other post is due, its workspace in back-off: not called
+    posts = list(SlackPost.objects.all())
+    assert sorted(post.attempts for post in posts) == [0, 1]
+    assert not any(post.final or post.ts for post in posts)  # both still to be posted
