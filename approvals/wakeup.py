@@ -1,9 +1,10 @@
 """Waking the delivery worker the moment an outbox message is committed: delivery is woken, not polled.
 
 The services call `outbox_message_queued()` inside the transaction that queues a message (a decision
-to continue or cancel, a GetTask). The worker calls `doorbell()` once and then `wait(timeout)` between
-ticks: it returns as soon as a message was committed, or after `timeout` (polling stays, as the safety
-net for lost wake-ups, retries whose backoff ends, and expiry).
+to continue or cancel, a GetTask). The worker's outbox job (approvals/worker/jobs.py `deliver_outbox`)
+calls `doorbell()` once and then `wait(timeout)` between its runs: it returns as soon as a message was
+committed, or after `timeout` (polling stays, as the safety net for lost wake-ups, retries whose
+backoff ends, and expiry).
 
 - PostgreSQL: `NOTIFY reviewer_outbox` inside the transaction. PostgreSQL delivers a notification only
   when (and if) the transaction commits, to every listening worker on any machine. Each worker LISTENs

@@ -352,6 +352,7 @@ EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.Emai
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "reviewer@localhost")
 EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
 EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10)  # seconds per SMTP operation (the worker's mail jobs)
 # Reviewers get one e-mail digest of new proposals at most this often (approvals/worker/notifications.py).
 NOTIFICATION_DIGEST_SECONDS = env_int("NOTIFICATION_DIGEST_SECONDS", 60)
 
@@ -411,6 +412,16 @@ AGENT_ALLOWED_NETWORKS = env_list("AGENT_ALLOWED_NETWORKS", [])
 SLACK_API_BASE_URL = env_str("SLACK_API_BASE_URL", "https://slack.com/api/")
 # Webhooks and push share the agents' allow-list (AGENT_ALLOWED_*); http:// only for tests and development.
 NOTIFY_ALLOW_HTTP = env_bool("NOTIFY_ALLOW_HTTP", False)
+# The worker's calls to Slack, Teams, webhook endpoints and push services (docs/operations.md, "The
+# worker"): each kind calls at most NOTIFY_THREADS targets (workspaces, channels, endpoints) at once,
+# each call within these timeouts (Slack's client takes one timeout: the read one); a target whose
+# call failed is skipped for NOTIFY_TARGET_BACKOFF_SECONDS, doubling while it keeps failing up to the
+# cap, and what waits for it stays due (nothing is dropped).
+NOTIFY_CONNECT_TIMEOUT_SECONDS = env_int("NOTIFY_CONNECT_TIMEOUT_SECONDS", 3)
+NOTIFY_READ_TIMEOUT_SECONDS = env_int("NOTIFY_READ_TIMEOUT_SECONDS", 5)
+NOTIFY_THREADS = env_int("NOTIFY_THREADS", 4)
+NOTIFY_TARGET_BACKOFF_SECONDS = env_int("NOTIFY_TARGET_BACKOFF_SECONDS", 30)
+NOTIFY_TARGET_BACKOFF_CAP_SECONDS = env_int("NOTIFY_TARGET_BACKOFF_CAP_SECONDS", 600)
 # SIEM (audit/siem.py): JSON over HTTPS ("hec", "elastic", "jsonl") and/or syslog ("tcp://…", "tls://…").
 AUDIT_SIEM_HTTP_URL = env_str("AUDIT_SIEM_HTTP_URL")
 AUDIT_SIEM_HTTP_FORMAT = env_str("AUDIT_SIEM_HTTP_FORMAT", "hec")

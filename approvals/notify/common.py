@@ -1,8 +1,10 @@
-"""What every channel shares: agent text as one plain line, the link to a proposal's page, times."""
+"""What every channel shares: agent text as one plain line, the link to a proposal's page, times, and
+the timeouts of a call."""
 
 import re
 from datetime import UTC, datetime
 
+import httpx
 from django.conf import settings
 from django.urls import reverse
 
@@ -23,3 +25,10 @@ def proposal_link(proposal) -> str:
 
 def when(moment: datetime) -> str:
     return f"{moment.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+
+
+def notify_timeout() -> httpx.Timeout:
+    """The timeouts of one call to a Teams channel, a webhook endpoint or a push service: a target that
+    accepts and never answers costs one call this long, never a stalled worker (approvals/notify/lanes.py)."""
+    read, connect = settings.NOTIFY_READ_TIMEOUT_SECONDS, settings.NOTIFY_CONNECT_TIMEOUT_SECONDS
+    return httpx.Timeout(read, connect=connect)

@@ -132,7 +132,8 @@ def push_to(user, proposal, reason: str) -> int:
                 vapid_private_key=vapid(),
                 vapid_claims={"sub": settings.WEB_PUSH_CONTACT},
                 ttl=TTL_SECONDS,
-                timeout=10,
+                # requests' (connect, read): a push service that never answers costs one call this long
+                timeout=(settings.NOTIFY_CONNECT_TIMEOUT_SECONDS, settings.NOTIFY_READ_TIMEOUT_SECONDS),
             )
             reached += 1
         except WebPushException as error:

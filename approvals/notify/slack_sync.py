@@ -19,6 +19,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from approvals.models.notifications import SlackIdentity, SlackPost, SlackWorkspace
 from approvals.notify import slack_messages
 from approvals.notify.audience import waiting_reviewers
+from approvals.notify.lanes import Lane
 from approvals.notify.secrets import SecretMissing, read_secret
 from approvals.services import slack_links
 from approvals.services.chat_posts import next_look
@@ -34,7 +35,8 @@ def client(workspace: SlackWorkspace) -> WebClient:
     return WebClient(
         token=read_secret(workspace.bot_token_ref),
         base_url=settings.SLACK_API_BASE_URL,
-        timeout=10,
+        # slack_sdk's one timeout (urllib's) bounds the connect and each read alike.
+        timeout=settings.NOTIFY_READ_TIMEOUT_SECONDS,
     )
 
 
@@ -66,28 +68,42 @@ def announce(proposal, workspaces: list[SlackWorkspace]) -> None:
         slack_links.plan_posts(proposal, workspace, channels_for(proposal, workspace))
 
 
-def run(now: datetime | None = None) -> int:
+def run(now: datetime | None = None, lane: Lane | None = None) -> int:
     """Post or update the messages that are due (services.chat_posts: planned, changed, retried, or
-    the safety net's turn), most overdue first. Returns how many calls succeeded."""
+    the safety net's turn), most overdue first, the workspaces side by side in `lane` (one at a time
+    without one). A workspace that cannot be reached is in the lane's back-off: its posts stay due and
+    are left out until it ended. Returns how many calls succeeded."""
     now = now or timezone.now()
+    lane = lane or Lane("slack", threads=0)
     slack_links.forget_old_signatures(now)
     due = (
         SlackPost.objects.filter(final=False, workspace__enabled=True, next_attempt_at__lte=now)
+        .exclude(workspace_id__in=lane.backoff.skipped())
         .select_related("proposal__agent", "workspace")
         .order_by("next_attempt_at", "id")[:BATCH]
     )
-    done = 0
-    clients: dict[int, WebClient] = {}
+    by_workspace: dict[int, list[SlackPost]] = {}
     for post in due:
+        by_workspace.setdefault(post.workspace_id, []).append(post)
+    done = []  # (list.append is atomic: the lane's threads count here side by side)
+    clients: dict[int, WebClient] = {}
+
+    def send(post: SlackPost) -> bool:
         try:
-            web = clients.get(post.workspace_id) or clients.setdefault(
-                post.workspace_id, client(post.workspace)
-            )
-            done += sync_post(web, post, now)
-        except (SlackApiError, SlackClientError, SecretMissing, OSError) as error:
+            if post.workspace_id not in clients:
+                clients[post.workspace_id] = client(post.workspace)
+            done.append(sync_post(clients[post.workspace_id], post, now))
+        except SlackApiError as error:  # Slack answered: this post's problem, not the workspace's
             log.warning("slack post %s failed: %s", post.pk, error)
             slack_links.record_post_failure(post, type(error).__name__, now)
-    return done
+        except (SlackClientError, SecretMissing, OSError) as error:  # no answer, or no token
+            log.warning("slack post %s failed: %s", post.pk, error)
+            slack_links.record_post_failure(post, type(error).__name__, now)
+            return False
+        return True
+
+    lane.run(by_workspace, send)  # what a failing workspace left is still due: nothing to hand back
+    return sum(done)
 
 
 def sync_post(web: WebClient, post: SlackPost, now: datetime) -> int:

@@ -22,7 +22,8 @@ from django.utils import timezone
 
 from approvals.a2a import outbound
 from approvals.models.notifications import TeamsChannel, TeamsPost
-from approvals.notify.common import one_line, proposal_link, when
+from approvals.notify.common import notify_timeout, one_line, proposal_link, when
+from approvals.notify.lanes import Lane
 from approvals.notify.secrets import SecretMissing, read_secret
 from approvals.notify.slack_messages import status_line
 from approvals.services.chat_posts import next_look
@@ -106,7 +107,7 @@ def message(adaptive_card: dict) -> dict:
 
 
 async def _post(url: str, body: dict) -> httpx.Response:
-    async with outbound.async_client(timeout=10, follow_redirects=False) as client:
+    async with outbound.async_client(timeout=notify_timeout(), follow_redirects=False) as client:
         return await client.post(url, json=body)
 
 
@@ -131,38 +132,49 @@ def announce(proposal, channels: list[TeamsChannel]) -> None:
     plan_teams_posts(proposal, [c for c in channels if slugs & set(c.groups)])
 
 
-def run(now: datetime | None = None) -> int:
+def run(now: datetime | None = None, lane: Lane | None = None) -> int:
     """The worker's step: send the cards that are due (services.chat_posts: planned, the proposal
-    changed, retried, or the safety net's turn), most overdue first."""
+    changed, retried, or the safety net's turn), most overdue first, the channels side by side in
+    `lane` (one at a time without one). A channel whose webhook failed is in the lane's back-off: its
+    cards stay due and are left out until it ended."""
     now = now or timezone.now()
+    lane = lane or Lane("teams", threads=0)
     due = (
         TeamsPost.objects.filter(final=False, channel__enabled=True, next_attempt_at__lte=now)
+        .exclude(channel_id__in=lane.backoff.skipped())
         .select_related("proposal__agent", "channel")
         .order_by("next_attempt_at", "id")[:BATCH]
     )
-    sent = 0
+    by_channel: dict[int, list[TeamsPost]] = {}
     for post in due:
+        by_channel.setdefault(post.channel_id, []).append(post)
+    sent = []  # (list.append is atomic: the lane's threads count here side by side)
+
+    def send_post(post: TeamsPost) -> bool:
         proposal = post.proposal
         closed = proposal.state in TERMINAL or proposal.state not in WAITING_FOR_PEOPLE
         if post.requested_at is not None and not closed:
             record_teams_checked(post, next_look(now))  # waiting, and its card is posted: nothing to add
-            continue
+            return True
         if post.requested_at is None and closed:
             record_teams_sent(
                 post, requested=False, outcome_state=proposal.state, next_look=now
             )  # ended before it was posted
-            continue
+            return True
         try:
             send(post.channel, message(card(proposal, outcome=closed)))
         except (httpx.HTTPError, SecretMissing, OSError) as error:
             log.warning("teams post %s failed: %s", post.pk, type(error).__name__)
             record_teams_failure(post, now + timedelta(seconds=min(2 ** (post.attempts + 1) * 5, 600)))
-            continue
+            return False
         record_teams_sent(
             post,
             requested=not closed,
             outcome_state=proposal.state if closed else "",
             next_look=next_look(now),
         )
-        sent += 1
-    return sent
+        sent.append(post)
+        return True
+
+    lane.run(by_channel, send_post)
+    return len(sent)

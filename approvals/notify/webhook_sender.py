@@ -5,7 +5,9 @@ the event's JSON, the headers `webhook-id` (the outbox message id: a retry carri
 receiver can drop duplicates), `webhook-timestamp` and `webhook-signature` ("v1,<base64 HMAC-SHA256 of
 id.timestamp.body>" under the endpoint's secret). It goes through the outbound allow-list transport
 (approvals/a2a/outbound.py), so a tenant admin's URL reaches only hosts the operator allowed. Anything but a
-2xx answer raises, and the outbox retries it with backoff, then dead-letters it.
+2xx answer, or none within the timeouts (approvals/notify/common.py `notify_timeout`), raises, and the
+outbox retries it with backoff, then dead-letters it; the worker's webhook job also leaves the
+endpoint out for a while (approvals/notify/lanes.py).
 """
 
 import asyncio
@@ -17,8 +19,7 @@ from standardwebhooks import Webhook
 
 from approvals.a2a import outbound
 from approvals.models.notifications import WebhookEndpoint
-
-TIMEOUT_SECONDS = 10
+from approvals.notify.common import notify_timeout
 
 
 class WebhookFailed(Exception):
@@ -40,7 +41,7 @@ def signed_request(endpoint: WebhookEndpoint, message_id: str, event: dict) -> t
 
 
 async def _post(url: str, body: bytes, headers: dict) -> httpx.Response:
-    async with outbound.async_client(timeout=TIMEOUT_SECONDS, follow_redirects=False) as client:
+    async with outbound.async_client(timeout=notify_timeout(), follow_redirects=False) as client:
         return await client.post(url, content=body, headers=headers)
 
 

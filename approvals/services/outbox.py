@@ -1,15 +1,16 @@
 """Outbox delivery (run by the worker; the network call happens between these, outside any transaction)."""
 
+from collections.abc import Collection, Iterable
 from datetime import datetime, timedelta
-from functools import lru_cache
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from approvals.models import OutboxMessage, Proposal
 from approvals.services.common import proposal_subject
-from approvals.storage.rows import model_columns, quoted_names
+from approvals.storage.outbox import claim_one
 from audit.labels import SYSTEM
 from audit.models import Verb
 from audit.trail import audit_time, record
@@ -21,17 +22,30 @@ def outbox_backoff_seconds(attempts: int) -> int:
 
 
 def claim_due_outbox(
-    *, limit: int = 20, lease_seconds: int = 120, now: datetime | None = None
+    *,
+    limit: int = 20,
+    lease_seconds: int = 120,
+    now: datetime | None = None,
+    kinds: Collection[str] | None = None,
+    skip_endpoints: Collection[int] = (),
 ) -> list[OutboxMessage]:
     """Claim due pending messages for one worker: each claim counts an attempt and pushes
     next_attempt_at out by the lease, so no other worker takes the row while it is being delivered
     (and a worker that dies mid-delivery only delays it by the lease). SKIP LOCKED on PostgreSQL lets
-    workers claim side by side; elsewhere the compare-and-set on next_attempt_at decides."""
+    workers claim side by side; elsewhere the compare-and-set on next_attempt_at decides.
+
+    `kinds` keeps a worker job to its own messages (the agents' job never claims a webhook, so a slow
+    webhook endpoint never holds a continuation back); `skip_endpoints` leaves the webhooks of endpoints
+    in back-off unclaimed: they stay pending and due for a later round."""
     clock = now or timezone.now()
     lease_until = clock + timedelta(seconds=lease_seconds)
     claimed = []
     with transaction.atomic():
         due = OutboxMessage.objects.filter(status=OutboxMessage.Status.PENDING, next_attempt_at__lte=clock)
+        if kinds is not None:
+            due = due.filter(kind__in=list(kinds))
+        if skip_endpoints:
+            due = due.exclude(kind=OutboxMessage.Kind.WEBHOOK, payload__endpoint__in=list(skip_endpoints))
         if transaction.get_connection().features.has_select_for_update_skip_locked:
             due = due.select_for_update(skip_locked=True)
         for message in due.order_by("next_attempt_at", "id")[:limit]:
@@ -53,34 +67,19 @@ def claim_outbox_message(
     claim takes: one conditional UPDATE (pending and due), so exactly one of the direct sender and any
     number of workers wins it. None if it is not pending and due (a worker has it, or it is settled)."""
     clock = now or timezone.now()
-    lease_until = clock + timedelta(seconds=lease_seconds)
-    at = connection.ops.adapt_datetimefield_value
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _claim_one_sql(connection.vendor),
-            [at(lease_until), message_id, OutboxMessage.Status.PENDING.value, at(clock)],
-        )
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    return _outbox_columns(connection.vendor).load(row)
+    return claim_one(message_id, lease_until=clock + timedelta(seconds=lease_seconds), now=clock)
 
 
-def _outbox_columns(vendor: str):
-    return model_columns(OutboxMessage, OutboxMessage._meta.db_table, vendor)
-
-
-@lru_cache
-def _claim_one_sql(vendor: str) -> str:
-    """The claim and the claimed row in one round trip (`UPDATE … RETURNING`, PostgreSQL and SQLite
-    3.35+): it is on the direct send's path, between a decision's commit and its continuation."""
-    table, column = quoted_names(OutboxMessage)
-    attempts = column("attempts")
-    return (  # only quoted names go into the text (approvals/sql.py); every value is a parameter
-        f"UPDATE {table} SET {column('next_attempt_at')} = %s, {attempts} = {attempts} + 1"  # noqa: S608
-        f" WHERE {column('id')} = %s AND {column('status')} = %s AND {column('next_attempt_at')} <= %s"
-        f" RETURNING {_outbox_columns(vendor).select}"
-    )
+def release_outbox_claims(messages: Iterable[OutboxMessage], *, until: datetime) -> int:
+    """Give claimed messages back unsent, due again at `until`, their claim's attempt not counted: the
+    worker claimed them, then found their target in back-off. Compare-and-set on the claim's lease, so
+    a row whose lease lapsed and that someone else claimed is left alone. Returns how many it released."""
+    released = 0
+    for message in messages:
+        released += OutboxMessage.objects.filter(
+            pk=message.pk, status=OutboxMessage.Status.PENDING, next_attempt_at=message.next_attempt_at
+        ).update(next_attempt_at=until, attempts=F("attempts") - 1)
+    return released
 
 
 def _outbox_audit(message: OutboxMessage, verb: str, data: dict):

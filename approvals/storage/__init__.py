@@ -12,6 +12,7 @@ not rebuild and compile an expression tree.
 - `quotas`: intake's quota lock, its open-proposal counts, the spend of both buckets.
 - `intake`: intake's one read, and the proposal inserted with its pinned policy versions.
 - `decisions`: the consume as one statement.
+- `outbox`: the worker's claim of a due message in one statement (tests/approvals/test_outbox_storage.py).
 - `halts`, `history`, `tokens`: the halt check, a target's history counts and the agent token lookup
   (tests/approvals/test_storage_halts.py, test_storage_history.py, test_storage_tokens.py).
 

@@ -1,288 +1,160 @@
-"""The delivery worker: one loop that keeps Reviewer's promises to agents.
+"""The delivery worker: the jobs of approvals/worker/jobs.py, each on a thread of its own.
+
+`Worker.run()` (`manage.py run_worker`) starts one thread per job and the audit sequencer's thread.
+Each job thread runs its job, then waits for its interval (the deliver_outbox job: also for a
+committed message's wake-up), and again, until the worker stops; a job that raises is logged and runs
+again at its next interval. So a job that fails or waits on a slow target never stops or delays
+another: a continuation is never queued behind a Slack post, an e-mail, a web push, a webhook or the
+SIEM stream. `Worker.tick()` (`run_worker --once`, and the tests) runs every job once, in the table's
+order, in the calling thread; each job runs even if an earlier one failed.
 
 A decision's continuation is sent by the process that committed it, right after the commit
-(approvals/worker/delivery.py); the worker is its retry path. Every other message wakes the worker the moment
-it is committed (approvals/wakeup.py: LISTEN/NOTIFY on PostgreSQL, a doorbell socket on SQLite), and it
-then delivers at once; every POLL_SECONDS it also runs a full tick, the safety net. Each tick it
-1. expires what waited too long (services.reconcile.expire_due);
-2. delivers due outbox messages: claim (a short transaction), call the agent (no transaction open),
-   then record delivered, a retry with backoff, or a dead letter (services.outbox.mark_outbox_*);
-3. reconciles executions with the agent's own task state (GetTask): an execution that has run longer
-   than EXECUTING_RECONCILE_SECONDS settles from a terminal task or becomes unknown; an unknown one
-   settles once the task completed (see services.reconcile.apply_task_state); a request still awaiting
-   review is closed if its task ended (its push may have been lost: A2A push is best-effort). Nothing
-   here ever approves anything;
-4. chains the audit events pending: in `run()` a thread of its own does it, woken by the appending
-   processes' NOTIFY (audit/chain/sequencer_thread.py; with AUDIT_SEQUENCING = "worker" that is where every
-   event is chained), in a single tick (`--once`) the tick itself; and runs the audit export jobs
-   (audit.exports.jobs.run_pending_exports);
-5. sends the reviewers their e-mail digests of new proposals (approvals/worker/notifications.py);
-6. records each post-hoc review of a break-glass release that passed its deadline undone, once
-   (services.break_glass.note_overdue_reviews);
-7. chases proposals that wait (reminders, the escalation step, the admins' notes), keeps Slack and Teams
-   in step and pushes to reviewers' devices (approvals/notify/steps.py), and records delegations whose
-   period ended;
-8. streams the sealed audit events to the SIEM sinks (audit/siem.py).
-
-Several workers (and the direct send) may run side by side: claims never overlap (SKIP LOCKED on
-PostgreSQL, a lease written with compare-and-set everywhere), and every message is idempotent on the
-agent's side anyway.
+(approvals/worker/delivery.py); the worker is its retry path. Several workers (and the direct send) may
+run side by side: claims never overlap (SKIP LOCKED on PostgreSQL, a lease written with compare-and-set
+everywhere), and every message is idempotent on the agent's side anyway.
 """
 
 import logging
 import threading
-import uuid
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+import time
+from datetime import datetime
 
-from django.conf import settings
 from django.db import close_old_connections, connection
-from django.utils import timezone
 
 from approvals import wakeup
-from approvals.a2a.client import DeliveryError, get_task_state
-from approvals.a2a.parked_tasks import ParkedTaskLister
-from approvals.models import Agent, OutboxMessage, Proposal
-from approvals.notify import steps as notify_steps
-from approvals.services.break_glass import note_overdue_reviews
-from approvals.services.outbox import claim_due_outbox
-from approvals.services.page_watchers import forget_stale
-from approvals.services.reconcile import apply_task_state, expire_due, mark_unknown
-from approvals.services.webhooks import feed_from_chain
-from approvals.states import WAITING_FOR_PEOPLE, State
-from approvals.worker import delivery, notifications
-from audit import siem
-from audit.chain.sequencer import sequence_pending
+from approvals.worker.jobs import JOBS, Job, JobContext, Lanes, interval_of, threads_for_lanes
+from approvals.worker.report import TickReport
 from audit.chain.sequencer_thread import SequencerThread
-from audit.exports.jobs import run_pending_exports
+
+__all__ = ["POLL_SECONDS", "TickReport", "Worker"]
 
 log = logging.getLogger(__name__)
 
-# A claimed message is not offered to another claimant for this long: longer than one call can take.
-LEASE_SECONDS = delivery.LEASE_SECONDS
-# How often one execution's task is asked for its state once it is overdue or unknown. Requests still
-# awaiting review are asked every EXECUTING_RECONCILE_SECONDS: a lost push is rare, a queue is long.
-RECONCILE_EVERY_SECONDS = 30
-# GetTask calls per tick at most, so reconciliation never starves delivery.
-RECONCILE_BATCH = 20
-# The safety-net tick when nothing wakes the worker: expiry, retries whose backoff ended, reconciliation,
-# and any wake-up that was lost. New messages do not wait for it (approvals/wakeup.py).
+# The safety-net interval of the jobs with no interval of their own: expiry, retries whose backoff
+# ended, reconciliation, and any wake-up that was lost. New messages do not wait for it (approvals/wakeup.py).
 POLL_SECONDS = 2.0
-
-
-@dataclass
-class TickReport:
-    expired: int = 0
-    delivered: int = 0
-    failed: int = 0
-    dead: int = 0
-    reconciled: int = 0
-    errors: list[str] = field(default_factory=list)
+# How long a stopping worker waits for its job threads in all (each call has its own deadline; the
+# threads are daemons: one still in a call when this ends goes with the process).
+STOP_WAIT_SECONDS = 30
 
 
 class Worker:
     def __init__(self, *, batch: int = 20, stop: threading.Event | None = None):
         self.batch = batch
         self.stop = stop or threading.Event()
-        # proposal id -> when its task was last asked: GetTask at most every RECONCILE_EVERY_SECONDS.
-        self._last_checked: dict[str, datetime] = {}
-        # Whose waiting requests the last tick looked at, and where each agent's next look goes on.
-        self._waiting_agent = 0
-        self._waiting_after: dict[int, uuid.UUID | None] = {}
-        self.parked_tasks = ParkedTaskLister()  # finds requests whose push was lost (ListTasks)
-        # Set once run() listens for wake-ups and finished its first tick (tests and benchmarks wait
-        # for it before they commit what they expect to be woken for).
+        self.context = JobContext(stop=self.stop, batch=batch)
+        # Set once run() listens for wake-ups and the jobs that gate the start ran once (tests and
+        # benchmarks wait for it before they commit what they expect to be woken for).
         self.listening = threading.Event()
         self.sequencer: SequencerThread | None = None  # run() starts it; a lone tick sequences itself
 
-    # --- the loop -------------------------------------------------------------------------------
-
-    def run(self, *, interval: float = POLL_SECONDS, once: bool = False) -> None:
-        """Tick, then wait for a wake-up (a committed outbox message) or `interval` seconds, whichever
-        comes first: delivery is woken, the full tick (expiry, reconciliation, retries) also polls."""
-        if once:
-            self.tick()
-            return
-        bell = wakeup.doorbell(self.stop)
-        self.sequencer = SequencerThread(self.stop, interval=interval).start()
-        try:
-            report = self.tick()
-            # Started means caught up: what was left pending while no worker ran is chained by now.
-            self.sequencer.first_pass.wait()
-            self.listening.set()
-            log.info(
-                "worker started (interval %.1fs, batch %d, woken by %s)",
-                interval,
-                self.batch,
-                type(bell).__name__,
-            )
-            while not self.stop.is_set():
-                if report.delivered + report.failed + report.dead >= self.batch:
-                    report = self.tick()  # a full batch means more may be due: go again at once
-                    continue
-                woken, bell = self._wait(bell, interval)
-                if self.stop.is_set():
-                    break
-                if woken:  # a message was committed: deliver it now, the rest waits for its turn
-                    report = TickReport()
-                    self._step("delivery", self.deliver_due, report, None)
-                else:
-                    report = self.tick()
-        finally:
-            self.stop.set()  # (also when the loop failed: the sequencer thread ends with it)
-            bell.close()
-            self.sequencer.join(timeout=30)
-        log.info("worker stopped")
-
-    def _wait(self, bell, interval: float):
-        """Wait up to `interval` for the doorbell, in slices of at most a second so a stop request is
-        seen soon. Returns (woken, bell): a broken doorbell (the listening connection dropped) is
-        replaced by a new one."""
-        remaining = interval
-        while remaining > 0 and not self.stop.is_set():
-            slice_seconds = min(remaining, 1.0)
-            try:
-                if bell.wait(slice_seconds):
-                    return True, bell
-            except Exception:
-                log.exception("worker wake-up failed; listening again")
-                bell.close()
-                bell = wakeup.doorbell(self.stop)
-                self.stop.wait(slice_seconds)  # not a hot loop while the database is away
-            remaining -= slice_seconds
-        return False, bell
+    # --- every job once ---------------------------------------------------------------------------
 
     def tick(self, now: datetime | None = None) -> TickReport:
-        """One pass over everything the worker does. Each step runs even if an earlier one failed."""
+        """Every job once, in the table's order, here; then the audit events the jobs wrote are chained
+        (when no sequencer thread does it)."""
         if not connection.in_atomic_block:  # (tests run a tick inside their transaction)
             close_old_connections()  # a long-lived process must not keep a connection the database dropped
         report = TickReport()
-        for name, step in (
-            ("audit sequencer", self._sequence),
-            ("expiry", self._expire),
-            ("webhook feed", lambda report, now: feed_from_chain(now)),  # before delivery: sent this tick
-            ("delivery", self.deliver_due),
-            ("reconciliation", self.reconcile),
-            ("parked tasks", self.parked_tasks.reconcile),
-            ("audit jobs", self._audit_jobs),
-            ("review digests", lambda report, now: notifications.send_digests(now)),
-            ("overdue post-hoc reviews", lambda report, now: note_overdue_reviews(now)),
-            *((name, self._notify_step(step)) for name, step in notify_steps.STEPS),
-            ("SIEM stream", lambda report, now: siem.stream_pending()),
-            ("stale page watchers", lambda report, now: forget_stale(now)),
-            ("audit sequencer, the tick's own events", self._sequence),
-        ):
-            self._step(name, step, report, now)
+        for job in (*JOBS, *(j for j in JOBS if j.name == "sequence_audit")):
+            run_once(job, self.context, report, now)
         return report
 
-    @staticmethod
-    def _notify_step(step):
-        return lambda report, now: step(now)
+    # --- the job threads --------------------------------------------------------------------------
 
-    @staticmethod
-    def _step(name: str, step, report: TickReport, now: datetime | None) -> None:
+    def run(self, *, interval: float = POLL_SECONDS, once: bool = False) -> None:
+        if once:
+            self.tick()
+            return
+        self.context.lanes = Lanes.with_threads(threads_for_lanes())
+        self.sequencer = SequencerThread(self.stop, interval=interval).start()
+        self.context.sequencer_running = True
+        threads = [JobThread(job, self.context, interval) for job in JOBS if job.own_thread]
         try:
-            step(report, now)
-        except Exception as error:  # one failing step must not stop the others or the loop
-            log.exception("worker %s step failed", name)
-            report.errors.append(f"{name}: {error!r}")
-
-    def _sequence(self, report: TickReport, now: datetime | None) -> None:
-        if self.sequencer is None:  # else its thread chains, woken at each commit
-            sequence_pending()
-
-    def _expire(self, report: TickReport, now: datetime | None) -> None:
-        report.expired = expire_due(now)
-
-    # --- delivery -------------------------------------------------------------------------------
-
-    def deliver_due(self, report: TickReport, now: datetime | None = None) -> None:
-        for message in claim_due_outbox(limit=self.batch, lease_seconds=LEASE_SECONDS, now=now):
-            if self.stop.is_set():
-                break  # the rest waits for its lease to lapse; nothing is lost
-            outcome = self.deliver(message, now=now)
-            setattr(report, outcome, getattr(report, outcome) + 1)
-
-    def deliver(self, message: OutboxMessage, *, now: datetime | None = None) -> str:
-        """Deliver one claimed message; returns "delivered", "failed" or "dead" (worker/delivery.py)."""
-        return delivery.deliver_claimed(message, now=now)
-
-    # --- reconciliation -------------------------------------------------------------------------
-
-    def reconcile(self, report: TickReport, now: datetime | None = None) -> None:
-        clock = now or timezone.now()
-        overdue = clock - timedelta(seconds=settings.EXECUTING_RECONCILE_SECONDS)
-        # A pull agent has no task state to ask for (no card URL): its outcome is what it reports.
-        proposals = Proposal.objects.select_related("agent").filter(agent__delivery=Agent.Delivery.A2A)
-        executions = list(proposals.filter(state=State.EXECUTING, executing_since__lte=overdue)) + list(
-            proposals.filter(state=State.UNKNOWN)
-        )
-        due = [p for p in executions if self._due(p, clock, RECONCILE_EVERY_SECONDS)]
-        waiting = self._next_waiting(proposals.filter(created_at__lte=overdue, state__in=WAITING_FOR_PEOPLE))
-        due += [p for p in waiting if self._due(p, clock, settings.EXECUTING_RECONCILE_SECONDS)]
-        for proposal in due[:RECONCILE_BATCH]:
-            if self.stop.is_set():
-                return
-            self._last_checked[str(proposal.id)] = clock
-            if self._reconcile_one(proposal):
-                report.reconciled += 1
-        # A check older than both intervals is due again anyway: what is kept is bounded by the checks
-        # of one interval, not by the number of waiting requests.
-        horizon = clock - timedelta(
-            seconds=max(RECONCILE_EVERY_SECONDS, settings.EXECUTING_RECONCILE_SECONDS)
-        )
-        self._last_checked = {key: at for key, at in self._last_checked.items() if at > horizon}
-
-    def _next_waiting(self, waiting) -> list[Proposal]:
-        """The next RECONCILE_BATCH requests waiting for people of one A2A agent, the agents taking
-        turns, each agent's from where its last turn stopped (id order, over the index of what waits by
-        agent and id) and starting over after its last: each request gets its turn however long the
-        queue, and a tick reads at most one agent's waiting requests (its open ceiling bounds them),
-        never the whole queue."""
-        agents = sorted(Agent.objects.filter(delivery=Agent.Delivery.A2A).values_list("id", flat=True))
-        if not agents:
-            return []
-        agent_id = next((a for a in agents if a > self._waiting_agent), agents[0])
-        self._waiting_agent = agent_id
-        waiting = waiting.filter(agent_id=agent_id).order_by("id")
-        after = self._waiting_after.get(agent_id)
-        if after is not None:
-            waiting = waiting.filter(id__gt=after)
-        batch = list(waiting[:RECONCILE_BATCH])
-        self._waiting_after[agent_id] = batch[-1].id if len(batch) == RECONCILE_BATCH else None
-        return batch
-
-    def _due(self, proposal: Proposal, clock: datetime, every: int) -> bool:
-        last = self._last_checked.get(str(proposal.id))
-        return last is None or (clock - last).total_seconds() >= every
-
-    def _reconcile_one(self, proposal: Proposal) -> bool:
-        """Ask the agent for the task's state; returns whether the proposal changed."""
-        agent = proposal.agent
-        try:
-            snapshot = get_task_state(agent, proposal.task_id)
-            why = f"the task is still {snapshot.state}"
-        except DeliveryError as error:
-            snapshot, why = None, str(error)
-        if snapshot is not None and snapshot.is_terminal:
-            changed = apply_task_state(agent, proposal.task_id, snapshot.state, detail=snapshot.detail)
-            if changed:
-                log.info(
-                    "reconciled proposal %s from task %s: %s", proposal.id, proposal.task_id, snapshot.state
-                )
-            return bool(changed)
-        if proposal.state == State.EXECUTING:
-            # Never re-approve: an execution nobody can account for waits in unknown for the agent's word.
-            mark_unknown(
-                proposal.id,
-                reason=f"executing for over {settings.EXECUTING_RECONCILE_SECONDS}s "
-                f"without an outcome; {why}",
+            for thread in threads:
+                thread.start()
+            # Started means caught up: what was left pending while no worker ran is chained and
+            # delivered by now, and a commit from here on wakes the outbox job.
+            self.sequencer.first_pass.wait()
+            for thread in threads:
+                if thread.job.gates_start:
+                    thread.first_run.wait()
+            self.listening.set()
+            log.info(
+                "worker started (%d jobs, interval %.1fs, batch %d)", len(threads) + 1, interval, self.batch
             )
-            log.warning("proposal %s is unknown: %s", proposal.id, why)
-            return True
+            while not self.stop.wait(1.0):  # (in slices: the main thread takes SIGTERM between them)
+                pass
+        finally:
+            self.stop.set()  # (also when starting failed: every thread ends with it)
+            deadline = time.monotonic() + STOP_WAIT_SECONDS  # one wait for all: they end side by side
+            for thread in threads:
+                thread.join(max(deadline - time.monotonic(), 0))
+            self.sequencer.join(timeout=max(deadline - time.monotonic(), 0))
+            self.context.lanes.close()
+        log.info("worker stopped")
+
+
+def run_once(job: Job, context: JobContext, report: TickReport, now: datetime | None) -> bool:
+    """Run the job; True if it asks to run again at once. A failure is logged and noted in the report."""
+    try:
+        return bool(job.run(context, report, now))
+    except Exception as error:  # one failing job must not stop the others or its own next run
+        log.exception("worker job %s failed", job.name)
+        report.errors.append(f"{job.name}: {error!r}")
         return False
 
-    # --- the audit app's periodic jobs -----------------------------------------------------------
 
-    def _audit_jobs(self, report: TickReport, now: datetime | None) -> None:
-        run_pending_exports()
+class JobThread:
+    """One job, run again and again on a thread of its own until the worker stops."""
+
+    def __init__(self, job: Job, context: JobContext, interval: float):
+        self.job = job
+        self.context = context
+        self.stop = context.stop
+        self.interval = interval_of(job, interval)
+        self.first_run = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"job-{job.name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        bell = wakeup.doorbell(self.stop) if self.job.woken else None
+        try:
+            while not self.stop.is_set():
+                close_old_connections()  # a long-lived thread must not keep a connection the database dropped
+                try:
+                    again = run_once(self.job, self.context, TickReport(), None)
+                finally:
+                    self.first_run.set()
+                    close_old_connections()  # returned to the pool (or closed) between runs
+                if not again:
+                    bell = self._wait(bell)
+        finally:
+            self.first_run.set()  # (stopped before its first run: nobody waits for it in vain)
+            if bell is not None:
+                bell.close()
+
+    def _wait(self, bell):
+        """Wait for the job's interval, or its wake-up, in slices of at most a second so a stop is seen
+        soon. A broken doorbell (the listening connection dropped) is replaced by a new one."""
+        remaining = self.interval
+        while remaining > 0 and not self.stop.is_set():
+            slice_seconds = min(remaining, 1.0)
+            if bell is None:
+                self.stop.wait(slice_seconds)
+            else:
+                try:
+                    if bell.wait(slice_seconds):
+                        return bell
+                except Exception:
+                    log.exception("worker wake-up failed; listening again")
+                    bell.close()
+                    bell = wakeup.doorbell(self.stop)
+                    self.stop.wait(slice_seconds)  # not a hot loop while the database is away
+            remaining -= slice_seconds
+        return bell

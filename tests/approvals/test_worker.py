@@ -17,7 +17,8 @@ from approvals.services.decisions import consume_decision, revoke_decision
 from approvals.services.outbox import claim_due_outbox, outbox_backoff_seconds
 from approvals.services.votes import cast_vote
 from approvals.states import State
-from approvals.worker.loop import RECONCILE_EVERY_SECONDS, Worker
+from approvals.worker.loop import Worker
+from approvals.worker.reconcile import RECONCILE_EVERY_SECONDS
 from audit.chain.sequencer import sequence_pending
 from audit.chain.verification import verify_chain
 from audit.models import AuditEvent, Verb
@@ -336,7 +337,7 @@ def test_waiting_requests_are_asked_in_turns_agent_by_agent(
 ):
     from tests.approvals.fake_agent import FakeAgent
 
-    monkeypatch.setattr("approvals.worker.loop.RECONCILE_BATCH", 1)  # one GetTask a tick
+    monkeypatch.setattr("approvals.worker.reconcile.RECONCILE_BATCH", 1)  # one GetTask a tick
     second = FakeAgent().start()
     try:
         other = factories.make_agent(
@@ -365,7 +366,7 @@ def test_waiting_requests_are_asked_in_turns_agent_by_agent(
 
 def test_each_tick_runs_the_audit_export_jobs(monkeypatch):
     calls = []
-    monkeypatch.setattr("approvals.worker.loop.run_pending_exports", lambda: calls.append(1))
+    monkeypatch.setattr("approvals.worker.jobs.run_pending_exports", lambda: calls.append(1))
 
     report = Worker().tick()
 
@@ -375,7 +376,7 @@ def test_each_tick_runs_the_audit_export_jobs(monkeypatch):
 
 def test_a_failing_step_does_not_stop_the_others(monkeypatch, agent, refund_policy, requester):
     proposal = factories.submit(agent, expires_at=factories.in_seconds(60))
-    monkeypatch.setattr("approvals.worker.loop.run_pending_exports", lambda: 1 / 0)
+    monkeypatch.setattr("approvals.worker.jobs.run_pending_exports", lambda: 1 / 0)
 
     report = Worker().tick(now=timezone.now() + timedelta(seconds=61))
 

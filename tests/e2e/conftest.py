@@ -257,10 +257,14 @@ def workers(transactional_db, tmp_path, settings):
     settings.DATA_DIR = stack.tmp_path / "data"
     processes: list[ServerProcess] = []
 
-    def start(n: int = 1, *, interval: str = "600") -> list[ServerProcess]:
+    def start(n: int = 1, *, interval: str = "600", env: dict | None = None) -> list[ServerProcess]:
+        """`env` adds to (or overrides) the workers' environment."""
         started = [
             worker(
-                f"worker-{len(processes) + number}", env=stack.env(), log_dir=stack.log_dir, interval=interval
+                f"worker-{len(processes) + number}",
+                env={**stack.env(), **(env or {})},
+                log_dir=stack.log_dir,
+                interval=interval,
             )
             for number in range(n)
         ]

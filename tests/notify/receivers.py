@@ -10,13 +10,18 @@ protocol and checks what it receives with the protocol's own reference code:
   Webhook.verify (signature and timestamp), as a receiver built on the spec's library does.
 - `HttpCollector`: a SIEM HTTP collector (Splunk HEC / Elastic bulk / JSON lines), recording bodies.
 - `SyslogCollector`: an RFC 5424 syslog receiver over TCP with RFC 6587 octet-counting framing.
+- `HangingServer`: a service that accepts connections and never answers (Slack's API or a webhook
+  endpoint behind a stuck proxy), real TCP: it records each connection and when the caller gave up on
+  it; `HangingWebhookReceiver` hangs on its first connections, then answers as `WebhookReceiver`.
 """
 
 import base64
 import json
+import math
 import os
 import socket
 import threading
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import http_ece
@@ -34,9 +39,79 @@ def b64url_decode(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
+@dataclass
+class HeldConnection:
+    """A connection the server accepted and never answers: `given_up` is set once the caller closed it
+    (its timeout ended, or it stopped)."""
+
+    socket: socket.socket
+    given_up: threading.Event = field(default_factory=threading.Event)
+
+
+class Hanging(ThreadingHTTPServer):
+    """A ThreadingHTTPServer whose first `hang` connections are accepted, read, and never answered
+    (socketserver's `finish_request` hook); the later ones go to its handler as usual."""
+
+    daemon_threads = True
+    hang: float = math.inf
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.held: list[HeldConnection] = []
+        self.held_lock = threading.Lock()
+
+    def finish_request(self, request, client_address):
+        with self.held_lock:
+            hold = len(self.held) < self.hang
+            if hold:
+                held = HeldConnection(request)
+                self.held.append(held)
+        if not hold:
+            super().finish_request(request, client_address)
+            return
+        try:
+            while request.recv(65536):  # the request arrives; no answer ever leaves
+                pass
+        except OSError:
+            pass
+        held.given_up.set()
+
+    def first_held(self) -> HeldConnection | None:
+        with self.held_lock:
+            return self.held[0] if self.held else None
+
+    def release(self) -> None:
+        """Close every held connection from this side (teardown)."""
+        with self.held_lock:
+            for held in self.held:
+                try:
+                    held.socket.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+
+class HangingServer:
+    """A loopback service that accepts every connection and never answers."""
+
+    def __init__(self):
+        self.server = Hanging(("127.0.0.1", 0), BaseHTTPRequestHandler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def origin(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def stop(self):
+        self.server.release()
+        self.server.shutdown()
+        self.server.server_close()
+
+
 class LoopbackServer:
     """A loopback HTTP server whose POSTs go to `self.handle(path, headers, body)`, which answers a
     status, or a (status, JSON body bytes) pair."""
+
+    server_class: type[ThreadingHTTPServer] = ThreadingHTTPServer
 
     def __init__(self):
         outer = self
@@ -55,7 +130,7 @@ class LoopbackServer:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = self.server_class(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.lock = threading.Lock()
 
@@ -64,6 +139,8 @@ class LoopbackServer:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def stop(self):
+        if isinstance(self.server, Hanging):
+            self.server.release()
         self.server.shutdown()
         self.server.server_close()
 
@@ -141,6 +218,14 @@ class WebhookReceiver(LoopbackServer):
             if self.status < 300:
                 self.verified.append({"id": headers["webhook-id"], "event": event})
         return self.status
+
+
+class HangingWebhookReceiver(WebhookReceiver):
+    """A webhook endpoint that hangs on its first connection (accepts it, never answers), then answers
+    every later one as a working endpoint does."""
+
+    class server_class(Hanging):  # noqa: N801 (the name LoopbackServer looks up)
+        hang = 1
 
 
 class HttpCollector(LoopbackServer):

@@ -1,4 +1,5 @@
-"""`manage.py run_worker [--once] [--interval SECONDS]`: the delivery and reconciliation loop."""
+"""`manage.py run_worker [--once] [--interval SECONDS]`: the worker's jobs (approvals/worker/jobs.py), each
+on a thread of its own; `--once` runs each once and exits."""
 
 import signal
 import threading
@@ -12,22 +13,24 @@ class Command(BaseCommand):
     help = "Deliver decisions and cancels to agents, expire what waited too long, reconcile executions."
 
     def add_arguments(self, parser):
-        parser.add_argument("--once", action="store_true", help="run one tick and exit")
+        parser.add_argument("--once", action="store_true", help="run every job once, in order, and exit")
         parser.add_argument(
             "--interval",
             type=float,
             default=POLL_SECONDS,
-            help=f"seconds between safety-net ticks (default {POLL_SECONDS:g}); "
-            "a committed message wakes the worker at once",
+            help="seconds between runs of the jobs with no interval of their own "
+            f"(default {POLL_SECONDS:g}); a committed outbox message wakes the outbox job at once",
         )
-        parser.add_argument("--batch", type=int, default=20, help="outbox messages claimed per tick")
+        parser.add_argument(
+            "--batch", type=int, default=20, help="outbox messages (or webhooks) claimed per run"
+        )
 
     def handle(self, *args, once, interval, batch, **options):
         stop = threading.Event()
 
         def request_stop(signum, frame):
-            # The current delivery finishes (every call has a deadline); nothing new starts.
-            self.stderr.write(f"{signal.Signals(signum).name}: stopping after the current step")
+            # Each job's current run finishes (every call has a deadline); nothing new starts.
+            self.stderr.write(f"{signal.Signals(signum).name}: stopping after the jobs' current runs")
             stop.set()
 
         previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
