@@ -129,7 +129,7 @@ def deliver_outbox(context: JobContext, report: TickReport, now: datetime | None
 
 def deliver_webhooks(context: JobContext, report: TickReport, now: datetime | None) -> bool:
     """Deliver the due webhooks, the endpoints side by side in their lane; the webhooks of an endpoint in
-    back-off are not claimed, and those a failing endpoint left in this round are handed back unsent (no
+    back-off are not claimed, and those a failing endpoint left in this pass are handed back unsent (no
     attempt counted), due when its back-off ends. True if it claimed a full batch."""
     lane = context.lanes.webhooks
     claimed = claim_due_outbox(
