@@ -69,7 +69,9 @@ async def test_middleware_and_view_run_on_one_thread_that_is_not_the_event_loops
 
 def statements(function) -> list[str]:
     """The function's body as source lines of its statements, docstring left out."""
-    body = ast.parse(textwrap.dedent(inspect.getsource(function))).body[0].body
+    definition = ast.parse(textwrap.dedent(inspect.getsource(function))).body[0]
+    assert isinstance(definition, ast.FunctionDef | ast.AsyncFunctionDef)
+    body = definition.body
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]
     return [ast.unparse(statement) for statement in body]

@@ -31,7 +31,7 @@ def served(tmp_path):
 
 async def get(app, path: str, *headers: tuple[bytes, bytes]) -> dict:
     communicator = HttpCommunicator(app, "GET", path, headers=[(b"host", b"testserver"), *headers])
-    response = await communicator.get_response(timeout=10)
+    response: dict = dict(await communicator.get_response(timeout=10))
     response["headers"] = {name.decode(): value.decode() for name, value in response["headers"]}
     return response
 

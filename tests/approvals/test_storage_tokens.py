@@ -29,6 +29,7 @@ def test_the_plain_sql_lookup_loads_what_the_orm_loads(agent, other_tenant):
         if twin is None:
             assert stored is None
             continue
+        assert stored is not None
         assert fields(stored) == fields(twin)  # JSON, datetimes, booleans converted as the ORM does
         assert fields(stored.tenant) == fields(twin.tenant)
         assert stored._state.adding is False and stored._state.db == twin._state.db  # stored rows
@@ -38,11 +39,14 @@ def test_two_agents_with_one_hash_read_as_the_orm_reads_them_lowest_id_first(ten
     first = make_agent(tenant, "first", api_token="shared")
     make_agent(tenant, "second", api_token="shared")
 
-    assert agent_with_token_hash(hash_token("shared")).pk == orm_twin(hash_token("shared")).pk == first.pk
+    stored, twin = agent_with_token_hash(hash_token("shared")), orm_twin(hash_token("shared"))
+    assert stored is not None and twin is not None
+    assert stored.pk == twin.pk == first.pk
 
 
 def test_a_token_authenticates_its_agent_with_its_tenant_in_one_query(agent, django_assert_num_queries):
     with django_assert_num_queries(1):
         found = agent_for_token("api-secret")
+        assert found is not None
         assert found.tenant.slug == agent.tenant.slug
     assert agent_for_token("api-secret-but-not-quite") is None

@@ -65,7 +65,7 @@ def test_events_inserted_with_their_pending_rows_in_one_statement_equal_the_orm_
 @pytest.mark.postgres
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="a data-modifying CTE is PostgreSQL's")
 def test_events_accepted_inside_a_callers_statement_equal_the_orm_twin():
-    events = [
+    events: list[dict] = [
         {
             "actor": "system",
             "verb": Verb.HALT_STARTED,
@@ -117,7 +117,10 @@ def placed(chain: str) -> tuple[list[AuditEvent], str]:
 
 def seal_with_the_orm(chain: str, events: list[AuditEvent], head_seq: int, head_hash: str) -> None:
     AuditSeal.objects.bulk_create(
-        [AuditSeal(event=e, chain=chain, seq=e.seq, prev_hash=e.prev_hash, hash=e.hash) for e in events]
+        [
+            AuditSeal(event=e, chain=chain, seq=e.seq, prev_hash=e.prev_hash, hash=e.hash)  # type: ignore[misc]  # sealed: set
+            for e in events
+        ]
     )
     AuditPending.objects.filter(event__in=events).delete()
     ChainHead.objects.filter(chain=chain).update(seq=head_seq, hash=head_hash)

@@ -11,7 +11,7 @@ from approvals.models.notifications import SlackWorkspace
 from approvals.services.webhooks import register_endpoint
 from tests import factories
 from tests.approvals.test_worker import approve
-from tests.notify.receivers import HangingServer, HangingWebhookReceiver, WebhookReceiver
+from tests.notify.receivers import Hanging, HangingServer, HangingWebhookReceiver, WebhookReceiver
 from tests.notify.slack_requests import FINANCE_CHANNEL, SIGNING_SECRET, TEAM
 from tests.notify.slack_standin import BOT_TOKEN
 from tests.waiting import wait_until
@@ -97,10 +97,12 @@ def test_a_webhook_endpoint_that_never_answers_holds_back_no_other_and_gets_its_
         )
 
         wait_until(lambda: len(working.verified) == 3, "the working endpoint's webhooks", timeout=DEADLINE)
-        stuck_call = stuck.server.first_held()
+        hanging = stuck.server
+        assert isinstance(hanging, Hanging)
+        stuck_call = hanging.first_held()
         assert stuck_call is not None and not stuck_call.given_up.is_set()  # still waiting meanwhile
 
-        stuck.server.release()  # the hung connection ends with no answer: the endpoint failed
+        hanging.release()  # the hung connection ends with no answer: the endpoint failed
         rows = OutboxMessage.objects.filter(payload__endpoint=stuck_endpoint.pk)
         wait_until(
             lambda: not rows.exclude(status=OutboxMessage.Status.DELIVERED).exists(),
