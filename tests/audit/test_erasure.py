@@ -85,3 +85,39 @@ def test_erase_person_refuses_an_unknown_name_and_changes_nothing(reviewer_a):
         call_command("erase_person", "reviewer_a", "--by", "ghost", stdout=StringIO())
     assert get_user_model().objects.get(pk=reviewer_a.pk).username == "reviewer_a"
     assert not AuditEvent.objects.filter(verb=Verb.PERSON_ERASED).exists()
+
+
+def test_erase_person_pseudonymizes_the_sign_in_logs_and_the_admin_log(reviewer_a, admin_user, tenant):
+    """django-axes' logs key on the username (and an attempt keeps the form it posted); the admin's log of
+    a change to the account shows its username: after the erasure both name the pseudonym only."""
+    from axes.models import AccessAttempt, AccessFailureLog, AccessLog
+    from django.contrib.admin.models import CHANGE, LogEntry
+    from django.contrib.contenttypes.models import ContentType
+
+    pseudonym = user_label(reviewer_a)
+    AccessAttempt.objects.create(
+        username="reviewer_a",
+        ip_address="198.51.100.1",
+        user_agent="",
+        http_accept="",
+        path_info="/",
+        get_data="",
+        post_data="username=reviewer_a",
+        failures_since_start=1,
+    )
+    AccessFailureLog.objects.create(username="reviewer_a", ip_address="198.51.100.1", user_agent="")
+    AccessLog.objects.create(username="Reviewer_A", ip_address="198.51.100.1", user_agent="")
+    LogEntry.objects.create(
+        user=admin_user,
+        content_type=ContentType.objects.get_for_model(reviewer_a),
+        object_id=str(reviewer_a.pk),
+        object_repr="reviewer_a",
+        action_flag=CHANGE,
+    )
+
+    call_command("erase_person", "reviewer_a", stdout=StringIO())
+
+    for model in (AccessAttempt, AccessFailureLog, AccessLog):
+        assert list(model.objects.values_list("username", flat=True)) == [pseudonym]
+    assert AccessAttempt.objects.get().post_data == ""
+    assert LogEntry.objects.get().object_repr == pseudonym
