@@ -45,6 +45,23 @@ def _display_names(actors: set[str]) -> dict[str, str]:
     return display_names(actors)
 
 
+def _names_of_erased_people_withheld(claims: dict) -> dict:
+    """The token's claims as the packet shows them: an approver (or the person a delegate voted for) whom
+    erase_person removed from the directory appears by pseudonym only. The token itself still names them
+    (it is signed as issued; the packet carries its hash, never the token), and its signature is checked
+    on the token as issued."""
+    approvers = [entry for entry in claims.get("approvers") or [] if isinstance(entry, dict)]
+    people = [entry for entry in approvers] + [
+        entry["on_behalf_of"] for entry in approvers if isinstance(entry.get("on_behalf_of"), dict)
+    ]
+    known = _display_names({person.get("sub") for person in people})
+    for person in people:
+        sub = person.get("sub")
+        if isinstance(sub, str) and sub.startswith("person:") and sub not in known and "name" in person:
+            person["name"] = sub  # erased: the pseudonym, as the trail shows them
+    return claims
+
+
 def _token_checks(decision: dict | None, signed_event: dict | None) -> dict:
     if not decision or not decision.get("token"):
         return {"present": False}
@@ -68,7 +85,7 @@ def _token_checks(decision: dict | None, signed_event: dict | None) -> dict:
     return {
         "present": True,
         "header": header,
-        "claims": claims,
+        "claims": _names_of_erased_people_withheld(claims),
         "signature_valid": signature_valid,
         "signature_note": None if jwk else f"public key {header.get('kid')} is no longer known",
         "matches_audit": bool(audited)

@@ -121,3 +121,28 @@ def test_erase_person_pseudonymizes_the_sign_in_logs_and_the_admin_log(reviewer_
         assert list(model.objects.values_list("username", flat=True)) == [pseudonym]
     assert AccessAttempt.objects.get().post_data == ""
     assert LogEntry.objects.get().object_repr == pseudonym
+
+
+def test_an_evidence_packet_cut_after_the_erasure_shows_the_approver_by_pseudonym_only(
+    agent, refund_policy, requester, reviewer_a, tenant
+):
+    """The stored decision token names its approvers as they were at signing; the packet shows its
+    claims, so after erase_person it shows the pseudonym there, and the token's signature still checks."""
+    from audit.exports.evidence import build_packet, packet_json
+
+    reviewer_a.first_name = "Alice"
+    reviewer_a.save(update_fields=["first_name"])
+    proposal = lifecycle(agent, reviewer_a)
+    pseudonym = user_label(reviewer_a)
+    before = build_packet(tenant, proposal.id)
+    assert (
+        before is not None and before["decision"]["token_check"]["claims"]["approvers"][0]["name"] == "Alice"
+    )
+
+    call_command("erase_person", "reviewer_a", stdout=StringIO())
+
+    after = build_packet(tenant, proposal.id)
+    assert after is not None
+    check = after["decision"]["token_check"]
+    assert check["claims"]["approvers"][0]["name"] == pseudonym and check["signature_valid"] is True
+    assert not any(name.encode() in packet_json(after) for name in ("Alice", "reviewer_a@example.test"))
