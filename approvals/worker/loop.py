@@ -55,6 +55,7 @@ from audit import siem
 from audit.chain import sequence_pending
 from audit.jobs import run_pending_exports
 from audit.sequencer_worker import SequencerThread
+from health import heartbeats
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +172,7 @@ class Worker:
             ("SIEM stream", lambda report, now: siem.stream_pending()),
             ("stale page watchers", lambda report, now: forget_stale(now)),
             ("audit sequencer, the tick's own events", self._sequence),
+            ("heartbeat", lambda report, now: heartbeats.record_tick()),  # last: the tick ended (health/)
         ):
             self._step(name, step, report, now)
         return report

@@ -17,6 +17,7 @@ PRODUCT = (
     "signing_keys",
     "lib",
     "sso",
+    "health",
     "reviewer",
     "sdk/python/src",
 )
