@@ -205,7 +205,8 @@ async def readiness(names: tuple[str, ...], now: datetime | None = None) -> Read
     """Run the checks `names` (see selected()): Redis on this event loop, the rest in a thread of their
     own, within READY_CHECK_TIMEOUT_SECONDS (past it the database is named: it is what hangs)."""
     sync_names = tuple(name for name in names if name != "redis")
-    checking = asyncio.ensure_future(sync_to_async(_checks_then_close, thread_sensitive=False)(sync_names, now))
+    in_thread = sync_to_async(_checks_then_close, thread_sensitive=False)
+    checking = asyncio.ensure_future(in_thread(sync_names, now))
     redis = [await _redis()] if "redis" in names else []
     try:
         results = await asyncio.wait_for(checking, settings.READY_CHECK_TIMEOUT_SECONDS)
