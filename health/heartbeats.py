@@ -46,8 +46,6 @@ def newest_tick(*, host: str | None = None, pid: int | None = None) -> datetime 
 
 
 def tick_ages(now: datetime) -> dict[str, float]:
-    """Seconds since each known worker's last tick, by "host:pid"."""
-    return {
-        beat.name: max((now - beat.ticked_at).total_seconds(), 0.0)
-        for beat in WorkerHeartbeat.objects.order_by("host", "pid")
-    }
+    """Seconds since the last tick of each worker that ticked within FORGET_AFTER, by "host:pid"."""
+    beats = WorkerHeartbeat.objects.filter(ticked_at__gte=now - FORGET_AFTER).order_by("host", "pid")
+    return {beat.name: max((now - beat.ticked_at).total_seconds(), 0.0) for beat in beats}

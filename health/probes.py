@@ -16,6 +16,7 @@ together with its peers). Here none of them applies, and nothing here reads a co
   also has each check's measurements (latency, ages, counts); without it, only names.
 """
 
+import asyncio
 import json
 import logging
 from urllib.parse import parse_qs
@@ -38,6 +39,9 @@ class HealthProbes:
         # What failed at the last probe, per set of excluded checks: logged when it changes, not at every
         # probe (the proxy and a monitor probe different sets).
         self._last_failing: dict[frozenset[str], list[str]] = {}
+        # The readiness being computed, per set of checks: probes that arrive meanwhile share it, so a flood
+        # of probes (they pass the concurrency limit) costs one set of queries at a time.
+        self._running: dict[tuple[str, ...], asyncio.Future] = {}
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["path"] not in PATHS:
@@ -54,12 +58,20 @@ class HealthProbes:
         if unknown:
             await _answer(send, 400, {"status": "bad request", "unknown_checks": unknown})
             return
-        readiness = await checks.readiness(checks.selected(exclude))
+        readiness = await self._readiness(checks.selected(exclude))
         self._log_change(frozenset(exclude), readiness.failing)
         headers = dict(scope.get("headers") or [])
         authorization = headers.get(b"authorization", b"").decode("latin-1")
         with_details = bearer_matches(authorization, settings.METRICS_TOKEN)
         await _answer(send, 200 if readiness.ready else 503, readiness.body(with_details=with_details))
+
+    async def _readiness(self, names: tuple[str, ...]) -> checks.Readiness:
+        running = self._running.get(names)
+        if running is None:
+            running = asyncio.ensure_future(checks.readiness(names))
+            self._running[names] = running
+            running.add_done_callback(lambda _: self._running.pop(names, None))
+        return await asyncio.shield(running)  # a probe that hangs up does not cancel the others' answer
 
     def _log_change(self, exclude: frozenset[str], failing: list[str]) -> None:
         if failing != self._last_failing.get(exclude, []):

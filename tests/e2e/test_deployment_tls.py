@@ -11,6 +11,7 @@ Debian's chromium. Every process binds 127.0.0.1 and is stopped by its PID.
 import datetime
 import ipaddress
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -292,6 +293,27 @@ def test_two_reviewers_decide_through_the_tls_proxy_and_see_each_other_live(
     assert served.status_code == 200 and "immutable" in served.headers["cache-control"]
     access = "".join((deployment.log_dir / f"daphne-{n}-access.log").read_text() for n in (1, 2))
     assert "/static/" not in access and "/proposals/" in access
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_proxy_passes_the_clients_address_and_https_and_nothing_a_client_forged(deployment):
+    """Sign-in throttling counts the client Caddy saw (X-Forwarded-For), not Caddy's own address nor
+    what the client claimed; the page is https to Django (X-Forwarded-Proto: HSTS is sent)."""
+    from axes.models import AccessAttempt
+
+    forged = {"X-Forwarded-For": "203.0.113.9", "X-Forwarded-Proto": "http"}
+    transport = httpx.HTTPTransport(local_address="127.0.0.3", verify=False)  # noqa: S501 (our certificate)
+    with httpx.Client(base_url=deployment.url, transport=transport, headers=forged, timeout=10) as client:
+        page = client.get("/accounts/login/")
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+        posted = client.post(
+            "/accounts/login/",
+            data={"csrfmiddlewaretoken": token, "username": "nobody", "password": "wrong", "otp_token": ""},
+            headers={"Origin": deployment.url, "Referer": deployment.url + "/accounts/login/"},
+        )
+    assert page.status_code == 200 and "strict-transport-security" in page.headers
+    assert posted.status_code == 400, posted.text[:500]  # the form's refusal: CSRF held over https
+    assert list(AccessAttempt.objects.values_list("ip_address", flat=True)) == ["127.0.0.3"]
 
 
 @pytest.mark.django_db(transaction=True)

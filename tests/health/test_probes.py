@@ -119,3 +119,26 @@ async def _create_heartbeat(*, ticked):
     await sync_to_async(WorkerHeartbeat.objects.create)(
         host="elsewhere", pid=1, started_at=ticked, ticked_at=ticked
     )
+
+
+async def test_probes_that_arrive_together_share_one_run_of_the_checks(monkeypatch):
+    """/readyz passes the concurrency limit, so a flood of probes must not cost a flood of queries."""
+    from health.probes import HealthProbes
+
+    release, runs = asyncio.Event(), []
+
+    async def held_readiness(names, now=None):
+        runs.append(names)
+        await release.wait()
+        return checks.Readiness([checks.Result("database", True)])
+
+    monkeypatch.setattr(checks, "readiness", held_readiness)
+    probes = HealthProbes(app=None)
+    waiting = [asyncio.ensure_future(get("/readyz", app=probes)) for _ in range(5)]
+    while not runs:
+        await asyncio.sleep(0)  # let the probes arrive
+    release.set()
+    answers = await asyncio.gather(*waiting)
+    assert [answer[0] for answer in answers] == [200] * 5
+    assert len(runs) == 1
+    assert (await get("/readyz", app=probes))[0] == 200 and len(runs) == 2  # the next probe checks again
