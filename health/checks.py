@@ -207,14 +207,16 @@ async def readiness(names: tuple[str, ...], now: datetime | None = None) -> Read
     sync_names = tuple(name for name in names if name != "redis")
     in_thread = sync_to_async(_checks_then_close, thread_sensitive=False)
     checking = asyncio.ensure_future(in_thread(sync_names, now))
-    redis = [await _redis()] if "redis" in names else []
+    pinging = asyncio.ensure_future(_redis()) if "redis" in names else None  # meanwhile, on this loop
     try:
         results = await asyncio.wait_for(checking, settings.READY_CHECK_TIMEOUT_SECONDS)
     except TimeoutError:
         timeout = f"no answer within {settings.READY_CHECK_TIMEOUT_SECONDS} s"
         results = [
-            Result(name, False, details={"error": timeout} if name == "database" else {"skipped": "database"})
-            for name in sync_names
+            # The first check (the database, unless excluded) is named; the rest waited behind it.
+            Result(name, False, details={"error": timeout} if i == 0 else {"skipped": sync_names[0]})
+            for i, name in enumerate(sync_names)
         ]
+    redis = [await pinging] if pinging is not None else []  # bounded by the same timeout (_redis)
     by_name = {result.name: result for result in results + redis}
     return Readiness([by_name[name] for name in names])

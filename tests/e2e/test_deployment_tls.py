@@ -327,6 +327,7 @@ def test_readyz_turns_unready_when_the_worker_stops_and_ready_when_it_starts_aga
         )
 
     wait_until(all_ready, "every Daphne (and Caddy's answer) ready", timeout=30, detail=deployment.logs)
+    assert 'reviewer_ready{check="worker"} 1.0' in scraped(deployment)
 
     deployment.worker.process.kill()  # by its PID, as a crash
     deployment.worker.process.wait(timeout=10)
@@ -340,10 +341,23 @@ def test_readyz_turns_unready_when_the_worker_stops_and_ready_when_it_starts_aga
         assert readiness(url, BACKGROUND_LEFT_OUT)[0] == 200  # what Caddy probes: still in the pool
     assert deployment.through_proxy("/accounts/login/").status_code == 200  # the site still serves
     assert worker_health(deployment.env()) == 1
+    assert 'reviewer_ready{check="worker"} 0.0' in scraped(deployment)
 
     deployment.start_worker()
     wait_until(all_ready, "ready again once a worker ticks", timeout=30, detail=deployment.logs)
     assert worker_health(deployment.env()) == 0
+
+
+def scraped(deployment: Deployment) -> str:
+    """/metrics through Caddy, as Prometheus scrapes it (the gauges of whichever Daphne answers)."""
+    response = httpx.get(
+        f"{deployment.url}/metrics",
+        headers={"Authorization": "Bearer scrape-secret"},
+        verify=False,  # noqa: S501 (our own certificate)
+        timeout=30,
+    )
+    assert response.status_code == 200, response.text[:500]
+    return response.text
 
 
 def worker_health(env: dict) -> int:

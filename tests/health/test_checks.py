@@ -3,6 +3,7 @@ and the gauges on /metrics."""
 
 import os
 import socket
+import threading
 from datetime import timedelta
 
 import pytest
@@ -145,3 +146,21 @@ def test_metrics_carry_readiness_and_the_workers_and_outbox_gauges(settings):
     assert samples[("reviewer_outbox_due_messages", ())] == 0
     assert "# TYPE reviewer_export_jobs gauge" in response.content.decode()  # the audit app's part
     assert Client().get("/metrics").status_code == 401  # the audit endpoint's token check
+
+
+@pytest.mark.django_db(transaction=True)
+def test_checks_that_do_not_answer_in_time_name_the_database(settings, monkeypatch):
+    settings.READY_CHECK_TIMEOUT_SECONDS = 0.2
+    released = threading.Event()
+
+    def hanging():
+        released.wait(10)  # a database that takes the connection and never answers
+        return True, {}
+
+    monkeypatch.setattr(checks, "_database", hanging)
+    try:
+        readiness = async_to_sync(checks.readiness)(("database", "worker"))
+    finally:
+        released.set()
+    assert readiness.failing == ["database"]
+    assert readiness.body(with_details=True)["checks"]["database"]["error"] == "no answer within 0.2 s"
