@@ -35,20 +35,24 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from approvals.agent_api.decision_wait import DecisionWaits  # noqa: E402
 from approvals.live.origin import SameOriginValidator  # noqa: E402
 from approvals.live.routing import websocket_urlpatterns  # noqa: E402
+from health.probes import HealthProbes  # noqa: E402
 from reviewer.overload import ConcurrencyLimit  # noqa: E402
 from reviewer.proxies import TrustedProxies  # noqa: E402
 
 # Outermost: X-Forwarded-For and -Proto count only from TRUSTED_PROXIES, for pages and sockets alike.
+# Then /healthz and /readyz, answered before the limit, the host check and the sessions (health/probes.py).
 application = TrustedProxies(
-    ProtocolTypeRouter(
-        {
-            # Decision waits are answered on the event loop, outside the limit (they hold no slot); every
-            # other request gets 503 + Retry-After past MAX_CONCURRENT_REQUESTS.
-            "http": DecisionWaits(ConcurrencyLimit(django_asgi_app)),
-            # Scheme, host and port of the Origin are checked (approvals/live/origin.py), not the host alone.
-            "websocket": SameOriginValidator(
-                AuthMiddlewareStack(URLRouter(websocket_urlpatterns))  # type: ignore[arg-type]  # approvals/live/routing.py
-            ),
-        }
+    HealthProbes(
+        ProtocolTypeRouter(
+            {
+                # Decision waits are answered on the event loop, outside the limit (they hold no slot);
+                # every other request gets 503 + Retry-After past MAX_CONCURRENT_REQUESTS.
+                "http": DecisionWaits(ConcurrencyLimit(django_asgi_app)),
+                # Scheme, host and port of the Origin are checked (approvals/live/origin.py), not the host.
+                "websocket": SameOriginValidator(
+                    AuthMiddlewareStack(URLRouter(websocket_urlpatterns))  # type: ignore[arg-type]  # approvals/live/routing.py
+                ),
+            }
+        )
     )
 )

@@ -79,6 +79,7 @@ INSTALLED_APPS = [
     "audit",
     "approvals",
     "sso",
+    "health",
     "django_scim",
     "djangosaml2",
 ]
@@ -169,6 +170,15 @@ if AUDIT_SEQUENCING not in ("worker", "after_commit"):
 AUDIT_SEQUENCER_ASYNC_COMMIT = env_bool("AUDIT_SEQUENCER_ASYNC_COMMIT", True)
 # An event still pending after this long is overdue (Prometheus: reviewer_audit_oldest_pending_seconds).
 AUDIT_PENDING_ALERT_SECONDS = env_int("AUDIT_PENDING_ALERT_SECONDS", 30)
+# Readiness (/readyz, health/checks.py; docs/operations.md, "Health probes"): unready past these limits.
+# A worker's tick (every run_worker --interval, 2 s, longer while agents answer slowly) ended at most this
+# long ago; the oldest event not chained yet waited at most this long; at most this many outbox messages
+# are due, the oldest due at most this long; and every check answered within the timeout.
+READY_WORKER_TICK_MAX_SECONDS = env_int("READY_WORKER_TICK_MAX_SECONDS", 60)
+READY_SEQUENCER_LAG_MAX_SECONDS = env_int("READY_SEQUENCER_LAG_MAX_SECONDS", AUDIT_PENDING_ALERT_SECONDS)
+READY_OUTBOX_BACKLOG_MAX = env_int("READY_OUTBOX_BACKLOG_MAX", 1000)
+READY_OUTBOX_DUE_MAX_SECONDS = env_int("READY_OUTBOX_DUE_MAX_SECONDS", 300)
+READY_CHECK_TIMEOUT_SECONDS = env_int("READY_CHECK_TIMEOUT_SECONDS", 5)
 # Decision waits (`?wait=N`, approvals/agent_api/decision_wait.py) hold no request slot or connection:
 # per process at most DECISION_WAITS_PER_AGENT for one agent (then 429) and DECISION_WAITS_PER_PROCESS
 # in all (then 503); their reads use at most DECISION_WAIT_READS pooled connections at once.

@@ -5,7 +5,7 @@ from django.urls import include, path
 from django_otp.admin import OTPAdminSite
 
 from accounts import views as account_views
-from audit.web import views as audit_views
+from health import metrics as health_metrics
 
 # The admin configures who may release payments: it must ask for a second factor like every page
 # (reviewer/apps.py sets the site). A settings module that lists django.contrib.admin instead fails here.
@@ -24,5 +24,6 @@ urlpatterns = [
     path("", include("approvals.urls")),
     path("audit/", include("audit.urls")),
     path("scim/v2/", include("sso.scim.views", namespace="scim")),  # provisioning (sso/scim/)
-    path("metrics", audit_views.prometheus, name="metrics"),  # where Prometheus looks by default
+    # Where Prometheus looks by default: the audit counters plus this process's health (health/metrics.py).
+    path("metrics", health_metrics.metrics, name="metrics"),
 ]

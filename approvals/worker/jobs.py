@@ -38,6 +38,7 @@ from approvals.worker.report import TickReport
 from audit import siem
 from audit.chain.sequencer import sequence_pending
 from audit.exports.jobs import run_pending_exports
+from health import heartbeats
 
 # The messages Reviewer owes agents (continuations, cancels, GetTask): one job of their own, which
 # never claims a webhook, so nothing sent to people ever waits in front of them.
@@ -211,6 +212,11 @@ def stream_to_siem(context: JobContext, report: TickReport, now: datetime | None
     siem.stream_pending()
 
 
+def record_heartbeat(context: JobContext, report: TickReport, now: datetime | None) -> None:
+    """This worker process is alive and its job threads run (health/heartbeats.py; /readyz)."""
+    heartbeats.record_tick()
+
+
 def forget_stale_page_watchers(context: JobContext, report: TickReport, now: datetime | None) -> None:
     forget_stale(now)
 
@@ -237,6 +243,7 @@ JOBS = [
     Job("note_delegation_ends", note_delegation_ends),
     Job("stream_to_siem", stream_to_siem),
     Job("forget_stale_page_watchers", forget_stale_page_watchers, every=HOUSEKEEPING_SECONDS),
+    Job("record_heartbeat", record_heartbeat),  # last: /readyz's worker check reads it (health/)
 ]
 
 

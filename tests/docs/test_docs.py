@@ -265,7 +265,7 @@ def test_every_relative_link_resolves_to_a_file_in_the_repository(page):
 
 
 # A path in backticks that starts with one of the repository's folders, e.g. `approvals/agent_api/wire.py`.
-FOLDERS = "|".join(sorted({*PRODUCT_DIRS, "sdk", "examples", "bench", "tests"}))
+FOLDERS = "|".join(sorted({*PRODUCT_DIRS, "sdk", "examples", "bench", "tests", "deploy"}))
 REPO_PATH = re.compile(rf"`((?:{FOLDERS})/[\w./-]*)`")
 
 

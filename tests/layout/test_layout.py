@@ -20,6 +20,7 @@ PRODUCT = (
     "signing_keys",
     "lib",
     "sso",
+    "health",
     "reviewer",
     "sdk/python/src",
 )
