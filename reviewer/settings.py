@@ -143,10 +143,12 @@ IS_POSTGRES = DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
 # HTTP requests one Daphne process runs at once, agents' and people's apart (reviewer/overload.py, which
 # says which paths are whose): the next of a full share gets 503 + Retry-After, and agents can never take
 # people's slots. Each request holds at most one database connection while it runs. By default the
-# total is MAX_CONCURRENT_REQUESTS, a quarter of it people's (at least 1 each); 0 leaves a share
-# unlimited, and MAX_CONCURRENT_REQUESTS=0 both.
+# total is MAX_CONCURRENT_REQUESTS, a quarter of it people's and the rest agents'; 0 leaves a share
+# unlimited, and MAX_CONCURRENT_REQUESTS=0 both. People get at least 2: a request keeps its slot until
+# Django has closed it, just after its answer left, so one person's next click can come while the last
+# one still holds a slot.
 MAX_CONCURRENT_REQUESTS = env_int("MAX_CONCURRENT_REQUESTS", 16)
-_people_default = max(1, MAX_CONCURRENT_REQUESTS // 4) if MAX_CONCURRENT_REQUESTS > 0 else 0
+_people_default = max(2, MAX_CONCURRENT_REQUESTS // 4) if MAX_CONCURRENT_REQUESTS > 0 else 0
 _agents_default = max(1, MAX_CONCURRENT_REQUESTS - _people_default) if MAX_CONCURRENT_REQUESTS > 0 else 0
 PEOPLE_CONCURRENCY_LIMIT = env_int("PEOPLE_CONCURRENCY_LIMIT", _people_default)
 AGENT_CONCURRENCY_LIMIT = env_int("AGENT_CONCURRENCY_LIMIT", _agents_default)

@@ -190,4 +190,5 @@ def test_by_default_the_two_limits_share_the_single_limit_and_the_pool_keeps_its
         return [int(n) for n in result.stdout.split()]
 
     assert limits("16") == [12, 4, 16]
-    assert limits("2") == [1, 1, 2]
+    assert limits("4") == [2, 2, 4]
+    assert limits("2") == [1, 2, 3]  # people keep 2, agents 1: the one total that grows
