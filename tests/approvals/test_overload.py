@@ -20,6 +20,7 @@ PROPOSAL = uuid.uuid4()
 INTAKE = "/api/v1/proposals"
 QUEUE = "/"
 VOTE = f"/proposals/{PROPOSAL}/decide"
+HOST = [(b"host", b"testserver")]
 
 
 class HeldApp:
@@ -192,3 +193,28 @@ def test_by_default_the_two_limits_share_the_single_limit_and_the_pool_keeps_its
     assert limits("16") == [12, 4, 16]
     assert limits("4") == [2, 2, 4]
     assert limits("2") == [1, 2, 3]  # people keep 2, agents 1: the one total that grows
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_through_the_real_application_the_sign_in_page_answers_while_agents_fill_their_share():
+    """The wiring in reviewer/asgi.py: the limit stands in front of Django for both shares."""
+    from channels.testing import HttpCommunicator
+
+    from reviewer.asgi import application
+
+    limit = application.app.application_mapping["http"].app
+    assert isinstance(limit, ConcurrencyLimit)
+    limit.in_flight["agents"] += limit.limits["agents"]  # as many agents' requests as it takes, running
+    try:
+        page = await HttpCommunicator(application, "GET", "/accounts/login/", headers=HOST).get_response(
+            timeout=30
+        )
+        agent = await HttpCommunicator(application, "POST", INTAKE, body=b"{}", headers=HOST).get_response(
+            timeout=30
+        )
+    finally:
+        limit.in_flight["agents"] -= limit.limits["agents"]
+
+    assert page["status"] == 200
+    assert (agent["status"], dict(agent["headers"])[b"retry-after"]) == (503, b"1")
+    assert json.loads(agent["body"])["error"]["code"] == "overloaded"
