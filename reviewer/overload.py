@@ -1,6 +1,6 @@
 """Overload degrades, never fails, and people come before agents: one Daphne process runs at most
 AGENT_CONCURRENCY_LIMIT agents' HTTP requests and, apart from them, at most PEOPLE_CONCURRENCY_LIMIT
-of everyone else's (reviewers' pages, sign-in, votes). The next request of a class that is full is
+of everyone else's (reviewers' pages, sign-in, votes). The next request of a share that is full is
 answered at once with 503 and `Retry-After`, before anything reaches the database.
 
 Why here, in front of Django: every request Django runs holds a database connection until it ends, and
