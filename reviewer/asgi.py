@@ -45,8 +45,9 @@ application = TrustedProxies(
     HealthProbes(
         ProtocolTypeRouter(
             {
-                # Decision waits are answered on the event loop, outside the limit (they hold no slot);
-                # every other request gets 503 + Retry-After past MAX_CONCURRENT_REQUESTS.
+                # Decision waits are answered on the event loop, outside the limits (they hold no slot);
+                # every other request takes an agent's or a person's slot, 503 + Retry-After when its
+                # share is full (reviewer/overload.py).
                 "http": DecisionWaits(ConcurrencyLimit(django_asgi_app)),
                 # Scheme, host and port of the Origin are checked (approvals/live/origin.py), not the host.
                 "websocket": SameOriginValidator(

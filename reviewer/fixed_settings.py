@@ -101,12 +101,13 @@ SAML_DEFAULT_BINDING = "urn:oasis:names:tc:SAML:2.0:bindings:HTTP-Redirect"
 # Database pool (DB_POOL_* in reviewer/settings.py).
 # On PostgreSQL every process draws its connections from a bounded psycopg pool (Django's "pool" option;
 # it needs CONN_MAX_AGE 0, which returns a request's connection to the pool when the request ends).
-# A Daphne needs MAX_CONCURRENT_REQUESTS for requests, OUTBOX_DIRECT_SEND_THREADS for the continuations
-# it sends after commit, one for the after-commit thread, DECISION_WAIT_READS for the decision waits'
-# reads, plus what its WebSockets use: their database work (channels' database_sync_to_async) runs on
-# one shared thread per process, so one connection, and two more are slack. The overload limit answers
-# 503 before the pool is empty, so nothing waits on it in practice; should it be empty, a request waits
-# DB_POOL_TIMEOUT seconds for a connection (then 500).
+# A Daphne needs AGENT_CONCURRENCY_LIMIT + PEOPLE_CONCURRENCY_LIMIT for requests,
+# OUTBOX_DIRECT_SEND_THREADS for the continuations it sends after commit, one for the after-commit
+# thread, DECISION_WAIT_READS for the decision waits' reads, plus what its WebSockets use: their
+# database work (channels' database_sync_to_async) runs on one shared thread per process, so one
+# connection, and two more are slack. The overload limits answer 503 before the pool is empty, so
+# nothing waits on it in practice; should it be empty, a request waits DB_POOL_TIMEOUT seconds for a
+# connection (then 500).
 # PostgreSQL's max_connections must hold N Daphnes x DB_POOL_MAX_SIZE + M workers x (DB_POOL_MIN_SIZE
 # + 1 for LISTEN) + the admin's few (README "Running several processes"). DB_POOL_MAX_SIZE=0: no pool.
 

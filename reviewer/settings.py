@@ -141,9 +141,18 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 20}
     DATABASES["default"]["TEST"] = {"NAME": env_str("SQLITE_TEST_NAME", "") or None}
 IS_POSTGRES = DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
-# HTTP requests one Daphne process runs at once; the next gets 503 + Retry-After (reviewer/overload.py).
-# Each holds at most one database connection while it runs. 0 turns the limit off.
+# HTTP requests one Daphne process runs at once, agents' and people's apart (reviewer/overload.py, which
+# says which paths are whose): the next of a full share gets 503 + Retry-After, and agents can never take
+# people's slots. Each request holds at most one database connection while it runs. By default the
+# total is MAX_CONCURRENT_REQUESTS, a quarter of it people's and the rest agents'; 0 leaves a share
+# unlimited, and MAX_CONCURRENT_REQUESTS=0 both. People get at least 2: a request keeps its slot until
+# Django has closed it, just after its answer left, so one person's next click can come while the last
+# one still holds a slot.
 MAX_CONCURRENT_REQUESTS = env_int("MAX_CONCURRENT_REQUESTS", 16)
+_people_default = max(2, MAX_CONCURRENT_REQUESTS // 4) if MAX_CONCURRENT_REQUESTS > 0 else 0
+_agents_default = max(1, MAX_CONCURRENT_REQUESTS - _people_default) if MAX_CONCURRENT_REQUESTS > 0 else 0
+PEOPLE_CONCURRENCY_LIMIT = env_int("PEOPLE_CONCURRENCY_LIMIT", _people_default)
+AGENT_CONCURRENCY_LIMIT = env_int("AGENT_CONCURRENCY_LIMIT", _agents_default)
 # A decision's continuation is sent by the process that committed it, right after the commit, in a
 # background thread (at most OUTBOX_DIRECT_SEND_THREADS at once; beyond that the worker is woken
 # instead); the worker stays the retry path (approvals/worker/delivery.py). Off: the worker sends everything.
@@ -189,7 +198,9 @@ DECISION_WAIT_READS = max(1, env_int("DECISION_WAIT_READS", 2))
 _DIRECT_SENDERS = OUTBOX_DIRECT_SEND_THREADS if OUTBOX_DIRECT_SEND else 0
 DB_POOL_MAX_SIZE = env_int(
     "DB_POOL_MAX_SIZE",
-    MAX_CONCURRENT_REQUESTS + _DIRECT_SENDERS + DECISION_WAIT_READS + 4 if MAX_CONCURRENT_REQUESTS else 0,
+    AGENT_CONCURRENCY_LIMIT + PEOPLE_CONCURRENCY_LIMIT + _DIRECT_SENDERS + DECISION_WAIT_READS + 4
+    if AGENT_CONCURRENCY_LIMIT > 0 and PEOPLE_CONCURRENCY_LIMIT > 0
+    else 0,
 )
 if IS_POSTGRES and DB_POOL_MAX_SIZE > 0:
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {

@@ -17,6 +17,18 @@ LONG_POLL = "GET decision (long poll)"  # waits for a person: not a latency
 # Not timed for the knee either: each reviewer signs in once per step (a password hash, slow on
 # purpose), and the whole-call lines are sums of the timed requests.
 UNTIMED = ("CALL ", f"GET {LONG_POLL}", "GET GET /accounts/login/", "POST POST /accounts/login/")
+# Whose a request is. The agents here call only the REST API (locustfile's Agent, the drain); everything
+# else is a person's: reviewers' pages, sign-in and votes (locustfile's Reviewer), the watchers' sign-in.
+AGENT_ROUTES = ("/api/", "/a2a/")
+# locustfile's Reviewer's lines, as locust's failures name them (method, then the request's name).
+PEOPLE_LINES = (
+    "GET GET /accounts/login/",
+    "POST POST /accounts/login/",
+    "GET GET / (queue)",
+    "GET GET /proposals/[id]/",
+    "POST POST /proposals/[id]/decide",
+)
+REFUSED = ("429", "503")
 
 
 def sent_calls(seed: dict, stage: str) -> int:
@@ -123,8 +135,10 @@ def drain(seed: dict, seconds: float) -> dict:
 
 
 def access_statuses(logs: list[Path]) -> dict:
+    """Every Daphne's answers by status; the 4xx/5xx by route; the 429s and 503s agents and people got."""
     statuses: Counter = Counter()
     by_path: Counter = Counter()
+    refused: dict[str, Counter] = {"agents": Counter(), "people": Counter()}
     for path in logs:
         if not path.exists():
             continue
@@ -135,7 +149,40 @@ def access_statuses(logs: list[Path]) -> dict:
                 if match.group(3) >= "429":
                     route = re.sub(r"[0-9a-f-]{36}", "[id]", match.group(2))
                     by_path[f"{match.group(1)} {route} {match.group(3)}"] += 1
-    return {"by_status": dict(sorted(statuses.items())), "refused_by_path": dict(by_path)}
+                if match.group(3) in REFUSED:
+                    whose = "agents" if match.group(2).startswith(AGENT_ROUTES) else "people"
+                    refused[whose][match.group(3)] += 1
+    return {
+        "by_status": dict(sorted(statuses.items())),
+        "refused_by_path": dict(by_path),
+        "refused_agents": {status: refused["agents"][status] for status in REFUSED},
+        "refused_people": {status: refused["people"][status] for status in REFUSED},
+    }
+
+
+def people_refused(logs: list[Path], stages: list[dict]) -> dict:
+    """The check that agents never crowd people out: no reviewer request (page, sign-in, vote) got a 503,
+    in any step, the one at four times the knee included (Reviewer's own log, and locust's view of each
+    step); agents' 429s and 503s are reported beside it, as the refusals they are meant to get."""
+    statuses = access_statuses(logs)
+    by_step = {
+        stage["name"]: sum(
+            f["count"]
+            for f in stage["failures"]
+            if f["name"] in PEOPLE_LINES and re.search(r"\b503\b", f["error"])
+        )
+        for stage in stages
+    }
+    return {
+        "ok": bool(statuses["by_status"])
+        and statuses["refused_people"]["503"] == 0
+        and not any(by_step.values()),
+        "people's 503s (Daphnes' logs)": statuses["refused_people"]["503"],
+        "people's 503s by step (locust)": by_step,
+        "people's 429s (Daphnes' logs)": statuses["refused_people"]["429"],
+        "agents' 503s": statuses["refused_agents"]["503"],
+        "agents' 429s": statuses["refused_agents"]["429"],
+    }
 
 
 def offered(stages: list[dict]) -> dict:
@@ -215,6 +262,9 @@ def check(seed: dict, logs: list[Path], result: dict) -> dict:
             "statuses": statuses,
             "5xx seen by locust (other than 503)": locust_5xx,
         },
+        "people never refused: no reviewer page, sign-in or vote got a 503": people_refused(
+            logs, result["stages"]
+        ),
         "the WebSockets stayed up": {
             "ok": bool(result.get("watchers"))
             and result["watchers"]["opened"] >= result["watchers"]["sockets"]
@@ -297,7 +347,8 @@ def write_report(out: Path, report: dict) -> None:
         status = config["reviewer_status"]
         lines += [
             f"Reviewer's answers (every Daphne's access log): {status['by_status']}; refused by path: "
-            f"{status['refused_by_path'] or 'none'}",
+            f"{status['refused_by_path'] or 'none'}; refused, agents: {status['refused_agents']}, "
+            f"people: {status['refused_people']}",
             "",
             f"Drain: {config.get('drain')}",
             "",

@@ -20,7 +20,8 @@ writes; the users spread over every Daphne it lists.
 
 Overload: a 429 or 503 is recorded as a failure under its own name and the call waits what
 Retry-After says before sending again, like the SDK; nothing is given up, so every accepted
-proposal can settle.
+proposal can settle. Agents are meant to get them; a reviewer never (Reviewer keeps people's request
+slots apart from agents'): one 503 on a `Reviewer` line fails the run (checks.PEOPLE_LINES names them).
 """
 
 import itertools

@@ -27,6 +27,8 @@ of), stops every process by PID and checks (bench/load/checks.py):
 - nothing twice: one proposal per call, no decision acted on twice, one act per succeeded proposal;
 - the audit chain verifies;
 - overload is answered 429 or 503, never a 500 (locust's view and every Daphne's access log);
+- people are never refused: no reviewer page, sign-in or vote got a 503 in any step, the one at four
+  times the knee included (agents' 429s and 503s are counted apart);
 - the WebSockets stayed up.
 
 The report (markdown + JSON + locust's CSVs) goes to bench/load/results/<name>/; exit status 1 when a

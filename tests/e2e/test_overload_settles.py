@@ -1,5 +1,5 @@
-"""Overload degrades, never fails, on the real server: Daphne with its overload limit
-set low (MAX_CONCURRENT_REQUESTS=2), its worker, PostgreSQL, and agents in real threads.
+"""Overload degrades, never fails, on the real server: Daphne with its agents' overload limit
+set low (AGENT_CONCURRENCY_LIMIT=2), its worker, PostgreSQL, and agents in real threads.
 
 A burst of intake far past the limit: every answer is 201 (accepted) or 503 with Retry-After (refused);
 a refused request wrote nothing, so sending it again is safe. Then every accepted proposal settles in
@@ -29,8 +29,8 @@ BURST = 40
 
 @pytest.fixture
 def limited_stack(transactional_db, tmp_path, monkeypatch):
-    """Reviewer (Daphne) and its worker, answering at most two HTTP requests at once."""
-    monkeypatch.setenv("MAX_CONCURRENT_REQUESTS", "2")
+    """Reviewer (Daphne) and its worker, answering at most two agents' HTTP requests at once."""
+    monkeypatch.setenv("AGENT_CONCURRENCY_LIMIT", "2")
     yield from _running(Stack(tmp_path, with_agent=False))
 
 
