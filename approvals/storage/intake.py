@@ -1,12 +1,15 @@
-"""Intake's statements (approvals/services/intake/ holds the rules): its one read, and the proposal
-inserted with its pinned policy versions.
+"""Intake's statements (approvals/services/intake/ holds the rules): its one read, sent with the quota
+rows' lock, and the proposal inserted with its pinned policy versions.
 
 Both run under the tenant's quota lock, which every intake of the tenant waits for: bench rows R3
 (intake throughput) and R7 / R1r (the allowed call)."""
 
+from collections.abc import Sequence
 from functools import lru_cache
 
 from django.db import connection
+from django.db.models import UUIDField
+from django.db.models.expressions import RawSQL
 
 from approvals.models import Agent, Policy, PolicyVersion, Proposal
 from approvals.storage.rows import (
@@ -18,6 +21,7 @@ from approvals.storage.rows import (
     stored,
 )
 from lib.held_writes import write
+from tenants.models import Tenant
 
 
 def version_columns(vendor: str) -> tuple[ModelColumns, ModelColumns]:
@@ -51,6 +55,66 @@ def one_read_sql(vendor: str, subqueries: tuple[str, ...]) -> str:
         f' WHERE "intake_agent".{agent("id")} = %s'
         f' ORDER BY "policy".{policy("slug")}'
     )
+
+
+def one_read(agent: Agent, subqueries: Sequence[RawSQL]) -> tuple[str, tuple]:
+    """one_read_sql for this agent, led by `subqueries` (scalar subqueries: the replay check, the halt
+    check, the open counts, the history counts), and its parameters."""
+    params = (
+        *(param for subquery in subqueries for param in subquery.params),
+        PolicyVersion.Status.ACTIVE,
+        agent.tenant_id,
+        agent.id,
+    )
+    return one_read_sql(connection.vendor, tuple(subquery.sql for subquery in subqueries)), params
+
+
+def lock_and_read(lock: tuple[str, tuple], read: tuple[str, tuple]) -> tuple[list, list]:
+    """Run the quota rows' lock (approvals/storage/quotas.py, `locking_statement`), then the one read:
+    both statements' rows. On PostgreSQL the two go in one text, one round trip (why the read stays a
+    statement of its own: approvals/services/intake/read.py, `hold_and_read`)."""
+    lock_sql, lock_params = lock
+    read_sql, read_params = read
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"{lock_sql};\n{read_sql}", (*lock_params, *read_params))
+            locked = cursor.fetchall()
+            cursor.nextset()
+        else:
+            cursor.execute(lock_sql, lock_params)
+            locked = cursor.fetchall()
+            cursor.execute(read_sql, read_params)
+        return locked, cursor.fetchall()
+
+
+def read(statement: tuple[str, tuple]) -> list:
+    """Run the one read alone (after the lock): its rows."""
+    with connection.cursor() as cursor:
+        cursor.execute(*statement)
+        return cursor.fetchall()
+
+
+def loaded_versions(rows: list, tenant: Tenant, *, skip: int) -> list[PolicyVersion]:
+    """The active versions of the one read's rows, after their `skip` scalars (none when the version
+    columns are null), each with its policy, whose tenant is `tenant` (as active_versions_for gives
+    them)."""
+    version_part, policy_part = version_columns(connection.vendor)
+    versions = []
+    for row in rows:
+        if row[skip] is None:  # the version's id: no active version
+            continue
+        version = version_part.load(row[skip : skip + version_part.width])
+        policy = policy_part.load(row[skip + version_part.width :])
+        policy.tenant = tenant
+        version.policy = policy
+        versions.append(version)
+    return versions
+
+
+def replay_expression(agent_id: int, task_id: str, request_id: str) -> RawSQL:
+    """The id of this agent's earlier proposal with this task and request id, as a scalar subquery."""
+    # Only names from the model and placeholders go into the SQL; every value is a parameter.
+    return RawSQL(replay_sql(connection.vendor), (agent_id, task_id, request_id), output_field=UUIDField())  # noqa: S611
 
 
 @lru_cache
