@@ -10,6 +10,7 @@ for a refusal."""
 from collections.abc import Sequence
 from datetime import datetime
 from functools import lru_cache
+from typing import Any
 from uuid import UUID
 
 from django.db import connection
@@ -61,7 +62,7 @@ def claim_sql(halt_sql: str, audit: str) -> str:
 
 
 def claim(
-    agent: Agent, jti: UUID | str, rev: int, clock: datetime, *, audit: str, audit_params: Sequence
+    agent: Agent, jti: UUID | str, rev: int, clock: datetime, *, audit: str, audit_params: Sequence[Any]
 ) -> Proposal | None:
     """Run claim_sql for this agent's decision `jti` signed at `rev`, with the halt check read in the
     statement (no cache) and `audit` (the audit events' part, from the `claimed` rows, and its

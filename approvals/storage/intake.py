@@ -6,6 +6,7 @@ Both run under the tenant's quota lock, which every intake of the tenant waits f
 
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import Any
 
 from django.db import connection
 from django.db.models import UUIDField
@@ -57,7 +58,12 @@ def one_read_sql(vendor: str, subqueries: tuple[str, ...]) -> str:
     )
 
 
-def one_read(agent: Agent, subqueries: Sequence[RawSQL]) -> tuple[str, tuple]:
+# A statement's text and parameters; the rows a cursor fetched.
+Statement = tuple[str, tuple[Any, ...]]
+Rows = list[tuple[Any, ...]]
+
+
+def one_read(agent: Agent, subqueries: Sequence[RawSQL]) -> Statement:
     """one_read_sql for this agent, led by `subqueries` (scalar subqueries: the replay check, the halt
     check, the open counts, the history counts), and its parameters."""
     params = (
@@ -69,7 +75,7 @@ def one_read(agent: Agent, subqueries: Sequence[RawSQL]) -> tuple[str, tuple]:
     return one_read_sql(connection.vendor, tuple(subquery.sql for subquery in subqueries)), params
 
 
-def lock_and_read(lock: tuple[str, tuple], read: tuple[str, tuple]) -> tuple[list, list]:
+def lock_and_read(lock: Statement, read: Statement) -> tuple[Rows, Rows]:
     """Run the quota rows' lock (approvals/storage/quotas.py, `locking_statement`), then the one read:
     both statements' rows. On PostgreSQL the two go in one text, one round trip (why the read stays a
     statement of its own: approvals/services/intake/read.py, `hold_and_read`)."""
@@ -84,17 +90,19 @@ def lock_and_read(lock: tuple[str, tuple], read: tuple[str, tuple]) -> tuple[lis
             cursor.execute(lock_sql, lock_params)
             locked = cursor.fetchall()
             cursor.execute(read_sql, read_params)
-        return locked, cursor.fetchall()
+        rows: Rows = cursor.fetchall()
+    return locked, rows
 
 
-def read(statement: tuple[str, tuple]) -> list:
+def read(statement: Statement) -> Rows:
     """Run the one read alone (after the lock): its rows."""
     with connection.cursor() as cursor:
         cursor.execute(*statement)
-        return cursor.fetchall()
+        rows: Rows = cursor.fetchall()
+    return rows
 
 
-def loaded_versions(rows: list, tenant: Tenant, *, skip: int) -> list[PolicyVersion]:
+def loaded_versions(rows: Rows, tenant: Tenant, *, skip: int) -> list[PolicyVersion]:
     """The active versions of the one read's rows, after their `skip` scalars (none when the version
     columns are null), each with its policy, whose tenant is `tenant` (as active_versions_for gives
     them)."""
