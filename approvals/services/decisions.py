@@ -3,7 +3,7 @@
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from approvals import events
@@ -24,8 +24,8 @@ from approvals.services.lifecycle import (
 from approvals.services.quorum import Quorum
 from approvals.signing import decision_claims, sign_decision
 from approvals.states import RELEASED, STARTED, State
-from approvals.storage.decisions import claim_sql
-from approvals.storage.halts import active_halt_expression
+from approvals.storage import decisions as storage
+from approvals.storage.rows import on_postgresql
 from audit.chain.accept import accept_sql
 from audit.labels import SYSTEM, actor_label, tenant_chain
 from audit.models import Verb
@@ -204,7 +204,7 @@ def consume_decision(agent: Agent, jti, *, rev: int, now: datetime | None = None
     clock = now or timezone.now()
     refusal: ConsumeRefused | None = None
     with transaction.atomic(durable=True):
-        claimed = _claim(agent, jti, rev, clock) if connection.vendor == "postgresql" else None
+        claimed = _claim(agent, jti, rev, clock) if on_postgresql() else None
         if claimed is not None:
             return claimed
         # Nothing was claimed (or SQLite): the refusal's reason is read under the rows' locks.
@@ -253,7 +253,6 @@ def _claim(agent: Agent, jti, rev: int, clock: datetime) -> Proposal | None:
     executing and the decision is marked consumed only if every condition of _consume_refusal holds,
     with both audit events in the same round trip; None when nothing matched. The halt is read in the
     statement, without a cache."""
-    halt = active_halt_expression(agent.tenant_id, agent.id)
     actor = agent_actor(agent)
     audit, audit_params = accept_sql(
         tenant_chain(agent.tenant_id),
@@ -262,26 +261,16 @@ def _claim(agent: Agent, jti, rev: int, clock: datetime) -> Proposal | None:
                 "actor": actor,
                 "verb": Verb.PROPOSAL_TRANSITIONED,
                 "data": {"to": State.EXECUTING, "reason": "decision consumed", "jti": str(jti)},
-                "data_sql": "jsonb_build_object('from', claimed.previous, 'rev', claimed.rev)",
+                "data_sql": storage.CLAIMED_TRANSITION_SQL,
             },
             {"actor": actor, "verb": Verb.DECISION_CONSUMED, "data": {"jti": str(jti), "rev": rev}},
         ],
-        source="claimed",
-        subject_sql="'proposal:' || claimed.id::text",
+        source=storage.CLAIMED,
+        subject_sql=storage.CLAIMED_SUBJECT_SQL,
     )
-    params = [State.EXECUTING, timezone.now(), jti, agent.id, *RELEASED, Decision.Kind.APPROVED, rev]
-    params += [clock, clock, *halt.params, clock, *audit_params]
-    with connection.cursor() as cursor:
-        cursor.execute(claim_sql(halt.sql, audit), params)
-        row = cursor.fetchone()
-    if row is None:
+    proposal = storage.claim(agent, jti, rev, clock, audit=audit, audit_params=audit_params)
+    if proposal is None:
         return None
-    # What the statement returned; any other field is read when asked for (Django's deferred fields).
-    known = {"id": row[0], "tenant_id": agent.tenant_id, "agent_id": agent.id, "state": State.EXECUTING}
-    known["rev"] = row[1]
-    fields = [field.attname for field in Proposal._meta.concrete_fields if field.attname in known]
-    proposal = Proposal.from_db(connection.alias, fields, [known[name] for name in fields])
-    proposal.agent = agent
     events.proposal_changed(proposal)  # as transition() announces it
     return proposal
 

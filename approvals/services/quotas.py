@@ -41,20 +41,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
-from django.db.models import IntegerField
-from django.db.models.expressions import RawSQL
+from django.db import transaction
 
 from approvals.models import Agent, QuotaState
 from approvals.services.common import agent_actor
 from approvals.services.tenants import require_config_admin
 from approvals.storage import quotas as storage
-from approvals.storage.rows import model_columns
 from audit.labels import actor_label, agent_label, tenant_label
 from audit.models import Verb
 from audit.trail import audit_time, record
 from lib.errors import QuotaExceeded, ServiceError
-from lib.held_writes import write
 from tenants.models import Tenant
 
 LIMIT_FIELDS = ("intake_burst", "intake_per_minute", "open_proposals_max")
@@ -127,7 +123,7 @@ def hold_quotas(agent: Agent, now: datetime) -> Hold:
 def locking_statement(agent: Agent) -> tuple[str, tuple]:
     """The statement that locks the agent's and its tenant's quota rows (tenant first) and reads them
     with the limits their owners have now (approvals/storage/quotas.py); its rows go to hold_from_rows."""
-    return storage.locking_sql(connection.vendor, LIMIT_FIELDS), (agent.tenant_id, agent.id)
+    return storage.locking_statement(agent, LIMIT_FIELDS)
 
 
 def _locked_rows(agent: Agent) -> list:
@@ -139,16 +135,13 @@ def hold_from_rows(agent: Agent, rows: list) -> Hold | None:
     intake: hold_quotas creates them)."""
     if len(rows) < 2:
         return None
-    columns = model_columns(QuotaState, "quota", connection.vendor)
-    limits = len(LIMIT_FIELDS)
-    tenant_row, agent_row = rows
-    # Each row: the quota row's columns, its agent's own limits (Nones on the tenant's row), its tenant's.
+    tenant_row, agent_row = storage.locked_quotas(rows, LIMIT_FIELDS)
     return Hold(
         agent=agent,
-        tenant_state=columns.load(tenant_row[: columns.width]),
-        agent_state=columns.load(agent_row[: columns.width]),
-        agent_limit=_limits_of(agent_row[columns.width : columns.width + limits], "AGENT"),
-        tenant_limit=_limits_of(tenant_row[columns.width + limits :], "TENANT"),
+        tenant_state=tenant_row.state,
+        agent_state=agent_row.state,
+        agent_limit=_limits_of(agent_row.agent_limits, "AGENT"),
+        tenant_limit=_limits_of(tenant_row.tenant_limits, "TENANT"),
     )
 
 
@@ -180,22 +173,11 @@ class CountCaps:
         return self.agent >= hold.agent_limit.open_max + 1 and self.tenant >= hold.tenant_limit.open_max + 1
 
 
-def open_counts_subqueries(agent: Agent, caps: CountCaps, *, always: bool = False) -> tuple[RawSQL, RawSQL]:
-    """Scalar subqueries counting the agent's and the tenant's proposals that wait for people (in that
-    order), each capped (CountCaps), and null where the owner's quota row bounds the count under the
-    ceiling (`open_at_most`, unless `always`): the count is then not made."""
-    return (
-        _capped_count("agent", agent.id, caps.agent, always=always),
-        _capped_count("tenant", agent.tenant_id, caps.tenant, always=always),
-    )
-
-
-def _capped_count(owner: str, owner_id: int, cap: int, *, always: bool) -> RawSQL:
-    # A bound is never under 0: with `always` the count is made whatever the bound.
-    ceiling = 0 if always else cap - 1
-    params = storage.open_count_params(owner_id, ceiling, cap)
-    # Only names from the model and placeholders go into the SQL; every value is a parameter.
-    return RawSQL(storage.open_count_sql(connection.vendor, owner), params, IntegerField())  # noqa: S611
+def open_counts_subqueries(agent: Agent, caps: CountCaps, *, always: bool = False) -> tuple:
+    """Scalar subqueries (approvals/storage/quotas.py) counting the agent's and the tenant's proposals
+    that wait for people (in that order), each capped (CountCaps), and null where the owner's quota row
+    bounds the count under the ceiling (`open_at_most`, unless `always`): the count is then not made."""
+    return storage.open_counts_subqueries(agent, agent_cap=caps.agent, tenant_cap=caps.tenant, always=always)
 
 
 @dataclass(frozen=True)
@@ -285,14 +267,13 @@ def spend_or_refuse(
     agent_bound = _bound_after(counts.agent, caps.agent if caps else None, hold.agent_state, waiting)
     tenant_bound = _bound_after(counts.tenant, caps.tenant if caps else None, hold.tenant_state, waiting)
     # One UPDATE for both rows, already locked (approvals/storage/quotas.py), held with intake's writes.
-    params = storage.spend_params(
+    storage.spend(
         hold.agent_state.pk,
         hold.tenant_state.pk,
         tokens=(agent_tokens - 1, tenant_tokens - 1),
         bounds=(agent_bound, tenant_bound),
         now=now,
     )
-    write(storage.spend_sql(connection.vendor), params)
     return None
 
 

@@ -7,10 +7,26 @@ from 0.15-0.16x to 0.21-0.23x and R1r from 6.9-7.3x to 4.6-5.1x (bench/HISTORY.m
 of 2026-12-02). Its ORM twin is the step-by-step path consume_decision takes on SQLite and
 for a refusal."""
 
+from collections.abc import Sequence
+from datetime import datetime
 from functools import lru_cache
+from typing import Any
+from uuid import UUID
 
-from approvals.models import Decision, Proposal
+from django.db import connection
+from django.utils import timezone
+
+from approvals.models import Agent, Decision, Proposal
+from approvals.states import RELEASED, State
+from approvals.storage.halts import active_halt_expression
 from approvals.storage.rows import quoted_names
+
+# What the audit events accepted in the claim read of its `claimed` rows (audit.statement_events'
+# `source`, `subject_sql` and an event's `data_sql`): the proposal as their subject, and for its
+# transition the state it left and its new rev.
+CLAIMED = "claimed"
+CLAIMED_SUBJECT_SQL = "'proposal:' || claimed.id::text"
+CLAIMED_TRANSITION_SQL = "jsonb_build_object('from', claimed.previous, 'rev', claimed.rev)"
 
 
 @lru_cache
@@ -43,3 +59,26 @@ def claim_sql(halt_sql: str, audit: str) -> str:
         f" WHERE d.{decision('proposal')} = claimed.id),"
         f" {audit} SELECT id, rev FROM claimed"
     )
+
+
+def claim(
+    agent: Agent, jti: UUID | str, rev: int, clock: datetime, *, audit: str, audit_params: Sequence[Any]
+) -> Proposal | None:
+    """Run claim_sql for this agent's decision `jti` signed at `rev`, with the halt check read in the
+    statement (no cache) and `audit` (the audit events' part, from the `claimed` rows, and its
+    parameters): the claimed proposal, loaded with what the statement returned (any other field is read
+    when asked for: Django's deferred fields) and `agent` on it; None when nothing was claimed."""
+    halt = active_halt_expression(agent.tenant_id, agent.id)
+    params = [State.EXECUTING, timezone.now(), jti, agent.id, *RELEASED, Decision.Kind.APPROVED, rev]
+    params += [clock, clock, *halt.params, clock, *audit_params]
+    with connection.cursor() as cursor:
+        cursor.execute(claim_sql(halt.sql, audit), params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    known = {"id": row[0], "tenant_id": agent.tenant_id, "agent_id": agent.id, "state": State.EXECUTING}
+    known["rev"] = row[1]
+    fields = [field.attname for field in Proposal._meta.concrete_fields if field.attname in known]
+    proposal = Proposal.from_db(connection.alias, fields, [known[name] for name in fields])
+    proposal.agent = agent
+    return proposal

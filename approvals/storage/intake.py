@@ -1,12 +1,16 @@
-"""Intake's statements (approvals/services/intake/ holds the rules): its one read, and the proposal
-inserted with its pinned policy versions.
+"""Intake's statements (approvals/services/intake/ holds the rules): its one read, sent with the quota
+rows' lock, and the proposal inserted with its pinned policy versions.
 
 Both run under the tenant's quota lock, which every intake of the tenant waits for: bench rows R3
 (intake throughput) and R7 / R1r (the allowed call)."""
 
+from collections.abc import Sequence
 from functools import lru_cache
+from typing import Any
 
 from django.db import connection
+from django.db.models import UUIDField
+from django.db.models.expressions import RawSQL
 
 from approvals.models import Agent, Policy, PolicyVersion, Proposal
 from approvals.storage.rows import (
@@ -18,6 +22,7 @@ from approvals.storage.rows import (
     stored,
 )
 from lib.held_writes import write
+from tenants.models import Tenant
 
 
 def version_columns(vendor: str) -> tuple[ModelColumns, ModelColumns]:
@@ -51,6 +56,73 @@ def one_read_sql(vendor: str, subqueries: tuple[str, ...]) -> str:
         f' WHERE "intake_agent".{agent("id")} = %s'
         f' ORDER BY "policy".{policy("slug")}'
     )
+
+
+# A statement's text and parameters; the rows a cursor fetched.
+Statement = tuple[str, tuple[Any, ...]]
+Rows = list[tuple[Any, ...]]
+
+
+def one_read(agent: Agent, subqueries: Sequence[RawSQL]) -> Statement:
+    """one_read_sql for this agent, led by `subqueries` (scalar subqueries: the replay check, the halt
+    check, the open counts, the history counts), and its parameters."""
+    params = (
+        *(param for subquery in subqueries for param in subquery.params),
+        PolicyVersion.Status.ACTIVE,
+        agent.tenant_id,
+        agent.id,
+    )
+    return one_read_sql(connection.vendor, tuple(subquery.sql for subquery in subqueries)), params
+
+
+def lock_and_read(lock: Statement, read: Statement) -> tuple[Rows, Rows]:
+    """Run the quota rows' lock (approvals/storage/quotas.py, `locking_statement`), then the one read:
+    both statements' rows. On PostgreSQL the two go in one text, one round trip (why the read stays a
+    statement of its own: approvals/services/intake/read.py, `hold_and_read`)."""
+    lock_sql, lock_params = lock
+    read_sql, read_params = read
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"{lock_sql};\n{read_sql}", (*lock_params, *read_params))
+            locked = cursor.fetchall()
+            cursor.nextset()
+        else:
+            cursor.execute(lock_sql, lock_params)
+            locked = cursor.fetchall()
+            cursor.execute(read_sql, read_params)
+        rows: Rows = cursor.fetchall()
+    return locked, rows
+
+
+def read(statement: Statement) -> Rows:
+    """Run the one read alone (after the lock): its rows."""
+    with connection.cursor() as cursor:
+        cursor.execute(*statement)
+        rows: Rows = cursor.fetchall()
+    return rows
+
+
+def loaded_versions(rows: Rows, tenant: Tenant, *, skip: int) -> list[PolicyVersion]:
+    """The active versions of the one read's rows, after their `skip` scalars (none when the version
+    columns are null), each with its policy, whose tenant is `tenant` (as active_versions_for gives
+    them)."""
+    version_part, policy_part = version_columns(connection.vendor)
+    versions = []
+    for row in rows:
+        if row[skip] is None:  # the version's id: no active version
+            continue
+        version = version_part.load(row[skip : skip + version_part.width])
+        policy = policy_part.load(row[skip + version_part.width :])
+        policy.tenant = tenant
+        version.policy = policy
+        versions.append(version)
+    return versions
+
+
+def replay_expression(agent_id: int, task_id: str, request_id: str) -> RawSQL:
+    """The id of this agent's earlier proposal with this task and request id, as a scalar subquery."""
+    # Only names from the model and placeholders go into the SQL; every value is a parameter.
+    return RawSQL(replay_sql(connection.vendor), (agent_id, task_id, request_id), output_field=UUIDField())  # noqa: S611
 
 
 @lru_cache

@@ -5,13 +5,18 @@ Every intake of a tenant waits for that lock, so what runs under it bounds the t
 bench rows R3 (intake throughput) and R7 / R1r (the allowed call)."""
 
 from collections.abc import Sequence
+from datetime import datetime
 from functools import lru_cache
+from typing import NamedTuple
 
 from django.db import connection
+from django.db.models import IntegerField
+from django.db.models.expressions import RawSQL
 
 from approvals.models import Agent, Proposal, QuotaState
 from approvals.states import WAITING_FOR_PEOPLE
 from approvals.storage.rows import model_columns, quoted_names
+from lib.held_writes import write
 from tenants.models import Tenant
 
 
@@ -43,11 +48,40 @@ def locking_sql(vendor: str, limit_fields: tuple[str, ...]) -> str:
     )
 
 
+def locking_statement(agent: Agent, limit_fields: tuple[str, ...]) -> tuple[str, tuple]:
+    """locking_sql for this agent, and its parameters, for a caller that sends it with its own read
+    (approvals/storage/intake.py, `lock_and_read`); its rows go to `locked_quotas`."""
+    return locking_sql(connection.vendor, limit_fields), (agent.tenant_id, agent.id)
+
+
 def locked_rows(agent: Agent, limit_fields: tuple[str, ...]) -> list:
     """Run locking_sql for this agent: its rows (none or one when the agent has not sent a proposal yet)."""
     with connection.cursor() as cursor:
-        cursor.execute(locking_sql(connection.vendor, limit_fields), (agent.tenant_id, agent.id))
+        cursor.execute(*locking_statement(agent, limit_fields))
         return cursor.fetchall()
+
+
+class LockedQuota(NamedTuple):
+    """One row of locking_sql: the quota row, its agent's own limits (Nones on the tenant's row), its
+    tenant's own limits (each in `limit_fields` order; None: the installation's default)."""
+
+    state: QuotaState
+    agent_limits: tuple
+    tenant_limits: tuple
+
+
+def locked_quotas(rows: list, limit_fields: tuple[str, ...]) -> list[LockedQuota]:
+    """locking_sql's rows (the tenant's first), read into quota rows and the limits read with them."""
+    columns = model_columns(QuotaState, "quota", connection.vendor)
+    limits = len(limit_fields)
+    return [
+        LockedQuota(
+            state=columns.load(row[: columns.width]),
+            agent_limits=tuple(row[columns.width : columns.width + limits]),
+            tenant_limits=tuple(row[columns.width + limits :]),
+        )
+        for row in rows
+    ]
 
 
 @lru_cache
@@ -76,6 +110,26 @@ def open_count_params(owner_id: int, ceiling: int, cap: int) -> tuple:
     return (owner_id, ceiling, owner_id, *sorted(str(state) for state in WAITING_FOR_PEOPLE), cap)
 
 
+def open_counts_subqueries(
+    agent: Agent, *, agent_cap: int, tenant_cap: int, always: bool = False
+) -> tuple[RawSQL, RawSQL]:
+    """Scalar subqueries counting the agent's and the tenant's proposals that wait for people (in that
+    order), each up to its cap, and null where the owner's quota row bounds the count under the
+    ceiling, the cap less one (`open_at_most`, unless `always`): the count is then not made."""
+    return (
+        _capped_count("agent", agent.id, agent_cap, always=always),
+        _capped_count("tenant", agent.tenant_id, tenant_cap, always=always),
+    )
+
+
+def _capped_count(owner: str, owner_id: int, cap: int, *, always: bool) -> RawSQL:
+    # A bound is never under 0: with `always` the count is made whatever the bound.
+    ceiling = 0 if always else cap - 1
+    params = open_count_params(owner_id, ceiling, cap)
+    # Only names from the model and placeholders go into the SQL; every value is a parameter.
+    return RawSQL(open_count_sql(connection.vendor, owner), params, IntegerField())  # noqa: S611
+
+
 @lru_cache
 def spend_sql(vendor: str) -> str:
     """Both buckets' rows, already locked, in one UPDATE: tokens and bound each by row, one refill time.
@@ -97,3 +151,9 @@ def spend_sql(vendor: str) -> str:
 def spend_params(agent_row: int, tenant_row: int, tokens: Sequence, bounds: Sequence, now) -> tuple:
     """spend_sql's parameters: `tokens` and `bounds` are (the agent's, the tenant's)."""
     return (agent_row, *tokens, agent_row, *bounds, now, agent_row, tenant_row)
+
+
+def spend(agent_row: int, tenant_row: int, *, tokens: Sequence, bounds: Sequence, now: datetime) -> None:
+    """Write both buckets' rows (spend_sql), held with the caller's other writes (lib/held_writes.py):
+    `tokens` and `bounds` are (the agent's, the tenant's)."""
+    write(spend_sql(connection.vendor), spend_params(agent_row, tenant_row, tokens, bounds, now))

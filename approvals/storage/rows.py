@@ -14,6 +14,12 @@ from django.db.models import ForeignKey, Model
 M = TypeVar("M", bound=Model)
 
 
+def on_postgresql() -> bool:
+    """Whether this database is PostgreSQL, where the one-statement forms run (a service picks its path
+    by it and never asks the connection itself)."""
+    return connection.vendor == "postgresql"
+
+
 def quoted_names(model) -> tuple[str, Callable[[str], str]]:
     """The model's table, and a function giving a field's column, both quoted for this database."""
     quote = connection.ops.quote_name

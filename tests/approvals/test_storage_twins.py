@@ -62,9 +62,7 @@ def test_the_quota_spend_writes_what_the_orm_update_writes(agent, refund_policy,
     now = timezone.now() + timedelta(seconds=5)
 
     with transaction.atomic():
-        with connection.cursor() as cursor:
-            params = quota_storage.spend_params(agent_row, tenant_row, (2.5, 8.25), (4, None), now)
-            cursor.execute(quota_storage.spend_sql(connection.vendor), params)
+        quota_storage.spend(agent_row, tenant_row, tokens=(2.5, 8.25), bounds=(4, None), now=now)
         by_statement = quota_rows(agent)
         transaction.set_rollback(True)
     with transaction.atomic():

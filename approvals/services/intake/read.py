@@ -5,11 +5,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import connection
-from django.db.models import UUIDField
-from django.db.models.expressions import RawSQL
-
-from approvals.models import Agent, PolicyVersion, Proposal
+from approvals.models import Agent, Proposal
 from approvals.policy.evaluation import classified_target_key
 from approvals.policy.history import policy_counts, policy_counts_expression, read_policy_counts
 from approvals.services.quotas import (
@@ -40,9 +36,10 @@ class Found:
 
 def hold_and_read(agent: Agent, proposal: Proposal, now: datetime) -> tuple[Hold, Found]:
     """Lock the quota rows (services/quotas.py), then read everything intake decides on, in one round
-    trip on PostgreSQL: two statements in one text, so the read, a statement of its own, sees every
-    proposal committed by the intakes that held the lock before (READ COMMITTED), and the lock, which
-    every intake of the tenant waits for, is held one round trip less.
+    trip on PostgreSQL: two statements in one text (approvals/storage/intake.py, `lock_and_read`), so
+    the read, a statement of its own, sees every proposal committed by the intakes that held the lock
+    before (READ COMMITTED), and the lock, which every intake of the tenant waits for, is held one
+    round trip less.
 
     The read: the tenant's active policy versions with their policies, and on every row the replay
     check, the halt check, the open-proposal counts of the quotas and the target's history counts
@@ -56,27 +53,15 @@ def hold_and_read(agent: Agent, proposal: Proposal, now: datetime) -> tuple[Hold
     quotas say the lock read otherwise (`count_again`), the read runs again after the lock, counting in
     full."""
     caps = CountCaps.for_agent(agent)
-    read_sql, read_params, scalars = _read_statement(agent, proposal, caps)
-    lock_sql, lock_params = locking_statement(agent)
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(f"{lock_sql};\n{read_sql}", (*lock_params, *read_params))
-            locked = cursor.fetchall()
-            cursor.nextset()
-        else:
-            cursor.execute(lock_sql, lock_params)
-            locked = cursor.fetchall()
-            cursor.execute(read_sql, read_params)
-        rows = cursor.fetchall()
+    read, scalars = _read_statement(agent, proposal, caps)
+    locked, rows = storage.lock_and_read(locking_statement(agent), read)
     hold = hold_from_rows(agent, locked)
     counts = _open_counts(rows, caps)
     if hold is None or count_again(hold, caps, counts):
         hold = hold or hold_quotas(agent, now)
         caps = CountCaps.of(hold.agent_limit, hold.tenant_limit)
-        read_sql, read_params, scalars = _read_statement(agent, proposal, caps, count_always=True)
-        with connection.cursor() as cursor:
-            cursor.execute(read_sql, read_params)
-            rows = cursor.fetchall()
+        read, scalars = _read_statement(agent, proposal, caps, count_always=True)
+        rows = storage.read(read)
         counts = _open_counts(rows, caps)
     return hold, _found(agent, proposal, rows, scalars=scalars, open_counts=counts)
 
@@ -91,26 +76,19 @@ def _open_counts(rows: list, caps: CountCaps) -> OpenCounts:
 
 def _read_statement(
     agent: Agent, proposal: Proposal, caps: CountCaps, *, count_always: bool = False
-) -> tuple[str, tuple, int]:
-    """The one read's text, its parameters, and how many scalar subqueries lead its rows (the history
+) -> tuple[tuple[str, tuple], int]:
+    """The one read (its text and parameters), and how many scalar subqueries lead its rows (the history
     counts' is the fifth, when the proposal has a target). `count_always`: count what waits whatever
     the quota rows' bounds."""
     subqueries = [
-        _replay_expression(agent.id, proposal.task_id, proposal.request_id),
+        storage.replay_expression(agent.id, proposal.task_id, proposal.request_id),
         active_halt_expression(agent.tenant_id, agent.id),
         *open_counts_subqueries(agent, caps, always=count_always),  # the agent's count, then the tenant's
     ]
     history = policy_counts_expression(proposal)
     if history is not None:
         subqueries.append(history)
-    texts = tuple(subquery.sql for subquery in subqueries)
-    params = (
-        *(param for subquery in subqueries for param in subquery.params),
-        PolicyVersion.Status.ACTIVE,
-        agent.tenant_id,
-        agent.id,
-    )
-    return storage.one_read_sql(connection.vendor, texts), params, len(texts)
+    return storage.one_read(agent, subqueries), len(subqueries)
 
 
 def _found(agent: Agent, proposal: Proposal, rows: list, *, scalars: int, open_counts: OpenCounts) -> Found:
@@ -118,7 +96,7 @@ def _found(agent: Agent, proposal: Proposal, rows: list, *, scalars: int, open_c
     if not rows:  # the agent was deleted since it authenticated
         raise NotFound("unknown_agent", "this agent is no longer registered")
     existing_id, halt_id = rows[0][:2]
-    versions = _versions_from(rows, agent.tenant, skip=scalars)
+    versions = storage.loaded_versions(rows, agent.tenant, skip=scalars)
     counts = read_policy_counts(rows[0][4] if scalars > 4 else None)
     # The admins' classification may key this tool's target otherwise (a family of equivalent tools, a
     # named target argument): then the history is read again under that key, one more query only then.
@@ -134,26 +112,3 @@ def _found(agent: Agent, proposal: Proposal, rows: list, *, scalars: int, open_c
         versions=versions,
         open_counts=open_counts,
     )
-
-
-def _versions_from(rows: list, tenant, *, skip: int) -> list[PolicyVersion]:
-    """The active versions of the one read's rows (none when its version columns are null), each with its
-    policy, whose tenant is the agent's (as active_versions_for gives them)."""
-    version_columns, policy_columns = storage.version_columns(connection.vendor)
-    versions = []
-    for row in rows:
-        if row[skip] is None:  # the version's id: no active version
-            continue
-        version = version_columns.load(row[skip : skip + version_columns.width])
-        policy = policy_columns.load(row[skip + version_columns.width :])
-        policy.tenant = tenant
-        version.policy = policy
-        versions.append(version)
-    return versions
-
-
-def _replay_expression(agent_id: int, task_id: str, request_id: str) -> RawSQL:
-    """The id of this agent's earlier proposal with this task and request id, as a scalar subquery."""
-    # Only names from the model and placeholders go into the SQL; every value is a parameter.
-    replay = storage.replay_sql(connection.vendor)
-    return RawSQL(replay, (agent_id, task_id, request_id), output_field=UUIDField())  # noqa: S611
