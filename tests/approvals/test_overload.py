@@ -16,7 +16,8 @@ from django.urls import reverse
 
 from reviewer.overload import ConcurrencyLimit, share_of
 
-PROPOSAL = uuid.uuid4()
+# Fixed, not uuid4(): pytest-xdist needs the same test ids in every process.
+PROPOSAL = uuid.UUID("0f768986-3050-44a1-af65-a091052bcd59")
 INTAKE = "/api/v1/proposals"
 QUEUE = "/"
 VOTE = f"/proposals/{PROPOSAL}/decide"
@@ -202,7 +203,7 @@ async def test_through_the_real_application_the_sign_in_page_answers_while_agent
 
     from reviewer.asgi import application
 
-    limit = application.app.application_mapping["http"].app
+    limit = application.app.app.application_mapping["http"].app  # TrustedProxies, HealthProbes, the router
     assert isinstance(limit, ConcurrencyLimit)
     limit.in_flight["agents"] += limit.limits["agents"]  # as many agents' requests as it takes, running
     try:
