@@ -45,22 +45,29 @@ def identity_key(value: str) -> str:
     return urlunsplit((scheme, netloc, parts.path.rstrip("/"), parts.query, ""))
 
 
-def refuse_shared_identity(card_url: str, audience: str, *, other_than: int | None) -> None:
+def refuse_shared_identity(
+    card_url: str, audience: str, *, tenant_id: int | None, other_than: int | None
+) -> None:
     """Conflict when another agent (of any tenant) has this card URL or audience. Agents are few (one
-    row per registered agent), so they are compared in Python, by identity_key."""
+    row per registered agent), so they are compared in Python, by identity_key. The refusal names the
+    other agent only when it is of the same tenant: another tenant's agents are none of this one's
+    business, and the message would list them one guess at a time."""
     card_key, audience_key = identity_key(card_url), identity_key(audience)
     others = Agent.objects.exclude(pk=other_than) if other_than else Agent.objects.all()
-    for slug, other_card, other_audience in others.values_list("slug", "card_url", "audience"):
+    for slug, other_tenant_id, other_card, other_audience in others.values_list(
+        "slug", "tenant_id", "card_url", "audience"
+    ):
+        whose = f"agent {slug!r}'s" if other_tenant_id == tenant_id else "another agent's"
         if card_key and identity_key(other_card) == card_key:  # pull agents have none to share
             raise Conflict(
                 "card_url_taken",
-                f"the card URL {card_url!r} is already agent {slug!r}'s: an agent's card URL is its own",
+                f"the card URL {card_url!r} is already {whose}: an agent's card URL is its own",
                 "card_url",
             )
         if identity_key(other_audience) == audience_key:
             raise Conflict(
                 "audience_taken",
-                f"the audience {audience!r} is already agent {slug!r}'s: an agent's audience is its own",
+                f"the audience {audience!r} is already {whose}: an agent's audience is its own",
                 "audience",
             )
 
@@ -120,7 +127,9 @@ def register_agent(
             # Slugs are global: re-registering must never move another tenant's agent (and its tasks) here.
             raise Conflict("slug_taken", f"the agent slug {slug!r} is already taken", "slug")
         audience = audience or card_url
-        refuse_shared_identity(card_url, audience, other_than=owner.pk if owner else None)
+        refuse_shared_identity(
+            card_url, audience, tenant_id=tenant.id, other_than=owner.pk if owner else None
+        )
         agent, created = _saved(
             lambda: Agent.objects.update_or_create(
                 slug=slug,
@@ -195,7 +204,9 @@ def update_agent(agent: Agent, *, actor=None, **changes) -> Agent:
                 agent.delivery = delivery
                 changed = [*changed, "delivery"] if "delivery" not in changed else changed
         if {"card_url", "audience"} & set(changed):
-            refuse_shared_identity(agent.card_url, agent.audience, other_than=agent.pk)
+            refuse_shared_identity(
+                agent.card_url, agent.audience, tenant_id=agent.tenant_id, other_than=agent.pk
+            )
         _saved(lambda: agent.save(update_fields=changed))
         # Outbound credentials are secrets: the trail says they changed, never what they are.
         record(
