@@ -3,10 +3,12 @@
 An agent's card URL and audience are its own across the whole installation (every tenant): Reviewer
 finds parked tasks at the card URL and signs decisions for the audience, so two registrations sharing
 either would let one tenant's policy answer the other tenant's requests. They are compared by
-`identity_key` (scheme and host in lower case, default port and trailing slash dropped), so that
-trivial spelling variants cannot share one; the database's unique constraints hold the exact values.
+`identity_key` (blanks and trailing slashes dropped; a URL's scheme and host, a URN's `urn:` and
+namespace in lower case; a URL's default port dropped), so that trivial spelling variants cannot share
+one; the database's unique constraints hold the exact values.
 """
 
+import re
 from urllib.parse import urlsplit, urlunsplit
 
 from django.db import IntegrityError, transaction
@@ -21,21 +23,25 @@ from lib.errors import Conflict, NotFound, ServiceError
 from tenants.models import Tenant
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
+# RFC 3986 section 3.1.
+URI_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
 
 
 def identity_key(value: str) -> str:
-    """The form two card URLs or audiences are compared in. A URL: scheme and host lower case, the
-    default port and trailing slashes dropped (path and query kept as they are). Anything else (an
-    audience such as `urn:agent:refunds`): stripped of surrounding blanks, otherwise as given."""
+    """The form two card URLs or audiences are compared in: surrounding blanks and trailing slashes
+    dropped, and the parts that name nothing by their case in lower case. A URL (http, https): its scheme
+    and host, and its default port dropped (path and query kept as they are). Any other URI, such as the
+    URN `urn:agent:refunds`: its scheme, and a URN's namespace (RFC 8141: `urn` and the namespace are
+    case-insensitive); the rest as given."""
     text = value.strip()
     try:
         parts = urlsplit(text)
         port = parts.port
     except ValueError:
-        return text
+        return text.rstrip("/")
     scheme = parts.scheme.lower()
     if scheme not in DEFAULT_PORTS or not parts.hostname:
-        return text
+        return _uri_key(text)
     host = parts.hostname.lower()
     if ":" in host:
         host = f"[{host}]"
@@ -43,6 +49,18 @@ def identity_key(value: str) -> str:
     if parts.username or parts.password:
         netloc = f"{parts.netloc.rpartition('@')[0]}@{netloc}"
     return urlunsplit((scheme, netloc, parts.path.rstrip("/"), parts.query, ""))
+
+
+def _uri_key(text: str) -> str:
+    text = text.rstrip("/")
+    scheme, colon, rest = text.partition(":")
+    if not colon or not URI_SCHEME.fullmatch(scheme):
+        return text
+    scheme = scheme.lower()
+    if scheme == "urn":
+        namespace, colon, specific = rest.partition(":")
+        rest = f"{namespace.lower()}{colon}{specific}"
+    return f"{scheme}:{rest}"
 
 
 def refuse_shared_identity(

@@ -103,6 +103,34 @@ def test_another_tenant_cannot_take_an_agents_audience(globex, acme):
     assert not Agent.objects.filter(slug="acme-refunds").exists()
 
 
+@pytest.mark.parametrize(
+    ("taken", "spelling"),
+    [
+        ("urn:agent:refunds", "urn:agent:refunds/"),
+        ("urn:agent:refunds/", "urn:agent:refunds"),
+        ("urn:agent:refunds", "URN:Agent:refunds"),
+        ("urn:agent:refunds", " urn:agent:refunds// "),
+        ("refunds", "refunds/"),
+    ],
+)
+def test_an_audience_spelled_with_a_trailing_slash_or_another_case_is_the_same_audience(
+    globex, acme, taken, spelling
+):
+    register(globex, "globex-refunds", "", audience=taken)  # a pull agent: its audience is all it has
+
+    with pytest.raises(Conflict) as refused:
+        register(acme, "acme-refunds", "", audience=spelling)
+
+    assert refused.value.code == "audience_taken" and refused.value.field == "audience"
+    assert not Agent.objects.filter(slug="acme-refunds").exists()
+
+
+def test_a_urns_specific_part_keeps_its_case(globex, acme):
+    register(globex, "globex-refunds", "", audience="urn:agent:refunds")
+
+    assert register(acme, "acme-refunds", "", audience="urn:agent:Refunds").audience == "urn:agent:Refunds"
+
+
 def test_a_taken_card_url_or_audience_does_not_name_another_tenants_agent(globex, acme):
     register(globex, "globex-refunds", CARD_URL, audience="urn:agent:globex-refunds")
     acme_agent = register(acme, "acme-refunds", "https://acme.example/.well-known/agent-card.json")
