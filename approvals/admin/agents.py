@@ -67,7 +67,10 @@ class AgentForm(forms.ModelForm):
         try:
             # Pull exactly without a card URL; the model's constraint checks the pair.
             self.instance.delivery = delivery_for(card_url, audience)
-            refuse_shared_identity(card_url, audience, other_than=self.instance.pk)
+            tenant = cleaned.get("tenant")
+            refuse_shared_identity(
+                card_url, audience, tenant_id=tenant.pk if tenant else None, other_than=self.instance.pk
+            )
         except ServiceError as refusal:
             self.add_error(refusal.field, refusal.message)
         return cleaned

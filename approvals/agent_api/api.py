@@ -140,10 +140,14 @@ def validation_error(request, exc: ValidationError):
 
 
 def _refuse(request, code: str, message: str, field: str | None):
-    """400; a refused announcement of an authenticated agent is audited as an intake refusal."""
+    """400; a refused announcement of an authenticated agent is audited as an intake refusal, and past
+    the agent's intake rate answered 429 as a valid one would be."""
     match = getattr(request, "resolver_match", None)
     if isinstance(getattr(request, "auth", None), Agent) and match and match.url_name == "submit_proposal":
-        record_intake_refusal(request.auth, IntakeError(code, message, field), via="api")
+        try:
+            record_intake_refusal(request.auth, IntakeError(code, message, field), via="api")
+        except QuotaExceeded as throttled:
+            return service_error(request, throttled)
     return _error_response(request, 400, code, message, field)
 
 

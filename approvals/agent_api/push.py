@@ -40,10 +40,21 @@ def _authenticated_agent(slug: str, token: str) -> Agent | None:
 
 
 def _refused(agent: Agent, error: HostileInput | PushError) -> JsonResponse:
-    """400 for a push body intake refuses; an authenticated agent's refused request is audited."""
+    """400 for a push body intake refuses; an authenticated agent's refused request is audited, and past
+    its intake rate answered 429 as a valid one would be."""
     log.info("push from %s refused: %s %s", agent.slug, error.code, error.message)
-    record_intake_refusal(agent, error, via="push")
+    try:
+        record_intake_refusal(agent, error, via="push")
+    except QuotaExceeded as throttled:
+        return _service_error(throttled)
     return JsonResponse(error.as_dict(), status=400)
+
+
+def _service_error(error: ServiceError) -> JsonResponse:
+    response = JsonResponse(error.as_dict(), status=error.http_status)
+    if isinstance(error, QuotaExceeded):
+        response["Retry-After"] = str(error.retry_after)
+    return response
 
 
 @csrf_exempt
@@ -69,10 +80,7 @@ def push(request, agent_slug):
             proposal, created = submit(agent, event.submission, via="push")
         except ServiceError as error:
             log.info("push from %s refused: %s %s", agent.slug, error.code, error.message)
-            response = JsonResponse(error.as_dict(), status=error.http_status)
-            if isinstance(error, QuotaExceeded):
-                response["Retry-After"] = str(error.retry_after)
-            return response
+            return _service_error(error)
         return JsonResponse(
             receipt(proposal, intake_token(proposal, created)), status=201 if created else 200
         )

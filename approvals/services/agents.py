@@ -3,10 +3,12 @@
 An agent's card URL and audience are its own across the whole installation (every tenant): Reviewer
 finds parked tasks at the card URL and signs decisions for the audience, so two registrations sharing
 either would let one tenant's policy answer the other tenant's requests. They are compared by
-`identity_key` (scheme and host in lower case, default port and trailing slash dropped), so that
-trivial spelling variants cannot share one; the database's unique constraints hold the exact values.
+`identity_key` (blanks and trailing slashes dropped; a URL's scheme and host, a URN's `urn:` and
+namespace in lower case; a URL's default port dropped), so that trivial spelling variants cannot share
+one; the database's unique constraints hold the exact values.
 """
 
+import re
 from urllib.parse import urlsplit, urlunsplit
 
 from django.db import IntegrityError, transaction
@@ -21,21 +23,25 @@ from lib.errors import Conflict, NotFound, ServiceError
 from tenants.models import Tenant
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
+# RFC 3986 section 3.1.
+URI_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
 
 
 def identity_key(value: str) -> str:
-    """The form two card URLs or audiences are compared in. A URL: scheme and host lower case, the
-    default port and trailing slashes dropped (path and query kept as they are). Anything else (an
-    audience such as `urn:agent:refunds`): stripped of surrounding blanks, otherwise as given."""
+    """The form two card URLs or audiences are compared in: surrounding blanks and trailing slashes
+    dropped, and the parts that name nothing by their case in lower case. A URL (http, https): its scheme
+    and host, and its default port dropped (path and query kept as they are). Any other URI, such as the
+    URN `urn:agent:refunds`: its scheme, and a URN's namespace (RFC 8141: `urn` and the namespace are
+    case-insensitive); the rest as given."""
     text = value.strip()
     try:
         parts = urlsplit(text)
         port = parts.port
     except ValueError:
-        return text
+        return text.rstrip("/")
     scheme = parts.scheme.lower()
     if scheme not in DEFAULT_PORTS or not parts.hostname:
-        return text
+        return _uri_key(text)
     host = parts.hostname.lower()
     if ":" in host:
         host = f"[{host}]"
@@ -45,22 +51,41 @@ def identity_key(value: str) -> str:
     return urlunsplit((scheme, netloc, parts.path.rstrip("/"), parts.query, ""))
 
 
-def refuse_shared_identity(card_url: str, audience: str, *, other_than: int | None) -> None:
+def _uri_key(text: str) -> str:
+    text = text.rstrip("/")
+    scheme, colon, rest = text.partition(":")
+    if not colon or not URI_SCHEME.fullmatch(scheme):
+        return text
+    scheme = scheme.lower()
+    if scheme == "urn":
+        namespace, colon, specific = rest.partition(":")
+        rest = f"{namespace.lower()}{colon}{specific}"
+    return f"{scheme}:{rest}"
+
+
+def refuse_shared_identity(
+    card_url: str, audience: str, *, tenant_id: int | None, other_than: int | None
+) -> None:
     """Conflict when another agent (of any tenant) has this card URL or audience. Agents are few (one
-    row per registered agent), so they are compared in Python, by identity_key."""
+    row per registered agent), so they are compared in Python, by identity_key. The refusal names the
+    other agent only when it is of the same tenant: another tenant's agents are none of this one's
+    business, and the message would list them one guess at a time."""
     card_key, audience_key = identity_key(card_url), identity_key(audience)
     others = Agent.objects.exclude(pk=other_than) if other_than else Agent.objects.all()
-    for slug, other_card, other_audience in others.values_list("slug", "card_url", "audience"):
+    for slug, other_tenant_id, other_card, other_audience in others.values_list(
+        "slug", "tenant_id", "card_url", "audience"
+    ):
+        whose = f"agent {slug!r}'s" if other_tenant_id == tenant_id else "another agent's"
         if card_key and identity_key(other_card) == card_key:  # pull agents have none to share
             raise Conflict(
                 "card_url_taken",
-                f"the card URL {card_url!r} is already agent {slug!r}'s: an agent's card URL is its own",
+                f"the card URL {card_url!r} is already {whose}: an agent's card URL is its own",
                 "card_url",
             )
         if identity_key(other_audience) == audience_key:
             raise Conflict(
                 "audience_taken",
-                f"the audience {audience!r} is already agent {slug!r}'s: an agent's audience is its own",
+                f"the audience {audience!r} is already {whose}: an agent's audience is its own",
                 "audience",
             )
 
@@ -120,7 +145,9 @@ def register_agent(
             # Slugs are global: re-registering must never move another tenant's agent (and its tasks) here.
             raise Conflict("slug_taken", f"the agent slug {slug!r} is already taken", "slug")
         audience = audience or card_url
-        refuse_shared_identity(card_url, audience, other_than=owner.pk if owner else None)
+        refuse_shared_identity(
+            card_url, audience, tenant_id=tenant.id, other_than=owner.pk if owner else None
+        )
         agent, created = _saved(
             lambda: Agent.objects.update_or_create(
                 slug=slug,
@@ -195,7 +222,9 @@ def update_agent(agent: Agent, *, actor=None, **changes) -> Agent:
                 agent.delivery = delivery
                 changed = [*changed, "delivery"] if "delivery" not in changed else changed
         if {"card_url", "audience"} & set(changed):
-            refuse_shared_identity(agent.card_url, agent.audience, other_than=agent.pk)
+            refuse_shared_identity(
+                agent.card_url, agent.audience, tenant_id=agent.tenant_id, other_than=agent.pk
+            )
         _saved(lambda: agent.save(update_fields=changed))
         # Outbound credentials are secrets: the trail says they changed, never what they are.
         record(

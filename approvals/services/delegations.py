@@ -30,9 +30,11 @@ def _subject(delegation: Delegation) -> str:
 def set_delegation(
     *, actor, tenant, delegate, starts_at: datetime, ends_at: datetime, note: str = ""
 ) -> Delegation:
-    """`actor` lends their eligibility in `tenant` to `delegate` from `starts_at` to `ends_at`."""
+    """`actor` lends their eligibility in `tenant` to `delegate` from `starts_at` to `ends_at`. A
+    `delegate` of None (a name nobody has) is refused as, and where, a person of another tenant is: the
+    answer tells no other tenant's people apart from names nobody has."""
     now = timezone.now()
-    if delegate is None or delegate.pk == actor.pk:
+    if delegate is not None and delegate.pk == actor.pk:
         raise DelegationRefused("bad_delegate", "name someone else as your delegate", "delegate")
     if ends_at <= starts_at:
         raise DelegationRefused("bad_period", "the end must be after the start", "ends_at")
@@ -41,13 +43,17 @@ def set_delegation(
     if ends_at - starts_at > timedelta(days=MAX_DAYS):
         raise DelegationRefused("bad_period", f"a delegation lasts at most {MAX_DAYS} days", "ends_at")
     roles = dict(
-        TenantMembership.objects.filter(tenant=tenant, user__in=[actor, delegate]).values_list(
-            "user_id", "role"
-        )
+        TenantMembership.objects.filter(
+            tenant=tenant, user__in=[actor.pk] if delegate is None else [actor.pk, delegate.pk]
+        ).values_list("user_id", "role")
     )
     if roles.get(actor.pk) in (None, TenantMembership.Role.COMPLIANCE):
         raise DelegationRefused("not_eligible", "compliance staff and outsiders have no eligibility to lend")
-    if roles.get(delegate.pk) in (None, TenantMembership.Role.COMPLIANCE) or not delegate.is_active:
+    if (
+        delegate is None
+        or roles.get(delegate.pk) in (None, TenantMembership.Role.COMPLIANCE)
+        or not delegate.is_active
+    ):
         raise DelegationRefused(
             "bad_delegate", "the delegate must be an active reviewer or admin of this tenant", "delegate"
         )

@@ -403,8 +403,8 @@ def test_registering_an_agent_at_another_tenants_card_url_is_refused_on_the_fiel
 
     assert response.status_code == 200  # the form again
     assert response.context["adminform"].form.errors["card_url"] == [
-        "the card URL 'https://Refunds.Globex.example/.well-known/agent-card.json/' is already agent "
-        "'globex-refunds''s: an agent's card URL is its own"
+        "the card URL 'https://Refunds.Globex.example/.well-known/agent-card.json/' is already another "
+        "agent's: an agent's card URL is its own"
     ]
     assert not Agent.objects.filter(slug="acme-refunds").exists()
 

@@ -261,6 +261,61 @@ def test_a_push_over_the_quota_gets_429_with_retry_after_and_stores_nothing(clie
     assert events(Verb.INTAKE_THROTTLED)[0].data["via"] == "push"
 
 
+def mismatched_request() -> dict:
+    """An approval request whose digest is not its action's: intake refuses it (400)."""
+    return {**approval_request(), "action_digest": "sha256:" + "0" * 64}
+
+
+def test_invalid_requests_spend_the_agents_rate_and_past_it_get_429_with_one_event_a_window(
+    client, settings, limited
+):
+    settings.QUOTA_AUDIT_WINDOW_SECONDS = 300
+    with time_machine.travel(timezone.now(), tick=False):
+        answers = [post_proposal(client, request=mismatched_request()) for _ in range(3)]
+        assert [a.status_code for a in answers] == [400, 400, 400]
+        assert {a.json()["error"]["code"] for a in answers} == {"digest_mismatch"}
+
+        flood = [post_proposal(client, request=mismatched_request()) for _ in range(50)]
+
+        assert {(a.status_code, a["Retry-After"]) for a in flood} == {(429, "10")}
+        assert {a.json()["error"]["code"] for a in flood} == {"rate_limited"}
+        # One event a request within the rate, as a proposal has; past it one for the whole window.
+        assert len(events(Verb.INTAKE_REFUSED)) == 3
+        (throttled,) = events(Verb.INTAKE_THROTTLED)
+        assert throttled.data["code"] == "rate_limited" and throttled.data["via"] == "api"
+        assert QuotaState.objects.get(agent=limited).refused == 50
+        # A valid request waits for the rate as well: the invalid ones spent it.
+        assert post_proposal(client).status_code == 429
+    assert Proposal.objects.count() == 0
+
+
+def test_requests_the_schema_refuses_are_throttled_like_any_intake(client, limited):
+    with time_machine.travel(timezone.now(), tick=False):
+        answers = [post_proposal(client, request={"summary": "no action"}) for _ in range(5)]
+
+    assert [a.status_code for a in answers] == [400, 400, 400, 429, 429]
+    assert answers[-1]["Retry-After"] == "10"
+    assert len(events(Verb.INTAKE_REFUSED)) == 3 and len(events(Verb.INTAKE_THROTTLED)) == 1
+
+
+def test_refused_pushes_are_throttled_like_any_intake(client, limited):
+    token = {"HTTP_X_A2A_NOTIFICATION_TOKEN": "push-secret"}
+
+    def push(request):
+        body = json.dumps(parked(task_id=f"task-{uuid.uuid4()}", request=request))
+        return client.post("/a2a/push/refund-demo/", body, content_type="application/json", **token)
+
+    with time_machine.travel(timezone.now(), tick=False):
+        invalid = [push({"summary": "no action"}).status_code for _ in range(2)]  # the push parser's 400
+        mismatched = [push(mismatched_request()).status_code for _ in range(2)]  # intake's 400, then 429
+        last = push(mismatched_request())
+
+    assert invalid + mismatched == [400, 400, 400, 429]
+    assert last.status_code == 429 and last["Retry-After"] == "10"
+    assert len(events(Verb.INTAKE_REFUSED)) == 3
+    assert events(Verb.INTAKE_THROTTLED)[0].data["via"] == "push"
+
+
 def test_the_openapi_document_names_the_429_of_intake(client):
     document = client.get("/api/v1/openapi.json").json()
     operation = document["paths"]["/api/v1/proposals"]["post"]

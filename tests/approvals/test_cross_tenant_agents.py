@@ -89,7 +89,7 @@ def test_another_tenant_cannot_register_an_agent_at_a_card_url_already_registere
         register(acme, "acme-refunds", spelling)
 
     assert refused.value.code == "card_url_taken" and refused.value.field == "card_url"
-    assert "globex-refunds" in refused.value.message
+    assert "globex" not in refused.value.message.replace(spelling, "")  # nothing of the other tenant's agent
     assert not Agent.objects.filter(slug="acme-refunds").exists()
 
 
@@ -101,6 +101,59 @@ def test_another_tenant_cannot_take_an_agents_audience(globex, acme):
 
     assert refused.value.code == "audience_taken" and refused.value.field == "audience"
     assert not Agent.objects.filter(slug="acme-refunds").exists()
+
+
+@pytest.mark.parametrize(
+    ("taken", "spelling"),
+    [
+        ("urn:agent:refunds", "urn:agent:refunds/"),
+        ("urn:agent:refunds/", "urn:agent:refunds"),
+        ("urn:agent:refunds", "URN:Agent:refunds"),
+        ("urn:agent:refunds", " urn:agent:refunds// "),
+        ("refunds", "refunds/"),
+    ],
+)
+def test_an_audience_spelled_with_a_trailing_slash_or_another_case_is_the_same_audience(
+    globex, acme, taken, spelling
+):
+    register(globex, "globex-refunds", "", audience=taken)  # a pull agent: its audience is all it has
+
+    with pytest.raises(Conflict) as refused:
+        register(acme, "acme-refunds", "", audience=spelling)
+
+    assert refused.value.code == "audience_taken" and refused.value.field == "audience"
+    assert not Agent.objects.filter(slug="acme-refunds").exists()
+
+
+def test_a_urns_specific_part_keeps_its_case(globex, acme):
+    register(globex, "globex-refunds", "", audience="urn:agent:refunds")
+
+    assert register(acme, "acme-refunds", "", audience="urn:agent:Refunds").audience == "urn:agent:Refunds"
+
+
+def test_a_taken_card_url_or_audience_does_not_name_another_tenants_agent(globex, acme):
+    register(globex, "globex-refunds", CARD_URL, audience="urn:agent:globex-refunds")
+    acme_agent = register(acme, "acme-refunds", "https://acme.example/.well-known/agent-card.json")
+
+    attempts = [
+        lambda: register(acme, "acme-other", CARD_URL, audience="urn:agent:acme-other"),
+        lambda: register(acme, "acme-other", "", audience="urn:agent:globex-refunds"),
+        lambda: update_agent(acme_agent, card_url=CARD_URL),
+        lambda: update_agent(acme_agent, audience="urn:agent:globex-refunds"),
+    ]
+    for attempt in attempts:
+        with pytest.raises(Conflict) as refused:
+            attempt()
+        assert refused.value.code in {"card_url_taken", "audience_taken"}
+        assert "agent 'globex-refunds'" not in refused.value.message
+        assert "is already another agent's" in refused.value.message
+
+
+def test_a_taken_card_url_names_the_agent_of_the_same_tenant(acme):
+    register(acme, "acme-refunds", CARD_URL)
+
+    with pytest.raises(Conflict, match="is already agent 'acme-refunds''s"):
+        register(acme, "acme-other", CARD_URL)
 
 
 def test_an_agent_cannot_be_changed_to_another_agents_card_url_or_audience(globex, acme):
@@ -132,7 +185,7 @@ def test_the_database_refuses_a_second_agent_with_the_same_card_url_or_audience(
 def test_the_register_agent_command_refuses_a_card_url_already_registered(globex, acme):
     register(globex, "globex-refunds", CARD_URL)
 
-    with pytest.raises(CommandError, match="already agent 'globex-refunds'"):
+    with pytest.raises(CommandError, match="already another agent's"):
         call_command(
             "register_agent",
             *("--tenant", "acme", "--slug", "acme-refunds", "--name", "Acme refunds"),

@@ -143,6 +143,55 @@ def test_bad_delegations_are_refused(tenant, reviewer_a, compliance, change, cod
     assert refused.value.code == code
 
 
+@pytest.mark.parametrize("hours", [8, -1])
+def test_a_name_nobody_has_and_a_person_of_another_tenant_are_refused_alike(
+    tenant, other_tenant, reviewer_a, hours
+):
+    foreigner = factories.make_user("otto", tenant=other_tenant)
+    now = timezone.now()
+    refusals = []
+    for delegate in [None, foreigner]:  # None: the form's answer for a name nobody has
+        with pytest.raises(DelegationRefused) as refused:
+            set_delegation(
+                actor=reviewer_a,
+                tenant=tenant,
+                delegate=delegate,
+                starts_at=now,
+                ends_at=now + timedelta(hours=hours),
+            )
+        refusals.append(refused.value.as_dict())
+    assert refusals[0] == refusals[1]
+
+
+def test_the_out_of_office_form_does_not_tell_another_tenants_usernames_from_unknown_ones(
+    tenant, other_tenant, reviewer_a
+):
+    factories.make_user("otto", tenant=other_tenant)
+    client = factories.verified_client(reviewer_a)
+    now = timezone.now()
+
+    def errors_for(username):
+        response = client.post(
+            "/out-of-office/",
+            {
+                "tenant": tenant.pk,
+                "delegate": username,
+                "starts_at": now.strftime("%Y-%m-%dT%H:%M"),
+                "ends_at": (now + timedelta(days=2)).strftime("%Y-%m-%dT%H:%M"),
+            },
+        )
+        assert response.status_code == 200  # the form again
+        return response.context["form"].errors
+
+    foreign, unknown = errors_for("otto"), errors_for("nobody-at-all")
+    assert (
+        foreign
+        == unknown
+        == {"delegate": ["the delegate must be an active reviewer or admin of this tenant"]}
+    )
+    assert not AuditEvent.objects.filter(verb=Verb.DELEGATION_CREATED).exists()
+
+
 def test_people_set_delegations_on_their_page_and_admins_see_the_active_ones(
     tenant, reviewer_a, reviewer_c, admin_user
 ):

@@ -14,7 +14,14 @@ from approvals.services.common import agent_actor
 from approvals.services.halts import refuse_halted
 from approvals.services.intake.read import hold_and_read
 from approvals.services.intake.routing import evaluate_proposal, store_and_route, target_state
-from approvals.services.quotas import spend_or_refuse
+from approvals.services.quotas import (
+    CountCaps,
+    Hold,
+    OpenCounts,
+    hold_quotas,
+    open_counts_subqueries,
+    spend_or_refuse,
+)
 from approvals.states import ALLOWED, State
 from audit.labels import agent_label
 from audit.models import Verb
@@ -148,21 +155,47 @@ def record_intake_refusal(
     agent: Agent, error: ServiceError, *, via: str, task_id: str = "", request_id: str = ""
 ) -> None:
     """Leave a trace of an authenticated agent's request that intake refused (a digest that does not
-    match its action, a reused request id, a halt): the attempt itself is evidence."""
+    match its action, a reused request id, a halt): the attempt itself is evidence.
+
+    A refused request is intake all the same: it spends a token of the agent's and the tenant's buckets
+    (services/quotas.py) as a proposal would, so the trail takes at most the agent's intake rate of
+    `intake.refused` events. Past the rate it raises QuotaExceeded (429, Retry-After) after its commit,
+    and the quotas count it in the agent's throttle window, one `intake.throttled` event a window, as
+    they do for valid requests."""
+    now = timezone.now()
     with transaction.atomic(durable=True):
-        record(
-            agent.tenant_id,
-            actor=agent_actor(agent),
-            verb=Verb.INTAKE_REFUSED,
-            subject=agent_label(agent.slug),
-            data={
-                "via": via,
-                "code": error.code,
-                "field": error.field,
-                "task_id": task_id[:200],
-                "request_id": request_id[:200],
-            },
-        )
+        hold = hold_quotas(agent, now)
+        throttled = spend_or_refuse(hold, _known_counts(agent, hold), waiting=False, now=now, via=via)
+        if throttled is None:
+            record(
+                agent.tenant_id,
+                actor=agent_actor(agent),
+                verb=Verb.INTAKE_REFUSED,
+                subject=agent_label(agent.slug),
+                data={
+                    "via": via,
+                    "code": error.code,
+                    "field": error.field,
+                    "task_id": task_id[:200],
+                    "request_id": request_id[:200],
+                },
+            )
+    if throttled is not None:
+        raise throttled from error
+
+
+def _known_counts(agent: Agent, hold: Hold) -> OpenCounts:
+    """What a refused request tells the quotas of what waits: nothing where the quota rows bound it (a
+    refused request never enters the queue, only the rates count it), a count where a bound is unknown
+    (the rows were just created, or a count stopped at its cap), as intake counts then: the spend
+    writes the bounds back, and two unknown ones are untyped NULLs that PostgreSQL will not store."""
+    if hold.agent_state.open_at_most is not None and hold.tenant_state.open_at_most is not None:
+        return OpenCounts(agent=None, tenant=None)
+    caps = CountCaps.of(hold.agent_limit, hold.tenant_limit)
+    agent_open, tenant_open = open_counts_subqueries(agent, caps, always=True)
+    counted = Agent.objects.filter(pk=agent.pk).annotate(agent_open=agent_open, tenant_open=tenant_open)
+    agent_count, tenant_count = counted.values_list("agent_open", "tenant_open").get()
+    return OpenCounts(agent=agent_count, tenant=tenant_count, caps=caps)
 
 
 def _same_request_or_error(existing: Proposal, request) -> Proposal:
