@@ -143,7 +143,9 @@ def spend_sql(vendor: str) -> str:
     table, column = quoted_names(QuotaState)
     return (
         f"UPDATE {table} SET {column('tokens')} = CASE WHEN {column('id')} = %s THEN %s ELSE %s END,"  # noqa: S608
-        f" {column('open_at_most')} = CASE WHEN {column('id')} = %s THEN %s ELSE %s END,"
+        # Typed: two NULL bounds would leave PostgreSQL a CASE of text for an integer column.
+        f" {column('open_at_most')} = CASE WHEN {column('id')} = %s THEN CAST(%s AS integer)"
+        " ELSE CAST(%s AS integer) END,"
         f" {column('refilled_at')} = %s WHERE {column('id')} IN (%s, %s)"
     )
 

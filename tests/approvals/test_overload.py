@@ -140,7 +140,7 @@ async def test_websockets_are_not_counted():
 
     app = ConcurrencyLimit(inner, agents=1, people=1)
     app.in_flight = {"agents": 1, "people": 1}
-    await app({"type": "websocket", "path": "/ws/queue/"}, None, None)
+    await app({"type": "websocket", "path": "/ws/queue/"}, None, None)  # type: ignore[arg-type]  # unread
 
     assert calls == ["websocket"]
 

@@ -78,6 +78,22 @@ def test_the_quota_spend_writes_what_the_orm_update_writes(agent, refund_policy,
     assert [state["tokens"] for state in by_statement] == [8.25, 2.5]  # the tenant's row first
 
 
+def test_the_quota_spend_takes_two_unknown_bounds(agent, refund_policy, requester):
+    """Both bounds unknown (None): PostgreSQL must still read the CASE as an integer."""
+    submit(agent)
+    hold = hold_quotas(agent, timezone.now())
+    with transaction.atomic():
+        quota_storage.spend(
+            hold.agent_state.pk,
+            hold.tenant_state.pk,
+            tokens=(1.0, 2.0),
+            bounds=(None, None),
+            now=timezone.now(),
+        )
+        assert [state["open_at_most"] for state in quota_rows(agent)] == [None, None]
+        transaction.set_rollback(True)
+
+
 def test_the_one_read_finds_what_the_orm_finds(tenant, agent, refund_policy, requester):
     factories.make_policy(tenant, "tickets", tool_pattern="tickets.*", outcome=PolicyVersion.Outcome.ALLOW)
     earlier = submit(agent, task_id="task-1")

@@ -9,6 +9,7 @@ Debian's chromium. Every process binds 127.0.0.1 and is stopped by its PID.
 """
 
 import datetime
+import functools
 import ipaddress
 import os
 import re
@@ -166,11 +167,11 @@ class Deployment:
                 access_log=self.log_dir / f"daphne-{number}-access.log",
             )
             healthz = f"{url_of(listener)}/healthz"  # a page would redirect to https: DEBUG is off
-            process.ready = (lambda healthz=healthz: answers(healthz), "an answer to /healthz")
+            process.ready = (functools.partial(answers, healthz), "an answer to /healthz")
             daphnes.append(process)
         caddy = ServerProcess(
             "caddy",
-            [CADDY, "run", "--config", str(REPO / "deploy" / "Caddyfile"), "--adapter", "caddyfile"],
+            [str(CADDY), "run", "--config", str(REPO / "deploy" / "Caddyfile"), "--adapter", "caddyfile"],
             env=self.caddy_env(cert, key),
             log_dir=self.log_dir,
         )
@@ -261,6 +262,10 @@ def chromium_pages(deployment):
             os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
 
 
+def names_the_stopped_worker(url: str) -> bool:
+    return readiness(url) == (503, {"status": "unready", "failing": ["worker"]})
+
+
 @pytest.mark.browser
 @pytest.mark.django_db(transaction=True)
 def test_two_reviewers_decide_through_the_tls_proxy_and_see_each_other_live(
@@ -305,7 +310,9 @@ def test_the_proxy_passes_the_clients_address_and_https_and_nothing_a_client_for
     transport = httpx.HTTPTransport(local_address="127.0.0.3", verify=False)  # noqa: S501 (our certificate)
     with httpx.Client(base_url=deployment.url, transport=transport, headers=forged, timeout=10) as client:
         page = client.get("/accounts/login/")
-        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+        found = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+        assert found is not None
+        token = found.group(1)
         posted = client.post(
             "/accounts/login/",
             data={"csrfmiddlewaretoken": token, "username": "nobody", "password": "wrong", "otp_token": ""},
@@ -333,7 +340,7 @@ def test_readyz_turns_unready_when_the_worker_stops_and_ready_when_it_starts_aga
     deployment.worker.process.wait(timeout=10)
     for url in deployment.daphne_urls:
         wait_until(
-            lambda url=url: readiness(url) == (503, {"status": "unready", "failing": ["worker"]}),
+            functools.partial(names_the_stopped_worker, url),
             f"{url}/readyz names the stopped worker",
             timeout=30,
             detail=deployment.logs,

@@ -26,7 +26,13 @@ def test_the_units_pass_systemd_analyze_verify(tmp_path):
         (tmp_path / unit.name).write_text(text)
     shutil.copy(UNITS / "reviewer.target", tmp_path)
     verified = subprocess.run(
-        [SYSTEMD_ANALYZE, "verify", "--man=no", "reviewer-daphne@8000.service", "reviewer-worker.service"],
+        [
+            str(SYSTEMD_ANALYZE),
+            "verify",
+            "--man=no",
+            "reviewer-daphne@8000.service",
+            "reviewer-worker.service",
+        ],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -39,7 +45,9 @@ def test_the_units_pass_systemd_analyze_verify(tmp_path):
 def test_the_daphne_unit_probes_what_the_proxy_probes():
     caddy = (ROOT / "deploy" / "Caddyfile").read_text()
     unit = (UNITS / "reviewer-daphne@.service").read_text()
-    probed = re.search(r"health_uri (\S+)", caddy).group(1)
+    found = re.search(r"health_uri (\S+)", caddy)
+    assert found is not None
+    probed = found.group(1)
     assert f"http://127.0.0.1:%i{probed}" in unit
 
 
