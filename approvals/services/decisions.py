@@ -25,7 +25,7 @@ from approvals.services.quorum import Quorum
 from approvals.signing import decision_claims, sign_decision
 from approvals.states import RELEASED, STARTED, State
 from approvals.storage import decisions as storage
-from approvals.storage.rows import on_postgresql
+from approvals.storage.rows import insert_held, on_postgresql
 from audit.chain.accept import accept_sql
 from audit.labels import SYSTEM, actor_label, tenant_chain
 from audit.models import Verb
@@ -92,7 +92,7 @@ def issue_decision(
     claims["replaces"] = supersession_chain(proposal)
     claims["policies"] = policy_refs
     decision.token, decision.kid = sign_decision(claims)
-    decision.save(force_insert=True)
+    insert_held(decision)  # with intake's other writes (approvals/storage/rows.py)
     record(
         proposal.tenant_id,
         actor=SYSTEM,

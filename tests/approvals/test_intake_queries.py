@@ -25,7 +25,7 @@ pytestmark = pytest.mark.django_db
 # Reviewer pushes to also gets its decision's outbox row (its id is read back) and the worker's NOTIFY,
 # which send the writes held before them first. Plus the transaction's savepoint and release (a test runs
 # inside a transaction). No mail, no per-reviewer or per-policy query.
-POSTGRES = {"review": 6, "allow": 8, "deny": 8, "allow (pull agent)": 6}
+POSTGRES = {"review": 4, "allow": 7, "deny": 7, "allow (pull agent)": 4}
 # SQLite: each write its own statement (the proposal and its pins two, the events and their queue rows two).
 SQLITE = {"review": 11, "allow": 11, "deny": 11, "allow (pull agent)": 10}
 ACTIONS = {

@@ -198,3 +198,23 @@ def test_the_consume_claim_writes_what_the_step_by_step_consume_writes(tenant, a
     assert claimed == stepwise
     assert claimed[0]["state"] == State.EXECUTING
     assert claimed[1]["consumed_at"] == clock
+
+
+def test_a_held_insert_writes_what_the_orms_insert_writes(agent, refund_policy, requester):
+    """insert_held (a review notice, a decision: rows nobody reads back in the transaction) against
+    save(force_insert=True)."""
+    from approvals.models import ReviewNotice
+    from approvals.storage.rows import insert_held
+    from lib.held_writes import held_writes
+
+    proposal = submit(agent)
+    ReviewNotice.objects.filter(proposal=proposal).delete()
+    with transaction.atomic(), held_writes():
+        insert_held(ReviewNotice(proposal=proposal))
+    by_statement = list(
+        ReviewNotice.objects.filter(proposal=proposal).values("proposal_id", "user_id", "sent_at")
+    )
+    ReviewNotice.objects.filter(proposal=proposal).delete()
+    ReviewNotice(proposal=proposal).save(force_insert=True)
+    by_orm = list(ReviewNotice.objects.filter(proposal=proposal).values("proposal_id", "user_id", "sent_at"))
+    assert by_statement == by_orm == [{"proposal_id": proposal.pk, "user_id": None, "sent_at": None}]

@@ -24,6 +24,7 @@ from approvals.services.lifecycle import expiry_for, first_transition, record_tr
 from approvals.services.quotas import OpenCounts
 from approvals.states import State
 from approvals.storage.intake import insert_proposal
+from approvals.storage.rows import insert_held
 from audit.labels import SYSTEM
 from audit.models import Verb
 from audit.trail import audit_time, record
@@ -155,7 +156,7 @@ def _pin_and_route(
     if target == State.AWAITING_REVIEW:
         # The reviewers hear of it from the worker, in a digest (approvals/worker/notifications.py): one row
         # here, committed with the proposal, and no mail inside the request.
-        ReviewNotice.objects.create(proposal=proposal)
+        insert_held(ReviewNotice(proposal=proposal))  # with intake's other writes (approvals/storage/rows.py)
         # The worker chases it from here: whether enough people can decide it (told to the admins at
         # once if not), reminders, escalation (approvals/notify/chase.py). One INSERT here.
         open_follow_up(proposal)
