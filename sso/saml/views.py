@@ -14,7 +14,9 @@ from django.contrib import auth
 from django.db import IntegrityError, transaction
 from django.shortcuts import render
 from django.utils import timezone
+from django.utils.decorators import method_decorator
 from django.views import View
+from django.views.decorators.csrf import csrf_exempt
 from django_otp import login as otp_login
 from djangosaml2.views import AssertionConsumerServiceView, LoginView, MetadataView
 from saml2.saml import SCM_BEARER
@@ -52,6 +54,11 @@ class SamlMetadata(TenantConfig, MetadataView):
     """GET /accounts/sso/saml/<tenant>/metadata/: Reviewer's service-provider metadata for the provider."""
 
 
+# The provider's answer is a cross-site POST that carries no CSRF token: djangosaml2 exempts its
+# consumer's dispatch, which TenantConfig's dispatch replaces, so the exemption is restated here. What
+# stands instead: the signature, audience and Recipient, each assertion once, and InResponseTo a request
+# this browser started (allow_unsolicited off), kept in djangosaml2's SameSite=None session cookie.
+@method_decorator(csrf_exempt, name="dispatch")
 class SamlAssertionConsumer(TenantConfig, AssertionConsumerServiceView):
     """POST /accounts/sso/saml/<tenant>/acs/: the provider's response; a sign-in or a page saying why not."""
 

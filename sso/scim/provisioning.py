@@ -8,6 +8,8 @@ their account is deactivated when no other tenant has them. Every change is an a
 tenant's chain, by the actor `scim:<tenant>`.
 """
 
+import uuid
+
 from django.contrib.auth import get_user_model
 from django.contrib.sessions.models import Session
 from django.core.exceptions import ValidationError
@@ -25,6 +27,8 @@ from tenants.models import GroupMembership, TenantMembership
 from tenants.queries import memberships_of
 
 MAX_MEMBERS_PER_REQUEST = 1000
+MAX_GROUP_NAME_CHARS = 200  # ScimGroup.display_name
+MAX_EMAIL_CHARS = 254  # RFC 5321's longest path, as Django's EmailField
 
 
 def actor(tenant) -> str:
@@ -36,6 +40,11 @@ def _clean_person(values: dict) -> dict:
     if not isinstance(user_name, str) or not user_name.strip() or len(user_name) > 150:
         raise ProvisioningRefused(400, "userName is required (at most 150 characters)", "invalidValue")
     email = values.get("email") or ""
+    addresses = [email, *(entry.get("value", "") for entry in values.get("emails", []))]
+    if any(len(address) > MAX_EMAIL_CHARS for address in addresses):
+        raise ProvisioningRefused(
+            400, f"an e-mail address is at most {MAX_EMAIL_CHARS} characters", "invalidValue"
+        )
     if email:
         try:
             validate_email(email)
@@ -233,9 +242,20 @@ def _sync_scim_groups(scim_user: ScimUser) -> dict:
     return sync_groups(scim_user.tenant, scim_user.user, names, managed_by=GroupMembership.ManagedBy.SCIM)
 
 
+def _is_scim_id(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
 def _members(tenant, member_ids: list) -> list[ScimUser]:
     if len(member_ids) > MAX_MEMBERS_PER_REQUEST:
         raise ProvisioningRefused(400, f"at most {MAX_MEMBERS_PER_REQUEST} members per request", "tooMany")
+    not_ids = [value for value in member_ids if not _is_scim_id(value)]
+    if not_ids:
+        raise ProvisioningRefused(400, f"no user {not_ids[0]!r} in this tenant", "invalidValue")
     found = {
         str(user.scim_id): user for user in ScimUser.objects.filter(tenant=tenant, scim_id__in=member_ids)
     }
@@ -259,6 +279,10 @@ def save_group(
     their SCIM-managed approver groups brought up to date at once."""
     if display_name is not None and (not isinstance(display_name, str) or not display_name.strip()):
         raise ProvisioningRefused(400, "displayName is required", "invalidValue")
+    if display_name is not None and len(display_name.strip()) > MAX_GROUP_NAME_CHARS:
+        raise ProvisioningRefused(
+            400, f"displayName is at most {MAX_GROUP_NAME_CHARS} characters", "invalidValue"
+        )
     try:
         with transaction.atomic():
             created = group is None
@@ -279,7 +303,10 @@ def save_group(
             if add_members:
                 group.members.add(*_members(tenant, [str(value) for value in add_members]))
             if remove_members:
-                group.members.remove(*ScimUser.objects.filter(tenant=tenant, scim_id__in=remove_members))
+                ids = [
+                    str(value) for value in remove_members if _is_scim_id(str(value))
+                ]  # others name no one
+                group.members.remove(*ScimUser.objects.filter(tenant=tenant, scim_id__in=ids))
             after = set(group.members.values_list("scim_id", flat=True))
             changed_people = before ^ after if before_name == group.display_name else before | after
             for scim_user in ScimUser.objects.filter(scim_id__in=changed_people).select_related(

@@ -104,7 +104,9 @@ def _checked_email(provider: IdentityProvider, claims: dict) -> str:
     if not isinstance(email, str) or len(email) > 254:
         raise SignInRefused("bad_email", "the ID token's e-mail claim is not an address")
     email = email.strip().lower()
-    if claims.get("email_verified") is False:
+    # Only the JSON boolean true vouches for the address ("false" is a true string); a provider that
+    # sends no such claim (SAML, some OIDC providers) is taken at its word, within the allowed domains.
+    if "email_verified" in claims and claims["email_verified"] is not True:
         raise SignInRefused("email_unverified", "the provider has not verified this e-mail address")
     domains = provider.email_domains()
     if domains and email.rpartition("@")[2] not in domains:

@@ -89,6 +89,30 @@ def test_an_email_outside_the_allowed_domains_is_refused(client, oidc_idp, ident
     assert not ExternalIdentity.objects.exists()
 
 
+@pytest.mark.parametrize("email_verified", [False, "false", "true", 1, None, {}])
+def test_an_email_verified_claim_other_than_true_is_refused(
+    client, oidc_idp, identity_provider, email_verified
+):
+    oidc_idp.add_user("ivy", email="ivy@acme.example", email_verified=email_verified)
+
+    answer = sign_in_through_provider(client, oidc_idp, "ivy")
+
+    assert answer.status_code == 400
+    assert b"has not verified this e-mail address" in answer.content
+    assert not ExternalIdentity.objects.exists()
+    assert AuditEvent.objects.get(verb=Verb.SSO_REFUSED).data["code"] == "email_unverified"
+
+
+def test_a_provider_that_sends_no_email_verified_claim_is_trusted_with_the_address(
+    client, oidc_idp, identity_provider
+):
+    oidc_idp.add_user("jo", email="jo@acme.example", email_verified=...)
+
+    assert sign_in_through_provider(client, oidc_idp, "jo").status_code == 302
+
+    assert ExternalIdentity.objects.get().email == "jo@acme.example"
+
+
 def test_a_replayed_callback_is_refused(client, oidc_idp, identity_provider):
     """The provider's redirect back (code and state) is usable once: the state is gone after its first use."""
     oidc_idp.add_user("ivan", email="ivan@acme.example")

@@ -11,6 +11,7 @@ from urllib.parse import urlencode, urlparse
 import httpx
 import pytest
 import time_machine
+from django.test import Client
 from django.utils import timezone
 
 from audit.models import AuditEvent, Verb
@@ -84,6 +85,27 @@ def test_a_signed_assertion_signs_in_by_issuer_and_name_id_with_the_mapped_group
     ) == {"finance": "idp"}
     assert AuditEvent.objects.get(verb=Verb.SSO_SIGNED_IN).data["groups_added"] == ["finance"]
     assert SamlAssertionSeen.objects.filter(issuer=saml_idp.entity_id).count() == 1
+
+
+def test_the_consumer_takes_the_providers_post_which_carries_no_csrf_token(saml_idp, saml_provider):
+    browser = Client(enforce_csrf_checks=True)  # as a browser: the provider's page has no CSRF token
+
+    answer = post_back(browser, *provider_form(browser, saml_idp))
+
+    assert answer.status_code == 302, answer.content[:300]
+    assert signed_in(browser)
+
+
+def test_an_answer_to_a_request_another_browser_started_is_refused(client, saml_idp, saml_provider):
+    """A forged sign-in: an attacker's own answer posted from their page by the victim's browser, which
+    does not hold the attacker's outstanding request (djangosaml2's SameSite=None session)."""
+    action, fields = provider_form(Client(), saml_idp)  # the attacker's browser starts the sign-in
+
+    answer = post_back(Client(enforce_csrf_checks=True), action, fields)
+
+    assert answer.status_code == 400
+    assert AuditEvent.objects.get(verb=Verb.SSO_REFUSED).data["code"] == "unknown_state"
+    assert not ExternalIdentity.objects.exists() and not SamlAssertionSeen.objects.exists()
 
 
 def test_a_local_account_with_the_same_e_mail_is_not_taken_over(client, saml_idp, saml_provider, tenant):

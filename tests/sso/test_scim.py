@@ -6,6 +6,7 @@ import json
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
+from scim2_models import Error
 
 from audit.models import AuditEvent, Verb
 from sso.models import ExternalIdentity, ScimUser
@@ -347,3 +348,21 @@ def test_bad_input_is_refused_with_a_clear_error_and_changes_nothing(token):
     answer = raw(token, "post", "Users", {**schema, "userName": "x", "emails": [{"value": "not-an-address"}]})
     assert answer.status_code == 400 and "not an e-mail address" in answer.json()["detail"]
     assert get_user_model().objects.count() == people
+
+
+def test_scim2_client_reads_the_refusals_as_scim_errors(scim):
+    user = scim.get_resource_model("User")
+
+    missing = scim.query(user, "not-a-uuid", raise_scim_errors=False)
+    bad_filter = scim.query(
+        user,
+        query_parameters={"filter": 'userName zz "x"'},
+        check_request_payload=False,
+        raise_scim_errors=False,
+    )
+
+    assert isinstance(missing, Error) and missing.status == 404
+    assert isinstance(bad_filter, Error) and (bad_filter.status, bad_filter.scim_type) == (
+        400,
+        "invalidFilter",
+    )

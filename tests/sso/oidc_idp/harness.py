@@ -66,8 +66,11 @@ class OidcProvider:
     def log(self) -> str:
         return self.log_path.read_text()[-4000:] if self.log_path.exists() else ""
 
-    def add_user(self, username, *, password="idp-password", email="", groups=(), acr="", amr=()) -> str:
-        """Create or replace a person at the provider; returns their subject (`sub`)."""
+    def add_user(
+        self, username, *, password="idp-password", email="", groups=(), acr="", amr=(), email_verified=True
+    ) -> str:
+        """Create or replace a person at the provider; returns their subject (`sub`). `email_verified` is
+        the claim's value as sent (any JSON value; `...` leaves the claim out)."""
         answer = httpx.post(
             f"{self.url}/_control/users",
             json={
@@ -77,6 +80,7 @@ class OidcProvider:
                 "groups": list(groups),
                 "acr": acr,
                 "amr": list(amr),
+                **({} if email_verified is ... else {"email_verified": email_verified}),
             },
         )
         answer.raise_for_status()

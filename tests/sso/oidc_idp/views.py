@@ -14,7 +14,7 @@ from django.views.decorators.csrf import csrf_exempt
 from oauth2_provider.models import get_application_model
 from oauth2_provider.oauth2_validators import OAuth2Validator
 
-# username -> {"acr": ..., "amr": [...]}, set through /_control/users.
+# username -> {"acr": ..., "amr": [...], "email_verified": ...}, set through /_control/users.
 STRENGTH: dict[str, dict] = {}
 
 
@@ -26,11 +26,12 @@ class ClaimsValidator(OAuth2Validator):
         strength = STRENGTH.get(user.username, {})
         claims = {
             "email": user.email,
-            "email_verified": True,
             "name": user.get_full_name() or user.username,
             "preferred_username": user.username,
             "groups": sorted(user.groups.values_list("name", flat=True)),
         }
+        if "email_verified" in strength:
+            claims["email_verified"] = strength["email_verified"]
         if strength.get("acr"):
             claims["acr"] = strength["acr"]
         if strength.get("amr"):
@@ -48,6 +49,8 @@ def control_user(request):
     user.save()
     user.groups.set([Group.objects.get_or_create(name=name)[0] for name in body.get("groups", [])])
     STRENGTH[user.username] = {"acr": body.get("acr", ""), "amr": body.get("amr", [])}
+    if "email_verified" in body:
+        STRENGTH[user.username]["email_verified"] = body["email_verified"]
     return JsonResponse({"sub": str(user.pk)})
 
 

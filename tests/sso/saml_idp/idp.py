@@ -94,12 +94,16 @@ class _Quiet(WSGIRequestHandler):
 
 
 class SamlIdentityProvider:
-    """The provider at http://127.0.0.1:<port>/idp; `people` maps a user name to (NameID, attributes)."""
+    """The provider at http://<host>:<port>/idp, listening on 127.0.0.1; `people` maps a user name to
+    (NameID, attributes). A browser test names it by another host name than Reviewer's ("localhost"
+    against 127.0.0.1), so its answer reaches Reviewer as a cross-site POST, as a real provider's does.
+    A request that names no `user` answers for `signed_in`, the person signed in at the provider."""
 
-    def __init__(self):
+    def __init__(self, host: str = "127.0.0.1"):
         self.folder = Path(tempfile.mkdtemp(prefix="reviewer-saml-idp-"))
         self.httpd = make_server("127.0.0.1", 0, self.app, handler_class=_Quiet)
-        self.entity_id = f"http://127.0.0.1:{self.httpd.server_port}/idp"
+        self.entity_id = f"http://{host}:{self.httpd.server_port}/idp"
+        self.signed_in = ""
         own_key, other_key = _keypair(self.folder, "idp"), _keypair(self.folder, "other")
         self.server = _server(self.entity_id, own_key)
         self.forger = _server(self.entity_id, other_key)  # this issuer's name, another key
@@ -129,12 +133,14 @@ class SamlIdentityProvider:
             return [b"not found"]
         request = self.server.parse_authn_request(query["SAMLRequest"], saml2.BINDING_HTTP_REDIRECT).message
         acs = request.assertion_consumer_service_url
-        body = self.answer(request, query["user"], query.get("variant", ""))
+        body = self.answer(request, query.get("user") or self.signed_in, query.get("variant", ""))
+        # Posted by the page itself once loaded, as providers' pages do.
         page = (
+            '<body onload="document.forms[0].submit()">'
             f'<form method="post" action="{html.escape(acs)}">'
             f'<input type="hidden" name="SAMLResponse" value="{body}">'
             f'<input type="hidden" name="RelayState" value="{html.escape(query.get("RelayState", ""))}">'
-            "</form>"
+            "</form></body>"
         )
         start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
         return [page.encode()]
