@@ -381,15 +381,26 @@ def decision_context(
     break_glass_form=None,
     mode: tuple[str, str] | None = None,
     has_passkey: bool | None = None,
+    has_code_device: bool | None = None,
+    has_identity: bool | None = None,
     break_glass_rule=break_glass_pages.READ_RULE,
     provider=vote_step_up.NOT_READ,
 ) -> dict:
-    """The decision panel of this person; `mode`, `has_passkey`, `break_glass_rule` and `provider` when
-    the caller worked them out already (the fan-out reads them once for all its sockets)."""
+    """The decision panel of this person; `mode`, `has_passkey`, `has_code_device`, `break_glass_rule`,
+    `provider` and `has_identity` (at that provider) when the caller worked them out already (the
+    fan-out reads them once for all its sockets)."""
     shown, reason = mode or decision_mode(proposal, user, live, why_not)
     step_up = mode_of(proposal.requirements)
     window = step_up_window(step_up)
     fresh = window is not None and stepup.fresh_within(session, window)
+    has_passkey = passkeys.has_passkey(user) if has_passkey is None else has_passkey
+    if has_code_device is None and shown == "vote" and not has_passkey:
+        has_code_device = bool(vote_step_up.code_owners_among([user.pk]))
+    panel_provider = (
+        vote_step_up.provider_panel(proposal, session, provider, user=user, has_identity=has_identity)
+        if shown == "vote"
+        else None
+    )
     return {
         "proposal": proposal,
         "mode": shown,
@@ -401,9 +412,12 @@ def decision_context(
         # Passkeys: the page says before the person tries whether the policy needs one, and whether
         # they have one (static/js/passkeys.js asks for it on Approve, Reject or Ask).
         "needs_passkey": step_up == PASSKEY,
-        "has_passkey": passkeys.has_passkey(user) if has_passkey is None else has_passkey,
+        "has_passkey": has_passkey,
+        # A person with no factor at all (signed in through the provider, never enrolled) is shown the
+        # way to one rather than a code field they cannot fill.
+        "no_factor": shown == "vote" and not has_passkey and not has_code_device,
         "step_up_text": _step_up_text(step_up),
-        "provider": vote_step_up.provider_panel(proposal, session, provider),
+        "provider": panel_provider,
         "code_hint": code_hint(proposal),
         "my_vote": my_vote(live, user.pk),
         "missing_total": live["missing_total"],

@@ -249,6 +249,7 @@ def edit(request, proposal_id):
                 )
                 return redirect("approvals:detail", proposal_id=successor.id)
     why_not = ineligibility(proposal, request.user)
+    has_passkey = passkeys.has_passkey(request.user)
     context = {
         **reviewed_context(proposal),
         "form": form,
@@ -256,7 +257,8 @@ def edit(request, proposal_id):
         "open": proposal.state in OPEN_FOR_VOTES,
         "code_hint": code_hint(proposal),
         "needs_passkey": needs_passkey(proposal.requirements),
-        "has_passkey": passkeys.has_passkey(request.user),
+        "has_passkey": has_passkey,
+        "no_factor": not has_passkey and not vote_step_up.code_owners_among([request.user.pk]),
     }
     return render(request, "approvals/edit.html", context, status=status)
 
