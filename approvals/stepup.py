@@ -3,10 +3,12 @@ proposal and digest (sso/oidc/idp_step_up.py kept it in the session) where the t
 else Reviewer's own factors (accounts/stepup.py). The services decide whether it satisfies the policy."""
 
 from django.utils import timezone
+from django_otp.plugins.otp_static.models import StaticDevice
+from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from accounts import stepup
 from accounts.stepup import ProviderStepUp, StepUp
-from sso.models import IdentityProvider
+from sso.models import ExternalIdentity, IdentityProvider
 from sso.oidc import idp_step_up
 
 
@@ -57,15 +59,49 @@ def step_up_for(
 NOT_READ = object()
 
 
-def provider_panel(proposal, session, provider=NOT_READ) -> dict | None:
-    """What the decision form shows where the tenant confirms votes at its provider: the provider's name,
-    and whether this session holds a confirmation for this proposal's digest now. `provider`: what
-    confirms_at_provider answered, when the caller read it already (the fan-out, once for all sockets)."""
+def provider_panel(
+    proposal, session, provider=NOT_READ, *, user, has_identity: bool | None = None
+) -> dict | None:
+    """What the decision form shows where the tenant confirms votes at its provider and the person has an
+    identity there (a local account cannot sign in there, so "Confirm at" would only fail): the
+    provider's name, and whether this session holds a confirmation for this proposal's digest now.
+    `provider` and `has_identity`: what confirms_at_provider and identity_holders answered, when the
+    caller read them already (the fan-out, once for all sockets)."""
     if provider is NOT_READ:
         provider = confirms_at_provider(proposal.tenant_id)
     if provider is None:
+        return None
+    if has_identity is None:
+        has_identity = bool(identity_holders(provider, [user.pk]))
+    if not has_identity:
         return None
     return {
         "name": provider.display_name,
         "confirmed": idp_step_up.held(session, proposal.id, proposal.action_digest),
     }
+
+
+def identity_holders(provider: IdentityProvider | None, user_ids) -> set:
+    """Which of these people have an identity at the provider (one query)."""
+    if provider is None:
+        return set()
+    return set(
+        ExternalIdentity.objects.filter(provider=provider, user_id__in=user_ids).values_list(
+            "user_id", flat=True
+        )
+    )
+
+
+def code_owners_among(user_ids) -> set:
+    """Which of these people have an authenticator app or backup codes, the devices that answer a
+    one-time code (one query; the socket fan-out asks for all its people at once). The device of a
+    session the provider verified answers no code, so a person who only signs in there has none."""
+    return set(
+        TOTPDevice.objects.filter(user_id__in=user_ids, confirmed=True)
+        .values_list("user_id", flat=True)
+        .union(
+            StaticDevice.objects.filter(user_id__in=user_ids, confirmed=True).values_list(
+                "user_id", flat=True
+            )
+        )
+    )

@@ -35,7 +35,7 @@ from approvals.live.fanout import Viewer, live_updates, verified_user
 from approvals.schemas import VoteMessage
 from approvals.selectors import proposal_for_user
 from approvals.services.page_watchers import stop_watching, watch
-from approvals.services.votes import cast_vote
+from approvals.services.votes import cast_vote, check_words
 from approvals.web.list_pages import queue_context, watching_context
 from approvals.web.lists import LIST_PAGES
 from approvals.web.pages import page_hash
@@ -149,6 +149,7 @@ class ReviewerSocket(AsyncJsonWebsocketConsumer):
         session = self.scope["session"]
         try:
             proposal = proposal_for_user(proposal_id, user)
+            check_words(message.verdict, reason=message.reason)  # before the code is checked, and spent
             vote = cast_vote(
                 proposal.id,
                 user,

@@ -161,7 +161,11 @@ def render_updates(proposal_id, viewers: list[Viewer]) -> dict[str, Update | Non
     # What the decision panels need beyond the page's reads, read once for every socket.
     break_glass_rule = functools.cache(lambda: rule_for_proposal(proposal))
     passkey_owners = functools.cache(lambda: passkeys.owners_among({user.pk for _, user in readers}))
+    code_owners = functools.cache(lambda: vote_step_up.code_owners_among({user.pk for _, user in readers}))
     provider = functools.cache(lambda: vote_step_up.confirms_at_provider(proposal.tenant_id))
+    identity_holders = functools.cache(
+        lambda: vote_step_up.identity_holders(provider(), {user.pk for _, user in readers})
+    )
     for viewer, user in readers:
         audience = page.audience(user.pk)
         parts: tuple[str, ...] = (page.html, audience.html)
@@ -179,8 +183,10 @@ def render_updates(proposal_id, viewers: list[Viewer]) -> dict[str, Update | Non
                 audience.why_not,
                 mode=mode,
                 has_passkey=user.pk in passkey_owners(),
+                has_code_device=user.pk in code_owners() if mode[0] == "vote" else None,
                 break_glass_rule=break_glass_rule() if mode[0] == "vote" else None,
                 provider=provider() if mode[0] == "vote" else None,
+                has_identity=mode[0] == "vote" and user.pk in identity_holders(),
             )
             context = {
                 "proposal": proposal,

@@ -3,6 +3,12 @@ canonical arguments (what the digest binds and what runs), never from the agent'
 heading, "What happens", the queue row, chat messages and e-mails lead with it; the agent's summary is
 shown after it as the agent's words, quoted, with `summary_mismatch()` beside it when the two differ.
 
+The amount always names its currency: the arguments' (what the digest binds), else the one the
+proposal's consequences state (an adapter's tool description, ToolDescription(currency=...)), which
+the headline names as not part of the approved action. The target is spelled as the target's history
+spells it (`history.target_identity`: "order:1500" whether the agent wrote `order_id:1500`,
+`order_id=1500` or only the argument), so one target reads the same on every line.
+
 A value that mixes scripts (a look-alike recipient such as "pаypal.com" with a Cyrillic "а") or holds
 hidden characters is flagged in the headline itself: `Headline.warnings` says so in words, and the
 HTML form (the `agent_text` filter over each part) marks it where it stands.
@@ -14,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
-from approvals.policy.history import KEY_ARGUMENTS
+from approvals.policy.history import target_identity, target_value
 from lib import agent_text
 
 # Arguments that name who receives what the action sends, in the order they are tried.
@@ -62,6 +68,9 @@ class Headline:
     target: str = ""
     recipient: str = ""
     warnings: list[str] = field(default_factory=list)
+    # Set when the amount's currency is not in the arguments but stated beside them ("EUR (stated by
+    # the tool description, not part of the approved action)"): shown with the amount wherever it is.
+    currency_note: str = ""
 
     @property
     def text(self) -> str:
@@ -87,28 +96,40 @@ def _first(arguments: dict, names) -> str:
     return ""
 
 
-def action_headline(action: dict) -> Headline:
-    """Reviewer's headline of an action (its tool, `target` and arguments, as the digest binds them)."""
+def amount_currency(arguments: dict, consequences: dict | None = None) -> tuple[str, str]:
+    """The currency of the action's amount and, when the digest does not bind it, a note saying so:
+    the arguments' `currency`, else the consequences' (an adapter puts its tool description's there),
+    else none. ("EUR", "") or ("EUR", "EUR (stated by ..., not part of the approved action)")."""
+    bound = _text(arguments.get("currency")).strip()
+    if bound:
+        return bound, ""
+    consequences = consequences or {}
+    stated = _text(consequences.get("currency")).strip()
+    if not stated:
+        return "", ""
+    # The adapters (reviewer_gate's ToolDescription) name the tool in the consequences they write.
+    source = "the tool description" if consequences.get("tool") else "the agent"
+    return stated, f"{stated} (stated by {source}, not part of the approved action)"
+
+
+def action_headline(action: dict, consequences: dict | None = None) -> Headline:
+    """Reviewer's headline of an action (its tool, `target` and arguments, as the digest binds them);
+    `consequences`: the proposal's, for a currency the arguments do not name."""
     tool = _text(action.get("tool"))
     arguments = action.get("arguments") or {}
     amount = arguments.get("amount")
     recipient = _first(arguments, RECIPIENT_ARGUMENTS)
-    target = _text(action.get("target")) or next(
-        (
-            f"{name} {_text(arguments[name])}"
-            for name in KEY_ARGUMENTS
-            if name not in RECIPIENT_ARGUMENTS and _text(arguments.get(name)).strip()
-        ),
-        "",
-    )
-    if recipient and recipient in target:
+    target = target_identity(action)[:PART_CAP]
+    if recipient and target.rpartition(":")[2] == target_value(recipient):
         target = ""  # the recipient is the target ("to": an address): named once
-    shown_amount = money(amount, arguments.get("currency")) if _text(amount).strip() else ""
+    currency, currency_note = amount_currency(arguments, consequences)
+    has_amount = bool(_text(amount).strip())
+    shown_amount = money(amount, currency) if has_amount else ""
     warnings = []
     for what, value in (
         ("tool", tool),
         ("amount", shown_amount),
-        ("target", target),
+        ("target", _text(action.get("target")) or target),  # as the agent wrote it, before normalizing
         ("recipient", recipient),
     ):
         warnings += [f"The {what}: {note}" for note in agent_text.warnings(value)]
@@ -119,6 +140,7 @@ def action_headline(action: dict) -> Headline:
         target=target,
         recipient=recipient,
         warnings=warnings,
+        currency_note=currency_note if has_amount else "",
     )
 
 

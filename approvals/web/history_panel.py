@@ -5,7 +5,7 @@ from django.db.models import Prefetch
 
 from approvals.models import Proposal, Vote
 from approvals.policy import history
-from approvals.policy.headline import action_headline, money
+from approvals.policy.headline import action_headline
 
 
 def history_context(proposal: Proposal) -> dict:
@@ -20,7 +20,7 @@ def history_context(proposal: Proposal) -> dict:
     )
     items = []
     for other in earlier:
-        arguments = other.action.get("arguments") or {}
+        headline = action_headline(other.action, other.consequences)
         approvers = [
             vote.voter.get_full_name() or vote.voter.get_username()
             for vote in other.votes.all()
@@ -29,11 +29,9 @@ def history_context(proposal: Proposal) -> dict:
         items.append(
             {
                 "proposal": other,
-                "headline": action_headline(other.action),
+                "headline": headline,
                 "agent_words": (other.summary or "")[:200],
-                "amount": money(arguments.get("amount"), arguments.get("currency"))
-                if arguments.get("amount") not in (None, "")
-                else "",
+                "amount": headline.amount,
                 "approvers": approvers,
                 "duplicate": other.state in history.DUPLICATE_STATES,
             }

@@ -48,7 +48,7 @@ def _rows(page, opened) -> list[dict]:
         rows.append(
             {
                 "proposal": proposal,
-                "headline": action_headline(proposal.action),
+                "headline": action_headline(proposal.action, proposal.consequences),
                 "agent_words": proposal.summary[:140] + ("…" if len(proposal.summary) > 140 else ""),
                 "mismatch": ""
                 if edited

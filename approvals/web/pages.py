@@ -13,7 +13,8 @@ from approvals import stepup as vote_step_up
 from approvals.models import Decision, Proposal, Vote
 from approvals.policy import break_glass, classification
 from approvals.policy.evaluation import TENANT_DEFAULT_REF
-from approvals.policy.headline import action_headline, money, summary_mismatch
+from approvals.policy.headline import action_headline, amount_currency, money, summary_mismatch
+from approvals.policy.history import target_identity
 from approvals.policy.step_up import PASSKEY, PER_VOTE, mode_of, step_up_window
 from approvals.selectors import VoterSlots, ineligibility, threshold_groups, viewer_slots
 from approvals.services import lifecycle
@@ -27,18 +28,20 @@ from tenants.models import TenantMembership
 from tenants.queries import DECIDING_ROLES
 
 
-def _amount(consequences: dict, arguments: dict) -> tuple[str, str]:
-    """How much, and the agent's own figure when it differs from the arguments (what the digest binds)."""
-    bound, bound_currency = arguments.get("amount"), arguments.get("currency")
+def _amount(consequences: dict, arguments: dict) -> tuple[str, str, str]:
+    """How much (always with its currency), the note on a currency the digest does not bind, and the
+    agent's own figure when it differs from the arguments (what the digest binds)."""
+    bound = arguments.get("amount")
+    bound_currency, note = amount_currency(arguments, consequences)
     stated, stated_currency = consequences.get("amount"), consequences.get("currency")
     if bound in (None, ""):
-        bound, bound_currency = stated, stated_currency
+        bound, bound_currency, note = stated, str(stated_currency or ""), ""
     shown = money(bound, bound_currency) if bound not in (None, "") else ""
     differs = (stated not in (None, "") and display_text(stated) != display_text(bound)) or (
         stated_currency and bound_currency and stated_currency != bound_currency
     )
     claim = money(stated, stated_currency) if differs else ""
-    return shown, claim
+    return shown, (note if shown else ""), claim
 
 
 def _agent_reversibility_words(consequences: dict) -> str:
@@ -56,7 +59,7 @@ def _consequence(proposal: Proposal) -> dict:
     """What happens, to whom, how much, whether it can be undone, and which data leaves: in the agent's
     words, in a fixed order, with what the agent did not state said plainly."""
     facts = dict(proposal.consequences or {})
-    amount, claim = _amount(facts, proposal.action.get("arguments") or {})
+    amount, currency_note, claim = _amount(facts, proposal.action.get("arguments") or {})
     facts.pop("amount", None)
     facts.pop("currency", None)
     agent_reversible = _agent_reversibility_words(facts)
@@ -68,8 +71,10 @@ def _consequence(proposal: Proposal) -> dict:
         "summary": capped(proposal.summary, 500),
         "effect": capped(effect) if effect not in (None, "") else None,
         "amount": capped(amount) if amount else None,
+        "currency_note": currency_note,
         "amount_mismatch": capped(claim) if claim else None,
-        "target": capped(proposal.action.get("target")) if proposal.action.get("target") else None,
+        # Spelled as the headline and the target's history spell it ("order:1500" for "order_id:1500").
+        "target": capped(target_identity(proposal.action)) if proposal.action.get("target") else None,
         "principal": proposal.principal_display or proposal.principal_id,
         "principal_id": proposal.principal_id,
         # Reviewer's class, fixed at intake: the strictest of the agent's statement and the admins'
@@ -144,7 +149,7 @@ def reviewed_context(proposal: Proposal) -> dict:
         # request: the page leads with what the edited action does and shows the agent's words as theirs.
         "edited": edited,
         # Reviewer's own headline, from the canonical arguments (what runs), never the agent's summary.
-        "headline": action_headline(proposal.action),
+        "headline": action_headline(proposal.action, proposal.consequences),
         "edit_note": _edit_note(edit_changes) if edited else None,
         "agent_summary": capped(_original_summary(proposal), 500),
         "summary_mismatch": ""
@@ -360,7 +365,8 @@ def consequence_label(proposal: Proposal) -> dict:
     what = proposal.tool.rsplit(".", 1)[-1].replace("_", " ")
     if arguments.get("amount") in (None, ""):
         return {"what": what, "amount": ""}
-    return {"what": what, "amount": money(arguments.get("amount"), arguments.get("currency"))}
+    currency, _ = amount_currency(arguments, proposal.consequences)
+    return {"what": what, "amount": money(arguments.get("amount"), currency)}
 
 
 def my_vote(live: dict, user_id):
@@ -381,15 +387,26 @@ def decision_context(
     break_glass_form=None,
     mode: tuple[str, str] | None = None,
     has_passkey: bool | None = None,
+    has_code_device: bool | None = None,
+    has_identity: bool | None = None,
     break_glass_rule=break_glass_pages.READ_RULE,
     provider=vote_step_up.NOT_READ,
 ) -> dict:
-    """The decision panel of this person; `mode`, `has_passkey`, `break_glass_rule` and `provider` when
-    the caller worked them out already (the fan-out reads them once for all its sockets)."""
+    """The decision panel of this person; `mode`, `has_passkey`, `has_code_device`, `break_glass_rule`,
+    `provider` and `has_identity` (at that provider) when the caller worked them out already (the
+    fan-out reads them once for all its sockets)."""
     shown, reason = mode or decision_mode(proposal, user, live, why_not)
     step_up = mode_of(proposal.requirements)
     window = step_up_window(step_up)
     fresh = window is not None and stepup.fresh_within(session, window)
+    has_passkey = passkeys.has_passkey(user) if has_passkey is None else has_passkey
+    if has_code_device is None and shown == "vote" and not has_passkey:
+        has_code_device = bool(vote_step_up.code_owners_among([user.pk]))
+    panel_provider = (
+        vote_step_up.provider_panel(proposal, session, provider, user=user, has_identity=has_identity)
+        if shown == "vote"
+        else None
+    )
     return {
         "proposal": proposal,
         "mode": shown,
@@ -401,9 +418,12 @@ def decision_context(
         # Passkeys: the page says before the person tries whether the policy needs one, and whether
         # they have one (static/js/passkeys.js asks for it on Approve, Reject or Ask).
         "needs_passkey": step_up == PASSKEY,
-        "has_passkey": passkeys.has_passkey(user) if has_passkey is None else has_passkey,
+        "has_passkey": has_passkey,
+        # A person with no factor at all (signed in through the provider, never enrolled) is shown the
+        # way to one rather than a code field they cannot fill.
+        "no_factor": shown == "vote" and not has_passkey and not has_code_device,
         "step_up_text": _step_up_text(step_up),
-        "provider": vote_step_up.provider_panel(proposal, session, provider),
+        "provider": panel_provider,
         "code_hint": code_hint(proposal),
         "my_vote": my_vote(live, user.pk),
         "missing_total": live["missing_total"],

@@ -23,7 +23,7 @@ from approvals.policy.step_up import needs_passkey
 from approvals.selectors import ineligibility, proposal_for_user
 from approvals.services.break_glass import break_glass_release, complete_post_hoc_review
 from approvals.services.decisions import note_compensation, revoke_decision
-from approvals.services.votes import cast_vote, edit_proposal, request_info
+from approvals.services.votes import cast_vote, check_edit, check_words, edit_proposal, request_info
 from approvals.states import OPEN_FOR_VOTES
 from approvals.web import break_glass_pages
 from approvals.web.forms import BreakGlassForm, DecisionForm, EditArgumentsForm, PostHocReviewForm, RevokeForm
@@ -140,7 +140,10 @@ def decide(request, proposal_id):
     if not form.is_valid():
         return _decision_response(request, proposal, 400, form=form)
     data = form.cleaned_data
+    reservation = data["reservation"] if data["action"] == "approve" else ""
     try:
+        # The words before the factor: a code checked is spent, so a missing reason must not cost it.
+        check_words(data["action"], reason=data["reason"], reservation=reservation, question=data["question"])
         # Approve, reject and ask all need the same step-up: each signs a decision for the agent.
         step_up = vote_step_up.step_up_for(
             request.user,
@@ -165,7 +168,7 @@ def decide(request, proposal_id):
                 verdict=data["action"],
                 digest_seen=data["digest"],
                 reason=data["reason"],
-                reservation=data["reservation"] if data["action"] == "approve" else "",
+                reservation=reservation,
                 step_up=step_up,
                 page_hash=page_hash(proposal),
             )
@@ -219,6 +222,7 @@ def edit(request, proposal_id):
         status = 400
         if form.is_valid():
             try:
+                check_edit(proposal.action, form.cleaned_data["arguments"])  # before the code is spent
                 successor = edit_proposal(
                     proposal.id,
                     request.user,
@@ -245,6 +249,7 @@ def edit(request, proposal_id):
                 )
                 return redirect("approvals:detail", proposal_id=successor.id)
     why_not = ineligibility(proposal, request.user)
+    has_passkey = passkeys.has_passkey(request.user)
     context = {
         **reviewed_context(proposal),
         "form": form,
@@ -252,7 +257,8 @@ def edit(request, proposal_id):
         "open": proposal.state in OPEN_FOR_VOTES,
         "code_hint": code_hint(proposal),
         "needs_passkey": needs_passkey(proposal.requirements),
-        "has_passkey": passkeys.has_passkey(request.user),
+        "has_passkey": has_passkey,
+        "no_factor": not has_passkey and not vote_step_up.code_owners_among([request.user.pk]),
     }
     return render(request, "approvals/edit.html", context, status=status)
 

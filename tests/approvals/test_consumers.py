@@ -21,6 +21,7 @@ from approvals.live import consumers
 from approvals.models import Proposal
 from approvals.services.votes import cast_vote
 from approvals.states import State
+from audit.models import AuditEvent, Verb
 from tests import factories
 from tests.factories import PASSWORD, submit, totp_code
 
@@ -226,6 +227,18 @@ async def test_a_vote_after_expiry_is_refused_by_the_server_clock(proposal, revi
     reply = await reply_to(communicator, vote(proposal, otp_code=code))
     assert reply["error"]["code"] == "expired" and "nothing will execute" in reply["error"]["message"]
     assert (await database_sync_to_async(Proposal.objects.get)(pk=proposal.pk)).state == State.EXPIRED
+    await communicator.disconnect()
+
+
+async def test_a_rejection_without_a_reason_keeps_its_code_for_the_corrected_vote(proposal, reviewer_a):
+    communicator = await connected(proposal_path(proposal), await database_sync_to_async(sign_in)(reviewer_a))
+    code = await database_sync_to_async(totp_code)(reviewer_a)
+    reply = await reply_to(communicator, vote(proposal, verdict="reject", otp_code=code))
+    assert reply["error"]["code"] == "reason_required" and reply["error"]["field"] == "reason"
+    reply = await reply_to(communicator, vote(proposal, verdict="reject", otp_code=code, reason="duplicate"))
+    assert reply["type"] == "vote.recorded" and reply["state"] == "rejected"
+    failures = AuditEvent.objects.filter(verb=Verb.STEP_UP_FAILED)
+    assert not await database_sync_to_async(failures.exists)()
     await communicator.disconnect()
 
 

@@ -20,9 +20,10 @@ pytestmark = pytest.mark.django_db
 # sign-in guard); the proposal with the person's membership, follow-up and decision; the threshold
 # groups; the quorum's approvals, principals and stand-ins; the votes; a break-glass release (with its
 # post-hoc reviews when there is one: the person's own is taken from there); the person's groups and
-# stand-in row; the pinned versions; the history; the successor; whether they have a passkey; whether
+# stand-in row; the pinned versions; the history; the successor; whether they have a passkey, and
+# without one, an authenticator app or backup codes (else the panel leads them to set one up); whether
 # the tenant confirms votes at its provider.
-DETAIL_PAGE_QUERIES = 18
+DETAIL_PAGE_QUERIES = 19
 
 
 def test_the_proposal_page_makes_a_known_number_of_queries(agent, refund_policy, requester, reviewer_a):

@@ -440,6 +440,53 @@ def test_reject_without_a_reason_keeps_what_was_typed_and_says_why(proposal, rev
     assert Proposal.objects.get(pk=proposal.pk).state == State.AWAITING_REVIEW
 
 
+def test_a_form_error_keeps_the_code_for_the_corrected_vote(proposal, reviewer_a):
+    """A refusal for the form's own words comes before the code is checked, so the code is not spent:
+    the corrected form goes through with the same code, and no failed step-up is recorded."""
+    client = verified_client(reviewer_a)
+    code = totp_code(reviewer_a)
+    missing = client.post(
+        action_url("decide", proposal), {**vote_form(proposal, reviewer_a, action="reject"), "otp_code": code}
+    )
+    assert missing.status_code == 403 and "a rejection needs a reason" in missing.content.decode()
+    fixed = client.post(
+        action_url("decide", proposal),
+        {**vote_form(proposal, reviewer_a, action="reject", reason="duplicate refund"), "otp_code": code},
+    )
+    assert fixed.status_code == 302
+    assert Proposal.objects.get(pk=proposal.pk).state == State.REJECTED
+    assert not AuditEvent.objects.filter(verb=Verb.STEP_UP_FAILED).exists()
+
+
+def test_a_question_left_empty_keeps_the_code_for_the_question(proposal, reviewer_a):
+    client = verified_client(reviewer_a)
+    code = totp_code(reviewer_a)
+    empty = client.post(
+        action_url("decide", proposal), {**vote_form(proposal, reviewer_a, action="ask"), "otp_code": code}
+    )
+    assert empty.status_code == 403 and "write the question" in empty.content.decode()
+    asked = client.post(
+        action_url("decide", proposal),
+        {**vote_form(proposal, reviewer_a, action="ask", question="Which order?"), "otp_code": code},
+    )
+    assert asked.status_code == 302
+    assert Proposal.objects.get(pk=proposal.pk).state == State.INFO_REQUESTED
+    assert not AuditEvent.objects.filter(verb=Verb.STEP_UP_FAILED).exists()
+
+
+def test_a_code_that_was_checked_is_spent_even_when_the_vote_is_refused(proposal, reviewer_a, reviewer_b):
+    """Single use stays: a vote refused after its code was checked (here: for another digest) spends it."""
+    client = verified_client(reviewer_a)
+    code = totp_code(reviewer_a)
+    client.post(
+        action_url("decide", proposal),
+        {**vote_form(proposal, reviewer_a), "otp_code": code, "digest": "sha256:" + "0" * 64},
+    )
+    again = client.post(action_url("decide", proposal), {**vote_form(proposal, reviewer_a), "otp_code": code})
+    assert again.status_code == 403 and "that code is not valid" in again.content.decode()
+    assert not Vote.objects.exists()
+
+
 def test_reject_with_a_reason_ends_the_proposal(proposal, reviewer_a):
     client = verified_client(reviewer_a)
     response = client.post(
@@ -566,6 +613,19 @@ def edit_form(proposal, note="", user=None, **changes) -> dict:
     for name, key, _ in form.argument_fields:
         data[name] = changes.get(key, form.fields[name].initial)
     return data
+
+
+def test_an_edit_that_changes_nothing_keeps_the_code_for_the_real_edit(proposal, reviewer_a):
+    client = verified_client(reviewer_a)
+    code = totp_code(reviewer_a)
+    unchanged = client.post(action_url("edit", proposal), {**edit_form(proposal), "otp_code": code})
+    assert unchanged.status_code == 403 and "the edit changes nothing" in unchanged.content.decode()
+    edited = client.post(
+        action_url("edit", proposal), {**edit_form(proposal, amount="30.00"), "otp_code": code}
+    )
+    assert edited.status_code == 302
+    assert Proposal.objects.get(pk=proposal.pk).state == State.SUPERSEDED
+    assert not AuditEvent.objects.filter(verb=Verb.STEP_UP_FAILED).exists()
 
 
 def test_edit_makes_a_successor_that_links_back_and_shows_the_difference(proposal, reviewer_a, reviewer_b):

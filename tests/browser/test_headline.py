@@ -93,7 +93,7 @@ def test_an_agents_reversible_true_on_an_unclassified_delete_reads_as_reversible
     expect(undo).to_contain_text("Only at a cost: reversible with cost (R2)")
     expect(undo).not_to_contain_text("Yes, it can be reversed")
     expect(undo.locator("q")).to_have_text("reversible")
-    expect(page.get_by_role("heading", level=1)).to_contain_text("Delete tree · path /srv/data/customers/")
+    expect(page.get_by_role("heading", level=1)).to_contain_text("Delete tree · path:/srv/data/customers/")
     screenshot(page, "reversibility-strictest")
 
 

@@ -1,6 +1,10 @@
 """Votes, questions and edits by reviewers: the verbs (`cast_vote`, `request_info`, `edit_proposal`) and
 the refusal they share (`refusal_to_vote`). Whether the act carries the fresh factor its policy asks
-for is `votes.step_up`, read with them: every act here checks it first."""
+for is `votes.step_up`, read with them: every act here checks it first.
+
+What a vote's or an edit's own words earn (`check_words`, `check_edit`) needs neither the factor nor a
+lock, and callers ask it before they check the code: a code checked is spent, so a missing reason found
+after the check would cost the person their code and the wait for the next one."""
 
 from datetime import datetime, timedelta
 
@@ -48,12 +52,9 @@ def cast_vote(
     Refusals raise VoteRefused (or NotFound for outsiders)."""
     if verdict not in Vote.Verdict.values:
         raise VoteRefused("bad_verdict", "a vote is approve or reject")
+    check_words(verdict, reason=reason, reservation=reservation)
     reason = (reason or "").strip()
-    if verdict == Vote.Verdict.REJECT and not reason:
-        raise VoteRefused("reason_required", "a rejection needs a reason", "reason")
     reservation = (reservation or "").strip()[:2000]
-    if reservation and verdict != Vote.Verdict.APPROVE:
-        raise VoteRefused("reservation_with_reject", "a reservation goes with an approval", "reservation")
     refusal: VoteRefused | None = None
     with transaction.atomic(durable=True):
         proposal, role = lock_proposal_with_role(proposal_id, actor)
@@ -96,6 +97,32 @@ def cast_vote(
     if refusal is not None:
         raise refusal
     return vote
+
+
+ASK = "ask"
+
+
+def check_words(act: str, *, reason: str = "", reservation: str = "", question: str = "") -> None:
+    """Raise VoteRefused when the words of a vote ("approve", "reject") or a question ("ask") are wrong
+    whoever sends them and whatever the proposal: a rejection needs a reason, a question its text, and
+    a reservation goes only with an approval."""
+    if act == Vote.Verdict.REJECT and not (reason or "").strip():
+        raise VoteRefused("reason_required", "a rejection needs a reason", "reason")
+    if act == ASK and not (question or "").strip():
+        raise VoteRefused("question_required", "write the question the agent must answer", "question")
+    if (reservation or "").strip() and act != Vote.Verdict.APPROVE:
+        raise VoteRefused("reservation_with_reject", "a reservation goes with an approval", "reservation")
+
+
+def check_edit(action: dict, arguments) -> None:
+    """Raise EditRefused when an edit of `action` to these arguments is wrong whoever sends it: not an
+    object, a JSON number (the intake rule), or no change at all."""
+    if not isinstance(arguments, dict):
+        raise EditRefused("bad_arguments", "arguments must be an object", "arguments")
+    if (number := first_number(arguments, ("arguments",))) is not None:
+        raise EditRefused("json_number", f"{number}: {NUMBERS_ARE_STRINGS}", "arguments")
+    if {**action, "arguments": arguments} == action:
+        raise EditRefused("no_change", "the edit changes nothing", "arguments")
 
 
 def refusal_to_vote(
@@ -242,9 +269,8 @@ def request_info(
 ) -> Decision:
     """Ask the agent a question: a needs_info decision; the agent answers with a new proposal. It needs
     the same step-up as a vote (`step_up`, checked by the caller), since it signs a decision."""
+    check_words(ASK, question=question)
     question = (question or "").strip()
-    if not question:
-        raise VoteRefused("question_required", "write the question the agent must answer", "question")
     with transaction.atomic(durable=True):
         proposal, refusal = _locked_for_a_reviewer(proposal_id, actor, digest_seen)
         if refusal:
@@ -291,15 +317,12 @@ def edit_proposal(
     the same step-up as a vote (`step_up`), since it changes what reviewers are asked to release."""
     if not isinstance(arguments, dict):
         raise EditRefused("bad_arguments", "arguments must be an object", "arguments")
-    if (number := first_number(arguments, ("arguments",))) is not None:  # the intake rule
-        raise EditRefused("json_number", f"{number}: {NUMBERS_ARE_STRINGS}", "arguments")
     with transaction.atomic(durable=True):
         old, refusal = _locked_for_a_reviewer(proposal_id, actor, digest_seen)
         if refusal:
             raise EditRefused(refusal.code, refusal.message, refusal.field)
+        check_edit(old.action, arguments)
         action = {**old.action, "arguments": arguments}
-        if action == old.action:
-            raise EditRefused("no_change", "the edit changes nothing", "arguments")
         _, refusal = check_step_up(old, actor, step_up, "edit")
         if refusal is None:
             new = _create_edited(old, actor, action, note)
