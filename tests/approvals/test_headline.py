@@ -110,6 +110,12 @@ def agents_sdk_fields() -> dict:
     )
 
 
+def found(pattern: str, html: str) -> str:
+    match = re.search(pattern, html, re.S)
+    assert match is not None, pattern
+    return match.group(0)
+
+
 def text_of(html: str) -> str:
     return " ".join(unescape(re.sub(r"<[^>]+>", " ", html)).split())
 
@@ -130,13 +136,13 @@ def test_an_adapters_proposal_names_its_currency_on_every_line_and_the_target_as
     assert target_identity(proposal.action) == "order:7002"  # the history's spelling
     client = verified_client(reviewer_a)
     html = client.get(reverse("approvals:detail", kwargs={"proposal_id": proposal.id})).content.decode()
-    heading = text_of(re.search(r"<h1.*?</h1>", html, re.S).group(0))
+    heading = text_of(found(r"<h1.*?</h1>", html))
     assert heading == "Refund EUR 22.00 · order:7002"
     note = "EUR (stated by the tool description, not part of the approved action)"
-    how_much = text_of(re.search(r"<dt>How much</dt>.*?</dd>", html, re.S).group(0))
+    how_much = text_of(found(r"<dt>How much</dt>.*?</dd>", html))
     assert how_much == f"How much EUR 22.00 Currency: {note}"
     assert f"Refund EUR 22.00 · order:7002 Currency: {note}" in text_of(html)
-    approve = text_of(re.search(r'<button[^>]*value="approve".*?</button>', html, re.S).group(0))
+    approve = text_of(found(r'<button[^>]*value="approve".*?</button>', html))
     assert approve == "✓ Approve refund of EUR 22.00"
     page = text_of(html)
     assert (
