@@ -109,15 +109,24 @@ def test_a_process_killed_between_its_commit_and_the_send_loses_nothing(
     task_id, context_id = fake_agent.open_task()
     script = f"""
 import os
-from django.db import transaction
 from approvals.models import Agent
 from lib import commit_hooks
 from tests import factories
 
+from approvals import wakeup
+
+queue_continuation = wakeup.continuation_queued
+
+
+def queued_then_dying(outbox_message_id):
+    queue_continuation(outbox_message_id)  # the direct send's hook, first among the commit's hooks
+    commit_hooks.on_commit_first(lambda: os._exit(3))  # now first: dies after COMMIT, before the send
+
+
+# The fault is injected inside intake's own transaction (a durable one: no caller may wrap it).
+wakeup.continuation_queued = queued_then_dying
 agent = Agent.objects.get(pk={agent.pk})
-with transaction.atomic():
-    factories.submit(agent, task_id={task_id!r}, context_id={context_id!r})
-    commit_hooks.on_commit_first(lambda: os._exit(3))  # dies after COMMIT, before the direct send's hook
+factories.submit(agent, task_id={task_id!r}, context_id={context_id!r})
 """
     (tmp_path / "dying").mkdir()
     stack = Stack(tmp_path / "dying")
