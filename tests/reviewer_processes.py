@@ -23,7 +23,10 @@ from tests.examples.harness import CHECKOUT_PYTHONPATH, stop_process
 from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
-READY_SECONDS = 30
+# How long a started process may take to show its sign of life. The worker says "worker started" only
+# once its sequencer caught up and its expiry and delivery jobs each ran once (approvals/worker/jobs.py),
+# which, with the suite's other process and a browser on this 2-core machine, took over 30 s once.
+READY_SECONDS = 60
 
 
 class ServerProcess:
