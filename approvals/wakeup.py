@@ -29,8 +29,8 @@ from pathlib import Path
 
 from django.conf import settings
 
-from lib import pg_listen
 from lib.commit_hooks import on_commit, on_commit_first
+from lib.storage import pg_listen
 
 log = logging.getLogger(__name__)
 

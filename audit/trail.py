@@ -27,7 +27,7 @@ def record(tenant_id: int | None, *, actor: str, verb: str, subject: str, data: 
 def recorded_together() -> Iterator[None]:
     """The events record() writes inside this block (in a transaction) are appended when it ends
     without an error, in their order, with one statement per run of one chain's events instead of one
-    per event (held with the caller's other writes, if it holds them: lib/held_writes.py). For a
+    per event (held with the caller's other writes, if it holds them: lib/storage/held_writes.py). For a
     change that writes several events and reads none of them back (intake)."""
     if _held.get() is not None:  # an outer block appends them
         yield

@@ -26,7 +26,7 @@ from audit.labels import SYSTEM, user_label
 from audit.models import Verb
 from audit.people import read_pseudonyms
 from audit.trail import audit_time, record
-from lib.held_writes import held_writes, write
+from lib.storage.held_writes import held_writes, write
 from tenants.models import ApproverGroup, TenantMembership
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 def open_follow_up(proposal: Proposal) -> None:
     """At intake, in its transaction: the worker chases this proposal from now on (one INSERT, with
-    intake's other writes: lib/held_writes.py)."""
+    intake's other writes: lib/storage/held_writes.py)."""
     write(*insert_statement(FollowUp(proposal=proposal)))
 
 

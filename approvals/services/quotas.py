@@ -18,7 +18,7 @@ held the lock before; the lock is held to commit, so no two intakes of a tenant 
 parallel submissions never take it past its ceiling. The price: one tenant's intakes are serialized
 (each holds the lock for its own transaction), so intake keeps that transaction to a few round trips:
 the lock and the read sent together (approvals/services/intake/read.py), then the writes, held together
-where nothing reads them back (lib/held_writes.py), then the COMMIT.
+where nothing reads them back (lib/storage/held_writes.py), then the COMMIT.
 
 Counting what waits costs a row per waiting proposal, under the tenant's lock: at thousands waiting,
 milliseconds of the database's time for every intake. So each quota row keeps `open_at_most`, a bound

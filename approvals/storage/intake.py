@@ -21,7 +21,7 @@ from approvals.storage.rows import (
     quoted_names,
     stored,
 )
-from lib.held_writes import write
+from lib.storage.held_writes import write
 from tenants.models import Tenant
 
 
@@ -141,7 +141,7 @@ def insert_proposal(proposal: Proposal, versions: list[PolicyVersion]) -> Propos
     """Insert an evaluated proposal and pin its versions; returns the stored proposal (`rows.stored`).
     On PostgreSQL one statement (the proposal's INSERT in a WITH, the pins' INSERT reading its id),
     elsewhere the two INSERTs one after the other; held with the caller's other writes
-    (lib/held_writes.py). The values are prepared by the fields as the ORM's INSERT prepares them
+    (lib/storage/held_writes.py). The values are prepared by the fields as the ORM's INSERT prepares them
     (created_at set now, the JSON adapted). No save signals: nothing listens for Proposal's.
 
     R7 / R1r: intake's CPU per allowed call fell from 6.18 to 5.45 ms, the allowed call from 2.90 to

@@ -16,7 +16,7 @@ from django.db.models.expressions import RawSQL
 from approvals.models import Agent, Proposal, QuotaState
 from approvals.states import WAITING_FOR_PEOPLE
 from approvals.storage.rows import model_columns, quoted_names
-from lib.held_writes import write
+from lib.storage.held_writes import write
 from tenants.models import Tenant
 
 
@@ -156,6 +156,6 @@ def spend_params(agent_row: int, tenant_row: int, tokens: Sequence, bounds: Sequ
 
 
 def spend(agent_row: int, tenant_row: int, *, tokens: Sequence, bounds: Sequence, now: datetime) -> None:
-    """Write both buckets' rows (spend_sql), held with the caller's other writes (lib/held_writes.py):
+    """Write both buckets' rows (spend_sql), held with the caller's other writes (lib/storage/held_writes.py):
     `tokens` and `bounds` are (the agent's, the tenant's)."""
     write(spend_sql(connection.vendor), spend_params(agent_row, tenant_row, tokens, bounds, now))

@@ -11,7 +11,7 @@ from typing import TypeVar
 from django.db import connection
 from django.db.models import ForeignKey, Model
 
-from lib.held_writes import write
+from lib.storage.held_writes import write
 
 M = TypeVar("M", bound=Model)
 
@@ -133,7 +133,7 @@ def update_sql(model, field_names: tuple[str, ...], vendor: str) -> str:
 
 def insert_held(instance: Model) -> None:
     """INSERT a new row nobody reads back in this transaction (a decision, a review notice) with the
-    transaction's other held writes (lib/held_writes.py): intake's writes stay one round trip.
+    transaction's other held writes (lib/storage/held_writes.py): intake's writes stay one round trip.
 
     R3 (intake over HTTP): with the decision and the review notice written by the ORM instead, each
     splits the held batch (one round trip more each) and R3 fell from 0.25x to 0.16x-0.19x in alternating

@@ -14,7 +14,7 @@ from audit.chain.sequencer import sequence_after_commit
 from audit.chain.wakeup import wake_sequencers
 from audit.models import AuditEvent
 from lib.commit_hooks import on_commit_in_background
-from lib.held_writes import write
+from lib.storage.held_writes import write
 
 
 def append(chain: str, *, actor: str, verb: str, subject: str, data: dict | None = None) -> AuditEvent:
@@ -39,7 +39,7 @@ def append_many(chain: str, events: list[dict]) -> list[AuditEvent]:
 
 def accept_many(chain: str, events: list[dict]) -> None:
     """append_many for a caller that reads nothing back: on PostgreSQL its statement goes with the
-    caller's held writes, if it holds them (lib/held_writes.py), in the same round trip."""
+    caller's held writes, if it holds them (lib/storage/held_writes.py), in the same round trip."""
     if connection.vendor != "postgresql":
         append_many(chain, events)  # the pending rows need the events' ids: two statements
         return

@@ -17,7 +17,7 @@ from django.db import close_old_connections, connection
 
 from audit.chain.sequencer import sequence_pending
 from audit.chain.wakeup import CHANNEL
-from lib.pg_listen import PostgresListener
+from lib.storage.pg_listen import PostgresListener
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""CSV and JSON Lines export pages formatted by PostgreSQL itself (the statement: audit/storage.py
+"""CSV and JSON Lines export pages formatted by PostgreSQL itself (the statement: audit/storage/__init__.py
 `export_line_rows`): each row comes back as the text of its line around the event's `data`, so Python
 neither builds a row through the ORM nor formats a time or a cell; it only joins text, hashes and
 writes. The bytes are the Python writer's (audit/exports/lines.py `csv_page`, `jsonl_page`, which

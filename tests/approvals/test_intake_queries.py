@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db
 # proposal, already evaluated, with its pinned versions, its audit events (3 to review, 4 to allow or deny,
 # in one INSERT with their places in the sequencer's queue: audit/trail.py recorded_together), and to
 # review the review notice and the follow-up row the worker chases it by (approvals/notify/chase.py), to
-# allow or deny the decision. On PostgreSQL the writes held by lib/held_writes.py go in one round trip
+# allow or deny the decision. On PostgreSQL the writes held by lib/storage/held_writes.py go in one round trip
 # each side of the review notice's or the decision's INSERT (the ORM's, a statement of its own). An agent
 # Reviewer pushes to also gets its decision's outbox row (its id is read back) and the worker's NOTIFY,
 # which send the writes held before them first. Plus the transaction's savepoint and release (a test runs

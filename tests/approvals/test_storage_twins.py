@@ -205,7 +205,7 @@ def test_a_held_insert_writes_what_the_orms_insert_writes(agent, refund_policy, 
     save(force_insert=True)."""
     from approvals.models import ReviewNotice
     from approvals.storage.rows import insert_held
-    from lib.held_writes import held_writes
+    from lib.storage.held_writes import held_writes
 
     proposal = submit(agent)
     ReviewNotice.objects.filter(proposal=proposal).delete()

@@ -1,4 +1,4 @@
-"""Each hand-written statement of audit/storage.py does what its plain-ORM twin does. The statements
+"""Each hand-written statement of audit/storage/__init__.py does what its plain-ORM twin does. The statements
 are PostgreSQL's; on SQLite storage runs the twin itself, so the same tests hold there too. The export
 lines' statement is compared with the Python writer in test_export_lines.py; making seals durable
 (`synchronous_commit`) in test_worker_sequencing.py; restoring lost pending rows (the ORM's now) in
@@ -12,7 +12,7 @@ from django.db import DEFAULT_DB_ALIAS, connection
 from audit import storage
 from audit.models import AuditEvent, AuditPending, AuditSeal, ChainHead, Verb
 from audit.verify.hashing import GENESIS_HASH, hash_body
-from lib.pg_listen import PostgresListener
+from lib.storage.pg_listen import PostgresListener
 
 pytestmark = pytest.mark.django_db
 

@@ -1,12 +1,12 @@
-"""lib/held_writes.py: writes held inside the block reach the database in their order, before any other
-statement of the connection (so a read in between sees them), in one round trip on PostgreSQL, and
-not at all when the block fails."""
+"""lib/storage/held_writes.py: writes held inside the block reach the database in their order, before any
+other statement of the connection (so a read in between sees them), in one round trip on PostgreSQL,
+and not at all when the block fails."""
 
 import pytest
 from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from lib.held_writes import held_writes, write
+from lib.storage.held_writes import held_writes, write
 
 pytestmark = pytest.mark.django_db
 

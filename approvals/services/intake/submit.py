@@ -27,7 +27,7 @@ from audit.labels import agent_label
 from audit.models import Verb
 from audit.trail import record, recorded_together
 from lib.errors import IntakeError, ServiceError
-from lib.held_writes import held_writes
+from lib.storage.held_writes import held_writes
 
 
 def submit_proposal(
@@ -76,7 +76,7 @@ def submit_proposal(
     refused = None
     try:
         # The proposal's audit events (submitted, evaluated, its transition, the decision) in one INSERT,
-        # and the writes after the reads held for one round trip (lib/held_writes.py): the quota rows'
+        # and the writes after the reads held for one round trip (lib/storage/held_writes.py): the quota rows'
         # lock, which every intake of the tenant waits for, is held for fewer round trips.
         with transaction.atomic(durable=True), held_writes(), recorded_together():
             proposal = Proposal(

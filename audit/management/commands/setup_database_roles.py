@@ -17,49 +17,13 @@ the PostgreSQL roles that keep the audit trail out of the application's reach (d
 
 Run it connected as a superuser (or a role with CREATEROLE that owns the tables now). Idempotent: run it
 again after each `migrate` (new tables get the owner's default privileges; this re-applies the audit
-restrictions). It prints every statement it runs.
+restrictions). It prints every statement it runs. The statements are audit/storage/roles.py's.
 """
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connection, transaction
-from psycopg import sql
+from django.db import connection
 
-# What the application role may do on each audit table; every other table gets full read and write.
-AUDIT_GRANTS = {
-    "audit_auditevent": ("SELECT, INSERT", ()),
-    "audit_auditseal": ("SELECT, INSERT", ()),
-    "audit_auditpending": ("SELECT, INSERT, DELETE", ()),
-    # The pending rows are complete (the sequencer restores them when the mark is missing): never DELETE,
-    # so the role cannot ask for the restore's scan of the trail.
-    "audit_auditpendingmark": ("SELECT, INSERT", ()),
-    "audit_chainhead": ("SELECT, INSERT", ("seq", "hash")),
-    "audit_checkpoint": ("SELECT, INSERT", ()),
-    "audit_publickey": ("SELECT, INSERT", ()),
-}
-# With a sequencer role, sealing is the sequencer's alone.
-APP_GRANTS_WITH_SEQUENCER = {
-    **AUDIT_GRANTS,
-    "audit_auditseal": ("SELECT", ()),
-    "audit_auditpending": ("SELECT, INSERT", ()),
-    "audit_auditpendingmark": ("SELECT", ()),
-    "audit_chainhead": ("SELECT", ()),
-}
-SEQUENCER_GRANTS = {
-    "audit_auditevent": ("SELECT", ()),
-    "audit_auditseal": ("SELECT, INSERT", ()),
-    # INSERT: the pending rows a crash emptied, restored from the events (audit/chain/lost_pending.py).
-    "audit_auditpending": ("SELECT, INSERT, DELETE", ()),
-    "audit_auditpendingmark": ("SELECT, INSERT", ()),
-    "audit_chainhead": ("SELECT, INSERT", ("seq", "hash")),
-    "audit_checkpoint": ("SELECT, INSERT", ()),
-    "audit_publickey": ("SELECT, INSERT", ()),
-}
-AUDIT_FUNCTIONS = (
-    "audit_refuse_change()",
-    "audit_seal_once()",  # before migration 0006
-    "audit_seal_check()",
-    "audit_head_check()",
-)
+from audit.storage.roles import DatabaseRoles
 
 
 class Command(BaseCommand):
@@ -98,62 +62,15 @@ class Command(BaseCommand):
             raise CommandError("the owner and the application role must differ: that is the point")
         if sequencer in (owner, app):
             raise CommandError("the sequencer role must differ from the owner and the application role")
-        roles = [(owner, owner_password), (app, app_password)] + (
-            [(sequencer, sequencer_password)] if sequencer else []
+        DatabaseRoles(echo=self.stdout.write).apply(
+            owner=owner,
+            app=app,
+            owner_password=owner_password,
+            app_password=app_password,
+            sequencer=sequencer,
+            sequencer_password=sequencer_password,
+            schema=schema,
         )
-        with transaction.atomic(), connection.cursor() as cursor:
-            self.cursor = cursor
-            for role, password in roles:
-                self._ensure_role(role, password)
-            for member in [app] + ([sequencer] if sequencer else []):
-                self._run("REVOKE {} FROM {}", sql.Identifier(owner), sql.Identifier(member))
-            if sequencer:
-                self._run("REVOKE {} FROM {}", sql.Identifier(sequencer), sql.Identifier(app))
-                self._run("REVOKE {} FROM {}", sql.Identifier(app), sql.Identifier(sequencer))
-            self._run("GRANT USAGE, CREATE ON SCHEMA {} TO {}", sql.Identifier(schema), sql.Identifier(owner))
-            self._run("GRANT USAGE ON SCHEMA {} TO {}", sql.Identifier(schema), sql.Identifier(app))
-            self._run("REVOKE CREATE ON SCHEMA {} FROM {}", sql.Identifier(schema), sql.Identifier(app))
-            tables = self._names("SELECT tablename FROM pg_tables WHERE schemaname = %s", schema)
-            sequences = self._names("SELECT sequencename FROM pg_sequences WHERE schemaname = %s", schema)
-            for name in tables + sequences:
-                kind = "TABLE" if name in tables else "SEQUENCE"
-                self._run(
-                    f"ALTER {kind} {{}} OWNER TO {{}}", sql.Identifier(schema, name), sql.Identifier(owner)
-                )
-            for function in AUDIT_FUNCTIONS:
-                if self._exists("SELECT to_regprocedure(%s) IS NOT NULL", f"{schema}.{function}"):
-                    self._run(f"ALTER FUNCTION {schema}.{function} OWNER TO {{}}", sql.Identifier(owner))
-            app_grants = APP_GRANTS_WITH_SEQUENCER if sequencer else AUDIT_GRANTS
-            for table in tables:
-                self._grant(schema, table, app, app_grants, everything_else=True)
-                if sequencer:
-                    self._grant(schema, table, sequencer, SEQUENCER_GRANTS, everything_else=False)
-            for sequence in sequences:
-                for role in [app] + ([sequencer] if sequencer else []):
-                    self._run(
-                        "GRANT USAGE, SELECT ON SEQUENCE {} TO {}",
-                        sql.Identifier(schema, sequence),
-                        sql.Identifier(role),
-                    )
-            if sequencer:
-                self._run("GRANT USAGE ON SCHEMA {} TO {}", sql.Identifier(schema), sql.Identifier(sequencer))
-                self._run(
-                    "REVOKE CREATE ON SCHEMA {} FROM {}", sql.Identifier(schema), sql.Identifier(sequencer)
-                )
-            # Tables a later migration creates: the app may use them (re-run this for audit tables).
-            self._run(
-                "ALTER DEFAULT PRIVILEGES FOR ROLE {} IN SCHEMA {} GRANT SELECT, INSERT, UPDATE, DELETE "
-                "ON TABLES TO {}",
-                sql.Identifier(owner),
-                sql.Identifier(schema),
-                sql.Identifier(app),
-            )
-            self._run(
-                "ALTER DEFAULT PRIVILEGES FOR ROLE {} IN SCHEMA {} GRANT USAGE, SELECT ON SEQUENCES TO {}",
-                sql.Identifier(owner),
-                sql.Identifier(schema),
-                sql.Identifier(app),
-            )
         self.stdout.write(
             self.style.SUCCESS(
                 f"done: run `manage.py migrate` as {owner}, the application as {app}"
@@ -161,50 +78,3 @@ class Command(BaseCommand):
                 + " (and this command again after each migrate)"
             )
         )
-
-    def _grant(self, schema: str, table: str, name: str, grants: dict, *, everything_else: bool) -> None:
-        """`grants` on the audit tables; on every other table full read and write (the application) or
-        nothing (the sequencer)."""
-        target, role = sql.Identifier(schema, table), sql.Identifier(name)
-        self._run("REVOKE ALL ON TABLE {} FROM {}", target, role)
-        if table not in grants:
-            if everything_else:
-                self._run("GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE {} TO {}", target, role)
-            return
-        privileges, columns = grants[table]
-        self._run(f"GRANT {privileges} ON TABLE {{}} TO {{}}", target, role)
-        if columns:
-            self._run(
-                "GRANT UPDATE ({}) ON TABLE {} TO {}",
-                sql.SQL(", ").join(map(sql.Identifier, columns)),
-                target,
-                role,
-            )
-
-    def _ensure_role(self, role: str, password: str) -> None:
-        if not self._exists("SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = %s)", role):
-            self._run("CREATE ROLE {} LOGIN", sql.Identifier(role))
-        # Neither role may bypass the triggers or row security, or create roles and databases.
-        self._run(
-            "ALTER ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS NOREPLICATION",
-            sql.Identifier(role),
-        )
-        if password:
-            statement = sql.SQL("ALTER ROLE {} PASSWORD {}").format(
-                sql.Identifier(role), sql.Literal(password)
-            )
-            self.cursor.execute(statement.as_string(self.cursor.connection))
-            self.stdout.write(f"ALTER ROLE {role} PASSWORD '...'")
-
-    def _run(self, template: str, *parts) -> None:
-        statement = sql.SQL(template).format(*parts).as_string(self.cursor.connection)
-        self.cursor.execute(statement)
-        self.stdout.write(statement)
-
-    def _names(self, query: str, *params) -> list[str]:
-        self.cursor.execute(query, params)
-        return sorted(row[0] for row in self.cursor.fetchall())
-
-    def _exists(self, query: str, *params) -> bool:
-        self.cursor.execute(query, params)
-        return bool(self.cursor.fetchone()[0])
