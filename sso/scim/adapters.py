@@ -109,6 +109,16 @@ def _person_values(body: dict) -> dict:
     return values
 
 
+def _relative_resource_type(adapter, document: dict, request) -> dict:
+    """A ResourceType document whose endpoint is relative to the SCIM base URL (RFC 7643 6) and whose
+    location is this server's, for either adapter."""
+    document["endpoint"] = f"/{adapter.resource_type}s"
+    document["meta"]["location"] = urljoin(
+        base_location(request), reverse("scim:resource-types", kwargs={"uuid": adapter.resource_type})
+    )
+    return document
+
+
 class ScimUserAdapter(SCIMUser):
     ATTR_MAP = UserFilterQuery.attr_map
     id_field = "scim_id"
@@ -190,12 +200,7 @@ class ScimUserAdapter(SCIMUser):
 
     @classmethod
     def resource_type_dict(cls, request=None):
-        document = super().resource_type_dict(request)
-        document["endpoint"] = f"/{cls.resource_type}s"  # relative to the SCIM base URL (RFC 7643 6)
-        document["meta"]["location"] = urljoin(
-            base_location(request), reverse("scim:resource-types", kwargs={"uuid": cls.resource_type})
-        )
-        return document
+        return _relative_resource_type(cls, super().resource_type_dict(request), request)
 
 
 def _nested(path: str, value) -> dict:
@@ -334,12 +339,7 @@ class ScimGroupAdapter(SCIMGroup):
 
     @classmethod
     def resource_type_dict(cls, request=None):
-        document = super().resource_type_dict(request)
-        document["endpoint"] = f"/{cls.resource_type}s"  # relative to the SCIM base URL (RFC 7643 6)
-        document["meta"]["location"] = urljoin(
-            base_location(request), reverse("scim:resource-types", kwargs={"uuid": cls.resource_type})
-        )
-        return document
+        return _relative_resource_type(cls, super().resource_type_dict(request), request)
 
 
 def _member_in_path(path: str) -> str:
