@@ -196,6 +196,16 @@ def _running(stack: Stack):
         sys.stdout.write(stack.logs())  # shown by pytest only for a failing test
 
 
+def shared_signing_keys(tmp_path_factory):
+    """Module fixtures run before the function-scoped settings of tests/conftest.py: the same key folder
+    as theirs, so this process and the servers a module starts sign with one key."""
+    return override_settings(
+        SIGNING_KEY_DIR=tmp_path_factory.getbasetemp() / "signing-keys",
+        SIGNING_KEY_PEM="",
+        SIGNING_KEY_AUTOGENERATE=True,
+    )
+
+
 @pytest.fixture(scope="module")
 def module_reviewer_stack(django_db_setup, django_db_blocker, tmp_path_factory):
     """Reviewer and its worker, started once for a test module. They keep nothing between tests that
@@ -203,15 +213,8 @@ def module_reviewer_stack(django_db_setup, django_db_blocker, tmp_path_factory):
     and their one Daphne); each test brings its own agent (`stack`, `paying_stack`) or runs its agents
     as processes of its own (`reviewer_stack`)."""
     stack = Stack(tmp_path_factory.mktemp("reviewer-stack"), with_agent=False)
-    # Module fixtures run before the function-scoped settings of tests/conftest.py: the same key
-    # folder as theirs, so this process and the servers sign with one key.
-    key_settings = override_settings(
-        SIGNING_KEY_DIR=tmp_path_factory.getbasetemp() / "signing-keys",
-        SIGNING_KEY_PEM="",
-        SIGNING_KEY_AUTOGENERATE=True,
-    )
     try:
-        with django_db_blocker.unblock(), key_settings:
+        with django_db_blocker.unblock(), shared_signing_keys(tmp_path_factory):
             stack.start()
         yield stack
     finally:

@@ -25,11 +25,10 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from django.test import override_settings
 
 import signing_keys as keys
 from tests import factories
-from tests.e2e.conftest import database_url
+from tests.e2e.conftest import database_url, shared_signing_keys
 from tests.examples.harness import free_port
 from tests.faults.servers import PrivateRedis
 from tests.reviewer_processes import (
@@ -216,14 +215,8 @@ def private_redis(tmp_path_factory):
 @pytest.fixture(scope="module")
 def deployment(django_db_setup, django_db_blocker, tmp_path_factory, private_redis):
     running = Deployment(tmp_path_factory.mktemp("deployment"), private_redis)
-    # As tests/e2e/conftest.py's module stack: the key folder the tests' own settings use.
-    key_settings = override_settings(
-        SIGNING_KEY_DIR=tmp_path_factory.getbasetemp() / "signing-keys",
-        SIGNING_KEY_PEM="",
-        SIGNING_KEY_AUTOGENERATE=True,
-    )
     try:
-        with django_db_blocker.unblock(), key_settings:
+        with django_db_blocker.unblock(), shared_signing_keys(tmp_path_factory):
             running.start()
         yield running
     finally:
