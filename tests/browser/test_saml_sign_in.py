@@ -11,11 +11,10 @@ import pytest
 from playwright.sync_api import expect
 
 from audit.models import AuditEvent, Verb
-from sso.models import ExternalIdentity, IdentityProvider, SamlAssertionSeen
-from tenants.models import ProviderGroupMapping
-from tests import factories
+from sso.models import ExternalIdentity, SamlAssertionSeen
 from tests.browser.conftest import daphne_server
 from tests.sso.saml_idp.idp import SamlIdentityProvider
+from tests.sso.test_saml import saml_provider  # noqa: F401 (a fixture: the provider on this module's saml_idp)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -35,25 +34,11 @@ def saml_idp():
     idp.stop()
 
 
-@pytest.fixture
-def saml_provider(tenant, saml_idp):
-    finance = factories.make_group(tenant, "finance")
-    ProviderGroupMapping.objects.create(tenant=tenant, external_name="Payments approvers", group=finance)
-    return IdentityProvider.objects.create(
-        tenant=tenant,
-        protocol="saml",
-        display_name="Acme SAML",
-        issuer=saml_idp.entity_id,
-        saml_metadata=saml_idp.metadata,
-        saml_email_attribute="email",
-        groups_claim="groups",
-        allowed_email_domains="acme.example",
-        create_users=True,
-    )
-
-
 def test_the_providers_cross_site_post_signs_the_person_in(
-    new_page, live_server_url, saml_idp, saml_provider
+    new_page,
+    live_server_url,
+    saml_idp,
+    saml_provider,  # noqa: F811 (the imported fixture, requested by name)
 ):
     page = new_page()
     posts = []
