@@ -14,9 +14,8 @@ left by an exception drops what it held: the transaction is rolling back anyway.
 COMMIT stays Django's: the block ends before its `transaction.atomic()` does.
 
 For a change that writes several rows and reads none of them (intake: the quota spend, the proposal
-with its pins, the follow-up row, the audit events). It sends statements storage modules built and builds
-none: one of the few modules outside a storage module that use the connection itself (pyproject.toml,
-the banned-api list).
+with its pins, the follow-up row, the audit events). It sends statements the apps' storage modules
+built and builds none; it is lib's storage because approvals and audit both hold their writes with it.
 """
 
 from collections.abc import Iterator, Sequence

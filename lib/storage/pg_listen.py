@@ -1,8 +1,7 @@
 """LISTEN and NOTIFY on PostgreSQL channels: how the worker is woken for outbox messages
 (approvals/wakeup.py) and its audit sequencer for pending events (audit/chain/wakeup.py). A listener
 has a connection of its own, in autocommit; a notification goes on Django's connection, in the
-sender's transaction. One of the few modules outside a storage module that use the connection itself
-(pyproject.toml, the banned-api list)."""
+sender's transaction."""
 
 import psycopg
 from django.db import connection
