@@ -58,4 +58,4 @@ export {
   type RequestFieldsOptions,
   type ToolDescriptionFields,
 } from "./describe.js";
-export { RISK_KEYWORDS, riskHint } from "./risk.js";
+export { GatingRules, RISK_KEYWORDS, riskHint } from "./risk.js";
