@@ -20,6 +20,7 @@ MODULES = [
     "mcp_gateway",
     "langgraph",
     "openai_agents",
+    "agent_framework",
 ]
 
 
