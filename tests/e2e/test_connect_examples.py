@@ -1,5 +1,5 @@
 """The "Connect your agent" examples against a running Reviewer (Daphne + worker): plain REST,
-LangGraph, the OpenAI Agents SDK and Microsoft Agent Framework, each pulling its decision. The
+LangGraph, the OpenAI Agents SDK, Microsoft Agent Framework and Google ADK, each pulling its decision. The
 example runs in a thread (it blocks while it waits), a reviewer votes in the browser forms with a
 TOTP code, the example verifies, consumes, refunds once into its ledger with the decision id as key,
 and reports."""
@@ -13,9 +13,15 @@ from agents import set_tracing_disabled
 from approvals.models import Decision, Proposal
 from approvals.services.agents import register_agent
 from approvals.states import State
-from examples.connect import agent_framework_refund, langgraph_refund, openai_agents_refund, rest_refund
+from examples.connect import (
+    adk_refund,
+    agent_framework_refund,
+    langgraph_refund,
+    openai_agents_refund,
+    rest_refund,
+)
 from examples.connect.common import Ledger
-from reviewer_gate import ReviewerClient, agent_framework
+from reviewer_gate import ReviewerClient, adk, agent_framework
 from reviewer_gate.openai_agents import ReviewerApprovals
 from tests import factories
 from tests.e2e.test_a2a_loop import decide_in_browser, wait_for
@@ -133,6 +139,17 @@ def test_agent_framework(reviewer_stack, reviewer_user, client, tmp_path):
     ledger = Ledger(tmp_path / "refunds.jsonl")
     approvals = agent_framework.ReviewerApprovals(client, principal={"id": "requester", "display": "Rita"})
     run = Background(lambda: asyncio.run(agent_framework_refund.run(approvals, ledger, "1182", "40.00")))
+    run.start()
+    proposal = approve_the_proposal(reviewer_stack, reviewer_user)
+    assert run.result().startswith("refunded EUR 40.00 for order 1182")
+    assert (proposal.tool, proposal.summary) == ("payments.refund", "Refund EUR 40.00 for order 1182")
+    assert_refunded_once(reviewer_stack, proposal, ledger)
+
+
+def test_adk(reviewer_stack, reviewer_user, client, tmp_path):
+    ledger = Ledger(tmp_path / "refunds.jsonl")
+    approvals = adk.ReviewerConfirmations(client, principal={"id": "requester", "display": "Rita"})
+    run = Background(lambda: asyncio.run(adk_refund.run(approvals, ledger, "1182", "40.00")))
     run.start()
     proposal = approve_the_proposal(reviewer_stack, reviewer_user)
     assert run.result().startswith("refunded EUR 40.00 for order 1182")

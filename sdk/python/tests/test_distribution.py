@@ -21,6 +21,7 @@ MODULES = [
     "langgraph",
     "openai_agents",
     "agent_framework",
+    "adk",
 ]
 
 
