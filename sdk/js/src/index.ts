@@ -59,3 +59,12 @@ export {
   type ToolDescriptionFields,
 } from "./describe.js";
 export { GatingRules, RISK_KEYWORDS, riskHint } from "./risk.js";
+export {
+  ACCEPT_HEADER,
+  ENDPOINT_PATH,
+  TransactionAuthorization,
+  TransactionAuthorizationError,
+  challengeOf,
+  transactionAuthorizedFetch,
+  type TransactionAuthorizationOptions,
+} from "./tac.js";
