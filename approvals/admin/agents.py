@@ -47,6 +47,7 @@ class AgentForm(forms.ModelForm):
             "audience",
             "outbound_auth_scheme",
             "outbound_auth_credentials",
+            "approval_extension",
             *LIMIT_FIELDS,
         ]
 
@@ -142,6 +143,7 @@ class AgentAdmin(TenantScopedAdmin):
             api_token=api_token,
             outbound_auth_scheme=obj.outbound_auth_scheme,
             outbound_auth_credentials=form.cleaned_data.get("outbound_auth_credentials", ""),
+            approval_extension=obj.approval_extension,
             actor=request.user,
         )
         adopt_stored(obj, set_agent_limits(agent, actor=request.user, **limits))
