@@ -6,6 +6,9 @@ statuses (STATUS); an approved task's result is the `reevaluate` completion whos
 decision's jti.
 """
 
+import uuid
+from typing import Any
+
 from django.conf import settings
 from django.core import signing
 
@@ -22,7 +25,7 @@ from authzen.mapping import AccessQuestion, AuthZenRefusal
 
 PROBLEM = "urn:openid:authzen:access-request:error:"
 
-STATUS = {
+STATUS: dict[str, str] = {
     State.PROPOSED: "pending",
     State.AWAITING_REVIEW: "pending",
     # A reviewer's question has no channel in the profile: the task waits until it expires or is
@@ -52,7 +55,7 @@ class ProblemError(Exception):
         super().__init__(detail)
         self.status, self.code, self.detail = status, code, detail
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "type": f"{PROBLEM}{self.code}",
             "title": self.code.replace("_", " "),
@@ -65,7 +68,7 @@ def status_endpoint(proposal: Proposal) -> str:
     return f"{settings.REVIEWER_ISSUER}/access/v1/requests/{proposal.id}"
 
 
-def bound_evaluation(agent: Agent, question: AccessQuestion, denial) -> str:
+def bound_evaluation(agent: Agent, question: AccessQuestion, denial: Any) -> str:
     """The evaluation id of the requestable denial this submission answers, once its binding holds:
     the request_context Reviewer signed names this agent, this principal and this exact action."""
     if not isinstance(denial, dict):
@@ -79,9 +82,7 @@ def bound_evaluation(agent: Agent, question: AccessQuestion, denial) -> str:
     if not isinstance(request_context, str):
         # Reviewer keeps nothing for a requestable denial, so an evaluation id alone resolves to
         # nothing: the signed request_context is the binding.
-        raise ProblemError(
-            400, "invalid_denial_binding", "denial.access_request.request_context is required"
-        )
+        raise ProblemError(400, "invalid_denial_binding", "denial.access_request.request_context is required")
     try:
         bound = signing.loads(request_context, salt=REQUEST_CONTEXT_SALT, max_age=REQUESTABLE_SECONDS)
     except signing.SignatureExpired as error:
@@ -90,7 +91,11 @@ def bound_evaluation(agent: Agent, question: AccessQuestion, denial) -> str:
         raise ProblemError(
             400, "invalid_denial_binding", "request_context was not issued by Reviewer"
         ) from error
-    if bound.get("a") != agent.pk or bound.get("p") != question.principal_id or bound.get("d") != question.digest:
+    if (
+        bound.get("a") != agent.pk
+        or bound.get("p") != question.principal_id
+        or bound.get("d") != question.digest
+    ):
         raise ProblemError(
             400,
             "invalid_denial_binding",
@@ -99,10 +104,12 @@ def bound_evaluation(agent: Agent, question: AccessQuestion, denial) -> str:
     named = denial.get("evaluation_id")
     if named is not None and named != bound.get("e"):
         raise ProblemError(400, "invalid_denial_binding", "evaluation_id is not the denial's")
-    return bound["e"]
+    return str(bound["e"])
 
 
-def submit_access_request(agent: Agent, question: AccessQuestion, body: dict) -> tuple[Proposal, bool]:
+def submit_access_request(
+    agent: Agent, question: AccessQuestion, body: dict[str, Any]
+) -> tuple[Proposal, bool]:
     """The proposal for an access request (idempotent: the same denial submitted again is the same
     task). Raises ProblemError, AuthZenRefusal or ServiceError."""
     if "items" in body:
@@ -117,7 +124,7 @@ def submit_access_request(agent: Agent, question: AccessQuestion, body: dict) ->
     return take_in(agent, submission_for(question, evaluation_id, evidence=evidence))
 
 
-def task_for(agent: Agent, proposal_id) -> Proposal:
+def task_for(agent: Agent, proposal_id: uuid.UUID) -> Proposal:
     proposal = (
         Proposal.objects.filter(pk=proposal_id, agent=agent, task_id__startswith=TASK_PREFIX)
         .select_related("agent")
@@ -128,7 +135,7 @@ def task_for(agent: Agent, proposal_id) -> Proposal:
     return proposal
 
 
-def task_answer(proposal: Proposal) -> dict:
+def task_answer(proposal: Proposal) -> dict[str, Any]:
     """The profile's task (and, when approved, its `reevaluate` result) for a proposal."""
     status = STATUS.get(proposal.state, "failed")
     answer = {

@@ -14,6 +14,7 @@ their audit events; the requestable denial is a read.
 
 import uuid
 from datetime import UTC, datetime
+from typing import Any
 
 from django.conf import settings
 from django.core import signing
@@ -71,7 +72,7 @@ def policy_outcome(agent: Agent, question: AccessQuestion) -> str:
 
 
 def submission_for(
-    question: AccessQuestion, evaluation_id: str, *, evidence: list[dict] | None = None
+    question: AccessQuestion, evaluation_id: str, *, evidence: list[dict[str, Any]] | None = None
 ) -> ProposalSubmission:
     return ProposalSubmission.model_validate(
         {
@@ -104,7 +105,7 @@ def take_in(agent: Agent, submission: ProposalSubmission) -> tuple[Proposal, boo
         raise
 
 
-def evaluate_access(agent: Agent, question: AccessQuestion) -> dict:
+def evaluate_access(agent: Agent, question: AccessQuestion) -> dict[str, Any]:
     """The AuthZEN Decision for one evaluation. Raises ServiceError (a halt, a quota) for the caller to
     answer as an error."""
     if question.approval_id:
@@ -116,7 +117,9 @@ def evaluate_access(agent: Agent, question: AccessQuestion) -> dict:
     return answer_for(agent, question, proposal, evaluation_id)
 
 
-def answer_for(agent: Agent, question: AccessQuestion, proposal: Proposal, evaluation_id: str) -> dict:
+def answer_for(
+    agent: Agent, question: AccessQuestion, proposal: Proposal, evaluation_id: str
+) -> dict[str, Any]:
     """The Decision for a proposal intake just stored (policy may have changed since the read above:
     intake's own evaluation is the one that counts)."""
     base = {"evaluation_id": evaluation_id, "evaluated_at": now_text(), "proposal_id": str(proposal.id)}
@@ -131,7 +134,7 @@ def answer_for(agent: Agent, question: AccessQuestion, proposal: Proposal, evalu
     return requestable_denial(agent, question, evaluation_id)
 
 
-def released(agent: Agent, decision: Decision, base: dict) -> dict:
+def released(agent: Agent, decision: Decision, base: dict[str, Any]) -> dict[str, Any]:
     """`true` is the release of one execution: the decision is consumed before the answer leaves, so a
     PEP that evaluates twice, or two PEPs, never both act on one approval."""
     try:
@@ -154,7 +157,7 @@ def released(agent: Agent, decision: Decision, base: dict) -> dict:
     }
 
 
-def requestable_denial(agent: Agent, question: AccessQuestion, evaluation_id: str) -> dict:
+def requestable_denial(agent: Agent, question: AccessQuestion, evaluation_id: str) -> dict[str, Any]:
     request_context = signing.dumps(
         {"e": evaluation_id, "a": agent.pk, "d": question.digest, "p": question.principal_id},
         salt=REQUEST_CONTEXT_SALT,
@@ -177,7 +180,7 @@ def requestable_denial(agent: Agent, question: AccessQuestion, evaluation_id: st
     }
 
 
-def reevaluate(agent: Agent, question: AccessQuestion) -> dict:
+def reevaluate(agent: Agent, question: AccessQuestion) -> dict[str, Any]:
     """After approval: `true` exactly for the request that was approved (same agent, principal and
     action digest), consuming the decision; `false` with the reason for anything else."""
     base = {"evaluated_at": now_text()}

@@ -8,6 +8,7 @@ same operation evaluated again later is the same action with the same digest.
 """
 
 from dataclasses import dataclass
+from typing import Any
 
 import rfc8785
 
@@ -35,15 +36,15 @@ class AccessQuestion:
 
     principal_id: str
     principal_display: str
-    action: dict
+    action: dict[str, Any]
     digest: str
     summary: str
-    consequences: dict
-    context: dict
+    consequences: dict[str, Any]
+    context: dict[str, Any]
     approval_id: str  # "" unless the context carries an approval reference (re-evaluation)
 
 
-def _object(value, field: str, *, required: bool = True) -> dict:
+def _object(value: Any, field: str, *, required: bool = True) -> dict[str, Any]:
     if value is None and not required:
         return {}
     if not isinstance(value, dict):
@@ -51,17 +52,19 @@ def _object(value, field: str, *, required: bool = True) -> dict:
     return value
 
 
-def _string(entity: dict, key: str, field: str, *, limit: int = 200) -> str:
+def _string(entity: dict[str, Any], key: str, field: str, *, limit: int = 200) -> str:
     value = entity.get(key)
     if not isinstance(value, str) or not value or len(value) > limit:
         raise AuthZenRefusal(
-            400, "invalid", f"{field}.{key} must be a non-empty string of at most {limit} characters",
+            400,
+            "invalid",
+            f"{field}.{key} must be a non-empty string of at most {limit} characters",
             f"{field}.{key}",
         )
     return value
 
 
-def read_question(body: dict) -> AccessQuestion:
+def read_question(body: dict[str, Any]) -> AccessQuestion:
     """The evaluation in `body` (an Access Evaluation request: subject, action, resource, context).
     Unknown members are ignored, as AuthZEN's JSON binding requires. Raises AuthZenRefusal."""
     subject = _object(body.get("subject"), "subject")
@@ -89,7 +92,9 @@ def read_question(body: dict) -> AccessQuestion:
     summary = context.get("summary")
     if summary is not None and (not isinstance(summary, str) or not summary or len(summary) > SUMMARY_MAX):
         raise AuthZenRefusal(
-            400, "invalid", f"context.summary must be a string of 1 to {SUMMARY_MAX} characters",
+            400,
+            "invalid",
+            f"context.summary must be a string of 1 to {SUMMARY_MAX} characters",
             "context.summary",
         )
     approval = _object(context.get(APPROVAL_CONTEXT_KEY), f"context.{APPROVAL_CONTEXT_KEY}", required=False)
@@ -125,7 +130,7 @@ def require_known_principal(tenant_id: int, question: AccessQuestion) -> None:
         )
 
 
-def merged_evaluations(body: dict, limit: int) -> list[dict]:
+def merged_evaluations(body: dict[str, Any], limit: int) -> list[dict[str, Any]]:
     """The Access Evaluations request's items with the top-level defaults filled in: an item's own
     subject, action, resource or context replaces the default whole (AuthZEN 1.0, "Default values")."""
     items = body.get("evaluations")
@@ -134,9 +139,7 @@ def merged_evaluations(body: dict, limit: int) -> list[dict]:
     if not isinstance(items, list):
         raise AuthZenRefusal(400, "invalid", "evaluations must be an array", "evaluations")
     if len(items) > limit:
-        raise AuthZenRefusal(
-            400, "invalid", f"at most {limit} evaluations in one request", "evaluations"
-        )
+        raise AuthZenRefusal(400, "invalid", f"at most {limit} evaluations in one request", "evaluations")
     merged = []
     for index, item in enumerate(items):
         if not isinstance(item, dict):

@@ -6,9 +6,10 @@ API token (`Authorization: Bearer …`), and sees only that agent's proposals, i
 """
 
 import uuid
+from typing import Any
 
 from django.conf import settings
-from django.http import JsonResponse
+from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
@@ -17,7 +18,7 @@ from approvals.agent_api.wire import HostileInput, body_too_large, load_json, to
 from approvals.models import Agent
 from authzen.access_requests import ProblemError, submit_access_request, task_answer, task_for
 from authzen.evaluation import access_request_endpoint, evaluate_access
-from authzen.mapping import AuthZenRefusal, read_question, require_known_principal, merged_evaluations
+from authzen.mapping import AuthZenRefusal, merged_evaluations, read_question, require_known_principal
 from lib.errors import QuotaExceeded, ServiceError, error_body
 
 EVALUATIONS_MAX = 50
@@ -25,7 +26,9 @@ SEMANTICS = ("execute_all", "deny_on_first_deny", "permit_on_first_permit")
 CAPABILITY = "urn:openid:authzen:capability:access-request"
 
 
-def _answer(request, body: dict, status: int = 200, content_type: str = "application/json") -> JsonResponse:
+def _answer(
+    request: HttpRequest, body: dict[str, Any], status: int = 200, content_type: str = "application/json"
+) -> JsonResponse:
     response = JsonResponse(body, status=status, content_type=content_type)
     # AuthZEN's request identification: the PEP's X-Request-ID comes back unchanged.
     request_id = request.headers.get("X-Request-ID")
@@ -34,28 +37,30 @@ def _answer(request, body: dict, status: int = 200, content_type: str = "applica
     return response
 
 
-def _error(request, status: int, code: str, message: str, field: str | None = None) -> JsonResponse:
+def _error_answer(
+    request: HttpRequest, status: int, code: str, message: str, field: str | None = None
+) -> JsonResponse:
     response = _answer(request, error_body(code, message, field), status)
     if status == 401:
         response["WWW-Authenticate"] = f'Bearer realm="{settings.REVIEWER_ISSUER}"'
     return response
 
 
-def _service_error(request, error: ServiceError) -> JsonResponse:
+def _service_error(request: HttpRequest, error: ServiceError) -> JsonResponse:
     response = _answer(request, error.as_dict(), error.http_status)
     if isinstance(error, QuotaExceeded):
         response["Retry-After"] = str(error.retry_after)
     return response
 
 
-def _pep(request) -> Agent | None:
+def _pep(request: HttpRequest) -> Agent | None:
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         return None
     return agent_for_token(token.strip())
 
 
-def _body(request):
+def _body(request: HttpRequest) -> dict[str, Any]:
     """The JSON object of the request, or a refusal (too large, not JSON, hostile values)."""
     if body_too_large(request):
         raise AuthZenRefusal(413, "too_large", too_large_message())
@@ -70,11 +75,13 @@ def _body(request):
     return body
 
 
-def _unauthorized(request) -> JsonResponse:
-    return _error(request, 401, "unauthorized", "send this PEP's agent API token as 'Authorization: Bearer <token>'")
+def _unauthorized(request: HttpRequest) -> JsonResponse:
+    return _error_answer(
+        request, 401, "unauthorized", "send this PEP's agent API token as 'Authorization: Bearer <token>'"
+    )
 
 
-def _one(agent: Agent, item: dict) -> dict:
+def _one(agent: Agent, item: dict[str, Any]) -> dict[str, Any]:
     question = read_question(item)
     require_known_principal(agent.tenant_id, question)
     return evaluate_access(agent, question)
@@ -82,7 +89,7 @@ def _one(agent: Agent, item: dict) -> dict:
 
 @csrf_exempt
 @require_POST
-def evaluation(request):
+def evaluation(request: HttpRequest) -> JsonResponse:
     """POST /access/v1/evaluation: one Decision."""
     agent = _pep(request)
     if agent is None:
@@ -90,14 +97,14 @@ def evaluation(request):
     try:
         return _answer(request, _one(agent, _body(request)))
     except AuthZenRefusal as refusal:
-        return _error(request, refusal.status, refusal.code, refusal.message, refusal.field)
+        return _error_answer(request, refusal.status, refusal.code, refusal.message, refusal.field)
     except ServiceError as error:
         return _service_error(request, error)
 
 
 @csrf_exempt
 @require_POST
-def evaluations(request):
+def evaluations(request: HttpRequest) -> JsonResponse:
     """POST /access/v1/evaluations: the Decisions of several evaluations, in order. A problem with one
     evaluation is that evaluation's `false` with the error in its context; a problem with the payload
     is the HTTP error."""
@@ -107,15 +114,19 @@ def evaluations(request):
     try:
         body = _body(request)
         items = merged_evaluations(body, EVALUATIONS_MAX)
-        options = body.get("options") if isinstance(body.get("options"), dict) else {}
-        semantic = options.get("evaluations_semantic", "execute_all")
+        options = body.get("options")
+        semantic = (
+            options.get("evaluations_semantic", "execute_all") if isinstance(options, dict) else "execute_all"
+        )
         if semantic not in SEMANTICS:
             raise AuthZenRefusal(
-                400, "invalid", f"evaluations_semantic is one of {', '.join(SEMANTICS)}",
+                400,
+                "invalid",
+                f"evaluations_semantic is one of {', '.join(SEMANTICS)}",
                 "options.evaluations_semantic",
             )
     except AuthZenRefusal as refusal:
-        return _error(request, refusal.status, refusal.code, refusal.message, refusal.field)
+        return _error_answer(request, refusal.status, refusal.code, refusal.message, refusal.field)
     if "evaluations" not in body or not body["evaluations"]:
         # Without an evaluations array the request is a single evaluation (AuthZEN 1.0).
         return evaluation_answer(request, agent, items[0])
@@ -141,22 +152,22 @@ def evaluations(request):
     return _answer(request, {"evaluations": decisions})
 
 
-def evaluation_answer(request, agent: Agent, item: dict) -> JsonResponse:
+def evaluation_answer(request: HttpRequest, agent: Agent, item: dict[str, Any]) -> JsonResponse:
     try:
         return _answer(request, _one(agent, item))
     except AuthZenRefusal as refusal:
-        return _error(request, refusal.status, refusal.code, refusal.message, refusal.field)
+        return _error_answer(request, refusal.status, refusal.code, refusal.message, refusal.field)
     except ServiceError as error:
         return _service_error(request, error)
 
 
-def _problem(request, error: ProblemError) -> JsonResponse:
+def _problem(request: HttpRequest, error: ProblemError) -> JsonResponse:
     return _answer(request, error.as_dict(), error.status, content_type="application/problem+json")
 
 
 @csrf_exempt
 @require_POST
-def access_request(request):
+def access_request(request: HttpRequest) -> JsonResponse:
     """POST /access/v1/requests: a requestable denial submitted; answers the task handle."""
     agent = _pep(request)
     if agent is None:
@@ -169,7 +180,7 @@ def access_request(request):
     except ProblemError as error:
         return _problem(request, error)
     except AuthZenRefusal as refusal:
-        return _error(request, refusal.status, refusal.code, refusal.message, refusal.field)
+        return _error_answer(request, refusal.status, refusal.code, refusal.message, refusal.field)
     except ServiceError as error:
         return _service_error(request, error)
     answer = task_answer(proposal)
@@ -181,7 +192,7 @@ def access_request(request):
 
 
 @require_GET
-def task_status(request, task_id: str):
+def task_status(request: HttpRequest, task_id: str) -> JsonResponse:
     """GET /access/v1/requests/<id>: the task's status and, once approved, its result."""
     agent = _pep(request)
     if agent is None:
@@ -197,7 +208,7 @@ def task_status(request, task_id: str):
 
 
 @require_GET
-def configuration(request):
+def configuration(request: HttpRequest) -> JsonResponse:
     """GET /.well-known/authzen-configuration: the PDP metadata (AuthZEN 1.0 and the profile)."""
     issuer = settings.REVIEWER_ISSUER
     return _answer(

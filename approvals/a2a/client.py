@@ -325,9 +325,7 @@ def continuation_message(outbox_message: OutboxMessage) -> tuple[AgentEndpoint, 
     extensions = [EXTENSION_URI]
     if endpoint.speaks_a2a_rust:
         # a2a-rust's approval extension: its decision beside Reviewer's signed one (rust_approval.py).
-        answer = rust_decision(
-            Decision.objects.select_related("proposal__supersedes").get(pk=decision.pk)
-        )
+        answer = rust_decision(Decision.objects.select_related("proposal__supersedes").get(pk=decision.pk))
         if answer is not None:
             metadata[RUST_METADATA_KEY] = answer
         extensions.insert(0, RUST_EXTENSION_URI)
@@ -422,7 +420,9 @@ def list_parked_requests(agent: Agent, *, page_size: int, page_token: str = "") 
 
     # a2a-rust parks an asking task in input-required, Reviewer's extension in auth-required.
     parked = (
-        TaskState.TASK_STATE_INPUT_REQUIRED if endpoint.speaks_a2a_rust else TaskState.TASK_STATE_AUTH_REQUIRED
+        TaskState.TASK_STATE_INPUT_REQUIRED
+        if endpoint.speaks_a2a_rust
+        else TaskState.TASK_STATE_AUTH_REQUIRED
     )
 
     async def operation(client, card: AgentCard):

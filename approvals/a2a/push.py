@@ -22,7 +22,7 @@ from reviewer_gate.decision import EXTENSION_URI
 AUTH_REQUIRED = TaskState.Name(TaskState.TASK_STATE_AUTH_REQUIRED)
 INPUT_REQUIRED = TaskState.Name(TaskState.TASK_STATE_INPUT_REQUIRED)
 # Where each approval extension parks a task that asks (a2a-rust's request_approval: input-required).
-PARKED_STATES = {
+PARKED_STATES: dict[str, tuple[str, ...]] = {
     Agent.ApprovalExtension.REVIEWER: (AUTH_REQUIRED,),
     Agent.ApprovalExtension.A2A_RUST: (INPUT_REQUIRED, AUTH_REQUIRED),
 }
@@ -95,7 +95,9 @@ def approval_request(task_id: str, context_id: str, metadata: dict) -> ProposalS
         raise PushError("invalid", message, field) from error
 
 
-def parked_request(extension: str, task_id: str, context_id: str, metadata: dict) -> ProposalSubmission | None:
+def parked_request(
+    extension: str, task_id: str, context_id: str, metadata: dict
+) -> ProposalSubmission | None:
     """The approval request a parked task's status message carries, in the agent's extension."""
     if extension != Agent.ApprovalExtension.A2A_RUST:
         return approval_request(task_id, context_id, metadata)

@@ -14,6 +14,7 @@ comment}`, with Reviewer's signed decision beside it under Reviewer's own extens
 """
 
 import re
+from typing import Any
 
 import pydantic
 import rfc8785
@@ -36,7 +37,7 @@ class RustRequestError(IntakeError):
     """The extension's request is malformed, or its action does not hash to its digest."""
 
 
-def _text(request: dict, key: str, limit: int, *, required: bool = True) -> str:
+def _text(request: dict[str, Any], key: str, limit: int, *, required: bool = True) -> str:
     value = request.get(key)
     if value is None and not required:
         return ""
@@ -47,7 +48,7 @@ def _text(request: dict, key: str, limit: int, *, required: bool = True) -> str:
     return value
 
 
-def rust_request(task_id: str, context_id: str, metadata: dict) -> ProposalSubmission | None:
+def rust_request(task_id: str, context_id: str, metadata: dict[str, Any]) -> ProposalSubmission | None:
     """The a2a-rust approval request parked in this status message's metadata, as a Reviewer
     submission; None when the message carries none. Raises RustRequestError."""
     request = metadata.get(RUST_METADATA_KEY)
@@ -68,7 +69,9 @@ def rust_request(task_id: str, context_id: str, metadata: dict) -> ProposalSubmi
         action = {"tool": OPAQUE_TOOL, "digest": digest}
     else:
         if not isinstance(action, dict) or action.get("tool") == OPAQUE_TOOL:
-            raise RustRequestError("invalid", "action is the object the digest was computed over", "request.action")
+            raise RustRequestError(
+                "invalid", "action is the object the digest was computed over", "request.action"
+            )
         try:
             recomputed = action_digest(action)
         except rfc8785.CanonicalizationError as error:
@@ -110,7 +113,7 @@ def extension_digest(proposal: Proposal) -> str:
     return proposal.action_digest
 
 
-def rust_decision(decision: Decision) -> dict | None:
+def rust_decision(decision: Decision) -> dict[str, Any] | None:
     """The extension's decision for a Reviewer decision, or None when it has none to say.
 
     - approved: `approve`, echoing the request's id and digest;
@@ -124,7 +127,7 @@ def rust_decision(decision: Decision) -> dict | None:
     if decision.kind == Decision.Kind.NEEDS_INFO:
         return None
     asked = proposal
-    while asked.supersedes_id is not None:
+    while asked.supersedes is not None:
         asked = asked.supersedes
     if asked.pk != proposal.pk:
         return {

@@ -37,6 +37,9 @@ class AgentForm(forms.ModelForm):
         help_text="What Reviewer presents when it calls the agent. Never shown; leave empty to keep it.",
     )
 
+    def clean_approval_extension(self):
+        return self.cleaned_data.get("approval_extension") or Agent.ApprovalExtension.REVIEWER
+
     class Meta:
         model = Agent
         fields = [
@@ -53,6 +56,9 @@ class AgentForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        if "approval_extension" in self.fields:
+            # Left out of a form (an older script posting it): the agent speaks Reviewer's own extension.
+            self.fields["approval_extension"].required = False
         if "audience" in self.fields:
             self.fields["audience"].required = False
             self.fields["audience"].help_text = (

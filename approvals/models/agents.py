@@ -39,6 +39,7 @@ class Agent(models.Model):
     api_token_hash = models.CharField(
         max_length=64, db_index=True, help_text="sha256 of its REST API bearer token"
     )
+
     class ApprovalExtension(models.TextChoices):
         # Reviewer's own A2A extension, urn:reviewer:a2a:approval:v1 (docs/agents/a2a-extension.md).
         REVIEWER = "reviewer", "Reviewer (urn:reviewer:a2a:approval:v1)"

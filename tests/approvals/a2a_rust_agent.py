@@ -57,7 +57,9 @@ class RustRefunds(AgentExecutor):
                 requested_by=self.caller(context), with_action=self.with_action, agent=self.agent
             )
             self.requests.append(request)
-            ask = updater.new_agent_message([new_text_part(REFUND_QUESTION)], metadata={METADATA_KEY: request})
+            ask = updater.new_agent_message(
+                [new_text_part(REFUND_QUESTION)], metadata={METADATA_KEY: request}
+            )
             ask.extensions.append(EXTENSION_URI)
             await updater.update_status(TaskState.TASK_STATE_INPUT_REQUIRED, message=ask)
             return
@@ -86,7 +88,9 @@ class RustRefunds(AgentExecutor):
         if task.status.state != TaskState.TASK_STATE_INPUT_REQUIRED or not pending:
             return "an approval decision was sent, but no approval is pending on the task it names"
         if decision.get("requestId") != pending["requestId"]:
-            return f"the decision answers approval request {decision.get('requestId')!r}, but another is pending"
+            return (
+                f"the decision answers approval request {decision.get('requestId')!r}, but another is pending"
+            )
         if decision.get("digest") != pending["digest"]:
             return "the decision's digest does not match the pending request"
         approver = self.caller(context)
@@ -119,12 +123,21 @@ class RustAgent(FakeAgent):
     def open_parked_task(self, token: str = "") -> tuple[str, str]:
         """A new task, sent with `token` as its caller's bearer token and parked in input-required by the
         executor; returns (task_id, context_id)."""
-        from a2a.types import GetTaskRequest, Message, Part, Role, SendMessageConfiguration, SendMessageRequest
+        from a2a.types import (
+            GetTaskRequest,
+            Message,
+            Part,
+            Role,
+            SendMessageConfiguration,
+            SendMessageRequest,
+        )
 
         from tests.waiting import wait_until_async
 
         async def operation(client):
-            message = Message(message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text="refund 1182")])
+            message = Message(
+                message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text="refund 1182")]
+            )
             request = SendMessageRequest(
                 message=message, configuration=SendMessageConfiguration(return_immediately=True)
             )

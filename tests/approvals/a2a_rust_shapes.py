@@ -19,7 +19,12 @@ METADATA_KEY = "a2a-rust.com/approval"
 
 # types/src/approval/tests.rs, the_wire_shape_is_camel_case_under_one_key: the request (requestedBy
 # set) and a denial with a comment, exactly as serialized there.
-WIRE_REQUEST = {"requestId": "req-1", "summary": "Refund EUR 40", "digest": "sha256:00ff", "requestedBy": "alice"}
+WIRE_REQUEST = {
+    "requestId": "req-1",
+    "summary": "Refund EUR 40",
+    "digest": "sha256:00ff",
+    "requestedBy": "alice",
+}
 WIRE_DENIAL = {"requestId": "req-1", "decision": "deny", "digest": "sha256:00ff", "comment": "wrong order"}
 
 # types/src/approval/tests.rs, the_action_digest_is_sha256_over_canonical_json (also the action of the
@@ -32,11 +37,17 @@ REFUND_SUMMARY = "Refund EUR 40.00 to order 1182"
 REFUND_QUESTION = "May I issue this refund?"
 
 
-def refund_request(*, requested_by: str | None = "bearer:alice", with_action: bool = False, agent: str = "") -> dict:
+def refund_request(
+    *, requested_by: str | None = "bearer:alice", with_action: bool = False, agent: str = ""
+) -> dict:
     """The request the book's executor parks, with the server's `requestedBy`; `with_action` adds the
     action beside the extension's members (a2a-rust's reader ignores members it does not know), and
     `agent` the registration's slug, which Reviewer needs to adopt a task it lists."""
-    request = {"requestId": str(uuid.uuid4()), "summary": REFUND_SUMMARY, "digest": action_digest(REFUND_ACTION)}
+    request = {
+        "requestId": str(uuid.uuid4()),
+        "summary": REFUND_SUMMARY,
+        "digest": action_digest(REFUND_ACTION),
+    }
     if requested_by is not None:
         request["requestedBy"] = requested_by
     if with_action:

@@ -214,7 +214,9 @@ def live_rust(settings, tenant):
     settings.AGENT_ALLOWED_NETWORKS = ["127.0.0.0/8", "::1/128"]
     forget_cards()
     executor = RustRefunds(
-        tokens={"t-alice": "alice", "reviewer-token": "reviewer"}, approvers={"bearer:reviewer"}, agent="rust-refunds"
+        tokens={"t-alice": "alice", "reviewer-token": "reviewer"},
+        approvers={"bearer:reviewer"},
+        agent="rust-refunds",
     )
     server = RustAgent(executor).start()
     row = rust_agent_row(tenant, card_url=server.card_url)
@@ -228,7 +230,9 @@ def test_a_listed_request_approved_in_reviewer_reaches_the_agents_gate_and_runs(
 ):
     server, row = live_rust
     task_id, _ = server.open_parked_task(token="t-alice")
-    assert ParkedTaskLister(every_seconds=60).list_agent(row, timezone.now()) == 1  # ListTasks(INPUT_REQUIRED)
+    assert (
+        ParkedTaskLister(every_seconds=60).list_agent(row, timezone.now()) == 1
+    )  # ListTasks(INPUT_REQUIRED)
     proposal = Proposal.objects.get(agent=row, task_id=task_id)
     assert proposal.principal_id == "bearer:alice"
     assert proposal.action_digest == shapes.REFUND_DIGEST

@@ -133,7 +133,9 @@ def request_access(client, evaluation_body: dict, denial_answer: dict, **extra):
 
 @pytest.fixture
 def needs_people(tenant):
-    return policy(tenant, PolicyVersion.Outcome.REQUIRE_APPROVAL, thresholds=[{"group": "finance", "count": 1}])
+    return policy(
+        tenant, PolicyVersion.Outcome.REQUIRE_APPROVAL, thresholds=[{"group": "finance", "count": 1}]
+    )
 
 
 def test_the_access_request_is_a_proposal_people_approve_and_reevaluation_answers_true_once(
@@ -188,9 +190,7 @@ def test_an_approval_never_answers_for_another_request(client, pep, requester, r
     bigger = evaluate(client, refund(amount="400.00", authzen_access_request_approval=approval))
     assert bigger["decision"] is False
     assert bigger["context"]["reason"] == "approval_for_another_request"
-    unknown = evaluate(
-        client, refund(authzen_access_request_approval={"approval_id": "not-an-approval"})
-    )
+    unknown = evaluate(client, refund(authzen_access_request_approval={"approval_id": "not-an-approval"}))
     assert unknown["context"]["reason"] == "unknown_approval"
     proposal.refresh_from_db()
     assert proposal.state == State.APPROVED  # still there for the request it was made for
@@ -225,20 +225,23 @@ def test_a_request_that_does_not_match_its_denial_is_refused_and_changes_nothing
     not_requestable = json.loads(json.dumps(denial))
     not_requestable["context"]["access_request"]["requestable"] = False
     problem_of(request_access(client, refund(), not_requestable), 400, "not_requestable")
-    other_id = request_access(client, refund(), denial, denial={
-        "evaluation_id": "eval_other",
-        "decision": {"decision": False},
-        "access_request": denial["context"]["access_request"],
-    })
+    other_id = request_access(
+        client,
+        refund(),
+        denial,
+        denial={
+            "evaluation_id": "eval_other",
+            "decision": {"decision": False},
+            "access_request": denial["context"]["access_request"],
+        },
+    )
     problem_of(other_id, 400, "invalid_denial_binding")
     assert not Proposal.objects.exists()
 
 
 def test_a_denial_from_another_pep_does_not_bind(client, pep, requester, tenant, needs_people):
     factories.make_agent(tenant, "other-gateway", card_url="", api_token="other-secret")
-    denial = post(
-        client, "/access/v1/evaluation", refund(), HTTP_AUTHORIZATION="Bearer other-secret"
-    ).json()
+    denial = post(client, "/access/v1/evaluation", refund(), HTTP_AUTHORIZATION="Bearer other-secret").json()
     problem_of(request_access(client, refund(), denial), 400, "invalid_denial_binding")
     assert not Proposal.objects.exists()
 
@@ -302,7 +305,10 @@ def test_without_the_peps_token_the_answer_is_401_with_the_scheme(client, pep):
         ({"action": {"name": "x"}, "resource": {"type": "a", "id": "b"}}, "subject"),
         ({**refund(), "action": {"properties": {}}}, "action.name"),
         ({**refund(), "resource": {"type": "order"}}, "resource.id"),
-        ({**refund(), "action": {"name": "payments.refund", "properties": {"amount": 40}}}, "action.properties.amount"),
+        (
+            {**refund(), "action": {"name": "payments.refund", "properties": {"amount": 40}}},
+            "action.properties.amount",
+        ),
     ],
 )
 def test_a_malformed_evaluation_is_400_and_changes_nothing(client, pep, requester, body, field):
@@ -351,7 +357,10 @@ def test_evaluations_answer_in_order_with_defaults_and_errors_per_item(client, p
 def test_deny_on_first_deny_stops_at_the_first_false(client, pep, requester, tenant):
     policy(tenant, PolicyVersion.Outcome.ALLOW, condition='args.amount != "99.00"')
     factories.make_policy(
-        tenant, "big", outcome=PolicyVersion.Outcome.DENY, tool_pattern="payments.refund",
+        tenant,
+        "big",
+        outcome=PolicyVersion.Outcome.DENY,
+        tool_pattern="payments.refund",
         condition='args.amount == "99.00"',
     )
     body = {
@@ -385,8 +394,6 @@ def test_the_pdp_metadata_names_the_endpoints(client, settings):
 
 def test_the_request_context_is_reviewers_signature(client, pep, requester, needs_people):
     denial = evaluate(client, refund())
-    bound = signing.loads(
-        denial["context"]["access_request"]["request_context"], salt=REQUEST_CONTEXT_SALT
-    )
+    bound = signing.loads(denial["context"]["access_request"]["request_context"], salt=REQUEST_CONTEXT_SALT)
     assert bound["e"] == denial["context"]["evaluation_id"]
     assert bound["p"] == "requester"
