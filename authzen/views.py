@@ -64,6 +64,9 @@ def _body(request: HttpRequest) -> dict[str, Any]:
     """The JSON object of the request, or a refusal (too large, not JSON, hostile values)."""
     if body_too_large(request):
         raise AuthZenRefusal(413, "too_large", too_large_message())
+    if request.content_type != "application/json":
+        # AuthZEN's HTTPS binding: requests are application/json, anything else is a bad request.
+        raise AuthZenRefusal(400, "bad_content_type", "send the body as Content-Type: application/json")
     try:
         body = load_json(request.body)
     except HostileInput as error:
