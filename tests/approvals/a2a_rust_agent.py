@@ -109,20 +109,32 @@ class RustRefunds(AgentExecutor):
 
 
 class RustAgent(FakeAgent):
-    """The agent's card declares a2a-rust's extension, as with_approval_gate makes it do."""
+    """The agent's card declares a2a-rust's extension, as with_approval_gate makes it do; it pushes task
+    events to the webhook a task's first message names (a2a-sdk's push sender)."""
 
     def __init__(self, executor: RustRefunds):
         super().__init__(executor)
         self.rust = executor
+
+    def handler_options(self) -> dict:
+        import httpx
+        from a2a.server.tasks import BasePushNotificationSender, InMemoryPushNotificationConfigStore
+
+        store = InMemoryPushNotificationConfigStore()
+        return {
+            "push_config_store": store,
+            "push_sender": BasePushNotificationSender(httpx.AsyncClient(timeout=10), store),
+        }
 
     def capabilities(self) -> AgentCapabilities:
         return AgentCapabilities(
             streaming=False, push_notifications=False, extensions=[AgentExtension(uri=EXTENSION_URI)]
         )
 
-    def open_parked_task(self, token: str = "") -> tuple[str, str]:
+    def open_parked_task(self, token: str = "", push: tuple[str, str] | None = None) -> tuple[str, str]:
         """A new task, sent with `token` as its caller's bearer token and parked in input-required by the
-        executor; returns (task_id, context_id)."""
+        executor; `push` = (webhook URL, token) has the agent push the task's events there. Returns
+        (task_id, context_id)."""
         from a2a.types import (
             GetTaskRequest,
             Message,
@@ -138,9 +150,11 @@ class RustAgent(FakeAgent):
             message = Message(
                 message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text="refund 1182")]
             )
-            request = SendMessageRequest(
-                message=message, configuration=SendMessageConfiguration(return_immediately=True)
-            )
+            configuration = SendMessageConfiguration(return_immediately=True)
+            if push is not None:
+                configuration.task_push_notification_config.url = push[0]
+                configuration.task_push_notification_config.token = push[1]
+            request = SendMessageRequest(message=message, configuration=configuration)
             task = [r async for r in client.send_message(request)][-1].task
 
             async def parked() -> bool:

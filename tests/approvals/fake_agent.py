@@ -168,12 +168,19 @@ class FakeAgent:
             default_output_modes=["text/plain"],
         )
         handler = DefaultRequestHandler(
-            agent_executor=self.executor, task_store=InMemoryTaskStore(), agent_card=card
+            agent_executor=self.executor,
+            task_store=InMemoryTaskStore(),
+            agent_card=card,
+            **self.handler_options(),
         )
         app.router.routes.extend(
             [*create_agent_card_routes(card), *create_jsonrpc_routes(handler, rpc_url="/")]
         )
         return self
+
+    def handler_options(self) -> dict:
+        """More arguments for the request handler (a subclass adds push notifications)."""
+        return {}
 
     def capabilities(self) -> AgentCapabilities:
         """What the card declares (a subclass adds the extensions it speaks)."""
