@@ -260,3 +260,34 @@ def test_an_agent_that_does_not_accept_reviewers_identity_refuses_its_decision(
     Worker().tick()
     assert server.rust.refused == ["this caller may not approve"]
     assert server.rust.admitted == []
+
+
+# --- registration ---------------------------------------------------------------------------------
+
+
+def test_register_agent_takes_the_approval_extension_and_the_approver_token(tenant):
+    import io
+
+    from django.core.management import call_command
+
+    call_command(
+        "register_agent",
+        "--tenant",
+        tenant.slug,
+        "--slug",
+        "rust-cli",
+        "--name",
+        "Rust agent",
+        "--card-url",
+        "http://127.0.0.1:8009/.well-known/agent-card.json",
+        "--outbound-bearer",
+        "reviewer-token",
+        "--approval-extension",
+        "a2a-rust",
+        stdout=io.StringIO(),
+    )
+    agent = Agent.objects.get(slug="rust-cli")
+    assert agent.approval_extension == Agent.ApprovalExtension.A2A_RUST
+    assert agent.outbound_auth_credentials == "reviewer-token"
+    registered = AuditEvent.objects.get(verb=Verb.AGENT_REGISTERED, subject="agent:rust-cli")
+    assert registered.data["approval_extension"] == "a2a-rust"
