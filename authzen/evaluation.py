@@ -19,6 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.core import signing
 
+from approvals.a2a.push import submit
 from approvals.models import Agent, Decision, Proposal
 from approvals.policy.evaluation import (
     active_versions_for,
@@ -28,10 +29,9 @@ from approvals.policy.evaluation import (
 )
 from approvals.schemas import ProposalSubmission
 from approvals.services.decisions import consume_decision
-from approvals.services.intake import record_intake_refusal, submit_proposal
 from approvals.states import State
 from authzen.mapping import AccessQuestion
-from lib.errors import ConsumeRefused, HaltedError, IntakeError
+from lib.errors import ConsumeRefused
 
 # The proposals AuthZEN makes are recognised by their task id (one evaluation, one task).
 TASK_PREFIX = "authzen:"
@@ -91,18 +91,8 @@ def submission_for(
 
 
 def take_in(agent: Agent, submission: ProposalSubmission) -> tuple[Proposal, bool]:
-    """Intake, as the REST API and the push webhook call it: a refusal is recorded in the trail."""
-    try:
-        return submit_proposal(agent, submission, via=VIA)
-    except (IntakeError, HaltedError) as error:
-        record_intake_refusal(
-            agent,
-            error,
-            via=VIA,
-            task_id=submission.task_id,
-            request_id=submission.request.request_id,
-        )
-        raise
+    """Intake, as the REST API and the push webhook call it (a refusal is recorded in the trail)."""
+    return submit(agent, submission, via=VIA)
 
 
 def evaluate_access(agent: Agent, question: AccessQuestion) -> dict[str, Any]:

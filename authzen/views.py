@@ -98,11 +98,10 @@ def evaluation(request: HttpRequest) -> JsonResponse:
     if agent is None:
         return _unauthorized(request)
     try:
-        return _answer(request, _one(agent, _body(request)))
+        body = _body(request)
     except AuthZenRefusal as refusal:
         return _error_answer(request, refusal.status, refusal.code, refusal.message, refusal.field)
-    except ServiceError as error:
-        return _service_error(request, error)
+    return evaluation_answer(request, agent, body)
 
 
 @csrf_exempt
