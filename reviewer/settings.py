@@ -80,6 +80,7 @@ INSTALLED_APPS = [
     "approvals",
     "sso",
     "health",
+    "authzen",
     "django_scim",
     "djangosaml2",
 ]
