@@ -395,3 +395,36 @@ def decide_next_proposal(
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
+
+
+def grant_challenge(
+    reviewer: "FakeReviewer",
+    key: "ReviewerKey",
+    challenge: str,
+    *,
+    decision: str = "approved",
+    **overrides: Any,
+) -> str:
+    """Reviewer's answer to a resource's transaction challenge, as its TAC endpoint gives it once people
+    approved: a decision token whose audience is the challenge's issuer (the resource), carrying the
+    challenge's `txn` and `authorization_details`, to be consumed online. A test double: the challenge
+    is read without checking its signature (a resource's own tests check that separately).
+    `overrides` replace claims (another audience, another txn, ...)."""
+    challenged = jwt.decode(challenge, options={"verify_signature": False})
+    action = {"tool": challenged["authorization_details"][0]["type"], "arguments": {}}
+    claims = decision_claims(
+        issuer=reviewer.url,
+        audience=challenged["iss"],
+        task_id=f"txn:{challenged['txn']}",
+        request_id=challenged["jti"],
+        action_digest="sha256:" + "0" * 64,
+        decision=decision,
+        consume=True,
+        action=action,
+        txn=challenged["txn"],
+        authorization_details=challenged["authorization_details"],
+    )
+    if "act" in challenged:
+        claims["act"] = challenged["act"]
+    claims.update(overrides)
+    return key.sign(claims)
