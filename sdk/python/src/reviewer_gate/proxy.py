@@ -1,6 +1,6 @@
 """An enforcement proxy for an API that cannot be changed (any language): the resource guard in front of it.
 
-    python -m reviewer_gate.proxy --upstream http://127.0.0.1:9000 --routes routes.toml [--host --port]
+    python -m reviewer_gate.proxy --upstream http://127.0.0.1:9000 --routes routes.toml [--host --port | --fd]
 
 The upstream sees only requests the guard released, exactly as they were approved: the same method,
 path, query and body bytes (the `txn` and the 202 mode's request id bind the body's SHA-256), with the
@@ -13,6 +13,8 @@ routes.toml (read with tomllib; relative paths are relative to the file):
     audience = "https://payments.example"   # this proxy's public URL: its registration's audience
     key_file = "resource-key.pem"            # Ed25519 private key (PKCS#8 PEM); made, mode 0600, if missing
     intake = true                            # the 202 mode for callers that send no Accept-Txn-Challenge
+    retry_after_seconds = 5                  # the 202's Retry-After
+    challenge_seconds = 300                  # a challenge's lifetime
     forward_unlisted = false
 
     [reviewer]
@@ -195,6 +197,8 @@ def load_config(path: str | Path, *, environ: dict[str, str] | None = None) -> P
         issuer=reviewer.get("issuer"),
         tenant=reviewer.get("tenant"),
         agent=reviewer.get("agent"),
+        retry_after_seconds=int(resource.get("retry_after_seconds", 5)),
+        challenge_seconds=int(resource.get("challenge_seconds", 300)),
     )
     return ProxyConfig(guard=guard, forward_unlisted=bool(resource.get("forward_unlisted", False)))
 
@@ -261,6 +265,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--routes", required=True, help="routes.toml")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--fd", type=int, default=None, help="serve on this already listening socket instead")
     args = parser.parse_args(argv)
     try:
         config = load_config(args.routes)
@@ -268,7 +273,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.exit(2, f"routes.toml: {error}\n")
     import uvicorn  # the extra `proxy`; imported here so that the module loads without it
 
-    uvicorn.run(build_app(config, args.upstream), host=args.host, port=args.port, log_level="warning")
+    if args.fd is not None:
+        uvicorn.run(build_app(config, args.upstream), fd=args.fd, log_level="warning")
+    else:
+        uvicorn.run(build_app(config, args.upstream), host=args.host, port=args.port, log_level="warning")
 
 
 if __name__ == "__main__":
