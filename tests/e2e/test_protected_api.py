@@ -183,7 +183,11 @@ def proxy_door(reviewer_url: str, api_token: str, ledger: Ledger, folder: Path) 
                 "--fd",
                 str(listener.fileno()),
             ],
-            env={"PYTHONPATH": CHECKOUT_PYTHONPATH, "PATH": "/usr/bin:/bin", "REVIEWER_GATE_API_TOKEN": api_token},
+            env={
+                "PYTHONPATH": CHECKOUT_PYTHONPATH,
+                "PATH": "/usr/bin:/bin",
+                "REVIEWER_GATE_API_TOKEN": api_token,
+            },
             log_dir=folder,
             pass_fds=(listener.fileno(),),
         )

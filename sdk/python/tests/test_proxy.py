@@ -175,7 +175,15 @@ def test_the_command_line_refuses_a_bad_routes_file_with_its_reason(tmp_path):
     bad.write_text("[resource]\n")
 
     result = subprocess.run(  # noqa: S603 - this interpreter, fixed arguments
-        [sys.executable, "-m", "reviewer_gate.proxy", "--upstream", "http://127.0.0.1:9", "--routes", str(bad)],
+        [
+            sys.executable,
+            "-m",
+            "reviewer_gate.proxy",
+            "--upstream",
+            "http://127.0.0.1:9",
+            "--routes",
+            str(bad),
+        ],
         capture_output=True,
         text=True,
         timeout=60,

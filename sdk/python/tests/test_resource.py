@@ -153,7 +153,9 @@ def bearer(token: str, caller: dict[str, str] = CAROL) -> dict[str, str]:
     return {**caller, "Authorization": f"Bearer {token}"}
 
 
-async def approved_token(call, reviewer, key, *, caller=CAROL, body=REFUND, path="/refunds/1182", **overrides) -> str:
+async def approved_token(
+    call, reviewer, key, *, caller=CAROL, body=REFUND, path="/refunds/1182", **overrides
+) -> str:
     challenged = await call("POST", path, json=body, headers={**caller, **TAC})
     assert challenged.status_code == 401
     return grant_challenge(reviewer, key, challenge_of(challenged), **overrides)
@@ -248,7 +250,9 @@ async def test_a_replayed_token_is_refused_and_nothing_runs_again(call, ledger, 
     assert len(ledger.runs) == 1
 
 
-async def test_a_token_consumed_elsewhere_is_refused_by_reviewer_and_nothing_runs(call, ledger, reviewer, key):
+async def test_a_token_consumed_elsewhere_is_refused_by_reviewer_and_nothing_runs(
+    call, ledger, reviewer, key
+):
     token = await approved_token(call, reviewer, key)
     jti = jwt.decode(token, options={"verify_signature": False})["jti"]
     reviewer.consume_answers[jti] = (409, {"error": {"code": "consumed", "message": "already executing"}})
@@ -315,7 +319,9 @@ async def test_a_token_for_another_order_is_refused(call, ledger, reviewer, key)
     assert ledger.runs == []
 
 
-async def test_a_token_taken_to_another_route_with_the_same_description_is_refused(call, ledger, reviewer, key):
+async def test_a_token_taken_to_another_route_with_the_same_description_is_refused(
+    call, ledger, reviewer, key
+):
     token = await approved_token(call, reviewer, key)
 
     response = await call("POST", "/payouts/1182", json=REFUND, headers=bearer(token))
@@ -496,7 +502,9 @@ async def test_in_the_202_mode_an_unauthenticated_caller_files_nothing(intake_ca
 
 async def test_in_the_202_mode_another_idempotency_key_is_another_request(intake_call, reviewer):
     first = await intake_call("POST", "/refunds/1182", json=REFUND, headers={**CAROL, "Idempotency-Key": "a"})
-    second = await intake_call("POST", "/refunds/1182", json=REFUND, headers={**CAROL, "Idempotency-Key": "b"})
+    second = await intake_call(
+        "POST", "/refunds/1182", json=REFUND, headers={**CAROL, "Idempotency-Key": "b"}
+    )
 
     assert first.json()["request_id"] != second.json()["request_id"]
 
@@ -508,7 +516,9 @@ def wsgi_refund_app(ledger: Ledger):
     def app(environ, start_response):
         body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
         decision = environ.get("reviewer_gate.decision")
-        ledger.runs.append({"path": environ["PATH_INFO"], "body": body, "jti": decision.jti if decision else None})
+        ledger.runs.append(
+            {"path": environ["PATH_INFO"], "body": body, "jti": decision.jti if decision else None}
+        )
         start_response("200 OK", [("Content-Type", "application/json")])
         return [b'{"ok": true}']
 
@@ -557,3 +567,42 @@ def test_the_transaction_rule_compares_authorization_details_whatever_their_key_
     with pytest.raises(GateError) as missing:
         check_transaction({"txn": "t"}, txn="t", authorization_details=details)
     assert missing.value.code == "missing_claim"
+
+
+def test_the_transaction_rule_requires_the_signed_action_to_be_the_same_operation():
+    from reviewer_gate.decision import action_digest
+
+    detail = {"type": "refund", "amount": "40.00", "currency": "EUR"}
+    action = {"tool": "payments.refund", "arguments": detail}
+    claims = {
+        "txn": "t",
+        "authorization_details": [detail],
+        "action": action,
+        "action_digest": action_digest(action),
+    }
+    check_transaction(claims, txn="t", authorization_details=[detail])
+
+    other = {"tool": "payments.refund", "arguments": {**detail, "amount": "4000.00"}}
+    with pytest.raises(GateError) as other_action:
+        check_transaction(
+            {**claims, "action": other, "action_digest": action_digest(other)},
+            txn="t",
+            authorization_details=[detail],
+        )
+    assert other_action.value.code == "wrong_operation"
+    with pytest.raises(GateError) as unsigned_action:
+        check_transaction({**claims, "action": other}, txn="t", authorization_details=[detail])
+    assert unsigned_action.value.code == "wrong_digest"
+
+
+async def test_a_description_of_two_operations_is_refused_before_anything_runs(reviewer, resource_key):
+    two = Route("POST", "/refunds/{order_id}", lambda request: [describe_refund(request)] * 2)
+    guard = ResourceGuard(
+        routes=[two], audience=AUDIENCE, reviewer_url=reviewer.url, api_token="t", key=resource_key
+    )
+
+    answer = guard.handle(ProtectedRequest("POST", "/refunds/1182", body=json.dumps(REFUND).encode()))
+
+    assert answer is not None and not hasattr(answer, "decision")
+    assert answer.status == 400  # type: ignore[union-attr]
+    guard.close()

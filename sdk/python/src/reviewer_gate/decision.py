@@ -157,7 +157,9 @@ def authorization_details_digest(authorization_details: list[dict[str, Any]]) ->
     return "sha256:" + hashlib.sha256(rfc8785.dumps(authorization_details)).hexdigest()
 
 
-def check_transaction(claims: dict[str, Any], *, txn: str, authorization_details: list[dict[str, Any]]) -> None:
+def check_transaction(
+    claims: dict[str, Any], *, txn: str, authorization_details: list[dict[str, Any]]
+) -> None:
     """The one rule binding a transaction token to the operation a protected resource is about to run:
     the signed `txn` is the transaction the resource challenged, and the signed `authorization_details`
     are exactly those the resource recomputed from the request in hand (never read from the token).
@@ -169,8 +171,17 @@ def check_transaction(claims: dict[str, Any], *, txn: str, authorization_details
     # The operation first: a changed amount is named as such, not as a transaction mismatch.
     if authorization_details_digest(granted) != authorization_details_digest(authorization_details):
         raise GateError(
-            "wrong_operation", "the token authorizes another operation than the one this request would perform"
+            "wrong_operation",
+            "the token authorizes another operation than the one this request would perform",
         )
+    # The action the proposal showed people (`{"tool", "arguments"}`, arguments the detail itself) must be
+    # the one the digest signs, and describe the same operation.
+    action = claims.get("action")
+    if action is not None:
+        if not isinstance(action, dict) or action_digest(action) != claims.get("action_digest"):
+            raise GateError("wrong_digest", "the token's action does not match its action_digest")
+        if len(authorization_details) == 1 and action.get("arguments") != authorization_details[0]:
+            raise GateError("wrong_operation", "the token's action is another operation than this request's")
     if not isinstance(claims.get("txn"), str) or not claims["txn"]:
         raise GateError("missing_claim", "the token carries no txn: it answers no transaction challenge")
     if claims["txn"] != txn:

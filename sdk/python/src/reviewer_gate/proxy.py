@@ -53,8 +53,15 @@ from urllib.parse import parse_qs
 
 import httpx
 
-from reviewer_gate.resource.asgi import ASGIApp, Receive, Scope, Send, read_body, send_answer
-from reviewer_gate.resource.asgi import ReviewerGateMiddleware
+from reviewer_gate.resource.asgi import (
+    ASGIApp,
+    Receive,
+    ReviewerGateMiddleware,
+    Scope,
+    Send,
+    read_body,
+    send_answer,
+)
 from reviewer_gate.resource.challenge import ResourceKey
 from reviewer_gate.resource.guard import (
     Answer,
@@ -220,7 +227,9 @@ class Forwarder:
             return
         released = "reviewer_decision" in (scope.get("state") or {})
         if not released and not self.forward_unlisted:
-            await send_answer(send, refusal(403, "access_denied", "this proxy forwards only the routes it protects"))
+            await send_answer(
+                send, refusal(403, "access_denied", "this proxy forwards only the routes it protects")
+            )
             return
         body = await read_body(receive, 1 << 62)
         headers = []
@@ -240,7 +249,9 @@ class Forwarder:
             # Unknown whether the upstream acted: a 502 is reported to Reviewer as outcome "unknown".
             await send_answer(send, refusal(502, "server_error", "the upstream did not answer"))
             return
-        answer_headers = [(name, value) for name, value in response.headers.items() if name.lower() not in HOP_BY_HOP]
+        answer_headers = [
+            (name, value) for name, value in response.headers.items() if name.lower() not in HOP_BY_HOP
+        ]
         await send_answer(send, Answer(response.status_code, answer_headers, response.content))
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
@@ -260,7 +271,9 @@ def build_app(config: ProxyConfig, upstream: str) -> ASGIApp:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m reviewer_gate.proxy", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m reviewer_gate.proxy", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--upstream", required=True, help="the protected API's base URL")
     parser.add_argument("--routes", required=True, help="routes.toml")
     parser.add_argument("--host", default="127.0.0.1")

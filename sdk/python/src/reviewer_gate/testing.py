@@ -21,6 +21,8 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from reviewer_gate.decision import action_digest
+
 TOKEN_TYPE = "approval-decision+jwt"  # noqa: S105 - a JOSE typ value, not a secret
 
 
@@ -411,13 +413,16 @@ def grant_challenge(
     is read without checking its signature (a resource's own tests check that separately).
     `overrides` replace claims (another audience, another txn, ...)."""
     challenged = jwt.decode(challenge, options={"verify_signature": False})
-    action = {"tool": challenged["authorization_details"][0]["type"], "arguments": {}}
+    # As Reviewer files it: the detail verbatim as the arguments of the tool its type maps to (here the
+    # type itself stands in for the registered tool), the txn as the task, `tac-<jti>` as the request.
+    detail = challenged["authorization_details"][0]
+    action = {"tool": detail["type"], "arguments": detail}
     claims = decision_claims(
         issuer=reviewer.url,
         audience=challenged["iss"],
-        task_id=f"txn:{challenged['txn']}",
-        request_id=challenged["jti"],
-        action_digest="sha256:" + "0" * 64,
+        task_id=challenged["txn"],
+        request_id=f"tac-{challenged['jti']}",
+        action_digest=action_digest(action),
         decision=decision,
         consume=True,
         action=action,

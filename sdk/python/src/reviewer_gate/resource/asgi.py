@@ -97,7 +97,9 @@ class ReviewerGateMiddleware:
         try:
             body = await read_body(receive, self.max_body_bytes)
         except BodyTooLarge:
-            await send_answer(send, Answer.json(413, {"error": "invalid_request", "error_description": "body too large"}))
+            await send_answer(
+                send, Answer.json(413, {"error": "invalid_request", "error_description": "body too large"})
+            )
             return
         verdict = await asyncio.to_thread(self.guard.handle, request_from_scope(scope, body))
         if verdict is None:

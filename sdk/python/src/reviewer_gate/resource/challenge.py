@@ -5,15 +5,15 @@ Why `txn` needs no store. The resource must recognise, on the retry, that a toke
 it issued for this very request and caller. The `txn` is therefore a random nonce followed by an HMAC
 (keyed from the resource's private key) over the nonce and the request's binding (its authorization
 details, its caller, its exact method, path, query and body bytes): recomputed from the retried
-request, it matches only for the same request by the same caller, in any process that holds the key. Single use is the token's (its `jti`, consumed at Reviewer),
-not the txn's.
+request, it matches only for the same request by the same caller, in any process that holds the key.
+Single use is the token's (its `jti`, consumed at Reviewer), not the txn's.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
+import json
 import os
 import secrets
 import time
@@ -24,14 +24,10 @@ from typing import Any
 import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
+from jwt.algorithms import OKPAlgorithm
 
 CHALLENGE_TYPE = "txn-authz-challenge+jwt"
 CHALLENGE_ALGORITHM = "EdDSA"
-
-
-def _b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
 class ResourceKey:
@@ -40,9 +36,10 @@ class ResourceKey:
 
     def __init__(self, private_key: Ed25519PrivateKey, kid: str | None = None):
         self.private_key = private_key
-        raw = private_key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        raw = private_key.public_key().public_bytes(
+            serialization.Encoding.Raw, serialization.PublicFormat.Raw
+        )
         self.kid = kid or "ed25519-" + hashlib.sha256(raw).hexdigest()[:16]
-        self._public_raw = raw
         private_raw = private_key.private_bytes(
             serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
         )
@@ -85,14 +82,8 @@ class ResourceKey:
         )
 
     def jwk(self) -> dict[str, Any]:
-        return {
-            "kty": "OKP",
-            "crv": "Ed25519",
-            "x": _b64url(self._public_raw),
-            "kid": self.kid,
-            "alg": CHALLENGE_ALGORITHM,
-            "use": "sig",
-        }
+        public: dict[str, Any] = json.loads(OKPAlgorithm.to_jwk(self.private_key.public_key()))
+        return {**public, "kid": self.kid, "alg": CHALLENGE_ALGORITHM, "use": "sig"}
 
     def jwks(self) -> dict[str, Any]:
         return {"keys": [self.jwk()]}
@@ -100,12 +91,12 @@ class ResourceKey:
     # txn ------------------------------------------------------------------------------------------
 
     def _txn_mac(self, nonce: str, binding: str) -> str:
-        return _b64url(hmac.new(self._txn_key, f"{nonce}\n{binding}".encode(), hashlib.sha256).digest())
+        return hmac.new(self._txn_key, f"{nonce}\n{binding}".encode(), hashlib.sha256).hexdigest()
 
     def new_txn(self, binding: str) -> str:
         """A fresh txn bound to `binding` (what the request is: see guard.transaction_binding); unique
         through its 128-bit nonce."""
-        nonce = _b64url(secrets.token_bytes(16))
+        nonce = secrets.token_urlsafe(16)
         return f"{nonce}.{self._txn_mac(nonce, binding)}"
 
     def txn_is_for(self, txn: str, binding: str) -> bool:
@@ -145,6 +136,9 @@ class ResourceKey:
         if caller_sub is not None:
             claims["act"] = {"sub": caller_sub}
         token = jwt.encode(
-            claims, self.private_key, algorithm=CHALLENGE_ALGORITHM, headers={"kid": self.kid, "typ": CHALLENGE_TYPE}
+            claims,
+            self.private_key,
+            algorithm=CHALLENGE_ALGORITHM,
+            headers={"kid": self.kid, "typ": CHALLENGE_TYPE},
         )
         return token, claims

@@ -48,6 +48,7 @@ PROTECTED_RESOURCE_METADATA_PATH = "/.well-known/oauth-protected-resource"
 CHALLENGE_JWKS_PATH = "/.well-known/txn-challenge-jwks.json"
 DEFAULT_STATUS_PATH = "/.reviewer-gate/proposals/"
 DEFAULT_REASON = "People must approve this operation before it runs."
+MAX_CHALLENGE_SECONDS = 600  # Reviewer refuses a challenge whose exp is further than this after its iat
 
 
 @dataclass(frozen=True)
@@ -119,10 +120,14 @@ def request_fingerprint(request: ProtectedRequest) -> str:
     )
 
 
-def transaction_binding(request: ProtectedRequest, details: list[dict[str, Any]], caller: Caller | None) -> str:
+def transaction_binding(
+    request: ProtectedRequest, details: list[dict[str, Any]], caller: Caller | None
+) -> str:
     """What a txn binds: the operation, the caller and the exact request, so that a token obtained for
     one request releases no other (another body, even with the same description, is another txn)."""
-    return "\n".join((authorization_details_digest(details), caller.sub if caller else "", request_fingerprint(request)))
+    return "\n".join(
+        (authorization_details_digest(details), caller.sub if caller else "", request_fingerprint(request))
+    )
 
 
 def intake_request_id(request: ProtectedRequest, caller: Caller) -> str:
@@ -141,10 +146,8 @@ def intake_request_id(request: ProtectedRequest, caller: Caller) -> str:
 
 def action_of(route: Route, details: list[dict[str, Any]]) -> dict[str, Any]:
     """The action the 202 mode files: the tool, the operation's fields as its arguments (so policies
-    read `args.amount`), the target. Several details go under `arguments.authorization_details`."""
+    read `args.amount`), the target."""
     tool = route.tool or details[0]["type"]
-    if len(details) > 1:
-        return {"tool": tool, "arguments": {"authorization_details": details}}
     detail = details[0]
     action: dict[str, Any] = {
         "tool": tool,
@@ -186,11 +189,15 @@ _OPERATION_CODES = frozenset({"wrong_operation", "wrong_txn"})
 
 def token_refusal(error: GateError) -> Answer:
     if error.code == "reviewer_unreachable":
-        return refusal(503, "temporarily_unavailable", "Reviewer could not be reached; nothing ran", code=error.code)
+        return refusal(
+            503, "temporarily_unavailable", "Reviewer could not be reached; nothing ran", code=error.code
+        )
     if error.code in _OPERATION_CODES:
         return refusal(403, "insufficient_scope", error.message, code=error.code)
     if error.code in ("replayed", "consume_refused:consumed"):
-        return refusal(401, "invalid_token", "this approval was already used; it releases one request", code=error.code)
+        return refusal(
+            401, "invalid_token", "this approval was already used; it releases one request", code=error.code
+        )
     return refusal(401, "invalid_token", error.message, code=error.code)
 
 
@@ -231,6 +238,8 @@ class ResourceGuard:
         status_path: str = DEFAULT_STATUS_PATH,
         http_timeout: float = 10,
     ):
+        if not 0 < challenge_seconds <= MAX_CHALLENGE_SECONDS:
+            raise ValueError(f"challenge_seconds is between 1 and {MAX_CHALLENGE_SECONDS} (Reviewer's bound)")
         self.routes = list(routes)
         self.audience = audience
         self.reviewer_url = reviewer_url.rstrip("/")
@@ -329,7 +338,9 @@ class ResourceGuard:
             return None
         return value.strip() if header.get("typ") == TOKEN_TYPE else None
 
-    def _challenge(self, request: ProtectedRequest, details: list[dict[str, Any]], caller: Caller | None) -> Answer:
+    def _challenge(
+        self, request: ProtectedRequest, details: list[dict[str, Any]], caller: Caller | None
+    ) -> Answer:
         challenge, claims = self.key.challenge(
             issuer=self.audience,
             authorization_server=self.issuer,
@@ -374,9 +385,13 @@ class ResourceGuard:
             return token_refusal(error)
         return self._release(request, route, decision, tac=True)
 
-    def _release(self, request: ProtectedRequest, route: Route, decision: VerifiedDecision, *, tac: bool) -> Answer | Release:
+    def _release(
+        self, request: ProtectedRequest, route: Route, decision: VerifiedDecision, *, tac: bool
+    ) -> Answer | Release:
         if not decision.approved:
-            words = f"Reviewer decided {decision.decision}" + (f": {decision.reason}" if decision.reason else "")
+            words = f"Reviewer decided {decision.decision}" + (
+                f": {decision.reason}" if decision.reason else ""
+            )
             return refusal(403, "access_denied", words, code=decision.decision)
         if decision.edited:
             return refusal(
@@ -412,7 +427,9 @@ class ResourceGuard:
             submission = self.client.submit(approval_request, task_id=request_id)
         except Throttled as error:
             retry = str(int(error.retry_after) or self.retry_after_seconds)
-            answer = refusal(429, "slow_down", f"Reviewer is throttling this resource: {error.code}", code=error.code)
+            answer = refusal(
+                429, "slow_down", f"Reviewer is throttling this resource: {error.code}", code=error.code
+            )
             return replace(answer, headers=[*answer.headers, ("retry-after", retry)])
         except ReviewerUnavailable as error:
             logger.warning("intake for %s failed: %s", request_id, error)
@@ -499,7 +516,11 @@ def _intake_refusal(error: GateError) -> Answer:
     """A refusal in the 202 mode, where the caller presented nothing: the decision Reviewer answered
     cannot release this request."""
     if error.code in ("replayed", "consume_refused:consumed"):
-        return refusal(409, "already_executed", "this request already ran once with its approval", code=error.code)
+        return refusal(
+            409, "already_executed", "this request already ran once with its approval", code=error.code
+        )
     if error.code == "reviewer_unreachable":
-        return refusal(503, "temporarily_unavailable", "Reviewer could not be reached; nothing ran", code=error.code)
+        return refusal(
+            503, "temporarily_unavailable", "Reviewer could not be reached; nothing ran", code=error.code
+        )
     return refusal(403, "access_denied", error.message, code=error.code)

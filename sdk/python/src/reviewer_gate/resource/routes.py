@@ -84,12 +84,13 @@ def authorization_detail(
 
 
 def check_details(details: object) -> list[dict[str, Any]]:
-    """A list of authorization details a description may return: objects with a string `type`, no JSON
-    number anywhere (amounts are strings). Raises OperationError otherwise."""
+    """The authorization details a description may return: one object with a string `type`, no JSON
+    number anywhere (amounts are strings), as a list of one. Raises OperationError otherwise."""
     if isinstance(details, dict):
         details = [details]
-    if not isinstance(details, list) or not details:
-        raise OperationError("a description returns an authorization detail or a non-empty list of them")
+    # Reviewer files one proposal per operation: exactly one detail (its TAC endpoint refuses more).
+    if not isinstance(details, list) or len(details) != 1:
+        raise OperationError("a description returns one authorization detail (or a list of exactly one)")
     for detail in details:
         if not isinstance(detail, dict) or not isinstance(detail.get("type"), str) or not detail["type"]:
             raise OperationError("every authorization detail is an object with a string type")
@@ -158,7 +159,9 @@ class Route:
         except OperationError:
             raise
         except (KeyError, TypeError, ValueError) as error:
-            raise OperationError(f"the request does not describe a {self.method} {self.path}: {error!r}") from error
+            raise OperationError(
+                f"the request does not describe a {self.method} {self.path}: {error!r}"
+            ) from error
         return check_details(described)
 
     def summary_of(self, details: list[dict[str, Any]]) -> str:

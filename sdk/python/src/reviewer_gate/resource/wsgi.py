@@ -28,7 +28,9 @@ DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 
 def request_from_environ(environ: dict[str, Any], body: bytes) -> ProtectedRequest:
     headers = {
-        key[5:].replace("_", "-").lower(): str(value) for key, value in environ.items() if key.startswith("HTTP_")
+        key[5:].replace("_", "-").lower(): str(value)
+        for key, value in environ.items()
+        if key.startswith("HTTP_")
     }
     for key in ("CONTENT_TYPE", "CONTENT_LENGTH"):
         if environ.get(key):
@@ -52,7 +54,7 @@ def _status_line(status: int) -> str:
 class _Settled:
     """The app's response, reporting the outcome once the server closes it."""
 
-    def __init__(self, body: Iterable[bytes], settle: Callable[[], None]):
+    def __init__(self, body: Iterable[bytes], settle: Callable[[], object]):
         self._body = body
         self._settle = settle
 
@@ -83,7 +85,8 @@ class ReviewerGateWSGIMiddleware:
             length = -1
         if length < 0 or length > self.max_body_bytes:
             return self._answer(
-                start_response, Answer.json(413, {"error": "invalid_request", "error_description": "body too large"})
+                start_response,
+                Answer.json(413, {"error": "invalid_request", "error_description": "body too large"}),
             )
         body = environ["wsgi.input"].read(length) if length else b""
         verdict = self.guard.handle(request_from_environ(environ, body))
@@ -96,10 +99,14 @@ class ReviewerGateWSGIMiddleware:
 
     @staticmethod
     def _answer(start_response: StartResponse, answer: Answer) -> list[bytes]:
-        start_response(_status_line(answer.status), [*answer.headers, ("content-length", str(len(answer.body)))])
+        start_response(
+            _status_line(answer.status), [*answer.headers, ("content-length", str(len(answer.body)))]
+        )
         return [answer.body]
 
-    def _run(self, release: Release, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+    def _run(
+        self, release: Release, environ: dict[str, Any], start_response: StartResponse
+    ) -> Iterable[bytes]:
         status: list[int] = []
 
         def start_and_watch(status_line: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
