@@ -202,3 +202,22 @@ def test_the_resource_key_is_made_once_with_owner_only_permissions(tmp_path, rev
     assert first.guard.key.kid == second.guard.key.kid
     assert (tmp_path / "resource-key.pem").stat().st_mode & 0o777 == 0o600
     assert json.loads(json.dumps(first.guard.key.jwks()))["keys"][0]["crv"] == "Ed25519"
+
+
+def test_the_public_jwk_for_reviewers_registration_is_printed_from_the_key_file(tmp_path):
+    key_file = tmp_path / "resource-key.pem"
+
+    printed = subprocess.run(  # noqa: S603 - this interpreter, fixed arguments
+        [sys.executable, "-m", "reviewer_gate.resource", "jwk", str(key_file)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+
+    jwk = json.loads(printed.stdout)
+    assert jwk["kty"] == "OKP" and jwk["crv"] == "Ed25519" and jwk["alg"] == "EdDSA"
+    assert "d" not in jwk  # the private part stays in the file
+    from reviewer_gate.resource import ResourceKey
+
+    assert ResourceKey.from_file(key_file).kid == jwk["kid"]

@@ -53,6 +53,7 @@ from urllib.parse import parse_qs
 
 import httpx
 
+from reviewer_gate.resource.answers import Answer, refusal
 from reviewer_gate.resource.asgi import (
     ASGIApp,
     Receive,
@@ -62,15 +63,9 @@ from reviewer_gate.resource.asgi import (
     read_body,
     send_answer,
 )
+from reviewer_gate.resource.callers import CallerOf, api_key_caller, trusted_header_caller
 from reviewer_gate.resource.challenge import ResourceKey
-from reviewer_gate.resource.guard import (
-    Answer,
-    CallerOf,
-    ResourceGuard,
-    api_key_caller,
-    refusal,
-    trusted_header_caller,
-)
+from reviewer_gate.resource.guard import ResourceGuard
 from reviewer_gate.resource.routes import OperationError, ProtectedRequest, Route, check_details
 
 # Headers that belong to one connection, never forwarded (RFC 9110 section 7.6.1), and what httpx sets.

@@ -16,7 +16,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from reviewer_gate.resource.guard import Answer, Release, ResourceGuard
+from reviewer_gate.resource.answers import Answer
+from reviewer_gate.resource.guard import Release, ResourceGuard
 from reviewer_gate.resource.routes import ProtectedRequest
 
 Scope = MutableMapping[str, Any]

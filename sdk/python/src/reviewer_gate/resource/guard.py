@@ -23,23 +23,26 @@ Every call here blocks (HTTP to Reviewer): from asyncio code run `handle` and `s
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
-from urllib.parse import quote
 
 import jwt
-import rfc8785
 
-from reviewer_gate.approval import CLOSED_WITHOUT_DECISION, ReviewerUnavailable, Throttled, build_request
 from reviewer_gate.client import ReviewerClient
 from reviewer_gate.decision import TOKEN_TYPE, GateError, VerifiedDecision, authorization_details_digest
 from reviewer_gate.gate import Gate, JWKSKeySource, MemoryUsedStore, UsedDecisionStore
+from reviewer_gate.resource.answers import Answer, bearer_challenge, refusal
+from reviewer_gate.resource.callers import Caller, CallerOf
 from reviewer_gate.resource.challenge import CHALLENGE_ALGORITHM, ResourceKey
-from reviewer_gate.resource.routes import OperationError, ProtectedRequest, Route, find_route
+from reviewer_gate.resource.intake import IntakeDoor, intake_refusal
+from reviewer_gate.resource.routes import (
+    OperationError,
+    ProtectedRequest,
+    Route,
+    find_route,
+    request_fingerprint,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -52,58 +55,6 @@ MAX_CHALLENGE_SECONDS = 600  # Reviewer refuses a challenge whose exp is further
 
 
 @dataclass(frozen=True)
-class Caller:
-    """Who sent the request, as the resource authenticated them: `sub` becomes the challenge's `act`
-    and, in the 202 mode, the proposal's principal."""
-
-    sub: str
-    name: str = ""
-
-
-CallerOf = Callable[[ProtectedRequest], "Caller | None"]
-
-
-def api_key_caller(header: str, keys: Mapping[str, str]) -> CallerOf:
-    """Callers identified by an API key in `header`, mapped to their principal id by `keys`."""
-
-    def caller_of(request: ProtectedRequest) -> Caller | None:
-        presented = request.header(header)
-        sub = keys.get(presented) if presented else None
-        return Caller(sub) if sub else None
-
-    return caller_of
-
-
-def trusted_header_caller(header: str) -> CallerOf:
-    """The caller named by `header`, set by a gateway in front that authenticated them (only behind one
-    that strips the header from what callers send)."""
-
-    def caller_of(request: ProtectedRequest) -> Caller | None:
-        sub = request.header(header)
-        return Caller(sub) if sub else None
-
-    return caller_of
-
-
-@dataclass(frozen=True)
-class Answer:
-    """The guard's own answer; the handler does not run."""
-
-    status: int
-    headers: list[tuple[str, str]]
-    body: bytes
-
-    @classmethod
-    def json(cls, status: int, body: dict[str, Any], headers: list[tuple[str, str]] | None = None) -> Answer:
-        payload = json.dumps(body).encode()
-        return cls(
-            status,
-            [("content-type", "application/json"), ("cache-control", "no-store"), *(headers or [])],
-            payload,
-        )
-
-
-@dataclass(frozen=True)
 class Release:
     """Run the handler now, once: the decision is verified and consumed. Use `decision.jti` as the
     downstream idempotency key; then `ResourceGuard.settle(release, status)`."""
@@ -111,13 +62,6 @@ class Release:
     decision: VerifiedDecision
     request: ProtectedRequest
     route: Route
-
-
-def request_fingerprint(request: ProtectedRequest) -> str:
-    """What the request is, byte for byte: method, path, query and the SHA-256 of the body."""
-    return "\n".join(
-        (request.method.upper(), request.path, request.query, hashlib.sha256(request.body).hexdigest())
-    )
 
 
 def transaction_binding(
@@ -128,58 +72,6 @@ def transaction_binding(
     return "\n".join(
         (authorization_details_digest(details), caller.sub if caller else "", request_fingerprint(request))
     )
-
-
-def intake_request_id(request: ProtectedRequest, caller: Caller) -> str:
-    """The 202 mode's request id (also its task id): derived from the request, its caller and its
-    `Idempotency-Key` header, so that sending the same request again finds the same proposal, and a
-    caller who means a second, identical operation sends another `Idempotency-Key`."""
-    material = rfc8785.dumps(
-        {
-            "request": request_fingerprint(request),
-            "caller": caller.sub,
-            "idempotency_key": request.header("idempotency-key") or "",
-        }
-    )
-    return "rg-" + hashlib.sha256(material).hexdigest()[:40]
-
-
-def action_of(route: Route, details: list[dict[str, Any]]) -> dict[str, Any]:
-    """The action the 202 mode files: the tool, the operation's fields as its arguments (so policies
-    read `args.amount`), the target."""
-    tool = route.tool or details[0]["type"]
-    detail = details[0]
-    action: dict[str, Any] = {
-        "tool": tool,
-        "arguments": {key: value for key, value in detail.items() if key not in ("type", "locations")},
-    }
-    locations = detail.get("locations")
-    if isinstance(locations, list) and len(locations) == 1:
-        action["target"] = locations[0]
-    elif locations:
-        action["arguments"]["locations"] = locations
-    return action
-
-
-def _quoted(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"')
-
-
-def bearer_challenge(error: str, description: str, **params: str) -> str:
-    """A `WWW-Authenticate: Bearer` value (RFC 6750 section 3)."""
-    parts = [f'error="{_quoted(error)}"', f'error_description="{_quoted(description)}"']
-    parts += [f'{name}="{_quoted(value)}"' for name, value in params.items()]
-    return "Bearer " + ", ".join(parts)
-
-
-def refusal(status: int, error: str, description: str, *, code: str | None = None) -> Answer:
-    """An error answer in RFC 6750's style: `error` and `error_description` in the body (and in
-    `WWW-Authenticate` for a 401), plus the gate's own code when there is one."""
-    body: dict[str, Any] = {"error": error, "error_description": description}
-    if code:
-        body["reviewer_gate_code"] = code
-    headers = [("www-authenticate", bearer_challenge(error, description))] if status == 401 else []
-    return Answer.json(status, body, headers)
 
 
 # How a gate refusal of a presented token is answered: the token does not cover this operation (403
@@ -271,6 +163,12 @@ class ResourceGuard:
             http_timeout=http_timeout,
             retries=2,
         )
+        self.intake_door = IntakeDoor(
+            client=self.client,
+            gate=self.gate,
+            status_path=self.status_path,
+            retry_after_seconds=retry_after_seconds,
+        )
 
     def close(self) -> None:
         self.client.close()
@@ -306,7 +204,8 @@ class ResourceGuard:
         if token is not None:
             return self._release_token(request, route, details, caller, token)
         if self.intake and not _accepts_challenge(request):
-            return self._intake(request, route, details, caller)
+            asked = self.intake_door.ask(request, route, details, caller)
+            return asked if isinstance(asked, Answer) else self._release(request, route, asked, tac=False)
         return self._challenge(request, details, caller)
 
     def settle(self, release: Release, status: int | None) -> bool:
@@ -403,74 +302,8 @@ class ResourceGuard:
         try:
             self.gate.consume(decision)  # online, right before the handler: single use, revocation, expiry
         except GateError as error:
-            return token_refusal(error) if tac else _intake_refusal(error)
+            return token_refusal(error) if tac else intake_refusal(error)
         return Release(decision=decision, request=request, route=route)
-
-    # the 202 path ------------------------------------------------------------------------------
-
-    def _intake(
-        self, request: ProtectedRequest, route: Route, details: list[dict[str, Any]], caller: Caller | None
-    ) -> Answer | Release:
-        if caller is None:
-            return refusal(401, "invalid_request", "the caller is not authenticated")
-        request_id = intake_request_id(request, caller)
-        consequences = {key: details[0][key] for key in ("amount", "currency") if key in details[0]}
-        principal = {"id": caller.sub, "display": caller.name} if caller.name else {"id": caller.sub}
-        approval_request = build_request(
-            action_of(route, details),
-            summary=route.summary_of(details),
-            principal=principal,
-            request_id=request_id,
-            consequences=consequences,
-        )
-        try:
-            submission = self.client.submit(approval_request, task_id=request_id)
-        except Throttled as error:
-            retry = str(int(error.retry_after) or self.retry_after_seconds)
-            answer = refusal(
-                429, "slow_down", f"Reviewer is throttling this resource: {error.code}", code=error.code
-            )
-            return replace(answer, headers=[*answer.headers, ("retry-after", retry)])
-        except ReviewerUnavailable as error:
-            logger.warning("intake for %s failed: %s", request_id, error)
-            return refusal(503, "temporarily_unavailable", "Reviewer could not be reached; nothing ran")
-        except ValueError as error:  # Reviewer refused the proposal: the route's description is at fault
-            logger.error("Reviewer refused the proposal for %s %s: %s", request.method, request.path, error)
-            return refusal(502, "server_error", "Reviewer refused this resource's proposal; nothing ran")
-        if submission.token is None:
-            if submission.state in CLOSED_WITHOUT_DECISION:
-                return refusal(
-                    403,
-                    "access_denied",
-                    f"the approval request is {submission.state}; send an Idempotency-Key to ask again",
-                    code=submission.state,
-                )
-            return self._pending(submission.proposal_id, submission.state, request_id)
-        try:
-            decision = self.gate.verify(
-                submission.token,
-                task_id=submission.task_id,
-                request_id=submission.request_id,
-                action_digest=submission.action_digest,
-            )
-        except GateError as error:
-            return _intake_refusal(error)
-        return self._release(request, route, decision, tac=False)
-
-    def _pending(self, proposal_id: str, state: str, request_id: str) -> Answer:
-        status_url = self.status_path + quote(proposal_id, safe="")
-        body = {
-            "status": "pending",
-            "state": state,
-            "request_id": request_id,
-            "proposal_id": proposal_id,
-            "status_url": status_url,
-            "error_description": "People must approve this request; send it again, unchanged, after "
-            "Retry-After seconds",
-        }
-        return Answer.json(
-            202, body, [("location", status_url), ("retry-after", str(self.retry_after_seconds))]
-        )
 
     # what the guard serves itself --------------------------------------------------------------
 
@@ -490,37 +323,11 @@ class ResourceGuard:
         if request.path == CHALLENGE_JWKS_PATH:
             return Answer.json(200, self.key.jwks())
         if self.intake and request.path.startswith(self.status_path):
-            return self._status(request.path[len(self.status_path) :])
+            return self.intake_door.status(request.path[len(self.status_path) :])
         return None
-
-    def _status(self, proposal_id: str) -> Answer:
-        """The state of a proposal this resource filed, read with its own token (a caller has none)."""
-        if not proposal_id or "/" in proposal_id:
-            return refusal(404, "not_found", "no such approval request")
-        try:
-            proposal = self.client.read_proposal(proposal_id)
-        except ReviewerUnavailable:
-            return refusal(503, "temporarily_unavailable", "Reviewer could not be reached")
-        if proposal is None:
-            return refusal(404, "not_found", "no such approval request")
-        return Answer.json(200, {"proposal_id": proposal_id, "state": str(proposal.get("state") or "")})
 
 
 def _accepts_challenge(request: ProtectedRequest) -> bool:
     """`Accept-Txn-Challenge: ?1` (a structured-field Boolean; anything else counts as absent)."""
     value = (request.header("accept-txn-challenge") or "").split(";")[0].strip()
     return value == "?1"
-
-
-def _intake_refusal(error: GateError) -> Answer:
-    """A refusal in the 202 mode, where the caller presented nothing: the decision Reviewer answered
-    cannot release this request."""
-    if error.code in ("replayed", "consume_refused:consumed"):
-        return refusal(
-            409, "already_executed", "this request already ran once with its approval", code=error.code
-        )
-    if error.code == "reviewer_unreachable":
-        return refusal(
-            503, "temporarily_unavailable", "Reviewer could not be reached; nothing ran", code=error.code
-        )
-    return refusal(403, "access_denied", error.message, code=error.code)

@@ -9,6 +9,7 @@ the decision against what this request would do), never reading the operation fr
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -180,3 +181,10 @@ def find_route(routes: list[Route], method: str, path: str) -> tuple[Route, dict
         if params is not None:
             return route, params
     return None
+
+
+def request_fingerprint(request: ProtectedRequest) -> str:
+    """What the request is, byte for byte: method, path, query and the SHA-256 of the body."""
+    return "\n".join(
+        (request.method.upper(), request.path, request.query, hashlib.sha256(request.body).hexdigest())
+    )

@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterable, Iterator
 from http import HTTPStatus
 from typing import Any
 
-from reviewer_gate.resource.guard import Answer, Release, ResourceGuard
+from reviewer_gate.resource.answers import Answer
+from reviewer_gate.resource.guard import Release, ResourceGuard
 from reviewer_gate.resource.routes import ProtectedRequest
 
 StartResponse = Callable[..., Any]
