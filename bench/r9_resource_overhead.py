@@ -149,7 +149,8 @@ def main() -> list[dict]:
             "measured": f"p50 {ms(protected50)} / p95 {ms(protected95)}",
             "ratio": round(protected50 / plain50, 2),
             "target": "p50 ≤ 3x",
-            "note": f"{len(protected)} protected and {len(plain)} plain calls in turns, one client; p95 ratio "
+            "note": f"{len(protected)} protected and {len(plain)} plain calls in turns, one client; "
+            f"p95 ratio "
             f"{protected95 / plain95:.2f}x; load average {min(load):.1f}–{max(load):.1f}",
         }
     ]
