@@ -606,3 +606,38 @@ async def test_a_description_of_two_operations_is_refused_before_anything_runs(r
     assert answer is not None and not hasattr(answer, "decision")
     assert answer.status == 400  # type: ignore[union-attr]
     guard.close()
+
+
+async def test_reviewer_unreachable_at_consume_fails_closed_with_503(call, ledger, reviewer, key):
+    token = await approved_token(call, reviewer, key)
+    reviewer.unavailable_answers = 1  # the consume meets a Reviewer answering 503
+
+    response = await call("POST", "/refunds/1182", json=REFUND, headers=bearer(token))
+
+    assert response.status_code == 503
+    assert response.json()["error"] == "temporarily_unavailable"
+    assert ledger.runs == []
+
+
+async def test_reviewers_keys_unreachable_fail_closed_with_503(reviewer, key, resource_key):
+    from reviewer_gate.testing import FakeReviewer
+
+    ledger = Ledger()
+    gone = FakeReviewer([key]).start()
+    gone_url = gone.url
+    gone.stop()  # nothing listens there any more: the JWKS cannot be fetched
+    guard = make_guard(reviewer, resource_key, jwks_url=f"{gone_url}/.well-known/jwks.json")
+    app = refund_service(ledger)
+    app.add_middleware(ReviewerGateMiddleware, guard=guard)
+
+    async def send(method: str, path: str, **kwargs: Any) -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=AUDIENCE) as client:
+            return await client.request(method, path, **kwargs)
+
+    token = await approved_token(send, reviewer, key)
+    response = await send("POST", "/refunds/1182", json=REFUND, headers=bearer(token))
+
+    assert response.status_code == 503
+    assert response.json()["reviewer_gate_code"] == "keys_unavailable"
+    assert ledger.runs == []
+    guard.close()

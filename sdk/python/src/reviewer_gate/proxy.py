@@ -244,8 +244,11 @@ class Forwarder:
             # Unknown whether the upstream acted: a 502 is reported to Reviewer as outcome "unknown".
             await send_answer(send, refusal(502, "server_error", "the upstream did not answer"))
             return
+        # httpx hands over the body decoded: its content-encoding no longer describes it.
         answer_headers = [
-            (name, value) for name, value in response.headers.items() if name.lower() not in HOP_BY_HOP
+            (name, value)
+            for name, value in response.headers.multi_items()
+            if name.lower() not in HOP_BY_HOP and name.lower() != "content-encoding"
         ]
         await send_answer(send, Answer(response.status_code, answer_headers, response.content))
 

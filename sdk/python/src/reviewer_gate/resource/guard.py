@@ -79,8 +79,13 @@ def transaction_binding(
 _OPERATION_CODES = frozenset({"wrong_operation", "wrong_txn"})
 
 
+# Reviewer (or its keys) could not be reached: nothing is known about the token, so fail closed, and
+# say it is temporary.
+UNREACHABLE_CODES = frozenset({"reviewer_unreachable", "keys_unavailable"})
+
+
 def token_refusal(error: GateError) -> Answer:
-    if error.code == "reviewer_unreachable":
+    if error.code in UNREACHABLE_CODES:
         return refusal(
             503, "temporarily_unavailable", "Reviewer could not be reached; nothing ran", code=error.code
         )

@@ -70,7 +70,7 @@ def intake_refusal(error: GateError) -> Answer:
         return refusal(
             409, "already_executed", "this request already ran once with its approval", code=error.code
         )
-    if error.code == "reviewer_unreachable":
+    if error.code in ("reviewer_unreachable", "keys_unavailable"):
         return refusal(
             503, "temporarily_unavailable", "Reviewer could not be reached; nothing ran", code=error.code
         )
