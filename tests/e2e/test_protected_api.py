@@ -2,11 +2,15 @@
 protected by `ReviewerGateMiddleware`, once unchanged behind `python -m reviewer_gate.proxy`, in front
 of a real Reviewer (Daphne, its worker, this test's database) over HTTP on loopback.
 
-Each door refuses a direct call (202: the resource files the proposal itself, nothing runs), runs the
-call once two people approved it (the same request sent again), and refuses a replay, a changed amount
-(a new request, pending again) and a decision token Reviewer minted for another resource. The callers
-here speak no TAC (the 202 mode); the TAC path is tested against a stand-in for Reviewer in
-sdk/python/tests/test_resource.py and test_proxy.py.
+Each door refuses a direct call, runs the call once two people approved it, and refuses a replay, a
+changed amount and a decision token Reviewer minted for another resource, on both paths:
+
+- a caller that speaks no TAC (the 202 mode): the resource files the proposal itself, the same request
+  sent again after the approvals runs; a changed amount is a new request, pending again;
+- an agent that speaks TAC (`reviewer_gate.tac.TransactionAuthorization` against Reviewer's TAC
+  endpoint): the challenge relayed, the token verified, matched and consumed. Skipped where Reviewer's
+  TAC endpoint is absent; the same checks run against a stand-in for Reviewer in
+  sdk/python/tests/test_resource.py and test_proxy.py.
 
 Nothing is mocked. Waits poll a condition with a deadline."""
 
@@ -110,7 +114,7 @@ def served(app: Any) -> Iterator[str]:
 
 
 @contextmanager
-def middleware_door(reviewer_url: str, api_token: str, ledger: Ledger) -> Iterator[str]:
+def middleware_door(reviewer_url: str, api_token: str, ledger: Ledger, key: ResourceKey) -> Iterator[str]:
     listener = listening_socket()
     audience = url_of(listener)
     guard = ResourceGuard(
@@ -118,7 +122,7 @@ def middleware_door(reviewer_url: str, api_token: str, ledger: Ledger) -> Iterat
         audience=audience,
         reviewer_url=reviewer_url,
         api_token=api_token,
-        key=ResourceKey.generate(),
+        key=key,
         caller=api_key_caller("X-Api-Key", {CAROL_KEY: "carol"}),
         intake=True,
         retry_after_seconds=1,
@@ -164,7 +168,8 @@ fields = {{ order_id = "path.order_id", amount = "body.amount", currency = "body
 
 @contextmanager
 def proxy_door(reviewer_url: str, api_token: str, ledger: Ledger, folder: Path) -> Iterator[str]:
-    """The unchanged service on its own port, and the proxy (a subprocess, the real command) in front."""
+    """The unchanged service on its own port, and the proxy (a subprocess, the real command) in front;
+    its key is `folder`/resource-key.pem."""
     with served(refund_service(ledger)) as upstream:
         listener = listening_socket()
         audience = url_of(listener)
@@ -204,9 +209,9 @@ def proxy_door(reviewer_url: str, api_token: str, ledger: Ledger, folder: Path) 
 # --- the world -----------------------------------------------------------------------------------------
 
 
-def make_world(tenant_audience: str):
+def make_world(audience: str):
     """A payments team: refunds up to EUR 10 are allowed by policy; above, two finance people approve.
-    The resource is a registered pull agent whose audience is its URL."""
+    Another protected resource of the same tenant, for the token minted for someone else."""
     tenant = factories.make_tenant()
     people = {
         name: factories.make_user(name, tenant=tenant, groups=["finance"])
@@ -228,13 +233,14 @@ def make_world(tenant_audience: str):
         thresholds=[{"group": "finance", "count": 2}],
     )
     factories.make_agent(
-        tenant, "refund-api", card_url="", audience=tenant_audience, api_token="refund-api-token"
-    )
-    # Another protected resource of the same tenant, for the token minted for someone else.
-    factories.make_agent(
         tenant, "other-api", card_url="", audience="https://other-api.example", api_token="other-api-token"
     )
     return tenant, people
+
+
+def register_pull_resource(tenant, audience: str) -> None:
+    """The resource as a registered pull agent whose audience is its URL (all the 202 mode needs)."""
+    factories.make_agent(tenant, "refund-api", card_url="", audience=audience, api_token="refund-api-token")
 
 
 def token_for_another_resource(reviewer_url: str) -> str:
@@ -267,21 +273,23 @@ def proposal_for(request_id: str) -> Proposal:
 
 @pytest.fixture(params=["middleware", "proxy"])
 def door(request, reviewer_stack, tmp_path):
-    """(the protected API's URL, its ledger, the people) for one door, registered in Reviewer."""
+    """(the protected API's URL, its ledger, its key, the stack) for one door, not yet registered."""
     ledger = Ledger()
+    key = ResourceKey.from_file(tmp_path / "resource-key.pem", create=True)  # the proxy reads this file
     if request.param == "middleware":
-        opened = middleware_door(reviewer_stack.url, "refund-api-token", ledger)
+        opened = middleware_door(reviewer_stack.url, "refund-api-token", ledger, key)
     else:
         opened = proxy_door(reviewer_stack.url, "refund-api-token", ledger, tmp_path)
-    # The registration needs the audience, which is the door's URL: register once it is known. Reviewer
-    # reads the registration on each call, so registering after the door opened is the same.
+    # The registration's audience is the door's URL, known once it is open; Reviewer reads the
+    # registration on each call, so registering now is the same as before.
     with opened as url:
-        _tenant, people = make_world(url)
-        yield url, ledger, people, reviewer_stack
+        yield url, ledger, key, reviewer_stack
 
 
 def test_a_protected_refund_runs_once_after_two_people_approve_and_nothing_else_gets_through(door):
-    url, ledger, people, stack = door
+    url, ledger, _key, stack = door
+    tenant, people = make_world(url)
+    register_pull_resource(tenant, url)
     api = httpx.Client(base_url=url, timeout=DEADLINE_SECONDS)
 
     # A direct call: the resource files the proposal itself and answers 202; nothing ran.
@@ -340,7 +348,9 @@ def test_a_protected_refund_runs_once_after_two_people_approve_and_nothing_else_
 
 
 def test_a_caller_that_speaks_tac_gets_a_challenge_signed_by_the_resource(door):
-    url, ledger, _people, _stack = door
+    url, ledger, _key, _stack = door
+    tenant, _people = make_world(url)
+    register_pull_resource(tenant, url)
 
     response = httpx.post(
         f"{url}/refunds/1182", json=REFUND, headers={**CAROL, "Accept-Txn-Challenge": "?1"}, timeout=30
@@ -351,3 +361,101 @@ def test_a_caller_that_speaks_tac_gets_a_challenge_signed_by_the_resource(door):
     assert "transaction_challenge=" in response.headers["www-authenticate"]
     assert ledger.count() == 0
     assert not Proposal.objects.exists()
+
+
+# --- the TAC door: an agent that speaks it ------------------------------------------------------------
+
+BOT_TOKEN = "refund-bot-token"
+
+
+@pytest.fixture
+def tac():
+    """Reviewer's TAC client and endpoint (reviewer_gate.tac, the oauth app), skipped where absent;
+    asked for before `door`, so that nothing starts for nothing."""
+    pytest.importorskip("oauth.services", reason="Reviewer's TAC endpoint")
+    return pytest.importorskip("reviewer_gate.tac", reason="Reviewer's TAC client")
+
+
+def test_an_agent_speaking_tac_gets_its_refund_run_once_after_two_people_approve(tac, door):
+    """The agent calls through `reviewer_gate.tac.TransactionAuthorization` (Reviewer as the TAC
+    authorization server): the resource challenges, the agent relays the challenge to Reviewer, two
+    people approve, the agent retries with Reviewer's token and the refund runs once; the same token
+    replayed, on a changed amount, and a token minted for another resource are refused."""
+    from oauth.services import register_resource
+
+    url, ledger, key, stack = door
+    tenant, people = make_world(url)
+    register_resource(
+        tenant=tenant,
+        slug="refund-api",
+        name="Refund API",
+        audience=url,
+        jwks=key.jwks(),
+        types={"refund": "payments.refund"},
+        api_token="refund-api-token",
+    )
+    factories.make_agent(tenant, "refund-bot", card_url="", api_token=BOT_TOKEN, push_token="bot-push")
+
+    direct = httpx.post(
+        f"{url}/refunds/1182", json=REFUND, headers={**CAROL, "Accept-Txn-Challenge": "?1"}, timeout=30
+    )
+    assert direct.status_code == 401 and ledger.count() == 0
+
+    outcome: dict[str, Any] = {}
+    auth = tac.TransactionAuthorization(
+        stack.url, client_id="refund-bot", client_secret=BOT_TOKEN, max_wait=90
+    )
+
+    def agent_calls() -> None:
+        try:
+            outcome["response"] = httpx.post(
+                f"{url}/refunds/1182", json=REFUND, headers=CAROL, auth=auth, timeout=120
+            )
+        except tac.TransactionAuthorizationError as error:
+            outcome["error"] = error
+
+    agent = threading.Thread(target=agent_calls)
+    agent.start()
+    proposal = wait_until(
+        lambda: Proposal.objects.filter(state=State.AWAITING_REVIEW).first(),
+        "the proposal the relayed challenge filed",
+        timeout=DEADLINE_SECONDS,
+    )
+    assert proposal.action["arguments"] == {
+        "type": "refund",
+        "locations": [f"{url}/orders/1182"],
+        "amount": "40.00",
+        "currency": "EUR",
+        "order_id": "1182",
+    }
+    approve(stack, people["reviewer_a"], proposal)
+    approve(stack, people["reviewer_b"], proposal)
+    agent.join(timeout=120)
+
+    response = outcome.get("response")
+    assert response is not None, outcome
+    assert response.status_code == 200, response.text
+    assert ledger.refunds == [{"order_id": "1182", **REFUND}]
+    wait_until(
+        lambda: Proposal.objects.get(pk=proposal.pk).state == State.SUCCEEDED,
+        "the outcome reported to Reviewer",
+        timeout=DEADLINE_SECONDS,
+    )
+    token = response.request.headers["Authorization"].removeprefix("Bearer ")
+    with_token = {**CAROL, "Authorization": f"Bearer {token}"}
+
+    replay = httpx.post(f"{url}/refunds/1182", json=REFUND, headers=with_token, timeout=30)
+    changed = httpx.post(
+        f"{url}/refunds/1182", json={"amount": "4000.00", "currency": "EUR"}, headers=with_token, timeout=30
+    )
+    stolen = httpx.post(
+        f"{url}/refunds/1182",
+        json={"amount": "5.00", "currency": "EUR"},
+        headers={**CAROL, "Authorization": f"Bearer {token_for_another_resource(stack.url)}"},
+        timeout=30,
+    )
+
+    assert (replay.status_code, replay.json()["reviewer_gate_code"]) == (401, "replayed")
+    assert (changed.status_code, changed.json()["reviewer_gate_code"]) == (403, "wrong_operation")
+    assert (stolen.status_code, stolen.json()["reviewer_gate_code"]) == (401, "wrong_audience")
+    assert ledger.refunds == [{"order_id": "1182", **REFUND}]
