@@ -51,6 +51,7 @@ PROTECTED_RESOURCE_METADATA_PATH = "/.well-known/oauth-protected-resource"
 CHALLENGE_JWKS_PATH = "/.well-known/txn-challenge-jwks.json"
 DEFAULT_STATUS_PATH = "/.reviewer-gate/proposals/"
 DEFAULT_REASON = "People must approve this operation before it runs."
+NO_SUCH_TXN = "\x00not-this-request"  # never a txn: new_txn makes printable text only
 MAX_CHALLENGE_SECONDS = 600  # Reviewer refuses a challenge whose exp is further than this after its iat
 
 
@@ -275,14 +276,16 @@ class ResourceGuard:
     ) -> Answer | Release:
         try:
             claimed_txn = jwt.decode(token, options={"verify_signature": False}).get("txn")
-        except jwt.DecodeError:
+        except jwt.PyJWTError:
             claimed_txn = None
         # The unverified txn is only a candidate: the gate checks the signed one equals it. One that this
         # key did not make for this request and caller is replaced by a value no token carries, so the
         # gate's own checks still run first (a token for another resource is refused as such).
         binding = transaction_binding(request, details, caller)
-        ours = isinstance(claimed_txn, str) and self.key.txn_is_for(claimed_txn, binding)
-        expected_txn = claimed_txn if ours and isinstance(claimed_txn, str) else "\x00not-this-request"
+        if isinstance(claimed_txn, str) and self.key.txn_is_for(claimed_txn, binding):
+            expected_txn = claimed_txn
+        else:
+            expected_txn = NO_SUCH_TXN
         try:
             decision = self.gate.verify_transaction(token, txn=expected_txn, authorization_details=details)
         except GateError as error:
