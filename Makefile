@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-from-pyproject
 SDK := sdk/python
 SDK_BUILD := build/sdk
 # The extras whose adapters sdk/python/tests exercise.
-SDK_EXTRAS := test,a2a,mcp,langgraph,openai-agents,agent-framework,adk
+SDK_EXTRAS := test,a2a,mcp,langgraph,openai-agents,agent-framework,adk,proxy
 JS_SDK := sdk/js
 
 .PHONY: demo test check pytest lint venv clean sdk-test js-test bench load
