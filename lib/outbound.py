@@ -116,7 +116,7 @@ def refusal(host: str, address: IPAddress) -> str | None:
     return None
 
 
-def _first_refusal(host: str, answers: list) -> tuple[list[IPAddress], str | None]:
+def _first_refusal(host: str, answers: list[tuple[Any, ...]]) -> tuple[list[IPAddress], str | None]:
     """The distinct addresses of getaddrinfo's `answers`, and why the first refused one is refused."""
     addresses = list(dict.fromkeys(_address(answer[4][0]) for answer in answers))
     for address in addresses:
