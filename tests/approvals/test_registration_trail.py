@@ -1,12 +1,14 @@
-"""Registrations write no credential into the audit trail. Every registration an admin makes that takes a
-secret or a URL (an agent with its tokens, outbound credentials and card URL; a change of them; new
-tokens; a webhook endpoint; a SCIM token) is made with recognisable secrets, then every event of the
-trail is searched for them: its subject and its data, as they would be exported."""
+"""Registrations write no credential into the audit trail. Every registration that takes a secret or a
+URL (an agent with its tokens, outbound credentials and card URL; a change of them; new tokens; a
+webhook endpoint; a SCIM token; a person's push device, whose endpoint is a capability URL) is made
+with recognisable secrets, then every event of the trail is searched for them: its subject and its
+data, as they would be exported."""
 
 import json
 
 import pytest
 
+from approvals.services import push_devices
 from approvals.services.agents import register_agent, rotate_agent_tokens, update_agent
 from approvals.services.webhooks import register_endpoint
 from audit.models import AuditEvent, Verb
@@ -59,6 +61,16 @@ def test_no_registration_writes_a_secret_into_the_trail(settings, tenant):
         tenant=tenant, display_name="Acme IdP", issuer="https://idp.acme.example", client_id="reviewer"
     )
     secrets.add(issue_token(provider))
+    reviewer = factories.make_user("reviewer_a", tenant=tenant, groups=["finance"])
+    push_devices.subscribe(
+        reviewer,
+        endpoint="https://dev-user:dev-pw-s3cret@push.example.test/fcm/send/device-capability-s3cret",
+        p256dh="BNcRdreALRFXTkOOUHK1EtK2wtaz5Ry4YfYCA_0QTpQtUbVlUls0VJXg7A8u-Ts1XbjhazAkj7I99e8QcYP7DkM",
+        auth="tBHItJI5svbpez7KI4CCXg",
+        name="Alice's phone",
+        refusal=None,
+    )
+    secrets |= {"dev-user", "dev-pw-s3cret", "device-capability-s3cret", "tBHItJI5svbpez7KI4CCXg"}
 
     verbs = set(AuditEvent.objects.values_list("verb", flat=True))
     assert {Verb.AGENT_REGISTERED, Verb.AGENT_CHANGED, Verb.WEBHOOK_REGISTERED} <= verbs
