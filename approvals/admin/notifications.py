@@ -33,7 +33,7 @@ class WebhookEndpointForm(forms.ModelForm):
 
     def clean(self):
         """The service's own check, shown on its field: a URL Reviewer would not deliver to says why."""
-        cleaned = super().clean()
+        cleaned = super().clean() or {}
         if self.instance.pk is None and not self.errors:
             refusal = endpoint_refusal(cleaned.get("url", ""), list(cleaned.get("events", [])))
             if refusal is not None:
