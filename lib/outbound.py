@@ -1,9 +1,9 @@
 """Which hosts Reviewer may call (server-side request forgery through a URL an admin or agent gave).
 
-Every outbound request to an agent (its card, its A2A interface), a tenant's webhook, a Teams channel or
-a web push service goes through `GuardedTransport`, an
-httpx transport that resolves the host itself, checks every address it resolves to, and then connects
-to the checked address (so a second DNS answer cannot swap in another one). Because the check sits in
+Every outbound request to an agent (its card, its A2A interface), a tenant's webhook or a Teams channel
+goes through `GuardedTransport`, an httpx transport that resolves the host itself, checks every address
+it resolves to, and then connects to the checked address (so a second DNS answer cannot swap in another
+one). Because the check sits in
 the transport, it runs again for every request an httpx client makes, redirects included.
 
 The rule (settings `AGENT_ALLOWED_HOSTS`, `AGENT_ALLOWED_NETWORKS`, documented in reviewer/settings.py):
