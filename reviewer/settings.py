@@ -384,7 +384,8 @@ PROPOSAL_MAX_BYTES = env_int("PROPOSAL_MAX_BYTES", 64 * 1024)
 # the admin may set per agent and per tenant. A token bucket per agent and per tenant: BURST proposals
 # at once, refilled at PER_MINUTE; and a ceiling of open proposals (waiting for people). Over a limit
 # intake answers 429 with Retry-After and stores nothing; one audit event per agent per
-# QUOTA_AUDIT_WINDOW_SECONDS says it was throttled and how many were refused in the window before.
+# QUOTA_AUDIT_WINDOW_SECONDS says it was throttled and how many were refused in the window before (and
+# one per window, the same way, for the requests intake refused as invalid within the rates).
 AGENT_INTAKE_BURST = env_int("AGENT_INTAKE_BURST", 60)
 AGENT_INTAKE_PER_MINUTE = env_int("AGENT_INTAKE_PER_MINUTE", 120)
 AGENT_OPEN_PROPOSALS = env_int("AGENT_OPEN_PROPOSALS", 500)

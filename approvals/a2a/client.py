@@ -35,12 +35,12 @@ from a2a.utils import TransportProtocol
 from a2a.utils.errors import A2AError, TaskNotFoundError
 from google.protobuf.json_format import MessageToDict
 
-from approvals.a2a import outbound
 from approvals.a2a.push import EXTENSION_URI, PushError, parked_request
 from approvals.a2a.rust_approval import RUST_EXTENSION_URI, RUST_METADATA_KEY, rust_decision
 from approvals.models import Agent, Decision, OutboxMessage, Proposal
 from approvals.schemas import ProposalSubmission
 from approvals.services.reconcile import TERMINAL_TASK_STATES
+from lib import outbound
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class _CallLoop:
 
     def client_for(self, endpoint: "AgentEndpoint") -> httpx.AsyncClient:
         """The agent's HTTP client (runs on the loop). A changed card URL or credential gets a new one."""
-        # Through the allow-list (approvals/a2a/outbound.py): the card URL is admin input, its interfaces
+        # Through the allow-list (lib/outbound.py): the card URL is admin input, its interfaces
         # agent input, and neither may point Reviewer (with the agent's token) at another service; the
         # check runs in the client's transport on every request, redirects included.
         key = (endpoint.card_url, tuple(sorted(endpoint.headers.items())))

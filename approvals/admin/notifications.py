@@ -14,7 +14,7 @@ from approvals.models.notifications import (
     TeamsChannel,
     WebhookEndpoint,
 )
-from approvals.services.webhooks import EVENT_TYPES, register_endpoint
+from approvals.services.webhooks import EVENT_TYPES, endpoint_refusal, register_endpoint
 from lib.errors import ServiceError
 
 
@@ -30,6 +30,15 @@ class WebhookEndpointForm(forms.ModelForm):
     class Meta:
         model = WebhookEndpoint
         fields = ["tenant", "url", "events"]
+
+    def clean(self):
+        """The service's own check, shown on its field: a URL Reviewer would not deliver to says why."""
+        cleaned = super().clean() or {}
+        if self.instance.pk is None and not self.errors:
+            refusal = endpoint_refusal(cleaned.get("url", ""), list(cleaned.get("events", [])))
+            if refusal is not None:
+                self.add_error(refusal.field if refusal.field in self.fields else None, refusal.message)
+        return cleaned
 
 
 @admin.register(WebhookEndpoint)

@@ -5,7 +5,7 @@ Sent with pywebpush: the payload encrypted to the subscription's keys (RFC 8291,
 request signed with Reviewer's VAPID key (RFC 8292), read from WEB_PUSH_VAPID_PRIVATE_KEY_FILE. A
 subscription's endpoint is a URL the browser chose, so it is called only if its host is one of
 WEB_PUSH_SERVICE_HOSTS (the browser vendors' push services) and every address it resolves to passes the
-outbound rule of approvals/a2a/outbound.py. A push service that answers 404 or 410 has dropped the
+outbound rule of lib/outbound.py. A push service that answers 404 or 410 has dropped the
 subscription: it is removed.
 
 The payload carries the tool and a one-line summary (hidden characters written out, capped), the page
@@ -25,7 +25,6 @@ from django.conf import settings
 from py_vapid import Vapid02
 from pywebpush import WebPushException, webpush
 
-from approvals.a2a import outbound
 from approvals.models.notifications import PushSubscription
 from approvals.notify.audience import waiting_reviewers
 from approvals.notify.common import one_line, proposal_link
@@ -35,7 +34,7 @@ from approvals.services.push_devices import (
     not_yet_pushed,
     record_pushed,
 )
-from lib import base64url
+from lib import base64url, outbound
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,6 @@ from datetime import datetime, timedelta
 import httpx
 from django.utils import timezone
 
-from approvals.a2a import outbound
 from approvals.models.notifications import TeamsChannel, TeamsPost
 from approvals.notify.common import notify_timeout, one_line, proposal_link, when
 from approvals.notify.lanes import Lane
@@ -34,6 +33,7 @@ from approvals.services.teams_posts import (
     record_teams_sent,
 )
 from approvals.states import TERMINAL, WAITING_FOR_PEOPLE
+from lib import outbound
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,8 @@
 """Taking in an agent's proposal: validation, replay, supersession, the quota rows' lock and the one read
 (read.py), the quotas (approvals/services/quotas.py), policy and routing (routing.py)."""
 
+from datetime import datetime, timedelta
+
 import rfc8785
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -25,7 +27,7 @@ from approvals.services.quotas import (
 from approvals.states import ALLOWED, State
 from audit.labels import agent_label
 from audit.models import Verb
-from audit.trail import record, recorded_together
+from audit.trail import audit_time, record, recorded_together
 from lib.errors import IntakeError, ServiceError
 from lib.storage.held_writes import held_writes
 
@@ -158,30 +160,52 @@ def record_intake_refusal(
     match its action, a reused request id, a halt): the attempt itself is evidence.
 
     A refused request is intake all the same: it spends a token of the agent's and the tenant's buckets
-    (services/quotas.py) as a proposal would, so the trail takes at most the agent's intake rate of
-    `intake.refused` events. Past the rate it raises QuotaExceeded (429, Retry-After) after its commit,
-    and the quotas count it in the agent's throttle window, one `intake.throttled` event a window, as
-    they do for valid requests."""
+    (services/quotas.py) as a proposal would. Past the rate it raises QuotaExceeded (429, Retry-After)
+    after its commit, and the quotas count it in the agent's throttle window, one `intake.throttled`
+    event a window. Within the rate it is counted the same way in the agent's window of invalid intake
+    (QUOTA_AUDIT_WINDOW_SECONDS): the window's first refusal writes the `intake.refused` event, with what
+    it was and how many the window before refused; the others only count. So an agent that sends
+    nothing but invalid requests writes one event a window, not one a request, and the trail keeps
+    the first of each window and the count of the rest."""
     now = timezone.now()
     with transaction.atomic(durable=True):
         hold = hold_quotas(agent, now)
         throttled = spend_or_refuse(hold, _known_counts(agent, hold), waiting=False, now=now, via=via)
         if throttled is None:
-            record(
-                agent.tenant_id,
-                actor=agent_actor(agent),
-                verb=Verb.INTAKE_REFUSED,
-                subject=agent_label(agent.slug),
-                data={
-                    "via": via,
-                    "code": error.code,
-                    "field": error.field,
-                    "task_id": task_id[:200],
-                    "request_id": request_id[:200],
-                },
-            )
+            _note_invalid(hold, error, now=now, via=via, task_id=task_id, request_id=request_id)
     if throttled is not None:
         raise throttled from error
+
+
+def _note_invalid(
+    hold: Hold, error: ServiceError, *, now: datetime, via: str, task_id: str, request_id: str
+) -> None:
+    """Count the refusal in the agent's window of invalid intake; the window's first writes the event."""
+    state, agent = hold.agent_state, hold.agent
+    window = timedelta(seconds=settings.QUOTA_AUDIT_WINDOW_SECONDS)
+    if state.invalid_at is None or now - state.invalid_at >= window:
+        record(
+            agent.tenant_id,
+            actor=agent_actor(agent),
+            verb=Verb.INTAKE_REFUSED,
+            subject=agent_label(agent.slug),
+            data={
+                "via": via,
+                "code": error.code,
+                "field": error.field,
+                "task_id": task_id[:200],
+                "request_id": request_id[:200],
+                "window_seconds": settings.QUOTA_AUDIT_WINDOW_SECONDS,
+                # The refusals of the window before, which had no event of their own after its first.
+                "previous_window": None
+                if state.invalid_at is None
+                else {"at": audit_time(state.invalid_at), "refused": state.invalid_refused},
+            },
+        )
+        state.invalid_at, state.invalid_refused = now, 1
+    else:
+        state.invalid_refused += 1
+    state.save(update_fields=["invalid_at", "invalid_refused"])
 
 
 def _known_counts(agent: Agent, hold: Hold) -> OpenCounts:
