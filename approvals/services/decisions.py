@@ -91,6 +91,9 @@ def issue_decision(
     claims["action"] = proposal.action
     claims["replaces"] = supersession_chain(proposal)
     claims["policies"] = policy_refs
+    if proposal.manifest_digest:
+        # A batch member: the manifest it was decided under (docs/agents/batches.md).
+        claims["manifest"] = proposal.manifest_digest
     decision.token, decision.kid = sign_decision(claims)
     insert_held(decision)  # with intake's other writes (approvals/storage/rows.py)
     record(
