@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
 MAX_MEMBERS = 500
-RULE_KEYS = {"max_members", "max_total", "partial", "irreversible", "break_glass"}
+BATCH_RULE_KEYS = {"max_members", "max_total", "partial", "irreversible", "break_glass"}
 _CURRENCY = re.compile(r"[A-Z]{3}")
 _AMOUNT = re.compile(r"[0-9]{1,12}(\.[0-9]{1,4})?")
 EXAMPLE = '{"max_members": 25, "max_total": {"EUR": "1000.00"}, "partial": true}'
@@ -36,7 +36,7 @@ def rule_error(value) -> str | None:
         return None
     if not isinstance(value, dict):
         return f"batch is {{}} (never batched) or an object like {EXAMPLE}"
-    unknown = set(value) - RULE_KEYS
+    unknown = set(value) - BATCH_RULE_KEYS
     if unknown:
         return "unknown batch keys: " + ", ".join(sorted(unknown))
     if "max_members" not in value:

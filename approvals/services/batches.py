@@ -539,6 +539,13 @@ def _vote(
     return BatchVote(votes=votes, excluded=excluded, manifest=manifest)
 
 
+def break_glass_allowed(proposal: Proposal) -> bool:
+    """Whether a batch member may be released alone by break-glass: only where every policy version of
+    its batch says so (the merged rule's `break_glass`, approvals/policy/batching.py)."""
+    member = BatchMember.objects.filter(proposal=proposal).select_related("batch").first()
+    return member is not None and bool(member.batch.rule.get("break_glass"))
+
+
 def may_revoke_batch(batch: Batch, user, role: str) -> bool:
     """A tenant admin, or a person who approved one of its members."""
     if role == TenantMembership.Role.ADMIN:

@@ -441,3 +441,11 @@ def test_batch_ids_are_uuids(client, agent, batch_policy):
     body = submitted(client, members(2))
     assert uuid.UUID(body["batch"])
     assert client.get("/api/v1/batches/not-a-uuid", **AUTH).status_code == 404
+
+
+def test_reviewer_computes_the_manifest_digest_of_the_shared_vectors():
+    from pathlib import Path
+
+    vectors = json.loads((Path(__file__).resolve().parents[2] / "sdk/vectors/manifests.json").read_text())
+    for case in vectors["cases"]:
+        assert manifest_digest(case["member_digests"]) == case["manifest_digest"], case["name"]

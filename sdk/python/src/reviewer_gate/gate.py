@@ -106,6 +106,7 @@ from reviewer_gate.decision import (
     check_policy,
     check_request_deadline,
     decision_from_claims,
+    manifest_digest,
     decision_token_from_metadata,
     epoch_seconds,
 )
@@ -131,6 +132,7 @@ __all__ = [
     "action_digest",
     "approval_request_metadata",
     "decision_token_from_metadata",
+    "manifest_digest",
 ]
 
 logger = logging.getLogger(__name__)
