@@ -6,14 +6,15 @@ pulled, consumed and reported through the proposal and decision endpoints (appro
 Importing this module registers the operations on the API (approvals/urls.py imports it)."""
 
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
-from django.http import Http404, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from ninja import Schema, Status
 from pydantic import BaseModel, ConfigDict, Field
 
 from approvals.agent_api.api import ERRORS, ErrorBody, api, uuid_or_404
-from approvals.models import Batch, Decision
+from approvals.models import Agent, Batch, Decision
 from approvals.schemas import ApprovalRequest, Identifier, ShortText
 from approvals.services.batches import add_member, submit_batch, withdraw_member
 from approvals.services.intake import record_intake_refusal
@@ -64,7 +65,7 @@ class BatchStatus(Schema):
     members: list[MemberStatus]
 
 
-def batch_status(batch: Batch) -> dict:
+def batch_status(batch: Batch) -> dict[str, Any]:
     members = list(batch.members.select_related("proposal").order_by("position"))
     tokens = dict(
         Decision.objects.filter(proposal_id__in=[m.proposal_id for m in members]).values_list(
@@ -94,9 +95,18 @@ def batch_status(batch: Batch) -> dict:
     }
 
 
-def _audited(request, error: IntakeError, task_id: str = "", request_id: str = "") -> IntakeError:
+def _agent(request: HttpRequest) -> Agent:
+    """The agent the API token authenticated (approvals/agent_api/api.py `AgentToken`)."""
+    agent = getattr(request, "auth", None)
+    assert isinstance(agent, Agent)
+    return agent
+
+
+def _audited(
+    request: HttpRequest, error: IntakeError, task_id: str = "", request_id: str = ""
+) -> IntakeError:
     """A refused batch is a refused intake: recorded (and counted against the agent's intake rate)."""
-    record_intake_refusal(request.auth, error, via="api", task_id=task_id, request_id=request_id)
+    record_intake_refusal(_agent(request), error, via="api", task_id=task_id, request_id=request_id)
     return error
 
 
@@ -106,10 +116,10 @@ def _audited(request, error: IntakeError, task_id: str = "", request_id: str = "
     summary="Announce a batch of approval requests with a fixed manifest (idempotent on task and batch id)",
     url_name="submit_batch",
 )
-def submit(request, response: HttpResponse, submission: BatchSubmission):
+def submit(request: HttpRequest, response: HttpResponse, submission: BatchSubmission) -> Status[Any]:
     try:
         batch, created = submit_batch(
-            request.auth,
+            _agent(request),
             task_id=submission.task_id,
             context_id=submission.context_id,
             batch_id=submission.batch_id,
@@ -122,15 +132,15 @@ def submit(request, response: HttpResponse, submission: BatchSubmission):
     return Status(201 if created else 200, batch_status(batch))
 
 
-def _agents_batch(request, batch_pk: str) -> Batch:
-    batch = Batch.objects.filter(pk=uuid_or_404(batch_pk), agent=request.auth).first()
+def _agents_batch(request: HttpRequest, batch_pk: str) -> Batch:
+    batch = Batch.objects.filter(pk=uuid_or_404(batch_pk), agent=_agent(request)).first()
     if batch is None:
         raise Http404
     return batch
 
 
 @api.get("/batches/{batch_pk}", response={200: BatchStatus, **ERRORS}, summary="One of this agent's batches")
-def status(request, batch_pk: str):
+def status(request: HttpRequest, batch_pk: str) -> dict[str, Any]:
     return batch_status(_agents_batch(request, batch_pk))
 
 
@@ -139,10 +149,10 @@ def status(request, batch_pk: str):
     response={201: BatchStatus, 409: ErrorBody, 429: ErrorBody, 503: ErrorBody, **ERRORS},
     summary="Add a member before the decision: a new manifest, and the votes on the old one are void",
 )
-def add(request, batch_pk: str, body: NewMember):
+def add(request: HttpRequest, batch_pk: str, body: NewMember) -> Status[Any]:
     batch = _agents_batch(request, batch_pk)
     try:
-        batch, _ = add_member(request.auth, batch.pk, body.member)
+        batch, _ = add_member(_agent(request), batch.pk, body.member)
     except IntakeError as error:
         raise _audited(request, error, batch.task_id, body.member.request_id) from None
     return Status(201, batch_status(batch))
@@ -153,6 +163,6 @@ def add(request, batch_pk: str, body: NewMember):
     response={200: BatchStatus, 409: ErrorBody, **ERRORS},
     summary="Withdraw a member before the decision: a new manifest, and the votes on the old one are void",
 )
-def withdraw(request, batch_pk: str, request_id: str):
+def withdraw(request: HttpRequest, batch_pk: str, request_id: str) -> dict[str, Any]:
     batch = _agents_batch(request, batch_pk)
-    return batch_status(withdraw_member(request.auth, batch.pk, request_id))
+    return batch_status(withdraw_member(_agent(request), batch.pk, request_id))

@@ -44,7 +44,7 @@ class Batch(models.Model):
             models.UniqueConstraint(fields=["agent", "task_id", "batch_id"], name="one_batch_per_request")
         ]
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"batch {self.batch_id} ({self.manifest_digest[:15]})"
 
 
@@ -63,5 +63,5 @@ class BatchMember(models.Model):
         ordering = ["batch", "position"]
         constraints = [models.UniqueConstraint(fields=["batch", "position"], name="one_member_per_position")]
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"member {self.position} of {self.batch_id} ({self.standing})"

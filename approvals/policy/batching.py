@@ -22,6 +22,7 @@ currency, the currencies every total names, a subset or R3 or break-glass only w
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
 MAX_MEMBERS = 500
 BATCH_RULE_KEYS = {"max_members", "max_total", "partial", "irreversible", "break_glass"}
@@ -30,7 +31,7 @@ _AMOUNT = re.compile(r"[0-9]{1,12}(\.[0-9]{1,4})?")
 EXAMPLE = '{"max_members": 25, "max_total": {"EUR": "1000.00"}, "partial": true}'
 
 
-def rule_error(value) -> str | None:
+def rule_error(value: object) -> str | None:
     """What is wrong with a batch rule (None when it may be stored)."""
     if value in (None, {}):
         return None
@@ -58,7 +59,7 @@ def rule_error(value) -> str | None:
     return None
 
 
-def normalized(value) -> dict:
+def normalized(value: Any) -> dict[str, Any]:
     """A valid rule as stored: {} or every key present (the booleans defaulted to false)."""
     if not value:
         return {}
@@ -83,7 +84,7 @@ class Rule:
     break_glass: bool
     versions: tuple[str, ...] = field(default=())  # "policy@version" of the rules it was built from
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, Any]:
         return {
             "max_members": self.max_members,
             "max_total": None
@@ -96,7 +97,7 @@ class Rule:
         }
 
 
-def merged_rule(rules: list[tuple[str, dict]]) -> Rule | None:
+def merged_rule(rules: list[tuple[str, dict[str, Any]]]) -> Rule | None:
     """The strictest of (version name, rule) pairs; None when there are none or one is {} (not batched)."""
     if not rules or not all(rule for _, rule in rules):
         return None
@@ -115,7 +116,7 @@ def merged_rule(rules: list[tuple[str, dict]]) -> Rule | None:
     )
 
 
-def amount_of(arguments: dict) -> tuple[Decimal, str] | None:
+def amount_of(arguments: dict[str, Any]) -> tuple[Decimal, str] | None:
     """(amount, currency) an action states, or None when it states no readable amount."""
     amount = arguments.get("amount")
     if not isinstance(amount, str):
@@ -129,7 +130,7 @@ def amount_of(arguments: dict) -> tuple[Decimal, str] | None:
     return figure, str(arguments.get("currency") or "")
 
 
-def totals_of(actions: list[dict]) -> dict[str, Decimal]:
+def totals_of(actions: list[dict[str, Any]]) -> dict[str, Decimal]:
     """What the actions move together, per currency ("" for an amount without one)."""
     totals: dict[str, Decimal] = {}
     for action in actions:
@@ -140,7 +141,7 @@ def totals_of(actions: list[dict]) -> dict[str, Decimal]:
     return totals
 
 
-def total_refusal(rule: Rule, actions: list[dict]) -> str | None:
+def total_refusal(rule: Rule, actions: list[dict[str, Any]]) -> str | None:
     """Why the members together move more than the rule allows (None when they do not)."""
     if rule.max_total is None:
         return None

@@ -19,6 +19,7 @@ and the revocation all take them so), so two of them never wait for each other.
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import rfc8785
 from django.db import IntegrityError, transaction
@@ -26,7 +27,7 @@ from django.utils import timezone
 
 from accounts.stepup import StepUp
 from approvals.canonical import action_digest, manifest_digest
-from approvals.models import Agent, Batch, BatchMember, Proposal, Vote
+from approvals.models import Agent, Batch, BatchMember, PolicyVersion, Proposal, Vote
 from approvals.policy.batching import Rule, merged_rule, total_refusal
 from approvals.policy.evaluation import TENANT_DEFAULT_ID
 from approvals.schemas import ApprovalRequest, ProposalSubmission
@@ -169,7 +170,9 @@ def _checked_members(members: list[ApprovalRequest], manifest: str) -> list[str]
     return digests
 
 
-def _take_member(agent, task_id, context_id, member, manifest: str, index: int) -> Proposal:
+def _take_member(
+    agent: Agent, task_id: str, context_id: str, member: ApprovalRequest, manifest: str, index: int
+) -> Proposal:
     """One member taken in by intake, inside the batch's transaction; its refusals name the member."""
     submission = ProposalSubmission(task_id=task_id, context_id=context_id, request=member)
     try:
@@ -206,10 +209,10 @@ def _rule_or_refusal(proposals: list[Proposal]) -> Rule:
     pins = through.objects.filter(proposal_id__in=[p.pk for p in proposals]).select_related(
         "policyversion__policy"
     )
-    versions_of: dict = {}
+    versions_of: dict[Any, list[PolicyVersion]] = {}
     for pin in pins:
         versions_of.setdefault(pin.proposal_id, []).append(pin.policyversion)
-    rules: list[tuple[str, dict]] = []
+    rules: list[tuple[str, dict[str, Any]]] = []
     for index, proposal in enumerate(proposals):
         versions = versions_of.get(proposal.pk, [])
         if proposal.requirements.get("tenant_default") or not versions:
@@ -258,7 +261,7 @@ def _check_against_rule(rule: Rule, proposals: list[Proposal]) -> None:
 # Changes by the agent before the decision
 
 
-def withdraw_member(agent: Agent, batch_pk, request_id: str) -> Batch:
+def withdraw_member(agent: Agent, batch_pk: Any, request_id: str) -> Batch:
     """Take a member that still waits for people out of the batch: it is cancelled, the manifest gets a
     new digest, and the votes on the members still waiting are void."""
     with transaction.atomic(durable=True):
@@ -281,7 +284,7 @@ def withdraw_member(agent: Agent, batch_pk, request_id: str) -> Batch:
     return batch
 
 
-def add_member(agent: Agent, batch_pk, member: ApprovalRequest) -> tuple[Batch, Proposal]:
+def add_member(agent: Agent, batch_pk: Any, member: ApprovalRequest) -> tuple[Batch, Proposal]:
     """Add a member to a batch still waiting for people: intake takes it in as at submission, the batch
     is checked against its rule again, the manifest gets a new digest and the votes on it are void."""
     with transaction.atomic(durable=True):
@@ -318,7 +321,7 @@ def add_member(agent: Agent, batch_pk, member: ApprovalRequest) -> tuple[Batch, 
     return batch, proposal
 
 
-def _lock_for_agent(agent: Agent, batch_pk) -> Batch:
+def _lock_for_agent(agent: Agent, batch_pk: Any) -> Batch:
     batch = Batch.objects.select_for_update().filter(pk=batch_pk, agent=agent).first()
     if batch is None:
         raise NotFound("not_found", "no such batch for this agent")
@@ -327,7 +330,7 @@ def _lock_for_agent(agent: Agent, batch_pk) -> Batch:
     return batch
 
 
-def _new_manifest(batch: Batch, *, actor: str, change: dict) -> str:
+def _new_manifest(batch: Batch, *, actor: str, change: dict[str, Any]) -> str:
     """The manifest of the members in the batch now: its digest on the batch and on every member still
     in it (what their decisions will name), and the votes on the members still waiting void (they were
     given for another manifest). In the caller's transaction, the batch row locked."""
@@ -375,7 +378,7 @@ class BatchVote:
     manifest: str
 
 
-def lock_batch_for(batch_pk, actor) -> tuple[Batch, str]:
+def lock_batch_for(batch_pk: Any, actor: Any) -> tuple[Batch, str]:
     """The batch row locked, if `actor` belongs to its tenant; NotFound otherwise (outsiders learn
     nothing). With the actor's role. Call inside transaction.atomic."""
     batch = Batch.objects.select_for_update().filter(pk=batch_pk).first()
@@ -386,8 +389,8 @@ def lock_batch_for(batch_pk, actor) -> tuple[Batch, str]:
 
 
 def cast_batch_vote(
-    batch_pk,
-    actor,
+    batch_pk: Any,
+    actor: Any,
     *,
     verdict: str,
     manifest_seen: str,
@@ -422,13 +425,22 @@ def cast_batch_vote(
 class _RefusedAfterRecord(Exception):
     """A refusal whose audit event must commit (a failed factor): raised after the transaction."""
 
-    def __init__(self, error: ServiceError):
+    def __init__(self, error: ServiceError) -> None:
         super().__init__(error.message)
         self.error = error
 
 
 def _vote(
-    batch, actor, role, verdict, manifest_seen, approve, reason, step_up, page_hash, clock
+    batch: Batch,
+    actor: Any,
+    role: str,
+    verdict: str,
+    manifest_seen: str,
+    approve: list[str] | None,
+    reason: str,
+    step_up: StepUp | None,
+    page_hash: str,
+    clock: datetime,
 ) -> BatchVote:
     if batch.revoked_at is not None:
         raise VoteRefused("not_open", "No decision is open here: this batch was revoked.")
@@ -475,11 +487,12 @@ def _vote(
                 f"member {member.position} ({proposal.request_id}): {refusal.message}",
                 refusal.field,
             )
-    steps = {}
+    steps: dict[Any, tuple[str, datetime, dict[str, Any]]] = {}
     for _, proposal, _slots in waiting:
         step, step_refusal = check_step_up(proposal, actor, step_up)
         if step_refusal is not None:
             raise _RefusedAfterRecord(step_refusal)
+        assert step is not None  # no refusal: check_step_up returned the step
         steps[proposal.pk] = (*step, auth_detail(step_up))
     excluded: list[str] = []
     votes: list[Vote] = []
@@ -546,7 +559,7 @@ def break_glass_allowed(proposal: Proposal) -> bool:
     return member is not None and bool(member.batch.rule.get("break_glass"))
 
 
-def may_revoke_batch(batch: Batch, user, role: str) -> bool:
+def may_revoke_batch(batch: Batch, user: Any, role: str) -> bool:
     """A tenant admin, or a person who approved one of its members."""
     if role == TenantMembership.Role.ADMIN:
         return True
@@ -555,7 +568,7 @@ def may_revoke_batch(batch: Batch, user, role: str) -> bool:
     ).exists()
 
 
-def revoke_batch(batch_pk, actor, *, reason: str) -> Batch:
+def revoke_batch(batch_pk: Any, actor: Any, *, reason: str) -> Batch:
     """Take the whole batch back: every released member whose decision was not consumed is revoked
     (its consume is refused from now on), every member still waiting is cancelled. Members already
     started are left as they are (record a compensation note on their pages)."""

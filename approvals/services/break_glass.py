@@ -20,11 +20,11 @@ from approvals import events
 from approvals.models import BreakGlassRelease, Decision, PostHocReview, Proposal, Vote
 from approvals.policy import break_glass
 from approvals.selectors import VoterSlots, lock_proposal_with_role
+from approvals.services.batches import break_glass_allowed
 from approvals.services.common import proposal_subject
 from approvals.services.decisions import issue_decision
 from approvals.services.lifecycle import expire_proposal, transition
 from approvals.services.quorum import count_quorum
-from approvals.services.batches import break_glass_allowed
 from approvals.services.votes import refusal_to_vote
 from approvals.services.votes.step_up import check_step_up
 from approvals.states import State

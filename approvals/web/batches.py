@@ -5,12 +5,14 @@ that changed since is refused (`stale_manifest`)."""
 
 import hashlib
 from collections import Counter
+from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 from django import forms
 from django.contrib import messages
 from django.db.models import Count
-from django.http import Http404
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.utils import timezone
@@ -53,23 +55,25 @@ class BatchDecisionForm(forms.Form):
     )
     otp_code = one_time_code_field()
 
-    def __init__(self, *args, waiting: list[str] = (), **kwargs):
+    def __init__(self, *args: Any, waiting: Sequence[str] = (), **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["approve"].choices = [(request_id, request_id) for request_id in waiting]
+        approve = self.fields["approve"]
+        assert isinstance(approve, forms.MultipleChoiceField)
+        approve.choices = [(request_id, request_id) for request_id in waiting]
 
-    def clean_otp_code(self):
+    def clean_otp_code(self) -> str:
         return normalized_code(self.cleaned_data.get("otp_code"))
 
 
 class BatchRevokeForm(forms.Form):
     reason = forms.CharField(label="Why revoke it", max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("auto_id", "revoke_%s")  # shares the page with the decision form's `reason`
         super().__init__(*args, **kwargs)
 
 
-def _batch_for_reviewer(request, batch_pk) -> tuple[Batch, str]:
+def _batch_for_reviewer(request: HttpRequest, batch_pk: Any) -> tuple[Batch, str]:
     batch = Batch.objects.select_related("agent", "tenant").filter(pk=batch_pk).first()
     role = tenant_role(request.user, batch.tenant_id) if batch is not None else None
     if batch is None or role is None:
@@ -77,7 +81,7 @@ def _batch_for_reviewer(request, batch_pk) -> tuple[Batch, str]:
     return batch, role
 
 
-def _rows(batch: Batch) -> list[dict]:
+def _rows(batch: Batch) -> list[dict[str, Any]]:
     members = list(batch.members.select_related("proposal").order_by("position"))
     proposals = [m.proposal for m in members]
     keys = Counter(
@@ -116,7 +120,7 @@ def _rows(batch: Batch) -> list[dict]:
     return rows
 
 
-def _differences(rows: list[dict]) -> tuple[list[dict], list[str]]:
+def _differences(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
     """The arguments whose values differ between the members in the manifest (a column each, and the
     tool when the members use several), and those that are the same for all (shown once)."""
     actions = [row["proposal"].action for row in rows if row["in_manifest"]]
@@ -143,7 +147,15 @@ def _differences(rows: list[dict]) -> tuple[list[dict], list[str]]:
     return same, labels
 
 
-def batch_context(batch: Batch, user, role: str, *, form=None, revoke_form=None, notice: str = "") -> dict:
+def batch_context(
+    batch: Batch,
+    user: Any,
+    role: str,
+    *,
+    form: BatchDecisionForm | None = None,
+    revoke_form: BatchRevokeForm | None = None,
+    notice: str = "",
+) -> dict[str, Any]:
     rows = _rows(batch)
     same, varying_labels = _differences(rows)
     in_manifest = [row["proposal"] for row in rows if row["in_manifest"]]
@@ -201,7 +213,7 @@ def batch_context(batch: Batch, user, role: str, *, form=None, revoke_form=None,
     }
 
 
-def page_hash(context: dict) -> str:
+def page_hash(context: dict[str, Any]) -> str:
     """sha256 of the members' table as rendered: the audit records what the reviewer was shown."""
     html = render_to_string("approvals/batch.html#members", context)
     return "sha256:" + hashlib.sha256(html.encode()).hexdigest()
@@ -209,14 +221,14 @@ def page_hash(context: dict) -> str:
 
 @require_GET
 @verified_required
-def batch_page(request, batch_pk):
+def batch_page(request: HttpRequest, batch_pk: Any) -> HttpResponse:
     batch, role = _batch_for_reviewer(request, batch_pk)
     return render(request, "approvals/batch.html", batch_context(batch, request.user, role))
 
 
 @require_POST
 @verified_required
-def decide_batch(request, batch_pk):
+def decide_batch(request: HttpRequest, batch_pk: Any) -> HttpResponse:
     batch, role = _batch_for_reviewer(request, batch_pk)
     waiting = list(
         batch.members.filter(
@@ -266,7 +278,7 @@ def decide_batch(request, batch_pk):
 
 @require_POST
 @verified_required
-def revoke_batch_view(request, batch_pk):
+def revoke_batch_view(request: HttpRequest, batch_pk: Any) -> HttpResponse:
     batch, role = _batch_for_reviewer(request, batch_pk)
     form = BatchRevokeForm(request.POST)
     if form.is_valid():

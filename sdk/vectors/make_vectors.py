@@ -400,8 +400,14 @@ def manifest_of(member_digests: list[str]) -> str:
 
 def manifest_cases() -> list[dict[str, Any]]:
     """Members' actions in order, their digests, the canonical list and the manifest digest."""
-    second = {"tool": "payments.refund", "arguments": {"order_id": "1183", "amount": "25.00", "currency": "EUR"}}
-    third = {"tool": "payments.refund", "arguments": {"order_id": "1184", "amount": "9.90", "currency": "EUR"}}
+    second = {
+        "tool": "payments.refund",
+        "arguments": {"order_id": "1183", "amount": "25.00", "currency": "EUR"},
+    }
+    third = {
+        "tool": "payments.refund",
+        "arguments": {"order_id": "1184", "amount": "9.90", "currency": "EUR"},
+    }
     cases = []
     for name, actions in (
         ("two members", [ACTION, second]),

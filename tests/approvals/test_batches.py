@@ -28,7 +28,11 @@ BATCH_RULE = {"max_members": 25, "max_total": {"EUR": "1000.00"}}
 def batch_policy(tenant):
     """Refunds need one finance approval; up to 25 may be batched, EUR 1000 in all."""
     return factories.make_policy(
-        tenant, "refunds", tool_pattern="payments.refund", thresholds=[{"group": "finance", "count": 1}], batch=BATCH_RULE
+        tenant,
+        "refunds",
+        tool_pattern="payments.refund",
+        thresholds=[{"group": "finance", "count": 1}],
+        batch=BATCH_RULE,
     )
 
 
@@ -130,7 +134,9 @@ def test_a_manifest_digest_that_does_not_match_its_members_is_refused(client, ag
 
 def test_a_member_that_repeats_another_is_refused(client, agent, batch_policy):
     member_list = members(2)
-    twin = approval_request(action=member_list[0]["action"], request_id="refund-again", consequences=REVERSIBLE)
+    twin = approval_request(
+        action=member_list[0]["action"], request_id="refund-again", consequences=REVERSIBLE
+    )
     member_list.append(twin)
     _refused(client, batch_body(member_list), "duplicate_member", "members.2")
 
@@ -164,13 +170,19 @@ def test_a_tool_no_policy_matches_is_refused(client, agent, tenant):
 
 
 def test_irreversible_actions_are_not_batched_unless_the_rule_says_so(client, agent, tenant):
-    factories.make_policy(tenant, "refunds", tool_pattern="payments.refund", reversibility="R3", batch=BATCH_RULE)
+    factories.make_policy(
+        tenant, "refunds", tool_pattern="payments.refund", reversibility="R3", batch=BATCH_RULE
+    )
     _refused(client, batch_body(members(2)), "not_batchable", "members.0.action.tool")
 
 
 def test_irreversible_actions_are_batched_where_the_rule_allows_them(client, agent, tenant):
     factories.make_policy(
-        tenant, "refunds", tool_pattern="payments.refund", reversibility="R3", batch={**BATCH_RULE, "irreversible": True}
+        tenant,
+        "refunds",
+        tool_pattern="payments.refund",
+        reversibility="R3",
+        batch={**BATCH_RULE, "irreversible": True},
     )
     submitted(client, members(2))
 
@@ -248,7 +260,11 @@ def test_an_outsider_cannot_vote_on_a_batch(client, agent, batch_policy, outside
 @pytest.fixture
 def two_person_policy(tenant):
     return factories.make_policy(
-        tenant, "refunds", tool_pattern="payments.refund", thresholds=[{"group": "finance", "count": 2}], batch=BATCH_RULE
+        tenant,
+        "refunds",
+        tool_pattern="payments.refund",
+        thresholds=[{"group": "finance", "count": 2}],
+        batch=BATCH_RULE,
     )
 
 
@@ -318,12 +334,20 @@ def test_a_decided_member_cannot_be_withdrawn(client, agent, batch_policy, revie
 
 
 def test_a_subset_is_approved_where_allowed_with_its_own_manifest(client, agent, tenant, reviewer_a):
-    factories.make_policy(tenant, "refunds", tool_pattern="payments.refund", batch={**BATCH_RULE, "partial": True})
+    factories.make_policy(
+        tenant, "refunds", tool_pattern="payments.refund", batch={**BATCH_RULE, "partial": True}
+    )
     body = submitted(client, members(3))
     result = batch_vote(
-        body["batch"], reviewer_a, body["manifest_digest"], approve=["refund-1000", "refund-1002"], reason="1001 is a duplicate"
+        body["batch"],
+        reviewer_a,
+        body["manifest_digest"],
+        approve=["refund-1000", "refund-1002"],
+        reason="1001 is a duplicate",
     )
-    chosen = list(Proposal.objects.filter(request_id__in=["refund-1000", "refund-1002"]).order_by("request_id"))
+    chosen = list(
+        Proposal.objects.filter(request_id__in=["refund-1000", "refund-1002"]).order_by("request_id")
+    )
     assert result.manifest == manifest_digest([p.action_digest for p in chosen])
     for proposal in chosen:
         assert proposal.state == State.APPROVED
@@ -337,7 +361,9 @@ def test_a_subset_is_approved_where_allowed_with_its_own_manifest(client, agent,
 def test_a_subset_is_refused_where_the_policy_allows_none(client, agent, batch_policy, reviewer_a):
     body = submitted(client, members(3))
     with pytest.raises(VoteRefused) as refused:
-        batch_vote(body["batch"], reviewer_a, body["manifest_digest"], approve=["refund-1000"], reason="only one")
+        batch_vote(
+            body["batch"], reviewer_a, body["manifest_digest"], approve=["refund-1000"], reason="only one"
+        )
     assert refused.value.code == "partial_not_allowed"
     assert not Vote.objects.exists()
 
@@ -396,19 +422,29 @@ def test_the_page_approves_the_batch_with_one_code(client, agent, batch_policy, 
     browser = factories.verified_client(reviewer_a)
     response = browser.post(
         f"/batches/{body['batch']}/decide",
-        {"action": "approve", "manifest": body["manifest_digest"], "otp_code": factories.totp_code(reviewer_a)},
+        {
+            "action": "approve",
+            "manifest": body["manifest_digest"],
+            "otp_code": factories.totp_code(reviewer_a),
+        },
     )
     assert response.status_code == 302, response.content.decode()[:2000]
     assert set(Proposal.objects.values_list("state", flat=True)) == {State.APPROVED}
     assert Vote.objects.exclude(page_hash="").count() == 3
 
 
-def test_the_page_refuses_a_vote_on_the_manifest_it_rendered_before_a_change(client, agent, batch_policy, reviewer_a):
+def test_the_page_refuses_a_vote_on_the_manifest_it_rendered_before_a_change(
+    client, agent, batch_policy, reviewer_a
+):
     body = submitted(client, members(3))
     withdraw_member(agent, body["batch"], "refund-1001")
     response = factories.verified_client(reviewer_a).post(
         f"/batches/{body['batch']}/decide",
-        {"action": "approve", "manifest": body["manifest_digest"], "otp_code": factories.totp_code(reviewer_a)},
+        {
+            "action": "approve",
+            "manifest": body["manifest_digest"],
+            "otp_code": factories.totp_code(reviewer_a),
+        },
     )
     assert response.status_code == 403
     assert "the batch changed since you loaded it" in response.content.decode()

@@ -106,9 +106,9 @@ from reviewer_gate.decision import (
     check_policy,
     check_request_deadline,
     decision_from_claims,
-    manifest_digest,
     decision_token_from_metadata,
     epoch_seconds,
+    manifest_digest,
 )
 from reviewer_gate.keys import JWKSKeySource, KeySource, StaticKeySource
 from reviewer_gate.used_stores import MemoryUsedStore, SQLiteUsedStore, UsedDecisionStore
