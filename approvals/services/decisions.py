@@ -119,6 +119,7 @@ def issue_decision(
             "tool": proposal.tool,
             "summary": proposal.summary[:200],
             "amount": _amount_words(proposal.action.get("arguments") or {}),
+            **({"manifest": proposal.manifest_digest} if proposal.manifest_digest else {}),
         },
     )
     enqueue_message(

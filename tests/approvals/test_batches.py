@@ -485,3 +485,56 @@ def test_reviewer_computes_the_manifest_digest_of_the_shared_vectors():
     vectors = json.loads((Path(__file__).resolve().parents[2] / "sdk/vectors/manifests.json").read_text())
     for case in vectors["cases"]:
         assert manifest_digest(case["member_digests"]) == case["manifest_digest"], case["name"]
+
+
+# --- break-glass on a member ------------------------------------------------------------------------
+
+GLASS = {
+    "people": ["reviewer_a"],
+    "per_week": 3,
+    "amount_cap": "500.00",
+    "currency": "EUR",
+    "review_hours": 24,
+}
+
+
+@pytest.mark.parametrize("allowed", [False, True], ids=["not-allowed", "allowed"])
+def test_a_member_is_released_alone_by_break_glass_only_where_the_batch_rule_says_so(
+    client, agent, tenant, requester, reviewer_a, reviewer_b, reviewer_c, admin_user, allowed
+):
+    from approvals.services.break_glass import break_glass_release
+
+    factories.make_policy(
+        tenant,
+        "refunds",
+        tool_pattern="payments.refund",
+        thresholds=[{"group": "finance", "count": 2}],
+        break_glass=GLASS,
+        batch={**BATCH_RULE, "break_glass": allowed},
+    )
+    submitted(client, members(2))
+    proposal = Proposal.objects.get(request_id="refund-1000")
+    release = lambda: break_glass_release(  # noqa: E731
+        proposal.id,
+        reviewer_a,
+        reason="charged twice now",
+        digest_seen=proposal.action_digest,
+        step_up=fresh_step_up(reviewer_a),
+    )
+    if allowed:
+        release()
+        proposal.refresh_from_db()
+        assert proposal.state == State.APPROVED
+        assert claims_of(proposal)["manifest"] == proposal.manifest_digest
+    else:
+        with pytest.raises(Exception) as refused:
+            release()
+        assert getattr(refused.value, "code", None) == "batch_member"
+        assert Proposal.objects.get(pk=proposal.pk).state == State.AWAITING_REVIEW
+
+
+def test_the_signed_decision_event_names_the_manifest(client, agent, batch_policy, reviewer_a):
+    body = submitted(client, members(2))
+    batch_vote(body["batch"], reviewer_a, body["manifest_digest"])
+    signed = AuditEvent.objects.filter(verb=Verb.DECISION_SIGNED)
+    assert [event.data["manifest"] for event in signed] == [body["manifest_digest"]] * 2
