@@ -538,3 +538,25 @@ def test_the_signed_decision_event_names_the_manifest(client, agent, batch_polic
     batch_vote(body["batch"], reviewer_a, body["manifest_digest"])
     signed = AuditEvent.objects.filter(verb=Verb.DECISION_SIGNED)
     assert [event.data["manifest"] for event in signed] == [body["manifest_digest"]] * 2
+
+
+# --- the admin: read only ----------------------------------------------------------------------------
+
+
+def test_a_tenant_admin_reads_a_batch_in_the_admin_and_cannot_change_it(
+    client, agent, batch_policy, admin_user
+):
+    from django.contrib.auth.models import Permission
+
+    body = submitted(client, members(2))
+    admin_user.is_staff = True
+    admin_user.save(update_fields=["is_staff"])
+    admin_user.user_permissions.set(Permission.objects.filter(content_type__app_label="approvals"))
+    staff = factories.verified_client(admin_user)
+    listed = staff.get("/admin/approvals/batch/")
+    assert listed.status_code == 200
+    assert [str(b.pk) for b in listed.context["cl"].result_list] == [body["batch"]]
+    page = staff.get(f"/admin/approvals/batch/{body['batch']}/change/")
+    assert page.status_code == 200
+    assert "Refunds after the outage" in page.content.decode()
+    assert staff.get("/admin/approvals/batch/add/").status_code == 403
