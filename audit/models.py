@@ -134,6 +134,10 @@ class Verb(models.TextChoices):
     PUSH_DEVICE_ADDED = "push_device.added"
     PUSH_DEVICE_REMOVED = "push_device.removed"
     PERSON_ERASED = "person.erased"
+    BATCH_SUBMITTED = "batch.submitted"
+    BATCH_CHANGED = "batch.changed"
+    BATCH_VOTED = "batch.voted"
+    BATCH_REVOKED = "batch.revoked"
 
 
 class AuditEventQuerySet(AppendOnlyQuerySet):

@@ -187,6 +187,14 @@ class PolicyVersion(models.Model):
         help_text="emergency single-approver release for named people under a weekly budget and an "
         "amount cap; each use needs two post-hoc reviews by other people",
     )
+    # Batches (approvals/policy/batching.py): {} for never batched, else {"max_members": N, "max_total":
+    # {"EUR": "1000.00"}, "partial": bool, "irreversible": bool, "break_glass": bool}.
+    batch = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="whether the matched tools may be asked about in a batch decided on one page, up to how "
+        "many members and what total per currency, and whether a subset may be approved",
+    )
     # Chasing and chat (approvals/policy/notifications.py): {} for none, else {"reminders": [50, 80]
     # (percent of the TTL), "escalation": {"before_expiry_seconds": N, "group": "<slug>"} or {..., "people":
     # [usernames]}, "at_expiry": "expire_closed" | "expire_closed_tell_admins", "chat_decisions": bool}.

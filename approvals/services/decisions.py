@@ -91,6 +91,9 @@ def issue_decision(
     claims["action"] = proposal.action
     claims["replaces"] = supersession_chain(proposal)
     claims["policies"] = policy_refs
+    if proposal.manifest_digest:
+        # A batch member: the manifest it was decided under (docs/agents/batches.md).
+        claims["manifest"] = proposal.manifest_digest
     decision.token, decision.kid = sign_decision(claims)
     insert_held(decision)  # with intake's other writes (approvals/storage/rows.py)
     record(
@@ -116,6 +119,7 @@ def issue_decision(
             "tool": proposal.tool,
             "summary": proposal.summary[:200],
             "amount": _amount_words(proposal.action.get("arguments") or {}),
+            **({"manifest": proposal.manifest_digest} if proposal.manifest_digest else {}),
         },
     )
     enqueue_message(

@@ -1,6 +1,7 @@
 """Taking in an agent's proposal: validation, replay, supersession, the quota rows' lock and the one read
 (read.py), the quotas (approvals/services/quotas.py), policy and routing (routing.py)."""
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import rfc8785
@@ -40,6 +41,44 @@ def submit_proposal(
     policy makes here from the answer, so its continuation is held (ANSWERED_CONTINUATION_DELAY_SECONDS)
     instead of sent right after the commit."""
     request = submission.request
+    try:
+        with transaction.atomic(durable=True):
+            taken = take_in(agent, submission, via=via, decision_in_answer=decision_in_answer)
+    except IntegrityError:
+        # The same request arrived twice at once (push and REST): the other one created it.
+        existing = Proposal.objects.filter(
+            agent=agent, task_id=submission.task_id, request_id=request.request_id
+        ).first()
+        if existing is None:
+            raise
+        return _same_request_or_error(existing, request), False
+    if taken.refused is not None:
+        # Raised after the commit: the refusal's count and audit event stay, and nothing else was written.
+        raise taken.refused
+    return taken.proposal, taken.created
+
+
+@dataclass
+class Taken:
+    """What take_in did: the proposal (new, or the one already known), and the quota refusal to raise
+    after the commit (its count and audit event are written; the proposal is not)."""
+
+    proposal: Proposal
+    created: bool
+    refused: ServiceError | None = None
+
+
+def take_in(
+    agent: Agent,
+    submission: ProposalSubmission,
+    *,
+    via: str,
+    decision_in_answer: bool = False,
+    manifest: str = "",
+) -> Taken:
+    """submit_proposal's work inside the caller's transaction: a batch takes its members in, all or
+    nothing, in one (approvals/services/batches.py). `manifest`: a batch member's manifest digest."""
+    request = submission.request
     if request.agent and request.agent != agent.slug:
         raise IntakeError(
             "wrong_agent",
@@ -76,81 +115,71 @@ def submit_proposal(
         refusal = IntakeError("already_expired", "expires_at is in the past", "request.expires_at")
 
     refused = None
-    try:
-        # The proposal's audit events (submitted, evaluated, its transition, the decision) in one INSERT,
-        # and the writes after the reads held for one round trip (lib/storage/held_writes.py): the quota rows'
-        # lock, which every intake of the tenant waits for, is held for fewer round trips.
-        with transaction.atomic(durable=True), held_writes(), recorded_together():
-            proposal = Proposal(
-                tenant=agent.tenant,  # the agent's, already read: policy evaluation needs it again
-                agent=agent,
-                task_id=submission.task_id,
-                context_id=submission.context_id,
-                request_id=request.request_id,
-                summary=request.summary,
-                action=request.action,
-                action_canonical=canonical,
-                action_digest=recomputed,
-                tool=request.action["tool"],
-                target_key=target_key(request.action),
-                principal_id=request.principal.id,
-                principal_display=request.principal.display,
-                agent_version=request.agent_version,
-                consequences=request.consequences,
-                diff=[d.model_dump() for d in request.diff],
-                evidence=[e.model_dump() for e in request.evidence],
+    # The proposal's audit events (submitted, evaluated, its transition, the decision) in one INSERT,
+    # and the writes after the reads held for one round trip (lib/storage/held_writes.py): the quota rows'
+    # lock, which every intake of the tenant waits for, is held for fewer round trips.
+    with held_writes(), recorded_together():
+        proposal = Proposal(
+            tenant=agent.tenant,  # the agent's, already read: policy evaluation needs it again
+            agent=agent,
+            task_id=submission.task_id,
+            context_id=submission.context_id,
+            request_id=request.request_id,
+            summary=request.summary,
+            action=request.action,
+            action_canonical=canonical,
+            action_digest=recomputed,
+            tool=request.action["tool"],
+            target_key=target_key(request.action),
+            principal_id=request.principal.id,
+            principal_display=request.principal.display,
+            agent_version=request.agent_version,
+            consequences=request.consequences,
+            diff=[d.model_dump() for d in request.diff],
+            evidence=[e.model_dump() for e in request.evidence],
+            manifest_digest=manifest,
+        )
+        # First, before any read intake decides on: the quota rows' lock, so that the counts read
+        # with it see every proposal the intakes before this one committed (services/quotas.py).
+        hold, found = hold_and_read(agent, proposal, created_at)
+        old = None
+        if request.supersedes:
+            # Lock the request this one replaces (after the quota rows, as before any change of it).
+            old = (
+                Proposal.objects.select_for_update()
+                .filter(agent=agent, task_id=submission.task_id, request_id=request.supersedes)
+                .first()
             )
-            # First, before any read intake decides on: the quota rows' lock, so that the counts read
-            # with it see every proposal the intakes before this one committed (services/quotas.py).
-            hold, found = hold_and_read(agent, proposal, created_at)
-            old = None
-            if request.supersedes:
-                # Lock the request this one replaces (after the quota rows, as before any change of it).
-                old = (
-                    Proposal.objects.select_for_update()
-                    .filter(agent=agent, task_id=submission.task_id, request_id=request.supersedes)
-                    .first()
-                )
-            if found.existing_id is not None:
-                return _same_request_or_error(Proposal.objects.get(pk=found.existing_id), request), False
-            if refusal:
-                raise refusal
-            if found.halt_id is not None:
-                refuse_halted(Halt.objects.get(pk=found.halt_id))
-            if request.supersedes:
-                _check_supersedable(old, request.supersedes)
-                proposal.supersedes = old
-            evaluation = evaluate_proposal(
-                proposal, found, requested_expiry=request.expires_at, created_at=created_at
-            )
-            refused = spend_or_refuse(
-                hold,
-                found.open_counts,
-                waiting=target_state(evaluation) == State.AWAITING_REVIEW,
-                now=created_at,
+        if found.existing_id is not None:
+            existing = Proposal.objects.get(pk=found.existing_id)
+            return Taken(_same_request_or_error(existing, request), created=False)
+        if refusal:
+            raise refusal
+        if found.halt_id is not None:
+            refuse_halted(Halt.objects.get(pk=found.halt_id))
+        if request.supersedes:
+            _check_supersedable(old, request.supersedes)
+            proposal.supersedes = old
+        evaluation = evaluate_proposal(
+            proposal, found, requested_expiry=request.expires_at, created_at=created_at
+        )
+        refused = spend_or_refuse(
+            hold,
+            found.open_counts,
+            waiting=target_state(evaluation) == State.AWAITING_REVIEW,
+            now=created_at,
+            via=via,
+        )
+        if refused is None:
+            proposal = store_and_route(
+                proposal,
+                evaluation,
+                old,
                 via=via,
+                supersedes=request.supersedes,
+                decision_in_answer=decision_in_answer,
             )
-            if refused is None:
-                proposal = store_and_route(
-                    proposal,
-                    evaluation,
-                    old,
-                    via=via,
-                    supersedes=request.supersedes,
-                    decision_in_answer=decision_in_answer,
-                )
-    except IntegrityError:
-        # The same request arrived twice at once (push and REST): the other one created it.
-        existing = Proposal.objects.filter(
-            agent=agent, task_id=submission.task_id, request_id=request.request_id
-        ).first()
-        if existing is None:
-            raise
-        return _same_request_or_error(existing, request), False
-    if refused is not None:
-        # Raised after the commit: the refusal's count and audit event stay, and nothing else was written.
-        raise refused
-    return proposal, True
+    return Taken(proposal, created=refused is None, refused=refused)
 
 
 def record_intake_refusal(

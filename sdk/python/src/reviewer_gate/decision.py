@@ -53,6 +53,9 @@ class VerifiedDecision:
     # reviewer edited it (`edited`): then execute this action, never the original one.
     action: dict[str, Any] | None = None
     edited: bool = False
+    # A batch member's decision names the manifest it was decided under (the `manifest` claim; the
+    # digest of `manifest_digest`); None for a request asked about alone.
+    manifest: str | None = None
 
     @property
     def approved(self) -> bool:
@@ -127,6 +130,9 @@ def decision_from_claims(claims: dict[str, Any]) -> VerifiedDecision:
     consume = claims.get("consume", False)
     if not isinstance(consume, bool):
         raise GateError("bad_claim", "consume must be a boolean")
+    manifest = claims.get("manifest")
+    if manifest is not None and not (isinstance(manifest, str) and manifest.startswith("sha256:")):
+        raise GateError("bad_claim", "manifest must be a sha256: digest")
     return VerifiedDecision(
         jti=jti,
         decision=claims["decision"],
@@ -145,6 +151,7 @@ def decision_from_claims(claims: dict[str, Any]) -> VerifiedDecision:
         expires_at=int(claims["exp"]),
         claims=dict(claims),
         action=claims.get("action") if isinstance(claims.get("action"), dict) else None,
+        manifest=manifest,
     )
 
 
@@ -211,6 +218,12 @@ def action_digest(action: dict[str, Any]) -> str:
     """`sha256:` + hex SHA-256 of the RFC 8785 (JCS) form of the action: key order does not matter,
     Unicode is kept as is, and `"40.00"` differs from `40.0` (send amounts as strings)."""
     return "sha256:" + hashlib.sha256(rfc8785.dumps(action)).hexdigest()
+
+
+def manifest_digest(member_digests: list[str]) -> str:
+    """A batch's manifest digest: `sha256:` + hex SHA-256 of the RFC 8785 form of the list of its
+    members' action digests, in the batch's order (docs/agents/batches.md)."""
+    return "sha256:" + hashlib.sha256(rfc8785.dumps(list(member_digests))).hexdigest()
 
 
 def approval_request_metadata(request: dict[str, Any]) -> dict[str, Any]:

@@ -113,6 +113,7 @@ from reviewer_gate.decision import (
     decision_from_claims,
     decision_token_from_metadata,
     epoch_seconds,
+    manifest_digest,
 )
 from reviewer_gate.keys import JWKSKeySource, KeySource, StaticKeySource
 from reviewer_gate.used_stores import MemoryUsedStore, SQLiteUsedStore, UsedDecisionStore
@@ -136,6 +137,7 @@ __all__ = [
     "action_digest",
     "approval_request_metadata",
     "decision_token_from_metadata",
+    "manifest_digest",
 ]
 
 logger = logging.getLogger(__name__)
