@@ -22,7 +22,8 @@ from django.utils import timezone
 
 from approvals.a2a import outbound
 from approvals.models.notifications import TeamsChannel, TeamsPost
-from approvals.notify.common import notify_timeout, one_line, proposal_link, when
+from approvals.notify import common
+from approvals.notify.common import notify_timeout, one_line, proposal_link
 from approvals.notify.lanes import Lane
 from approvals.notify.secrets import SecretMissing, read_secret
 from approvals.notify.slack_messages import status_line
@@ -46,24 +47,11 @@ def _runs(text: str) -> dict:
 
 def card(proposal, *, outcome: bool = False) -> dict:
     """The Adaptive Card (schema 1.4, what Teams renders) of a request, or of how it ended."""
-    arguments = proposal.action.get("arguments") or {}
-    facts = [("Action", one_line(proposal.tool, 80))]
-    if arguments.get("amount") not in (None, ""):
-        facts.append(
-            ("Amount", one_line(f"{arguments.get('currency') or ''} {arguments.get('amount')}".strip(), 60))
-        )
-    if proposal.action.get("target"):
-        facts.append(("Target", one_line(str(proposal.action.get("target")), 80)))
-    asker = proposal.principal_display or proposal.principal_id
-    facts += [
-        ("Risk", proposal.risk or "not rated"),
-        ("Reversibility", proposal.reversibility or "unclassified"),
-        ("Asked by", f"{one_line(proposal.agent.name, 60)} for {one_line(asker, 60)}"),
-        ("Expires", when(proposal.expires_at)),
-    ]
+    facts = common.facts(proposal)
     title = "Request closed" if outcome else "Approval requested"
     body = [
         {"type": "TextBlock", "size": "Medium", "weight": "Bolder", "text": title, "wrap": True},
+        _runs(common.headline_line(proposal, 160)),
         _runs(one_line(proposal.summary, 300)),
         *(
             {

@@ -68,7 +68,8 @@ def test_a_new_proposal_posts_one_message_with_reviewers_summary_and_a_link(
     assert posted["unfurl_links"] is False and posted["unfurl_media"] is False
     shown = texts(posted["blocks"])
     for fact in (
-        "Approval requested: payments.refund",
+        "Approval requested: Refund EUR 40.00 \\u00b7 order:1182",  # the page's headline (json-escaped)
+        "Action: payments.refund",
         "Refund EUR 40.00 to order 1182",
         "Amount: EUR 40.00",
         "Target: order:1182",
