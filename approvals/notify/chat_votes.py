@@ -24,13 +24,13 @@ from lib.errors import VoteRefused
 CHAT_DECISIONS_OFF = "chat_decisions_off"
 
 
-def refuse_before_the_code(proposal: Proposal, verdict: str, reason: str) -> None:
-    """Raise VoteRefused for what is wrong with a chat vote whoever's code comes with it (step 1)."""
+def refuse_chat_verdict(proposal: Proposal, verdict: str) -> None:
+    """Raise VoteRefused when no chat may give this verdict on this proposal: its policy does not allow
+    chat decisions, or the verdict is neither approve nor reject. Asked before a form is even shown."""
     if not chat_decisions_allowed(proposal.requirements, proposal.reversibility):
         raise VoteRefused(CHAT_DECISIONS_OFF, "this request's policy does not allow decisions from chat")
     if verdict not in Vote.Verdict.values:
         raise VoteRefused("bad_verdict", "a vote is approve or reject")
-    check_words(verdict, reason=reason)
 
 
 def vote_from_chat(
@@ -38,7 +38,8 @@ def vote_from_chat(
 ) -> Vote:
     """Cast `person`'s vote from a chat: the form first, then the code, then the page's `cast_vote`.
     Raises VoteRefused (or another ServiceError) with the field to show it on."""
-    refuse_before_the_code(proposal, verdict, reason)
+    refuse_chat_verdict(proposal, verdict)  # step 1: nothing here needs the factor
+    check_words(verdict, reason=reason)
     step_up = stepup.step_up_for(person, code, None)  # a fresh code, checked (and spent) as the page does
     return cast_vote(
         proposal.id,

@@ -8,9 +8,9 @@ WEB_PUSH_SERVICE_HOSTS (the browser vendors' push services) and every address it
 outbound rule of approvals/a2a/outbound.py. A push service that answers 404 or 410 has dropped the
 subscription: it is removed.
 
-The payload carries Reviewer's headline and a one-line summary (hidden characters written out, capped), the page
-link and the proposal id as tag: no token, digest or code. Each (proposal, person, reason) is pushed
-once (PushSent).
+The payload carries Reviewer's headline and a one-line summary (hidden characters written out,
+capped), the page link and the proposal id as tag: no token, digest or code. Each (proposal, person,
+reason) is pushed once (PushSent).
 """
 
 import ipaddress

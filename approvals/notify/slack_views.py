@@ -9,8 +9,9 @@ window). Anything else is 401 with an audit event.
 
 A decision from Slack is `chat_votes.vote_from_chat`: the modal's words are checked first (a rejection
 without a reason keeps its code), then the code typed into the modal, then the page's own `cast_vote`:
-the same check of the code, separation of duties, quorum and audit events as the page. It is offered and accepted only where the proposal's policy allows chat decisions
-(approvals/policy/notifications.py): never for R3, never where the policy asks for a passkey.
+the same check of the code, separation of duties, quorum and audit events as the page. It is offered
+and accepted only where the proposal's policy allows chat decisions (approvals/policy/notifications.py):
+never for R3, never where the policy asks for a passkey.
 """
 
 import json

@@ -151,7 +151,9 @@ def amount_words(action: dict, consequences: dict) -> str:
     headline = action_headline(action, consequences)
     if not headline.amount:
         return ""
-    return f"{headline.amount}; currency {headline.currency_note}" if headline.currency_note else headline.amount
+    return (
+        f"{headline.amount}; currency {headline.currency_note}" if headline.currency_note else headline.amount
+    )
 
 
 def may_revoke(proposal: Proposal, user) -> bool:

@@ -12,7 +12,6 @@ import pytest
 from django.core import mail
 
 from approvals.models.notifications import PushSubscription
-from approvals.notify import push
 from approvals.worker import notifications
 from approvals.worker.loop import Worker
 from audit.exports.evidence import build_packet

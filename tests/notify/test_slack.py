@@ -201,7 +201,10 @@ def test_a_chat_rejection_without_a_reason_keeps_its_code_for_the_corrected_moda
     modal = slack.calls_to("views.open")[0]["view"]
     code = totp_code(reviewer_a)
     response = signed_post(client, submission(modal, "U0ALICE", reason="   ", code=code))
-    assert response.json() == {"response_action": "errors", "errors": {"reason": "a rejection needs a reason"}}
+    assert response.json() == {
+        "response_action": "errors",
+        "errors": {"reason": "a rejection needs a reason"},
+    }
     response = signed_post(client, submission(modal, "U0ALICE", reason="duplicate refund", code=code))
     assert response.json() == {"response_action": "clear"}
     proposal.refresh_from_db()
