@@ -15,6 +15,8 @@ A refusal in step 1 leaves the code unchecked: the person fixes the form and sen
 refusal in step 3 comes after the code was checked and spent, as on the page.
 """
 
+from typing import Any
+
 from accounts import stepup
 from approvals.models import Proposal, Vote
 from approvals.policy.notifications import chat_decisions_allowed
@@ -34,7 +36,7 @@ def refuse_chat_verdict(proposal: Proposal, verdict: str) -> None:
 
 
 def vote_from_chat(
-    proposal: Proposal, person, *, verdict: str, digest_seen: str, reason: str, code: str, page_hash: str
+    proposal: Proposal, person: Any, *, verdict: str, digest_seen: str, reason: str, code: str, page_hash: str
 ) -> Vote:
     """Cast `person`'s vote from a chat: the form first, then the code, then the page's `cast_vote`.
     Raises VoteRefused (or another ServiceError) with the field to show it on."""

@@ -25,6 +25,7 @@ import asyncio
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -59,14 +60,14 @@ def https_refusal(url: str) -> str | None:
     return "a Teams URL is an https:// URL (http:// only with NOTIFY_ALLOW_HTTP, for development)"
 
 
-async def _request(method: str, url: str, **options) -> httpx.Response:
+async def _request(method: str, url: str, **options: Any) -> httpx.Response:
     if refusal := https_refusal(url):
         raise httpx.UnsupportedProtocol(refusal)
     async with outbound.async_client(timeout=notify_timeout(), follow_redirects=False) as client:
         return await client.request(method, url, **options)
 
 
-def _call(method: str, url: str, **options) -> httpx.Response:
+def _call(method: str, url: str, **options: Any) -> httpx.Response:
     response = asyncio.run(_request(method, url, **options))
     if not 200 <= response.status_code < 300:
         raise httpx.HTTPStatusError(
@@ -80,7 +81,7 @@ def _call(method: str, url: str, **options) -> httpx.Response:
 
 @dataclass
 class _Keys:
-    by_kid: dict[str, dict]
+    by_kid: dict[str, dict[str, Any]]
     read_at: float
 
 
@@ -88,7 +89,7 @@ _keys: dict[str, _Keys] = {}  # by metadata URL
 _keys_lock = threading.Lock()
 
 
-def _published_keys(refresh: bool = False) -> dict[str, dict]:
+def _published_keys(refresh: bool = False) -> dict[str, dict[str, Any]]:
     url = settings.TEAMS_BOT_OPENID_METADATA_URL
     with _keys_lock:
         cached = _keys.get(url)
@@ -102,12 +103,12 @@ def _published_keys(refresh: bool = False) -> dict[str, dict]:
     return by_kid
 
 
-def _key_for(kid: str) -> dict | None:
+def _key_for(kid: str) -> dict[str, Any] | None:
     key = _published_keys().get(kid)
     return key if key is not None else _published_keys(refresh=True).get(kid)
 
 
-def verified_bot(authorization: str, activity: dict) -> TeamsBot:
+def verified_bot(authorization: str, activity: dict[str, Any]) -> TeamsBot:
     """The enabled bot this activity was sent to, once its token holds (see the module's docstring);
     raises BotRequestRefused otherwise."""
     scheme, _, token = (authorization or "").partition(" ")
@@ -180,14 +181,14 @@ def _activities_url(bot: TeamsBot, conversation_id: str) -> str:
     return f"{bot.service_url.rstrip('/')}/v3/conversations/{quote(conversation_id, safe='')}/activities"
 
 
-def card_activity(adaptive_card: dict) -> dict:
+def card_activity(adaptive_card: dict[str, Any]) -> dict[str, Any]:
     return {
         "type": "message",
         "attachments": [{"contentType": "application/vnd.microsoft.card.adaptive", "content": adaptive_card}],
     }
 
 
-def post_card(bot: TeamsBot, conversation_id: str, adaptive_card: dict) -> str:
+def post_card(bot: TeamsBot, conversation_id: str, adaptive_card: dict[str, Any]) -> str:
     """Post a card to a conversation (a channel); returns the activity id the connector gave it."""
     response = _call(
         "POST",
@@ -198,7 +199,7 @@ def post_card(bot: TeamsBot, conversation_id: str, adaptive_card: dict) -> str:
     return str(response.json().get("id") or "")
 
 
-def update_card(bot: TeamsBot, conversation_id: str, activity_id: str, adaptive_card: dict) -> None:
+def update_card(bot: TeamsBot, conversation_id: str, activity_id: str, adaptive_card: dict[str, Any]) -> None:
     """Replace the card of an activity the bot posted: everyone in the channel sees the new one."""
     _call(
         "PUT",

@@ -15,7 +15,9 @@ proposal's policy allows chat decisions.
 
 import hashlib
 import json
+from typing import Any
 
+from approvals.models import Proposal
 from approvals.notify import common
 from approvals.notify.common import one_line, proposal_link
 from approvals.notify.slack_messages import status_line
@@ -29,28 +31,28 @@ BACK = "reviewer.back"  # the form's cancel: the request's card again
 REASON_INPUT, CODE_INPUT = "reason", "code"
 
 
-def closed(proposal) -> bool:
+def closed(proposal: Proposal) -> bool:
     """No person is asked anything about it any more: its card says how it ended."""
     return proposal.state in TERMINAL or proposal.state not in WAITING_FOR_PEOPLE
 
 
-def _runs(text: str) -> dict:
+def _runs(text: str) -> dict[str, Any]:
     return {"type": "RichTextBlock", "inlines": [{"type": "TextRun", "text": text or " "}]}
 
 
-def _title(text: str) -> dict:
+def _title(text: str) -> dict[str, Any]:
     return {"type": "TextBlock", "size": "Medium", "weight": "Bolder", "text": text, "wrap": True}
 
 
-def _adaptive(body: list[dict], actions: list[dict]) -> dict:
+def _adaptive(body: list[dict[str, Any]], actions: list[dict[str, Any]]) -> dict[str, Any]:
     return {"type": "AdaptiveCard", "$schema": SCHEMA, "version": "1.4", "body": body, "actions": actions}
 
 
-def _review_link(proposal) -> dict:
+def _review_link(proposal: Proposal) -> dict[str, Any]:
     return {"type": "Action.OpenUrl", "title": "Review in Reviewer", "url": proposal_link(proposal)}
 
 
-def card(proposal, *, outcome: bool = False, decide: bool = False) -> dict:
+def card(proposal: Proposal, *, outcome: bool = False, decide: bool = False) -> dict[str, Any]:
     """The card of a request, or of how it ended; `decide`: a bot's card, with Approve and Reject while
     the proposal waits and its policy allows chat decisions."""
     body = [
@@ -91,11 +93,13 @@ def card(proposal, *, outcome: bool = False, decide: bool = False) -> dict:
     return _adaptive(body, actions)
 
 
-def shown_hash(adaptive_card: dict) -> str:
+def shown_hash(adaptive_card: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(adaptive_card, sort_keys=True).encode()).hexdigest()
 
 
-def decision_form(proposal, verdict: str, *, reason: str = "", error: str = "", error_on: str = "") -> dict:
+def decision_form(
+    proposal: Proposal, verdict: str, *, reason: str = "", error: str = "", error_on: str = ""
+) -> dict[str, Any]:
     """The form an Approve or Reject answers with, for the person who clicked: a reason and a fresh
     one-time code. The proposal, the verdict and the digest the person saw travel in the submit's data
     (no secret: the page shows them). After a refusal the form comes back with the reason as typed and
@@ -143,7 +147,7 @@ def decision_form(proposal, verdict: str, *, reason: str = "", error: str = "", 
     )
 
 
-def notice(title: str, text: str, link: tuple[str, str] | None = None) -> dict:
+def notice(title: str, text: str, link: tuple[str, str] | None = None) -> dict[str, Any]:
     """A card that only says something (a link to confirm, a refusal), with at most one link."""
     actions = [{"type": "Action.OpenUrl", "title": link[0], "url": link[1]}] if link else []
     return _adaptive([_title(title), {"type": "TextBlock", "text": text, "wrap": True}], actions)

@@ -22,7 +22,7 @@ import uuid
 from typing import Any
 
 from django.conf import settings
-from django.http import HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
@@ -32,6 +32,7 @@ from approvals.models import Proposal
 from approvals.models.notifications import TeamsBot, TeamsIdentity
 from approvals.notify import teams_cards
 from approvals.notify.chat_votes import CHAT_DECISIONS_OFF, refuse_chat_verdict, vote_from_chat
+from approvals.notify.common import proposal_link
 from approvals.notify.teams_bot import BotRequestRefused, verified_bot
 from approvals.services import teams_links
 from lib.decorators import verified_required
@@ -50,7 +51,7 @@ def _refused(bot: TeamsBot | None, code: str, status: int = 401) -> HttpResponse
 
 @csrf_exempt
 @require_POST
-def messages(request):
+def messages(request: HttpRequest) -> HttpResponse:
     if len(request.body) > BODY_CAP:
         return HttpResponse("too large", status=413)
     try:
@@ -68,25 +69,25 @@ def messages(request):
     return HttpResponse(status=200)  # messages, installs, conversation updates: nothing to do
 
 
-def _answer(card: dict) -> JsonResponse:
+def _answer(card: dict[str, Any]) -> JsonResponse:
     """The invoke response of a Universal Action: the card Teams shows in place of the one acted on."""
     return JsonResponse({"statusCode": 200, "type": CARD, "value": card})
 
 
-def _person(bot: TeamsBot, activity: dict):
+def _person(bot: TeamsBot, activity: dict[str, Any]) -> tuple[str, Any]:
     aad = str((activity.get("from") or {}).get("aadObjectId") or "")
     identity = TeamsIdentity.objects.select_related("user").filter(bot=bot, aad_object_id=aad).first()
     return aad, (identity.user if identity and identity.user.is_active else None)
 
 
-def _uuid(value):
+def _uuid(value: object) -> uuid.UUID | None:
     try:
         return uuid.UUID(str(value))
     except ValueError:
         return None
 
 
-def _card_action(bot: TeamsBot, activity: dict) -> JsonResponse:
+def _card_action(bot: TeamsBot, activity: dict[str, Any]) -> JsonResponse:
     action: dict[str, Any] = (activity.get("value") or {}).get("action") or {}
     verb, data = str(action.get("verb") or ""), action.get("data") or {}
     if not isinstance(data, dict):
@@ -103,10 +104,11 @@ def _card_action(bot: TeamsBot, activity: dict) -> JsonResponse:
                 ("Open Reviewer and confirm", link),
             )
         )
+    proposal_id = _uuid(data.get("proposal"))
     proposal = (
-        Proposal.objects.select_related("agent")
-        .filter(pk=_uuid(data.get("proposal")), tenant_id=bot.tenant_id)
-        .first()
+        None
+        if proposal_id is None
+        else Proposal.objects.select_related("agent").filter(pk=proposal_id, tenant_id=bot.tenant_id).first()
     )
     if proposal is None:
         return _answer(teams_cards.notice("Not found", "No such request."))
@@ -145,13 +147,13 @@ def _card_action(bot: TeamsBot, activity: dict) -> JsonResponse:
 def _refusal_notice(bot: TeamsBot, proposal: Proposal, refusal: ServiceError) -> JsonResponse:
     if refusal.code == CHAT_DECISIONS_OFF:
         teams_links.note_refused_teams_request(bot, CHAT_DECISIONS_OFF, {"proposal": str(proposal.id)})
-    link = ("Review in Reviewer", teams_cards.proposal_link(proposal))
+    link = ("Review in Reviewer", proposal_link(proposal))
     return _answer(teams_cards.notice("Decide on the page", refusal.message, link))
 
 
-@verified_required
+@verified_required  # type: ignore[untyped-decorator]  # lib.decorators is not yet strict
 @require_http_methods(["GET", "POST"])
-def confirm_link(request, token: str):
+def confirm_link(request: HttpRequest, token: str) -> HttpResponse:
     """The person sees which Teams user will act as them, and confirms (POST) or leaves."""
     offer = teams_links.pending_teams_link(token)
     context: dict[str, Any] = {"offer": offer, "error": None, "linked": None}

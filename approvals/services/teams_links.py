@@ -6,6 +6,7 @@ one-time, expires, and is bound to the Teams user it was offered to."""
 import hashlib
 import secrets
 from datetime import timedelta
+from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -42,7 +43,7 @@ def pending_teams_link(token: str) -> TeamsLinkRequest | None:
     return offer
 
 
-def confirm_teams_link(token: str, *, actor) -> TeamsIdentity:
+def confirm_teams_link(token: str, *, actor: Any) -> TeamsIdentity:
     """The signed-in person takes the Teams user the link was offered to. Refused if the link is used,
     expired or unknown, if the person is not a member of the bot's tenant, or if either side is already
     linked to someone else."""
@@ -76,7 +77,7 @@ def confirm_teams_link(token: str, *, actor) -> TeamsIdentity:
     return identity
 
 
-def note_refused_teams_request(bot: TeamsBot | None, code: str, detail: dict | None = None) -> None:
+def note_refused_teams_request(bot: TeamsBot | None, code: str, detail: dict[str, Any] | None = None) -> None:
     """A request from Teams refused (no or a bad token, a decision chat may not take)."""
     with transaction.atomic(durable=True):
         record(
