@@ -58,7 +58,7 @@ def messages(request: HttpRequest) -> HttpResponse:
         activity = json.loads(request.body)
         if not isinstance(activity, dict):
             raise ValueError("an activity is a JSON object")
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nesting deeper than Python's
         return _refused(None, "malformed", 400)
     try:
         bot = verified_bot(request.headers.get("Authorization", ""), activity)

@@ -285,3 +285,12 @@ def test_a_teams_webhook_or_connector_on_plain_http_is_refused_unless_allowed(
     Worker().tick()
     assert bot_framework.posted == []
     assert TeamsPost.objects.get().attempts == 1  # refused before any connection, retried later
+
+
+def test_a_malformed_or_deeply_nested_body_is_refused_before_anything_is_read(
+    client, bot_channel, bot_framework
+):
+    for body in (b"not json", b"[1]", b"[" * 30_000 + b"]" * 30_000):
+        response = client.post("/teams/messages", data=body, content_type="application/json")
+        assert response.status_code == 400
+    assert AuditEvent.objects.filter(verb=Verb.TEAMS_REQUEST_REFUSED, data__code="malformed").count() == 3
