@@ -8,7 +8,7 @@ from approvals.agent_api import batches as batch_api  # noqa: F401 (importing it
 from approvals.agent_api import pull  # noqa: F401 (importing it registers GET /proposals/{id}/decision)
 from approvals.agent_api import push as a2a_views
 from approvals.agent_api.api import api
-from approvals.notify import delegation_views, push_views, slack_views
+from approvals.notify import delegation_views, push_views, slack_views, teams_views
 from approvals.web import batches as batch_pages
 from approvals.web import views
 
@@ -36,6 +36,9 @@ urlpatterns = [
     # Slack (approvals/notify/slack_views.py): its interactivity requests, and the link a person confirms.
     path("slack/interactivity", slack_views.interactivity, name="slack_interactivity"),
     path("slack/link/<str:token>/", slack_views.confirm_link, name="slack_link"),
+    # Teams (approvals/notify/teams_views.py): the bot's messaging endpoint, and the link a person confirms.
+    path("teams/messages", teams_views.messages, name="teams_messages"),
+    path("teams/link/<str:token>/", teams_views.confirm_link, name="teams_link"),
     path("out-of-office/", delegation_views.out_of_office, name="out_of_office"),
     path("out-of-office/<int:delegation_id>/end", delegation_views.end, name="end_delegation"),
     # The installable web app and push devices (approvals/notify/push_views.py).

@@ -130,6 +130,8 @@ class Verb(models.TextChoices):
     DELEGATION_ENDED = "delegation.ended"
     SLACK_LINKED = "slack.linked"
     SLACK_REQUEST_REFUSED = "slack.request_refused"
+    TEAMS_LINKED = "teams.linked"
+    TEAMS_REQUEST_REFUSED = "teams.request_refused"
     WEBHOOK_REGISTERED = "webhook.registered"
     PUSH_DEVICE_ADDED = "push_device.added"
     PUSH_DEVICE_REMOVED = "push_device.removed"

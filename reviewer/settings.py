@@ -433,6 +433,14 @@ AGENT_ALLOWED_NETWORKS = env_list("AGENT_ALLOWED_NETWORKS", [])
 # Notifications and escalation (docs/notifications.md). Slack's Web API (tests point it at a stand-in);
 # a workspace's bot token and signing secret are references in its row ("env:NAME" or "file:/path").
 SLACK_API_BASE_URL = env_str("SLACK_API_BASE_URL", "https://slack.com/api/")
+# Teams bots (approvals/notify/teams_bot.py): where Teams' signing keys are published (the Bot Framework's
+# OpenID metadata) and where a bot gets its token to post and update cards; tests point both at stand-ins.
+TEAMS_BOT_OPENID_METADATA_URL = env_str(
+    "TEAMS_BOT_OPENID_METADATA_URL", "https://login.botframework.com/v1/.well-known/openidconfiguration"
+)
+TEAMS_BOT_TOKEN_URL = env_str(
+    "TEAMS_BOT_TOKEN_URL", "https://login.microsoftonline.com/botframework.com/oauth2/v2.0/token"
+)
 # Webhooks and push share the agents' allow-list (AGENT_ALLOWED_*); http:// only for tests and development.
 NOTIFY_ALLOW_HTTP = env_bool("NOTIFY_ALLOW_HTTP", False)
 # The worker's calls to Slack, Teams, webhook endpoints and push services (docs/operations.md, "The

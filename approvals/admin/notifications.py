@@ -11,6 +11,7 @@ from approvals.models.notifications import (
     Delegation,
     PushSubscription,
     SlackWorkspace,
+    TeamsBot,
     TeamsChannel,
     WebhookEndpoint,
 )
@@ -75,10 +76,16 @@ class SlackWorkspaceAdmin(ReadOnlyAdmin):
     fields = ["tenant", "team_id", "bot_token_ref", "signing_secret_ref", "channels", "enabled"]
 
 
+@admin.register(TeamsBot)
+class TeamsBotAdmin(ReadOnlyAdmin):
+    list_display = ["app_id", "tenant", "service_url", "enabled"]
+    fields = ["tenant", "app_id", "app_password_ref", "service_url", "enabled"]
+
+
 @admin.register(TeamsChannel)
 class TeamsChannelAdmin(ReadOnlyAdmin):
-    list_display = ["name", "tenant", "groups", "enabled"]
-    fields = ["tenant", "name", "webhook_url_ref", "groups", "enabled"]
+    list_display = ["name", "tenant", "bot", "groups", "enabled"]
+    fields = ["tenant", "name", "bot", "conversation_id", "webhook_url_ref", "groups", "enabled"]
 
 
 @admin.register(Delegation)

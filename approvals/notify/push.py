@@ -8,9 +8,9 @@ WEB_PUSH_SERVICE_HOSTS (the browser vendors' push services) and every address it
 outbound rule of lib/outbound.py. A push service that answers 404 or 410 has dropped the
 subscription: it is removed.
 
-The payload carries the tool and a one-line summary (hidden characters written out, capped), the page
-link and the proposal id as tag: no token, digest or code. Each (proposal, person, reason) is pushed
-once (PushSent).
+The payload carries Reviewer's headline and a one-line summary (hidden characters written out,
+capped), the page link and the proposal id as tag: no token, digest or code. Each (proposal, person,
+reason) is pushed once (PushSent).
 """
 
 import ipaddress
@@ -27,7 +27,7 @@ from pywebpush import WebPushException, webpush
 
 from approvals.models.notifications import PushSubscription
 from approvals.notify.audience import waiting_reviewers
-from approvals.notify.common import one_line, proposal_link
+from approvals.notify.common import headline_line, one_line, proposal_link
 from approvals.services.push_devices import (
     end_for_deprovisioned,
     forget_subscription,
@@ -106,7 +106,9 @@ def payload(proposal, reason: str) -> dict:
     }.get(reason, "Reminder: still waiting for you")
     return {
         "title": title,
-        "body": f"{one_line(proposal.tool, 60)}: {one_line(proposal.summary, 140)}",
+        # Reviewer's headline first (the currency named, the target spelled as its history), then the
+        # agent's words.
+        "body": f"{headline_line(proposal, 80)}: {one_line(proposal.summary, 120)}",
         "url": proposal_link(proposal),
         "tag": str(proposal.id),
     }
