@@ -151,7 +151,7 @@ def _refusal_notice(bot: TeamsBot, proposal: Proposal, refusal: ServiceError) ->
     return _answer(teams_cards.notice("Decide on the page", refusal.message, link))
 
 
-@verified_required  # type: ignore[untyped-decorator]  # lib.decorators is not yet strict
+@verified_required
 @require_http_methods(["GET", "POST"])
 def confirm_link(request: HttpRequest, token: str) -> HttpResponse:
     """The person sees which Teams user will act as them, and confirms (POST) or leaves."""
