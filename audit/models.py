@@ -134,6 +134,13 @@ class Verb(models.TextChoices):
     PUSH_DEVICE_ADDED = "push_device.added"
     PUSH_DEVICE_REMOVED = "push_device.removed"
     PERSON_ERASED = "person.erased"
+    GRANT_REQUESTED = "grant.requested"
+    GRANT_ACTIVATED = "grant.activated"
+    GRANT_DECLINED = "grant.declined"
+    GRANT_USED = "grant.used"
+    GRANT_REVOKED = "grant.revoked"
+    GRANT_RENEWAL_ASKED = "grant.renewal_asked"
+    GRANT_LAPSED = "grant.lapsed"
 
 
 class AuditEventQuerySet(AppendOnlyQuerySet):

@@ -12,10 +12,12 @@ One module per area: agents.py (Agent, Policy, PolicyVersion), proposals.py (Pro
 OutboxMessage, ReviewNotice), halts.py (Halt, BreakGlassRelease, PostHocReview), notifications.py
 (reminders, escalation, delegation, Slack, Teams, webhooks, push); quotas.py (intake quotas' state);
 risk.py (the risk levels and
-their one rank); live.py (who has a proposal's page open). Import them from here.
+their one rank); live.py (who has a proposal's page open); grants.py (standing grants: Grant, GrantUse,
+GrantMiss). Import them from here.
 """
 
 from approvals.models.agents import Agent, Policy, PolicyVersion
+from approvals.models.grants import Grant, GrantMiss, GrantUse
 from approvals.models.halts import BreakGlassRelease, Halt, PostHocReview
 from approvals.models.live import PageWatcher
 from approvals.models.notifications import (
@@ -43,6 +45,9 @@ __all__ = [
     "Decision",
     "Delegation",
     "FollowUp",
+    "Grant",
+    "GrantMiss",
+    "GrantUse",
     "Halt",
     "OutboxMessage",
     "PageWatcher",

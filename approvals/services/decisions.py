@@ -9,8 +9,10 @@ from django.utils import timezone
 from approvals import events
 from approvals.models import Agent, Decision, OutboxMessage, Proposal, Vote
 from approvals.policy.evaluation import shaping_refs
+from approvals.policy.grants import is_grant_request
 from approvals.selectors import lock_proposal_for, tenant_role
 from approvals.services.common import agent_actor, proposal_subject
+from approvals.services.grants import grant_decided
 from approvals.services.halts import active_halt
 from approvals.services.lifecycle import (
     closed_reason,
@@ -53,12 +55,14 @@ def issue_decision(
     quorum: Quorum | None = None,
     versions: list | None = None,
     continuation_delay: int = 0,
+    grant: dict | None = None,
 ) -> Decision:
     """Sign the decision, store it, and queue its delivery to the agent, all in this transaction.
     The policy claims name every version pinned on the proposal (policy.shaping_refs); `versions`:
     those versions with their policies, when the caller has them (intake pinned them just now).
     `continuation_delay`: seconds the continuation waits (the agent takes the decision from the intake
-    answer; the worker sends it only if the agent has not started on it by then)."""
+    answer; the worker sends it only if the agent has not started on it by then). `grant`: the `grant`
+    claim of a call a standing grant decided (approvals/services/grants.py)."""
     issued = timezone.now()
     consume = kind == Decision.Kind.APPROVED and bool(proposal.requirements.get("consume", True))
     decision = Decision(
@@ -91,6 +95,8 @@ def issue_decision(
     claims["action"] = proposal.action
     claims["replaces"] = supersession_chain(proposal)
     claims["policies"] = policy_refs
+    if grant is not None:
+        claims["grant"] = grant
     decision.token, decision.kid = sign_decision(claims)
     insert_held(decision)  # with intake's other writes (approvals/storage/rows.py)
     record(
@@ -116,8 +122,11 @@ def issue_decision(
             "tool": proposal.tool,
             "summary": proposal.summary[:200],
             "amount": _amount_words(proposal.action.get("arguments") or {}),
+            **({"grant": grant} if grant is not None else {}),
         },
     )
+    if is_grant_request(proposal.tool):
+        grant_decided(proposal, decision, approvers)  # the grant asked for is in force, or declined
     enqueue_message(
         proposal,
         OutboxMessage.Kind.CONTINUE,

@@ -63,6 +63,7 @@ POLICY_VERSION_DEFAULTS = {
     "reservation_needs_second": False,
     "break_glass": {},
     "notifications": {},
+    "forbid_grants": False,
 }
 
 

@@ -11,6 +11,7 @@ from approvals.models import Agent, Halt, Proposal
 from approvals.policy.history import target_key
 from approvals.schemas import ProposalSubmission
 from approvals.services.common import agent_actor
+from approvals.services.grants import grant_terms_or_error, plan_grant
 from approvals.services.halts import refuse_halted
 from approvals.services.intake.read import hold_and_read
 from approvals.services.intake.routing import evaluate_proposal, store_and_route, target_state
@@ -72,6 +73,13 @@ def submit_proposal(
         )
     elif request.expires_at and request.expires_at <= created_at:
         refusal = IntakeError("already_expired", "expires_at is in the past", "request.expires_at")
+    # A standing grant's terms (approvals/policy/grants.py), checked before anything is written.
+    grant_terms = None
+    if refusal is None:
+        try:
+            grant_terms = grant_terms_or_error(request.action, request.principal.id, created_at)
+        except IntakeError as error:
+            refusal = error
 
     refused = None
     try:
@@ -121,6 +129,10 @@ def submit_proposal(
             evaluation = evaluate_proposal(
                 proposal, found, requested_expiry=request.expires_at, created_at=created_at
             )
+            # A call policy sends to people may fit a standing grant instead (services/grants.py).
+            grant = plan_grant(
+                proposal, evaluation, found.versions, found.history, created_at, grant_terms
+            )
             refused = spend_or_refuse(
                 hold,
                 found.open_counts,
@@ -136,6 +148,7 @@ def submit_proposal(
                     via=via,
                     supersedes=request.supersedes,
                     decision_in_answer=decision_in_answer,
+                    grant=grant,
                 )
     except IntegrityError:
         # The same request arrived twice at once (push and REST): the other one created it.
