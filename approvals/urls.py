@@ -8,6 +8,7 @@ from approvals.agent_api import pull  # noqa: F401 (importing it registers GET /
 from approvals.agent_api import push as a2a_views
 from approvals.agent_api.api import api
 from approvals.notify import delegation_views, push_views, slack_views
+from approvals.web import grants as grant_views
 from approvals.web import views
 
 app_name = "approvals"
@@ -23,6 +24,8 @@ urlpatterns = [
     path("proposals/<uuid:proposal_id>/break-glass", views.break_glass, name="break_glass"),
     path("proposals/<uuid:proposal_id>/post-hoc-review", views.post_hoc_review, name="post_hoc_review"),
     path("break-glass/", views.break_glass_oversight, name="break_glass_oversight"),
+    path("grants/", grant_views.grants, name="grants"),
+    path("grants/<uuid:grant_id>/revoke", grant_views.revoke, name="revoke_grant"),
     # Enrollment is accounts' view; its name stays "approvals:enroll" (pages and redirects use it).
     path("accounts/enroll/", account_views.enroll, name="enroll"),
     path("a2a/push/<slug:agent_slug>/", a2a_views.push, name="push"),

@@ -96,7 +96,7 @@ class GrantUse(models.Model):
 class GrantMiss(models.Model):
     """A call that went to people although a grant names its tool: which grant, and why it did not fit."""
 
-    grant = models.ForeignKey(Grant, on_delete=models.CASCADE, related_name="+")
+    grant = models.ForeignKey(Grant, on_delete=models.CASCADE, related_name="misses")
     proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="grant_misses")
     reason = models.CharField(max_length=300)
 
