@@ -174,11 +174,7 @@ def test_a_grant_that_cannot_be_granted_is_refused_and_nothing_changes(grants, a
 
 
 def test_a_policy_can_forbid_grants_for_a_tool(grants, tenant, agent):
-    factories.make_policy(tenant, "no-grants", tool_pattern="payments.*", thresholds=[{"group": "finance", "count": 1}])
-    version = tenant.policies.get(slug="no-grants").versions.get()
-    from approvals.models import PolicyVersion
-
-    PolicyVersion.objects.filter(pk=version.pk).update(forbid_grants=True)  # (a version's field, set as drafted)
+    factories.make_policy(tenant, "no-grants", tool_pattern="payments.*", forbid_grants=True)
     before = Proposal.objects.count()
 
     with pytest.raises(IntakeError) as refused:
@@ -196,10 +192,8 @@ def test_a_policy_that_forbids_grants_sends_the_call_to_people_despite_a_grant(
     factories.make_policy(
         tenant, "r3-by-people", tool_pattern="payments.refund", condition="double(args.amount) > 20.0",
         thresholds=[{"group": "finance", "count": 1}],
+        forbid_grants=True,
     )
-    from approvals.models import PolicyVersion
-
-    PolicyVersion.objects.filter(policy__slug="r3-by-people").update(forbid_grants=True)
 
     call = refund(agent, amount="25.00")
 
