@@ -6,6 +6,7 @@ from decimal import Decimal
 
 import jwt
 import pytest
+from django.urls import reverse
 from django.utils import timezone
 
 from approvals.models import Decision, Grant, GrantMiss, GrantUse, Proposal
@@ -287,3 +288,33 @@ def test_the_trail_of_a_grant_verifies(grants, agent, reviewer_a, reviewer_b):
     sequence_pending()
 
     assert verify_chain(f"tenant:{agent.tenant_id}").ok
+
+
+def test_metrics_count_calls_under_grants_beside_people_and_policy(
+    grants, tenant, agent, reviewer_a, reviewer_b, settings, client
+):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from audit.metrics.queue import collect
+
+    active_grant(agent, reviewer_a, reviewer_b)  # a grant request, decided by people
+    refund(agent, amount="25.00")  # under the grant
+    refund(agent, amount="30.00")  # under the grant
+    factories.make_policy(tenant, "no-cents", outcome="deny", tool_pattern="payments.refund",
+                          condition="double(args.amount) < 1.0", thresholds=[])
+    refund(agent, amount="0.50")  # denied by policy
+    sequence_pending()
+
+    metrics = collect(f"tenant:{tenant.id}")
+
+    assert dict(metrics.decided_by) == {"people": 1, "grant": 2, "policy": 1}
+    settings.METRICS_TOKEN = "scrape-secret"
+    text = client.get(reverse("audit:prometheus"), HTTP_AUTHORIZATION="Bearer scrape-secret").content.decode()
+    samples = {
+        tuple(sorted(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "reviewer_decisions_by_decider_total"
+    }
+    assert samples[(("decided_by", "grant"), ("tenant", "acme"))] == 2
+    assert samples[(("decided_by", "people"), ("tenant", "acme"))] == 1
