@@ -16,7 +16,15 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from bench.common import ms, percentile, refund_request, scratch_environment, setup_django, start_worker, stop_process
+from bench.common import (
+    ms,
+    percentile,
+    refund_request,
+    scratch_environment,
+    setup_django,
+    start_worker,
+    stop_process,
+)
 from bench.r3_intake_http import free_port, start_daphne
 from bench.r7_rest_allowed import API_TOKEN, Agent
 
@@ -38,9 +46,15 @@ def call(agent: Agent, request: dict) -> bool:
     if answer.status_code != 201 or not answer.json().get("token"):
         return False
     decision = agent.gate.verify(
-        answer.json()["token"], task_id=task_id, request_id=request["request_id"], action_digest=request["action_digest"]
+        answer.json()["token"],
+        task_id=task_id,
+        request_id=request["request_id"],
+        action_digest=request["action_digest"],
     )
-    return agent.http.post(f"/api/v1/decisions/{decision.jti}/consume", json={"rev": decision.rev}).status_code == 200
+    return (
+        agent.http.post(f"/api/v1/decisions/{decision.jti}/consume", json={"rev": decision.rev}).status_code
+        == 200
+    )
 
 
 def interleaved(agent: Agent) -> tuple[list[float], list[float]]:
@@ -68,9 +82,15 @@ def main() -> list[dict]:
     tenant = factories.make_tenant()
     agent_row = factories.make_agent(tenant, api_token=API_TOKEN, card_url="")
     factories.make_policy(tenant, "refunds", tool_pattern="payments.refund", outcome="allow", thresholds=[])
-    factories.make_policy(tenant, "credits", tool_pattern="payments.credit", thresholds=[{"group": "finance", "count": 1}])
-    factories.make_policy(tenant, "grants", tool_pattern="reviewer.grant", thresholds=[{"group": "finance", "count": 2}])
-    first, second = (factories.make_user(f"reviewer-{n}", tenant=tenant, groups=["finance"]) for n in range(2))
+    factories.make_policy(
+        tenant, "credits", tool_pattern="payments.credit", thresholds=[{"group": "finance", "count": 1}]
+    )
+    factories.make_policy(
+        tenant, "grants", tool_pattern="reviewer.grant", thresholds=[{"group": "finance", "count": 2}]
+    )
+    first, second = (
+        factories.make_user(f"reviewer-{n}", tenant=tenant, groups=["finance"]) for n in range(2)
+    )
     expires = (datetime.now(UTC) + timedelta(days=7)).isoformat().replace("+00:00", "Z")
     terms = {
         "tool_pattern": "payments.credit",
@@ -122,8 +142,8 @@ def main() -> list[dict]:
             "measured": f"p50 {ms(grant50)} / p95 {ms(grant95)}",
             "ratio": round(grant50 / policy50, 2),
             "target": "p50 ≤ 1.2x",
-            "note": f"{len(grant_lat)} calls of each, one agent, interleaved; p95 ratio {grant95 / policy95:.2f}x; "
-            f"load average {min(load):.1f}–{max(load):.1f}",
+            "note": f"{len(grant_lat)} calls of each, one agent, interleaved; "
+            f"p95 ratio {grant95 / policy95:.2f}x; load average {min(load):.1f}–{max(load):.1f}",
         }
     ]
 

@@ -89,12 +89,16 @@ def parse_terms(arguments: dict, *, principal_id: str, now: datetime) -> GrantTe
     if not isinstance(pattern, str) or not pattern.strip() or len(pattern) > 200:
         raise GrantTermsError("tool_pattern", "tool_pattern is a tool name or glob such as payments.refund")
     if not re.search(r"[A-Za-z0-9]", pattern):
-        raise GrantTermsError("tool_pattern", "tool_pattern must name a tool: a bare wildcard grants everything")
+        raise GrantTermsError(
+            "tool_pattern", "tool_pattern must name a tool: a bare wildcard grants everything"
+        )
     if fnmatch.fnmatchcase(GRANT_TOOL, pattern):
         raise GrantTermsError("tool_pattern", "a grant cannot cover asking for grants (reviewer.grant)")
     condition = arguments.get("condition", "")
     if not isinstance(condition, str) or len(condition) > CONDITION_MAX:
-        raise GrantTermsError("condition", f"condition is a CEL expression of at most {CONDITION_MAX} characters")
+        raise GrantTermsError(
+            "condition", f"condition is a CEL expression of at most {CONDITION_MAX} characters"
+        )
     if condition.strip():
         try:
             compile_condition(condition)
@@ -118,7 +122,9 @@ def parse_terms(arguments: dict, *, principal_id: str, now: datetime) -> GrantTe
         raise GrantTermsError("max_amount", 'max_amount is an object such as {"EUR": "600.00"}')
     for currency, cap in max_amount.items():
         if not _CURRENCY.fullmatch(currency):
-            raise GrantTermsError("max_amount", f"{currency!r} is not a three-letter currency code such as EUR")
+            raise GrantTermsError(
+                "max_amount", f"{currency!r} is not a three-letter currency code such as EUR"
+            )
         if not isinstance(cap, str) or not _AMOUNT.fullmatch(cap) or Decimal(cap) <= 0:
             raise GrantTermsError("max_amount", f'the {currency} cap is a positive amount as text ("600.00")')
     texts = {}
@@ -156,7 +162,9 @@ def _time(arguments: dict, key: str, *, required: bool) -> datetime | None:
 # Where the policies forbid grants (a version's `forbid_grants`)
 
 
-def forbidding_request(versions: list[PolicyVersion], agent_slug: str, tool_pattern: str) -> PolicyVersion | None:
+def forbidding_request(
+    versions: list[PolicyVersion], agent_slug: str, tool_pattern: str
+) -> PolicyVersion | None:
     """The first active version that forbids grants for tools this pattern may cover (its agent pattern
     matches the agent, and either tool pattern matches the other), whatever its condition: a request is
     refused when any call it could cover might be forbidden."""

@@ -17,13 +17,11 @@ approvals/policy/grants.py; the rows approvals/models/grants.py.
   `ask_for_renewals` and `lapse_expired_grants` are worker jobs (approvals/worker/jobs.py).
 """
 
-import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
-from django.core.mail import EmailMessage, get_connection
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -52,8 +50,6 @@ from audit.models import Verb
 from audit.trail import audit_time, record
 from lib.errors import Conflict, IntakeError, NotFound, RevokeRefused
 from tenants.models import TenantMembership
-
-log = logging.getLogger(__name__)
 
 # Ended grants still named on the page of a call that would have fitted them, this long after.
 RECENTLY_ENDED = timedelta(days=7)
@@ -142,7 +138,8 @@ def plan_grant(
         if forbidding is not None:
             raise IntakeError(
                 "grant_forbidden",
-                f"policy {forbidding.policy.slug}@{forbidding.version} forbids grants for {terms.tool_pattern}",
+                f"policy {forbidding.policy.slug}@{forbidding.version} forbids grants "
+                f"for {terms.tool_pattern}",
                 "request.action.arguments.tool_pattern",
             )
         return GrantPlan(terms=terms)
@@ -187,7 +184,9 @@ def _use(plan: GrantPlan, grant: Grant, proposal: Proposal, evaluation: Evaluati
     plan.amount_left = amount_left(grant)
     left = ", ".join(f"{c} {a}" for c, a in plan.amount_left.items())
     evaluation.outcome = "allow"
-    evaluation.reason = f"allowed under standing grant {grant.id}: {plan.uses_left} uses{' and ' + left if left else ''} left"
+    evaluation.reason = (
+        f"allowed under standing grant {grant.id}: {plan.uses_left} uses{' and ' + left if left else ''} left"
+    )
     # Online consumption, whatever the policy asked: a revoked grant must be able to stop its calls.
     evaluation.consume = True
     proposal.requirements = evaluation.requirements
@@ -308,7 +307,9 @@ def may_manage(grant: Grant, user) -> bool:
     """Who may revoke a grant (and renew it): a tenant admin, or a person who approved it."""
     if tenant_role(user, grant.tenant_id) == TenantMembership.Role.ADMIN:
         return True
-    return Vote.objects.filter(proposal_id=grant.proposal_id, voter=user, verdict=Vote.Verdict.APPROVE).exists()
+    return Vote.objects.filter(
+        proposal_id=grant.proposal_id, voter=user, verdict=Vote.Verdict.APPROVE
+    ).exists()
 
 
 def revoke_grant(grant_id, actor, *, reason: str) -> Grant:
@@ -318,17 +319,17 @@ def revoke_grant(grant_id, actor, *, reason: str) -> Grant:
     if not reason:
         raise RevokeRefused("reason_required", "a revocation needs a reason", "reason")
     with transaction.atomic(durable=True):
-        grant = (
-            Grant.objects.select_for_update()
-            .filter(pk=grant_id, tenant__memberships__user=actor)
-            .first()
-        )
+        grant = Grant.objects.select_for_update().filter(pk=grant_id, tenant__memberships__user=actor).first()
         if grant is None:
             raise NotFound("not_found", "no such grant")
         if not may_manage(grant, actor):
-            raise RevokeRefused("not_eligible", "only an approver of this grant or a tenant admin can revoke it")
+            raise RevokeRefused(
+                "not_eligible", "only an approver of this grant or a tenant admin can revoke it"
+            )
         if grant.state != Grant.State.ACTIVE:
-            raise Conflict("not_revocable", f"the grant is {grant.state}; only a grant in force can be revoked")
+            raise Conflict(
+                "not_revocable", f"the grant is {grant.state}; only a grant in force can be revoked"
+            )
         now = timezone.now()
         grant.state = Grant.State.REVOKED
         grant.ended_at, grant.ended_by, grant.end_reason = now, actor, reason[:2000]
@@ -348,7 +349,11 @@ def revoke_grant(grant_id, actor, *, reason: str) -> Grant:
             actor=actor_label(actor),
             verb=Verb.GRANT_REVOKED,
             subject=grant_subject(grant),
-            data={"reason": reason[:2000], "uses": grant.uses, "decisions_revoked": [str(p.id) for p in released]},
+            data={
+                "reason": reason[:2000],
+                "uses": grant.uses,
+                "decisions_revoked": [str(p.id) for p in released],
+            },
         )
     return grant
 
@@ -364,13 +369,14 @@ def renewal_notice(grant: Grant) -> timedelta:
     return min(timedelta(seconds=settings.GRANT_RENEWAL_NOTICE_SECONDS), (grant.expires_at - start) / 5)
 
 
-def ask_for_renewals(now: datetime | None = None, batch: int = 100) -> int:
-    """Ask the approvers of each grant in force that nears its expiry to renew it or let it lapse, once
-    (e-mail, and their push devices): a renewal is a new grant request they vote on; nothing renews by
-    itself. Returns how many grants were asked about."""
+def ask_for_renewals(now: datetime | None = None, batch: int = 100) -> list[tuple[Grant, list]]:
+    """Record, once for each grant in force that nears its expiry, that its approvers are asked to renew
+    it or let it lapse (a renewal is a new grant request they vote on; nothing renews by itself). Returns
+    each grant asked about with its approvers, for the worker to tell them after the commit
+    (approvals/notify/grant_renewals.py)."""
     now = now or timezone.now()
     horizon = now + timedelta(seconds=settings.GRANT_RENEWAL_NOTICE_SECONDS)
-    asked = 0
+    asked = []
     candidates = Grant.objects.filter(
         state=Grant.State.ACTIVE, renewal_asked_at=None, expires_at__lte=horizon, expires_at__gt=now
     ).order_by("expires_at")[:batch]
@@ -379,9 +385,9 @@ def ask_for_renewals(now: datetime | None = None, batch: int = 100) -> int:
             continue
         with transaction.atomic(durable=True):
             grant = (
-                Grant.objects.select_for_update()
+                Grant.objects.select_for_update(of=("self",))
                 .filter(pk=candidate.pk, state=Grant.State.ACTIVE, renewal_asked_at=None)
-                .select_related("proposal", "tenant")
+                .select_related("proposal", "agent")
                 .first()
             )
             if grant is None:
@@ -396,42 +402,15 @@ def ask_for_renewals(now: datetime | None = None, batch: int = 100) -> int:
                 subject=grant_subject(grant),
                 data={"expires_at": audit_time(grant.expires_at), "asked": [actor_label(p) for p in people]},
             )
-            transaction.on_commit(lambda grant=grant, people=people: _tell_renewal(grant, people))
-        asked += 1
+        asked.append((grant, people))
     return asked
 
 
 def _approvers_of(grant: Grant) -> list:
-    votes = Vote.objects.filter(proposal_id=grant.proposal_id, verdict=Vote.Verdict.APPROVE).select_related("voter")
-    return [vote.voter for vote in votes if vote.voter.is_active]
-
-
-def _tell_renewal(grant: Grant, people: list) -> None:
-    """Through the channels the chase uses: e-mail and the person's push devices. Reviewer's own words
-    and the link, never the agent's text unescaped."""
-    from approvals.notify import push
-    from approvals.notify.common import one_line, when
-
-    link = settings.REVIEWER_ISSUER + "/grants/"
-    text = (
-        f"A standing grant you approved expires at {when(grant.expires_at)}: "
-        f"{one_line(grant.tool_pattern, 80)} for agent {one_line(grant.agent.slug, 50)}, "
-        f"{grant.uses} of {grant.max_uses} uses spent.\n\n"
-        "Renew it (a new request you and the other approvers vote on) or let it lapse: it is never "
-        f"renewed by itself.\n\n{link}\n"
+    votes = Vote.objects.filter(proposal_id=grant.proposal_id, verdict=Vote.Verdict.APPROVE).select_related(
+        "voter"
     )
-    mails = [
-        EmailMessage("A standing grant expires soon: renew or let it lapse", text, settings.DEFAULT_FROM_EMAIL, [p.email])
-        for p in people
-        if p.email
-    ]
-    try:
-        for person in people:
-            push.push_to(person, grant.proposal, "grant-renewal")
-        if mails:
-            get_connection().send_messages(mails)
-    except Exception:  # one grant's mail failure must not stop the others
-        log.exception("could not ask for the renewal of grant %s", grant.id)
+    return [vote.voter for vote in votes if vote.voter.is_active]
 
 
 def lapse_expired_grants(now: datetime | None = None, batch: int = 200) -> int:
@@ -456,7 +435,11 @@ def lapse_expired_grants(now: datetime | None = None, batch: int = 200) -> int:
                     actor=SYSTEM,
                     verb=Verb.GRANT_LAPSED,
                     subject=grant_subject(grant),
-                    data={"expires_at": audit_time(grant.expires_at), "uses": grant.uses, "spent": grant.spent},
+                    data={
+                        "expires_at": audit_time(grant.expires_at),
+                        "uses": grant.uses,
+                        "spent": grant.spent,
+                    },
                 )
                 lapsed += 1
     return lapsed

@@ -38,7 +38,12 @@ def _row(grant: Grant, user_id, admin_tenants: set, approvers: dict) -> dict:
         "grant": grant,
         "uses_left": max(grant.max_uses - grant.uses, 0),
         "amounts": [
-            {"currency": currency, "cap": cap, "spent": grant.spent.get(currency, "0"), "left": left[currency]}
+            {
+                "currency": currency,
+                "cap": cap,
+                "spent": grant.spent.get(currency, "0"),
+                "left": left[currency],
+            }
             for currency, cap in sorted(grant.max_amount.items())
         ],
         "may_revoke": grant.state == Grant.State.ACTIVE
@@ -98,7 +103,9 @@ def revoke(request, grant_id):
             form.add_error("reason" if error.field == "reason" else None, error.message)
             status = error.http_status
         else:
-            messages.success(request, "The grant is revoked; decisions made under it and not used yet are revoked too.")
+            messages.success(
+                request, "The grant is revoked; decisions made under it and not used yet are revoked too."
+            )
             return redirect("approvals:grants")
     context = list_context(request.user, {grant_id: form})
     return render(request, "approvals/grants.html", context, status=status)

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from approvals.a2a.parked_tasks import ParkedTaskLister
 from approvals.models import OutboxMessage
-from approvals.notify import announce, chase, push, slack_sync, teams
+from approvals.notify import announce, chase, grant_renewals, push, slack_sync, teams
 from approvals.notify.lanes import Lane
 from approvals.services.break_glass import note_overdue_reviews
 from approvals.services.chat_posts import mark_changed_posts_due
@@ -211,7 +211,8 @@ def note_delegation_ends(context: JobContext, report: TickReport, now: datetime 
 
 def ask_grant_renewals(context: JobContext, report: TickReport, now: datetime | None) -> None:
     """Standing grants near their expiry: their approvers are asked to renew or let them lapse."""
-    ask_for_renewals(now)
+    for grant, people in ask_for_renewals(now):
+        grant_renewals.tell(grant, people)
 
 
 def lapse_grants(context: JobContext, report: TickReport, now: datetime | None) -> None:

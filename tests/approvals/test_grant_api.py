@@ -27,13 +27,19 @@ def post(client, url, body):
 
 
 def submission(**request_kwargs) -> dict:
-    return {"task_id": f"task-{uuid.uuid4()}", "context_id": "ctx-1", "request": approval_request(**request_kwargs)}
+    return {
+        "task_id": f"task-{uuid.uuid4()}",
+        "context_id": "ctx-1",
+        "request": approval_request(**request_kwargs),
+    }
 
 
 @pytest.fixture
 def grant(client, tenant, agent, refund_policy, requester, reviewer_a, reviewer_b):
     grant_policy(tenant)
-    response = post(client, "/api/v1/proposals", submission(action=grant_action(), summary="Refunds, one week"))
+    response = post(
+        client, "/api/v1/proposals", submission(action=grant_action(), summary="Refunds, one week")
+    )
     assert response.status_code == 201 and response.json()["state"] == State.AWAITING_REVIEW
     proposal = Proposal.objects.get(pk=response.json()["proposal_id"])
     factories.vote(proposal, reviewer_a)
@@ -58,7 +64,10 @@ def test_a_call_under_a_grant_answers_its_token_at_once_with_the_grant_claim(cli
     )
     request = body["request"]
     verified = the_gate.verify(
-        answer["token"], task_id=body["task_id"], request_id=request["request_id"], action_digest=request["action_digest"]
+        answer["token"],
+        task_id=body["task_id"],
+        request_id=request["request_id"],
+        action_digest=request["action_digest"],
     )
     assert verified.approved
     claims = jwt.decode(answer["token"], options={"verify_signature": False})

@@ -59,4 +59,7 @@ def test_a_revocation_racing_calls_leaves_no_unconsumed_decision_under_the_grant
     # Whatever was decided under it before the revocation is revoked too; after it, calls go to people.
     under_grant = Proposal.objects.filter(grant_use__grant=grant)
     assert not under_grant.filter(state=State.ALLOWED).exists()
-    assert all(p.state in (State.REVOKED, State.AWAITING_REVIEW) for p in Proposal.objects.filter(tool="payments.refund"))
+    assert all(
+        p.state in (State.REVOKED, State.AWAITING_REVIEW)
+        for p in Proposal.objects.filter(tool="payments.refund")
+    )

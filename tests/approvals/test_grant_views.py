@@ -61,7 +61,9 @@ def test_revoking_in_one_step_with_a_reason(grant, reviewer_a):
 
 
 def test_revoking_without_a_reason_is_refused_and_nothing_changes(grant, reviewer_a):
-    response = verified_client(reviewer_a).post(reverse("approvals:revoke_grant", args=[grant.id]), {"reason": ""})
+    response = verified_client(reviewer_a).post(
+        reverse("approvals:revoke_grant", args=[grant.id]), {"reason": ""}
+    )
 
     assert response.status_code == 400
     assert "a revocation needs a reason" in response.content.decode()
@@ -91,7 +93,9 @@ def test_the_proposal_pages_show_the_grant_asked_for_used_and_missed(grant, agen
     assert "its condition does not hold for these arguments" in not_covered
 
 
-def test_a_waiting_grant_request_is_decided_on_its_proposal_page(tenant, agent, refund_policy, requester, reviewer_a):
+def test_a_waiting_grant_request_is_decided_on_its_proposal_page(
+    tenant, agent, refund_policy, requester, reviewer_a
+):
     grant_policy(tenant)
     proposal = request_grant(agent)
 

@@ -1,6 +1,7 @@
 """Standing grants (approvals/services/grants.py): asked for as a proposal people approve, then
 deciding the later calls that fit them, within their uses, amount and time, until revoked or lapsed."""
 
+import threading
 from datetime import timedelta
 from decimal import Decimal
 
@@ -13,9 +14,11 @@ from approvals.models import Decision, Grant, GrantMiss, GrantUse, Proposal
 from approvals.services.decisions import consume_decision
 from approvals.services.grants import ask_for_renewals, lapse_expired_grants, revoke_grant
 from approvals.states import State
+from approvals.worker.jobs import JOBS, JobContext
+from approvals.worker.report import TickReport
 from audit.chain.sequencer import sequence_pending
 from audit.models import AuditEvent, Verb
-from lib.errors import ConsumeRefused, Conflict, IntakeError, RevokeRefused
+from lib.errors import Conflict, ConsumeRefused, IntakeError, RevokeRefused
 from tests import factories
 from tests.approvals.grant_helpers import active_grant, grant_policy, refund, request_grant
 
@@ -32,12 +35,18 @@ def claims(proposal) -> dict:
     return jwt.decode(Decision.objects.get(proposal=proposal).token, options={"verify_signature": False})
 
 
-def test_a_grant_request_waits_for_people_and_is_in_force_after_two_approvals(grants, agent, reviewer_a, reviewer_b):
+def test_a_grant_request_waits_for_people_and_is_in_force_after_two_approvals(
+    grants, agent, reviewer_a, reviewer_b
+):
     proposal = request_grant(agent)
     grant = Grant.objects.get(proposal=proposal)
     assert proposal.state == State.AWAITING_REVIEW
     assert grant.state == Grant.State.PROPOSED
-    assert (grant.tool_pattern, grant.max_uses, grant.max_amount) == ("payments.refund", 30, {"EUR": "600.00"})
+    assert (grant.tool_pattern, grant.max_uses, grant.max_amount) == (
+        "payments.refund",
+        30,
+        {"EUR": "600.00"},
+    )
     assert grant.principal_id == "requester"  # the request's own principal, by default
 
     factories.vote(proposal, reviewer_a)
@@ -132,7 +141,11 @@ def test_a_grant_does_not_apply_before_its_start(grants, agent, reviewer_a, revi
 def test_a_policy_deny_wins_over_a_grant(grants, tenant, agent, reviewer_a, reviewer_b):
     grant = active_grant(agent, reviewer_a, reviewer_b)
     factories.make_policy(
-        tenant, "no-cents", outcome="deny", tool_pattern="payments.refund", condition="double(args.amount) < 5.0",
+        tenant,
+        "no-cents",
+        outcome="deny",
+        tool_pattern="payments.refund",
+        condition="double(args.amount) < 5.0",
         thresholds=[],
     )
 
@@ -147,7 +160,10 @@ def test_the_environment_must_be_stated_as_granted(grants, agent, reviewer_a, re
     call = refund(agent)
 
     assert call.state == State.AWAITING_REVIEW
-    assert GrantMiss.objects.get(proposal=call).reason == "it covers environment 'production'; the call states 'none'"
+    assert (
+        GrantMiss.objects.get(proposal=call).reason
+        == "it covers environment 'production'; the call states 'none'"
+    )
 
 
 @pytest.mark.parametrize(
@@ -162,7 +178,9 @@ def test_the_environment_must_be_stated_as_granted(grants, agent, reviewer_a, re
         ({"scope": "all"}, "scope", "unknown grant terms"),
     ],
 )
-def test_a_grant_that_cannot_be_granted_is_refused_and_nothing_changes(grants, agent, overrides, field, words):
+def test_a_grant_that_cannot_be_granted_is_refused_and_nothing_changes(
+    grants, agent, overrides, field, words
+):
     before = (Proposal.objects.count(), Grant.objects.count())
 
     with pytest.raises(IntakeError) as refused:
@@ -191,7 +209,10 @@ def test_a_policy_that_forbids_grants_sends_the_call_to_people_despite_a_grant(
 ):
     grant = active_grant(agent, reviewer_a, reviewer_b)
     factories.make_policy(
-        tenant, "r3-by-people", tool_pattern="payments.refund", condition="double(args.amount) > 20.0",
+        tenant,
+        "r3-by-people",
+        tool_pattern="payments.refund",
+        condition="double(args.amount) > 20.0",
         thresholds=[{"group": "finance", "count": 1}],
         forbid_grants=True,
     )
@@ -203,7 +224,9 @@ def test_a_policy_that_forbids_grants_sends_the_call_to_people_despite_a_grant(
 
 
 def test_a_policy_alone_never_gives_a_grant(tenant, agent, requester):
-    factories.make_policy(tenant, "grants-free", outcome="allow", tool_pattern="reviewer.grant", thresholds=[])
+    factories.make_policy(
+        tenant, "grants-free", outcome="allow", tool_pattern="reviewer.grant", thresholds=[]
+    )
 
     proposal = request_grant(agent)
 
@@ -221,7 +244,11 @@ def test_revocation_stops_the_grant_and_refuses_the_consume_of_its_unconsumed_de
     revoke_grant(grant.id, reviewer_a, reason="the outage is over")
 
     grant.refresh_from_db()
-    assert (grant.state, grant.end_reason, grant.ended_by) == (Grant.State.REVOKED, "the outage is over", reviewer_a)
+    assert (grant.state, grant.end_reason, grant.ended_by) == (
+        Grant.State.REVOKED,
+        "the outage is over",
+        reviewer_a,
+    )
     with pytest.raises(ConsumeRefused) as refused:
         consume_decision(agent, unconsumed.decision.jti, rev=unconsumed.decision.rev)
     assert refused.value.code == "revoked"
@@ -255,19 +282,23 @@ def test_revocation_needs_a_reason_an_approver_or_admin_and_a_grant_in_force(
 
 
 def test_approvers_are_asked_to_renew_before_expiry_once_and_an_expired_grant_lapses(
-    grants, agent, reviewer_a, reviewer_b, mailoutbox, settings, django_capture_on_commit_callbacks
+    grants, agent, reviewer_a, reviewer_b, mailoutbox, settings
 ):
     settings.GRANT_RENEWAL_NOTICE_SECONDS = 3600
     grant = active_grant(agent, reviewer_a, reviewer_b)
     early = grant.expires_at - timedelta(hours=2)
     near = grant.expires_at - timedelta(minutes=30)
+    job = next(job for job in JOBS if job.name == "ask_grant_renewals")
 
-    assert ask_for_renewals(early) == 0
-    with django_capture_on_commit_callbacks(execute=True):  # the mail goes after the commit
-        assert ask_for_renewals(near) == 1
-        assert ask_for_renewals(near) == 0  # once
+    job.run(JobContext(stop=threading.Event()), TickReport(), early)
+    assert mailoutbox == []
+    job.run(JobContext(stop=threading.Event()), TickReport(), near)
+    job.run(JobContext(stop=threading.Event()), TickReport(), near)  # asked once
+
     assert sorted(m.to[0] for m in mailoutbox) == ["reviewer_a@example.test", "reviewer_b@example.test"]
-    assert "renew" in mailoutbox[0].subject
+    assert "renew it or let it lapse" in mailoutbox[0].subject
+    assert "/grants/" in mailoutbox[0].body
+    assert ask_for_renewals(near) == []
     assert lapse_expired_grants(near) == 0
     assert lapse_expired_grants(grant.expires_at + timedelta(seconds=1)) == 1
 
@@ -300,8 +331,14 @@ def test_metrics_count_calls_under_grants_beside_people_and_policy(
     active_grant(agent, reviewer_a, reviewer_b)  # a grant request, decided by people
     refund(agent, amount="25.00")  # under the grant
     refund(agent, amount="30.00")  # under the grant
-    factories.make_policy(tenant, "no-cents", outcome="deny", tool_pattern="payments.refund",
-                          condition="double(args.amount) < 1.0", thresholds=[])
+    factories.make_policy(
+        tenant,
+        "no-cents",
+        outcome="deny",
+        tool_pattern="payments.refund",
+        condition="double(args.amount) < 1.0",
+        thresholds=[],
+    )
     refund(agent, amount="0.50")  # denied by policy
     sequence_pending()
 

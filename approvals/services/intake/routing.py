@@ -173,7 +173,9 @@ def _pin_and_route(
             proposal,
             Decision.Kind.REJECTED if target == State.DENIED else Decision.Kind.APPROVED,
             reason=evaluation.reason,
-            approvers=grant.approvers() if grant is not None and under_grant else _policy_approvers(evaluation),
+            approvers=grant.approvers()
+            if grant is not None and under_grant
+            else _policy_approvers(evaluation),
             versions=evaluation.versions,
             continuation_delay=settings.ANSWERED_CONTINUATION_DELAY_SECONDS if decision_in_answer else 0,
             grant=grant.claim if grant is not None else None,
