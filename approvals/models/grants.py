@@ -74,7 +74,7 @@ class Grant(models.Model):
             models.Index(fields=["tenant", "state", "expires_at"], name="grants_by_tenant"),
         ]
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"grant {self.id} ({self.state})"
 
 
@@ -89,7 +89,7 @@ class GrantUse(models.Model):
     amount_left = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"use of {self.grant_id} by {self.proposal_id}"
 
 
@@ -100,5 +100,5 @@ class GrantMiss(models.Model):
     proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="grant_misses")
     reason = models.CharField(max_length=300)
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{self.proposal_id} did not fit {self.grant_id}"

@@ -4,6 +4,7 @@ e-mail and their push devices, as the chase tells people. Reviewer's own words, 
 one plain line, and the link to the grants page; never a token."""
 
 import logging
+from typing import Any
 
 from django.conf import settings
 from django.core.mail import EmailMessage, get_connection
@@ -18,7 +19,7 @@ log = logging.getLogger(__name__)
 SUBJECT = "A standing grant expires soon: renew it or let it lapse"
 
 
-def tell(grant: Grant, people: list) -> None:
+def tell(grant: Grant, people: list[Any]) -> None:
     link = settings.REVIEWER_ISSUER + reverse("approvals:grants")
     text = (
         f"A standing grant you approved expires at {when(grant.expires_at)}: "

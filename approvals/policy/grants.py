@@ -23,8 +23,9 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
-from approvals.models import PolicyVersion
+from approvals.models import Grant, PolicyVersion
 from approvals.policy.evaluation import (
     PolicyConditionError,
     compile_condition,
@@ -79,7 +80,7 @@ def is_grant_request(tool: str) -> bool:
     return tool == GRANT_TOOL
 
 
-def parse_terms(arguments: dict, *, principal_id: str, now: datetime) -> GrantTerms:
+def parse_terms(arguments: dict[str, Any], *, principal_id: str, now: datetime) -> GrantTerms:
     """The terms of a grant request's arguments, or GrantTermsError naming the first wrong one. The
     condition is compiled here: one that does not compile is refused before anyone is asked."""
     unknown = set(arguments) - TERM_KEYS
@@ -146,7 +147,7 @@ def parse_terms(arguments: dict, *, principal_id: str, now: datetime) -> GrantTe
     )
 
 
-def _time(arguments: dict, key: str, *, required: bool) -> datetime | None:
+def _time(arguments: dict[str, Any], key: str, *, required: bool) -> datetime | None:
     value = arguments.get(key)
     if value in (None, "") and not required:
         return None
@@ -179,7 +180,7 @@ def forbidding_request(
     return None
 
 
-def forbidding_call(versions: list[PolicyVersion], context: dict) -> PolicyVersion | None:
+def forbidding_call(versions: list[PolicyVersion], context: dict[str, Any]) -> PolicyVersion | None:
     """The first active version that forbids grants for this call: its patterns match and its condition
     holds or cannot be evaluated (fail closed)."""
     for version in versions:
@@ -197,7 +198,7 @@ def forbidding_call(versions: list[PolicyVersion], context: dict) -> PolicyVersi
 # Whether a call fits a grant
 
 
-def amount_of(arguments: dict) -> tuple[Decimal | None, str]:
+def amount_of(arguments: dict[str, Any]) -> tuple[Decimal | None, str]:
     """The call's amount and currency (None: it states no usable amount)."""
     amount, currency = arguments.get("amount"), arguments.get("currency")
     try:
@@ -209,21 +210,21 @@ def amount_of(arguments: dict) -> tuple[Decimal | None, str]:
     return figure, currency if isinstance(currency, str) else ""
 
 
-def amount_left(grant) -> dict[str, str]:
+def amount_left(grant: "Grant") -> dict[str, str]:
     return {
         currency: str(Decimal(cap) - Decimal(grant.spent.get(currency, "0")))
         for currency, cap in sorted(grant.max_amount.items())
     }
 
 
-def applies_to(grant, *, principal_id: str, tool: str) -> bool:
+def applies_to(grant: "Grant", *, principal_id: str, tool: str) -> bool:
     """Whether the grant names this call at all (its principal and tool): only then is a miss worth
     telling the reviewers."""
     principal_ok = grant.principal_id in (ANY_PRINCIPAL, principal_id)
     return principal_ok and fnmatch.fnmatchcase(tool, grant.tool_pattern)
 
 
-def misfit(grant, context: dict, now: datetime) -> str | None:
+def misfit(grant: "Grant", context: dict[str, Any], now: datetime) -> str | None:
     """Why the call does not fit the grant as it stands (its state, window, condition, scope and what is
     left), in words for the proposal page; None when it fits."""
     if grant.state == grant.State.REVOKED:

@@ -20,13 +20,14 @@ approvals/policy/grants.py; the rows approvals/models/grants.py.
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from approvals.models import Decision, Grant, GrantMiss, GrantUse, Proposal, Vote
+from approvals.models import Decision, Grant, GrantMiss, GrantUse, PolicyVersion, Proposal, Vote
 from approvals.policy.evaluation import Evaluation, context_for_proposal
 from approvals.policy.grants import (
     GrantTerms,
@@ -63,7 +64,7 @@ def grant_subject(grant: Grant) -> str:
 # Intake
 
 
-def grant_terms_or_error(action: dict, principal_id: str, now: datetime) -> GrantTerms | None:
+def grant_terms_or_error(action: dict[str, Any], principal_id: str, now: datetime) -> GrantTerms | None:
     """The terms of a grant request (None for any other tool); IntakeError `bad_grant` naming the
     argument when a term cannot be granted (a condition that does not compile, a window in the past...)."""
     if not is_grant_request(str(action.get("tool") or "")):
@@ -88,13 +89,13 @@ class GrantPlan:
     misses: list[tuple[Grant, str]] = field(default_factory=list)
 
     @property
-    def claim(self) -> dict | None:
+    def claim(self) -> dict[str, Any] | None:
         """The decision's `grant` claim (docs/agents/decision-token.md)."""
         if self.use is None:
             return None
         return {"id": str(self.use.id), "uses_left": self.uses_left, "amount_left": self.amount_left}
 
-    def approvers(self) -> list[dict]:
+    def approvers(self) -> list[dict[str, Any]]:
         """The decision's approvers: the grant, with the people who approved it."""
         assert self.use is not None
         return [
@@ -123,8 +124,8 @@ class GrantPlan:
 def plan_grant(
     proposal: Proposal,
     evaluation: Evaluation,
-    versions: list,
-    history: dict,
+    versions: list[PolicyVersion],
+    history: dict[str, Any],
     now: datetime,
     terms: GrantTerms | None,
 ) -> GrantPlan | None:
@@ -162,10 +163,9 @@ def plan_grant(
     forbidding = forbidding_call(versions, context)
     plan = GrantPlan()
     for grant in grants:
+        why: str | None = misfit(grant, context, now)
         if forbidding is not None:
             why = f"policy {forbidding.policy.slug}@{forbidding.version} forbids grants for this call"
-        else:
-            why = misfit(grant, context, now)
         if why is None:
             _use(plan, grant, proposal, evaluation)
             return plan
@@ -252,7 +252,7 @@ def _create_requested(proposal: Proposal, terms: GrantTerms) -> Grant:
     return grant
 
 
-def _terms_data(grant: Grant) -> dict:
+def _terms_data(grant: Grant) -> dict[str, Any]:
     return {
         "principal": grant.principal_id,
         "tool_pattern": grant.tool_pattern,
@@ -270,7 +270,7 @@ def _terms_data(grant: Grant) -> dict:
 # Its decision
 
 
-def grant_decided(proposal: Proposal, decision: Decision, approvers: list[dict]) -> None:
+def grant_decided(proposal: Proposal, decision: Decision, approvers: list[dict[str, Any]]) -> None:
     """Called when a grant request's decision is signed (approvals/services/decisions.py), in its
     transaction: approved by people, the grant is in force; anything else declines it."""
     grant = Grant.objects.select_for_update().filter(proposal=proposal).first()
@@ -303,7 +303,7 @@ def grant_decided(proposal: Proposal, decision: Decision, approvers: list[dict])
 # Revocation
 
 
-def may_manage(grant: Grant, user) -> bool:
+def may_manage(grant: Grant, user: Any) -> bool:
     """Who may revoke a grant (and renew it): a tenant admin, or a person who approved it."""
     if tenant_role(user, grant.tenant_id) == TenantMembership.Role.ADMIN:
         return True
@@ -312,7 +312,7 @@ def may_manage(grant: Grant, user) -> bool:
     ).exists()
 
 
-def revoke_grant(grant_id, actor, *, reason: str) -> Grant:
+def revoke_grant(grant_id: Any, actor: Any, *, reason: str) -> Grant:
     """End a grant in force at once, with a reason; the released decisions made under it that the agent
     has not consumed yet are revoked with it (their consume is refused, their tasks cancelled)."""
     reason = (reason or "").strip()
@@ -369,7 +369,7 @@ def renewal_notice(grant: Grant) -> timedelta:
     return min(timedelta(seconds=settings.GRANT_RENEWAL_NOTICE_SECONDS), (grant.expires_at - start) / 5)
 
 
-def ask_for_renewals(now: datetime | None = None, batch: int = 100) -> list[tuple[Grant, list]]:
+def ask_for_renewals(now: datetime | None = None, batch: int = 100) -> list[tuple[Grant, list[Any]]]:
     """Record, once for each grant in force that nears its expiry, that its approvers are asked to renew
     it or let it lapse (a renewal is a new grant request they vote on; nothing renews by itself). Returns
     each grant asked about with its approvers, for the worker to tell them after the commit
@@ -406,7 +406,7 @@ def ask_for_renewals(now: datetime | None = None, batch: int = 100) -> list[tupl
     return asked
 
 
-def _approvers_of(grant: Grant) -> list:
+def _approvers_of(grant: Grant) -> list[Any]:
     votes = Vote.objects.filter(proposal_id=grant.proposal_id, verdict=Vote.Verdict.APPROVE).select_related(
         "voter"
     )

@@ -3,11 +3,13 @@
 reason, and the grant panel of the proposal page (the grant a request asks for, the grant that decided
 a call, or the grants a call did not fit and why). Writes go through approvals/services/grants.py."""
 
+from typing import Any
+
 from django import forms
 from django.contrib import messages
 from django.core.exceptions import ObjectDoesNotExist
 from django.db.models import Q
-from django.http import Http404
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
@@ -32,7 +34,9 @@ class RevokeGrantForm(forms.Form):
     )
 
 
-def _row(grant: Grant, user_id, admin_tenants: set, approvers: dict) -> dict:
+def _row(
+    grant: Grant, user_id: int | None, admin_tenants: set[int], approvers: dict[Any, set[int]]
+) -> dict[str, Any]:
     left = amount_left(grant)
     return {
         "grant": grant,
@@ -51,7 +55,7 @@ def _row(grant: Grant, user_id, admin_tenants: set, approvers: dict) -> dict:
     }
 
 
-def list_context(user, forms_by_grant: dict | None = None) -> dict:
+def list_context(user: Any, forms_by_grant: dict[Any, RevokeGrantForm] | None = None) -> dict[str, Any]:
     """Grants this person approved ("yours"), and every grant of the tenants they administer."""
     admin_tenants = set(tenant_ids_of(user, {TenantMembership.Role.ADMIN}))
     mine_ids = set(
@@ -64,7 +68,7 @@ def list_context(user, forms_by_grant: dict | None = None) -> dict:
         .select_related("agent", "tenant", "proposal")
         .order_by("-created_at")[:LIST_LIMIT]
     )
-    approvers: dict = {}
+    approvers: dict[Any, set[int]] = {}
     for proposal_id, voter_id in Vote.objects.filter(
         proposal_id__in=[g.proposal_id for g in grants], verdict=Vote.Verdict.APPROVE
     ).values_list("proposal_id", "voter_id"):
@@ -84,13 +88,13 @@ def list_context(user, forms_by_grant: dict | None = None) -> dict:
 
 @require_GET
 @verified_required
-def grants(request):
+def grants(request: HttpRequest) -> HttpResponse:
     return render(request, "approvals/grants.html", list_context(request.user))
 
 
 @require_POST
 @verified_required
-def revoke(request, grant_id):
+def revoke(request: HttpRequest, grant_id: Any) -> HttpResponse:
     """Revoke a grant in force, with a reason, in one step."""
     form = RevokeGrantForm(request.POST, auto_id=f"grant-{grant_id}-%s")
     status = 400
@@ -111,7 +115,7 @@ def revoke(request, grant_id):
     return render(request, "approvals/grants.html", context, status=status)
 
 
-def proposal_panel(proposal: Proposal) -> dict | None:
+def proposal_panel(proposal: Proposal) -> dict[str, Any] | None:
     """What the proposal page shows about grants, in one query: the grant a request asks for; or, for a
     call that went to people (it has a follow-up, joined with the page's read of the proposal), the
     grants it did not fit and why; or else the grant that decided it. None: no grant concerns it."""
