@@ -128,12 +128,15 @@ def plan_grant(
     history: dict[str, Any],
     now: datetime,
     terms: GrantTerms | None,
+    *,
+    grants_named: bool = True,
 ) -> GrantPlan | None:
     """Inside intake's transaction, after policy evaluated the proposal. A grant request: refused
     (`grant_forbidden`) where a policy forbids grants for its tools. A call policy sends to people: the
     agent's grants in force that name it are locked; the first that fits (the one expiring first)
     decides it (the evaluation becomes an allow under the grant, consumed online); the others that name
-    it are misses. None: nothing to do (allowed or denied by policy, and no grant names it)."""
+    it are misses. None: nothing to do (allowed or denied by policy, and no grant names it).
+    `grants_named`: intake's one read says whether the agent has any grant to read (no query if not)."""
     if terms is not None:
         forbidding = forbidding_request(versions, proposal.agent.slug, terms.tool_pattern)
         if forbidding is not None:
@@ -144,7 +147,7 @@ def plan_grant(
                 "request.action.arguments.tool_pattern",
             )
         return GrantPlan(terms=terms)
-    if evaluation.outcome != "require_approval":
+    if evaluation.outcome != "require_approval" or not grants_named:
         return None
     grants = [
         grant

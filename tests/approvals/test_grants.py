@@ -355,3 +355,30 @@ def test_metrics_count_calls_under_grants_beside_people_and_policy(
     }
     assert samples[(("decided_by", "grant"), ("tenant", "acme"))] == 2
     assert samples[(("decided_by", "people"), ("tenant", "acme"))] == 1
+
+
+def test_intakes_grants_flag_equals_its_orm_twin(grants, tenant, agent, reviewer_a, reviewer_b):
+    from django.db.models import F
+
+    from approvals.services.grants import RECENTLY_ENDED
+    from approvals.storage.grants import NAMED_STATES, grants_named_expression
+
+    def both(now):
+        flag = (
+            type(agent)
+            .objects.filter(pk=agent.pk)
+            .annotate(named=grants_named_expression(agent.id, now - RECENTLY_ENDED))
+            .values_list("named", flat=True)
+            .get()
+        )
+        twin = Grant.objects.filter(
+            agent=agent, state__in=NAMED_STATES, expires_at__gt=now - RECENTLY_ENDED
+        ).exists()
+        return flag is not None, twin
+
+    now = timezone.now()
+    assert both(now) == (False, False)
+    grant = active_grant(agent, reviewer_a, reviewer_b)
+    assert both(now) == (True, True)
+    Grant.objects.filter(pk=grant.pk).update(expires_at=F("expires_at") - timedelta(days=30))
+    assert both(now) == (False, False)  # ended long ago: no longer named

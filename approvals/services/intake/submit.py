@@ -130,7 +130,15 @@ def submit_proposal(
                 proposal, found, requested_expiry=request.expires_at, created_at=created_at
             )
             # A call policy sends to people may fit a standing grant instead (services/grants.py).
-            grant = plan_grant(proposal, evaluation, found.versions, found.history, created_at, grant_terms)
+            grant = plan_grant(
+                proposal,
+                evaluation,
+                found.versions,
+                found.history,
+                created_at,
+                grant_terms,
+                grants_named=found.grants_named,
+            )
             refused = spend_or_refuse(
                 hold,
                 found.open_counts,
