@@ -26,6 +26,7 @@ urlpatterns = [
     path("break-glass/", views.break_glass_oversight, name="break_glass_oversight"),
     path("grants/", grant_views.grants, name="grants"),
     path("grants/<uuid:grant_id>/revoke", grant_views.revoke, name="revoke_grant"),
+    path("grants/<uuid:grant_id>/renew", grant_views.renew, name="renew_grant"),
     # Enrollment is accounts' view; its name stays "approvals:enroll" (pages and redirects use it).
     path("accounts/enroll/", account_views.enroll, name="enroll"),
     path("a2a/push/<slug:agent_slug>/", a2a_views.push, name="push"),

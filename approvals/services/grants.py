@@ -114,7 +114,7 @@ class GrantPlan:
         """Write it, in intake's transaction, right after the proposal's insert: the grant requested, or
         the grant spent (before the decision is signed), or the misses recorded."""
         if self.terms is not None:
-            _create_requested(proposal, self.terms)
+            create_requested(proposal, self.terms)
         if self.use is not None:
             _spend(self, proposal)
         for grant, reason in self.misses:
@@ -230,7 +230,8 @@ def _spend(plan: GrantPlan, proposal: Proposal) -> None:
     )
 
 
-def _create_requested(proposal: Proposal, terms: GrantTerms) -> Grant:
+def create_requested(proposal: Proposal, terms: GrantTerms, *, renews: Grant | None = None) -> Grant:
+    """The Grant row of a grant request just stored (intake, or a renewal: services/grant_renewals.py)."""
     grant = Grant.objects.create(
         tenant_id=proposal.tenant_id,
         proposal=proposal,
@@ -244,13 +245,18 @@ def _create_requested(proposal: Proposal, terms: GrantTerms) -> Grant:
         max_amount=terms.max_amount,
         environment=terms.environment,
         data_class=terms.data_class,
+        renews=renews,
     )
     record(
         proposal.tenant_id,
         actor=SYSTEM,
         verb=Verb.GRANT_REQUESTED,
         subject=grant_subject(grant),
-        data={"proposal": str(proposal.id), **_terms_data(grant)},
+        data={
+            "proposal": str(proposal.id),
+            **({"renews": str(renews.id)} if renews is not None else {}),
+            **_terms_data(grant),
+        },
     )
     return grant
 

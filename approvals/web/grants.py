@@ -16,6 +16,7 @@ from django.views.decorators.http import require_GET, require_POST
 from approvals.models import Grant, GrantMiss, GrantUse, Proposal, Vote
 from approvals.policy.grants import amount_left
 from approvals.policy.reserved import GRANT_TOOL
+from approvals.services.grant_renewals import renew_grant
 from approvals.services.grants import revoke_grant
 from lib.decorators import verified_required
 from lib.errors import ServiceError
@@ -113,6 +114,22 @@ def revoke(request: HttpRequest, grant_id: Any) -> HttpResponse:
             return redirect("approvals:grants")
     context = list_context(request.user, {grant_id: form})
     return render(request, "approvals/grants.html", context, status=status)
+
+
+@require_POST
+@verified_required
+def renew(request: HttpRequest, grant_id: Any) -> HttpResponse:
+    """Ask for a grant's renewal: a new grant request with the same terms for the next window, which
+    the other approvers vote on (the page of that request)."""
+    try:
+        renewal = renew_grant(grant_id, request.user)
+    except ServiceError as error:
+        if error.http_status == 404:
+            raise Http404("no such grant") from None
+        messages.error(request, error.message)
+        return redirect("approvals:grants")
+    messages.success(request, "The renewal is asked for: another approver decides it here.")
+    return redirect("approvals:detail", proposal_id=renewal.proposal_id)
 
 
 def proposal_panel(proposal: Proposal) -> dict[str, Any] | None:

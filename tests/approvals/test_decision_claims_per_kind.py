@@ -23,7 +23,8 @@ DOCUMENTED_CLAIMS = {
     "action_digest", "action", "replaces", "decision", "reason", "approvers", "quorum", "policy",
     "policies", "tenant", "rev", "consume",
 }  # fmt: skip
-# Claims only some decisions carry: `grant`, on a call a standing grant decided (tests/approvals/test_grants.py).
+# Claims only some decisions carry: `grant`, on a call a standing grant decided
+# (tests/approvals/test_grants.py).
 CONDITIONAL_CLAIMS = {"grant"}
 APPROVER_KEYS = {"sub", "name", "group", "auth", "reason", "reservation"}
 DECISION_TOKEN_DOC = Path(__file__).resolve().parents[2] / "docs" / "agents" / "decision-token.md"

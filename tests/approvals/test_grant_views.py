@@ -102,3 +102,25 @@ def test_a_waiting_grant_request_is_decided_on_its_proposal_page(
     text = verified_client(reviewer_a).get(reverse("approvals:detail", args=[proposal.id])).content.decode()
 
     assert "This asks for a standing grant" in text and 'id="decision-form"' in text
+
+
+def test_asking_to_renew_opens_the_renewal_request(grant, reviewer_a):
+    client = verified_client(reviewer_a)
+
+    response = client.post(reverse("approvals:renew_grant", args=[grant.id]))
+
+    renewal = Grant.objects.get(renews=grant)
+    assert response.status_code == 302
+    assert response["Location"] == reverse("approvals:detail", args=[renewal.proposal_id])
+    page = client.get(response["Location"]).content.decode()
+    assert "This asks for a standing grant" in page and "another approver decides it" in page
+    again = client.post(reverse("approvals:renew_grant", args=[grant.id]), follow=True).content.decode()
+    assert "a renewal of this grant already waits for its votes" in again
+
+
+def test_renewal_refused_for_others_and_hidden_from_outsiders(grant, requester, outsider):
+    url = reverse("approvals:renew_grant", args=[grant.id])
+    assert verified_client(outsider).post(url).status_code == 404
+    assert verified_client(requester).get(url).status_code == 405
+    verified_client(requester).post(url)
+    assert not Grant.objects.filter(renews=grant).exists()

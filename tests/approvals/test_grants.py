@@ -382,3 +382,33 @@ def test_intakes_grants_flag_equals_its_orm_twin(grants, tenant, agent, reviewer
     assert both(now) == (True, True)
     Grant.objects.filter(pk=grant.pk).update(expires_at=F("expires_at") - timedelta(days=30))
     assert both(now) == (False, False)  # ended long ago: no longer named
+
+
+def test_an_approver_asks_to_renew_and_another_approves_the_next_window(
+    grants, agent, reviewer_a, reviewer_b, tenant
+):
+    from approvals.services.grant_renewals import renew_grant
+    from lib.errors import VoteRefused
+
+    third = factories.make_user("reviewer_d", tenant=tenant, groups=["finance"])
+    grant = active_grant(agent, reviewer_a, reviewer_b)
+
+    renewal = renew_grant(grant.id, reviewer_a)
+
+    assert renewal.state == Grant.State.PROPOSED and renewal.renews_id == grant.id
+    assert renewal.not_before == grant.expires_at
+    assert (renewal.tool_pattern, renewal.condition, renewal.max_uses) == (
+        grant.tool_pattern,
+        grant.condition,
+        grant.max_uses,
+    )
+    assert renewal.proposal.state == State.AWAITING_REVIEW
+    with pytest.raises(VoteRefused):  # who asked for it does not approve it
+        factories.vote(renewal.proposal, reviewer_a)
+    with pytest.raises(Conflict):  # one renewal at a time
+        renew_grant(grant.id, reviewer_b)
+    factories.vote(renewal.proposal, reviewer_b)
+    factories.vote(renewal.proposal, third)
+    renewal.refresh_from_db()
+    assert renewal.state == Grant.State.ACTIVE
+    assert Grant.objects.get(pk=grant.pk).state == Grant.State.ACTIVE  # the old one runs to its end
