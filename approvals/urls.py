@@ -10,6 +10,7 @@ from approvals.agent_api import push as a2a_views
 from approvals.agent_api.api import api
 from approvals.notify import delegation_views, push_views, slack_views, teams_views
 from approvals.web import batches as batch_pages
+from approvals.web import grants as grant_views
 from approvals.web import views
 
 app_name = "approvals"
@@ -28,6 +29,9 @@ urlpatterns = [
     path("batches/<uuid:batch_pk>/decide", batch_pages.decide_batch, name="decide_batch"),
     path("batches/<uuid:batch_pk>/revoke", batch_pages.revoke_batch_view, name="revoke_batch"),
     path("break-glass/", views.break_glass_oversight, name="break_glass_oversight"),
+    path("grants/", grant_views.grants, name="grants"),
+    path("grants/<uuid:grant_id>/revoke", grant_views.revoke, name="revoke_grant"),
+    path("grants/<uuid:grant_id>/renew", grant_views.renew, name="renew_grant"),
     # Enrollment is accounts' view; its name stays "approvals:enroll" (pages and redirects use it).
     path("accounts/enroll/", account_views.enroll, name="enroll"),
     path("a2a/push/<slug:agent_slug>/", a2a_views.push, name="push"),

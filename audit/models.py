@@ -140,6 +140,13 @@ class Verb(models.TextChoices):
     BATCH_CHANGED = "batch.changed"
     BATCH_VOTED = "batch.voted"
     BATCH_REVOKED = "batch.revoked"
+    GRANT_REQUESTED = "grant.requested"
+    GRANT_ACTIVATED = "grant.activated"
+    GRANT_DECLINED = "grant.declined"
+    GRANT_USED = "grant.used"
+    GRANT_REVOKED = "grant.revoked"
+    GRANT_RENEWAL_ASKED = "grant.renewal_asked"
+    GRANT_LAPSED = "grant.lapsed"
 
 
 class AuditEventQuerySet(AppendOnlyQuerySet):

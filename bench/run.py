@@ -22,14 +22,19 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 OUTPUT = ROOT / "test-output" / "bench.json"
-EXPECTED = ("R1", "R1a", "R1r", "R2", "R3", "R4", "R5", "R5b", "R5c", "R6", "R7", "R8", "R9")
+EXPECTED = ("R1", "R1a", "R1r", "R2", "R3", "R4", "R5", "R5b", "R5c", "R6", "R7", "R8", "R9", "R10")
 MODULE = re.compile(r"^r\d+[a-z]?_\w+\.py$")
 RESULT_MARK = "BENCH-ROWS "  # the child prints its rows on one line after this mark
 
 
 def modules(selected: list[str]) -> list[str]:
     names = sorted(path.stem for path in BENCH.glob("r*.py") if MODULE.match(path.name))
-    return [name for name in names if not selected or any(name.startswith(s) for s in selected)]
+    # "r1" selects r1_* and r1a_*, never r10_*.
+    return [
+        name
+        for name in names
+        if not selected or any(re.match(rf"{re.escape(s)}[a-z]?_", name) for s in selected)
+    ]
 
 
 def run_module(name: str) -> list[dict]:

@@ -5,6 +5,7 @@ It imports no app of ours, so audit/ may use it without depending on approvals/.
 
 from collections.abc import Callable
 from functools import wraps
+from typing import Any
 
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpResponse
@@ -22,7 +23,7 @@ def verified_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpRe
     every response is Cache-Control: no-store, private."""
 
     @wraps(view)
-    def guarded(request, *args, **kwargs):
+    def guarded(request: Any, *args: Any, **kwargs: Any) -> HttpResponse:  # (django-otp adds is_verified)
         user = request.user
         if user.is_authenticated and user.is_verified():
             response = view(request, *args, **kwargs)

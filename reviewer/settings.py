@@ -377,6 +377,9 @@ EMAIL_PORT = env_int("EMAIL_PORT", 25)
 EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10)  # seconds per SMTP operation (the worker's mail jobs)
 # Reviewers get one e-mail digest of new proposals at most this often (approvals/worker/notifications.py).
 NOTIFICATION_DIGEST_SECONDS = env_int("NOTIFICATION_DIGEST_SECONDS", 60)
+# A standing grant's approvers are asked to renew it or let it lapse this long before it expires (or a
+# fifth of its window when shorter; approvals/services/grants.py).
+GRANT_RENEWAL_NOTICE_SECONDS = env_int("GRANT_RENEWAL_NOTICE_SECONDS", 24 * 3600)
 
 # Intake limits: agent-provided text is untrusted and capped.
 PROPOSAL_MAX_BYTES = env_int("PROPOSAL_MAX_BYTES", 64 * 1024)

@@ -148,6 +148,7 @@ def make_policy(
     break_glass=None,
     notifications=None,
     batch=None,
+    forbid_grants=False,
 ) -> PolicyVersion:
     """An active policy version, written by one admin and activated by another through the services.
     Groups the thresholds name are created if missing (a test names them before adding people)."""
@@ -177,6 +178,7 @@ def make_policy(
             **({"break_glass": break_glass} if break_glass else {}),
             **({"notifications": notifications} if notifications else {}),
             **({"batch": batch} if batch else {}),
+            **({"forbid_grants": True} if forbid_grants else {}),
         },
         actor=author,
     )

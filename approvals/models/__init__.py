@@ -13,11 +13,13 @@ OutboxMessage, ReviewNotice), batches.py (Batch, BatchMember: a fixed manifest o
 halts.py (Halt, BreakGlassRelease, PostHocReview), notifications.py
 (reminders, escalation, delegation, Slack, Teams, webhooks, push); quotas.py (intake quotas' state);
 risk.py (the risk levels and
-their one rank); live.py (who has a proposal's page open). Import them from here.
+their one rank); live.py (who has a proposal's page open); grants.py (standing grants: Grant, GrantUse,
+GrantMiss). Import them from here.
 """
 
 from approvals.models.agents import Agent, Policy, PolicyVersion
 from approvals.models.batches import Batch, BatchMember
+from approvals.models.grants import Grant, GrantMiss, GrantUse
 from approvals.models.halts import BreakGlassRelease, Halt, PostHocReview
 from approvals.models.live import PageWatcher
 from approvals.models.notifications import (
@@ -50,6 +52,9 @@ __all__ = [
     "Decision",
     "Delegation",
     "FollowUp",
+    "Grant",
+    "GrantMiss",
+    "GrantUse",
     "Halt",
     "OutboxMessage",
     "PageWatcher",

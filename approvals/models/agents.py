@@ -203,6 +203,11 @@ class PolicyVersion(models.Model):
         blank=True,
         help_text="reminders, an escalation step, what happens at expiry, and whether chat may decide",
     )
+    # Standing grants (approvals/policy/grants.py): true, no grant may be asked for or decide a call this
+    # version matches (its patterns, and its condition for a call).
+    forbid_grants = models.BooleanField(
+        default=False, help_text="no standing grant may cover the calls this version matches"
+    )
     author = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+"
     )

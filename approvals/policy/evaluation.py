@@ -26,6 +26,7 @@ from approvals.policy import classification
 from approvals.policy import notifications as notify_rules
 from approvals.policy.classification import UNCLASSIFIED
 from approvals.policy.history import policy_counts, target_key
+from approvals.policy.reserved import GRANT_TOOL
 from approvals.policy.step_up import PER_VOTE, mode_of, stricter_step_up
 from tenants.models import Tenant
 
@@ -136,6 +137,13 @@ def evaluate(tenant: Tenant, versions: list[PolicyVersion], context: dict) -> Ev
     no policy names (only "*"-style patterns matched), a risk hint from the tool's name only makes it
     stricter: an allow becomes the tenant default's review, and the risk becomes high."""
     evaluation = _evaluate(tenant, versions, context)
+    if context["tool"] == GRANT_TOOL and evaluation.outcome == "allow":
+        # A standing grant spares people later calls: only people may give one, never a policy alone.
+        by_people = tenant_default(
+            tenant, evaluation.errors, reversibility=context.get("reversibility", UNCLASSIFIED)
+        )
+        by_people.reason = "a standing grant is always decided by people: the tenant default decides"
+        return by_people
     hint = classification.risk_hint(context["tool"])
     if not hint or any(version.tool_pattern not in ("", "*") for version in evaluation.versions):
         return evaluation

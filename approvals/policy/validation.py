@@ -30,6 +30,7 @@ VERSION_FIELDS = (
     "break_glass",
     "notifications",
     "batch",
+    "forbid_grants",
 )
 
 
@@ -107,6 +108,8 @@ def version_field_errors(
     problem = notify_rules.notifications_error(fields.get("notifications", {}), people, group_slugs)
     if problem:
         errors["notifications"] = problem
+    if not isinstance(fields.get("forbid_grants", False), bool):
+        errors["forbid_grants"] = "forbid_grants is true or false"
     for name in VERSION_FIELDS:
         inexact = first_inexact_number(fields.get(name)) if name not in errors else None
         if inexact:

@@ -9,9 +9,11 @@ from django.utils import timezone
 from approvals import events
 from approvals.models import Agent, Decision, OutboxMessage, Proposal, Vote
 from approvals.policy.evaluation import shaping_refs
+from approvals.policy.grants import is_grant_request
 from approvals.policy.headline import action_headline
 from approvals.selectors import lock_proposal_for, tenant_role
 from approvals.services.common import agent_actor, proposal_subject
+from approvals.services.grants import grant_decided
 from approvals.services.halts import active_halt
 from approvals.services.lifecycle import (
     closed_reason,
@@ -54,12 +56,14 @@ def issue_decision(
     quorum: Quorum | None = None,
     versions: list | None = None,
     continuation_delay: int = 0,
+    grant: dict | None = None,
 ) -> Decision:
     """Sign the decision, store it, and queue its delivery to the agent, all in this transaction.
     The policy claims name every version pinned on the proposal (policy.shaping_refs); `versions`:
     those versions with their policies, when the caller has them (intake pinned them just now).
     `continuation_delay`: seconds the continuation waits (the agent takes the decision from the intake
-    answer; the worker sends it only if the agent has not started on it by then)."""
+    answer; the worker sends it only if the agent has not started on it by then). `grant`: the `grant`
+    claim of a call a standing grant decided (approvals/services/grants.py)."""
     issued = timezone.now()
     consume = kind == Decision.Kind.APPROVED and bool(proposal.requirements.get("consume", True))
     decision = Decision(
@@ -95,6 +99,8 @@ def issue_decision(
     if proposal.manifest_digest:
         # A batch member: the manifest it was decided under (docs/agents/batches.md).
         claims["manifest"] = proposal.manifest_digest
+    if grant is not None:
+        claims["grant"] = grant
     decision.token, decision.kid = sign_decision(claims)
     insert_held(decision)  # with intake's other writes (approvals/storage/rows.py)
     record(
@@ -121,8 +127,11 @@ def issue_decision(
             "summary": proposal.summary[:200],
             "amount": amount_words(proposal.action, proposal.consequences),
             **({"manifest": proposal.manifest_digest} if proposal.manifest_digest else {}),
+            **({"grant": grant} if grant is not None else {}),
         },
     )
+    if is_grant_request(proposal.tool):
+        grant_decided(proposal, decision, approvers)  # the grant asked for is in force, or declined
     enqueue_message(
         proposal,
         OutboxMessage.Kind.CONTINUE,

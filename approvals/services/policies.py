@@ -64,6 +64,7 @@ POLICY_VERSION_DEFAULTS = {
     "break_glass": {},
     "notifications": {},
     "batch": {},
+    "forbid_grants": False,
 }
 
 

@@ -21,6 +21,7 @@ from approvals.services import lifecycle
 from approvals.services.quorum import count_quorum
 from approvals.states import OPEN_FOR_VOTES, RELEASED, STARTED, State
 from approvals.web import break_glass_pages
+from approvals.web import grants as grant_pages
 from approvals.web.display import EXCERPT_CAP, capped, display_text, label_text
 from approvals.web.forms import DecisionForm, RevokeForm
 from approvals.web.history_panel import history_context
@@ -452,4 +453,5 @@ def detail_context(proposal: Proposal, user, session, post_hoc_form=None, **deci
         "successor": Proposal.objects.filter(supersedes=proposal).only("id", "state", "summary").first(),
         "decision_panel": decision_context(proposal, user, session, live, why_not, **decision_kwargs),
         "post_hoc": break_glass_pages.my_review(proposal, user, post_hoc_form, live["break_glass_record"]),
+        "grant_panel": grant_pages.proposal_panel(proposal),
     }

@@ -23,11 +23,12 @@ from django.utils import timezone
 
 from approvals.a2a.parked_tasks import ParkedTaskLister
 from approvals.models import OutboxMessage
-from approvals.notify import announce, chase, push, slack_sync, teams
+from approvals.notify import announce, chase, grant_renewals, push, slack_sync, teams
 from approvals.notify.lanes import Lane
 from approvals.services.break_glass import note_overdue_reviews
 from approvals.services.chat_posts import mark_changed_posts_due
 from approvals.services.delegations import note_ended_delegations
+from approvals.services.grants import ask_for_renewals, lapse_expired_grants
 from approvals.services.outbox import claim_due_outbox, release_outbox_claims
 from approvals.services.page_watchers import forget_stale
 from approvals.services.reconcile import expire_due
@@ -208,6 +209,17 @@ def note_delegation_ends(context: JobContext, report: TickReport, now: datetime 
     note_ended_delegations(now)
 
 
+def ask_grant_renewals(context: JobContext, report: TickReport, now: datetime | None) -> None:
+    """Standing grants near their expiry: their approvers are asked to renew or let them lapse."""
+    for grant, people in ask_for_renewals(now):
+        grant_renewals.tell(grant, people)
+
+
+def lapse_grants(context: JobContext, report: TickReport, now: datetime | None) -> None:
+    """Standing grants past their expiry lapse (never renewed silently)."""
+    lapse_expired_grants(now)
+
+
 def stream_to_siem(context: JobContext, report: TickReport, now: datetime | None) -> None:
     siem.stream_pending()
 
@@ -241,6 +253,8 @@ JOBS = [
     Job("sync_teams", sync_teams),
     Job("end_push_subscriptions", end_push_subscriptions, every=HOUSEKEEPING_SECONDS),
     Job("note_delegation_ends", note_delegation_ends),
+    Job("ask_grant_renewals", ask_grant_renewals, every=HOUSEKEEPING_SECONDS),
+    Job("lapse_grants", lapse_grants, every=HOUSEKEEPING_SECONDS),
     Job("stream_to_siem", stream_to_siem),
     Job("forget_stale_page_watchers", forget_stale_page_watchers, every=HOUSEKEEPING_SECONDS),
     Job("record_heartbeat", record_heartbeat),  # last: /readyz's worker check reads it (health/)

@@ -21,7 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from audit.chain.records import pending_by_chain
 from audit.labels import tenant_chain
-from audit.metrics.queue import FIRST_OUTCOMES, Metrics, collect, percentile
+from audit.metrics.queue import DECIDERS, FIRST_OUTCOMES, Metrics, collect, percentile
 from audit.models import ChainHead, Checkpoint, ExportJob
 from tenants import queries as tenant_queries
 
@@ -79,6 +79,11 @@ class ReviewerCollector:
         post_hoc_overdue = counter(
             "reviewer_post_hoc_reviews_overdue_total", "Post-hoc reviews that passed their deadline undone."
         )
+        deciders = counter(
+            "reviewer_decisions_by_decider_total",
+            "Proposals decided, by who decided: people, policy, or a standing grant.",
+            "decided_by",
+        )
         open_now = GaugeMetricFamily(
             "reviewer_open_proposals", "Proposals without an outcome yet.", labels=["tenant"]
         )
@@ -111,6 +116,8 @@ class ReviewerCollector:
             glass_refused.add_metric([t], metrics.break_glass_budget_refusals)
             post_hoc_overdue.add_metric([t], metrics.post_hoc_overdue)
             open_now.add_metric([t], metrics.open)
+            for decider in DECIDERS:
+                deciders.add_metric([t, decider], metrics.decided_by[decider])
             durations = sorted(metrics.overall.durations)
             for quantile in QUANTILES:
                 value = percentile(durations, quantile)
@@ -122,7 +129,7 @@ class ReviewerCollector:
             time_to_decision.add_sample(TIME_TO_DECISION + "_sum", {"tenant": t}, sum(durations))
             time_to_decision.add_sample(TIME_TO_DECISION + "_count", {"tenant": t}, len(durations))
         yield from (proposals, by_policy, by_tool, supersedes, info_requests, unknown, revocations, open_now)
-        yield from (time_to_decision, rubber_stamp, break_glass, glass_refused, post_hoc_overdue)
+        yield from (time_to_decision, rubber_stamp, break_glass, glass_refused, post_hoc_overdue, deciders)
 
     def _chain_families(self, heads, now: datetime):
         head_seq = GaugeMetricFamily(

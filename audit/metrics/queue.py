@@ -57,6 +57,7 @@ class ProposalFacts:
     was_unknown: bool = False
     approvals_cast: int = 0
     reservations: int = 0  # approvals given with a reservation (a dissent that did not block)
+    under_grant: bool = False  # allowed at intake under a standing grant, not by policy alone
 
 
 def percentile(values: list[float], fraction: float) -> float | None:
@@ -141,6 +142,10 @@ class Metrics:
     post_hoc_done: int = 0
     post_hoc_disagreed: int = 0
     post_hoc_overdue: int = 0
+    # Who decided each proposal with an outcome: "people" (approved, rejected, asked), "policy" (allowed
+    # or denied by policy alone) or "grant" (allowed under a standing grant people gave ahead of time):
+    # a grant that replaces all review shows here.
+    decided_by: Counter = field(default_factory=Counter)
 
     @property
     def rubber_stamps(self) -> list[Group]:
@@ -170,6 +175,20 @@ def day_category(facts: ProposalFacts) -> str:
     return "other" if facts.first_outcome else "open"
 
 
+DECIDERS = ("people", "policy", "grant")
+
+
+def decided_by(facts: ProposalFacts) -> str | None:
+    """Who decided the proposal (one of DECIDERS), or None when nobody did (open, expired, superseded)."""
+    if facts.first_outcome in HUMAN:
+        return "people"
+    if facts.first_outcome == "allowed":
+        return "grant" if facts.under_grant else "policy"
+    if facts.first_outcome == "denied":
+        return "policy"
+    return None
+
+
 def collect_steps(
     chain: str, *, since: datetime | None = None, until: datetime | None = None, up_to_seq: int | None = None
 ) -> Generator[int, None, Metrics]:
@@ -181,6 +200,7 @@ def collect_steps(
             Verb.PROPOSAL_TRANSITIONED,
             Verb.DECISION_REVOKED,
             Verb.VOTE_CAST,
+            Verb.GRANT_USED,
             *BREAK_GLASS_VERBS,
         ],
     )
@@ -269,6 +289,8 @@ def _observe(proposals, metrics, subject, verb, at, data, until) -> None:
             facts.was_unknown = True
     elif verb == Verb.DECISION_REVOKED:
         metrics.revocations += 1
+    elif verb == Verb.GRANT_USED:
+        facts.under_grant = True
     elif verb == Verb.VOTE_CAST and data.get("verdict") == "approve":
         facts.approvals_cast += 1
         facts.reservations += bool(data.get("reservation"))
@@ -292,6 +314,9 @@ def _summarize(proposals: dict[str, ProposalFacts], metrics: Metrics) -> None:
                 group.outcomes[facts.first_outcome] += 1
             if duration is not None:
                 group.durations.append(duration)
+        decider = decided_by(facts)
+        if decider:
+            metrics.decided_by[decider] += 1
         if facts.first_outcome is None:
             metrics.open += 1
         if facts.was_unknown:

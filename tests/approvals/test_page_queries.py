@@ -22,8 +22,8 @@ pytestmark = pytest.mark.django_db
 # post-hoc reviews when there is one: the person's own is taken from there); the person's groups and
 # stand-in row; the pinned versions; the history; the successor; whether they have a passkey, and
 # without one, an authenticator app or backup codes (else the panel leads them to set one up); whether
-# the tenant confirms votes at its provider.
-DETAIL_PAGE_QUERIES = 19
+# the tenant confirms votes at its provider; the standing grants it did not fit (approvals/web/grants.py).
+DETAIL_PAGE_QUERIES = 20
 
 
 def test_the_proposal_page_makes_a_known_number_of_queries(agent, refund_policy, requester, reviewer_a):

@@ -8,6 +8,7 @@ from datetime import datetime
 from approvals.models import Agent, Proposal
 from approvals.policy.evaluation import classified_target_key
 from approvals.policy.history import policy_counts, policy_counts_expression, read_policy_counts
+from approvals.services.grants import RECENTLY_ENDED
 from approvals.services.quotas import (
     CountCaps,
     Hold,
@@ -19,6 +20,7 @@ from approvals.services.quotas import (
     open_counts_subqueries,
 )
 from approvals.storage import intake as storage
+from approvals.storage.grants import grants_named_expression
 from approvals.storage.halts import active_halt_expression
 from lib.errors import NotFound
 
@@ -32,6 +34,9 @@ class Found:
     history: dict  # policy.evaluation_context's `history` counts
     versions: list  # the tenant's active policy versions, with their policies
     open_counts: OpenCounts  # what waits for people, the agent's and the tenant's (quotas)
+    # Whether the agent has standing grants a call could meet (approvals/services/grants.py reads them
+    # only then).
+    grants_named: bool = False
 
 
 def hold_and_read(agent: Agent, proposal: Proposal, now: datetime) -> tuple[Hold, Found]:
@@ -53,14 +58,14 @@ def hold_and_read(agent: Agent, proposal: Proposal, now: datetime) -> tuple[Hold
     quotas say the lock read otherwise (`count_again`), the read runs again after the lock, counting in
     full."""
     caps = CountCaps.for_agent(agent)
-    read, scalars = _read_statement(agent, proposal, caps)
+    read, scalars = _read_statement(agent, proposal, caps, now)
     locked, rows = storage.lock_and_read(locking_statement(agent), read)
     hold = hold_from_rows(agent, locked)
     counts = _open_counts(rows, caps)
     if hold is None or count_again(hold, caps, counts):
         hold = hold or hold_quotas(agent, now)
         caps = CountCaps.of(hold.agent_limit, hold.tenant_limit)
-        read, scalars = _read_statement(agent, proposal, caps, count_always=True)
+        read, scalars = _read_statement(agent, proposal, caps, now, count_always=True)
         rows = storage.read(read)
         counts = _open_counts(rows, caps)
     return hold, _found(agent, proposal, rows, scalars=scalars, open_counts=counts)
@@ -75,15 +80,16 @@ def _open_counts(rows: list, caps: CountCaps) -> OpenCounts:
 
 
 def _read_statement(
-    agent: Agent, proposal: Proposal, caps: CountCaps, *, count_always: bool = False
+    agent: Agent, proposal: Proposal, caps: CountCaps, now: datetime, *, count_always: bool = False
 ) -> tuple[tuple[str, tuple], int]:
-    """The one read (its text and parameters), and how many scalar subqueries lead its rows (the history
-    counts' is the fifth, when the proposal has a target). `count_always`: count what waits whatever
-    the quota rows' bounds."""
+    """The one read (its text and parameters), and how many scalar subqueries lead its rows (the
+    standing grants' is the fifth; the history counts' the sixth, when the proposal has a target).
+    `count_always`: count what waits whatever the quota rows' bounds."""
     subqueries = [
         storage.replay_expression(agent.id, proposal.task_id, proposal.request_id),
         active_halt_expression(agent.tenant_id, agent.id),
         *open_counts_subqueries(agent, caps, always=count_always),  # the agent's count, then the tenant's
+        grants_named_expression(agent.id, now - RECENTLY_ENDED),
     ]
     history = policy_counts_expression(proposal)
     if history is not None:
@@ -97,7 +103,7 @@ def _found(agent: Agent, proposal: Proposal, rows: list, *, scalars: int, open_c
         raise NotFound("unknown_agent", "this agent is no longer registered")
     existing_id, halt_id = rows[0][:2]
     versions = storage.loaded_versions(rows, agent.tenant, skip=scalars)
-    counts = read_policy_counts(rows[0][4] if scalars > 4 else None)
+    counts = read_policy_counts(rows[0][5] if scalars > 5 else None)
     # The admins' classification may key this tool's target otherwise (a family of equivalent tools, a
     # named target argument): then the history is read again under that key, one more query only then.
     classified = classified_target_key(proposal.action, agent.slug, versions)
@@ -111,4 +117,5 @@ def _found(agent: Agent, proposal: Proposal, rows: list, *, scalars: int, open_c
         history=counts,
         versions=versions,
         open_counts=open_counts,
+        grants_named=rows[0][4] is not None,
     )

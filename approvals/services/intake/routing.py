@@ -19,6 +19,7 @@ from approvals.policy.history import policy_counts
 from approvals.services.common import agent_actor, proposal_subject
 from approvals.services.decisions import issue_decision
 from approvals.services.follow_ups import open_follow_up
+from approvals.services.grants import GrantPlan
 from approvals.services.intake.read import Found
 from approvals.services.lifecycle import expiry_for, first_transition, record_transition, transition
 from approvals.services.quotas import OpenCounts
@@ -50,6 +51,7 @@ def store_and_route(
     via: str,
     supersedes,
     decision_in_answer: bool,
+    grant: GrantPlan | None = None,
 ) -> Proposal:
     """Store the evaluated proposal in its first state (one INSERT) and write what goes with it: the
     audit events (submitted, the superseded request's transition, policy evaluated, the proposal's
@@ -86,7 +88,11 @@ def store_and_route(
             reason=f"superseded by proposal {proposal.id}",
             data={"successor": str(proposal.id)},
         )
-    _pin_and_route(proposal, evaluation, target, first=previous, decision_in_answer=decision_in_answer)
+    if grant is not None:
+        grant.carry_out(proposal)  # the grant asked for, or spent (before the decision is signed)
+    _pin_and_route(
+        proposal, evaluation, target, first=previous, decision_in_answer=decision_in_answer, grant=grant
+    )
     return proposal
 
 
@@ -125,6 +131,7 @@ def _pin_and_route(
     *,
     first: str | None,
     decision_in_answer: bool = False,
+    grant: GrantPlan | None = None,
 ) -> None:
     """Pin the versions that decided (a stored proposal: intake's new one was inserted with its pins),
     record the evaluation, move the proposal to `target` (`first`: the state it left already, before
@@ -161,13 +168,17 @@ def _pin_and_route(
         # once if not), reminders, escalation (approvals/notify/chase.py). One INSERT here.
         open_follow_up(proposal)
     else:
+        under_grant = grant is not None and grant.use is not None
         issue_decision(
             proposal,
             Decision.Kind.REJECTED if target == State.DENIED else Decision.Kind.APPROVED,
             reason=evaluation.reason,
-            approvers=_policy_approvers(evaluation),
+            approvers=grant.approvers()
+            if grant is not None and under_grant
+            else _policy_approvers(evaluation),
             versions=evaluation.versions,
             continuation_delay=settings.ANSWERED_CONTINUATION_DELAY_SECONDS if decision_in_answer else 0,
+            grant=grant.claim if grant is not None else None,
         )
 
 

@@ -14,6 +14,7 @@ from approvals.models import Agent, Halt, Proposal
 from approvals.policy.history import target_key
 from approvals.schemas import ProposalSubmission
 from approvals.services.common import agent_actor
+from approvals.services.grants import grant_terms_or_error, plan_grant
 from approvals.services.halts import refuse_halted
 from approvals.services.intake.read import hold_and_read
 from approvals.services.intake.routing import evaluate_proposal, store_and_route, target_state
@@ -113,6 +114,13 @@ def take_in(
         )
     elif request.expires_at and request.expires_at <= created_at:
         refusal = IntakeError("already_expired", "expires_at is in the past", "request.expires_at")
+    # A standing grant's terms (approvals/policy/grants.py), checked before anything is written.
+    grant_terms = None
+    if refusal is None:
+        try:
+            grant_terms = grant_terms_or_error(request.action, request.principal.id, created_at)
+        except IntakeError as error:
+            refusal = error
 
     refused = None
     # The proposal's audit events (submitted, evaluated, its transition, the decision) in one INSERT,
@@ -163,6 +171,16 @@ def take_in(
         evaluation = evaluate_proposal(
             proposal, found, requested_expiry=request.expires_at, created_at=created_at
         )
+        # A call policy sends to people may fit a standing grant instead (services/grants.py).
+        grant = plan_grant(
+            proposal,
+            evaluation,
+            found.versions,
+            found.history,
+            created_at,
+            grant_terms,
+            grants_named=found.grants_named,
+        )
         refused = spend_or_refuse(
             hold,
             found.open_counts,
@@ -178,6 +196,7 @@ def take_in(
                 via=via,
                 supersedes=request.supersedes,
                 decision_in_answer=decision_in_answer,
+                grant=grant,
             )
     return Taken(proposal, created=refused is None, refused=refused)
 
