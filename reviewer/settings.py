@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from lib import tracing
 from lib.env import development_secret, env_bool, env_int, env_list, env_str
 from reviewer import fixed_settings
 
@@ -188,6 +189,8 @@ READY_SEQUENCER_LAG_MAX_SECONDS = env_int("READY_SEQUENCER_LAG_MAX_SECONDS", AUD
 READY_OUTBOX_BACKLOG_MAX = env_int("READY_OUTBOX_BACKLOG_MAX", 1000)
 READY_OUTBOX_DUE_MAX_SECONDS = env_int("READY_OUTBOX_DUE_MAX_SECONDS", 300)
 READY_CHECK_TIMEOUT_SECONDS = env_int("READY_CHECK_TIMEOUT_SECONDS", 5)
+# OpenTelemetry traces (lib/tracing.py): on when the standard OTEL_* variables name an OTLP endpoint.
+TRACES_ENABLED = tracing.wanted()
 # Decision waits (`?wait=N`, approvals/agent_api/decision_wait.py) hold no request slot or connection:
 # per process at most DECISION_WAITS_PER_AGENT for one agent (then 429) and DECISION_WAITS_PER_PROCESS
 # in all (then 503); their reads use at most DECISION_WAIT_READS pooled connections at once.

@@ -30,6 +30,7 @@ from audit.chain.accept import accept_sql
 from audit.labels import SYSTEM, actor_label, tenant_chain
 from audit.models import Verb
 from audit.trail import audit_time, record
+from lib import tracing
 from lib.errors import CompensationRefused, Conflict, ConsumeRefused, NotFound, RevokeRefused, ServiceError
 from tenants.models import TenantMembership
 from tenants.queries import DECIDING_ROLES
@@ -59,6 +60,30 @@ def issue_decision(
     those versions with their policies, when the caller has them (intake pinned them just now).
     `continuation_delay`: seconds the continuation waits (the agent takes the decision from the intake
     answer; the worker sends it only if the agent has not started on it by then)."""
+    with tracing.span("reviewer.decision", attributes={"reviewer.proposal.id": str(proposal.id)}) as span:
+        decision = _sign_and_queue(
+            proposal,
+            kind,
+            reason=reason,
+            approvers=approvers,
+            quorum=quorum,
+            versions=versions,
+            continuation_delay=continuation_delay,
+        )
+        span.set_attributes({"reviewer.decision.jti": str(decision.jti), "reviewer.decision.kind": kind})
+        return decision
+
+
+def _sign_and_queue(
+    proposal: Proposal,
+    kind: str,
+    *,
+    reason: str,
+    approvers: list[dict],
+    quorum: Quorum | None,
+    versions: list | None,
+    continuation_delay: int,
+) -> Decision:
     issued = timezone.now()
     consume = kind == Decision.Kind.APPROVED and bool(proposal.requirements.get("consume", True))
     decision = Decision(

@@ -26,6 +26,7 @@ from approvals.states import ALLOWED, State
 from audit.labels import agent_label
 from audit.models import Verb
 from audit.trail import record, recorded_together
+from lib import tracing
 from lib.errors import IntakeError, ServiceError
 from lib.storage.held_writes import held_writes
 
@@ -97,6 +98,7 @@ def submit_proposal(
                 consequences=request.consequences,
                 diff=[d.model_dump() for d in request.diff],
                 evidence=[e.model_dump() for e in request.evidence],
+                trace_parent=tracing.current_traceparent(),  # intake's span: later spans continue it
             )
             # First, before any read intake decides on: the quota rows' lock, so that the counts read
             # with it see every proposal the intakes before this one committed (services/quotas.py).
@@ -118,9 +120,16 @@ def submit_proposal(
             if request.supersedes:
                 _check_supersedable(old, request.supersedes)
                 proposal.supersedes = old
-            evaluation = evaluate_proposal(
-                proposal, found, requested_expiry=request.expires_at, created_at=created_at
-            )
+            with tracing.span("reviewer.policy") as span:
+                evaluation = evaluate_proposal(
+                    proposal, found, requested_expiry=request.expires_at, created_at=created_at
+                )
+                span.set_attributes(
+                    {
+                        "reviewer.policy.outcome": evaluation.outcome,
+                        "reviewer.policy.versions": [version.ref for version in evaluation.versions],
+                    }
+                )
             refused = spend_or_refuse(
                 hold,
                 found.open_counts,
@@ -129,14 +138,18 @@ def submit_proposal(
                 via=via,
             )
             if refused is None:
-                proposal = store_and_route(
-                    proposal,
-                    evaluation,
-                    old,
-                    via=via,
-                    supersedes=request.supersedes,
-                    decision_in_answer=decision_in_answer,
-                )
+                with tracing.span("reviewer.route") as span:
+                    proposal = store_and_route(
+                        proposal,
+                        evaluation,
+                        old,
+                        via=via,
+                        supersedes=request.supersedes,
+                        decision_in_answer=decision_in_answer,
+                    )
+                    span.set_attributes(
+                        {"reviewer.proposal.id": str(proposal.id), "reviewer.proposal.state": proposal.state}
+                    )
     except IntegrityError:
         # The same request arrived twice at once (push and REST): the other one created it.
         existing = Proposal.objects.filter(
