@@ -224,6 +224,17 @@ if AUDIT_SEQUENCER_DATABASE_URL:
         "TEST": {"MIRROR": "default"},
     }
 
+# Where the worker's LISTEN connections go (its outbox wake-up and its audit sequencer's): a direct
+# connection to the PostgreSQL primary, when DATABASE_URL goes through PgBouncer in transaction mode,
+# which loses LISTEN's notifications (lib/storage/pg_listen.py). Empty: DATABASE_URL's connection.
+DATABASE_LISTEN_URL = env_str("DATABASE_LISTEN_URL")
+if DATABASE_LISTEN_URL and not (
+    IS_POSTGRES and DATABASE_LISTEN_URL.startswith(("postgres://", "postgresql://"))
+):
+    raise ImproperlyConfigured(
+        "DATABASE_LISTEN_URL is a postgres:// URL, and only for a PostgreSQL DATABASE_URL (LISTEN/NOTIFY)"
+    )
+
 REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:
     CHANNEL_LAYERS = fixed_settings.redis_channel_layers(
