@@ -50,7 +50,9 @@ def new_secret() -> str:
     return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
 
 
-def endpoint_refusal(url: str, events) -> ConfigRefused | None:
+def endpoint_refusal(
+    url: str, events, envelope: str = WebhookEndpoint.Envelope.STANDARD
+) -> ConfigRefused | None:
     parts = urlsplit(url or "")
     if parts.scheme != "https" and not (parts.scheme == "http" and settings.NOTIFY_ALLOW_HTTP):
         return ConfigRefused("webhook_url", "a webhook endpoint is an https:// URL", "url")
@@ -58,24 +60,32 @@ def endpoint_refusal(url: str, events) -> ConfigRefused | None:
         return ConfigRefused("webhook_url", "the URL names no host", "url")
     if not isinstance(events, list) or any(e not in EVENT_TYPES for e in events):
         return ConfigRefused("webhook_events", "events is a list of: " + ", ".join(EVENT_TYPES), "events")
+    if envelope not in WebhookEndpoint.Envelope.values:
+        choices = ", ".join(WebhookEndpoint.Envelope.values)
+        return ConfigRefused("webhook_envelope", f"envelope is one of: {choices}", "envelope")
     return None
 
 
-def register_endpoint(*, tenant, url: str, events=(), actor=None) -> WebhookEndpoint:
-    """A new endpoint with a fresh signing secret (the caller shows it to the admin once)."""
+def register_endpoint(
+    *, tenant, url: str, events=(), envelope: str = WebhookEndpoint.Envelope.STANDARD, actor=None
+) -> WebhookEndpoint:
+    """A new endpoint with a fresh signing secret (the caller shows it to the admin once). `envelope`:
+    the body's shape, Standard Webhooks' own or a CloudEvent (docs/notifications.md)."""
     events = list(events)
-    refusal = endpoint_refusal(url, events)
+    refusal = endpoint_refusal(url, events, envelope)
     if refusal:
         raise refusal
     with transaction.atomic():
-        endpoint = WebhookEndpoint.objects.create(tenant=tenant, url=url, events=events, secret=new_secret())
+        endpoint = WebhookEndpoint.objects.create(
+            tenant=tenant, url=url, events=events, envelope=envelope, secret=new_secret()
+        )
         start_at_head(FEED, tenant_chain(tenant.pk))
         record(
             tenant.pk,
             actor=actor_label(actor),
             verb=Verb.WEBHOOK_REGISTERED,
             subject=f"webhook:{endpoint.pk}",
-            data={"url": url, "events": events},
+            data={"url": url, "events": events, "envelope": envelope},
         )
     return endpoint
 
