@@ -15,7 +15,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from lib import tracing
-from lib.env import development_secret, env_bool, env_int, env_list, env_str
+from lib.env import database_settings, development_secret, env_bool, env_int, env_list, env_str
 from reviewer import fixed_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -136,7 +136,7 @@ _default_sqlite = f"sqlite:///{DATA_DIR / 'reviewer.sqlite3'}"
 DATABASE_URL = env_str("DATABASE_URL", _default_sqlite)
 if DATABASE_URL.startswith("sqlite"):
     DATA_DIR.mkdir(parents=True, exist_ok=True)
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+DATABASES = {"default": database_settings(DATABASE_URL, conn_max_age=0)}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # IMMEDIATE takes the write lock at BEGIN, so two votes cannot both read "awaiting" and both win.
     DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 20}
