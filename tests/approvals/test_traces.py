@@ -113,6 +113,7 @@ def test_one_approved_action_is_one_trace_from_the_agents_span_to_its_outcome(
     for name in ("reviewer.decision", "reviewer.delivery", "reviewer.consume", "reviewer.outcome"):
         assert by_name[name].attributes["reviewer.decision.jti"] == str(decision.jti), name
     assert by_name["reviewer.outcome"].attributes["reviewer.proposal.state"] == "succeeded"
+    assert list(by_name["reviewer.policy"].attributes["reviewer.policy.versions"]) == ["refunds@1"]
 
 
 def test_no_span_carries_agent_text_or_peoples_names(

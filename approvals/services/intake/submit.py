@@ -127,7 +127,9 @@ def submit_proposal(
                 span.set_attributes(
                     {
                         "reviewer.policy.outcome": evaluation.outcome,
-                        "reviewer.policy.versions": [version.ref for version in evaluation.versions],
+                        "reviewer.policy.versions": [
+                            f"{version.policy.slug}@{version.version}" for version in evaluation.versions
+                        ],
                     }
                 )
             refused = spend_or_refuse(
