@@ -72,6 +72,7 @@ def test_one_approved_action_is_one_trace_from_the_agents_span_to_its_outcome(
 
     submitted = post(client, "/api/v1/proposals", body, HTTP_TRACEPARENT=f"00-{AGENT_TRACE}-{AGENT_SPAN}-01")
     proposal = Proposal.objects.get(agent=agent, task_id=task_id)
+    Worker().tick()  # the reviewers to tell are chosen
     factories.vote(proposal, reviewer_a)
     assert Worker().tick().delivered == 1
     decision = Decision.objects.get(proposal=proposal)
@@ -89,6 +90,7 @@ def test_one_approved_action_is_one_trace_from_the_agents_span_to_its_outcome(
         "reviewer.intake",
         "reviewer.policy",
         "reviewer.route",
+        "reviewer.notify",
         "reviewer.vote",
         "reviewer.decision",
         "reviewer.delivery",
@@ -100,6 +102,8 @@ def test_one_approved_action_is_one_trace_from_the_agents_span_to_its_outcome(
     assert parent_of(by_name["reviewer.intake"]) == AGENT_SPAN
     assert parent_of(by_name["reviewer.policy"]) == intake
     assert parent_of(by_name["reviewer.route"]) == intake
+    assert parent_of(by_name["reviewer.notify"]) == intake  # in the worker, stored with the proposal
+    assert by_name["reviewer.notify"].attributes["reviewer.notify.reviewers"] == 1
     assert parent_of(by_name["reviewer.vote"]) == intake  # stored with the proposal
     assert parent_of(by_name["reviewer.decision"]) == span_id(by_name["reviewer.vote"])
     assert parent_of(by_name["reviewer.delivery"]) == intake
