@@ -39,7 +39,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # What agents call: the REST API (intake, pull, consume, outcome), the A2A push webhook, and the JWKS
 # their gates verify decisions with.
-AGENT_PATHS = ("/api/", "/a2a/", "/.well-known/jwks.json")
+AGENT_PATHS = ("/api/", "/a2a/", "/access/", "/.well-known/jwks.json", "/.well-known/authzen-configuration")
 
 
 def share_of(path: str) -> Share:

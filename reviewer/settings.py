@@ -81,6 +81,7 @@ INSTALLED_APPS = [
     "approvals",
     "sso",
     "health",
+    "authzen",
     "django_scim",
     "djangosaml2",
 ]

@@ -131,6 +131,7 @@ def register_agent(
     api_token: str,
     outbound_auth_scheme: str = Agent.AuthScheme.NONE,
     outbound_auth_credentials: str = "",
+    approval_extension: str = Agent.ApprovalExtension.REVIEWER,
     actor=None,
 ) -> Agent:
     """Create or update an agent's registration; tokens are stored as sha256 hashes only. Without a card
@@ -161,6 +162,7 @@ def register_agent(
                     "api_token_hash": hash_token(api_token),
                     "outbound_auth_scheme": outbound_auth_scheme,
                     "outbound_auth_credentials": outbound_auth_credentials,
+                    "approval_extension": approval_extension,
                 },
             )
         )
@@ -174,6 +176,7 @@ def register_agent(
                 "card_url": card_url,
                 "delivery": delivery,
                 "audience": agent.audience,
+                "approval_extension": approval_extension,
             },
         )
     return agent
@@ -199,6 +202,7 @@ AGENT_EDITABLE = (
     "audience",
     "outbound_auth_scheme",
     "outbound_auth_credentials",
+    "approval_extension",
 )
 
 

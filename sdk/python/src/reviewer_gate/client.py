@@ -245,6 +245,17 @@ class ReviewerClient:
             receipt.get("token") or None,
         )
 
+    def read_proposal(self, proposal_id: str) -> dict[str, Any] | None:
+        """`GET /api/v1/proposals/<id>`: the proposal's state and decision summary, None when Reviewer
+        knows no such proposal of this agent."""
+        response = self._call("GET", f"/api/v1/proposals/{quote(proposal_id, safe='')}")
+        if response.status_code == 404:
+            return None
+        if response.status_code != 200:
+            raise ReviewerUnavailable(f"GET proposal {proposal_id}: {self._error(response)}")
+        body: dict[str, Any] = response.json()
+        return body
+
     def poll_decision(self, proposal_id: str, *, wait: int | None = None) -> tuple[str | None, str]:
         """One long poll: (token, state). The token is None while undecided or when it never will be."""
         wait = self.poll_seconds if wait is None else max(0, min(int(wait), MAX_WAIT_SECONDS))

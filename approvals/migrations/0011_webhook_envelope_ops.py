@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('approvals', '0009_proposal_trace_parent_ops'),
+        ('approvals', '0010_proposal_trace_parent_ops'),
     ]
 
     operations = [
