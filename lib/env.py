@@ -4,7 +4,10 @@ container secrets) and the development secrets generated once into the data fold
 import os
 import secrets
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 
@@ -42,6 +45,28 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if not value:
         return default
     return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def database_settings(url: str, **options: Any) -> dict[str, Any]:
+    """Django's DATABASES entry for a database URL (dj-database-url), PostgreSQL's multi-host form too:
+    `postgres://user@db-a:5432,db-b:5432/reviewer?target_session_attrs=read-write` gives libpq both
+    hosts (HOST "db-a,db-b", PORT "5432,5432"), which it tries in turn for a read-write server: after a
+    standby is promoted, new connections find it (docs/operations.md, "PostgreSQL failover")."""
+    parts = urlsplit(url)
+    credentials, _, hosts = parts.netloc.rpartition("@")
+    if "," not in hosts or not parts.scheme.startswith("postgres"):
+        return dict(dj_database_url.parse(url, **options))
+    names, ports = [], []
+    for host in hosts.split(","):
+        name, _, port = host.rpartition(":") if ":" in host else (host, "", "")
+        if not name:
+            raise ImproperlyConfigured(f"DATABASE_URL names an empty host in {hosts!r}")
+        names.append(name)
+        ports.append(port or "5432")
+    first = f"{credentials}@{names[0]}" if credentials else names[0]
+    settings = dict(dj_database_url.parse(urlunsplit(parts._replace(netloc=first)), **options))
+    settings["HOST"], settings["PORT"] = ",".join(names), ",".join(ports)
+    return settings
 
 
 def development_secret(data_dir: Path, filename: str) -> str:

@@ -14,7 +14,8 @@ from urllib.parse import urlsplit
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from lib.env import development_secret, env_bool, env_int, env_list, env_str
+from lib import tracing
+from lib.env import database_settings, development_secret, env_bool, env_int, env_list, env_str
 from reviewer import fixed_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -136,7 +137,7 @@ _default_sqlite = f"sqlite:///{DATA_DIR / 'reviewer.sqlite3'}"
 DATABASE_URL = env_str("DATABASE_URL", _default_sqlite)
 if DATABASE_URL.startswith("sqlite"):
     DATA_DIR.mkdir(parents=True, exist_ok=True)
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+DATABASES = {"default": database_settings(DATABASE_URL, conn_max_age=0)}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # IMMEDIATE takes the write lock at BEGIN, so two votes cannot both read "awaiting" and both win.
     DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 20}
@@ -189,6 +190,8 @@ READY_SEQUENCER_LAG_MAX_SECONDS = env_int("READY_SEQUENCER_LAG_MAX_SECONDS", AUD
 READY_OUTBOX_BACKLOG_MAX = env_int("READY_OUTBOX_BACKLOG_MAX", 1000)
 READY_OUTBOX_DUE_MAX_SECONDS = env_int("READY_OUTBOX_DUE_MAX_SECONDS", 300)
 READY_CHECK_TIMEOUT_SECONDS = env_int("READY_CHECK_TIMEOUT_SECONDS", 5)
+# OpenTelemetry traces (lib/tracing.py): on when the standard OTEL_* variables name an OTLP endpoint.
+TRACES_ENABLED = tracing.wanted()
 # Decision waits (`?wait=N`, approvals/agent_api/decision_wait.py) hold no request slot or connection:
 # per process at most DECISION_WAITS_PER_AGENT for one agent (then 429) and DECISION_WAITS_PER_PROCESS
 # in all (then 503); their reads use at most DECISION_WAIT_READS pooled connections at once.
@@ -221,6 +224,17 @@ if AUDIT_SEQUENCER_DATABASE_URL:
         # The same database under another role: tests use the default connection's test database.
         "TEST": {"MIRROR": "default"},
     }
+
+# Where the worker's LISTEN connections go (its outbox wake-up and its audit sequencer's): a direct
+# connection to the PostgreSQL primary, when DATABASE_URL goes through PgBouncer in transaction mode,
+# which loses LISTEN's notifications (lib/storage/pg_listen.py). Empty: DATABASE_URL's connection.
+DATABASE_LISTEN_URL = env_str("DATABASE_LISTEN_URL")
+if DATABASE_LISTEN_URL and not (
+    IS_POSTGRES and DATABASE_LISTEN_URL.startswith(("postgres://", "postgresql://"))
+):
+    raise ImproperlyConfigured(
+        "DATABASE_LISTEN_URL is a postgres:// URL, and only for a PostgreSQL DATABASE_URL (LISTEN/NOTIFY)"
+    )
 
 REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:

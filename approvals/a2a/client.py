@@ -40,7 +40,7 @@ from approvals.a2a.rust_approval import RUST_EXTENSION_URI, RUST_METADATA_KEY, r
 from approvals.models import Agent, Decision, OutboxMessage, Proposal
 from approvals.schemas import ProposalSubmission
 from approvals.services.reconcile import TERMINAL_TASK_STATES
-from lib import outbound
+from lib import outbound, tracing
 
 log = logging.getLogger(__name__)
 
@@ -260,10 +260,16 @@ def failure_text(error: BaseException) -> str:
 
 
 def _extension_context(endpoint: AgentEndpoint | None = None) -> ClientCallContext:
+    """The call's A2A headers: the extensions, and the current span's W3C traceparent when traces are on
+    (read on the caller's thread: the call itself runs on the shared loop, outside this context)."""
     uris = [EXTENSION_URI]
     if endpoint is not None and endpoint.speaks_a2a_rust:
         uris.insert(0, RUST_EXTENSION_URI)
-    return ClientCallContext(service_parameters={"A2A-Extensions": ", ".join(uris)})
+    headers = {"A2A-Extensions": ", ".join(uris)}
+    traceparent = tracing.current_traceparent()
+    if traceparent:
+        headers["traceparent"] = traceparent
+    return ClientCallContext(service_parameters=headers)
 
 
 async def _task_snapshot(client, task_id: str) -> TaskSnapshot:
@@ -348,10 +354,11 @@ def send_continuation(outbox_message: OutboxMessage) -> str:
     request = SendMessageRequest(
         message=message, configuration=SendMessageConfiguration(return_immediately=True)
     )
+    context = _extension_context(endpoint)
 
     async def operation(client):
         try:
-            async for _ in client.send_message(request, context=_extension_context(endpoint)):
+            async for _ in client.send_message(request, context=context):
                 pass
         except A2AError as refusal:
             if isinstance(refusal, A2AClientError):
@@ -367,10 +374,11 @@ def cancel_task(outbox_message: OutboxMessage) -> str:
     agent does not know at all) has nothing left to cancel: delivered."""
     proposal = Proposal.objects.select_related("agent").get(pk=outbox_message.proposal_id)
     endpoint, task_id = AgentEndpoint.of(proposal.agent), proposal.task_id
+    context = _extension_context()
 
     async def operation(client):
         try:
-            await client.cancel_task(CancelTaskRequest(id=task_id), context=_extension_context())
+            await client.cancel_task(CancelTaskRequest(id=task_id), context=context)
         except TaskNotFoundError:
             return "the agent does not know this task: nothing to cancel"
         except A2AError as refusal:

@@ -16,6 +16,7 @@ from approvals.models import Agent, Proposal
 from approvals.schemas import ProposalSubmission, first_problem
 from approvals.services.intake import record_intake_refusal, submit_proposal
 from approvals.services.reconcile import TERMINAL_TASK_STATES
+from lib import tracing
 from lib.errors import HaltedError, IntakeError
 from reviewer_gate.decision import EXTENSION_URI
 
@@ -42,6 +43,9 @@ class PushEvent:
     state: str  # a TaskState name, "" for events that carry none (artifact updates, messages)
     detail: str = ""  # the status message's text, for the outcome record
     submission: ProposalSubmission | None = None
+    # The agent's span that parked the request (W3C traceparent in the status message's metadata), "" if
+    # none or malformed: intake's span continues it (lib/tracing.py).
+    traceparent: str = ""
 
     @property
     def is_terminal(self) -> bool:
@@ -74,10 +78,18 @@ def parse_push(body, extension: str = Agent.ApprovalExtension.REVIEWER) -> PushE
     state = TaskState.Name(status.state)
     detail = " ".join(part.text for part in status.message.parts if part.text)[:1000]
     submission = None
+    traceparent = ""
     if state in PARKED_STATES[extension]:
-        submission = parked_request(extension, task_id, context_id, MessageToDict(status.message.metadata))
+        metadata = MessageToDict(status.message.metadata)
+        submission = parked_request(extension, task_id, context_id, metadata)
+        traceparent = tracing.valid_traceparent(metadata.get("traceparent"))
     return PushEvent(
-        task_id=task_id, context_id=context_id, state=state, detail=detail, submission=submission
+        task_id=task_id,
+        context_id=context_id,
+        state=state,
+        detail=detail,
+        submission=submission,
+        traceparent=traceparent,
     )
 
 
@@ -108,13 +120,35 @@ def parked_request(
 
 
 def submit(
-    agent: Agent, submission: ProposalSubmission, *, via: str, decision_in_answer: bool = False
+    agent: Agent,
+    submission: ProposalSubmission,
+    *,
+    via: str,
+    decision_in_answer: bool = False,
+    traceparent: str = "",
 ) -> tuple[Proposal, bool]:
-    """Intake through either channel (push or REST); a refusal is recorded in the audit trail."""
-    try:
-        return submit_proposal(agent, submission, via=via, decision_in_answer=decision_in_answer)
-    except (IntakeError, HaltedError) as error:
-        record_intake_refusal(
-            agent, error, via=via, task_id=submission.task_id, request_id=submission.request.request_id
+    """Intake through either channel (push or REST); a refusal is recorded in the audit trail.
+    `traceparent`: the agent's span this intake continues (lib/tracing.py), "" for a trace of its own."""
+    attributes = {"reviewer.agent": agent.slug, "reviewer.intake.via": via}
+    with tracing.span(
+        "reviewer.intake", parent=traceparent, kind=tracing.SERVER, attributes=attributes
+    ) as span:
+        try:
+            proposal, created = submit_proposal(
+                agent, submission, via=via, decision_in_answer=decision_in_answer
+            )
+        except (IntakeError, HaltedError) as error:
+            span.set_attribute("reviewer.refusal", error.code)
+            record_intake_refusal(
+                agent, error, via=via, task_id=submission.task_id, request_id=submission.request.request_id
+            )
+            raise
+        span.set_attributes(
+            {
+                "reviewer.proposal.id": str(proposal.id),
+                "reviewer.proposal.state": proposal.state,
+                "reviewer.proposal.created": created,
+                "reviewer.tenant.id": proposal.tenant_id,
+            }
         )
-        raise
+        return proposal, created

@@ -27,10 +27,16 @@ class WebhookEndpointForm(forms.ModelForm):
         widget=forms.CheckboxSelectMultiple,
         help_text="none ticked: every event",
     )
+    envelope = forms.ChoiceField(
+        choices=WebhookEndpoint.Envelope.choices,
+        initial=WebhookEndpoint.Envelope.STANDARD,
+        required=False,
+        help_text="the body's shape; both are signed per Standard Webhooks",
+    )
 
     class Meta:
         model = WebhookEndpoint
-        fields = ["tenant", "url", "events"]
+        fields = ["tenant", "url", "events", "envelope"]
 
     def clean(self):
         """The service's own check, shown on its field: a URL Reviewer would not deliver to says why."""
@@ -49,7 +55,7 @@ class WebhookEndpointAdmin(TenantScopedAdmin):
     list_filter = ["tenant", "enabled"]
 
     def get_readonly_fields(self, request, obj=None):
-        return ["tenant", "url", "events"] if obj else []
+        return ["tenant", "url", "events", "envelope"] if obj else []
 
     def save_model(self, request, obj, form, change):
         if change:
@@ -59,6 +65,7 @@ class WebhookEndpointAdmin(TenantScopedAdmin):
                 tenant=form.cleaned_data["tenant"],
                 url=form.cleaned_data["url"],
                 events=form.cleaned_data["events"],
+                envelope=form.cleaned_data["envelope"] or WebhookEndpoint.Envelope.STANDARD,
                 actor=request.user,
             )
         except ServiceError as refusal:

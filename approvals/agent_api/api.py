@@ -24,6 +24,7 @@ from approvals.schemas import ConsumeBody, OutcomeBody, ProposalSubmission, firs
 from approvals.services.decisions import consume_decision, record_outcome
 from approvals.services.intake import record_intake_refusal
 from approvals.states import State
+from lib import tracing
 from lib.errors import IntakeError, QuotaExceeded, ServiceError, error_body
 
 
@@ -239,7 +240,13 @@ def uuid_or_404(value: str) -> uuid.UUID:
 )
 def submit_proposal(request, response: HttpResponse, submission: ProposalSubmission):
     in_answer = prefers(request, DECISION_IN_ANSWER)
-    proposal, created = submit(request.auth, submission, via="api", decision_in_answer=in_answer)
+    proposal, created = submit(
+        request.auth,
+        submission,
+        via="api",
+        decision_in_answer=in_answer,
+        traceparent=tracing.from_headers(request.headers),
+    )
     if in_answer and created and proposal.state in DECIDED_AT_INTAKE:
         response["Preference-Applied"] = DECISION_IN_ANSWER  # its continuation was held
     return Status(201 if created else 200, receipt(proposal, intake_token(proposal, created)))
@@ -291,7 +298,14 @@ def proposal_status(request, proposal_id: str):
     summary="Move an approved decision to executing, right before the side effect",
 )
 def consume(request, jti: str, body: ConsumeBody):
-    proposal = consume_decision(request.auth, uuid_or_404(jti), rev=body.rev)
+    incoming = tracing.from_headers(request.headers)
+    with tracing.later_span("reviewer.consume", incoming=incoming) as span:
+        span.set_attribute("reviewer.decision.jti", jti)
+        proposal = consume_decision(request.auth, uuid_or_404(jti), rev=body.rev)
+        tracing.set_parent(span, proposal.trace_parent)
+        span.set_attributes(
+            {"reviewer.proposal.id": str(proposal.id), "reviewer.proposal.state": proposal.state}
+        )
     return {"state": proposal.state}
 
 
@@ -301,12 +315,19 @@ def consume(request, jti: str, body: ConsumeBody):
     summary="Report what happened: succeeded, failed or unknown",
 )
 def outcome(request, jti: str, body: OutcomeBody):
-    proposal = record_outcome(
-        request.auth,
-        uuid_or_404(jti),
-        status=body.status,
-        transaction_id=body.transaction_id or "",
-        detail=body.detail or "",
-        via="api",
-    )
+    incoming = tracing.from_headers(request.headers)
+    with tracing.later_span("reviewer.outcome", incoming=incoming) as span:
+        span.set_attributes({"reviewer.decision.jti": jti, "reviewer.outcome.status": body.status})
+        proposal = record_outcome(
+            request.auth,
+            uuid_or_404(jti),
+            status=body.status,
+            transaction_id=body.transaction_id or "",
+            detail=body.detail or "",
+            via="api",
+        )
+        tracing.set_parent(span, proposal.trace_parent)
+        span.set_attributes(
+            {"reviewer.proposal.id": str(proposal.id), "reviewer.proposal.state": proposal.state}
+        )
     return {"state": proposal.state}

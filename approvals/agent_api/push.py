@@ -19,6 +19,7 @@ from approvals.agent_api.wire import HostileInput, body_too_large, load_json, to
 from approvals.models import Agent
 from approvals.services.intake import record_intake_refusal
 from approvals.services.reconcile import apply_task_state
+from lib import tracing
 from lib.errors import QuotaExceeded, ServiceError, error_body
 from lib.tokens import hash_token
 
@@ -77,7 +78,10 @@ def push(request, agent_slug):
 
     if event is not None and event.submission is not None:
         try:
-            proposal, created = submit(agent, event.submission, via="push")
+            # The agent's span that parked the task (its metadata) is the intake's parent; else the
+            # push request's own traceparent header.
+            traceparent = event.traceparent or tracing.from_headers(request.headers)
+            proposal, created = submit(agent, event.submission, via="push", traceparent=traceparent)
         except ServiceError as error:
             log.info("push from %s refused: %s %s", agent.slug, error.code, error.message)
             return _service_error(error)

@@ -195,8 +195,15 @@ class WebhookEndpoint(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     url = models.URLField(max_length=500)
     secret = models.CharField(max_length=100)
+
+    class Envelope(models.TextChoices):
+        STANDARD = "standard", "Standard Webhooks (type, timestamp, data)"
+        CLOUDEVENTS = "cloudevents", "CloudEvents 1.0, structured JSON"
+
     # The event types sent ("proposal.approved", ...); empty: all of them.
     events = models.JSONField(default=list, blank=True)
+    # The body's shape (approvals/notify/webhook_sender.py); either way signed per Standard Webhooks.
+    envelope = models.CharField(max_length=20, choices=Envelope.choices, default=Envelope.STANDARD)
     enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -72,6 +72,9 @@ class Proposal(models.Model):
     transaction_id = models.CharField(max_length=200, blank=True)
     outcome_detail = models.CharField(max_length=1000, blank=True)
     compensation_note = models.TextField(blank=True)
+    # The W3C traceparent of the intake span (lib/tracing.py): the vote, the decision, the delivery, the
+    # consume and the outcome name it as their parent, so one action is one trace. Empty with traces off.
+    trace_parent = models.CharField(max_length=55, blank=True, default="")
 
     class Meta:
         constraints = [

@@ -8,12 +8,20 @@ id.timestamp.body>" under the endpoint's secret). It goes through the outbound a
 2xx answer, or none within the timeouts (approvals/notify/common.py `notify_timeout`), raises, and the
 outbox retries it with backoff, then dead-letters it; the worker's webhook job also leaves the
 endpoint out for a while (approvals/notify/lanes.py).
+
+The body is the endpoint's envelope: Standard Webhooks' own (`{"type", "timestamp", "data"}`), or a
+CloudEvent 1.0 in the structured JSON mode of its HTTP binding (`content-type:
+application/cloudevents+json`, the event's attributes beside `data`), which event routers and SIEM
+pipelines take as they are. The CloudEvent's `id` is the `webhook-id` (the same on a retry: a
+duplicate by CloudEvents' own rule, same `source` and `id`), and the Standard Webhooks signature covers
+its body as it covers the other.
 """
 
 import asyncio
 import json
 
 import httpx
+from django.conf import settings
 from django.utils import timezone
 from standardwebhooks import Webhook
 
@@ -21,17 +29,39 @@ from approvals.models.notifications import WebhookEndpoint
 from approvals.notify.common import notify_timeout
 from lib import outbound
 
+CLOUDEVENTS_CONTENT_TYPE = "application/cloudevents+json; charset=utf-8"
+
 
 class WebhookFailed(Exception):
     pass
 
 
+def cloudevent(message_id: str, event: dict) -> dict:
+    """The event as a CloudEvent 1.0 (its JSON format): `source` is this Reviewer (REVIEWER_ISSUER),
+    `type` the Standard Webhooks type under the `reviewer.` prefix, `subject` the proposal."""
+    data = event["data"]
+    return {
+        "specversion": "1.0",
+        "id": message_id,
+        "source": settings.REVIEWER_ISSUER,
+        "type": f"reviewer.{event['type']}",
+        "subject": f"proposals/{data['proposal_id']}",
+        "time": event["timestamp"],
+        "datacontenttype": "application/json",
+        "data": data,
+    }
+
+
 def signed_request(endpoint: WebhookEndpoint, message_id: str, event: dict) -> tuple[bytes, dict]:
+    if endpoint.envelope == WebhookEndpoint.Envelope.CLOUDEVENTS:
+        event, content_type = cloudevent(message_id, event), CLOUDEVENTS_CONTENT_TYPE
+    else:
+        content_type = "application/json"
     body = json.dumps(event, separators=(",", ":"), sort_keys=True)
     now = timezone.now()
     signature = Webhook(endpoint.secret).sign(message_id, now, body)
     headers = {
-        "content-type": "application/json",
+        "content-type": content_type,
         "webhook-id": message_id,
         "webhook-timestamp": str(int(now.timestamp())),
         "webhook-signature": signature,

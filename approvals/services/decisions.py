@@ -33,6 +33,7 @@ from audit.chain.accept import accept_sql
 from audit.labels import SYSTEM, actor_label, tenant_chain
 from audit.models import Verb
 from audit.trail import audit_time, record
+from lib import tracing
 from lib.errors import CompensationRefused, Conflict, ConsumeRefused, NotFound, RevokeRefused, ServiceError
 from tenants.models import TenantMembership
 from tenants.queries import DECIDING_ROLES
@@ -64,6 +65,32 @@ def issue_decision(
     `continuation_delay`: seconds the continuation waits (the agent takes the decision from the intake
     answer; the worker sends it only if the agent has not started on it by then). `grant`: the `grant`
     claim of a call a standing grant decided (approvals/services/grants.py)."""
+    with tracing.span("reviewer.decision", attributes={"reviewer.proposal.id": str(proposal.id)}) as span:
+        decision = _sign_and_queue(
+            proposal,
+            kind,
+            reason=reason,
+            approvers=approvers,
+            quorum=quorum,
+            versions=versions,
+            continuation_delay=continuation_delay,
+            grant=grant,
+        )
+        span.set_attributes({"reviewer.decision.jti": str(decision.jti), "reviewer.decision.kind": kind})
+        return decision
+
+
+def _sign_and_queue(
+    proposal: Proposal,
+    kind: str,
+    *,
+    reason: str,
+    approvers: list[dict],
+    quorum: Quorum | None,
+    versions: list | None,
+    continuation_delay: int,
+    grant: dict | None,
+) -> Decision:
     issued = timezone.now()
     consume = kind == Decision.Kind.APPROVED and bool(proposal.requirements.get("consume", True))
     decision = Decision(

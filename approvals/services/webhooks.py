@@ -52,7 +52,9 @@ def new_secret() -> str:
     return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
 
 
-def endpoint_refusal(url: str, events) -> ConfigRefused | None:
+def endpoint_refusal(
+    url: str, events, envelope: str = WebhookEndpoint.Envelope.STANDARD
+) -> ConfigRefused | None:
     """Why this endpoint is refused, or None. The URL is judged by the rule delivery applies to every
     request (lib/outbound.py): an endpoint that could never be delivered to is refused here, with the
     reason, rather than registered to fail (and dead-letter) every event. Resolves the host."""
@@ -71,17 +73,25 @@ def endpoint_refusal(url: str, events) -> ConfigRefused | None:
         )
     if not isinstance(events, list) or any(e not in EVENT_TYPES for e in events):
         return ConfigRefused("webhook_events", "events is a list of: " + ", ".join(EVENT_TYPES), "events")
+    if envelope not in WebhookEndpoint.Envelope.values:
+        choices = ", ".join(WebhookEndpoint.Envelope.values)
+        return ConfigRefused("webhook_envelope", f"envelope is one of: {choices}", "envelope")
     return None
 
 
-def register_endpoint(*, tenant, url: str, events=(), actor=None) -> WebhookEndpoint:
-    """A new endpoint with a fresh signing secret (the caller shows it to the admin once)."""
+def register_endpoint(
+    *, tenant, url: str, events=(), envelope: str = WebhookEndpoint.Envelope.STANDARD, actor=None
+) -> WebhookEndpoint:
+    """A new endpoint with a fresh signing secret (the caller shows it to the admin once). `envelope`:
+    the body's shape, Standard Webhooks' own or a CloudEvent (docs/notifications.md)."""
     events = list(events)
-    refusal = endpoint_refusal(url, events)
+    refusal = endpoint_refusal(url, events, envelope)
     if refusal:
         raise refusal
     with transaction.atomic():
-        endpoint = WebhookEndpoint.objects.create(tenant=tenant, url=url, events=events, secret=new_secret())
+        endpoint = WebhookEndpoint.objects.create(
+            tenant=tenant, url=url, events=events, envelope=envelope, secret=new_secret()
+        )
         start_at_head(FEED, tenant_chain(tenant.pk))
         record(
             tenant.pk,
@@ -89,7 +99,7 @@ def register_endpoint(*, tenant, url: str, events=(), actor=None) -> WebhookEndp
             verb=Verb.WEBHOOK_REGISTERED,
             subject=f"webhook:{endpoint.pk}",
             # A URL may carry credentials (user:password@, ?token=): the trail keeps its shape only.
-            data={"url": without_credentials(url), "events": events},
+            data={"url": without_credentials(url), "events": events, "envelope": envelope},
         )
     return endpoint
 

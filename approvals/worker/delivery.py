@@ -47,6 +47,7 @@ from approvals.services.outbox import (
 )
 from approvals.services.reconcile import apply_task_state
 from approvals.states import STARTED, State
+from lib import tracing
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,18 @@ def deliver_claimed(message: OutboxMessage, *, now: datetime | None = None) -> s
         log.info("%s: %s", label, note)
         return "delivered"
     try:
-        note = send(message)
+        with tracing.span(
+            "reviewer.delivery",
+            parent=_trace_parent(message),
+            kind=tracing.CLIENT,
+            attributes={
+                "reviewer.outbox.kind": message.kind,
+                "reviewer.outbox.attempt": message.attempts,
+                "reviewer.proposal.id": str(message.proposal_id or ""),
+                "reviewer.decision.jti": str(message.payload.get("jti", "")),
+            },
+        ):
+            note = send(message)  # the call carries this span's traceparent (approvals/a2a/client.py)
     except Exception as error:  # anything at all: the row must get its retry or its dead letter
         text = str(error) if isinstance(error, DeliveryError) else f"{type(error).__name__}: {error}"
         failed = mark_outbox_failed(message.id, error=text, now=now)
@@ -89,6 +101,13 @@ def deliver_claimed(message: OutboxMessage, *, now: datetime | None = None) -> s
     mark_outbox_delivered(message.id, note=note, now=now)
     log.info("%s: delivered (%s)", label, note)
     return "delivered"
+
+
+def _trace_parent(message: OutboxMessage) -> str:
+    """The proposal's trace (lib/tracing.py); read only while traces are on."""
+    if not tracing.enabled() or message.proposal_id is None:
+        return ""
+    return Proposal.objects.values_list("trace_parent", flat=True).get(pk=message.proposal_id)
 
 
 def _approval_state(message: OutboxMessage) -> str | None:

@@ -29,6 +29,7 @@ from approvals.models import Proposal, ReviewNotice
 from approvals.notify.common import headline_of
 from approvals.selectors import ineligibility, ineligibility_from
 from approvals.states import OPEN_FOR_VOTES
+from lib import tracing
 from tenants.models import TenantMembership
 
 log = logging.getLogger(__name__)
@@ -110,12 +111,19 @@ def _fan_out() -> None:
             ]
         )
         reviewers = EligibleReviewers()
-        notices = [
-            ReviewNotice(proposal=announcement.proposal, user=user)
-            for announcement in announcements
-            if announcement.proposal.state in OPEN_FOR_VOTES
-            for user in reviewers.of(announcement.proposal)
-        ]
+        notices = []
+        for announcement in announcements:
+            proposal = announcement.proposal
+            if proposal.state not in OPEN_FOR_VOTES:
+                continue
+            # Who is told, in the proposal's trace (lib/tracing.py); the digests mail them later, many
+            # proposals to a message.
+            with tracing.span("reviewer.notify", parent=proposal.trace_parent) as span:
+                people = reviewers.of(proposal)
+                span.set_attributes(
+                    {"reviewer.proposal.id": str(proposal.id), "reviewer.notify.reviewers": len(people)}
+                )
+            notices += [ReviewNotice(proposal=proposal, user=user) for user in people]
         ReviewNotice.objects.bulk_create(notices, ignore_conflicts=True)
         ReviewNotice.objects.filter(pk__in=[a.pk for a in announcements]).delete()
 

@@ -96,10 +96,14 @@ class FailingFront:
         self.refused = 0
         self.dropped_responses = 0  # the next JSON-RPC POSTs are processed, but their answer is a 502
         self.client_addresses: list[tuple] = []
+        self.traceparents: list[str] = []  # each JSON-RPC POST's traceparent header ("" without)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
             self.client_addresses.append(tuple(scope.get("client") or ()))
+        if scope["type"] == "http" and scope["method"] == "POST":
+            headers = dict(scope.get("headers") or [])
+            self.traceparents.append(headers.get(b"traceparent", b"").decode())
         if scope["type"] == "http" and scope["method"] == "POST" and self.dropped_responses:
             # A lost response (the one fault here that is staged, not real): the agent got and handled the
             # message, the caller sees a 502 and must assume it did not.

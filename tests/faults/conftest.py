@@ -14,11 +14,11 @@ import tempfile
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
-import dj_database_url
 import pytest
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.utils import load_backend
 
+from lib.env import database_settings
 from reviewer.fixed_settings import redis_channel_layers
 from tests.faults.servers import PrivatePostgres, PrivateRedis
 
@@ -64,9 +64,10 @@ def layer_on_private_redis(private_redis, settings):
 
 @contextmanager
 def default_database(url: str):
-    """Django's default connection, in this thread, goes to `url` (no pool: a test's few queries)."""
+    """Django's default connection, in this thread, goes to `url` (no pool: a test's few queries; several
+    hosts as the settings read them: the failover test's primary and standby)."""
     settings_dict = connections.configure_settings(
-        {DEFAULT_DB_ALIAS: dj_database_url.parse(url, conn_max_age=0)}
+        {DEFAULT_DB_ALIAS: database_settings(url, conn_max_age=0)}
     )[DEFAULT_DB_ALIAS]
     private = load_backend(settings_dict["ENGINE"]).DatabaseWrapper(settings_dict, DEFAULT_DB_ALIAS)
     original = connections[DEFAULT_DB_ALIAS]

@@ -157,6 +157,60 @@ class PrivatePostgres:
             self.process.kill()
             self.process.wait(timeout=10)
 
+    def streaming_standby(self, folder: Path, name: str = "standby") -> "PrivatePostgres":
+        """A hot standby of this server (pg_basebackup -R: a base backup that streams the WAL from here),
+        not started; `name` is what it tells this primary (its application_name), which
+        `require_synchronous_standby` names."""
+        standby = PrivatePostgres(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        standby.socket_dir.mkdir(exist_ok=True)
+        if os.geteuid() == 0:
+            shutil.chown(folder, "postgres", "postgres")
+            shutil.chown(standby.socket_dir, "postgres", "postgres")
+        conninfo = f"host=127.0.0.1 port={self.port} user=postgres application_name={name}"
+        done = subprocess.run(
+            [
+                *_as_postgres_account(),
+                postgres_bin("pg_basebackup"),
+                "--dbname",
+                conninfo,
+                "-D",
+                str(standby.data),
+                "-X",
+                "stream",
+                "-R",
+                "--no-sync",
+            ],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"pg_basebackup failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+        return standby
+
+    def require_synchronous_standby(self, name: str = "standby") -> None:
+        """A commit returns only once `name` has it on disk (synchronous_commit = on, the default), and
+        wait until that standby streams synchronously."""
+        with psycopg.connect(self.url(), autocommit=True) as connection:
+            connection.execute(f"ALTER SYSTEM SET synchronous_standby_names = '{name}'")
+            connection.execute("SELECT pg_reload_conf()")
+
+        def synchronous() -> bool:
+            with psycopg.connect(self.url()) as connection:
+                row = connection.execute(
+                    "SELECT sync_state FROM pg_stat_replication WHERE application_name = %s", [name]
+                ).fetchone()
+            return row is not None and row[0] == "sync"
+
+        wait_until(synchronous, f"{name} to stream synchronously", timeout=READY_SECONDS, detail=self.log)
+
+    def promote(self) -> None:
+        """Make this standby a primary (pg_promote waits until it is)."""
+        with psycopg.connect(self.url(), autocommit=True) as connection:
+            promoted = connection.execute("SELECT pg_promote(true, 60)").fetchone()
+        if not promoted or not promoted[0]:
+            raise RuntimeError(f"the standby was not promoted:\n{self.log()}")
+
     def create_database(self, name: str) -> str:
         with psycopg.connect(self.url(), autocommit=True) as connection:
             connection.execute(f'CREATE DATABASE "{name}"')

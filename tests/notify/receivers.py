@@ -216,7 +216,9 @@ class WebhookReceiver(LoopbackServer):
             return 401
         with self.lock:
             if self.status < 300:
-                self.verified.append({"id": headers["webhook-id"], "event": event})
+                self.verified.append(
+                    {"id": headers["webhook-id"], "event": event, "headers": headers, "body": body}
+                )
         return self.status
 
 

@@ -30,6 +30,7 @@ from approvals.states import ALLOWED, State
 from audit.labels import agent_label
 from audit.models import Verb
 from audit.trail import audit_time, record, recorded_together
+from lib import tracing
 from lib.errors import IntakeError, ServiceError
 from lib.storage.held_writes import held_writes
 
@@ -146,6 +147,7 @@ def take_in(
             diff=[d.model_dump() for d in request.diff],
             evidence=[e.model_dump() for e in request.evidence],
             manifest_digest=manifest,
+            trace_parent=tracing.current_traceparent(),  # intake's span: later spans continue it
         )
         # First, before any read intake decides on: the quota rows' lock, so that the counts read
         # with it see every proposal the intakes before this one committed (services/quotas.py).
@@ -168,9 +170,18 @@ def take_in(
         if request.supersedes:
             _check_supersedable(old, request.supersedes)
             proposal.supersedes = old
-        evaluation = evaluate_proposal(
-            proposal, found, requested_expiry=request.expires_at, created_at=created_at
-        )
+        with tracing.span("reviewer.policy") as span:
+            evaluation = evaluate_proposal(
+                proposal, found, requested_expiry=request.expires_at, created_at=created_at
+            )
+            span.set_attributes(
+                {
+                    "reviewer.policy.outcome": evaluation.outcome,
+                    "reviewer.policy.versions": [
+                        f"{version.policy.slug}@{version.version}" for version in evaluation.versions
+                    ],
+                }
+            )
         # A call policy sends to people may fit a standing grant instead (services/grants.py).
         grant = plan_grant(
             proposal,
@@ -189,15 +200,19 @@ def take_in(
             via=via,
         )
         if refused is None:
-            proposal = store_and_route(
-                proposal,
-                evaluation,
-                old,
-                via=via,
-                supersedes=request.supersedes,
-                decision_in_answer=decision_in_answer,
-                grant=grant,
-            )
+            with tracing.span("reviewer.route") as span:
+                proposal = store_and_route(
+                    proposal,
+                    evaluation,
+                    old,
+                    via=via,
+                    supersedes=request.supersedes,
+                    decision_in_answer=decision_in_answer,
+                    grant=grant,
+                )
+                span.set_attributes(
+                    {"reviewer.proposal.id": str(proposal.id), "reviewer.proposal.state": proposal.state}
+                )
     return Taken(proposal, created=refused is None, refused=refused)
 
 

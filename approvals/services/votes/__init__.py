@@ -6,6 +6,7 @@ What a vote's or an edit's own words earn (`check_words`, `check_edit`) needs ne
 lock, and callers ask it before they check the code: a code checked is spent, so a missing reason found
 after the check would cost the person their code and the wait for the next one."""
 
+import contextlib
 from datetime import datetime, timedelta
 
 from django.db import transaction
@@ -32,6 +33,7 @@ from audit.labels import SYSTEM, actor_label, user_label
 from audit.models import Verb
 from audit.people import read_pseudonyms
 from audit.trail import audit_time, record
+from lib import tracing
 from lib.errors import EditRefused, VoteRefused
 
 
@@ -56,8 +58,16 @@ def cast_vote(
     reason = (reason or "").strip()
     reservation = (reservation or "").strip()[:2000]
     refusal: VoteRefused | None = None
-    with transaction.atomic(durable=True):
+    with transaction.atomic(durable=True), contextlib.ExitStack() as traced:
         proposal, role = lock_proposal_with_role(proposal_id, actor)
+        # The vote, and the decision it may make, continue the proposal's trace (lib/tracing.py).
+        span = traced.enter_context(
+            tracing.span(
+                "reviewer.vote",
+                parent=proposal.trace_parent,
+                attributes={"reviewer.proposal.id": str(proposal.id), "reviewer.vote.verdict": verdict},
+            )
+        )
         clock = now or timezone.now()
         slots = VoterSlots(proposal, actor, role=role)
         refusal = refusal_to_vote(proposal, actor, digest_seen, clock, slots=slots)
@@ -74,6 +84,7 @@ def cast_vote(
                 reason = f"halt: {halt.reason}" if halt is not None else "halt"
                 transition(proposal, State.CANCELLED, actor=SYSTEM, reason=reason)
                 enqueue_cancel(proposal, reason=reason)
+            span.set_attribute("reviewer.refusal", refusal.code)
             if refusal.code not in STEP_UP_REFUSALS:
                 record(
                     proposal.tenant_id,
@@ -94,6 +105,7 @@ def cast_vote(
                 (*step, auth_detail(step_up)),
                 reservation,
             )
+            span.set_attribute("reviewer.vote.id", vote.id)
     if refusal is not None:
         raise refusal
     return vote

@@ -60,6 +60,7 @@ from reviewer_gate.gate import (
     UsedDecisionStore,
     manifest_digest,
 )
+from reviewer_gate.tracing import trace_headers
 
 __all__ = [
     "Approval",
@@ -148,7 +149,7 @@ class ReviewerClient:
             close_gate()
 
     def _headers(self) -> dict[str, Any]:
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", **trace_headers()}  # the agent's span, if any
         if self.api_token:
             headers["Authorization"] = f"Bearer {self.api_token}"
         return headers

@@ -10,6 +10,8 @@ from typing import Any
 
 import rfc8785
 
+from reviewer_gate.tracing import with_trace
+
 EXTENSION_URI = "urn:reviewer:a2a:approval:v1"
 TOKEN_TYPE = "approval-decision+jwt"  # noqa: S105 - a JOSE typ value, not a secret
 # Fixed, never taken from the token: `none`, HS* (public key used as an HMAC secret) and RS* are refused.
@@ -229,4 +231,4 @@ def manifest_digest(member_digests: list[str]) -> str:
 def approval_request_metadata(request: dict[str, Any]) -> dict[str, Any]:
     """The status-message metadata that asks Reviewer for approval of `request`."""
     # A JSON round trip catches values a protobuf Struct cannot carry before the SDK does.
-    return {EXTENSION_URI: {"request": json.loads(json.dumps(request))}}
+    return with_trace({EXTENSION_URI: {"request": json.loads(json.dumps(request))}})

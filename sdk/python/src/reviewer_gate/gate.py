@@ -116,6 +116,7 @@ from reviewer_gate.decision import (
     manifest_digest,
 )
 from reviewer_gate.keys import JWKSKeySource, KeySource, StaticKeySource
+from reviewer_gate.tracing import trace_headers
 from reviewer_gate.used_stores import MemoryUsedStore, SQLiteUsedStore, UsedDecisionStore
 
 __all__ = [
@@ -354,7 +355,7 @@ class Gate:
         return f"{self.reviewer_url}/api/v1/decisions/{quote(decision.jti, safe='')}/{verb}"
 
     def _headers(self) -> dict[str, Any]:
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", **trace_headers()}  # the agent's span, if any
         if self.api_token:
             headers["Authorization"] = f"Bearer {self.api_token}"
         return headers
