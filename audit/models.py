@@ -134,6 +134,9 @@ class Verb(models.TextChoices):
     PUSH_DEVICE_ADDED = "push_device.added"
     PUSH_DEVICE_REMOVED = "push_device.removed"
     PERSON_ERASED = "person.erased"
+    RESOURCE_REGISTERED = "resource.registered"
+    TXN_CHALLENGE_ACCEPTED = "txn_challenge.accepted"
+    BACKCHANNEL_REQUESTED = "backchannel.requested"
 
 
 class AuditEventQuerySet(AppendOnlyQuerySet):

@@ -22,7 +22,7 @@ from approvals.services.lifecycle import (
     transition,
 )
 from approvals.services.quorum import Quorum
-from approvals.signing import decision_claims, sign_decision
+from approvals.signing import decision_claims, profile_claims, sign_decision
 from approvals.states import RELEASED, STARTED, State
 from approvals.storage import decisions as storage
 from approvals.storage.rows import insert_held, on_postgresql
@@ -60,7 +60,11 @@ def issue_decision(
     `continuation_delay`: seconds the continuation waits (the agent takes the decision from the intake
     answer; the worker sends it only if the agent has not started on it by then)."""
     issued = timezone.now()
-    consume = kind == Decision.Kind.APPROVED and bool(proposal.requirements.get("consume", True))
+    # A token a standard door hands out (TAC, CIBA) is carried by the agent to the resource: it is always
+    # consumed online there, whatever the policy's consume_online says.
+    consume = kind == Decision.Kind.APPROVED and (
+        bool(proposal.requirements.get("consume", True)) or bool(proposal.token_claims)
+    )
     decision = Decision(
         proposal=proposal,
         kind=kind,
@@ -91,6 +95,7 @@ def issue_decision(
     claims["action"] = proposal.action
     claims["replaces"] = supersession_chain(proposal)
     claims["policies"] = policy_refs
+    claims.update(profile_claims(proposal.token_claims))
     decision.token, decision.kid = sign_decision(claims)
     insert_held(decision)  # with intake's other writes (approvals/storage/rows.py)
     record(

@@ -31,12 +31,18 @@ from lib.storage.held_writes import held_writes
 
 
 def submit_proposal(
-    agent: Agent, submission: ProposalSubmission, *, via: str, decision_in_answer: bool = False
+    agent: Agent,
+    submission: ProposalSubmission,
+    *,
+    via: str,
+    decision_in_answer: bool = False,
+    token_claims: dict | None = None,
 ) -> tuple[Proposal, bool]:
     """Create the proposal for an agent's approval request (idempotent on agent, task, request id) and
     evaluate policy. Returns (proposal, created). `decision_in_answer`: the agent acts on a decision
     policy makes here from the answer, so its continuation is held (ANSWERED_CONTINUATION_DELAY_SECONDS)
-    instead of sent right after the commit."""
+    instead of sent right after the commit. `token_claims`: what a standard door (oauth/) adds to the
+    decision token (Proposal.token_claims)."""
     request = submission.request
     if request.agent and request.agent != agent.slug:
         raise IntakeError(
@@ -97,6 +103,7 @@ def submit_proposal(
                 consequences=request.consequences,
                 diff=[d.model_dump() for d in request.diff],
                 evidence=[e.model_dump() for e in request.evidence],
+                token_claims=token_claims or {},
             )
             # First, before any read intake decides on: the quota rows' lock, so that the counts read
             # with it see every proposal the intakes before this one committed (services/quotas.py).
