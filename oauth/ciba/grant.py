@@ -109,8 +109,8 @@ def start(client: Agent, form: dict[str, str]) -> Started:
         raise OAuthError("unauthorized_client", "a resource cannot request back-channel authorization")
     if "authorization_details" not in form:
         raise invalid_details("authorization_details (the action to authorise) is required")
-    operation = _operation(client, form["authorization_details"])
     principal = _principal(client, form["login_hint"])
+    operation = _operation(client, form["authorization_details"])
     binding_message = _binding_message(form)
     request_id = f"ciba-{uuid.uuid4()}"
     request = approval_request(
