@@ -11,7 +11,6 @@ import signing_keys as keys
 # agent's gate accepts, by construction.
 from reviewer_gate.decision import ALGORITHMS, TOKEN_TYPE
 
-
 # The claims a standard door may add to a decision token (Proposal.token_claims; docs/agents/
 # decision-token.md, "The TAC and CIBA profile"). Only these: a door never changes a core claim.
 PROFILE_CLAIMS = frozenset({"txn", "authorization_details"})

@@ -4,7 +4,9 @@ for a proposal still waiting, refused, expired or closed; and the pacing that an
 The access token is the proposal's signed decision as it was stored (approvals/services/decisions.py),
 whose `token_claims` carry the door's profile claims; polling again answers the same token."""
 
+import uuid
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
@@ -17,7 +19,7 @@ SLOW_DOWN_STEP_SECONDS = 5  # RFC 8628 §3.5 and the TAC draft §5.3: the interv
 POLL_LEEWAY = timedelta(seconds=1)
 
 
-def pace(rows: QuerySet, pk, interval: int, now: datetime) -> None:
+def pace(rows: QuerySet[Any], pk: uuid.UUID, interval: int, now: datetime) -> None:
     """Compare-and-set on the row's next allowed poll: a poll before it answers `slow_down` and moves
     both the interval and the next allowed poll 5 s further. Not audited: it changes how often a client
     may ask, not what anyone decided (as approvals' page watchers)."""
@@ -34,7 +36,7 @@ def pace(rows: QuerySet, pk, interval: int, now: datetime) -> None:
         raise OAuthError("slow_down", f"poll at most every {slower} s")
 
 
-def token_response(proposal: Proposal, decision: Decision, now: datetime) -> dict:
+def token_response(proposal: Proposal, decision: Decision, now: datetime) -> dict[str, Any]:
     return {
         "access_token": decision.token,
         "token_type": "Bearer",
@@ -43,7 +45,7 @@ def token_response(proposal: Proposal, decision: Decision, now: datetime) -> dic
     }
 
 
-def answer_for(proposal: Proposal, now: datetime | None = None) -> dict:
+def answer_for(proposal: Proposal, now: datetime | None = None) -> dict[str, Any]:
     """The token response, or OAuthError: authorization_pending, access_denied, expired_token."""
     now = now or timezone.now()
     proposal = Proposal.objects.select_related("decision").get(pk=proposal.pk)

@@ -1,6 +1,8 @@
 """A door's proposal taken in through approvals' intake (approvals/services/intake), and intake's
 refusals said in OAuth's words."""
 
+from typing import Any
+
 from approvals.models import Agent, Proposal
 from approvals.schemas import ApprovalRequest, ProposalSubmission
 from approvals.services.intake import submit_proposal
@@ -24,7 +26,7 @@ def as_oauth_error(error: ServiceError) -> OAuthError:
 
 
 def file_proposal(
-    agent: Agent, *, task_id: str, request: ApprovalRequest, token_claims: dict, via: str
+    agent: Agent, *, task_id: str, request: ApprovalRequest, token_claims: dict[str, Any], via: str
 ) -> Proposal:
     """Intake, idempotent on (agent, task id, request id) as on the REST path; policy decides at once
     or routes to people. Raises OAuthError for intake's refusals (nothing is stored)."""

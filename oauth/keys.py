@@ -4,6 +4,8 @@ Registration stores a JWK Set; verifying a challenge picks the key its header's 
 only key, when the set has one and the header names none) and accepts only the algorithm that key is
 for, so a header cannot switch an EC key to another algorithm."""
 
+from typing import Any
+
 import jwt
 
 ALGORITHM_FOR = {("OKP", "Ed25519"): "EdDSA", ("EC", "P-256"): "ES256"}
@@ -14,8 +16,8 @@ class KeyRefused(ValueError):
     pass
 
 
-def key_algorithm(jwk: dict) -> str:
-    algorithm = ALGORITHM_FOR.get((jwk.get("kty"), jwk.get("crv")))
+def key_algorithm(jwk: dict[str, Any]) -> str:
+    algorithm = ALGORITHM_FOR.get((str(jwk.get("kty")), str(jwk.get("crv"))))
     if algorithm is None:
         raise KeyRefused("only OKP/Ed25519 (EdDSA) and EC/P-256 (ES256) keys sign challenges")
     if jwk.get("alg") not in (None, algorithm):
@@ -23,7 +25,7 @@ def key_algorithm(jwk: dict) -> str:
     return algorithm
 
 
-def public_jwks(document: dict) -> dict:
+def public_jwks(document: dict[str, Any]) -> dict[str, Any]:
     """A JWK Set of public challenge keys, from a JWK Set or one JWK; refuses private members."""
     if not isinstance(document, dict):
         raise KeyRefused("a JWK or a JWK Set is a JSON object")
@@ -48,7 +50,7 @@ def public_jwks(document: dict) -> dict:
     return {"keys": checked}
 
 
-def key_for(jwks: dict, kid: str | None) -> tuple[jwt.PyJWK, str] | None:
+def key_for(jwks: dict[str, Any], kid: str | None) -> tuple[jwt.PyJWK, str] | None:
     """The key the header names, with its algorithm; None when the set has no such key."""
     keys = jwks.get("keys") or []
     if kid is None:

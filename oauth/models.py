@@ -49,6 +49,9 @@ class TransactionAuthorization(models.Model):
             models.UniqueConstraint(fields=["resource", "challenge_jti"], name="oauth_challenge_used_once"),
         ]
 
+    def __str__(self) -> str:
+        return f"transaction {self.id} ({self.txn})"
+
 
 class BackchannelRequest(models.Model):
     """One CIBA authentication request: its id is the `auth_req_id`."""
@@ -60,3 +63,6 @@ class BackchannelRequest(models.Model):
     interval = models.PositiveSmallIntegerField()
     next_poll_at = models.DateTimeField(null=True)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"back-channel request {self.id}"

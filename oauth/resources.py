@@ -16,13 +16,14 @@ the digest treat them as any tool call:
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import rfc8785
 from django.conf import settings
 from pydantic import ValidationError
 
 from approvals.canonical import action_digest
-from approvals.schemas import ApprovalRequest, first_number, first_problem
+from approvals.schemas import ApprovalRequest, EvidenceItem, Principal, first_number, first_problem
 from oauth.errors import OAuthError
 
 TYPE_NAME_MAX = 100
@@ -32,15 +33,15 @@ TYPE_NAME_MAX = 100
 class Operation:
     """An operation described by one authorization detail, resolved to a tool."""
 
-    detail: dict
+    detail: dict[str, Any]
     tool: str
 
     @property
-    def action(self) -> dict:
+    def action(self) -> dict[str, Any]:
         return {"tool": self.tool, "arguments": self.detail}
 
     @property
-    def authorization_details(self) -> list[dict]:
+    def authorization_details(self) -> list[dict[str, Any]]:
         return [self.detail]
 
 
@@ -48,7 +49,7 @@ def invalid_details(description: str) -> OAuthError:
     return OAuthError("invalid_authorization_details", description)
 
 
-def operation_for(details, types: Mapping[str, str]) -> Operation:
+def operation_for(details: object, types: Mapping[str, str]) -> Operation:
     """The one operation `details` describes, with the tool its type maps to; refuses
     (`invalid_authorization_details`) anything else."""
     if not isinstance(details, list) or len(details) != 1 or not isinstance(details[0], dict):
@@ -68,13 +69,16 @@ def operation_for(details, types: Mapping[str, str]) -> Operation:
     except rfc8785.CanonicalizationError as error:
         raise invalid_details(f"authorization_details cannot be canonicalized: {error}") from error
     if size > settings.PROPOSAL_MAX_BYTES:
-        raise invalid_details(f"authorization_details take {size} bytes; the limit is {settings.PROPOSAL_MAX_BYTES}")
+        raise invalid_details(
+            f"authorization_details take {size} bytes; the limit is {settings.PROPOSAL_MAX_BYTES}"
+        )
     return Operation(detail=detail, tool=tool)
 
 
-def consequences_of(detail: dict) -> dict:
+def consequences_of(detail: dict[str, Any]) -> dict[str, Any]:
     """The amount and currency the detail states, for the page's consequence (strings only)."""
-    money = detail.get("instructedAmount") if isinstance(detail.get("instructedAmount"), dict) else detail
+    instructed = detail.get("instructedAmount")
+    money: dict[str, Any] = instructed if isinstance(instructed, dict) else detail
     facts = {}
     for key in ("amount", "currency"):
         value = money.get(key)
@@ -95,7 +99,11 @@ def approval_request(
     """The approval request intake takes in for this operation (approvals.schemas.ApprovalRequest).
     `evidence_url`: the resource's page about the transaction (TAC's `reason_uri`), listed as evidence."""
     consequences = consequences_of(operation.detail) | dict(extra_consequences or {})
-    evidence = [{"title": "The resource's page about this operation", "url": evidence_url}] if evidence_url else []
+    evidence = (
+        [EvidenceItem(title="The resource's page about this operation", url=evidence_url)]
+        if evidence_url
+        else []
+    )
     action = operation.action
     try:
         return ApprovalRequest(
@@ -103,7 +111,7 @@ def approval_request(
             summary=(summary.strip() or f"{operation.tool} ({operation.detail['type']})")[:500],
             action=action,
             action_digest=action_digest(action),
-            principal={"id": principal[:200]},
+            principal=Principal(id=principal[:200]),
             consequences=consequences,
             evidence=evidence,
         )

@@ -2,6 +2,9 @@
 identifier, an API token to consume and report with) and its resource row (challenge keys, RAR types
 and their tools), in one transaction with the audit events."""
 
+from typing import Any
+
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from approvals.models import Agent
@@ -17,14 +20,18 @@ from oauth.resources import TYPE_NAME_MAX
 from tenants.models import Tenant
 
 
-def checked_types(types: dict) -> dict[str, str]:
+def checked_types(types: dict[str, Any]) -> dict[str, str]:
     if not isinstance(types, dict) or not types:
-        raise ServiceError("types_required", "name at least one authorization_details type and its tool", "types")
+        raise ServiceError(
+            "types_required", "name at least one authorization_details type and its tool", "types"
+        )
     for kind, tool in types.items():
         if not isinstance(kind, str) or not kind or len(kind) > TYPE_NAME_MAX:
             raise ServiceError("bad_type", f"a type is a string of 1 to {TYPE_NAME_MAX} characters", "types")
         if not isinstance(tool, str) or not tool or len(tool) > 200:
-            raise ServiceError("bad_type", f"the tool of {kind!r} is a string of 1 to 200 characters", "types")
+            raise ServiceError(
+                "bad_type", f"the tool of {kind!r} is a string of 1 to 200 characters", "types"
+            )
     return dict(types)
 
 
@@ -34,11 +41,11 @@ def register_resource(
     slug: str,
     name: str,
     audience: str,
-    jwks: dict,
-    types: dict,
+    jwks: dict[str, Any],
+    types: dict[str, Any],
     api_token: str,
     jwks_url: str = "",
-    actor=None,
+    actor: User | None = None,
 ) -> ProtectedResource:
     """Create or update a protected resource. Refuses a private key, a key of another kind than
     Ed25519 or P-256, and an empty or malformed type map (ServiceError); nothing is written then."""
@@ -48,7 +55,9 @@ def register_resource(
         raise ServiceError("bad_key", str(error), "jwks") from error
     types = checked_types(types)
     if not audience.strip():
-        raise ServiceError("audience_required", "a resource's audience is its identifier, e.g. its base URL", "audience")
+        raise ServiceError(
+            "audience_required", "a resource's audience is its identifier, e.g. its base URL", "audience"
+        )
     with transaction.atomic(durable=True):
         agent = register_agent(
             tenant=tenant,

@@ -4,6 +4,8 @@ object of strings. Bodies over the agents' intake limit, and hostile JSON (NaN, 
 deep nesting), are `invalid_request` before any lookup. `json_parameter` reads a parameter that is
 itself JSON (RAR's `authorization_details`) with the same safe parser."""
 
+from typing import Any
+
 from django.http import HttpRequest
 
 from approvals.agent_api.wire import body_too_large, load_json, too_large_message
@@ -32,7 +34,7 @@ def form_of(request: HttpRequest, *, json_allowed: bool = False) -> dict[str, st
     return form
 
 
-def json_parameter(raw: bytes | str, name: str, *, error: str = "invalid_request"):
+def json_parameter(raw: bytes | str, name: str, *, error: str = "invalid_request") -> Any:
     try:
         return load_json(raw)
     except ServiceError as refusal:

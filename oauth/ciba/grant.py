@@ -10,7 +10,8 @@ reported through the REST API as any pull agent's."""
 
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 import jwt
 from django.conf import settings
@@ -47,7 +48,9 @@ def _principal(client: Agent, login_hint: str) -> str:
     hint = login_hint.strip()
     if hint.startswith("{"):
         parsed = json_parameter(hint, "login_hint")
-        hint = parsed.get("sub", "") if isinstance(parsed, dict) and isinstance(parsed.get("sub"), str) else ""
+        hint = (
+            parsed.get("sub", "") if isinstance(parsed, dict) and isinstance(parsed.get("sub"), str) else ""
+        )
     if not hint or len(hint) > 200:
         raise OAuthError("unknown_user_id", "login_hint names no principal")
     if not TenantMembership.objects.filter(tenant_id=client.tenant_id, principal_id=hint).exists():
@@ -65,7 +68,7 @@ def _binding_message(form: dict[str, str]) -> str:
     return message.strip()
 
 
-def _expiry(form: dict[str, str]):
+def _expiry(form: dict[str, str]) -> datetime | None:
     raw = form.get("requested_expiry")
     if raw is None:
         return None
@@ -81,7 +84,9 @@ def _operation(client: Agent, raw: str) -> Operation:
     kind, locations = details[0].get("type"), details[0].get("locations")
     resources = [
         resource
-        for resource in ProtectedResource.objects.select_related("agent").filter(agent__tenant_id=client.tenant_id)
+        for resource in ProtectedResource.objects.select_related("agent").filter(
+            agent__tenant_id=client.tenant_id
+        )
         if kind in resource.types
     ]
     if isinstance(locations, list) and locations:
@@ -144,7 +149,9 @@ def start(client: Agent, form: dict[str, str]) -> Started:
             subject=proposal_subject(proposal),
             data={"auth_req_id": str(row.id), "principal": principal, "binding_message": binding_message},
         )
-    return Started(request=row, expires_in=max(0, int((proposal.expires_at - timezone.now()).total_seconds())))
+    return Started(
+        request=row, expires_in=max(0, int((proposal.expires_at - timezone.now()).total_seconds()))
+    )
 
 
 def id_token(row: BackchannelRequest, client: Agent) -> str:
@@ -163,7 +170,7 @@ def id_token(row: BackchannelRequest, client: Agent) -> str:
     return jwt.encode(claims, key.signer(), algorithm="EdDSA", headers={"kid": key.kid, "typ": "JWT"})
 
 
-def redeem(client: Agent, form: dict[str, str]) -> dict:
+def redeem(client: Agent, form: dict[str, str]) -> dict[str, Any]:
     """The token endpoint's CIBA grant (CIBA §10.1): the token response, or OAuthError."""
     try:
         request_id = uuid.UUID(form.get("auth_req_id", ""))
@@ -173,7 +180,7 @@ def redeem(client: Agent, form: dict[str, str]) -> dict:
     if row is None:
         raise OAuthError("invalid_grant", "unknown auth_req_id")
     now = timezone.now()
-    pace(BackchannelRequest.objects, row.pk, row.interval, now)
+    pace(BackchannelRequest.objects.all(), row.pk, row.interval, now)
     answer = answer_for(row.proposal, now)
     answer["id_token"] = id_token(row, client)
     answer["scope"] = "openid"

@@ -22,7 +22,11 @@ def backchannel_authentication(request: HttpRequest) -> JsonResponse:
     except OAuthError as error:
         return error_response(error)
     return json_answer(
-        {"auth_req_id": str(started.request.id), "expires_in": started.expires_in, "interval": started.request.interval}
+        {
+            "auth_req_id": str(started.request.id),
+            "expires_in": started.expires_in,
+            "interval": started.request.interval,
+        }
     )
 
 

@@ -9,6 +9,7 @@ is `invalid_grant`, its description naming the check."""
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import jwt
 from django.conf import settings
@@ -22,7 +23,9 @@ ALGORITHMS = ("EdDSA", "ES256")
 LEEWAY_SECONDS = 30
 LIFETIME_MAX_SECONDS = 600
 JTI_MAX = 196  # request_id = "tac-" + jti, at most 200
-COMPACT_JWS = re.compile(r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$")  # an unsigned one: refused by alg
+COMPACT_JWS = re.compile(
+    r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$"
+)  # an unsigned one: refused by alg
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,7 @@ def refused(description: str) -> OAuthError:
     return OAuthError("invalid_grant", f"the transaction challenge was refused: {description}")
 
 
-def _string(claims: dict, name: str, *, limit: int, required: bool = True) -> str:
+def _string(claims: dict[str, Any], name: str, *, limit: int, required: bool = True) -> str:
     value = claims.get(name)
     if value is None and not required:
         return ""
@@ -68,7 +71,9 @@ def verify_challenge(text: str) -> Challenge:
     if not isinstance(issuer, str) or not issuer:
         raise refused("no iss")
     resource = (
-        ProtectedResource.objects.select_related("agent", "agent__tenant").filter(agent__audience=issuer).first()
+        ProtectedResource.objects.select_related("agent", "agent__tenant")
+        .filter(agent__audience=issuer)
+        .first()
     )
     if resource is None:
         raise refused(f"{issuer[:200]!r} is not a registered resource")

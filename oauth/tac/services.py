@@ -9,6 +9,7 @@ same `jti` with other contents, is refused."""
 import hashlib
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -32,7 +33,7 @@ VIA = "tac"
 class Accepted:
     transaction: TransactionAuthorization
     # The token response when policy decided at intake (allowed); None while people decide.
-    token: dict | None
+    token: dict[str, Any] | None
 
 
 def _digest(text: str) -> str:
@@ -130,18 +131,19 @@ def _answer(row: TransactionAuthorization) -> Accepted:
         raise
 
 
-def poll(client: Agent, transaction_authorization_id: str) -> dict:
+def poll(client: Agent, transaction_authorization_id: str) -> dict[str, Any]:
     """The token response, or OAuthError (authorization_pending, slow_down, access_denied,
     expired_token, invalid_grant for an id this client was not given)."""
+    key = _uuid_or_none(transaction_authorization_id)
     row = (
-        TransactionAuthorization.objects.select_related("proposal")
-        .filter(pk=_uuid_or_none(transaction_authorization_id), client=client)
-        .first()
+        TransactionAuthorization.objects.select_related("proposal").filter(pk=key, client=client).first()
+        if key is not None
+        else None
     )
     if row is None:
         raise OAuthError("invalid_grant", "unknown transaction_authorization_id")
     now = timezone.now()
-    pace(TransactionAuthorization.objects, row.pk, row.interval, now)
+    pace(TransactionAuthorization.objects.all(), row.pk, row.interval, now)
     if row.proposal is None:
         if now >= row.challenge_expires_at:
             raise OAuthError("expired_token", "the challenge expired before it was taken in")

@@ -1,6 +1,8 @@
 """`POST /oauth/txn-authorization`: the transaction authorization endpoint (draft §5): a challenge in,
 a transaction (or at once a token) out; a transaction id in, its answer out."""
 
+from typing import Any
+
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
@@ -34,7 +36,7 @@ def transaction_authorization(request: HttpRequest) -> JsonResponse:
         return json_answer(accepted.token)
     row = accepted.transaction
     now = timezone.now()
-    body: dict = {"transaction_authorization_id": str(row.id), "interval": row.interval}
+    body: dict[str, Any] = {"transaction_authorization_id": str(row.id), "interval": row.interval}
     if row.proposal is not None:
         body["authorization_uri"] = page_url(row.proposal)
         body["expires_in"] = seconds_until(row.proposal.expires_at, now)

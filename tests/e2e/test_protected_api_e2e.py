@@ -11,6 +11,7 @@ here), the test database (PostgreSQL when DATABASE_URL names it), people voting 
 """
 
 import json
+import ssl
 import sys
 import threading
 import time
@@ -69,7 +70,14 @@ class TLSReviewer:
 
     def answers(self) -> bool:
         try:
-            return httpx.get(f"{self.url}/.well-known/jwks.json", verify=str(self.cert), timeout=1).status_code == 200
+            return (
+                httpx.get(
+                    f"{self.url}/.well-known/jwks.json",
+                    verify=ssl.create_default_context(cafile=str(self.cert)),
+                    timeout=1,
+                ).status_code
+                == 200
+            )
         except httpx.HTTPError:
             return False
 
@@ -100,7 +108,13 @@ class RefundResource:
     online with the resource's API token, then the refund runs (recorded) and the outcome reported."""
 
     def __init__(self, reviewer_url: str, ca: str, *, audience: str, api_token: str, key: ChallengeKey):
-        self.reviewer_url, self.ca, self.audience, self.api_token, self.key = reviewer_url, ca, audience, api_token, key
+        self.reviewer_url, self.ca, self.audience, self.api_token, self.key = (
+            reviewer_url,
+            ca,
+            audience,
+            api_token,
+            key,
+        )
         self.refunds: list[dict] = []
         self.refusals: list[str] = []
         self.challenged_txns: set[str] = set()
@@ -139,7 +153,9 @@ class RefundResource:
                         "act": {"sub": "agent:refund-bot"},
                     }
                 )
-                header = f'Bearer error="transaction_authorization_required", transaction_challenge="{challenge}"'
+                header = (
+                    f'Bearer error="transaction_authorization_required", transaction_challenge="{challenge}"'
+                )
                 self.send(401, {"error": "transaction_authorization_required"}, {"WWW-Authenticate": header})
 
             def send(self, status, payload, headers=None):
@@ -157,12 +173,16 @@ class RefundResource:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def release(self, token: str, detail: dict) -> str:
-        """"" when the token releases this request (and it was consumed), else why not."""
-        jwks = httpx.get(f"{self.reviewer_url}/.well-known/jwks.json", verify=self.ca).json()
+        """ "" when the token releases this request (and it was consumed), else why not."""
+        jwks = httpx.get(
+            f"{self.reviewer_url}/.well-known/jwks.json", verify=ssl.create_default_context(cafile=self.ca)
+        ).json()
         try:
             kid = jwt.get_unverified_header(token)["kid"]
             key = jwt.PyJWK(next(k for k in jwks["keys"] if k["kid"] == kid))
-            claims = jwt.decode(token, key, algorithms=["EdDSA"], audience=self.audience, issuer=self.reviewer_url)
+            claims = jwt.decode(
+                token, key, algorithms=["EdDSA"], audience=self.audience, issuer=self.reviewer_url
+            )
         except (jwt.PyJWTError, StopIteration, KeyError) as error:
             return f"token: {error!r}"
         if claims.get("decision") != "approved" or claims.get("txn") not in self.challenged_txns:
@@ -174,7 +194,7 @@ class RefundResource:
             f"{self.reviewer_url}/api/v1/decisions/{claims['jti']}/consume",
             json={"rev": claims["rev"]},
             headers={"Authorization": f"Bearer {self.api_token}"},
-            verify=self.ca,
+            verify=ssl.create_default_context(cafile=self.ca),
         )
         if consumed.status_code != 200:
             return f"consume: {consumed.json()['error']['code']}"
@@ -194,20 +214,39 @@ def world(transactional_db, settings, tls_reviewer, tenant, requester, reviewer_
     factories.make_agent(tenant, "refund-bot", card_url="", api_token=BOT_TOKEN, push_token="bot-push")
     key, other_key = ChallengeKey(), ChallengeKey(kid="ledger-1")
     register_resource(
-        tenant=tenant, slug="refunds-api", name="Refunds API", audience=REFUNDS,
-        jwks=key.public_jwk(), types={"refund": "payments.refund"}, api_token="refunds-api-secret",
+        tenant=tenant,
+        slug="refunds-api",
+        name="Refunds API",
+        audience=REFUNDS,
+        jwks=key.public_jwk(),
+        types={"refund": "payments.refund"},
+        api_token="refunds-api-secret",
     )
     register_resource(
-        tenant=tenant, slug="ledger-api", name="Ledger API", audience="https://ledger.example.test",
-        jwks=other_key.public_jwk(), types={"refund": "payments.refund"}, api_token="ledger-api-secret",
+        tenant=tenant,
+        slug="ledger-api",
+        name="Ledger API",
+        audience="https://ledger.example.test",
+        jwks=other_key.public_jwk(),
+        types={"refund": "payments.refund"},
+        api_token="ledger-api-secret",
     )
     ca = str(tls_reviewer.cert)
     refunds = RefundResource(tls_reviewer.url, ca, audience=REFUNDS, api_token="refunds-api-secret", key=key)
     ledger = RefundResource(
-        tls_reviewer.url, ca, audience="https://ledger.example.test", api_token="ledger-api-secret", key=other_key
+        tls_reviewer.url,
+        ca,
+        audience="https://ledger.example.test",
+        api_token="ledger-api-secret",
+        key=other_key,
     )
     try:
-        yield {"reviewer": tls_reviewer, "refunds": refunds, "ledger": ledger, "reviewers": (reviewer_a, reviewer_b)}
+        yield {
+            "reviewer": tls_reviewer,
+            "refunds": refunds,
+            "ledger": ledger,
+            "reviewers": (reviewer_a, reviewer_b),
+        }
     finally:
         refunds.stop()
         ledger.stop()
@@ -215,7 +254,9 @@ def world(transactional_db, settings, tls_reviewer, tenant, requester, reviewer_
 
 def approve_when_filed(reviewers) -> Proposal:
     proposal = wait_until(
-        lambda: Proposal.objects.filter(state="awaiting_review").first(), "the proposal filed by the challenge", timeout=30
+        lambda: Proposal.objects.filter(state="awaiting_review").first(),
+        "the proposal filed by the challenge",
+        timeout=30,
     )
     for person in reviewers:
         factories.vote(proposal, person)
@@ -224,13 +265,19 @@ def approve_when_filed(reviewers) -> Proposal:
 
 def agent_call(resource: RefundResource, reviewer: TLSReviewer, body: dict, outcome: dict):
     auth = TransactionAuthorization(
-        reviewer.url, client_id="refund-bot", client_secret=BOT_TOKEN, verify=str(reviewer.cert), max_wait=60
+        reviewer.url,
+        client_id="refund-bot",
+        client_secret=BOT_TOKEN,
+        verify=ssl.create_default_context(cafile=str(reviewer.cert)),
+        max_wait=60,
     )
 
     def call():
         try:
             outcome["response"] = httpx.post(f"{resource.url}/refunds", json=body, auth=auth, timeout=90)
-            outcome["token"] = outcome["response"].request.headers.get("Authorization", "").removeprefix("Bearer ")
+            outcome["token"] = (
+                outcome["response"].request.headers.get("Authorization", "").removeprefix("Bearer ")
+            )
         except TransactionAuthorizationError as error:
             outcome["error"] = error
 
@@ -260,7 +307,9 @@ def test_a_protected_refund_runs_once_after_two_people_approve_and_nothing_else_
 
     replay = httpx.post(f"{refunds.url}/refunds", json=REFUND, headers={"Authorization": f"Bearer {token}"})
     changed = httpx.post(
-        f"{refunds.url}/refunds", json={**REFUND, "amount": "7400.00"}, headers={"Authorization": f"Bearer {token}"}
+        f"{refunds.url}/refunds",
+        json={**REFUND, "amount": "7400.00"},
+        headers={"Authorization": f"Bearer {token}"},
     )
     elsewhere = httpx.post(f"{ledger.url}/refunds", json=REFUND, headers={"Authorization": f"Bearer {token}"})
 
@@ -274,7 +323,9 @@ def test_a_rejected_challenge_raises_in_the_agent_and_runs_nothing(world):
     refunds, reviewer = world["refunds"], world["reviewer"]
     outcome: dict = {}
     thread = agent_call(refunds, reviewer, REFUND, outcome)
-    proposal = wait_until(lambda: Proposal.objects.filter(state="awaiting_review").first(), "filed", timeout=30)
+    proposal = wait_until(
+        lambda: Proposal.objects.filter(state="awaiting_review").first(), "filed", timeout=30
+    )
     factories.vote(proposal, world["reviewers"][0], verdict="reject", reason="already refunded")
     thread.join(timeout=90)
 
@@ -290,7 +341,13 @@ def test_auth0_pythons_ciba_calls_get_an_action_approved_by_people(world, monkey
     reviewer = world["reviewer"]
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(reviewer.cert))  # requests trusts the test's certificate
     domain = f"127.0.0.1:{reviewer.port}"
-    detail = {"type": "refund", "order_id": "1183", "amount": "620.00", "currency": "EUR", "locations": [REFUNDS]}
+    detail = {
+        "type": "refund",
+        "order_id": "1183",
+        "amount": "620.00",
+        "currency": "EUR",
+        "locations": [REFUNDS],
+    }
 
     started = BackChannelLogin(domain, "refund-bot", client_secret=BOT_TOKEN).back_channel_login(
         binding_message="Refund 1183: code K7Q2",
@@ -329,7 +386,9 @@ def test_a_ciba_request_for_an_unknown_principal_is_refused(world, monkeypatch):
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(reviewer.cert))
 
     with pytest.raises(Auth0Error) as refused:
-        BackChannelLogin(f"127.0.0.1:{reviewer.port}", "refund-bot", client_secret=BOT_TOKEN).back_channel_login(
+        BackChannelLogin(
+            f"127.0.0.1:{reviewer.port}", "refund-bot", client_secret=BOT_TOKEN
+        ).back_channel_login(
             binding_message="x",
             login_hint="nobody-here",
             scope="openid",

@@ -21,7 +21,9 @@ class ChallengeKey:
 
     def __post_init__(self):
         self.private = (
-            ed25519.Ed25519PrivateKey.generate() if self.kind == "Ed25519" else ec.generate_private_key(ec.SECP256R1())
+            ed25519.Ed25519PrivateKey.generate()
+            if self.kind == "Ed25519"
+            else ec.generate_private_key(ec.SECP256R1())
         )
 
     @property

@@ -1,6 +1,7 @@
 """Reviewer as the OAuth Transaction Authorization Challenge's authorization server: a resource's
-challenge in, a proposal routed through policy and people, the decision token out (docs/
-protect-an-api.md). Through Django's test client; the end-to-end run over HTTP is tests/e2e/test_tac_e2e.py."""
+challenge in, a proposal routed through policy and people, the decision token out
+(docs/protect-an-api.md). Through Django's test client; the run over HTTP is
+tests/e2e/test_protected_api_e2e.py."""
 
 import base64
 from datetime import timedelta
@@ -98,7 +99,9 @@ def test_the_challenge_sub_names_the_principal_when_the_resource_knows_it(
     assert Proposal.objects.get().principal_id == "requester"
 
 
-def test_relaying_the_same_challenge_again_files_nothing_new(client, resource, bot, two_people_policy, challenge_key):
+def test_relaying_the_same_challenge_again_files_nothing_new(
+    client, resource, bot, two_people_policy, challenge_key
+):
     challenge = signed(challenge_key)
 
     first = relay(client, challenge).json()
@@ -128,7 +131,9 @@ def test_an_es256_challenge_is_accepted(client, tenant, bot, two_people_policy):
 # Polling, and the token
 
 
-def test_polling_answers_pending_then_slow_down_when_too_soon(client, resource, bot, two_people_policy, challenge_key):
+def test_polling_answers_pending_then_slow_down_when_too_soon(
+    client, resource, bot, two_people_policy, challenge_key
+):
     transaction_id = relay(client, signed(challenge_key)).json()["transaction_authorization_id"]
 
     first = poll(client, transaction_id)
@@ -180,12 +185,18 @@ def test_an_approval_by_two_people_answers_the_decision_token_for_the_resource(
     # The resource consumes it with its own API token, once.
     consume = f"/api/v1/decisions/{token['jti']}/consume"
     bearer = {"HTTP_AUTHORIZATION": f"Bearer {RESOURCE_TOKEN}"}
-    assert client.post(consume, {"rev": token["rev"]}, content_type="application/json", **bearer).status_code == 200
+    assert (
+        client.post(consume, {"rev": token["rev"]}, content_type="application/json", **bearer).status_code
+        == 200
+    )
     again = client.post(consume, {"rev": token["rev"]}, content_type="application/json", **bearer)
     assert (again.status_code, again.json()["error"]["code"]) == (409, "consumed")
     # The calling agent cannot consume it: the decision belongs to the resource's registration.
     as_bot = client.post(
-        consume, {"rev": token["rev"]}, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {BOT_TOKEN}"
+        consume,
+        {"rev": token["rev"]},
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {BOT_TOKEN}",
     )
     assert as_bot.status_code == 404
 
@@ -204,7 +215,9 @@ def test_a_tac_decision_is_consumed_online_even_where_the_policy_does_not_ask_it
 
 
 def test_policy_allow_answers_the_token_at_once(client, tenant, resource, bot, challenge_key):
-    factories.make_policy(tenant, "small", tool_pattern="payments.refund", outcome=PolicyVersion.Outcome.ALLOW)
+    factories.make_policy(
+        tenant, "small", tool_pattern="payments.refund", outcome=PolicyVersion.Outcome.ALLOW
+    )
 
     response = relay(client, signed(challenge_key))
 
@@ -241,7 +254,9 @@ def test_an_expired_request_answers_expired_token(client, resource, bot, two_peo
         assert poll(client, transaction_id).json()["error"] == "expired_token"
 
 
-def test_another_client_cannot_poll_a_transaction(client, tenant, resource, bot, two_people_policy, challenge_key):
+def test_another_client_cannot_poll_a_transaction(
+    client, tenant, resource, bot, two_people_policy, challenge_key
+):
     factories.make_agent(tenant, "other-bot", card_url="", api_token="other-secret", push_token="p2")
     transaction_id = relay(client, signed(challenge_key)).json()["transaction_authorization_id"]
 
@@ -270,9 +285,17 @@ def refused_with(response, status: int, error: str) -> None:
         ({"act": None}, {}, "invalid_grant"),
         ({}, {"typ": "JWT"}, "invalid_grant"),
         ({}, {"kid": "unknown"}, "invalid_grant"),
-        ({"authorization_details": [{"type": "wire_transfer", "amount": "1.00"}]}, {}, "invalid_authorization_details"),
+        (
+            {"authorization_details": [{"type": "wire_transfer", "amount": "1.00"}]},
+            {},
+            "invalid_authorization_details",
+        ),
         ({"authorization_details": [{"type": "refund", "amount": 740}]}, {}, "invalid_authorization_details"),
-        ({"authorization_details": [dict(REFUND_DETAIL), dict(REFUND_DETAIL)]}, {}, "invalid_authorization_details"),
+        (
+            {"authorization_details": [dict(REFUND_DETAIL), dict(REFUND_DETAIL)]},
+            {},
+            "invalid_authorization_details",
+        ),
         ({"authorization_details": {"type": "refund"}}, {}, "invalid_authorization_details"),
     ],
     ids=[
@@ -299,7 +322,10 @@ def test_a_bad_challenge_is_refused_and_changes_nothing(
 
 def test_an_unsigned_challenge_is_refused(client, resource, bot, two_people_policy):
     unsigned = jwt.encode(
-        challenge_claims(settings.REVIEWER_ISSUER), None, algorithm="none", headers={"typ": "txn-authz-challenge+jwt"}
+        challenge_claims(settings.REVIEWER_ISSUER),
+        None,
+        algorithm="none",
+        headers={"typ": "txn-authz-challenge+jwt"},
     )
 
     refused_with(relay(client, unsigned), 400, "invalid_grant")
@@ -331,7 +357,11 @@ def test_a_challenge_used_by_one_client_is_refused_to_another(
 def test_a_used_jti_with_other_contents_is_refused(client, resource, bot, two_people_policy, challenge_key):
     claims = challenge_claims(settings.REVIEWER_ISSUER)
     relay(client, challenge_key.sign(claims))
-    changed = {**claims, "txn": "another-txn", "authorization_details": [{**REFUND_DETAIL, "amount": "9000.00"}]}
+    changed = {
+        **claims,
+        "txn": "another-txn",
+        "authorization_details": [{**REFUND_DETAIL, "amount": "9000.00"}],
+    }
 
     response = relay(client, challenge_key.sign(changed))
 
@@ -377,7 +407,11 @@ def test_client_secret_post_and_the_bearer_api_token_authenticate_too(
 ):
     posted = form_post(
         client,
-        {"transaction_challenge": signed(challenge_key), "client_id": "refund-bot", "client_secret": BOT_TOKEN},
+        {
+            "transaction_challenge": signed(challenge_key),
+            "client_id": "refund-bot",
+            "client_secret": BOT_TOKEN,
+        },
     )
     bearer = form_post(
         client, {"transaction_challenge": signed(challenge_key)}, HTTP_AUTHORIZATION=f"Bearer {BOT_TOKEN}"
@@ -388,7 +422,9 @@ def test_client_secret_post_and_the_bearer_api_token_authenticate_too(
 
 
 def test_the_resource_itself_cannot_relay_its_challenges(client, resource, two_people_policy, challenge_key):
-    refused_with(relay(client, signed(challenge_key), auth=("refunds-api", RESOURCE_TOKEN)), 400, "unauthorized_client")
+    refused_with(
+        relay(client, signed(challenge_key), auth=("refunds-api", RESOURCE_TOKEN)), 400, "unauthorized_client"
+    )
 
 
 def test_a_request_with_both_parameters_or_neither_is_invalid_request(client, resource, bot, challenge_key):

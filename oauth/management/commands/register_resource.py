@@ -4,9 +4,10 @@ its transaction authorization challenges (docs/protect-an-api.md)."""
 
 import json
 from pathlib import Path
+from typing import Any
 
 import httpx
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from lib.errors import ServiceError
 from lib.tokens import new_token
@@ -21,20 +22,26 @@ class Command(BaseCommand):
         "resource's API token once (Reviewer stores only its sha256)."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--tenant", required=True, help="tenant slug")
         parser.add_argument("--slug", required=True, help="the resource's slug (its agent registration)")
         parser.add_argument("--name", required=True)
-        parser.add_argument("--audience", required=True, help="the resource's identifier: its challenges' iss")
+        parser.add_argument(
+            "--audience", required=True, help="the resource's identifier: its challenges' iss"
+        )
         keys = parser.add_mutually_exclusive_group(required=True)
         keys.add_argument("--jwk-file", help="a public JWK or JWK Set (JSON file)")
         keys.add_argument("--jwks-url", help="the resource's JWKS URL, fetched now (https)")
         parser.add_argument(
-            "--type", action="append", required=True, metavar="TYPE=TOOL", help="an authorization_details type and its tool"
+            "--type",
+            action="append",
+            required=True,
+            metavar="TYPE=TOOL",
+            help="an authorization_details type and its tool",
         )
         parser.add_argument("--api-token", help="its bearer token for /api/v1/ (default: generated, printed)")
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         tenant = Tenant.objects.filter(slug=options["tenant"]).first()
         if tenant is None:
             raise CommandError(f"no tenant {options['tenant']!r}; create it in the admin first")

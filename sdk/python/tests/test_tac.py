@@ -36,18 +36,28 @@ class Loopback:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 if self.path == "/refunds":
                     loopback.resource_calls.append(
-                        {"authorization": self.headers.get("Authorization"), "accept": self.headers.get("Accept-Txn-Challenge"), "body": body}
+                        {
+                            "authorization": self.headers.get("Authorization"),
+                            "accept": self.headers.get("Accept-Txn-Challenge"),
+                            "body": body,
+                        }
                     )
                     if self.headers.get("Authorization") == "Bearer the-token":
                         return self.send(200, {"refunded": True})
                     return self.send(
                         401,
                         {"error": "approval required"},
-                        {"WWW-Authenticate": f'Bearer error="transaction_authorization_required", '
-                         f'error_description="Approval is required", transaction_challenge="{loopback.challenge}"'},
+                        {
+                            "WWW-Authenticate": 'Bearer error="transaction_authorization_required", '
+                            'error_description="Approval is required", '
+                            f'transaction_challenge="{loopback.challenge}"'
+                        },
                     )
                 loopback.relayed.append(
-                    {"form": {k: v[0] for k, v in parse_qs(body.decode()).items()}, "authorization": self.headers.get("Authorization")}
+                    {
+                        "form": {k: v[0] for k, v in parse_qs(body.decode()).items()},
+                        "authorization": self.headers.get("Authorization"),
+                    }
                 )
                 status, answer = loopback.answers.pop(0)
                 self.send(status, answer)
@@ -65,7 +75,12 @@ class Loopback:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.challenge = jwt.encode(
-            {"iss": "https://refunds.example.test", "aud": self.url, "exp": int(time.time()) + 300, "txn": "t-1"},
+            {
+                "iss": "https://refunds.example.test",
+                "aud": self.url,
+                "exp": int(time.time()) + 300,
+                "txn": "t-1",
+            },
             "a resource key stand-in, 32 bytes or more",
             algorithm="HS256",  # what the agent relays is opaque to it; Reviewer checks the signature
             headers={"typ": "txn-authz-challenge+jwt"},
@@ -85,7 +100,9 @@ def loopback(request):
 
 
 def auth_for(server: Loopback, waits: list) -> TransactionAuthorization:
-    return TransactionAuthorization(server.url, client_id="refund-bot", client_secret="s3cret", sleep=waits.append)
+    return TransactionAuthorization(
+        server.url, client_id="refund-bot", client_secret="s3cret", sleep=waits.append
+    )
 
 
 TOKEN = {"access_token": "the-token", "token_type": "Bearer", "expires_in": 60, "authorization_details": []}
@@ -94,14 +111,23 @@ PENDING = (400, {"error": "authorization_pending"})
 
 @pytest.mark.parametrize(
     "loopback",
-    [[(200, {"transaction_authorization_id": "ta-1", "expires_in": 600, "interval": 2}), PENDING,
-      (400, {"error": "slow_down"}), PENDING, (200, TOKEN)]],
+    [
+        [
+            (200, {"transaction_authorization_id": "ta-1", "expires_in": 600, "interval": 2}),
+            PENDING,
+            (400, {"error": "slow_down"}),
+            PENDING,
+            (200, TOKEN),
+        ]
+    ],
     indirect=True,
 )
 def test_a_challenge_is_relayed_unchanged_polled_and_the_request_retried_with_the_token(loopback):
     waits: list[float] = []
 
-    response = httpx.post(f"{loopback.url}/refunds", json={"amount": "740.00"}, auth=auth_for(loopback, waits))
+    response = httpx.post(
+        f"{loopback.url}/refunds", json={"amount": "740.00"}, auth=auth_for(loopback, waits)
+    )
 
     assert response.status_code == 200 and response.json() == {"refunded": True}
     assert loopback.relayed[0]["form"] == {"transaction_challenge": loopback.challenge}
@@ -125,8 +151,12 @@ def test_a_token_in_the_first_answer_is_used_at_once(loopback):
 
 @pytest.mark.parametrize(
     "loopback",
-    [[(200, {"transaction_authorization_id": "ta-1", "expires_in": 600, "interval": 1}),
-      (400, {"error": "access_denied", "error_description": "customer already refunded"})]],
+    [
+        [
+            (200, {"transaction_authorization_id": "ta-1", "expires_in": 600, "interval": 1}),
+            (400, {"error": "access_denied", "error_description": "customer already refunded"}),
+        ]
+    ],
     indirect=True,
 )
 def test_a_denial_raises_and_the_request_is_not_retried(loopback):
@@ -160,7 +190,9 @@ async def test_the_async_flow_does_the_same(loopback):
     async def record(seconds: float) -> None:
         waits.append(seconds)
 
-    auth = TransactionAuthorization(loopback.url, client_id="refund-bot", client_secret="s3cret", async_sleep=record)
+    auth = TransactionAuthorization(
+        loopback.url, client_id="refund-bot", client_secret="s3cret", async_sleep=record
+    )
     async with httpx.AsyncClient() as client:
         response = await client.post(f"{loopback.url}/refunds", json={"amount": "1.00"}, auth=auth)
 
@@ -182,6 +214,9 @@ def test_only_a_401_with_the_transaction_error_carries_a_challenge():
 
     assert challenge_of(httpx.Response(401, headers={"WWW-Authenticate": header})) == "a.b.c"
     assert challenge_of(httpx.Response(403, headers={"WWW-Authenticate": header})) is None
-    assert challenge_of(httpx.Response(401, headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})) is None
+    assert (
+        challenge_of(httpx.Response(401, headers={"WWW-Authenticate": 'Bearer error="invalid_token"'}))
+        is None
+    )
     unquoted = "Bearer error=transaction_authorization_required, transaction_challenge=a.b.c"
     assert challenge_of(httpx.Response(401, headers={"WWW-Authenticate": unquoted})) == "a.b.c"

@@ -4,7 +4,7 @@ A protected resource answers a request that needs people's approval with `401` a
 signed. `TransactionAuthorization` is an `httpx.Auth` that handles that for any httpx client, sync or
 async, so a Python agent needs one line:
 
-    auth = TransactionAuthorization("https://reviewer.example", client_id="refund-bot", client_secret=API_TOKEN)
+    auth = TransactionAuthorization(REVIEWER_URL, client_id="refund-bot", client_secret=API_TOKEN)
     httpx.post("https://refunds.example.com/refunds", json={...}, auth=auth)
 
 On every request it sends `Accept-Txn-Challenge: ?1` (the draft's §4.1: the agent can relay). When the
@@ -173,7 +173,9 @@ class TransactionAuthorization(httpx.Auth):
             while True:
                 await self._async_sleep(self._wait(poll))
                 try:
-                    response = await self._apost(reviewer, {"transaction_authorization_id": poll.transaction_id})
+                    response = await self._apost(
+                        reviewer, {"transaction_authorization_id": poll.transaction_id}
+                    )
                 except httpx.TransportError:
                     poll.interval *= 2
                     continue
@@ -224,7 +226,9 @@ class TransactionAuthorization(httpx.Auth):
             raise TransactionAuthorizationError("server_error", "no transaction_authorization_id")
         interval = answer.get("interval", DEFAULT_INTERVAL)
         expires_in = answer.get("expires_in", self.max_wait)
-        waits = min(self.max_wait, float(expires_in) if isinstance(expires_in, int | float) else self.max_wait)
+        waits = min(
+            self.max_wait, float(expires_in) if isinstance(expires_in, int | float) else self.max_wait
+        )
         return _Poll(
             transaction_id=transaction_id,
             interval=float(interval) if isinstance(interval, int | float) else DEFAULT_INTERVAL,
