@@ -39,3 +39,5 @@ def json_parameter(raw: bytes | str, name: str, *, error: str = "invalid_request
         return load_json(raw)
     except ServiceError as refusal:
         raise OAuthError(error, f"{name} is not acceptable JSON: {refusal.message}") from refusal
+    except ValueError as refusal:  # not JSON at all
+        raise OAuthError(error, f"{name} is not JSON") from refusal
