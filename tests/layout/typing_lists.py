@@ -26,7 +26,17 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = ROOT / "pyproject.toml"
 BASELINE = ROOT / "tests" / "layout" / "not_yet_strict.txt"
-PRODUCT_PACKAGES = ("accounts", "approvals", "audit", "lib", "oauth", "reviewer", "signing_keys", "sso", "tenants")
+PRODUCT_PACKAGES = (
+    "accounts",
+    "approvals",
+    "audit",
+    "lib",
+    "oauth",
+    "reviewer",
+    "signing_keys",
+    "sso",
+    "tenants",
+)
 
 BASELINE_HEADER = """\
 # Product modules not yet checked strictly by mypy (the typing ratchet, docs/testing.md).

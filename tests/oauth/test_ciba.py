@@ -31,11 +31,18 @@ def authorize(client, **fields):
         "authorization_details": json.dumps([REFUND_DETAIL]),
         **fields,
     }
-    return client.post("/bc-authorize", urlencode({k: v for k, v in data.items() if v is not None}), content_type=FORM)
+    return client.post(
+        "/bc-authorize", urlencode({k: v for k, v in data.items() if v is not None}), content_type=FORM
+    )
 
 
 def redeem(client, auth_req_id: str, *, as_json: bool = False, grant: str = GRANT):
-    data = {"client_id": "refund-bot", "client_secret": BOT_TOKEN, "grant_type": grant, "auth_req_id": auth_req_id}
+    data = {
+        "client_id": "refund-bot",
+        "client_secret": BOT_TOKEN,
+        "grant_type": grant,
+        "auth_req_id": auth_req_id,
+    }
     if as_json:  # as auth0-python sends it
         return client.post("/oauth/token", json.dumps(data), content_type="application/json")
     return client.post("/oauth/token", urlencode(data), content_type=FORM)
@@ -97,7 +104,10 @@ def test_a_rejection_answers_access_denied(client, ciba_world, reviewer_a):
     auth_req_id = authorize(client).json()["auth_req_id"]
     factories.vote(Proposal.objects.get(), reviewer_a, verdict="reject", reason="not this one")
 
-    assert redeem(client, auth_req_id).json() == {"error": "access_denied", "error_description": "not this one"}
+    assert redeem(client, auth_req_id).json() == {
+        "error": "access_denied",
+        "error_description": "not this one",
+    }
 
 
 @pytest.mark.parametrize(
@@ -110,7 +120,11 @@ def test_a_rejection_answers_access_denied(client, ciba_world, reviewer_a):
         ({"binding_message": "x" * 201}, 400, "invalid_binding_message"),
         ({"binding_message": "two\nlines"}, 400, "invalid_binding_message"),
         ({"authorization_details": None}, 400, "invalid_authorization_details"),
-        ({"authorization_details": json.dumps([{"type": "wire", "amount": "1"}])}, 400, "invalid_authorization_details"),
+        (
+            {"authorization_details": json.dumps([{"type": "wire", "amount": "1"}])},
+            400,
+            "invalid_authorization_details",
+        ),
         ({"authorization_details": "[{"}, 400, "invalid_authorization_details"),
         ({"requested_expiry": "-5"}, 400, "invalid_request"),
         ({"client_secret": "wrong"}, 401, "invalid_client"),

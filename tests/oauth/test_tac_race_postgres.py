@@ -27,7 +27,9 @@ def test_two_clients_relaying_one_challenge_at_once_get_one_transaction(
     other = factories.make_agent(tenant, "other-bot", card_url="", api_token="other-secret", push_token="p2")
     challenge = challenge_key.sign(challenge_claims(settings.REVIEWER_ISSUER))
 
-    results = run_together(lambda: accept_challenge(bot, challenge), lambda: accept_challenge(other, challenge))
+    results = run_together(
+        lambda: accept_challenge(bot, challenge), lambda: accept_challenge(other, challenge)
+    )
 
     accepted = [result for result in results if not isinstance(result, Exception)]
     refused = [result for result in results if isinstance(result, OAuthError)]
