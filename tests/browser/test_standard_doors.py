@@ -33,7 +33,9 @@ def doors(tenant, refund_policy, requester):
         types={"refund": "payments.refund"},
         api_token="resource-secret",
     )
-    bot = factories.make_agent(tenant, "refund-bot", card_url="", api_token="bot-secret", push_token="bot-push")
+    bot = factories.make_agent(
+        tenant, "refund-bot", card_url="", api_token="bot-secret", push_token="bot-push"
+    )
     return key, bot
 
 
@@ -59,7 +61,8 @@ def test_a_reviewer_approves_a_tac_challenge_and_the_agent_gets_the_token(new_pa
     proposal = Proposal.objects.get()
     page = new_page()
 
-    approve_in_the_browser(page, reviewer_a, proposal, shows=["740.00", "Refunds over EUR 500 need two people"])
+    shows = ["740.00", "Refunds over EUR 500 need two people"]
+    approve_in_the_browser(page, reviewer_a, proposal, shows=shows)
     screenshot(page, "tac-approved")
 
     answer = beside_the_browser(poll, bot, str(accepted.transaction.id))
@@ -83,7 +86,6 @@ def test_a_reviewer_approves_a_ciba_request_seeing_its_binding_message(new_page,
     expect(page.locator("main b", has_text="code K7Q2")).to_have_count(0)  # shown as text, not markup
     screenshot(page, "ciba-approved")
 
-    answer = beside_the_browser(
-        redeem, bot, {"grant_type": "urn:openid:params:grant-type:ciba", "auth_req_id": str(started.request.id)}
-    )
+    grant = {"grant_type": "urn:openid:params:grant-type:ciba", "auth_req_id": str(started.request.id)}
+    answer = beside_the_browser(redeem, bot, grant)
     assert answer["authorization_details"] == [REFUND_DETAIL]
