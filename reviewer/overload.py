@@ -37,9 +37,16 @@ Receive = Callable[[], Awaitable[Mapping[str, Any]]]
 Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-# What agents call: the REST API (intake, pull, consume, outcome), the A2A push webhook, and the JWKS
-# their gates verify decisions with.
-AGENT_PATHS = ("/api/", "/a2a/", "/.well-known/jwks.json")
+# What agents call: the REST API (intake, pull, consume, outcome), the A2A push webhook, the JWKS
+# their gates verify decisions with, and the OAuth doors (oauth/urls.py: TAC, CIBA, their metadata).
+AGENT_PATHS = (
+    "/api/",
+    "/a2a/",
+    "/.well-known/jwks.json",
+    "/oauth/",
+    "/bc-authorize",
+    "/.well-known/oauth-authorization-server",
+)
 
 
 def share_of(path: str) -> Share:

@@ -449,3 +449,26 @@ def test_the_server_metadata_names_the_endpoints(client):
     assert body["issuer"] == settings.REVIEWER_ISSUER
     assert body["transaction_authorization_endpoint"] == f"{settings.REVIEWER_ISSUER}/oauth/txn-authorization"
     assert body["backchannel_token_delivery_modes_supported"] == ["poll"]
+
+
+@pytest.mark.parametrize(
+    "path", [ENDPOINT, "/bc-authorize", "/oauth/token", "/.well-known/oauth-authorization-server"]
+)
+def test_the_doors_take_the_agents_slots_never_the_peoples(path):
+    from reviewer.overload import share_of
+
+    assert share_of(path) == "agents"
+
+
+def test_a_halted_resource_answers_temporarily_unavailable_and_stores_nothing(
+    client, resource, bot, two_people_policy, challenge_key, admin_user
+):
+    from approvals.models import Halt
+    from approvals.services.halts import halt
+
+    halt(scope=Halt.Scope.AGENT, agent=resource.agent, reason="incident", actor=admin_user)
+
+    response = relay(client, signed(challenge_key))
+
+    refused_with(response, 503, "temporarily_unavailable")
+    assert response["Retry-After"] == "30"
