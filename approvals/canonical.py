@@ -17,3 +17,9 @@ def digest_of(value) -> str:
 def action_digest(action: dict) -> str:
     """`sha256:` + hex sha256 of the RFC 8785 form of the action object (DESIGN.md "Binding")."""
     return digest_of(action)
+
+
+def manifest_digest(member_digests: list[str]) -> str:
+    """A batch's manifest digest: `sha256:` + hex sha256 of the RFC 8785 form of the JSON list of its
+    members' action digests, in the batch's order (docs/agents/batches.md; sdk/vectors/manifests.json)."""
+    return digest_of(list(member_digests))

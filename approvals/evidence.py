@@ -5,6 +5,7 @@ that approvals registers at start-up (approvals/apps.py), because audit/ never i
 """
 
 from approvals.models import Decision, OutboxMessage, Proposal
+from approvals.policy.headline import action_headline
 
 
 def proposal_record(tenant_id: int, proposal_id) -> dict | None:
@@ -14,6 +15,7 @@ def proposal_record(tenant_id: int, proposal_id) -> dict | None:
         return None
     decision = Decision.objects.filter(proposal=proposal).first()
     outbox = OutboxMessage.objects.filter(proposal=proposal).order_by("created_at")
+    headline = action_headline(proposal.action, proposal.consequences)
     return {
         "id": str(proposal.id),
         "state": proposal.state,
@@ -35,6 +37,9 @@ def proposal_record(tenant_id: int, proposal_id) -> dict | None:
             "supersedes": str(proposal.supersedes_id or "") or None,
         },
         "requirements": proposal.requirements,
+        # Reviewer's headline as the page showed it: the amount with its currency (and whether the digest
+        # binds the currency), the target as its history spells it.
+        "headline": {"text": headline.text, "currency_note": headline.currency_note},
         "transaction_id": proposal.transaction_id,
         "outcome_detail": proposal.outcome_detail,
         "compensation_note": proposal.compensation_note,

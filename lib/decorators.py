@@ -3,9 +3,11 @@
 It imports no app of ours, so audit/ may use it without depending on approvals/.
 """
 
+from collections.abc import Callable
 from functools import wraps
 
 from django.contrib.auth.views import redirect_to_login
+from django.http import HttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils.cache import patch_cache_control
@@ -13,7 +15,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from django_otp import devices_for_user
 
 
-def verified_required(view):
+def verified_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     """Signed in and verified with a one-time code in this session. Someone signed in without an
     authenticator is sent to enroll one; anyone else to the sign-in page. What these pages show (the
     queue, a proposal and its decision form, the audit trail) is never stored by a browser or a proxy:

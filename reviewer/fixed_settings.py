@@ -112,7 +112,7 @@ SAML_DEFAULT_BINDING = "urn:oasis:names:tc:SAML:2.0:bindings:HTTP-Redirect"
 # + 1 for LISTEN) + the admin's few (README "Running several processes"). DB_POOL_MAX_SIZE=0: no pool.
 
 # Outbound calls (AGENT_ALLOWED_* in reviewer/settings.py).
-# Outbound calls to agents (approvals/a2a/outbound.py). Reviewer calls an agent's card URL and A2A
+# Outbound calls to agents (lib/outbound.py). Reviewer calls an agent's card URL and A2A
 # interface with the agent's credentials, so a card URL must not reach anything else (SSRF). A call
 # goes out only when, after DNS resolution, every address of the host is allowed: the host name is in
 # AGENT_ALLOWED_HOSTS ("agents.example.com", or ".example.com" for its subdomains) and the address is

@@ -38,11 +38,14 @@ Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # What agents call: the REST API (intake, pull, consume, outcome), the A2A push webhook, the JWKS
-# their gates verify decisions with, and the OAuth doors (oauth/urls.py: TAC, CIBA, their metadata).
+# their gates verify decisions with, AuthZEN's evaluations, and the OAuth doors (oauth/urls.py: TAC,
+# CIBA, their metadata).
 AGENT_PATHS = (
     "/api/",
     "/a2a/",
+    "/access/",
     "/.well-known/jwks.json",
+    "/.well-known/authzen-configuration",
     "/oauth/",
     "/bc-authorize",
     "/.well-known/oauth-authorization-server",

@@ -82,6 +82,7 @@ INSTALLED_APPS = [
     "approvals",
     "sso",
     "health",
+    "authzen",
     "oauth",
     "django_scim",
     "djangosaml2",
@@ -386,7 +387,8 @@ PROPOSAL_MAX_BYTES = env_int("PROPOSAL_MAX_BYTES", 64 * 1024)
 # the admin may set per agent and per tenant. A token bucket per agent and per tenant: BURST proposals
 # at once, refilled at PER_MINUTE; and a ceiling of open proposals (waiting for people). Over a limit
 # intake answers 429 with Retry-After and stores nothing; one audit event per agent per
-# QUOTA_AUDIT_WINDOW_SECONDS says it was throttled and how many were refused in the window before.
+# QUOTA_AUDIT_WINDOW_SECONDS says it was throttled and how many were refused in the window before (and
+# one per window, the same way, for the requests intake refused as invalid within the rates).
 AGENT_INTAKE_BURST = env_int("AGENT_INTAKE_BURST", 60)
 AGENT_INTAKE_PER_MINUTE = env_int("AGENT_INTAKE_PER_MINUTE", 120)
 AGENT_OPEN_PROPOSALS = env_int("AGENT_OPEN_PROPOSALS", 500)
@@ -434,6 +436,14 @@ AGENT_ALLOWED_NETWORKS = env_list("AGENT_ALLOWED_NETWORKS", [])
 # Notifications and escalation (docs/notifications.md). Slack's Web API (tests point it at a stand-in);
 # a workspace's bot token and signing secret are references in its row ("env:NAME" or "file:/path").
 SLACK_API_BASE_URL = env_str("SLACK_API_BASE_URL", "https://slack.com/api/")
+# Teams bots (approvals/notify/teams_bot.py): where Teams' signing keys are published (the Bot Framework's
+# OpenID metadata) and where a bot gets its token to post and update cards; tests point both at stand-ins.
+TEAMS_BOT_OPENID_METADATA_URL = env_str(
+    "TEAMS_BOT_OPENID_METADATA_URL", "https://login.botframework.com/v1/.well-known/openidconfiguration"
+)
+TEAMS_BOT_TOKEN_URL = env_str(
+    "TEAMS_BOT_TOKEN_URL", "https://login.microsoftonline.com/botframework.com/oauth2/v2.0/token"
+)
 # Webhooks and push share the agents' allow-list (AGENT_ALLOWED_*); http:// only for tests and development.
 NOTIFY_ALLOW_HTTP = env_bool("NOTIFY_ALLOW_HTTP", False)
 # The worker's calls to Slack, Teams, webhook endpoints and push services (docs/operations.md, "The

@@ -24,6 +24,7 @@ urlpatterns = [
     path("", include("approvals.urls")),
     path("", include("oauth.urls")),  # the OAuth doors: TAC, CIBA, the server metadata (oauth/urls.py)
     path("audit/", include("audit.urls")),
+    path("", include("authzen.urls")),  # OpenID AuthZEN access evaluation (authzen/)
     path("scim/v2/", include("sso.scim.views", namespace="scim")),  # provisioning (sso/scim/)
     # Where Prometheus looks by default: the audit counters plus this process's health (health/metrics.py).
     path("metrics", health_metrics.metrics, name="metrics"),

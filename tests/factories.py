@@ -147,6 +147,7 @@ def make_policy(
     equivalent_tools=(),
     break_glass=None,
     notifications=None,
+    batch=None,
 ) -> PolicyVersion:
     """An active policy version, written by one admin and activated by another through the services.
     Groups the thresholds name are created if missing (a test names them before adding people)."""
@@ -175,6 +176,7 @@ def make_policy(
             "equivalent_tools": list(equivalent_tools),
             **({"break_glass": break_glass} if break_glass else {}),
             **({"notifications": notifications} if notifications else {}),
+            **({"batch": batch} if batch else {}),
         },
         actor=author,
     )

@@ -35,11 +35,12 @@ from a2a.utils import TransportProtocol
 from a2a.utils.errors import A2AError, TaskNotFoundError
 from google.protobuf.json_format import MessageToDict
 
-from approvals.a2a import outbound
-from approvals.a2a.push import EXTENSION_URI, PushError, approval_request
+from approvals.a2a.push import EXTENSION_URI, PushError, parked_request
+from approvals.a2a.rust_approval import RUST_EXTENSION_URI, RUST_METADATA_KEY, rust_decision
 from approvals.models import Agent, Decision, OutboxMessage, Proposal
 from approvals.schemas import ProposalSubmission
 from approvals.services.reconcile import TERMINAL_TASK_STATES
+from lib import outbound
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,13 @@ class DeliveryError(Exception):
 
 
 # The agent's fields AgentEndpoint.of reads (a caller may read only these).
-AGENT_ENDPOINT_FIELDS = ("slug", "card_url", "outbound_auth_scheme", "outbound_auth_credentials")
+AGENT_ENDPOINT_FIELDS = (
+    "slug",
+    "card_url",
+    "outbound_auth_scheme",
+    "outbound_auth_credentials",
+    "approval_extension",
+)
 
 
 @dataclass(frozen=True)
@@ -70,13 +77,23 @@ class AgentEndpoint:
     slug: str
     card_url: str
     headers: dict
+    extension: str = Agent.ApprovalExtension.REVIEWER
 
     @classmethod
     def of(cls, agent: Agent) -> "AgentEndpoint":
         headers = {}
         if agent.outbound_auth_scheme == Agent.AuthScheme.BEARER and agent.outbound_auth_credentials:
             headers["Authorization"] = f"Bearer {agent.outbound_auth_credentials}"
-        return cls(agent.id, agent.slug, agent.card_url, headers)
+        return cls(agent.id, agent.slug, agent.card_url, headers, agent.approval_extension)
+
+    @property
+    def speaks_a2a_rust(self) -> bool:
+        return self.extension == Agent.ApprovalExtension.A2A_RUST
+
+    @property
+    def extension_uri(self) -> str:
+        """The approval extension the agent's card must declare for its tasks to be listed."""
+        return RUST_EXTENSION_URI if self.speaks_a2a_rust else EXTENSION_URI
 
 
 @dataclass(frozen=True)
@@ -124,7 +141,7 @@ class _CallLoop:
 
     def client_for(self, endpoint: "AgentEndpoint") -> httpx.AsyncClient:
         """The agent's HTTP client (runs on the loop). A changed card URL or credential gets a new one."""
-        # Through the allow-list (approvals/a2a/outbound.py): the card URL is admin input, its interfaces
+        # Through the allow-list (lib/outbound.py): the card URL is admin input, its interfaces
         # agent input, and neither may point Reviewer (with the agent's token) at another service; the
         # check runs in the client's transport on every request, redirects included.
         key = (endpoint.card_url, tuple(sorted(endpoint.headers.items())))
@@ -242,8 +259,11 @@ def failure_text(error: BaseException) -> str:
     return "could not reach the agent or read its answer; see the worker log"
 
 
-def _extension_context() -> ClientCallContext:
-    return ClientCallContext(service_parameters={"A2A-Extensions": EXTENSION_URI})
+def _extension_context(endpoint: AgentEndpoint | None = None) -> ClientCallContext:
+    uris = [EXTENSION_URI]
+    if endpoint is not None and endpoint.speaks_a2a_rust:
+        uris.insert(0, RUST_EXTENSION_URI)
+    return ClientCallContext(service_parameters={"A2A-Extensions": ", ".join(uris)})
 
 
 async def _task_snapshot(client, task_id: str) -> TaskSnapshot:
@@ -300,16 +320,25 @@ def continuation_message(outbox_message: OutboxMessage) -> tuple[AgentEndpoint, 
         .get(jti=outbox_message.payload["jti"])
     )
     proposal = decision.proposal
+    endpoint = AgentEndpoint.of(proposal.agent)
+    metadata: dict = {EXTENSION_URI: {"decision": decision.token}}
+    extensions = [EXTENSION_URI]
+    if endpoint.speaks_a2a_rust:
+        # a2a-rust's approval extension: its decision beside Reviewer's signed one (rust_approval.py).
+        answer = rust_decision(Decision.objects.select_related("proposal__supersedes").get(pk=decision.pk))
+        if answer is not None:
+            metadata[RUST_METADATA_KEY] = answer
+        extensions.insert(0, RUST_EXTENSION_URI)
     message = Message(
         message_id=outbox_message.message_id,
         role=Role.ROLE_USER,
         task_id=proposal.task_id,
         context_id=proposal.context_id,
         parts=[Part(text=_decision_text(decision))],
-        metadata={EXTENSION_URI: {"decision": decision.token}},
-        extensions=[EXTENSION_URI],
+        metadata=metadata,
+        extensions=extensions,
     )
-    return AgentEndpoint.of(proposal.agent), message
+    return endpoint, message
 
 
 def send_continuation(outbox_message: OutboxMessage) -> str:
@@ -322,7 +351,7 @@ def send_continuation(outbox_message: OutboxMessage) -> str:
 
     async def operation(client):
         try:
-            async for _ in client.send_message(request, context=_extension_context()):
+            async for _ in client.send_message(request, context=_extension_context(endpoint)):
                 pass
         except A2AError as refusal:
             if isinstance(refusal, A2AClientError):
@@ -389,25 +418,30 @@ def list_parked_requests(agent: Agent, *, page_size: int, page_token: str = "") 
     messages, as a push would have carried them. Raises ListingRefused or DeliveryError."""
     endpoint = AgentEndpoint.of(agent)
 
+    # a2a-rust parks an asking task in input-required, Reviewer's extension in auth-required.
+    parked = (
+        TaskState.TASK_STATE_INPUT_REQUIRED
+        if endpoint.speaks_a2a_rust
+        else TaskState.TASK_STATE_AUTH_REQUIRED
+    )
+
     async def operation(client, card: AgentCard):
-        if not any(extension.uri == EXTENSION_URI for extension in card.capabilities.extensions):
-            raise ListingRefused(f"{endpoint.slug}'s card does not declare {EXTENSION_URI}")
-        request = ListTasksRequest(
-            status=TaskState.TASK_STATE_AUTH_REQUIRED, page_size=page_size, page_token=page_token
-        )
+        if not any(extension.uri == endpoint.extension_uri for extension in card.capabilities.extensions):
+            raise ListingRefused(f"{endpoint.slug}'s card does not declare {endpoint.extension_uri}")
+        request = ListTasksRequest(status=parked, page_size=page_size, page_token=page_token)
         try:
-            page = await client.list_tasks(request, context=_extension_context())
+            page = await client.list_tasks(request, context=_extension_context(endpoint))
         except A2AError as error:
             if isinstance(error, A2AClientError):
                 raise
             raise ListingRefused(f"ListTasks refused: {type(error).__name__}: {error.message}") from error
         requests, malformed = [], []
         for task in page.tasks:
-            if task.status.state != TaskState.TASK_STATE_AUTH_REQUIRED:
+            if task.status.state != parked:
                 continue  # an agent that ignores the filter: only parked tasks are requests
             try:
-                submission = approval_request(
-                    task.id, task.context_id, MessageToDict(task.status.message.metadata)
+                submission = parked_request(
+                    endpoint.extension, task.id, task.context_id, MessageToDict(task.status.message.metadata)
                 )
             except PushError as error:
                 malformed.append((task.id, error))

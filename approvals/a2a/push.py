@@ -11,6 +11,7 @@ from a2a.types import (
 )
 from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 
+from approvals.a2a.rust_approval import RustRequestError, rust_request
 from approvals.models import Agent, Proposal
 from approvals.schemas import ProposalSubmission, first_problem
 from approvals.services.intake import record_intake_refusal, submit_proposal
@@ -19,6 +20,12 @@ from lib.errors import HaltedError, IntakeError
 from reviewer_gate.decision import EXTENSION_URI
 
 AUTH_REQUIRED = TaskState.Name(TaskState.TASK_STATE_AUTH_REQUIRED)
+INPUT_REQUIRED = TaskState.Name(TaskState.TASK_STATE_INPUT_REQUIRED)
+# Where each approval extension parks a task that asks (a2a-rust's request_approval: input-required).
+PARKED_STATES: dict[str, tuple[str, ...]] = {
+    Agent.ApprovalExtension.REVIEWER: (AUTH_REQUIRED,),
+    Agent.ApprovalExtension.A2A_RUST: (INPUT_REQUIRED, AUTH_REQUIRED),
+}
 
 # ---------------------------------------------------------------------------------------------------
 # Intake: push bodies
@@ -41,9 +48,9 @@ class PushEvent:
         return self.state in TERMINAL_TASK_STATES
 
 
-def parse_push(body) -> PushEvent | None:
-    """Read one push body. Returns None for events that carry no task state (artifacts, messages);
-    raises PushError for anything malformed."""
+def parse_push(body, extension: str = Agent.ApprovalExtension.REVIEWER) -> PushEvent | None:
+    """Read one push body from an agent that speaks `extension`. Returns None for events that carry no
+    task state (artifacts, messages); raises PushError for anything malformed."""
     if not isinstance(body, dict) or not all(isinstance(value, dict) for value in body.values()):
         raise PushError("invalid_shape", "a push body is a JSON object (an A2A StreamResponse)")
     try:
@@ -67,8 +74,8 @@ def parse_push(body) -> PushEvent | None:
     state = TaskState.Name(status.state)
     detail = " ".join(part.text for part in status.message.parts if part.text)[:1000]
     submission = None
-    if state == AUTH_REQUIRED:
-        submission = approval_request(task_id, context_id, MessageToDict(status.message.metadata))
+    if state in PARKED_STATES[extension]:
+        submission = parked_request(extension, task_id, context_id, MessageToDict(status.message.metadata))
     return PushEvent(
         task_id=task_id, context_id=context_id, state=state, detail=detail, submission=submission
     )
@@ -86,6 +93,18 @@ def approval_request(task_id: str, context_id: str, metadata: dict) -> ProposalS
     except pydantic.ValidationError as error:
         field, message = first_problem(error.errors())
         raise PushError("invalid", message, field) from error
+
+
+def parked_request(
+    extension: str, task_id: str, context_id: str, metadata: dict
+) -> ProposalSubmission | None:
+    """The approval request a parked task's status message carries, in the agent's extension."""
+    if extension != Agent.ApprovalExtension.A2A_RUST:
+        return approval_request(task_id, context_id, metadata)
+    try:
+        return rust_request(task_id, context_id, metadata)
+    except RustRequestError as error:
+        raise PushError(error.code, error.message, error.field) from error
 
 
 def submit(

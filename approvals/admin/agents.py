@@ -37,6 +37,9 @@ class AgentForm(forms.ModelForm):
         help_text="What Reviewer presents when it calls the agent. Never shown; leave empty to keep it.",
     )
 
+    def clean_approval_extension(self):
+        return self.cleaned_data.get("approval_extension") or Agent.ApprovalExtension.REVIEWER
+
     class Meta:
         model = Agent
         fields = [
@@ -47,11 +50,15 @@ class AgentForm(forms.ModelForm):
             "audience",
             "outbound_auth_scheme",
             "outbound_auth_credentials",
+            "approval_extension",
             *LIMIT_FIELDS,
         ]
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        if "approval_extension" in self.fields:
+            # Left out of a form (an older script posting it): the agent speaks Reviewer's own extension.
+            self.fields["approval_extension"].required = False
         if "audience" in self.fields:
             self.fields["audience"].required = False
             self.fields["audience"].help_text = (
@@ -142,6 +149,7 @@ class AgentAdmin(TenantScopedAdmin):
             api_token=api_token,
             outbound_auth_scheme=obj.outbound_auth_scheme,
             outbound_auth_credentials=form.cleaned_data.get("outbound_auth_credentials", ""),
+            approval_extension=obj.approval_extension,
             actor=request.user,
         )
         adopt_stored(obj, set_agent_limits(agent, actor=request.user, **limits))

@@ -11,10 +11,11 @@ from approvals.models.notifications import (
     Delegation,
     PushSubscription,
     SlackWorkspace,
+    TeamsBot,
     TeamsChannel,
     WebhookEndpoint,
 )
-from approvals.services.webhooks import EVENT_TYPES, register_endpoint
+from approvals.services.webhooks import EVENT_TYPES, endpoint_refusal, register_endpoint
 from lib.errors import ServiceError
 
 
@@ -30,6 +31,15 @@ class WebhookEndpointForm(forms.ModelForm):
     class Meta:
         model = WebhookEndpoint
         fields = ["tenant", "url", "events"]
+
+    def clean(self):
+        """The service's own check, shown on its field: a URL Reviewer would not deliver to says why."""
+        cleaned = super().clean() or {}
+        if self.instance.pk is None and not self.errors:
+            refusal = endpoint_refusal(cleaned.get("url", ""), list(cleaned.get("events", [])))
+            if refusal is not None:
+                self.add_error(refusal.field if refusal.field in self.fields else None, refusal.message)
+        return cleaned
 
 
 @admin.register(WebhookEndpoint)
@@ -66,10 +76,16 @@ class SlackWorkspaceAdmin(ReadOnlyAdmin):
     fields = ["tenant", "team_id", "bot_token_ref", "signing_secret_ref", "channels", "enabled"]
 
 
+@admin.register(TeamsBot)
+class TeamsBotAdmin(ReadOnlyAdmin):
+    list_display = ["app_id", "tenant", "service_url", "enabled"]
+    fields = ["tenant", "app_id", "app_password_ref", "service_url", "enabled"]
+
+
 @admin.register(TeamsChannel)
 class TeamsChannelAdmin(ReadOnlyAdmin):
-    list_display = ["name", "tenant", "groups", "enabled"]
-    fields = ["tenant", "name", "webhook_url_ref", "groups", "enabled"]
+    list_display = ["name", "tenant", "bot", "groups", "enabled"]
+    fields = ["tenant", "name", "bot", "conversation_id", "webhook_url_ref", "groups", "enabled"]
 
 
 @admin.register(Delegation)

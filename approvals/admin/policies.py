@@ -19,7 +19,7 @@ from approvals.models import (
     Policy,
     PolicyVersion,
 )
-from approvals.policy import break_glass
+from approvals.policy import batching, break_glass
 from approvals.policy.dry_run import dry_run, recent_proposals
 from approvals.policy.validation import VERSION_FIELDS, version_field_errors
 from approvals.services.policies import (
@@ -126,6 +126,7 @@ class PolicyVersionForm(forms.ModelForm):
             "notifications": '{} for none, or e.g. {"reminders": [50, 80], "escalation": '
             '{"before_expiry_seconds": 900, "group": "finance-leads"}, "at_expiry": '
             '"expire_closed_tell_admins", "chat_decisions": true} (docs/notifications.md)',
+            "batch": "{} for never batched, or e.g. " + batching.EXAMPLE + " (docs/policy-format.md)",
         }
 
     def clean(self):
@@ -144,6 +145,8 @@ class PolicyVersionForm(forms.ModelForm):
             values["equivalent_tools"] = []
         if values.get("notifications") is None:
             values["notifications"] = {}
+        if values.get("batch") is None:
+            values["batch"] = {}
         people = break_glass_people(chosen.tenant_id) if chosen is not None else None
         errors = version_field_errors({**POLICY_VERSION_DEFAULTS, **values}, groups, people)
         if chosen is None:
@@ -159,6 +162,7 @@ class PolicyVersionForm(forms.ModelForm):
         values["break_glass"] = values["break_glass"] or {}
         values["equivalent_tools"] = values["equivalent_tools"] or []
         values["notifications"] = values["notifications"] or {}
+        values["batch"] = values["batch"] or {}
         return values
 
 

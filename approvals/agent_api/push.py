@@ -69,7 +69,7 @@ def push(request, agent_slug):
     try:
         # NaN, huge integers, NUL and deep nesting are refused here, anywhere in the body (metadata too).
         body = load_json(request.body)
-        event = parse_push(body)
+        event = parse_push(body, agent.approval_extension)
     except (HostileInput, PushError) as error:
         return _refused(agent, error)
     except ValueError:

@@ -9,13 +9,15 @@ Tenant (tenants/models.py, with TenantMembership, ApproverGroup and GroupMembers
 Halt: a kill switch for everything, a tenant, or an agent.
 
 One module per area: agents.py (Agent, Policy, PolicyVersion), proposals.py (Proposal, Vote, Decision,
-OutboxMessage, ReviewNotice), halts.py (Halt, BreakGlassRelease, PostHocReview), notifications.py
+OutboxMessage, ReviewNotice), batches.py (Batch, BatchMember: a fixed manifest of proposals),
+halts.py (Halt, BreakGlassRelease, PostHocReview), notifications.py
 (reminders, escalation, delegation, Slack, Teams, webhooks, push); quotas.py (intake quotas' state);
 risk.py (the risk levels and
 their one rank); live.py (who has a proposal's page open). Import them from here.
 """
 
 from approvals.models.agents import Agent, Policy, PolicyVersion
+from approvals.models.batches import Batch, BatchMember
 from approvals.models.halts import BreakGlassRelease, Halt, PostHocReview
 from approvals.models.live import PageWatcher
 from approvals.models.notifications import (
@@ -29,7 +31,10 @@ from approvals.models.notifications import (
     SlackRequestSeen,
     SlackWorkspace,
     StandIn,
+    TeamsBot,
     TeamsChannel,
+    TeamsIdentity,
+    TeamsLinkRequest,
     TeamsPost,
     WebhookEndpoint,
 )
@@ -39,6 +44,8 @@ from approvals.models.risk import Risk
 
 __all__ = [
     "Agent",
+    "Batch",
+    "BatchMember",
     "BreakGlassRelease",
     "Decision",
     "Delegation",
@@ -61,7 +68,10 @@ __all__ = [
     "SlackRequestSeen",
     "SlackWorkspace",
     "StandIn",
+    "TeamsBot",
     "TeamsChannel",
+    "TeamsIdentity",
+    "TeamsLinkRequest",
     "TeamsPost",
     "Vote",
     "WebhookEndpoint",

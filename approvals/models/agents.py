@@ -39,7 +39,23 @@ class Agent(models.Model):
     api_token_hash = models.CharField(
         max_length=64, db_index=True, help_text="sha256 of its REST API bearer token"
     )
-    # How Reviewer authenticates when it calls the agent (continuations, cancels, GetTask).
+
+    class ApprovalExtension(models.TextChoices):
+        # Reviewer's own A2A extension, urn:reviewer:a2a:approval:v1 (docs/agents/a2a-extension.md).
+        REVIEWER = "reviewer", "Reviewer (urn:reviewer:a2a:approval:v1)"
+        # a2a-rust's, https://a2a-rust.com/extensions/approval/v1: Reviewer is the agent's approver
+        # (approvals/a2a/rust_approval.py, docs/agents/a2a-rust.md).
+        A2A_RUST = "a2a-rust", "a2a-rust (https://a2a-rust.com/extensions/approval/v1)"
+
+    approval_extension = models.CharField(
+        max_length=20,
+        choices=ApprovalExtension.choices,
+        default=ApprovalExtension.REVIEWER,
+        help_text="the A2A approval extension the agent speaks: where its requests are read and how "
+        "its decisions are sent",
+    )
+    # How Reviewer authenticates when it calls the agent (continuations, cancels, GetTask). For an
+    # a2a-rust agent this is the approver identity its ApprovalGate accepts.
     outbound_auth_scheme = models.CharField(
         max_length=20, choices=AuthScheme.choices, default=AuthScheme.NONE
     )
@@ -170,6 +186,14 @@ class PolicyVersion(models.Model):
         blank=True,
         help_text="emergency single-approver release for named people under a weekly budget and an "
         "amount cap; each use needs two post-hoc reviews by other people",
+    )
+    # Batches (approvals/policy/batching.py): {} for never batched, else {"max_members": N, "max_total":
+    # {"EUR": "1000.00"}, "partial": bool, "irreversible": bool, "break_glass": bool}.
+    batch = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="whether the matched tools may be asked about in a batch decided on one page, up to how "
+        "many members and what total per currency, and whether a subset may be approved",
     )
     # Chasing and chat (approvals/policy/notifications.py): {} for none, else {"reminders": [50, 80]
     # (percent of the TTL), "escalation": {"before_expiry_seconds": N, "group": "<slug>"} or {..., "people":

@@ -7,8 +7,10 @@ Proposal ── FollowUp (one per waiting proposal: reminders sent, escalation, 
          ├─ StandIn (a person added to its eligible set by the escalation step)
          └─ SlackPost (one message per channel, updated in place)
 Tenant ── Delegation (out of office: a person's eligibility lent to a delegate for a period)
-       └─ SlackWorkspace ─┬─ SlackIdentity (a Slack user linked to a Reviewer person)
-                          └─ SlackLinkRequest (the one-time link the person confirms in Reviewer)
+       ├─ SlackWorkspace ─┬─ SlackIdentity (a Slack user linked to a Reviewer person)
+       │                  └─ SlackLinkRequest (the one-time link the person confirms in Reviewer)
+       └─ TeamsBot ─┬─ TeamsIdentity, TeamsLinkRequest (as for Slack)
+                    └─ TeamsChannel (or a channel without a bot: its incoming webhook)
 """
 
 from django.conf import settings
@@ -202,13 +204,66 @@ class WebhookEndpoint(models.Model):
         return self.url
 
 
+class TeamsBot(models.Model):
+    """A tenant's Teams bot: an Azure Bot (an Entra app registration) whose messaging endpoint is
+    Reviewer's /teams/messages. Teams signs each activity it sends with a token for `app_id`; Reviewer
+    posts and updates cards through `service_url` with a token it gets for `app_id` and the app's
+    password, a secret reference ("env:NAME" or "file:/path"), never stored here."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    app_id = models.CharField(max_length=64, unique=True)  # the `aud` of the tokens Teams signs
+    app_password_ref = models.CharField(max_length=300)
+    # The Bot Connector of the tenant's region (an activity's serviceUrl, e.g. https://smba.trafficmanager.net/emea/).
+    service_url = models.URLField(max_length=300)
+    enabled = models.BooleanField(default=True)
+
+    def __str__(self):
+        return f"teams bot {self.app_id}"
+
+
+class TeamsIdentity(models.Model):
+    """A Teams user (their Entra object id) linked to a Reviewer person, after the person confirmed it."""
+
+    bot = models.ForeignKey(TeamsBot, on_delete=models.CASCADE, related_name="identities")
+    aad_object_id = models.CharField(max_length=64)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    linked_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["bot", "aad_object_id"], name="one_person_per_teams_user"),
+            models.UniqueConstraint(fields=["bot", "user"], name="one_teams_user_per_person"),
+        ]
+
+    def __str__(self):
+        return f"{self.aad_object_id} is {self.user_id}"
+
+
+class TeamsLinkRequest(models.Model):
+    """A one-time link offered to an unlinked Teams user; the token is stored hashed."""
+
+    bot = models.ForeignKey(TeamsBot, on_delete=models.CASCADE, related_name="+")
+    aad_object_id = models.CharField(max_length=64)
+    token_hash = models.CharField(max_length=64, unique=True)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self):
+        return f"link offer to {self.aad_object_id}"
+
+
 class TeamsChannel(models.Model):
-    """A Microsoft Teams channel reached through a Workflows incoming webhook. The webhook URL carries
-    its own signature, so it is a secret reference ("env:NAME" or "file:/path"), never stored here."""
+    """A Microsoft Teams channel: reached through its Workflows incoming webhook (a card with a link), or,
+    when `bot` is set, through the tenant's bot (a card with Approve and Reject, updated in place). The
+    webhook URL carries its own signature, so it is a secret reference ("env:NAME" or "file:/path")."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     name = models.CharField(max_length=100)
-    webhook_url_ref = models.CharField(max_length=300)
+    webhook_url_ref = models.CharField(max_length=300, blank=True)
+    bot = models.ForeignKey(
+        TeamsBot, on_delete=models.CASCADE, null=True, blank=True, related_name="channels"
+    )
+    conversation_id = models.CharField(max_length=200, blank=True)  # the channel's "19:…@thread.tacv2"
     groups = models.JSONField(default=list)  # the approver group slugs whose proposals go here
     enabled = models.BooleanField(default=True)
 
@@ -217,12 +272,15 @@ class TeamsChannel(models.Model):
 
 
 class TeamsPost(models.Model):
-    """A proposal's cards in one Teams channel: the request when it waits, and its outcome once closed
-    (an incoming webhook cannot edit a card it posted, so the outcome is a second card)."""
+    """A proposal's card in one Teams channel. Through a bot, one card updated in place (`activity_id`)
+    until the proposal closes; through an incoming webhook, the request and then its outcome as a second
+    card (a webhook cannot edit a card it posted)."""
 
     proposal = models.ForeignKey("approvals.Proposal", on_delete=models.CASCADE, related_name="+")
     channel = models.ForeignKey(TeamsChannel, on_delete=models.CASCADE, related_name="+")
     requested_at = models.DateTimeField(null=True, blank=True)
+    activity_id = models.CharField(max_length=100, blank=True)  # the bot's card, as the connector named it
+    shown = models.CharField(max_length=64, blank=True)  # a hash of what the bot's card shows now
     outcome_state = models.CharField(max_length=20, blank=True)  # the closed state its outcome card showed
     attempts = models.PositiveIntegerField(default=0)
     # When the worker looks at it next (approvals/notify/teams.py), as SlackPost.next_attempt_at.

@@ -65,6 +65,9 @@ class Proposal(models.Model):
     target_key = models.CharField(max_length=255, blank=True, default="")
     # R0 read-only .. R3 irreversible (approvals/policy/classification.py), fixed when policy is evaluated.
     reversibility = models.CharField(max_length=2, blank=True, default="")
+    # A batch member's manifest (approvals/models/batches.py): the digest its decision names in the
+    # `manifest` claim; "" for a proposal asked about alone.
+    manifest_digest = models.CharField(max_length=80, blank=True, default="")
 
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()

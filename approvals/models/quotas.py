@@ -29,6 +29,11 @@ class QuotaState(models.Model):
     throttled_limit = models.CharField(max_length=40, blank=True)
     refused = models.PositiveIntegerField(default=0)
     last_refused_at = models.DateTimeField(null=True, blank=True)
+    # The agent's current window of requests intake refused as invalid, within its rate (the same
+    # QUOTA_AUDIT_WINDOW_SECONDS from the first): its first is an `intake.refused` event, the rest only
+    # counted here, and the count goes into the next window's event. Null while none was refused.
+    invalid_at = models.DateTimeField(null=True, blank=True)
+    invalid_refused = models.PositiveIntegerField(default=0)
     # How many of the owner's proposals wait for people, at most (services/quotas.py): intake adds the
     # ones it lets in, nothing takes away the ones decided, and a count sets it again. Null: unknown.
     open_at_most = models.PositiveIntegerField(null=True, blank=True)

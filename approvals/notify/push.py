@@ -5,12 +5,12 @@ Sent with pywebpush: the payload encrypted to the subscription's keys (RFC 8291,
 request signed with Reviewer's VAPID key (RFC 8292), read from WEB_PUSH_VAPID_PRIVATE_KEY_FILE. A
 subscription's endpoint is a URL the browser chose, so it is called only if its host is one of
 WEB_PUSH_SERVICE_HOSTS (the browser vendors' push services) and every address it resolves to passes the
-outbound rule of approvals/a2a/outbound.py. A push service that answers 404 or 410 has dropped the
+outbound rule of lib/outbound.py. A push service that answers 404 or 410 has dropped the
 subscription: it is removed.
 
-The payload carries the tool and a one-line summary (hidden characters written out, capped), the page
-link and the proposal id as tag: no token, digest or code. Each (proposal, person, reason) is pushed
-once (PushSent).
+The payload carries Reviewer's headline and a one-line summary (hidden characters written out,
+capped), the page link and the proposal id as tag: no token, digest or code. Each (proposal, person,
+reason) is pushed once (PushSent).
 """
 
 import ipaddress
@@ -25,17 +25,16 @@ from django.conf import settings
 from py_vapid import Vapid02
 from pywebpush import WebPushException, webpush
 
-from approvals.a2a import outbound
 from approvals.models.notifications import PushSubscription
 from approvals.notify.audience import waiting_reviewers
-from approvals.notify.common import one_line, proposal_link
+from approvals.notify.common import headline_line, one_line, proposal_link
 from approvals.services.push_devices import (
     end_for_deprovisioned,
     forget_subscription,
     not_yet_pushed,
     record_pushed,
 )
-from lib import base64url
+from lib import base64url, outbound
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +106,9 @@ def payload(proposal, reason: str) -> dict:
     }.get(reason, "Reminder: still waiting for you")
     return {
         "title": title,
-        "body": f"{one_line(proposal.tool, 60)}: {one_line(proposal.summary, 140)}",
+        # Reviewer's headline first (the currency named, the target spelled as its history), then the
+        # agent's words.
+        "body": f"{headline_line(proposal, 80)}: {one_line(proposal.summary, 120)}",
         "url": proposal_link(proposal),
         "tag": str(proposal.id),
     }

@@ -1,7 +1,8 @@
 """What a Slack message about a proposal shows (Block Kit), and the chat-decision modal.
 
-Reviewer's own summary, as the page states it: the action, the amount the arguments bind, the target,
-risk, reversibility, who asks, the expiry, and where it stands now (votes, decided, expired, withdrawn),
+Reviewer's own summary, as the page states it (`common.facts`: the headline's amount with its currency
+and the target as its history spells it): the action, the amount, the target, risk, reversibility, who
+asks, the expiry, and where it stands now (votes, decided, expired, withdrawn),
 with a "Review in Reviewer" link button. Agent text goes only into `plain_text` objects (Slack renders
 no markup, mention or link in them), through `one_line` (hidden characters written out, one line,
 capped: never more than the page shows), and messages are posted with unfurling off. Nothing carries a
@@ -11,6 +12,7 @@ token, a digest or a code; the modal asks for the code and Reviewer checks it.
 import hashlib
 import json
 
+from approvals.notify import common
 from approvals.notify.common import one_line, proposal_link, when
 from approvals.policy.notifications import chat_decisions_allowed
 from approvals.services.quorum import count_quorum
@@ -32,15 +34,6 @@ def escape(text: str) -> str:
 
 def _plain(text: str) -> dict:
     return {"type": "plain_text", "text": text or " ", "emoji": False}
-
-
-def _amount(proposal) -> str:
-    from approvals.policy.headline import money  # the page's own rendering of an amount
-
-    arguments = proposal.action.get("arguments") or {}
-    if arguments.get("amount") in (None, ""):
-        return ""
-    return money(arguments.get("amount"), arguments.get("currency"))
 
 
 def _names(votes) -> str:
@@ -74,16 +67,7 @@ def status_line(proposal) -> str:
 
 
 def proposal_blocks(proposal) -> list[dict]:
-    facts = [f"Action: {one_line(proposal.tool, 80)}"]
-    if amount := _amount(proposal):
-        facts.append(f"Amount: {one_line(amount, 60)}")
-    if proposal.action.get("target"):
-        facts.append(f"Target: {one_line(str(proposal.action.get('target')), 80)}")
-    facts.append(f"Risk: {proposal.risk or 'not rated'}")
-    facts.append(f"Reversibility: {proposal.reversibility or 'unclassified'}")
-    asker = one_line(proposal.principal_display or proposal.principal_id, 60)
-    facts.append(f"Asked by: {one_line(proposal.agent.name, 60)} for {asker}")
-    facts.append(f"Expires: {when(proposal.expires_at)}")
+    facts = [f"{label}: {value}" for label, value in common.facts(proposal)]
     buttons = [
         {
             "type": "button",
@@ -100,7 +84,7 @@ def proposal_blocks(proposal) -> list[dict]:
             {"type": "button", "action_id": REJECT, "text": _plain("Reject"), "value": str(proposal.id)},
         ]
     return [
-        {"type": "header", "text": _plain(f"Approval requested: {one_line(proposal.tool, 120)}")},
+        {"type": "header", "text": _plain(f"Approval requested: {common.headline_line(proposal, 120)}")},
         {"type": "section", "text": _plain(one_line(proposal.summary, SUMMARY_CAP))},
         {"type": "section", "fields": [_plain(fact) for fact in facts]},
         {"type": "section", "text": _plain(status_line(proposal))},
@@ -110,7 +94,7 @@ def proposal_blocks(proposal) -> list[dict]:
 
 def fallback_text(proposal) -> str:
     """The notification text (Slack parses mrkdwn here, so it is escaped)."""
-    return escape(f"Approval requested: {one_line(proposal.tool, 80)} ({status_line(proposal)})")
+    return escape(f"Approval requested: {common.headline_line(proposal, 100)} ({status_line(proposal)})")
 
 
 def shown_hash(blocks: list[dict]) -> str:
@@ -151,7 +135,7 @@ def decision_modal(proposal, verdict: str) -> dict:
         "blocks": [
             {
                 "type": "section",
-                "text": _plain(f"{one_line(proposal.tool, 80)}: {one_line(proposal.summary, 200)}"),
+                "text": _plain(f"{common.headline_line(proposal, 100)}: {one_line(proposal.summary, 200)}"),
             },
             {"type": "section", "text": _plain(status_line(proposal))},
             reason,

@@ -7,10 +7,11 @@ workspace's signing secret with a timestamp at most five minutes old (slack_sdk'
 algorithm Slack signs with), and its signature must not have been seen before (a replay inside the
 window). Anything else is 401 with an audit event.
 
-A decision from Slack is `services.votes.cast_vote` with the step-up `stepup.step_up_for` makes from the
-code typed into the modal: the same check of the code, separation of duties, quorum and audit events as
-the page. It is offered and accepted only where the proposal's policy allows chat decisions
-(approvals/policy/notifications.py): never for R3, never where the policy asks for a passkey.
+A decision from Slack is `chat_votes.vote_from_chat`: the modal's words are checked first (a rejection
+without a reason keeps its code), then the code typed into the modal, then the page's own `cast_vote`:
+the same check of the code, separation of duties, quorum and audit events as the page. It is offered
+and accepted only where the proposal's policy allows chat decisions (approvals/policy/notifications.py):
+never for R3, never where the policy asks for a passkey.
 """
 
 import json
@@ -28,14 +29,13 @@ from django.views.decorators.http import require_http_methods, require_POST
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.signature import SignatureVerifier
 
-from accounts import stepup
 from approvals.models import Proposal
 from approvals.models.notifications import SlackIdentity, SlackWorkspace
 from approvals.notify import slack_messages, slack_sync
+from approvals.notify.chat_votes import CHAT_DECISIONS_OFF, vote_from_chat
 from approvals.notify.secrets import SecretMissing, read_secret
 from approvals.policy.notifications import chat_decisions_allowed
 from approvals.services import slack_links
-from approvals.services.votes import cast_vote
 from lib.decorators import verified_required
 from lib.errors import ServiceError
 
@@ -163,21 +163,19 @@ def _submission(workspace, slack_user: str, payload: dict) -> HttpResponse:
     proposal = Proposal.objects.filter(pk=_uuid(meta.get("proposal")), tenant_id=workspace.tenant_id).first()
     if proposal is None:
         return _errors(slack_messages.CODE_BLOCK, "no such proposal")
-    if not chat_decisions_allowed(proposal.requirements, proposal.reversibility):
-        slack_links.note_refused_request(workspace, "chat_decisions_off", {"proposal": str(proposal.id)})
-        return _errors(slack_messages.CODE_BLOCK, "this request's policy does not allow decisions from chat")
-    step_up = stepup.step_up_for(person, code, None)  # a fresh code, checked as the page checks it
     try:
-        cast_vote(
-            proposal.id,
+        vote_from_chat(
+            proposal,
             person,
             verdict=str(meta.get("verdict") or ""),
             digest_seen=str(meta.get("digest") or ""),
             reason=reason,
-            step_up=step_up,
+            code=code,
             page_hash="slack:" + slack_messages.shown_hash(slack_messages.proposal_blocks(proposal)),
         )
     except ServiceError as refusal:
+        if refusal.code == CHAT_DECISIONS_OFF:
+            slack_links.note_refused_request(workspace, CHAT_DECISIONS_OFF, {"proposal": str(proposal.id)})
         block = slack_messages.REASON_BLOCK if refusal.field == "reason" else slack_messages.CODE_BLOCK
         return _errors(block, refusal.message)
     return JsonResponse({"response_action": "clear"})

@@ -1,16 +1,15 @@
-"""Microsoft Teams: the proposal as an Adaptive Card, posted through a channel's Workflows incoming webhook
-("Post to a channel when a webhook request is received"), by the worker.
+"""Microsoft Teams, by the worker: a proposal's Adaptive Card (approvals/notify/teams_cards.py) in each
+channel that follows one of its groups, through the channel's bot or its Workflows incoming webhook.
 
-Why the incoming webhook and not the Bot Framework: the Bot Framework SDK for Python (botbuilder) is
-archived, and a bot needs an Azure registration, a public messaging endpoint and per-user
-conversation references, all for what Reviewer needs here: a card with a link. A Workflows webhook is
-one HTTPS POST of a documented JSON shape, which httpx sends through the outbound allow-list like every
-other call Reviewer makes (no extra library). Its limit: a webhook cannot edit a card it posted, so
-"updated on decision" is a second card in the channel saying how the request ended (expired, decided,
-withdrawn), posted once. Decisions are never taken in Teams: the card links to the page.
+- A channel with a bot (`TeamsChannel.bot`, approvals/notify/teams_bot.py): one card, posted to the
+  channel's conversation through the Bot Connector and updated in place as votes arrive and when the
+  request ends; where the policy allows chat decisions it carries Approve and Reject, which the bot
+  answers (approvals/notify/teams_views.py).
+- A channel without one: its Workflows incoming webhook ("Post to a channel when a webhook request is
+  received"), one HTTPS POST of a card with a link. A webhook cannot edit a card it posted, so how the
+  request ended is a second card, posted once, and decisions are taken on the page.
 
-Agent text goes only into `TextRun`s of a `RichTextBlock`, which Adaptive Cards render without markdown
-(a TextBlock would turn "[x](https://…)" into a link), through `one_line`.
+Both are sent with httpx through the outbound allow-list, https only unless NOTIFY_ALLOW_HTTP.
 """
 
 import asyncio
@@ -20,12 +19,13 @@ from datetime import datetime, timedelta
 import httpx
 from django.utils import timezone
 
-from approvals.a2a import outbound
 from approvals.models.notifications import TeamsChannel, TeamsPost
-from approvals.notify.common import notify_timeout, one_line, proposal_link, when
+from approvals.notify import teams_bot
+from approvals.notify.common import notify_timeout
 from approvals.notify.lanes import Lane
 from approvals.notify.secrets import SecretMissing, read_secret
-from approvals.notify.slack_messages import status_line
+from approvals.notify.teams_cards import card, shown_hash
+from approvals.notify.teams_cards import closed as is_closed
 from approvals.services.chat_posts import next_look
 from approvals.services.teams_posts import (
     plan_teams_posts,
@@ -33,63 +33,11 @@ from approvals.services.teams_posts import (
     record_teams_failure,
     record_teams_sent,
 )
-from approvals.states import TERMINAL, WAITING_FOR_PEOPLE
+from lib import outbound
 
 log = logging.getLogger(__name__)
 
 BATCH = 50
-
-
-def _runs(text: str) -> dict:
-    return {"type": "RichTextBlock", "inlines": [{"type": "TextRun", "text": text or " "}]}
-
-
-def card(proposal, *, outcome: bool = False) -> dict:
-    """The Adaptive Card (schema 1.4, what Teams renders) of a request, or of how it ended."""
-    arguments = proposal.action.get("arguments") or {}
-    facts = [("Action", one_line(proposal.tool, 80))]
-    if arguments.get("amount") not in (None, ""):
-        facts.append(
-            ("Amount", one_line(f"{arguments.get('currency') or ''} {arguments.get('amount')}".strip(), 60))
-        )
-    if proposal.action.get("target"):
-        facts.append(("Target", one_line(str(proposal.action.get("target")), 80)))
-    asker = proposal.principal_display or proposal.principal_id
-    facts += [
-        ("Risk", proposal.risk or "not rated"),
-        ("Reversibility", proposal.reversibility or "unclassified"),
-        ("Asked by", f"{one_line(proposal.agent.name, 60)} for {one_line(asker, 60)}"),
-        ("Expires", when(proposal.expires_at)),
-    ]
-    title = "Request closed" if outcome else "Approval requested"
-    body = [
-        {"type": "TextBlock", "size": "Medium", "weight": "Bolder", "text": title, "wrap": True},
-        _runs(one_line(proposal.summary, 300)),
-        *(
-            {
-                "type": "ColumnSet",
-                "columns": [
-                    {
-                        "type": "Column",
-                        "width": "auto",
-                        "items": [{"type": "TextBlock", "text": label, "weight": "Bolder"}],
-                    },
-                    {"type": "Column", "width": "stretch", "items": [_runs(value)]},
-                ],
-            }
-            for label, value in facts
-        ),
-        _runs(status_line(proposal)),
-    ]
-    return {
-        "type": "AdaptiveCard",
-        "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
-        "version": "1.4",
-        "body": body,
-        "actions": [
-            {"type": "Action.OpenUrl", "title": "Review in Reviewer", "url": proposal_link(proposal)}
-        ],
-    }
 
 
 def message(adaptive_card: dict) -> dict:
@@ -112,7 +60,10 @@ async def _post(url: str, body: dict) -> httpx.Response:
 
 
 def send(channel: TeamsChannel, body: dict) -> None:
-    response = asyncio.run(_post(read_secret(channel.webhook_url_ref), body))
+    url = read_secret(channel.webhook_url_ref)
+    if refusal := teams_bot.https_refusal(url):
+        raise httpx.UnsupportedProtocol(refusal)
+    response = asyncio.run(_post(url, body))
     if not 200 <= response.status_code < 300:
         raise httpx.HTTPStatusError(
             f"Teams answered {response.status_code}", request=response.request, response=response
@@ -142,7 +93,7 @@ def run(now: datetime | None = None, lane: Lane | None = None) -> int:
     due = (
         TeamsPost.objects.filter(final=False, channel__enabled=True, next_attempt_at__lte=now)
         .exclude(channel_id__in=lane.backoff.skipped())
-        .select_related("proposal__agent", "channel")
+        .select_related("proposal__agent", "channel__bot")
         .order_by("next_attempt_at", "id")[:BATCH]
     )
     by_channel: dict[int, list[TeamsPost]] = {}
@@ -152,7 +103,9 @@ def run(now: datetime | None = None, lane: Lane | None = None) -> int:
 
     def send_post(post: TeamsPost) -> bool:
         proposal = post.proposal
-        closed = proposal.state in TERMINAL or proposal.state not in WAITING_FOR_PEOPLE
+        closed = is_closed(proposal)
+        if post.channel.bot_id is not None:
+            return send_by_bot(post, proposal, closed)
         if post.requested_at is not None and not closed:
             record_teams_checked(post, next_look(now))  # waiting, and its card is posted: nothing to add
             return True
@@ -172,6 +125,40 @@ def run(now: datetime | None = None, lane: Lane | None = None) -> int:
             requested=not closed,
             outcome_state=proposal.state if closed else "",
             next_look=next_look(now),
+        )
+        sent.append(post)
+        return True
+
+    def send_by_bot(post: TeamsPost, proposal, closed: bool) -> bool:
+        """One card per channel, posted once and then replaced in place whenever what it shows changed."""
+        shown_card = card(proposal, outcome=closed, decide=True)
+        shown = shown_hash(shown_card)
+        if post.shown == shown or (not post.activity_id and closed):
+            # Shows what it should, or ended before it was posted: nothing to send.
+            record_teams_checked(
+                post, next_look(now), final=closed, outcome_state=proposal.state if closed else ""
+            )
+            return True
+        channel = post.channel
+        bot = channel.bot
+        assert bot is not None  # send_post's branch
+        try:
+            if post.activity_id:
+                teams_bot.update_card(bot, channel.conversation_id, post.activity_id, shown_card)
+                activity_id = post.activity_id
+            else:
+                activity_id = teams_bot.post_card(bot, channel.conversation_id, shown_card)
+        except (httpx.HTTPError, SecretMissing, OSError, ValueError, KeyError) as error:
+            log.warning("teams bot post %s failed: %s", post.pk, type(error).__name__)
+            record_teams_failure(post, now + timedelta(seconds=min(2 ** (post.attempts + 1) * 5, 600)))
+            return False
+        record_teams_sent(
+            post,
+            requested=post.requested_at is None,
+            outcome_state=proposal.state if closed else "",
+            next_look=next_look(now),
+            activity_id=activity_id,
+            shown=shown,
         )
         sent.append(post)
         return True

@@ -4,7 +4,7 @@ The request follows the Standard Webhooks specification through its reference li
 the event's JSON, the headers `webhook-id` (the outbox message id: a retry carries the same id, so a
 receiver can drop duplicates), `webhook-timestamp` and `webhook-signature` ("v1,<base64 HMAC-SHA256 of
 id.timestamp.body>" under the endpoint's secret). It goes through the outbound allow-list transport
-(approvals/a2a/outbound.py), so a tenant admin's URL reaches only hosts the operator allowed. Anything but a
+(lib/outbound.py), so a tenant admin's URL reaches only hosts the operator allowed. Anything but a
 2xx answer, or none within the timeouts (approvals/notify/common.py `notify_timeout`), raises, and the
 outbox retries it with backoff, then dead-letters it; the worker's webhook job also leaves the
 endpoint out for a while (approvals/notify/lanes.py).
@@ -17,9 +17,9 @@ import httpx
 from django.utils import timezone
 from standardwebhooks import Webhook
 
-from approvals.a2a import outbound
 from approvals.models.notifications import WebhookEndpoint
 from approvals.notify.common import notify_timeout
+from lib import outbound
 
 
 class WebhookFailed(Exception):

@@ -2,7 +2,7 @@
 thresholds may name."""
 
 from approvals.models import PolicyVersion, Risk
-from approvals.policy import break_glass
+from approvals.policy import batching, break_glass
 from approvals.policy import notifications as notify_rules
 from approvals.policy.classification import REVERSIBILITY_CLASSES
 from approvals.policy.evaluation import compile_condition
@@ -29,6 +29,7 @@ VERSION_FIELDS = (
     "reservation_needs_second",
     "break_glass",
     "notifications",
+    "batch",
 )
 
 
@@ -100,6 +101,9 @@ def version_field_errors(
     problem = break_glass.rule_error(fields.get("break_glass", {}), people)
     if problem:
         errors["break_glass"] = problem
+    problem = batching.rule_error(fields.get("batch", {}))
+    if problem:
+        errors["batch"] = problem
     problem = notify_rules.notifications_error(fields.get("notifications", {}), people, group_slugs)
     if problem:
         errors["notifications"] = problem

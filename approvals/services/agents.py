@@ -20,6 +20,7 @@ from audit.labels import actor_label, agent_label
 from audit.models import Verb
 from audit.trail import record
 from lib.errors import Conflict, NotFound, ServiceError
+from lib.url_credentials import without_credentials
 from tenants.models import Tenant
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -131,6 +132,7 @@ def register_agent(
     api_token: str,
     outbound_auth_scheme: str = Agent.AuthScheme.NONE,
     outbound_auth_credentials: str = "",
+    approval_extension: str = Agent.ApprovalExtension.REVIEWER,
     actor=None,
 ) -> Agent:
     """Create or update an agent's registration; tokens are stored as sha256 hashes only. Without a card
@@ -161,6 +163,7 @@ def register_agent(
                     "api_token_hash": hash_token(api_token),
                     "outbound_auth_scheme": outbound_auth_scheme,
                     "outbound_auth_credentials": outbound_auth_credentials,
+                    "approval_extension": approval_extension,
                 },
             )
         )
@@ -171,9 +174,10 @@ def register_agent(
             subject=agent_label(slug),
             data={
                 "created": created,
-                "card_url": card_url,
+                "card_url": without_credentials(card_url),
                 "delivery": delivery,
-                "audience": agent.audience,
+                "audience": without_credentials(agent.audience),
+                "approval_extension": approval_extension,
             },
         )
     return agent
@@ -192,6 +196,9 @@ def rotate_signing_key(*, actor=None) -> str:
     return new_key.kid
 
 
+# The registration's fields that hold a URL (or a URN): recorded without credentials.
+URL_FIELDS = ("card_url", "audience")
+
 AGENT_EDITABLE = (
     "name",
     "card_url",
@@ -199,6 +206,7 @@ AGENT_EDITABLE = (
     "audience",
     "outbound_auth_scheme",
     "outbound_auth_credentials",
+    "approval_extension",
 )
 
 
@@ -226,7 +234,8 @@ def update_agent(agent: Agent, *, actor=None, **changes) -> Agent:
                 agent.card_url, agent.audience, tenant_id=agent.tenant_id, other_than=agent.pk
             )
         _saved(lambda: agent.save(update_fields=changed))
-        # Outbound credentials are secrets: the trail says they changed, never what they are.
+        # Outbound credentials are secrets: the trail says they changed, never what they are; a URL
+        # keeps its shape without the credentials it may carry.
         record(
             agent.tenant_id,
             actor=actor_label(actor),
@@ -234,10 +243,19 @@ def update_agent(agent: Agent, *, actor=None, **changes) -> Agent:
             subject=agent_label(agent.slug),
             data={
                 "changed": changed,
-                **{name: getattr(agent, name) for name in changed if name != "outbound_auth_credentials"},
+                **{
+                    name: _as_recorded(name, getattr(agent, name))
+                    for name in changed
+                    if name != "outbound_auth_credentials"
+                },
             },
         )
     return agent
+
+
+def _as_recorded(field: str, value):
+    """A registration field's value as the trail keeps it: a URL without the credentials it may carry."""
+    return without_credentials(value) if field in URL_FIELDS else value
 
 
 def rotate_agent_tokens(agent: Agent, *, actor=None) -> tuple[str, str]:

@@ -20,6 +20,7 @@ from approvals import events
 from approvals.models import BreakGlassRelease, Decision, PostHocReview, Proposal, Vote
 from approvals.policy import break_glass
 from approvals.selectors import VoterSlots, lock_proposal_with_role
+from approvals.services.batches import break_glass_allowed
 from approvals.services.common import proposal_subject
 from approvals.services.decisions import issue_decision
 from approvals.services.lifecycle import expire_proposal, transition
@@ -113,7 +114,9 @@ def break_glass_release(
 
 def _refusal(proposal: Proposal, actor, digest_seen: str, clock: datetime, slots: VoterSlots):
     """(refusal, rule): the vote's own checks first, then the rule's (named, amount and cap)."""
-    vote_refusal = refusal_to_vote(proposal, actor, digest_seen, clock, slots=slots)
+    # A batch member is released alone only where its batch's policy says so (`batch.break_glass`).
+    alone = bool(proposal.manifest_digest) and break_glass_allowed(proposal)
+    vote_refusal = refusal_to_vote(proposal, actor, digest_seen, clock, slots=slots, batch_vote=alone)
     if vote_refusal is not None:
         if vote_refusal.code == "expired":
             expire_proposal(

@@ -9,6 +9,7 @@ from django.utils import timezone
 from approvals import events
 from approvals.models import Agent, Decision, OutboxMessage, Proposal, Vote
 from approvals.policy.evaluation import shaping_refs
+from approvals.policy.headline import action_headline
 from approvals.selectors import lock_proposal_for, tenant_role
 from approvals.services.common import agent_actor, proposal_subject
 from approvals.services.halts import active_halt
@@ -95,6 +96,9 @@ def issue_decision(
     claims["action"] = proposal.action
     claims["replaces"] = supersession_chain(proposal)
     claims["policies"] = policy_refs
+    if proposal.manifest_digest:
+        # A batch member: the manifest it was decided under (docs/agents/batches.md).
+        claims["manifest"] = proposal.manifest_digest
     claims.update(profile_claims(proposal.token_claims))
     decision.token, decision.kid = sign_decision(claims)
     insert_held(decision)  # with intake's other writes (approvals/storage/rows.py)
@@ -120,7 +124,8 @@ def issue_decision(
             # What was decided, in words, for reports that list decisions (audit never reads proposals).
             "tool": proposal.tool,
             "summary": proposal.summary[:200],
-            "amount": _amount_words(proposal.action.get("arguments") or {}),
+            "amount": amount_words(proposal.action, proposal.consequences),
+            **({"manifest": proposal.manifest_digest} if proposal.manifest_digest else {}),
         },
     )
     enqueue_message(
@@ -149,11 +154,15 @@ def _decision_deadline(proposal: Proposal, kind: str, issued: datetime) -> datet
     return deadline
 
 
-def _amount_words(arguments: dict) -> str:
-    amount = arguments.get("amount")
-    if amount in (None, "") or isinstance(amount, dict | list):
+def amount_words(action: dict, consequences: dict) -> str:
+    """The amount as the page's headline states it, always with its currency ("EUR 1,850.00"), and a
+    currency the digest does not bind said as such: for reports that list decisions."""
+    headline = action_headline(action, consequences)
+    if not headline.amount:
         return ""
-    return f"{arguments.get('currency') or ''} {amount}".strip()
+    return (
+        f"{headline.amount}; currency {headline.currency_note}" if headline.currency_note else headline.amount
+    )
 
 
 def may_revoke(proposal: Proposal, user) -> bool:

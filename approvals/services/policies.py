@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from approvals import events
 from approvals.models import BreakGlassRelease, Policy, PolicyVersion, Proposal
-from approvals.policy import break_glass
+from approvals.policy import batching, break_glass
 from approvals.policy.evaluation import (
     active_versions_for,
     context_for_proposal,
@@ -63,6 +63,7 @@ POLICY_VERSION_DEFAULTS = {
     "reservation_needs_second": False,
     "break_glass": {},
     "notifications": {},
+    "batch": {},
 }
 
 
@@ -73,6 +74,7 @@ def _checked_version_fields(tenant: Tenant, fields: dict) -> dict:
     if errors:
         raise PolicyInvalid(errors)
     values["break_glass"] = break_glass.normalized(values["break_glass"])
+    values["batch"] = batching.normalized(values["batch"])
     values["step_up"] = validate_step_up(values["step_up"])
     values["thresholds"] = [{"group": t["group"], "count": t["count"]} for t in values["thresholds"]]
     return values

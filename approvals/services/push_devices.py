@@ -1,6 +1,8 @@
 """A person's push devices ("Your devices"): subscribing one, removing one, and their end when the person
 is deprovisioned; and the worker's record of what it pushed."""
 
+from urllib.parse import urlsplit
+
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -38,7 +40,8 @@ def subscribe(
             actor=actor_label(user),
             verb=Verb.PUSH_DEVICE_ADDED,
             subject=user_label(user),
-            data={"device": device.pk, "name": name, "service": endpoint.split("/")[2]},
+            # The push service's host only: the endpoint's path is the device's capability URL.
+            data={"device": device.pk, "name": name, "service": urlsplit(endpoint).hostname or ""},
         )
     return device
 

@@ -17,8 +17,20 @@ def plan_teams_posts(proposal, channels) -> None:
     )
 
 
-def record_teams_sent(post: TeamsPost, *, requested: bool, outcome_state: str, next_look: datetime) -> None:
+def record_teams_sent(
+    post: TeamsPost,
+    *,
+    requested: bool,
+    outcome_state: str,
+    next_look: datetime,
+    activity_id: str = "",
+    shown: str = "",
+) -> None:
+    """A card went out (or, `requested` False with an outcome, the request ended before its card did).
+    A bot's card also records the activity it updates in place and a hash of what it shows."""
     fields: dict[str, Any] = {"attempts": 0, "next_attempt_at": next_look}
+    if activity_id:
+        fields.update(activity_id=activity_id, shown=shown)
     if requested:
         fields["requested_at"] = timezone.now()
     if outcome_state:
@@ -26,9 +38,15 @@ def record_teams_sent(post: TeamsPost, *, requested: bool, outcome_state: str, n
     TeamsPost.objects.filter(pk=post.pk).update(**fields)
 
 
-def record_teams_checked(post: TeamsPost, next_look: datetime) -> None:
-    """Its card is posted and the request still waits: nothing to send until `next_look`."""
-    TeamsPost.objects.filter(pk=post.pk).update(next_attempt_at=next_look)
+def record_teams_checked(
+    post: TeamsPost, next_look: datetime, *, final: bool = False, outcome_state: str = ""
+) -> None:
+    """Its card shows what it should (or, `final`, the request ended and nothing more will be shown):
+    nothing to send until `next_look`."""
+    fields: dict[str, Any] = {"next_attempt_at": next_look}
+    if final:
+        fields.update(final=True, outcome_state=outcome_state)
+    TeamsPost.objects.filter(pk=post.pk).update(**fields)
 
 
 def record_teams_failure(post: TeamsPost, retry_at: datetime) -> None:

@@ -22,8 +22,10 @@ from approvals.services.chain_cursors import events_after_cursor, start_at_head
 from audit.labels import actor_label, tenant_chain
 from audit.models import AuditEvent, Verb
 from audit.trail import audit_time, record
+from lib import outbound
 from lib.agent_text import visible
 from lib.errors import ConfigRefused
+from lib.url_credentials import without_credentials
 
 FEED = "webhooks"  # the feed's cursor name (audit SiemCursor: how far a consumer has read a chain)
 
@@ -51,11 +53,22 @@ def new_secret() -> str:
 
 
 def endpoint_refusal(url: str, events) -> ConfigRefused | None:
+    """Why this endpoint is refused, or None. The URL is judged by the rule delivery applies to every
+    request (lib/outbound.py): an endpoint that could never be delivered to is refused here, with the
+    reason, rather than registered to fail (and dead-letter) every event. Resolves the host."""
     parts = urlsplit(url or "")
     if parts.scheme != "https" and not (parts.scheme == "http" and settings.NOTIFY_ALLOW_HTTP):
         return ConfigRefused("webhook_url", "a webhook endpoint is an https:// URL", "url")
     if not parts.hostname:
         return ConfigRefused("webhook_url", "the URL names no host", "url")
+    not_called = outbound.url_refusal(url)
+    if not_called:
+        return ConfigRefused(
+            "webhook_url_not_allowed",
+            f"Reviewer would not deliver to this URL ({not_called}); the operator allows hosts and "
+            "networks with AGENT_ALLOWED_HOSTS and AGENT_ALLOWED_NETWORKS",
+            "url",
+        )
     if not isinstance(events, list) or any(e not in EVENT_TYPES for e in events):
         return ConfigRefused("webhook_events", "events is a list of: " + ", ".join(EVENT_TYPES), "events")
     return None
@@ -75,7 +88,8 @@ def register_endpoint(*, tenant, url: str, events=(), actor=None) -> WebhookEndp
             actor=actor_label(actor),
             verb=Verb.WEBHOOK_REGISTERED,
             subject=f"webhook:{endpoint.pk}",
-            data={"url": url, "events": events},
+            # A URL may carry credentials (user:password@, ?token=): the trail keeps its shape only.
+            data={"url": without_credentials(url), "events": events},
         )
     return endpoint
 

@@ -26,6 +26,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from approvals.models import Proposal, ReviewNotice
+from approvals.notify.common import headline_of
 from approvals.selectors import ineligibility, ineligibility_from
 from approvals.states import OPEN_FOR_VOTES
 from tenants.models import TenantMembership
@@ -168,6 +169,8 @@ def _digest_message(user, proposals: list[Proposal]) -> EmailMultiAlternatives:
     items = [
         {
             "proposal": proposal,
+            # Reviewer's headline, as the page and the chat messages state it (currency, target spelling).
+            "headline": headline_of(proposal),
             "link": settings.REVIEWER_ISSUER
             + reverse("approvals:detail", kwargs={"proposal_id": proposal.id}),
         }

@@ -172,6 +172,7 @@ def build_packet(tenant, proposal_id) -> dict | None:
             # Hidden and text-direction characters, mixed-script words: by path, in words (agent_text.py).
             "agent_text_warnings": agent_text.warnings_in(envelope),
             "requirements": record["requirements"],
+            "headline": record.get("headline"),
         },
         "shown": {
             "action_digest": envelope["action_digest"],

@@ -193,6 +193,13 @@ def write_evidence(packet: dict, out) -> None:
             ("Checks", ", ".join(f"{k}: {json.dumps(v)}" for k, v in packet["checks"].items())),
         ]
     )
+    headline = proposal.get("headline") or {}
+    if headline.get("text"):
+        pdf.heading("What it does (Reviewer's headline, as reviewers saw it)", 12)
+        rows = [("Headline", headline["text"])]
+        if headline.get("currency_note"):
+            rows.append(("Currency", headline["currency_note"]))
+        pdf.pairs(rows)
     pdf.heading("Envelope (as the agent sent it)", 12)
     warnings = packet["proposal"].get("agent_text_warnings") or {}
     if warnings:

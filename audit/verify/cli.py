@@ -70,10 +70,17 @@ def main(argv: list[str] | None = None) -> int:
             "keys inside the bundle (which proves integrity, not authorship)"
         )
     out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", errors="replace", line_buffering=True)
+    jwks = None
+    if args.jwks:
+        # The keys first, with their own message: an unreachable JWKS URL is not a broken bundle.
+        try:
+            jwks = load_jwks(args.jwks)
+        except (OSError, ValueError) as error:
+            print(f"cannot read the keys from {args.jwks}: {error}", file=out)
+            return 2
     if not zipfile.is_zipfile(args.bundle):
-        return _main_export(args, out)
+        return _main_export(args, jwks, out)
     try:
-        jwks = load_jwks(args.jwks) if args.jwks else None
         with zipfile.ZipFile(args.bundle) as bundle:
             description = _describe(read_manifest(bundle))
         result = verify_bundle(args.bundle, jwks=jwks, previous=args.previous)
@@ -88,9 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if result.ok else 1
 
 
-def _main_export(args, out) -> int:
+def _main_export(args, jwks: dict | None, out) -> int:
     """A CSV or JSON Lines export: it carries no keys, so only --jwks can pin them."""
-    if not args.jwks:
+    if jwks is None:
         print(
             "an export carries no keys: pass --jwks FILE_OR_URL with the keys you trust "
             "(e.g. https://reviewer.example/.well-known/jwks.json)",
@@ -98,7 +105,7 @@ def _main_export(args, out) -> int:
         )
         return 2
     try:
-        result = verify_export(args.bundle, jwks=load_jwks(args.jwks))
+        result = verify_export(args.bundle, jwks=jwks)
     except (BundleError, OSError, ValueError, KeyError, TypeError) as error:
         print(f"cannot read the export: {error}", file=out)
         return 2

@@ -10,7 +10,7 @@ class Migration(migrations.Migration):
     initial = True
 
     dependencies = [
-        ('approvals', '0009_proposal_token_claims_tac'),
+        ('approvals', '0013_proposal_token_claims_tac'),
     ]
 
     operations = [

@@ -217,6 +217,12 @@ def token_cases() -> list[dict[str, Any]]:
         ),
         ("edited", signed(claims("edited", **edited)), {}, {**ok, "decision": "approved", "edited": True}),
         (
+            "batch member names its manifest",
+            signed(claims("batch member names its manifest", manifest=manifest_of([digest(ACTION)]))),
+            {},
+            {**ok, "decision": "approved", "edited": False},
+        ),
+        (
             "without policies",
             signed(claims("without policies", policies=_DROP)),
             {},
@@ -387,6 +393,40 @@ def token_cases() -> list[dict[str, Any]]:
     return result
 
 
+def manifest_of(member_digests: list[str]) -> str:
+    """A batch's manifest digest: RFC 8785 of the ordered list of the members' action digests, hashed."""
+    return "sha256:" + hashlib.sha256(rfc8785.dumps(list(member_digests))).hexdigest()
+
+
+def manifest_cases() -> list[dict[str, Any]]:
+    """Members' actions in order, their digests, the canonical list and the manifest digest."""
+    second = {
+        "tool": "payments.refund",
+        "arguments": {"order_id": "1183", "amount": "25.00", "currency": "EUR"},
+    }
+    third = {
+        "tool": "payments.refund",
+        "arguments": {"order_id": "1184", "amount": "9.90", "currency": "EUR"},
+    }
+    cases = []
+    for name, actions in (
+        ("two members", [ACTION, second]),
+        ("the same two in the other order", [second, ACTION]),
+        ("three members", [ACTION, second, third]),
+    ):
+        digests = [digest(action) for action in actions]
+        cases.append(
+            {
+                "name": name,
+                "actions": actions,
+                "member_digests": digests,
+                "canonical": rfc8785.dumps(digests).decode("utf-8"),
+                "manifest_digest": manifest_of(digests),
+            }
+        )
+    return cases
+
+
 def public_jwks() -> dict[str, Any]:
     public = {key: value for key, value in KEYS["reviewer"].items() if key != "d"}
     return {"keys": [public]}
@@ -397,6 +437,10 @@ def vectors() -> dict[str, dict[str, Any]]:
         "canonical.json": {
             "about": "RFC 8785 canonical JSON and the action digest (sdk/vectors/README.md)",
             "cases": [canonical_case(*case) for case in CANONICAL_CASES],
+        },
+        "manifests.json": {
+            "about": "a batch's manifest digest over its members' action digests (docs/agents/batches.md)",
+            "cases": manifest_cases(),
         },
         "tokens.json": {
             "about": "decision tokens and what the gate answers (sdk/vectors/README.md)",

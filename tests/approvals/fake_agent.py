@@ -120,8 +120,8 @@ class FailingFront:
 
 
 class FakeAgent:
-    def __init__(self):
-        self.executor = RecordingExecutor()
+    def __init__(self, executor: AgentExecutor | None = None):
+        self.executor = executor or RecordingExecutor()
         self.url = ""
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -163,17 +163,28 @@ class FakeAgent:
             supported_interfaces=[
                 AgentInterface(url=f"{self.url}/", protocol_binding="JSONRPC", protocol_version="1.0")
             ],
-            capabilities=AgentCapabilities(streaming=False, push_notifications=False),
+            capabilities=self.capabilities(),
             default_input_modes=["text/plain"],
             default_output_modes=["text/plain"],
         )
         handler = DefaultRequestHandler(
-            agent_executor=self.executor, task_store=InMemoryTaskStore(), agent_card=card
+            agent_executor=self.executor,
+            task_store=InMemoryTaskStore(),
+            agent_card=card,
+            **self.handler_options(),
         )
         app.router.routes.extend(
             [*create_agent_card_routes(card), *create_jsonrpc_routes(handler, rpc_url="/")]
         )
         return self
+
+    def handler_options(self) -> dict:
+        """More arguments for the request handler (a subclass adds push notifications)."""
+        return {}
+
+    def capabilities(self) -> AgentCapabilities:
+        """What the card declares (a subclass adds the extensions it speaks)."""
+        return AgentCapabilities(streaming=False, push_notifications=False)
 
     def stop(self) -> None:
         if self._server is not None:
@@ -191,9 +202,9 @@ class FakeAgent:
 
     # --- acting as the agent's user (a client of the agent) ------------------------------------------
 
-    def _run(self, operation):
+    def _run(self, operation, headers: dict | None = None):
         async def run():
-            async with httpx.AsyncClient(timeout=10) as http:
+            async with httpx.AsyncClient(timeout=10, headers=headers) as http:
                 card = await A2ACardResolver(http, self.url).get_agent_card()
                 client = ClientFactory(
                     ClientConfig(

@@ -279,8 +279,10 @@ def test_invalid_requests_spend_the_agents_rate_and_past_it_get_429_with_one_eve
 
         assert {(a.status_code, a["Retry-After"]) for a in flood} == {(429, "10")}
         assert {a.json()["error"]["code"] for a in flood} == {"rate_limited"}
-        # One event a request within the rate, as a proposal has; past it one for the whole window.
-        assert len(events(Verb.INTAKE_REFUSED)) == 3
+        # One event for the window's invalid requests within the rate; past it one for the whole window.
+        (refused,) = events(Verb.INTAKE_REFUSED)
+        assert refused.data["code"] == "digest_mismatch" and refused.data["previous_window"] is None
+        assert QuotaState.objects.get(agent=limited).invalid_refused == 3
         (throttled,) = events(Verb.INTAKE_THROTTLED)
         assert throttled.data["code"] == "rate_limited" and throttled.data["via"] == "api"
         assert QuotaState.objects.get(agent=limited).refused == 50
@@ -295,7 +297,7 @@ def test_requests_the_schema_refuses_are_throttled_like_any_intake(client, limit
 
     assert [a.status_code for a in answers] == [400, 400, 400, 429, 429]
     assert answers[-1]["Retry-After"] == "10"
-    assert len(events(Verb.INTAKE_REFUSED)) == 3 and len(events(Verb.INTAKE_THROTTLED)) == 1
+    assert len(events(Verb.INTAKE_REFUSED)) == 1 and len(events(Verb.INTAKE_THROTTLED)) == 1
 
 
 def test_refused_pushes_are_throttled_like_any_intake(client, limited):
@@ -312,8 +314,34 @@ def test_refused_pushes_are_throttled_like_any_intake(client, limited):
 
     assert invalid + mismatched == [400, 400, 400, 429]
     assert last.status_code == 429 and last["Retry-After"] == "10"
-    assert len(events(Verb.INTAKE_REFUSED)) == 3
+    assert len(events(Verb.INTAKE_REFUSED)) == 1
+    assert QuotaState.objects.get(agent=limited).invalid_refused == 3
     assert events(Verb.INTAKE_THROTTLED)[0].data["via"] == "push"
+
+
+def test_invalid_requests_within_the_rate_write_one_event_a_window_with_the_count(client, settings, agent):
+    """A hostile agent with a generous rate sends nothing but invalid requests: each is refused (400), and
+    the trail takes one `intake.refused` event a window, the next window's event carrying the count."""
+    settings.QUOTA_AUDIT_WINDOW_SECONDS = 300
+    set_agent_limits(agent, intake_burst=1000, intake_per_minute=6000)
+    with time_machine.travel(timezone.now(), tick=False) as clock:
+        flood = [post_proposal(client, request=mismatched_request()) for _ in range(40)]
+        flood += [post_proposal(client, request={"summary": "no action"}) for _ in range(20)]
+
+        assert {a.status_code for a in flood} == {400}
+        (first,) = events(Verb.INTAKE_REFUSED)
+        assert first.data["code"] == "digest_mismatch" and first.data["window_seconds"] == 300
+        assert first.data["previous_window"] is None
+        assert QuotaState.objects.get(agent=agent).invalid_refused == 60
+
+        clock.shift(timedelta(seconds=301))
+        assert post_proposal(client, request={"summary": "no action"}).status_code == 400
+
+    first, second = events(Verb.INTAKE_REFUSED)
+    assert second.data["code"] == "invalid"  # the schema's refusal, the first of its window
+    assert second.data["previous_window"]["refused"] == 60
+    assert QuotaState.objects.get(agent=agent).invalid_refused == 1
+    assert not events(Verb.INTAKE_THROTTLED) and Proposal.objects.count() == 0
 
 
 def test_the_openapi_document_names_the_429_of_intake(client):

@@ -123,3 +123,21 @@ def test_a_held_continuation_the_agent_never_acted_on_is_sent_when_due(
 
     (received,) = fake_agent.decisions_received()
     assert received.message_id == f"decision-{Decision.objects.get(proposal=proposal).jti}"
+
+
+def test_a_pull_agent_is_told_the_preference_applied_and_gets_no_continuation(client, tenant, allow_refunds):
+    """docs/agents/rest-api.md: `Preference-Applied` says the decision is in this answer and no
+    continuation follows it. For a pull agent that is always so (Reviewer never calls it), and the header
+    says it the same way, so one client reads both kinds of agent alike."""
+    factories.make_agent(tenant, "puller", card_url="", api_token="pull-secret")
+    body = {"task_id": "task-pull-1", "context_id": "", "request": factories.approval_request()}
+    response = client.post(
+        "/api/v1/proposals",
+        body,
+        content_type="application/json",
+        HTTP_AUTHORIZATION="Bearer pull-secret",
+        HTTP_PREFER="decision-in-answer",
+    )
+    assert response.status_code == 201, response.content
+    assert response["Preference-Applied"] == "decision-in-answer" and response.json()["token"]
+    assert not OutboxMessage.objects.filter(kind=OutboxMessage.Kind.CONTINUE).exists()

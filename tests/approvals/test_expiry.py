@@ -4,6 +4,7 @@ clock even when the sweeper has not run. Clocks are faked with `now=`."""
 
 from datetime import timedelta
 
+import jwt
 import pytest
 
 from accounts.stepup import step_up_for
@@ -224,3 +225,20 @@ def test_a_decision_never_outlives_the_longest_token_lifetime(settings, tenant, 
     decision = Decision.objects.get(proposal=proposal)
 
     assert decision.expires_at - decision.issued_at == timedelta(seconds=300)
+
+
+def test_a_rejection_keeps_its_token_lifetime_past_the_requests_expiry(
+    settings, agent, refund_policy, requester, reviewer_a
+):
+    """docs/agents/decision-token.md, Lifetime: a rejection releases nothing, so its token lives its own
+    lifetime (the policy's TTL capped by DECISION_TOKEN_MAX_SECONDS) for the agent to read, even past the
+    request's `expires_at`; only an approval is cut at the proposal's expiry."""
+    settings.DECISION_TOKEN_MAX_SECONDS = 3600
+    proposal = submit(agent, expires_at=factories.in_seconds(120))
+    assert proposal.expires_at <= factories.in_seconds(121)
+    factories.vote(proposal, reviewer_a, verdict="reject", reason="duplicate")
+    decision = Decision.objects.get(proposal=proposal)
+    claims = jwt.decode(decision.token, options={"verify_signature": False})
+    assert decision.kind == "rejected"
+    assert decision.expires_at - decision.issued_at == timedelta(seconds=3600)
+    assert claims["exp"] == int(decision.expires_at.timestamp()) and decision.expires_at > proposal.expires_at

@@ -448,6 +448,18 @@ def test_halt_command_halts_a_tenant_with_operator_and_reason(
     assert proposal.state == State.REVOKED
 
 
+def test_halt_command_says_no_canceltask_went_to_a_pull_agent(tenant, refund_policy, requester, reviewer_a):
+    """A pull agent is never called, so halting it queues no CancelTask, and the command says so."""
+    puller = factories.make_agent(tenant, "puller", card_url="")
+    approve(puller, reviewer_a)
+
+    output = run("halt", "--agent", "puller", "--reason", "runaway spend")
+
+    assert "1 unconsumed decision(s) revoked" in output
+    assert "CancelTask queued for 0; none for 1 of pull agent(s), which Reviewer never calls" in output
+    assert not OutboxMessage.objects.filter(kind=OutboxMessage.Kind.CANCEL).exists()
+
+
 def test_halt_command_without_operator_is_recorded_as_system(agent):
     run("halt", "--agent", agent.slug, "--reason", "bad deploy")
 

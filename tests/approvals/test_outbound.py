@@ -2,7 +2,7 @@
 
 An agent's card URL is what a (possibly hostile) tenant admin registers; its card's interfaces are what
 the agent says. The worker calls them with the agent's outbound credentials, so each must reach only a
-host the operator allowed (approvals/a2a/outbound.py). Each test calls over real sockets on loopback with
+host the operator allowed (lib/outbound.py). Each test calls over real sockets on loopback with
 real DNS resolution (`localhost`), and proves the refused call never connected: a listener that stands
 for Redis or an internal service accepts nothing.
 """
@@ -16,10 +16,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from approvals.a2a import outbound
 from approvals.a2a.client import forget_cards
 from approvals.models import OutboxMessage
 from approvals.worker.loop import Worker
+from lib import outbound
 from tests import factories
 from tests.approvals.test_worker import approve, continuation
 

@@ -76,3 +76,25 @@ def test_the_installed_command_verifies_a_bundle_with_pinned_keys_and_refuses_a_
     assert "FAILED" in refused.stdout
     unpinned = run(installed, bundle, cwd=tmp_path, check=False)
     assert unpinned.returncode != 0 and "--jwks" in unpinned.stdout + unpinned.stderr
+
+
+def test_an_unreachable_jwks_url_is_named_as_such_not_as_a_broken_bundle(tmp_path):
+    """The verifier reads the keys before the bundle, and says which of the two it could not read."""
+    import socket
+    import zipfile
+
+    from tests.audit.util import verify_offline
+
+    with socket.socket() as probe:  # a loopback port nobody listens on: the connection is refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    bundle = tmp_path / "acme.zip"
+    with zipfile.ZipFile(bundle, "w") as archive:
+        archive.writestr("manifest.json", "{}")
+    url = f"http://127.0.0.1:{port}/.well-known/jwks.json"
+    for target in (bundle, tmp_path / "export.jsonl"):
+        target.touch()
+        checked = verify_offline(target, "--jwks", url)
+        assert checked.returncode == 2
+        assert checked.stdout.startswith(f"cannot read the keys from {url}:"), checked.stdout
+        assert "cannot read the bundle" not in checked.stdout

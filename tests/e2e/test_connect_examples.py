@@ -1,7 +1,8 @@
 """The "Connect your agent" examples against a running Reviewer (Daphne + worker): plain REST,
-LangGraph and the OpenAI Agents SDK, each pulling its decision. The example runs in a thread (it
-blocks while it waits), a reviewer votes in the browser forms with a TOTP code, the example
-verifies, consumes, refunds once into its ledger with the decision id as key, and reports."""
+LangGraph, the OpenAI Agents SDK, Microsoft Agent Framework and Google ADK, each pulling its decision. The
+example runs in a thread (it blocks while it waits), a reviewer votes in the browser forms with a
+TOTP code, the example verifies, consumes, refunds once into its ledger with the decision id as key,
+and reports."""
 
 import asyncio
 import threading
@@ -12,9 +13,15 @@ from agents import set_tracing_disabled
 from approvals.models import Decision, Proposal
 from approvals.services.agents import register_agent
 from approvals.states import State
-from examples.connect import langgraph_refund, openai_agents_refund, rest_refund
+from examples.connect import (
+    adk_refund,
+    agent_framework_refund,
+    langgraph_refund,
+    openai_agents_refund,
+    rest_refund,
+)
 from examples.connect.common import Ledger
-from reviewer_gate import ReviewerClient
+from reviewer_gate import ReviewerClient, adk, agent_framework
 from reviewer_gate.openai_agents import ReviewerApprovals
 from tests import factories
 from tests.e2e.test_a2a_loop import decide_in_browser, wait_for
@@ -121,6 +128,28 @@ def test_openai_agents(reviewer_stack, reviewer_user, client, tmp_path):
     ledger = Ledger(tmp_path / "refunds.jsonl")
     approvals = ReviewerApprovals(client, principal={"id": "requester", "display": "Rita"})
     run = Background(lambda: asyncio.run(openai_agents_refund.run(approvals, ledger, "1182", "40.00")))
+    run.start()
+    proposal = approve_the_proposal(reviewer_stack, reviewer_user)
+    assert run.result().startswith("refunded EUR 40.00 for order 1182")
+    assert (proposal.tool, proposal.summary) == ("payments.refund", "Refund EUR 40.00 for order 1182")
+    assert_refunded_once(reviewer_stack, proposal, ledger)
+
+
+def test_agent_framework(reviewer_stack, reviewer_user, client, tmp_path):
+    ledger = Ledger(tmp_path / "refunds.jsonl")
+    approvals = agent_framework.ReviewerApprovals(client, principal={"id": "requester", "display": "Rita"})
+    run = Background(lambda: asyncio.run(agent_framework_refund.run(approvals, ledger, "1182", "40.00")))
+    run.start()
+    proposal = approve_the_proposal(reviewer_stack, reviewer_user)
+    assert run.result().startswith("refunded EUR 40.00 for order 1182")
+    assert (proposal.tool, proposal.summary) == ("payments.refund", "Refund EUR 40.00 for order 1182")
+    assert_refunded_once(reviewer_stack, proposal, ledger)
+
+
+def test_adk(reviewer_stack, reviewer_user, client, tmp_path):
+    ledger = Ledger(tmp_path / "refunds.jsonl")
+    approvals = adk.ReviewerConfirmations(client, principal={"id": "requester", "display": "Rita"})
+    run = Background(lambda: asyncio.run(adk_refund.run(approvals, ledger, "1182", "40.00")))
     run.start()
     proposal = approve_the_proposal(reviewer_stack, reviewer_user)
     assert run.result().startswith("refunded EUR 40.00 for order 1182")

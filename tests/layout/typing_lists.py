@@ -30,6 +30,7 @@ PRODUCT_PACKAGES = (
     "accounts",
     "approvals",
     "audit",
+    "authzen",
     "lib",
     "oauth",
     "reviewer",

@@ -68,7 +68,8 @@ def test_a_new_proposal_posts_one_message_with_reviewers_summary_and_a_link(
     assert posted["unfurl_links"] is False and posted["unfurl_media"] is False
     shown = texts(posted["blocks"])
     for fact in (
-        "Approval requested: payments.refund",
+        "Approval requested: Refund EUR 40.00 \\u00b7 order:1182",  # the page's headline (json-escaped)
+        "Action: payments.refund",
         "Refund EUR 40.00 to order 1182",
         "Amount: EUR 40.00",
         "Target: order:1182",
@@ -187,6 +188,50 @@ def test_a_chat_vote_without_a_code_or_with_a_used_one_is_refused_as_on_the_page
     assert "not valid" in response.json()["errors"]["code"]
     assert not Vote.objects.filter(proposal=proposal).exists()
     assert AuditEvent.objects.filter(verb=Verb.STEP_UP_FAILED, subject=f"proposal:{proposal.id}").count() == 2
+
+
+def test_a_chat_rejection_without_a_reason_keeps_its_code_for_the_corrected_modal(
+    client, agent, chat_policy, workspace, slack, requester, reviewer_a
+):
+    """Slack requires the reason field of a rejection but takes blanks: Reviewer refuses them on the
+    reason before it checks the code, so the same code decides once the reason is written."""
+    proposal = submit(agent)
+    link(workspace, reviewer_a, "U0ALICE")
+    signed_post(client, button(proposal, "U0ALICE", "reviewer_reject"))
+    modal = slack.calls_to("views.open")[0]["view"]
+    code = totp_code(reviewer_a)
+    response = signed_post(client, submission(modal, "U0ALICE", reason="   ", code=code))
+    assert response.json() == {
+        "response_action": "errors",
+        "errors": {"reason": "a rejection needs a reason"},
+    }
+    response = signed_post(client, submission(modal, "U0ALICE", reason="duplicate refund", code=code))
+    assert response.json() == {"response_action": "clear"}
+    proposal.refresh_from_db()
+    assert proposal.state == "rejected"
+    assert not AuditEvent.objects.filter(verb=Verb.STEP_UP_FAILED).exists()
+
+
+def test_a_chat_vote_refused_by_policy_leaves_the_code_unchecked(
+    client, tenant, agent, workspace, slack, requester, reviewer_a
+):
+    """A forged submission where chat may not decide is refused before the code is looked at: the code
+    still works on the page."""
+    factories.make_policy(tenant, "refunds", tool_pattern="payments.refund")
+    proposal = submit(agent)
+    link(workspace, reviewer_a, "U0ALICE")
+    forged = {
+        "callback_id": "reviewer_decide",
+        "private_metadata": json.dumps(
+            {"proposal": str(proposal.id), "verdict": "approve", "digest": proposal.action_digest}
+        ),
+    }
+    code = totp_code(reviewer_a)
+    response = signed_post(client, submission(forged, "U0ALICE", code=code))
+    assert "does not allow decisions from chat" in response.json()["errors"]["code"]
+    from accounts.stepup import verify_code
+
+    assert verify_code(reviewer_a, code) == "totp"  # not spent by the refused submission
 
 
 def test_the_requester_cannot_approve_their_own_request_from_chat(

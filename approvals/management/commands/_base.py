@@ -46,6 +46,15 @@ def scope_flag(tenant: Tenant | None, agent: Agent | None) -> str:
     return "--all"
 
 
+def cancel_note(called: int, stopped: int) -> str:
+    """What a command that stopped `stopped` tasks says of their CancelTask: queued for the `called` ones
+    of A2A agents, none for a pull agent's (Reviewer never calls a pull agent: no card URL)."""
+    if called == stopped:
+        return "CancelTask queued for each"
+    pull = stopped - called
+    return f"CancelTask queued for {called}; none for {pull} of pull agent(s), which Reviewer never calls"
+
+
 class OperatorCommand(BaseCommand):
     def add_operator_argument(self, parser, doing: str) -> None:
         parser.add_argument(

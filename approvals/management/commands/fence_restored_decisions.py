@@ -6,7 +6,7 @@ Revokes every released decision that is not consumed and not yet expired (approv
 says why): a decision consumed after the backup was taken can never be consumed a second time.
 """
 
-from approvals.management.commands._base import OperatorCommand
+from approvals.management.commands._base import OperatorCommand, cancel_note
 from approvals.services.restore import fence_restored_decisions
 
 
@@ -22,7 +22,8 @@ class Command(OperatorCommand):
     def handle(self, *args, **options):
         revoked = self.call_service(fence_restored_decisions, operator=self.operator(options))
         self.stdout.write(
-            f"{len(revoked)} released, unconsumed decision(s) revoked; CancelTask queued for each"
+            f"{len(revoked)} released, unconsumed decision(s) revoked; "
+            + cancel_note(sum(1 for proposal in revoked if not proposal.agent.is_pull), len(revoked))
         )
         for proposal in revoked:
             self.stdout.write(

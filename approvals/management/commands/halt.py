@@ -11,6 +11,7 @@ restarted process comes back halted. `manage.py resume` with the same flag lifts
 from approvals.management.commands._base import (
     OperatorCommand,
     add_scope_arguments,
+    cancel_note,
     describe,
     scope_flag,
     scope_from_options,
@@ -44,9 +45,11 @@ class Command(OperatorCommand):
         cancelled = sum(1 for proposal in halt.stopped if proposal.state == State.CANCELLED)
         running = sum(1 for proposal in halt.stopped if proposal.state == State.EXECUTING)
         self.stdout.write(f"halted {describe(tenant, agent)} (halt {halt.id}): {halt.reason}")
+        # Reviewer never calls a pull agent (no card URL): its tasks get no CancelTask, and saying one
+        # was queued would send the operator looking for it.
+        called = sum(1 for proposal in halt.stopped if not proposal.agent.is_pull)
         self.stdout.write(
             f"  {revoked} unconsumed decision(s) revoked, {cancelled} waiting request(s) cancelled, "
-            f"{running} running task(s) stopped; "
-            "CancelTask queued for each"
+            f"{running} running task(s) stopped; {cancel_note(called, len(halt.stopped))}"
         )
         self.stdout.write(f"  lift it with: manage.py resume {scope_flag(tenant, agent)}")

@@ -32,6 +32,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--outbound-bearer", default="", help="bearer token Reviewer presents when it calls the agent"
         )
+        parser.add_argument(
+            "--approval-extension",
+            choices=Agent.ApprovalExtension.values,
+            default=Agent.ApprovalExtension.REVIEWER,
+            help="the A2A approval extension the agent speaks (a2a-rust: Reviewer is its approver)",
+        )
 
     def handle(self, *args, **options):
         tenant = Tenant.objects.filter(slug=options["tenant"]).first()
@@ -51,6 +57,7 @@ class Command(BaseCommand):
                 api_token=api_token,
                 outbound_auth_scheme=Agent.AuthScheme.BEARER if bearer else Agent.AuthScheme.NONE,
                 outbound_auth_credentials=bearer,
+                approval_extension=options["approval_extension"],
             )
         except ServiceError as error:  # e.g. the slug belongs to another tenant's agent
             raise CommandError(error.message) from error

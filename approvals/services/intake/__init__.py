@@ -9,6 +9,6 @@ quotas' rates for it, as for a proposal;
 """
 
 from approvals.services.intake.routing import evaluate_and_route
-from approvals.services.intake.submit import record_intake_refusal, submit_proposal
+from approvals.services.intake.submit import Taken, record_intake_refusal, submit_proposal, take_in
 
-__all__ = ["evaluate_and_route", "record_intake_refusal", "submit_proposal"]
+__all__ = ["Taken", "evaluate_and_route", "record_intake_refusal", "submit_proposal", "take_in"]

@@ -1,6 +1,9 @@
 """Taking in an agent's proposal: validation, replay, supersession, the quota rows' lock and the one read
 (read.py), the quotas (approvals/services/quotas.py), policy and routing (routing.py)."""
 
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
 import rfc8785
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -25,7 +28,7 @@ from approvals.services.quotas import (
 from approvals.states import ALLOWED, State
 from audit.labels import agent_label
 from audit.models import Verb
-from audit.trail import record, recorded_together
+from audit.trail import audit_time, record, recorded_together
 from lib.errors import IntakeError, ServiceError
 from lib.storage.held_writes import held_writes
 
@@ -43,6 +46,47 @@ def submit_proposal(
     policy makes here from the answer, so its continuation is held (ANSWERED_CONTINUATION_DELAY_SECONDS)
     instead of sent right after the commit. `token_claims`: what a standard door (oauth/) adds to the
     decision token (Proposal.token_claims)."""
+    request = submission.request
+    try:
+        with transaction.atomic(durable=True):
+            taken = take_in(
+                agent, submission, via=via, decision_in_answer=decision_in_answer, token_claims=token_claims
+            )
+    except IntegrityError:
+        # The same request arrived twice at once (push and REST): the other one created it.
+        existing = Proposal.objects.filter(
+            agent=agent, task_id=submission.task_id, request_id=request.request_id
+        ).first()
+        if existing is None:
+            raise
+        return _same_request_or_error(existing, request), False
+    if taken.refused is not None:
+        # Raised after the commit: the refusal's count and audit event stay, and nothing else was written.
+        raise taken.refused
+    return taken.proposal, taken.created
+
+
+@dataclass
+class Taken:
+    """What take_in did: the proposal (new, or the one already known), and the quota refusal to raise
+    after the commit (its count and audit event are written; the proposal is not)."""
+
+    proposal: Proposal
+    created: bool
+    refused: ServiceError | None = None
+
+
+def take_in(
+    agent: Agent,
+    submission: ProposalSubmission,
+    *,
+    via: str,
+    decision_in_answer: bool = False,
+    manifest: str = "",
+    token_claims: dict | None = None,
+) -> Taken:
+    """submit_proposal's work inside the caller's transaction: a batch takes its members in, all or
+    nothing, in one (approvals/services/batches.py). `manifest`: a batch member's manifest digest."""
     request = submission.request
     if request.agent and request.agent != agent.slug:
         raise IntakeError(
@@ -80,82 +124,72 @@ def submit_proposal(
         refusal = IntakeError("already_expired", "expires_at is in the past", "request.expires_at")
 
     refused = None
-    try:
-        # The proposal's audit events (submitted, evaluated, its transition, the decision) in one INSERT,
-        # and the writes after the reads held for one round trip (lib/storage/held_writes.py): the quota rows'
-        # lock, which every intake of the tenant waits for, is held for fewer round trips.
-        with transaction.atomic(durable=True), held_writes(), recorded_together():
-            proposal = Proposal(
-                tenant=agent.tenant,  # the agent's, already read: policy evaluation needs it again
-                agent=agent,
-                task_id=submission.task_id,
-                context_id=submission.context_id,
-                request_id=request.request_id,
-                summary=request.summary,
-                action=request.action,
-                action_canonical=canonical,
-                action_digest=recomputed,
-                tool=request.action["tool"],
-                target_key=target_key(request.action),
-                principal_id=request.principal.id,
-                principal_display=request.principal.display,
-                agent_version=request.agent_version,
-                consequences=request.consequences,
-                diff=[d.model_dump() for d in request.diff],
-                evidence=[e.model_dump() for e in request.evidence],
-                token_claims=token_claims or {},
+    # The proposal's audit events (submitted, evaluated, its transition, the decision) in one INSERT,
+    # and the writes after the reads held for one round trip (lib/storage/held_writes.py): the quota rows'
+    # lock, which every intake of the tenant waits for, is held for fewer round trips.
+    with held_writes(), recorded_together():
+        proposal = Proposal(
+            tenant=agent.tenant,  # the agent's, already read: policy evaluation needs it again
+            agent=agent,
+            task_id=submission.task_id,
+            context_id=submission.context_id,
+            request_id=request.request_id,
+            summary=request.summary,
+            action=request.action,
+            action_canonical=canonical,
+            action_digest=recomputed,
+            tool=request.action["tool"],
+            target_key=target_key(request.action),
+            principal_id=request.principal.id,
+            principal_display=request.principal.display,
+            agent_version=request.agent_version,
+            consequences=request.consequences,
+            diff=[d.model_dump() for d in request.diff],
+            evidence=[e.model_dump() for e in request.evidence],
+            manifest_digest=manifest,
+            token_claims=token_claims or {},
+        )
+        # First, before any read intake decides on: the quota rows' lock, so that the counts read
+        # with it see every proposal the intakes before this one committed (services/quotas.py).
+        hold, found = hold_and_read(agent, proposal, created_at)
+        old = None
+        if request.supersedes:
+            # Lock the request this one replaces (after the quota rows, as before any change of it).
+            old = (
+                Proposal.objects.select_for_update()
+                .filter(agent=agent, task_id=submission.task_id, request_id=request.supersedes)
+                .first()
             )
-            # First, before any read intake decides on: the quota rows' lock, so that the counts read
-            # with it see every proposal the intakes before this one committed (services/quotas.py).
-            hold, found = hold_and_read(agent, proposal, created_at)
-            old = None
-            if request.supersedes:
-                # Lock the request this one replaces (after the quota rows, as before any change of it).
-                old = (
-                    Proposal.objects.select_for_update()
-                    .filter(agent=agent, task_id=submission.task_id, request_id=request.supersedes)
-                    .first()
-                )
-            if found.existing_id is not None:
-                return _same_request_or_error(Proposal.objects.get(pk=found.existing_id), request), False
-            if refusal:
-                raise refusal
-            if found.halt_id is not None:
-                refuse_halted(Halt.objects.get(pk=found.halt_id))
-            if request.supersedes:
-                _check_supersedable(old, request.supersedes)
-                proposal.supersedes = old
-            evaluation = evaluate_proposal(
-                proposal, found, requested_expiry=request.expires_at, created_at=created_at
-            )
-            refused = spend_or_refuse(
-                hold,
-                found.open_counts,
-                waiting=target_state(evaluation) == State.AWAITING_REVIEW,
-                now=created_at,
+        if found.existing_id is not None:
+            existing = Proposal.objects.get(pk=found.existing_id)
+            return Taken(_same_request_or_error(existing, request), created=False)
+        if refusal:
+            raise refusal
+        if found.halt_id is not None:
+            refuse_halted(Halt.objects.get(pk=found.halt_id))
+        if request.supersedes:
+            _check_supersedable(old, request.supersedes)
+            proposal.supersedes = old
+        evaluation = evaluate_proposal(
+            proposal, found, requested_expiry=request.expires_at, created_at=created_at
+        )
+        refused = spend_or_refuse(
+            hold,
+            found.open_counts,
+            waiting=target_state(evaluation) == State.AWAITING_REVIEW,
+            now=created_at,
+            via=via,
+        )
+        if refused is None:
+            proposal = store_and_route(
+                proposal,
+                evaluation,
+                old,
                 via=via,
+                supersedes=request.supersedes,
+                decision_in_answer=decision_in_answer,
             )
-            if refused is None:
-                proposal = store_and_route(
-                    proposal,
-                    evaluation,
-                    old,
-                    via=via,
-                    supersedes=request.supersedes,
-                    decision_in_answer=decision_in_answer,
-                )
-    except IntegrityError:
-        # The same request arrived twice at once (push and REST): the other one created it.
-        existing = Proposal.objects.filter(
-            agent=agent, task_id=submission.task_id, request_id=request.request_id
-        ).first()
-        if existing is None:
-            raise
-        return _same_request_or_error(existing, request), False
-    if refused is not None:
-        # Raised after the commit: the refusal's count and audit event stay, and nothing else was written.
-        raise refused
-    return proposal, True
+    return Taken(proposal, created=refused is None, refused=refused)
 
 
 def record_intake_refusal(
@@ -165,30 +199,52 @@ def record_intake_refusal(
     match its action, a reused request id, a halt): the attempt itself is evidence.
 
     A refused request is intake all the same: it spends a token of the agent's and the tenant's buckets
-    (services/quotas.py) as a proposal would, so the trail takes at most the agent's intake rate of
-    `intake.refused` events. Past the rate it raises QuotaExceeded (429, Retry-After) after its commit,
-    and the quotas count it in the agent's throttle window, one `intake.throttled` event a window, as
-    they do for valid requests."""
+    (services/quotas.py) as a proposal would. Past the rate it raises QuotaExceeded (429, Retry-After)
+    after its commit, and the quotas count it in the agent's throttle window, one `intake.throttled`
+    event a window. Within the rate it is counted the same way in the agent's window of invalid intake
+    (QUOTA_AUDIT_WINDOW_SECONDS): the window's first refusal writes the `intake.refused` event, with what
+    it was and how many the window before refused; the others only count. So an agent that sends
+    nothing but invalid requests writes one event a window, not one a request, and the trail keeps
+    the first of each window and the count of the rest."""
     now = timezone.now()
     with transaction.atomic(durable=True):
         hold = hold_quotas(agent, now)
         throttled = spend_or_refuse(hold, _known_counts(agent, hold), waiting=False, now=now, via=via)
         if throttled is None:
-            record(
-                agent.tenant_id,
-                actor=agent_actor(agent),
-                verb=Verb.INTAKE_REFUSED,
-                subject=agent_label(agent.slug),
-                data={
-                    "via": via,
-                    "code": error.code,
-                    "field": error.field,
-                    "task_id": task_id[:200],
-                    "request_id": request_id[:200],
-                },
-            )
+            _note_invalid(hold, error, now=now, via=via, task_id=task_id, request_id=request_id)
     if throttled is not None:
         raise throttled from error
+
+
+def _note_invalid(
+    hold: Hold, error: ServiceError, *, now: datetime, via: str, task_id: str, request_id: str
+) -> None:
+    """Count the refusal in the agent's window of invalid intake; the window's first writes the event."""
+    state, agent = hold.agent_state, hold.agent
+    window = timedelta(seconds=settings.QUOTA_AUDIT_WINDOW_SECONDS)
+    if state.invalid_at is None or now - state.invalid_at >= window:
+        record(
+            agent.tenant_id,
+            actor=agent_actor(agent),
+            verb=Verb.INTAKE_REFUSED,
+            subject=agent_label(agent.slug),
+            data={
+                "via": via,
+                "code": error.code,
+                "field": error.field,
+                "task_id": task_id[:200],
+                "request_id": request_id[:200],
+                "window_seconds": settings.QUOTA_AUDIT_WINDOW_SECONDS,
+                # The refusals of the window before, which had no event of their own after its first.
+                "previous_window": None
+                if state.invalid_at is None
+                else {"at": audit_time(state.invalid_at), "refused": state.invalid_refused},
+            },
+        )
+        state.invalid_at, state.invalid_refused = now, 1
+    else:
+        state.invalid_refused += 1
+    state.save(update_fields=["invalid_at", "invalid_refused"])
 
 
 def _known_counts(agent: Agent, hold: Hold) -> OpenCounts:

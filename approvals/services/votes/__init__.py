@@ -83,7 +83,7 @@ def cast_vote(
                     data={"code": refusal.code, "verdict": verdict},
                 )
         elif step is not None:
-            vote = _store_vote(
+            vote = store_vote(
                 proposal,
                 actor,
                 slots,
@@ -133,10 +133,12 @@ def refusal_to_vote(
     *,
     once_per_person: bool = True,
     slots: VoterSlots | None = None,
+    batch_vote: bool = False,
 ) -> VoteRefused | None:
     """Why this person may not decide this proposal now (None if they may). Asking and editing are
     open to someone who already voted (once_per_person=False); a second vote is not. `slots`: the
-    person's, when the caller reads them too (a vote stores the groups it counts in)."""
+    person's, when the caller reads them too (a vote stores the groups it counts in). A batch member is
+    decided only with its batch, against the manifest (`batch_vote`: approvals/services/batches.py)."""
     slots = slots or VoterSlots(proposal, user)
     halt_record = active_halt(proposal.tenant_id, proposal.agent_id)
     if halt_record:
@@ -145,6 +147,11 @@ def refusal_to_vote(
         return VoteRefused("not_open", f"No decision is open here: {closed_reason(proposal, clock)}.")
     if clock >= proposal.expires_at:
         return VoteRefused("expired", f"No decision is open here: {closed_reason(proposal, clock)}.")
+    if proposal.manifest_digest and not batch_vote:
+        return VoteRefused(
+            "batch_member",
+            "this request is a member of a batch: decide it on the batch's page, with the others",
+        )
     if digest_seen != proposal.action_digest:
         return VoteRefused(
             "wrong_digest", "the action changed since you loaded it; reload and review it again", "digest"
@@ -173,7 +180,10 @@ def _locked_for_a_reviewer(proposal_id, actor, digest_seen: str) -> tuple[Propos
     )
 
 
-def _store_vote(proposal, user, slots, verdict, digest_seen, reason, page_hash, step, reservation="") -> Vote:
+def store_vote(proposal, user, slots, verdict, digest_seen, reason, page_hash, step, reservation="") -> Vote:
+    """Store a vote refusal_to_vote and check_step_up let through, with its audit event, and decide the
+    proposal when it rejects or meets the quorum. Inside the caller's transaction, the proposal locked:
+    cast_vote's, or a batch vote's for each of its members (approvals/services/batches.py)."""
     method, auth_at, detail = step
     capacity, groups = slots.capacity, slots.own_groups()
     vote = Vote.objects.create(

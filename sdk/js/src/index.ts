@@ -58,4 +58,13 @@ export {
   type RequestFieldsOptions,
   type ToolDescriptionFields,
 } from "./describe.js";
-export { RISK_KEYWORDS, riskHint } from "./risk.js";
+export { GatingRules, RISK_KEYWORDS, riskHint } from "./risk.js";
+export {
+  ACCEPT_HEADER,
+  ENDPOINT_PATH,
+  TransactionAuthorization,
+  TransactionAuthorizationError,
+  challengeOf,
+  transactionAuthorizedFetch,
+  type TransactionAuthorizationOptions,
+} from "./tac.js";

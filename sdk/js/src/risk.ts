@@ -17,3 +17,41 @@ export function riskHint(toolName: string): string | null {
   }
   return null;
 }
+
+/** A shell-style pattern (`*`, `?`, `[seq]`, `[!seq]`; case-sensitive) as Python's fnmatchcase reads it. */
+function patternRegExp(pattern: string): RegExp {
+  let source = "";
+  for (let i = 0; i < pattern.length; i += 1) {
+    const char = pattern[i] as string;
+    const close = char === "[" ? pattern.indexOf("]", i + 2) : -1;
+    if (char === "*") source += "[\\s\\S]*";
+    else if (char === "?") source += "[\\s\\S]";
+    else if (close !== -1) {
+      const body = pattern.slice(i + 1, close).replace(/\\/g, "\\\\");
+      source += body.startsWith("!") ? `[^${body.slice(1)}]` : `[${body}]`;
+      i = close;
+    } else source += char.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&");
+  }
+  return new RegExp(`^${source}$`);
+}
+
+/**
+ * Which tools an adapter sends to Reviewer (the Python package's GatingRules): `open` patterns are never
+ * gated, `gated` patterns always are; a name that matches neither is gated when `useRiskHint` and the
+ * risk hint names a kind.
+ */
+export class GatingRules {
+  private readonly gated: RegExp[];
+  private readonly open: RegExp[];
+
+  constructor(gated: Iterable<string> = [], open: Iterable<string> = [], readonly useRiskHint = true) {
+    this.gated = [...gated].map(patternRegExp);
+    this.open = [...open].map(patternRegExp);
+  }
+
+  isGated(toolName: string): boolean {
+    if (this.open.some((pattern) => pattern.test(toolName))) return false;
+    if (this.gated.some((pattern) => pattern.test(toolName))) return true;
+    return this.useRiskHint && riskHint(toolName) !== null;
+  }
+}

@@ -20,7 +20,7 @@ const tsc = join(source, "node_modules", "typescript", "bin", "tsc");
 const tokens = fileURLToPath(new URL("../../vectors/tokens.json", import.meta.url));
 const examples = fileURLToPath(new URL("../../../examples/js/", import.meta.url));
 // What the examples need beside the package: the frameworks its adapters plug into.
-const FRAMEWORKS = ["@openai/agents@^0.20.0", "ai@^7.0.0", "zod@^4.0.0"];
+const FRAMEWORKS = ["@openai/agents@^0.20.0", "ai@^7.0.0", "zod@^4.0.0", "@langchain/core@^1.0.0", "@langchain/langgraph@^1.0.0"];
 
 describe("the packed package", () => {
   let app;
@@ -37,7 +37,7 @@ describe("the packed package", () => {
   });
 
   it("holds the built code, its types and the README, and no sources or tests", () => {
-    const built = ["index", "testing", "adapters/openai-agents", "adapters/ai-sdk"].flatMap((name) => [`dist/${name}.js`, `dist/${name}.d.ts`]);
+    const built = ["index", "testing", "adapters/openai-agents", "adapters/ai-sdk", "adapters/langgraph"].flatMap((name) => [`dist/${name}.js`, `dist/${name}.d.ts`]);
     for (const file of [...built, "README.md", "package.json"]) {
       assert.ok(tarball.files.includes(file), `${file} is missing from the tarball`);
     }
@@ -113,6 +113,8 @@ describe("the packed package", () => {
       import { ReviewerClient, ToolDescription } from "@reviewer/gate";
       import { ReviewerApprovals } from "@reviewer/gate/openai-agents";
       import { ReviewerToolApprovals, type ReviewerApprovalFunction } from "@reviewer/gate/ai-sdk";
+      import { tool as lcTool } from "@langchain/core/tools";
+      import { ReviewedToolNode, pendingApprovals } from "@reviewer/gate/langgraph";
       const client = new ReviewerClient({ reviewerUrl: "http://127.0.0.1:8000", apiToken: "t", audience: "urn:agent:x" });
       const approvals = new ReviewerApprovals(client, { decisionTimeoutSeconds: 60 });
       const refund = tool({ name: "refund", description: "Refund.", parameters: z.object({ order_id: z.string() }), execute: async ({ order_id }) => order_id });
@@ -122,6 +124,9 @@ describe("the packed package", () => {
       const aiRefund = aiTool({ description: "Refund.", inputSchema: z.object({ order_id: z.string() }), execute: async ({ order_id }) => order_id });
       export const tools = { refund: aiApprovals.gate("refund", aiRefund) };
       export const toolApproval: Record<string, ReviewerApprovalFunction> = aiApprovals.toolApproval();
+      const lcRefund = lcTool(async ({ order_id }: { order_id: string }) => order_id, { name: "refund", description: "Refund.", schema: z.object({ order_id: z.string() }) });
+      export const node = new ReviewedToolNode([lcRefund], client, { gated: ["refund"] }).node();
+      export const pending = pendingApprovals;
       `,
     );
     // The frameworks' own .d.ts need their @types under strict checking: skipLibCheck leaves those
@@ -158,7 +163,7 @@ describe("the packed package", () => {
       return { stdout, entries };
     }
 
-    for (const script of ["rest-refund.js", "openai-agents-refund.js", "ai-sdk-refund.js"]) {
+    for (const script of ["rest-refund.js", "openai-agents-refund.js", "ai-sdk-refund.js", "langgraph-refund.js"]) {
       it(`${script} refunds once on Reviewer's approval, with the decision as the idempotency key`, async () => {
         const decided = decideNextProposal(reviewer, key, { audience: AUDIENCE });
         const { stdout, entries } = await example(script, `${script}.jsonl`);

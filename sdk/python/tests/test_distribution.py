@@ -20,6 +20,8 @@ MODULES = [
     "mcp_gateway",
     "langgraph",
     "openai_agents",
+    "agent_framework",
+    "adk",
 ]
 
 

@@ -14,6 +14,7 @@ from reviewer_gate import gate
 VECTORS = Path(__file__).resolve().parents[2] / "vectors"
 CANONICAL = json.loads((VECTORS / "canonical.json").read_text(encoding="utf-8"))
 TOKENS = json.loads((VECTORS / "tokens.json").read_text(encoding="utf-8"))
+MANIFESTS = json.loads((VECTORS / "manifests.json").read_text(encoding="utf-8"))
 
 
 def by_name(cases: list[dict[str, Any]]) -> Any:
@@ -29,6 +30,13 @@ def test_the_canonical_form_and_digest_match_the_vector(case):
         return
     assert rfc8785.dumps(action).decode("utf-8") == case["canonical"]
     assert gate.action_digest(action) == case["digest"]
+
+
+@by_name(MANIFESTS["cases"])
+def test_the_manifest_digest_matches_the_vector(case):
+    assert [gate.action_digest(action) for action in case["actions"]] == case["member_digests"]
+    assert rfc8785.dumps(case["member_digests"]).decode("utf-8") == case["canonical"]
+    assert gate.manifest_digest(case["member_digests"]) == case["manifest_digest"]
 
 
 def a_gate(tenant: str | None) -> gate.Gate:

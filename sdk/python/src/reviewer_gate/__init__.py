@@ -32,6 +32,7 @@ from reviewer_gate.gate import (
     action_digest,
     approval_request_metadata,
     decision_token_from_metadata,
+    manifest_digest,
 )
 
 __version__ = "0.1.0"
@@ -57,4 +58,5 @@ __all__ = [
     "build_request",
     "current_approval",
     "decision_token_from_metadata",
+    "manifest_digest",
 ]

@@ -58,6 +58,7 @@ from reviewer_gate.gate import (
     KeptAliveClient,
     MemoryUsedStore,
     UsedDecisionStore,
+    manifest_digest,
 )
 
 __all__ = [
@@ -244,6 +245,17 @@ class ReviewerClient:
             receipt.get("token") or None,
         )
 
+    def read_proposal(self, proposal_id: str) -> dict[str, Any] | None:
+        """`GET /api/v1/proposals/<id>`: the proposal's state and decision summary, None when Reviewer
+        knows no such proposal of this agent."""
+        response = self._call("GET", f"/api/v1/proposals/{quote(proposal_id, safe='')}")
+        if response.status_code == 404:
+            return None
+        if response.status_code != 200:
+            raise ReviewerUnavailable(f"GET proposal {proposal_id}: {self._error(response)}")
+        body: dict[str, Any] = response.json()
+        return body
+
     def poll_decision(self, proposal_id: str, *, wait: int | None = None) -> tuple[str | None, str]:
         """One long poll: (token, state). The token is None while undecided or when it never will be."""
         wait = self.poll_seconds if wait is None else max(0, min(int(wait), MAX_WAIT_SECONDS))
@@ -333,6 +345,84 @@ class ReviewerClient:
         submission = self.submit(request, task_id=task_id, context_id=context_id)
         token = self.wait_for_token(submission, timeout=timeout, on_wait=on_wait)
         return self.release(submission, token)
+
+    # --- batches (docs/agents/batches.md) --------------------------------------------------------
+
+    def submit_batch(
+        self,
+        requests: list[dict[str, Any]],
+        *,
+        batch_id: str | None = None,
+        summary: str = "",
+        task_id: str | None = None,
+        context_id: str = "",
+    ) -> list[Submission]:
+        """Announce built requests as one batch (idempotent on task and batch id); one Submission per
+        member, in order. The manifest digest is computed here from the members' own digests."""
+        requests = [self.stamped(request) for request in requests]
+        task_id = task_id or f"task-{uuid.uuid4()}"
+        body = {
+            "task_id": task_id,
+            "context_id": context_id,
+            "batch_id": batch_id or f"batch-{uuid.uuid4()}",
+            "summary": summary[:200],
+            "manifest_digest": manifest_digest([str(request["action_digest"]) for request in requests]),
+            "members": requests,
+        }
+        response = self._call("POST", "/api/v1/batches", json=body)
+        if response.status_code not in (200, 201):
+            raise ValueError(f"Reviewer refused the batch: {self._error(response)}")
+        stored = {member["request_id"]: member for member in response.json()["members"]}
+        return [
+            Submission(
+                task_id,
+                context_id,
+                request,
+                stored[request["request_id"]]["proposal_id"],
+                stored[request["request_id"]]["state"],
+                stored[request["request_id"]].get("token") or None,
+            )
+            for request in requests
+        ]
+
+    def request_approvals(
+        self,
+        members: list[dict[str, Any]],
+        *,
+        principal: dict[str, Any],
+        summary: str = "",
+        batch_id: str | None = None,
+        task_id: str | None = None,
+        context_id: str = "",
+        timeout: float | None = None,
+    ) -> list[Approval | NotApproved]:
+        """Ask about several actions as one batch with a fixed manifest: each of `members` is
+        `{"action": {...}, "summary": "...", **request fields}` (as `request_approval` takes them).
+        Waits for every member's decision, verifies each against its own request and consumes each
+        approved one; returns, in order, an `Approval` (act on it, once) or the member's `NotApproved`
+        (never act). `timeout` bounds the whole wait."""
+        requests = [
+            build_request(
+                member["action"],
+                summary=member.get("summary") or summary or str(member["action"].get("tool", "")),
+                principal=member.get("principal", principal),
+                **{k: v for k, v in member.items() if k not in {"action", "summary", "principal"}},
+            )
+            for member in members
+        ]
+        submissions = self.submit_batch(
+            requests, batch_id=batch_id, summary=summary, task_id=task_id, context_id=context_id
+        )
+        started = time.monotonic()
+        results: list[Approval | NotApproved] = []
+        for submission in submissions:
+            left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
+            try:
+                token = self.wait_for_token(submission, timeout=left)
+                results.append(self.release(submission, token))
+            except NotApproved as refused:
+                results.append(refused)
+        return results
 
     # --- asyncio ---------------------------------------------------------------------------------
 

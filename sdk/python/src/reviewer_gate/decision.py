@@ -53,6 +53,9 @@ class VerifiedDecision:
     # reviewer edited it (`edited`): then execute this action, never the original one.
     action: dict[str, Any] | None = None
     edited: bool = False
+    # A batch member's decision names the manifest it was decided under (the `manifest` claim; the
+    # digest of `manifest_digest`); None for a request asked about alone.
+    manifest: str | None = None
 
     @property
     def approved(self) -> bool:
@@ -127,6 +130,9 @@ def decision_from_claims(claims: dict[str, Any]) -> VerifiedDecision:
     consume = claims.get("consume", False)
     if not isinstance(consume, bool):
         raise GateError("bad_claim", "consume must be a boolean")
+    manifest = claims.get("manifest")
+    if manifest is not None and not (isinstance(manifest, str) and manifest.startswith("sha256:")):
+        raise GateError("bad_claim", "manifest must be a sha256: digest")
     return VerifiedDecision(
         jti=jti,
         decision=claims["decision"],
@@ -145,7 +151,50 @@ def decision_from_claims(claims: dict[str, Any]) -> VerifiedDecision:
         expires_at=int(claims["exp"]),
         claims=dict(claims),
         action=claims.get("action") if isinstance(claims.get("action"), dict) else None,
+        manifest=manifest,
     )
+
+
+# --- the transaction profile (a protected resource's side) ---------------------------------------
+
+
+def authorization_details_digest(authorization_details: list[dict[str, Any]]) -> str:
+    """`sha256:` + hex SHA-256 of the RFC 8785 form of a list of RAR authorization details: two lists
+    describe the same operation exactly when their digests are equal (key order never matters)."""
+    return "sha256:" + hashlib.sha256(rfc8785.dumps(authorization_details)).hexdigest()
+
+
+def check_transaction(
+    claims: dict[str, Any], *, txn: str, authorization_details: list[dict[str, Any]]
+) -> None:
+    """The one rule binding a transaction token to the operation a protected resource is about to run:
+    the signed `txn` is the transaction the resource challenged, and the signed `authorization_details`
+    are exactly those the resource recomputed from the request in hand (never read from the token).
+    Exact equality, not "covers": a changed amount, another order or another route is another operation
+    and needs its own decision."""
+    granted = claims.get("authorization_details")
+    if not isinstance(granted, list) or not all(isinstance(each, dict) for each in granted):
+        raise GateError("missing_claim", "the token carries no authorization_details (a list of objects)")
+    # The operation first: a changed amount is named as such, not as a transaction mismatch.
+    if authorization_details_digest(granted) != authorization_details_digest(authorization_details):
+        raise GateError(
+            "wrong_operation",
+            "the token authorizes another operation than the one this request would perform",
+        )
+    # The action the proposal showed people (`{"tool", "arguments"}`, arguments the detail itself) must be
+    # the one the digest signs, and describe the same operation.
+    action = claims.get("action")
+    if action is not None:
+        if not isinstance(action, dict) or action_digest(action) != claims.get("action_digest"):
+            raise GateError("wrong_digest", "the token's action does not match its action_digest")
+        if len(authorization_details) == 1 and action.get("arguments") != authorization_details[0]:
+            raise GateError("wrong_operation", "the token's action is another operation than this request's")
+    if not isinstance(claims.get("txn"), str) or not claims["txn"]:
+        raise GateError("missing_claim", "the token carries no txn: it answers no transaction challenge")
+    if claims["txn"] != txn:
+        raise GateError(
+            "wrong_txn", "the token answers another transaction (another caller, or another request body)"
+        )
 
 
 # --- helpers for the A2A messages ---------------------------------------------------------------
@@ -169,6 +218,12 @@ def action_digest(action: dict[str, Any]) -> str:
     """`sha256:` + hex SHA-256 of the RFC 8785 (JCS) form of the action: key order does not matter,
     Unicode is kept as is, and `"40.00"` differs from `40.0` (send amounts as strings)."""
     return "sha256:" + hashlib.sha256(rfc8785.dumps(action)).hexdigest()
+
+
+def manifest_digest(member_digests: list[str]) -> str:
+    """A batch's manifest digest: `sha256:` + hex SHA-256 of the RFC 8785 form of the list of its
+    members' action digests, in the batch's order (docs/agents/batches.md)."""
+    return "sha256:" + hashlib.sha256(rfc8785.dumps(list(member_digests))).hexdigest()
 
 
 def approval_request_metadata(request: dict[str, Any]) -> dict[str, Any]:

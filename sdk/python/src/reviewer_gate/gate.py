@@ -67,6 +67,9 @@ Public API:
         .verify(token, *, task_id, request_id, action_digest, context_id=None, expires_at=None)
                                                    -> VerifiedDecision; expires_at: the request's own
                                                    deadline (datetime, RFC 3339 string or epoch seconds)
+        .verify_transaction(token, *, txn, authorization_details) -> VerifiedDecision
+                                                   a protected resource's check of a transaction token
+                                                   (see reviewer_gate.resource)
         .consume(decision) -> None                 raises GateError when the agent must not act
         .report_outcome(decision, status, *, transaction_id=None, detail=None) -> bool
         .close() -> None                           closes its kept-alive HTTP connections
@@ -77,6 +80,7 @@ Public API:
 GateError codes: malformed, bad_algorithm, bad_type, unknown_kid, keys_unavailable, bad_signature,
 expired, not_yet_valid, wrong_issuer, wrong_audience, wrong_tenant, missing_claim, bad_claim, wrong_task,
 wrong_context, wrong_request, wrong_digest, bad_decision, bad_policy, request_expired, replayed,
+wrong_txn, wrong_operation (verify_transaction),
 not_configured, consume_refused:<code> (Reviewer's 409 error code, or http_<status> for another refusal),
 reviewer_unreachable.
 """
@@ -105,9 +109,11 @@ from reviewer_gate.decision import (
     approval_request_metadata,
     check_policy,
     check_request_deadline,
+    check_transaction,
     decision_from_claims,
     decision_token_from_metadata,
     epoch_seconds,
+    manifest_digest,
 )
 from reviewer_gate.keys import JWKSKeySource, KeySource, StaticKeySource
 from reviewer_gate.used_stores import MemoryUsedStore, SQLiteUsedStore, UsedDecisionStore
@@ -131,6 +137,7 @@ __all__ = [
     "action_digest",
     "approval_request_metadata",
     "decision_token_from_metadata",
+    "manifest_digest",
 ]
 
 logger = logging.getLogger(__name__)
@@ -251,6 +258,27 @@ class Gate:
         if decision.request_id != request_id:
             decision = replace(decision, edited=True)
         # Last, so that a token refused for any other reason does not use up the decision.
+        if not self.used_store.claim(decision.jti, decision.expires_at):
+            raise GateError("replayed", f"decision {decision.jti} was already used")
+        return decision
+
+    def verify_transaction(
+        self, token: str, *, txn: str, authorization_details: list[dict[str, Any]]
+    ) -> VerifiedDecision:
+        """`verify` for a protected resource (the transaction profile of the decision token): the same
+        header, signature, issuer, audience (the resource's), time, tenant and policy checks, then the
+        token bound to the challenged `txn` and to `authorization_details` recomputed by the resource
+        from the request it is about to run (`check_transaction`) instead of to a task and request id;
+        last, single use. Raises GateError on any doubt; an unapproved decision verifies too (the
+        caller must still refuse it)."""
+        key = self._key_from_header(token)
+        claims = self._signed_claims(token, key)
+        self._check_tenant(claims)
+        check_policy(claims)
+        check_transaction(claims, txn=txn, authorization_details=authorization_details)
+        if claims.get("decision") not in DECISIONS:
+            raise GateError("bad_decision", f"unknown decision {claims.get('decision')!r}")
+        decision = decision_from_claims(claims)
         if not self.used_store.claim(decision.jti, decision.expires_at):
             raise GateError("replayed", f"decision {decision.jti} was already used")
         return decision

@@ -21,6 +21,8 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from reviewer_gate.decision import action_digest
+
 TOKEN_TYPE = "approval-decision+jwt"  # noqa: S105 - a JOSE typ value, not a secret
 
 
@@ -395,3 +397,39 @@ def decide_next_proposal(
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
+
+
+def grant_challenge(
+    reviewer: "FakeReviewer",
+    key: "ReviewerKey",
+    challenge: str,
+    *,
+    decision: str = "approved",
+    **overrides: Any,
+) -> str:
+    """Reviewer's answer to a resource's transaction challenge, as its TAC endpoint gives it once people
+    approved: a decision token whose audience is the challenge's issuer (the resource), carrying the
+    challenge's `txn` and `authorization_details`, to be consumed online. A test double: the challenge
+    is read without checking its signature (a resource's own tests check that separately).
+    `overrides` replace claims (another audience, another txn, ...)."""
+    challenged = jwt.decode(challenge, options={"verify_signature": False})
+    # As Reviewer files it: the detail verbatim as the arguments of the tool its type maps to (here the
+    # type itself stands in for the registered tool), the txn as the task, `tac-<jti>` as the request.
+    detail = challenged["authorization_details"][0]
+    action = {"tool": detail["type"], "arguments": detail}
+    claims = decision_claims(
+        issuer=reviewer.url,
+        audience=challenged["iss"],
+        task_id=challenged["txn"],
+        request_id=f"tac-{challenged['jti']}",
+        action_digest=action_digest(action),
+        decision=decision,
+        consume=True,
+        action=action,
+        txn=challenged["txn"],
+        authorization_details=challenged["authorization_details"],
+    )
+    if "act" in challenged:
+        claims["act"] = challenged["act"]
+    claims.update(overrides)
+    return key.sign(claims)

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('approvals', '0008_open_at_most'),
+        ('approvals', '0012_teams_bot'),
     ]
 
     operations = [

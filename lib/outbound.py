@@ -1,8 +1,9 @@
-"""Which hosts Reviewer may call on an agent's behalf (server-side request forgery through the card URL).
+"""Which hosts Reviewer may call (server-side request forgery through a URL an admin or agent gave).
 
-Every outbound request to an agent (its card, its A2A interface) goes through `GuardedTransport`, an
-httpx transport that resolves the host itself, checks every address it resolves to, and then connects
-to the checked address (so a second DNS answer cannot swap in another one). Because the check sits in
+Every outbound request to an agent (its card, its A2A interface), a tenant's webhook or a Teams channel
+goes through `GuardedTransport`, an httpx transport that resolves the host itself, checks every address
+it resolves to, and then connects to the checked address (so a second DNS answer cannot swap in another
+one). Because the check sits in
 the transport, it runs again for every request an httpx client makes, redirects included.
 
 The rule (settings `AGENT_ALLOWED_HOSTS`, `AGENT_ALLOWED_NETWORKS`, documented in reviewer/settings.py):
@@ -20,11 +21,19 @@ The rule (settings `AGENT_ALLOWED_HOSTS`, `AGENT_ALLOWED_NETWORKS`, documented i
 
 Refusals raise `HostNotAllowed`; callers store a generic text and log the detail (what a refused or
 failed connection said is a port scanner's answer, and must not reach the outbox or evidence).
+
+A URL stored now and called later (a webhook endpoint) is judged when it is registered too, by the same
+rule (`url_refusal`): what delivery would refuse is refused there, with the reason, instead of failing
+every delivery afterwards. Delivery still checks every request, since the name may resolve elsewhere by
+then. The rule lives here, below every app, so registration (a service) and delivery (the worker's
+senders, the A2A client) import the one copy.
 """
 
 import asyncio
 import ipaddress
 import socket
+from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 from django.conf import settings
@@ -107,18 +116,57 @@ def refusal(host: str, address: IPAddress) -> str | None:
     return None
 
 
+def _first_refusal(host: str, answers: list[tuple[Any, ...]]) -> tuple[list[IPAddress], str | None]:
+    """The distinct addresses of getaddrinfo's `answers`, and why the first refused one is refused."""
+    addresses = list(dict.fromkeys(_address(answer[4][0]) for answer in answers))
+    for address in addresses:
+        why = refusal(host, address)
+        if why:
+            return addresses, f"{host} resolves to {address}: {why}"
+    return addresses, None
+
+
 async def allowed_addresses(host: str, port: int) -> list[str]:
     """Resolve `host` and return the addresses to connect to; HostNotAllowed unless every one is allowed."""
     try:
         answers = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError as error:
         raise httpx.ConnectError(f"cannot resolve {host}: {error}") from error
-    addresses = list(dict.fromkeys(_address(answer[4][0]) for answer in answers))
-    for address in addresses:
-        why = refusal(host, address)
-        if why:
-            raise HostNotAllowed(f"{host} resolves to {address}: {why}")
+    addresses, why = _first_refusal(host, answers)
+    if why:
+        raise HostNotAllowed(why)
     return [str(address) for address in addresses]
+
+
+def url_refusal(url: str) -> str | None:
+    """Why the transport would refuse to call `url` if it were called now, or None: for a URL that is
+    stored to be called later (a webhook endpoint), checked when it is registered. Resolves the host
+    (blocking). A name that does not resolve yet is accepted only if AGENT_ALLOWED_HOSTS names it: no
+    address of it can be judged, and an allowed name is the operator's word for it."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        return f"{parts.scheme or 'scheme-less'} URLs are not called"
+    host = parts.hostname
+    if not host:
+        return "the URL names no host"
+    try:
+        port = parts.port or {"http": 80, "https": 443}[parts.scheme]
+    except ValueError:
+        return "the URL's port is not a number from 0 to 65535"
+    try:
+        literal = _address(host)
+    except ValueError:
+        literal = None  # a name, not an address
+    if literal is not None:
+        why = refusal(host, literal)
+        return f"{literal}: {why}" if why else None
+    try:
+        answers = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        if _host_allowed(host):
+            return None
+        return f"{host} does not resolve, and is not in AGENT_ALLOWED_HOSTS"
+    return _first_refusal(host, answers)[1]
 
 
 class GuardedTransport(httpx.AsyncHTTPTransport):
@@ -144,7 +192,7 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
         raise failure or httpx.ConnectError(f"{host} resolves to no address")
 
 
-def async_client(*, verify=True, **options) -> httpx.AsyncClient:
+def async_client(*, verify: Any = True, **options: Any) -> httpx.AsyncClient:
     """An httpx.AsyncClient whose every request (redirects included) passes the allow-list. `verify`
     (True, or a shared ssl.SSLContext) goes to the transport, which is what makes the TLS connections."""
     return httpx.AsyncClient(transport=GuardedTransport(verify=verify), **options)
@@ -153,7 +201,7 @@ def async_client(*, verify=True, **options) -> httpx.AsyncClient:
 def not_allowed(error: BaseException | None) -> bool:
     """True if `error`, or anything that caused it, is a HostNotAllowed refusal (the a2a SDK wraps
     transport errors in its own)."""
-    seen = set()
+    seen: set[int] = set()
     while error is not None and id(error) not in seen:
         if isinstance(error, HostNotAllowed):
             return True
