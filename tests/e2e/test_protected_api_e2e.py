@@ -1,9 +1,10 @@
 """The standard doors over real HTTP: Reviewer under Daphne serving TLS on loopback (a certificate made
 here), the test database (PostgreSQL when DATABASE_URL names it), people voting through the services.
 
-- TAC: a minimal refund resource written here (http.server; the resource kit of reviewer_gate replaces
-  it once it lands) signs its challenge with its own Ed25519 key, and verifies, matches and consumes
-  the token by hand before it runs the refund. An agent calls it through
+- TAC: a minimal refund resource written here (http.server, no reviewer_gate code: the wire contract of
+  docs/protect-an-api.md followed by hand; the resource kit itself runs against this endpoint in
+  tests/e2e/test_protected_api.py) signs its challenge with its own Ed25519 key, and verifies,
+  matches and consumes the token before it runs the refund. An agent calls it through
   `reviewer_gate.tac.TransactionAuthorization`; two people approve; the refund runs exactly once, and
   a replay, a changed amount and a token minted for another resource are refused.
 - CIBA: `auth0-python`'s BackChannelLogin and GetToken (a client nobody here wrote) against Reviewer's
