@@ -11,6 +11,19 @@ import signing_keys as keys
 # agent's gate accepts, by construction.
 from reviewer_gate.decision import ALGORITHMS, TOKEN_TYPE
 
+# The claims a standard door may add to a decision token (Proposal.token_claims; docs/agents/
+# decision-token.md, "The TAC and CIBA profile"). Only these: a door never changes a core claim.
+PROFILE_CLAIMS = frozenset({"txn", "authorization_details"})
+
+
+def profile_claims(token_claims: dict) -> dict:
+    """The door's claims for the token, refusing any name outside PROFILE_CLAIMS (a programming error:
+    the doors write only these)."""
+    unknown = set(token_claims) - PROFILE_CLAIMS
+    if unknown:
+        raise ValueError(f"a door may not set the decision claims {sorted(unknown)}")
+    return dict(token_claims)
+
 
 def sign_decision(claims: dict) -> tuple[str, str]:
     """Sign claims with the active key. Returns (token, kid)."""

@@ -147,6 +147,9 @@ class Verb(models.TextChoices):
     GRANT_REVOKED = "grant.revoked"
     GRANT_RENEWAL_ASKED = "grant.renewal_asked"
     GRANT_LAPSED = "grant.lapsed"
+    RESOURCE_REGISTERED = "resource.registered"
+    TXN_CHALLENGE_ACCEPTED = "txn_challenge.accepted"
+    BACKCHANNEL_REQUESTED = "backchannel.requested"
 
 
 class AuditEventQuerySet(AppendOnlyQuerySet):

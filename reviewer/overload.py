@@ -37,9 +37,19 @@ Receive = Callable[[], Awaitable[Mapping[str, Any]]]
 Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-# What agents call: the REST API (intake, pull, consume, outcome), the A2A push webhook, and the JWKS
-# their gates verify decisions with.
-AGENT_PATHS = ("/api/", "/a2a/", "/access/", "/.well-known/jwks.json", "/.well-known/authzen-configuration")
+# What agents call: the REST API (intake, pull, consume, outcome), the A2A push webhook, the JWKS
+# their gates verify decisions with, AuthZEN's evaluations, and the OAuth doors (oauth/urls.py: TAC,
+# CIBA, their metadata).
+AGENT_PATHS = (
+    "/api/",
+    "/a2a/",
+    "/access/",
+    "/.well-known/jwks.json",
+    "/.well-known/authzen-configuration",
+    "/oauth/",
+    "/bc-authorize",
+    "/.well-known/oauth-authorization-server",
+)
 
 
 def share_of(path: str) -> Share:

@@ -57,6 +57,8 @@ if not DEBUG and not SIGNING_KEY_PEM and not os.environ.get("REVIEWER_SIGNING_KE
 SIGNING_KEY_AUTOGENERATE = DEBUG and not SIGNING_KEY_PEM
 # Longest lifetime of a decision token; a retired key stays in the JWKS at least this long.
 DECISION_TOKEN_MAX_SECONDS = env_int("DECISION_TOKEN_MAX_SECONDS", 3600)
+# The polling interval the OAuth doors (TAC, CIBA: oauth/) answer; a client polling sooner gets slow_down.
+OAUTH_POLL_INTERVAL_SECONDS = env_int("OAUTH_POLL_INTERVAL_SECONDS", 5)
 
 INSTALLED_APPS = [
     "daphne",
@@ -82,6 +84,7 @@ INSTALLED_APPS = [
     "sso",
     "health",
     "authzen",
+    "oauth",
     "django_scim",
     "djangosaml2",
 ]

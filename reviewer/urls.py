@@ -22,6 +22,7 @@ urlpatterns = [
     path("accounts/sso/", include("sso.urls")),  # single sign-on (sso/urls.py)
     path("accounts/", include("accounts.urls")),
     path("", include("approvals.urls")),
+    path("", include("oauth.urls")),  # the OAuth doors: TAC, CIBA, the server metadata (oauth/urls.py)
     path("audit/", include("audit.urls")),
     path("", include("authzen.urls")),  # OpenID AuthZEN access evaluation (authzen/)
     path("scim/v2/", include("sso.scim.views", namespace="scim")),  # provisioning (sso/scim/)

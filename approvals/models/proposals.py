@@ -39,6 +39,11 @@ class Proposal(models.Model):
     consequences = models.JSONField(default=dict, blank=True)
     diff = models.JSONField(default=list, blank=True)
     evidence = models.JSONField(default=list, blank=True)
+    # Claims a standard door adds to this proposal's decision token (oauth/: the OAuth Transaction
+    # Authorization Challenge's `txn` and RFC 9396 `authorization_details`, CIBA's
+    # `authorization_details`); {} for every other proposal. Names only from PROFILE_CLAIMS
+    # (approvals/signing.py). A decision carrying them is always consumed online.
+    token_claims = models.JSONField(default=dict, blank=True)
     supersedes = models.OneToOneField(
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="superseded_by"
     )

@@ -25,7 +25,7 @@ from approvals.services.lifecycle import (
     transition,
 )
 from approvals.services.quorum import Quorum
-from approvals.signing import decision_claims, sign_decision
+from approvals.signing import decision_claims, profile_claims, sign_decision
 from approvals.states import RELEASED, STARTED, State
 from approvals.storage import decisions as storage
 from approvals.storage.rows import insert_held, on_postgresql
@@ -92,7 +92,11 @@ def _sign_and_queue(
     grant: dict | None,
 ) -> Decision:
     issued = timezone.now()
-    consume = kind == Decision.Kind.APPROVED and bool(proposal.requirements.get("consume", True))
+    # A token a standard door hands out (TAC, CIBA) is carried by the agent to the resource: it is always
+    # consumed online there, whatever the policy's consume_online says.
+    consume = kind == Decision.Kind.APPROVED and (
+        bool(proposal.requirements.get("consume", True)) or bool(proposal.token_claims)
+    )
     decision = Decision(
         proposal=proposal,
         kind=kind,
@@ -128,6 +132,7 @@ def _sign_and_queue(
         claims["manifest"] = proposal.manifest_digest
     if grant is not None:
         claims["grant"] = grant
+    claims.update(profile_claims(proposal.token_claims))
     decision.token, decision.kid = sign_decision(claims)
     insert_held(decision)  # with intake's other writes (approvals/storage/rows.py)
     record(

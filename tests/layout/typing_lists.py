@@ -32,6 +32,7 @@ PRODUCT_PACKAGES = (
     "audit",
     "authzen",
     "lib",
+    "oauth",
     "reviewer",
     "signing_keys",
     "sso",

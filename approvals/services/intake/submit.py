@@ -36,16 +36,24 @@ from lib.storage.held_writes import held_writes
 
 
 def submit_proposal(
-    agent: Agent, submission: ProposalSubmission, *, via: str, decision_in_answer: bool = False
+    agent: Agent,
+    submission: ProposalSubmission,
+    *,
+    via: str,
+    decision_in_answer: bool = False,
+    token_claims: dict | None = None,
 ) -> tuple[Proposal, bool]:
     """Create the proposal for an agent's approval request (idempotent on agent, task, request id) and
     evaluate policy. Returns (proposal, created). `decision_in_answer`: the agent acts on a decision
     policy makes here from the answer, so its continuation is held (ANSWERED_CONTINUATION_DELAY_SECONDS)
-    instead of sent right after the commit."""
+    instead of sent right after the commit. `token_claims`: what a standard door (oauth/) adds to the
+    decision token (Proposal.token_claims)."""
     request = submission.request
     try:
         with transaction.atomic(durable=True):
-            taken = take_in(agent, submission, via=via, decision_in_answer=decision_in_answer)
+            taken = take_in(
+                agent, submission, via=via, decision_in_answer=decision_in_answer, token_claims=token_claims
+            )
     except IntegrityError:
         # The same request arrived twice at once (push and REST): the other one created it.
         existing = Proposal.objects.filter(
@@ -77,6 +85,7 @@ def take_in(
     via: str,
     decision_in_answer: bool = False,
     manifest: str = "",
+    token_claims: dict | None = None,
 ) -> Taken:
     """submit_proposal's work inside the caller's transaction: a batch takes its members in, all or
     nothing, in one (approvals/services/batches.py). `manifest`: a batch member's manifest digest."""
@@ -148,6 +157,7 @@ def take_in(
             evidence=[e.model_dump() for e in request.evidence],
             manifest_digest=manifest,
             trace_parent=tracing.current_traceparent(),  # intake's span: later spans continue it
+            token_claims=token_claims or {},
         )
         # First, before any read intake decides on: the quota rows' lock, so that the counts read
         # with it see every proposal the intakes before this one committed (services/quotas.py).
