@@ -115,15 +115,17 @@ def test_a_standard_endpoint_keeps_the_standard_webhooks_body(
     assert verified["event"]["type"] == "proposal.awaiting_review"
 
 
-def test_an_unknown_envelope_is_refused_and_nothing_is_stored(tenant, receiver):
+def test_an_unknown_envelope_is_refused_and_nothing_is_stored(tenant, settings):
+    settings.AGENT_ALLOWED_HOSTS = ["hooks.example.test"]  # the URL passes; only the envelope is wrong
     with pytest.raises(ConfigRefused) as refused:
-        register_endpoint(tenant=tenant, url="https://hooks.example.com/x", envelope="binary")
+        register_endpoint(tenant=tenant, url="https://hooks.example.test/x", envelope="binary")
 
     assert refused.value.field == "envelope"
     assert not WebhookEndpoint.objects.exists()
 
 
-def test_a_tenant_admin_chooses_cloudevents_in_the_admin(tenant):
+def test_a_tenant_admin_chooses_cloudevents_in_the_admin(tenant, settings):
+    settings.AGENT_ALLOWED_HOSTS = ["hooks.example.test"]  # registration judges the URL as delivery would
     author, _ = factories.policy_admins()
     client = factories.verified_client(author)
 
