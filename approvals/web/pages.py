@@ -204,10 +204,11 @@ def page_hash(proposal: Proposal) -> str:
 
 
 def _step_up_text(mode: str) -> str:
+    """What one vote needs, worded to follow "Each vote needs" and "this needs"."""
     if mode == PASSKEY:
-        return "your passkey with every vote (a one-time code is not accepted)"
+        return "your passkey (a one-time code is not accepted)"
     if mode == PER_VOTE:
-        return "a fresh one-time code with every vote"
+        return "a fresh one-time code"
     minutes, seconds = divmod(int(mode), 60)
     return f"a one-time code entered within the last {minutes} min" + (f" {seconds} s" if seconds else "")
 
