@@ -65,7 +65,7 @@ class RustRefunds(AgentExecutor):
             return
         updater = TaskUpdater(event_queue, task.id, task.context_id)
         metadata = MessageToDict(message.metadata)
-        decision = metadata.get(METADATA_KEY)
+        decision = metadata.get(METADATA_KEY) or {}
         why = self.refusal(task, decision, context)
         if why:
             self.refused.append(why)

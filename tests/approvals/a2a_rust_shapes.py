@@ -43,7 +43,7 @@ def refund_request(
     """The request the book's executor parks, with the server's `requestedBy`; `with_action` adds the
     action beside the extension's members (a2a-rust's reader ignores members it does not know), and
     `agent` the registration's slug, which Reviewer needs to adopt a task it lists."""
-    request = {
+    request: dict[str, object] = {
         "requestId": str(uuid.uuid4()),
         "summary": REFUND_SUMMARY,
         "digest": action_digest(REFUND_ACTION),

@@ -9,6 +9,7 @@ import socket
 import threading
 import uuid
 from dataclasses import dataclass
+from typing import Self
 
 import httpx
 import uvicorn
@@ -142,7 +143,7 @@ class FakeAgent:
     def card_url(self) -> str:
         return f"{self.url}/.well-known/agent-card.json"
 
-    def start(self, timeout: float = 10) -> "FakeAgent":
+    def start(self, timeout: float = 10) -> Self:
         app = Starlette(routes=[])  # routes are added once the port (and so the card URL) is known
         self.front = FailingFront(app)
         self._server = uvicorn.Server(
@@ -269,4 +270,5 @@ class FakeAgent:
         self._run(lambda client: client.cancel_task(CancelTaskRequest(id=task_id)))
 
     def decisions_received(self) -> list[Received]:
+        assert isinstance(self.executor, RecordingExecutor), "only a recording executor keeps what it got"
         return [r for r in self.executor.received if EXTENSION_URI in r.metadata]

@@ -166,13 +166,13 @@ def test_c_3_2_batches(client):
 
 
 def test_c_3_4_a_failed_item_is_false_in_its_place(client):
-    body = {
+    body: dict[str, object] = {
         **{"subject": ALICE, "action": {"name": "read"}},
         "options": {"evaluations_semantic": "execute_all"},
         "evaluations": [{"resource": RECORD_1}, {}],
     }
     assert batch(client, body) == [True, False]
-    single = {"subject": ALICE, "action": {"name": "read"}, "resource": RECORD_1}
-    for body in (single, {**single, "evaluations": []}):
-        response = call(client, "/access/v1/evaluations", body)
+    single: dict[str, object] = {"subject": ALICE, "action": {"name": "read"}, "resource": RECORD_1}
+    for one in (single, {**single, "evaluations": []}):
+        response = call(client, "/access/v1/evaluations", one)
         assert response.json()["decision"] is True

@@ -13,7 +13,7 @@ from approvals.models import Batch, Decision, Proposal
 from approvals.services.agents import register_agent
 from approvals.states import State
 from audit.models import AuditEvent, Verb
-from reviewer_gate import Approval, ReviewerClient
+from reviewer_gate import Approval, NotApproved, ReviewerClient
 from tests import factories
 from tests.e2e.conftest import Stack, _running
 from tests.e2e.test_fanout_redis import signed_in
@@ -44,7 +44,9 @@ class Asking(threading.Thread):
 
     def __init__(self, client: ReviewerClient):
         super().__init__(daemon=True)
-        self.client, self.results, self.error = client, None, None
+        self.client = client
+        self.results: list[Approval | NotApproved] = []
+        self.error: Exception | None = None
 
     def run(self):
         try:
@@ -104,7 +106,9 @@ def test_a_batch_of_twenty_refunds_is_approved_on_one_page_with_one_code_and_eac
     assert page.status_code == 200
     assert page.text.count('id="member-') == MEMBERS
     assert "EUR 500.00" in page.text  # the total
-    manifest = re.search(r'name="manifest" value="(sha256:[0-9a-f]{64})"', page.text).group(1)
+    found = re.search(r'name="manifest" value="(sha256:[0-9a-f]{64})"', page.text)
+    assert found is not None, page.text[:3000]
+    manifest = found.group(1)
     decided = browser.post(
         f"/batches/{batch.id}/decide",
         data={
@@ -120,14 +124,16 @@ def test_a_batch_of_twenty_refunds_is_approved_on_one_page_with_one_code_and_eac
     assert agent.error is None, agent.error
     assert len(agent.results) == MEMBERS
     assert all(isinstance(result, Approval) for result in agent.results), agent.results
-    assert {result.decision.manifest for result in agent.results} == {manifest}
-    for result in agent.results:
+    approvals = [result for result in agent.results if isinstance(result, Approval)]
+    assert {approval.decision.manifest for approval in approvals} == {manifest}
+    for result in approvals:
         result.report("succeeded", transaction_id=f"tx-{result.decision.request_id}")
 
     assert AuditEvent.objects.filter(verb=Verb.DECISION_CONSUMED).count() == MEMBERS
     assert AuditEvent.objects.filter(verb=Verb.STEP_UP_FAILED).count() == 0
     assert set(Proposal.objects.values_list("state", flat=True)) == {State.SUCCEEDED}
     one = Decision.objects.first()
+    assert one is not None
     again = httpx.post(
         f"{reviewer_only.url}/api/v1/decisions/{one.jti}/consume",
         json={"rev": one.rev},

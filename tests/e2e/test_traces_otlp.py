@@ -18,6 +18,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from opentelemetry.sdk.trace import TracerProvider
 
 from approvals.a2a.client import forget_cards
@@ -47,7 +48,7 @@ class Collector:
     """OTLP/HTTP on loopback: every span it receives, with its resource's service name."""
 
     def __init__(self):
-        self.spans: list[tuple[str, object]] = []  # (service.name, Span protobuf)
+        self.spans: list[tuple[str, Span]] = []  # (service.name, Span protobuf)
         self.content_types: set[str] = set()
         collector = self
 

@@ -65,7 +65,7 @@ class Chaos:
 
     def __init__(self, run: Run, rng: random.Random):
         self.run, self.rng = run, rng
-        self.revive: list[Callable[[], None]] = []  # what the next vote brings back
+        self.revive: list[Callable[[], object]] = []  # what the next vote brings back
 
     def count(self, what: str) -> None:
         self.run.kills[("random moments", what)] += 1

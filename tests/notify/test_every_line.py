@@ -10,6 +10,7 @@ import json
 
 import pytest
 from django.core import mail
+from django.core.mail import EmailMultiAlternatives
 
 from approvals.models.notifications import PushSubscription
 from approvals.worker import notifications
@@ -58,7 +59,8 @@ def test_slack_teams_push_and_mail_name_the_currency_and_the_target_as_the_page(
     notifications.send_digests()
     digest = next(m for m in mail.outbox if m.to == [reviewer_a.email])
     assert f"What:    {HEADLINE} (currency: {NOTE})" in digest.body
-    html = digest.alternatives[0][0]
+    assert isinstance(digest, EmailMultiAlternatives)
+    html = str(digest.alternatives[0][0])
     assert "EUR 22.00" in html and "order:7002" in html and "not part of the approved action" in html
 
 

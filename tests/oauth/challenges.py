@@ -17,7 +17,7 @@ REFUND_DETAIL = {"type": "refund", "order_id": "1182", "amount": "740.00", "curr
 class ChallengeKey:
     kind: str = "Ed25519"
     kid: str = "refunds-1"
-    private: object = field(init=False)
+    private: ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey = field(init=False)
 
     def __post_init__(self):
         self.private = (
@@ -31,8 +31,11 @@ class ChallengeKey:
         return "EdDSA" if self.kind == "Ed25519" else "ES256"
 
     def public_jwk(self) -> dict:
-        algorithm = jwt.algorithms.OKPAlgorithm if self.kind == "Ed25519" else jwt.algorithms.ECAlgorithm
-        jwk = json.loads(algorithm.to_jwk(self.private.public_key()))
+        public = self.private.public_key()
+        if isinstance(public, ed25519.Ed25519PublicKey):
+            jwk = json.loads(jwt.algorithms.OKPAlgorithm.to_jwk(public))
+        else:
+            jwk = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(public))
         return {**jwk, "kid": self.kid, "alg": self.algorithm, "use": "sig"}
 
     def sign(self, claims: dict, **header) -> str:

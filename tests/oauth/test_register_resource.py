@@ -6,6 +6,7 @@ from io import StringIO
 
 import jwt
 import pytest
+from cryptography.hazmat.primitives.asymmetric import ed25519
 from django.core.management import CommandError, call_command
 
 from approvals.models import Agent
@@ -44,6 +45,7 @@ def test_a_resource_is_a_pull_agent_with_its_keys_and_types(tenant, tmp_path):
 
 def test_a_private_key_is_refused_and_nothing_is_written(tenant, tmp_path):
     key = ChallengeKey()
+    assert isinstance(key.private, ed25519.Ed25519PrivateKey)
     private = json.loads(jwt.algorithms.OKPAlgorithm.to_jwk(key.private))  # with its "d"
 
     with pytest.raises(CommandError, match="private key"):
