@@ -7,7 +7,9 @@ Two sinks, configured by the operator in settings (reviewer/settings.py, "SIEM")
 - `AUDIT_SIEM_HTTP_URL`: JSON over HTTPS in the shape the collector takes: `hec` (Splunk HTTP Event
   Collector: one `{"time", "sourcetype", "event"}` object per line, `Authorization: Splunk <token>`),
   `elastic` (the `_bulk` API: an `{"create": {}}` line before each event, `Authorization: ApiKey
-  <key>`), or `jsonl` (one event per line, `Authorization: Bearer <token>`);
+  <key>`), `jsonl` (one event per line, `Authorization: Bearer <token>`), or `cloudevents` (CloudEvents
+  1.0, the HTTP binding's batched mode: a JSON array of events in the JSON format, `Content-Type:
+  application/cloudevents-batch+json`, `Authorization: Bearer <token>`);
 - `AUDIT_SIEM_SYSLOG`: RFC 5424 syslog over TCP (`tcp://host:port`) or TLS (`tls://host:port`), with
   RFC 6587 octet-counting framing; the event's JSON is the message, its chain/seq/hash also as
   structured data.
@@ -74,7 +76,25 @@ def _secret(name: str) -> str:
 # --- HTTP --------------------------------------------------------------------------------------------
 
 
+def cloudevent(record: dict) -> dict:
+    """An audit event as a CloudEvent 1.0 (its JSON format). `id` is the event's place in its chain,
+    unique with `source` (so a batch sent again is recognised as duplicates, as `seq` shows them);
+    `data` is the record as the other formats carry it, so the SIEM's copy verifies the same way."""
+    return {
+        "specversion": "1.0",
+        "id": f"{record['chain']}:{record['seq']}",
+        "source": f"{settings.REVIEWER_ISSUER}/audit/{record['chain']}",
+        "type": f"reviewer.audit.{record['verb']}",
+        "subject": record["subject"],
+        "time": record["at"],
+        "datacontenttype": "application/json",
+        "data": record,
+    }
+
+
 def http_body(records: list[dict], fmt: str) -> bytes:
+    if fmt == "cloudevents":
+        return json.dumps([cloudevent(record) for record in records], ensure_ascii=False).encode()
     lines = []
     for record in records:
         if fmt == "hec":
@@ -100,7 +120,10 @@ def _authorization(fmt: str) -> dict:
 
 def send_http(records: list[dict]) -> None:
     fmt = settings.AUDIT_SIEM_HTTP_FORMAT
-    content_type = "application/x-ndjson" if fmt == "elastic" else "application/json"
+    content_type = {
+        "elastic": "application/x-ndjson",
+        "cloudevents": "application/cloudevents-batch+json; charset=utf-8",
+    }.get(fmt, "application/json")
     verify = settings.AUDIT_SIEM_CA_FILE or True
     try:
         response = httpx.post(

@@ -473,7 +473,8 @@ NOTIFY_READ_TIMEOUT_SECONDS = env_int("NOTIFY_READ_TIMEOUT_SECONDS", 5)
 NOTIFY_THREADS = env_int("NOTIFY_THREADS", 4)
 NOTIFY_TARGET_BACKOFF_SECONDS = env_int("NOTIFY_TARGET_BACKOFF_SECONDS", 30)
 NOTIFY_TARGET_BACKOFF_CAP_SECONDS = env_int("NOTIFY_TARGET_BACKOFF_CAP_SECONDS", 600)
-# SIEM (audit/siem.py): JSON over HTTPS ("hec", "elastic", "jsonl") and/or syslog ("tcp://…", "tls://…").
+# SIEM (audit/siem.py): JSON over HTTPS ("hec", "elastic", "jsonl", "cloudevents") and/or syslog
+# ("tcp://…", "tls://…").
 AUDIT_SIEM_HTTP_URL = env_str("AUDIT_SIEM_HTTP_URL")
 AUDIT_SIEM_HTTP_FORMAT = env_str("AUDIT_SIEM_HTTP_FORMAT", "hec")
 AUDIT_SIEM_HTTP_TOKEN = env_str("AUDIT_SIEM_HTTP_TOKEN")
