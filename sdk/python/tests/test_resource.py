@@ -641,3 +641,33 @@ async def test_reviewers_keys_unreachable_fail_closed_with_503(reviewer, key, re
     assert response.json()["reviewer_gate_code"] == "keys_unavailable"
     assert ledger.runs == []
     guard.close()
+
+
+# --- the caller's trace --------------------------------------------------------------------------------
+
+CALLER_TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_the_resource_carries_its_callers_traceparent_to_reviewer(reviewer, key, resource_key):
+    """A resource whose own server records no span still links the caller's trace to Reviewer's spans
+    of the decision: its consume and its outcome report carry the incoming traceparent; a malformed one
+    is not passed on."""
+    guard = make_guard(reviewer, resource_key)
+    app = ReviewerGateWSGIMiddleware(wsgi_refund_app(Ledger()), guard=guard)
+    client = httpx.Client(transport=httpx.WSGITransport(app=app), base_url=AUDIENCE)
+    body = json.dumps(REFUND).encode()
+    traced = {"traceparent": CALLER_TRACEPARENT}
+
+    token = grant_challenge(
+        reviewer, key, challenge_of(client.post("/refunds/1182", content=body, headers=CAROL))
+    )
+    ran = client.post("/refunds/1182", content=body, headers={**bearer(token), **traced})
+    token = grant_challenge(
+        reviewer, key, challenge_of(client.post("/refunds/1183", content=body, headers=CAROL))
+    )
+    garbled = client.post("/refunds/1183", content=body, headers={**bearer(token), "traceparent": "00-zz-01"})
+
+    assert ran.status_code == 200 and garbled.status_code == 200
+    assert [call["traceparent"] for call in reviewer.consumes] == [CALLER_TRACEPARENT, None]
+    assert [call["traceparent"] for call in reviewer.outcomes] == [CALLER_TRACEPARENT, None]
+    guard.close()

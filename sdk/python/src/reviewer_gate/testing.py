@@ -280,6 +280,7 @@ class FakeReviewer:
                     "body": body,
                     "authorization": self.headers.get("Authorization"),
                     "prefer": self.headers.get("Prefer"),
+                    "traceparent": self.headers.get("traceparent"),
                 }
                 if self.path.startswith("/a2a/push/"):
                     call["token"] = self.headers.get("X-A2A-Notification-Token")

@@ -43,6 +43,7 @@ from reviewer_gate.resource.routes import (
     find_route,
     request_fingerprint,
 )
+from reviewer_gate.tracing import continuing
 
 logger = logging.getLogger(__name__)
 
@@ -192,7 +193,12 @@ class ResourceGuard:
         )
 
     def handle(self, request: ProtectedRequest) -> Answer | Release | None:
-        """None: not a protected route, pass it through. Answer: send it, run nothing. Release: run."""
+        """None: not a protected route, pass it through. Answer: send it, run nothing. Release: run.
+        Reviewer's spans of the decision join the caller's trace (reviewer_gate/tracing.py)."""
+        with continuing(request.headers):
+            return self._handle(request)
+
+    def _handle(self, request: ProtectedRequest) -> Answer | Release | None:
         served = self._served(request)
         if served is not None:
             return served
@@ -226,7 +232,8 @@ class ResourceGuard:
         detail = f"{release.request.method} {release.request.path} answered " + (
             f"HTTP {status}" if status is not None else "with an exception"
         )
-        return self.gate.report_outcome(release.decision, outcome, detail=detail)
+        with continuing(release.request.headers):
+            return self.gate.report_outcome(release.decision, outcome, detail=detail)
 
     # the TAC path ------------------------------------------------------------------------------
 
