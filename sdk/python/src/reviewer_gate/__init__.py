@@ -12,6 +12,7 @@
 
 from reviewer_gate.client import (
     Approval,
+    BatchRefused,
     NotApproved,
     ReviewerClient,
     ReviewerUnavailable,
@@ -40,6 +41,7 @@ __version__ = "0.1.0"
 __all__ = [
     "EXTENSION_URI",
     "Approval",
+    "BatchRefused",
     "Gate",
     "GateError",
     "JWKSKeySource",
