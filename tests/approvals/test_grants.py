@@ -7,6 +7,7 @@ from decimal import Decimal
 
 import jwt
 import pytest
+import time_machine
 from django.urls import reverse
 from django.utils import timezone
 
@@ -164,6 +165,35 @@ def test_the_environment_must_be_stated_as_granted(grants, agent, reviewer_a, re
         GrantMiss.objects.get(proposal=call).reason
         == "it covers environment 'production'; the call states 'none'"
     )
+
+
+def test_a_call_after_the_expiry_goes_to_people_before_the_worker_lapses_the_grant(
+    grants, agent, reviewer_a, reviewer_b
+):
+    grant = active_grant(agent, reviewer_a, reviewer_b)
+
+    with time_machine.travel(grant.expires_at + timedelta(minutes=1), tick=False):
+        call = refund(agent)
+
+    assert call.state == State.AWAITING_REVIEW
+    assert GrantMiss.objects.get(proposal=call).reason.startswith("it expired at ")
+    grant.refresh_from_db()
+    assert (grant.state, grant.uses, grant.spent) == (Grant.State.ACTIVE, 0, {})  # nothing spent
+
+
+def test_the_data_class_must_be_stated_as_granted(grants, agent, reviewer_a, reviewer_b):
+    active_grant(agent, reviewer_a, reviewer_b, data_class="payments")
+
+    elsewhere = refund(agent, consequences={"data_class": "health"})
+    stated = refund(agent, consequences={"data_class": "payments"})
+
+    assert elsewhere.state == State.AWAITING_REVIEW
+    assert (
+        GrantMiss.objects.get(proposal=elsewhere).reason
+        == "it covers data_class 'payments'; the call states 'health'"
+    )
+    assert stated.state == State.ALLOWED
+    assert claims(stated)["grant"]["uses_left"] == 29
 
 
 @pytest.mark.parametrize(
