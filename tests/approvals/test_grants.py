@@ -352,7 +352,7 @@ def test_the_trail_of_a_grant_verifies(grants, agent, reviewer_a, reviewer_b):
 
 
 def test_metrics_count_calls_under_grants_beside_people_and_policy(
-    grants, tenant, agent, reviewer_a, reviewer_b, settings, client
+    grants, tenant, agent, reviewer_a, reviewer_b, compliance, settings, client
 ):
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -385,6 +385,10 @@ def test_metrics_count_calls_under_grants_beside_people_and_policy(
     }
     assert samples[(("decided_by", "grant"), ("tenant", "acme"))] == 2
     assert samples[(("decided_by", "people"), ("tenant", "acme"))] == 1
+    # The metrics page says it too, so a grant that replaces all review shows there.
+    page = factories.verified_client(compliance).get(reverse("audit:metrics", args=[tenant.slug]) + "?days=7")
+    assert page.status_code == 200
+    assert "people 1, policy 1, standing grants 2" in page.content.decode()
 
 
 def test_intakes_grants_flag_equals_its_orm_twin(grants, tenant, agent, reviewer_a, reviewer_b):
