@@ -32,6 +32,7 @@ from reviewer_gate.gate import (
     VerifiedDecision,
     action_digest,
     approval_request_metadata,
+    batch_request_metadata,
     decision_token_from_metadata,
     manifest_digest,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "__version__",
     "action_digest",
     "approval_request_metadata",
+    "batch_request_metadata",
     "build_request",
     "current_approval",
     "decision_token_from_metadata",
