@@ -80,7 +80,7 @@ def test_a_daphne_follows_its_postgresql_down_and_back(private_postgres, on_priv
             timeout=60,
             detail=process.log,
         )
-        assert process.process.poll() is None
+        assert process.process is not None and process.process.poll() is None  # the same process
     finally:
         process.stop()
 
