@@ -15,11 +15,16 @@ os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
 from crewai import Agent, BaseLLM, Crew, Task  # noqa: E402 - after the telemetry switch
 
 from examples.connect.common import Ledger, client_from, parse_settings  # noqa: E402
+
+# reviewer: begin
 from reviewer_gate import current_approval  # noqa: E402
 from reviewer_gate.crewai import ReviewerTools  # noqa: E402
 from reviewer_gate.describe import ToolDescription  # noqa: E402
 
+# reviewer: end
+
 # How the refund reads for the reviewers (see examples/connect/langgraph_refund.py).
+# reviewer: begin description
 REFUND = ToolDescription(
     name="payments.refund",
     summary="Refund {currency} {amount} for order {order_id}",
@@ -27,6 +32,7 @@ REFUND = ToolDescription(
     currency="EUR",
     reversible=False,
 )
+# reviewer: end
 
 
 class ScriptedLLM(BaseLLM):
@@ -47,10 +53,14 @@ class ScriptedLLM(BaseLLM):
         return False  # CrewAI then asks in ReAct text, which the script writes
 
 
+# reviewer: begin
 def build_crew(approvals: ReviewerTools, ledger: Ledger, llm, order_id: str, amount: str) -> Crew:
+    # reviewer: end
     def refund(order_id: str, amount: str) -> str:
         """Refund an order."""
+        # reviewer: begin
         transaction_id = ledger.refund(order_id, amount, idempotency_key=current_approval().idempotency_key)
+        # reviewer: end
         return f"refunded EUR {amount} for order {order_id}: {transaction_id}"
 
     agent = Agent(
@@ -58,7 +68,9 @@ def build_crew(approvals: ReviewerTools, ledger: Ledger, llm, order_id: str, amo
         goal="Refund what you are asked to.",
         backstory="You refund orders for customers.",
         llm=llm,
+        # reviewer: begin
         tools=[approvals.gate(refund, REFUND)],
+        # reviewer: end
     )
     task = Task(
         description=f"Refund EUR {amount} for order {order_id}.",
@@ -68,14 +80,22 @@ def build_crew(approvals: ReviewerTools, ledger: Ledger, llm, order_id: str, amo
     return Crew(agents=[agent], tasks=[task])
 
 
+# reviewer: begin
 def run(approvals: ReviewerTools, ledger: Ledger, order_id: str, amount: str) -> str:
+    # reviewer: end
+    # reviewer: begin
     crew = build_crew(approvals, ledger, ScriptedLLM(order_id, amount), order_id, amount)
+    # reviewer: end
     return str(crew.kickoff().raw)
 
 
 if __name__ == "__main__":
     settings = parse_settings("python -m examples.connect.crewai_refund", __doc__.splitlines()[0])
+    # reviewer: begin
     approvals = ReviewerTools(
         client_from(settings), principal={"id": "requester", "display": "Rita Requester"}
     )
+    # reviewer: end
+    # reviewer: begin
     print(run(approvals, Ledger(settings.ledger), settings.order, settings.amount))
+    # reviewer: end
