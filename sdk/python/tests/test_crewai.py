@@ -1,15 +1,11 @@
 """reviewer_gate.crewai with CrewAI's own crew loop (Crew.kickoff, its ReAct parsing, tool usage, cache and
 retries) and a scripted model (no network, no real model); the fake Reviewer decides."""
 
-import os
 import threading
 
 import pytest
 
-# Before CrewAI is imported: no install ping, no run telemetry, no first-run trace prompt.
-os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
-os.environ.setdefault("CREWAI_TESTING", "true")
-pytest.importorskip("crewai")
+pytest.importorskip("crewai")  # with CrewAI's telemetry off (conftest.py)
 
 from crewai import Agent, BaseLLM, Crew, Task  # noqa: E402
 from crewai.tools import tool  # noqa: E402
