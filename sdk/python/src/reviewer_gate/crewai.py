@@ -62,13 +62,25 @@ def _never_cached(_arguments: Any = None, _result: Any = None) -> bool:
 class ReviewedTool(BaseTool):
     """The tool an agent is given in place of a gated one: each call asks Reviewer first."""
 
-    gated: BaseTool
+    _gated: BaseTool = PrivateAttr()
     _approvals: ReviewerTools = PrivateAttr()
     _description: ToolDescription = PrivateAttr()
     _argument_names: tuple[str, ...] = PrivateAttr()
 
-    def _run(self, **arguments: Any) -> Any:
-        return self._approvals.call(self, arguments)
+    def __init__(self, gated: BaseTool, approvals: ReviewerTools, description: ToolDescription | None):
+        arguments = tuple(gated.args_schema.model_fields)
+        super().__init__(
+            name=gated.name,
+            description=_own_text(gated),
+            args_schema=gated.args_schema,
+            result_as_answer=gated.result_as_answer,
+            max_usage_count=gated.max_usage_count,
+            cache_function=_never_cached,
+        )
+        self._gated = gated
+        self._approvals = approvals
+        self._description = (description or ToolDescription()).checked(gated.name, arguments)
+        self._argument_names = arguments
 
     def to_structured_tool(self) -> CrewStructuredTool:
         structured = super().to_structured_tool()
@@ -76,6 +88,47 @@ class ReviewedTool(BaseTool):
         # call is a proposal of its own (the cache would answer it with an earlier call's outcome).
         structured.cache_function = _never_cached  # type: ignore[attr-defined]
         return structured
+
+    def _run(self, **arguments: Any) -> Any:
+        """One call: ask, and run the gated tool only on a verified, consumed approval."""
+        approvals, description = self._approvals, self._description
+        fields = description.request_fields(
+            self.name,
+            arguments,
+            tool_text=_own_text(self),
+            argument_order=self._argument_names,
+            context=approvals.context,
+            default_principal=approvals.principal,
+            effect=f"runs the tool {self.name}",
+        )
+        fields["consequences"].setdefault("risk", risk_hint(self.name) or "gated")
+        try:
+            approval = approvals.client.request_approval(
+                fields.pop("action"),
+                **fields,
+                task_id=f"crewai-{uuid.uuid4()}",  # CrewAI gives a call no id of its own
+                agent_version=approvals.agent_version,
+                timeout=approvals.decision_timeout,
+            )
+        except NotApproved as refusal:
+            return _refusal_text(refusal)
+        if approval.action.get("tool") != (description.name or self.name):
+            approval.report("failed", detail="the approved action names another tool; nothing was run")
+            return "The approved action names another tool; nothing was run."
+        return self._run_once(approval)
+
+    def _run_once(self, approval: Approval) -> Any:
+        try:
+            with running_under(approval):  # the tool reads current_approval().idempotency_key
+                output = self._gated.run(**dict(approval.action.get("arguments") or {}))
+        except Exception as error:
+            approval.report("unknown", detail=f"tool raised {error!r}"[:2000])
+            return (
+                f"{self.name} raised {error!r} after it was approved; whether it acted is unknown, and "
+                "it must not be called again for this: look it up by its idempotency key."
+            )
+        approval.report("succeeded")
+        return output
 
 
 class ReviewerTools:
@@ -103,59 +156,4 @@ class ReviewerTools:
         calls read for the reviewers (checked now against the tool's arguments)."""
         # CrewAI's `tool` is typed as returning a Callable; given a function, it returns its Tool.
         gated = tool if isinstance(tool, BaseTool) else cast(BaseTool, crewai_tool(tool))
-        arguments = tuple(gated.args_schema.model_fields)
-        reviewed = ReviewedTool(
-            name=gated.name,
-            description=_own_text(gated),
-            args_schema=gated.args_schema,
-            result_as_answer=gated.result_as_answer,
-            max_usage_count=gated.max_usage_count,
-            cache_function=_never_cached,
-            gated=gated,
-        )
-        reviewed._approvals = self
-        reviewed._description = (description or ToolDescription()).checked(gated.name, arguments)
-        reviewed._argument_names = arguments
-        return reviewed
-
-    def call(self, reviewed: ReviewedTool, arguments: dict[str, Any]) -> Any:
-        """One call of a gated tool: ask, and run it only on a verified, consumed approval."""
-        name, description = reviewed.name, reviewed._description
-        fields = description.request_fields(
-            name,
-            arguments,
-            tool_text=_own_text(reviewed),
-            argument_order=reviewed._argument_names,
-            context=self.context,
-            default_principal=self.principal,
-            effect=f"runs the tool {name}",
-        )
-        fields["consequences"].setdefault("risk", risk_hint(name) or "gated")
-        try:
-            approval = self.client.request_approval(
-                fields.pop("action"),
-                **fields,
-                task_id=f"crewai-{uuid.uuid4()}",  # CrewAI gives a call no id of its own
-                agent_version=self.agent_version,
-                timeout=self.decision_timeout,
-            )
-        except NotApproved as refusal:
-            return _refusal_text(refusal)
-        if approval.action.get("tool") != (description.name or name):
-            approval.report("failed", detail="the approved action names another tool; nothing was run")
-            return "The approved action names another tool; nothing was run."
-        return self._run_once(reviewed.gated, approval)
-
-    @staticmethod
-    def _run_once(gated: BaseTool, approval: Approval) -> Any:
-        try:
-            with running_under(approval):  # the tool reads current_approval().idempotency_key
-                output = gated.run(**dict(approval.action.get("arguments") or {}))
-        except Exception as error:
-            approval.report("unknown", detail=f"tool raised {error!r}"[:2000])
-            return (
-                f"{gated.name} raised {error!r} after it was approved; whether it acted is unknown, and "
-                "it must not be called again for this: look it up by its idempotency key."
-            )
-        approval.report("succeeded")
-        return output
+        return ReviewedTool(gated, self, description)
