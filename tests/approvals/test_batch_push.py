@@ -154,3 +154,26 @@ def test_revoking_the_batch_cancels_its_task(client, agent, batch_policy, review
     assert cancels.exists()
     assert {message.proposal.task_id for message in cancels.select_related("proposal")} == {"task-batch"}
     assert set(Proposal.objects.values_list("state", flat=True)) == {State.REVOKED}
+
+
+def test_a_completed_task_settles_every_member_it_ran(client, agent, batch_policy, reviewer_a):
+    from approvals.services.decisions import consume_decision
+    from tests.approvals.test_push import status_push
+
+    answer = push(client, parked_batch(members(2))).json()
+    cast_batch_vote(
+        answer["batch"],
+        reviewer_a,
+        verdict="approve",
+        manifest_seen=answer["manifest_digest"],
+        step_up=fresh_step_up(reviewer_a),
+    )
+    for decision in Decision.objects.all():
+        consume_decision(agent, decision.jti, rev=decision.rev)
+
+    done = push(
+        client, status_push(TaskState.TASK_STATE_COMPLETED, task_id="task-batch", context_id="ctx-batch")
+    )
+
+    assert done.status_code == 200 and len(done.json()["changed"]) == 2
+    assert set(Proposal.objects.values_list("state", flat=True)) == {State.SUCCEEDED}
