@@ -132,6 +132,22 @@ class ProposalSubmission(BaseModel):
     request: ApprovalRequest
 
 
+# Far beyond any policy's max_members (approvals/policy/batching.py MAX_MEMBERS): the schema's own cap.
+MAX_MEMBERS_IN_BODY = 500
+
+
+class BatchSubmission(BaseModel):
+    """Body of POST /api/v1/batches, and a batch parked in an A2A task (approvals/a2a/push.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+    task_id: Identifier
+    context_id: ShortText = ""
+    batch_id: Identifier
+    summary: ShortText = ""
+    manifest_digest: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")
+    members: list[ApprovalRequest] = Field(min_length=1, max_length=MAX_MEMBERS_IN_BODY)
+
+
 class ConsumeBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     rev: int

@@ -5,7 +5,7 @@ Both are submit (`POST /api/v1/proposals`, the signed decision in the intake ans
 (reviewer-gate's `Gate`) → consume. The policy-allowed call is a refund an `allow` policy matches; the
 call under the grant is a credit a `require_approval` policy sends to people, which an active grant
 ("credits of at most EUR 50", two approvals) decides instead: intake also locks the agent's grants,
-checks the grant's condition and budget, spends it (one UPDATE) and records the use (held with the
+checks the grant's condition and budget, spends it and records the use (both held with the
 proposal's insert). Target: p50 ≤ 1.2x. One agent, the two calls interleaved one for one, so the
 machine's other load falls on both; a `run_worker` beside the Daphne chains the audit trail, as
 deployed (see r7_rest_allowed.py).

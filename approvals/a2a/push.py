@@ -1,6 +1,6 @@
 """Reading what agents push (DESIGN.md "A2A contract" step 2): `parse_push()` turns a push body into a
-`PushEvent` (an approval request, or a task state that settles a proposal); `submit()` takes a request
-in."""
+`PushEvent` (an approval request or a batch of them, or a task state that settles a proposal);
+`submit()` takes a request in (a batch: approvals/services/batches.py `submit_batch`)."""
 
 from dataclasses import dataclass
 
@@ -13,7 +13,7 @@ from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 
 from approvals.a2a.rust_approval import RustRequestError, rust_request
 from approvals.models import Agent, Proposal
-from approvals.schemas import ProposalSubmission, first_problem
+from approvals.schemas import BatchSubmission, ProposalSubmission, first_problem
 from approvals.services.intake import record_intake_refusal, submit_proposal
 from approvals.services.reconcile import TERMINAL_TASK_STATES
 from lib import tracing
@@ -43,6 +43,8 @@ class PushEvent:
     state: str  # a TaskState name, "" for events that carry none (artifact updates, messages)
     detail: str = ""  # the status message's text, for the outcome record
     submission: ProposalSubmission | None = None
+    # A batch parked instead of one request (docs/agents/batches.md#over-a2a), or None.
+    batch: BatchSubmission | None = None
     # The agent's span that parked the request (W3C traceparent in the status message's metadata), "" if
     # none or malformed: intake's span continues it (lib/tracing.py).
     traceparent: str = ""
@@ -77,11 +79,13 @@ def parse_push(body, extension: str = Agent.ApprovalExtension.REVIEWER) -> PushE
         raise PushError("invalid_shape", "a task event names its task and a known task state")
     state = TaskState.Name(status.state)
     detail = " ".join(part.text for part in status.message.parts if part.text)[:1000]
-    submission = None
+    submission = batch = None
     traceparent = ""
     if state in PARKED_STATES[extension]:
         metadata = MessageToDict(status.message.metadata)
         submission = parked_request(extension, task_id, context_id, metadata)
+        if submission is None and extension == Agent.ApprovalExtension.REVIEWER:
+            batch = parked_batch(task_id, context_id, metadata)
         traceparent = tracing.valid_traceparent(metadata.get("traceparent"))
     return PushEvent(
         task_id=task_id,
@@ -89,6 +93,7 @@ def parse_push(body, extension: str = Agent.ApprovalExtension.REVIEWER) -> PushE
         state=state,
         detail=detail,
         submission=submission,
+        batch=batch,
         traceparent=traceparent,
     )
 
@@ -105,6 +110,23 @@ def approval_request(task_id: str, context_id: str, metadata: dict) -> ProposalS
     except pydantic.ValidationError as error:
         field, message = first_problem(error.errors())
         raise PushError("invalid", message, field) from error
+
+
+def parked_batch(task_id: str, context_id: str, metadata: dict) -> BatchSubmission | None:
+    """The batch parked in this status (`{"batch": {batch_id, summary, manifest_digest, members}}`
+    under the extension's URI), or None. Only a push brings one in: listing parked tasks adopts single
+    requests only (approvals/a2a/parked_tasks.py)."""
+    ours = metadata.get(EXTENSION_URI)
+    if not isinstance(ours, dict) or "batch" not in ours:
+        return None
+    parked = ours["batch"]
+    if not isinstance(parked, dict) or "task_id" in parked or "context_id" in parked:
+        raise PushError("invalid", "a parked batch is an object; its task is the parked task", "batch")
+    try:
+        return BatchSubmission.model_validate({**parked, "task_id": task_id, "context_id": context_id})
+    except pydantic.ValidationError as error:
+        field, message = first_problem(error.errors())
+        raise PushError("invalid", message, f"batch.{field}" if field else "batch") from error
 
 
 def parked_request(

@@ -11,29 +11,14 @@ from typing import Any
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import Schema, Status
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from approvals.agent_api.api import ERRORS, ErrorBody, api, uuid_or_404
 from approvals.models import Agent, Batch, Decision
-from approvals.schemas import ApprovalRequest, Identifier, ShortText
+from approvals.schemas import ApprovalRequest, BatchSubmission
 from approvals.services.batches import add_member, submit_batch, withdraw_member
 from approvals.services.intake import record_intake_refusal
 from lib.errors import IntakeError
-
-# Far beyond any policy's max_members (approvals/policy/batching.py MAX_MEMBERS): the schema's own cap.
-MAX_MEMBERS_IN_BODY = 500
-
-
-class BatchSubmission(BaseModel):
-    """Body of POST /api/v1/batches."""
-
-    model_config = ConfigDict(extra="forbid")
-    task_id: Identifier
-    context_id: ShortText = ""
-    batch_id: Identifier
-    summary: ShortText = ""
-    manifest_digest: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")
-    members: list[ApprovalRequest] = Field(min_length=1, max_length=MAX_MEMBERS_IN_BODY)
 
 
 class NewMember(BaseModel):

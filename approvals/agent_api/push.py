@@ -2,8 +2,9 @@
 
 The agent's A2A server POSTs every task event here (`MessageToDict(StreamResponse)`), with the push
 token it was given in `X-A2A-Notification-Token`. An approval request becomes a proposal (idempotent:
-the same request by push and by REST is one proposal); a terminal task state settles an execution;
-anything else is acknowledged and ignored. Nothing is stored for an unauthenticated push.
+the same request by push and by REST is one proposal), a parked batch a batch (as `POST /api/v1/batches`
+takes it); a terminal task state settles an execution; anything else is acknowledged and ignored.
+Nothing is stored for an unauthenticated push.
 """
 
 import hmac
@@ -15,12 +16,14 @@ from django.views.decorators.http import require_POST
 
 from approvals.a2a.push import PushError, parse_push, submit
 from approvals.agent_api.api import intake_token, receipt
+from approvals.agent_api.batches import batch_status
 from approvals.agent_api.wire import HostileInput, body_too_large, load_json, too_large_message
 from approvals.models import Agent
+from approvals.services.batches import submit_batch
 from approvals.services.intake import record_intake_refusal
 from approvals.services.reconcile import apply_task_state
 from lib import tracing
-from lib.errors import QuotaExceeded, ServiceError, error_body
+from lib.errors import IntakeError, QuotaExceeded, ServiceError, error_body
 from lib.tokens import hash_token
 
 log = logging.getLogger(__name__)
@@ -88,6 +91,32 @@ def push(request, agent_slug):
         return JsonResponse(
             receipt(proposal, intake_token(proposal, created)), status=201 if created else 200
         )
+    if event is not None and event.batch is not None:
+        parked = event.batch
+        try:
+            batch, created = submit_batch(
+                agent,
+                task_id=parked.task_id,
+                context_id=parked.context_id,
+                batch_id=parked.batch_id,
+                summary=parked.summary,
+                members=parked.members,
+                manifest=parked.manifest_digest,
+                via="push",
+            )
+        except IntakeError as error:
+            # As over REST: a refused batch is a refused intake, recorded and counted.
+            log.info("push from %s refused: %s %s", agent.slug, error.code, error.message)
+            try:
+                record_intake_refusal(
+                    agent, error, via="push", task_id=parked.task_id, request_id=parked.batch_id
+                )
+            except QuotaExceeded as throttled:
+                return _service_error(throttled)
+            return _service_error(error)
+        except ServiceError as error:
+            return _service_error(error)
+        return JsonResponse(batch_status(batch), status=201 if created else 200)
     if event is not None and event.is_terminal:
         changed = apply_task_state(agent, event.task_id, event.state, detail=event.detail)
         return JsonResponse({"task_state": event.state, "changed": [str(p.id) for p in changed]})

@@ -10,9 +10,9 @@ approvals/policy/grants.py; the rows approvals/models/grants.py.
 - Every later call is submitted and evaluated by policy as usual. Only a call policy sends to people
   may be decided by a grant instead: `plan_grant` locks the agent's grants in force (SELECT ... FOR
   UPDATE, after intake's quota lock), and the first that fits is spent with the call
-  (`GrantPlan.carry_out`: a conditional UPDATE with F(), under that lock, so concurrent calls never
-  spend past it). A call that does not fit goes to people, and the grants it missed are recorded with
-  why, for the proposal page.
+  (`GrantPlan.carry_out`: an UPDATE held with intake's other writes, under that lock, so concurrent
+  calls never spend past it). A call that does not fit goes to people, and the grants it missed are
+  recorded with why, for the proposal page.
 - `revoke_grant` ends it at once and revokes the released, unconsumed decisions made under it;
   `ask_for_renewals` and `lapse_expired_grants` are worker jobs (approvals/worker/jobs.py).
 """
@@ -24,7 +24,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Q
 from django.utils import timezone
 
 from approvals.models import Decision, Grant, GrantMiss, GrantUse, PolicyVersion, Proposal, Vote
@@ -45,7 +45,7 @@ from approvals.selectors import tenant_role
 from approvals.services.common import proposal_subject
 from approvals.services.lifecycle import revoke_proposal
 from approvals.states import RELEASED
-from approvals.storage.rows import insert_held
+from approvals.storage.rows import insert_held, update_held
 from audit.labels import SYSTEM, actor_label
 from audit.models import Verb
 from audit.trail import audit_time, record
@@ -198,12 +198,11 @@ def _use(plan: GrantPlan, grant: Grant, proposal: Proposal, evaluation: Evaluati
 def _spend(plan: GrantPlan, proposal: Proposal) -> None:
     grant = plan.use
     assert grant is not None
-    # The row is locked since plan_grant read it; the condition says again what was checked there.
-    spent = Grant.objects.filter(pk=grant.pk, state=Grant.State.ACTIVE, uses__lt=F("max_uses")).update(
-        uses=F("uses") + 1, spent=grant.spent
-    )
-    if spent != 1:
-        raise Conflict("grant_changed", "the grant changed while this call was decided; send it again")
+    # The row is locked (FOR UPDATE) since plan_grant read it active and under its budget, so nobody can
+    # have changed it: the spend is held with intake's other writes, one round trip for all of them.
+    assert grant.state == Grant.State.ACTIVE and grant.uses < grant.max_uses
+    grant.uses += 1
+    update_held(grant, ("uses", "spent"))
     insert_held(
         GrantUse(
             grant=grant,

@@ -120,7 +120,8 @@ def update_statement(instance: Model, field_names: Sequence[str]) -> tuple[str, 
     concrete = {field.name: field for field in model._meta.concrete_fields}
     fields = [concrete[name] for name in field_names]  # a KeyError for anything but a concrete field
     values = [field.get_db_prep_save(getattr(instance, field.attname), connection) for field in fields]
-    return update_sql(model, tuple(field_names), connection.vendor), [*values, instance.pk]
+    key = model._meta.pk.get_db_prep_value(instance.pk, connection)  # a UUID is text on SQLite
+    return update_sql(model, tuple(field_names), connection.vendor), [*values, key]
 
 
 @lru_cache
@@ -140,3 +141,15 @@ def insert_held(instance: Model) -> None:
     runs old/new (2026-12-07, 2395a7d against 82df8ae, machine loaded); its ORM twin is
     `save(force_insert=True)` (tests/approvals/test_storage_twins.py)."""
     write(*insert_statement(instance))
+
+
+def update_held(instance: Model, field_names: Sequence[str]) -> None:
+    """UPDATE a stored row's `field_names` (by its primary key) with the transaction's other held writes,
+    for a row this transaction has locked (SELECT ... FOR UPDATE), so nobody else can have changed it and
+    the count of rows updated needs no reading back.
+
+    R10 (a call allowed under a standing grant): the grant's spend written by the ORM's conditional
+    `update()` split intake's held batch, two round trips more than a policy-allowed call instead of one
+    (tests/approvals/test_grant_queries.py); its ORM twin is `save(update_fields=...)`
+    (tests/approvals/test_storage_twins.py)."""
+    write(*update_statement(instance, field_names))

@@ -7,6 +7,7 @@ from decimal import Decimal
 
 import jwt
 import pytest
+import time_machine
 from django.urls import reverse
 from django.utils import timezone
 
@@ -166,6 +167,35 @@ def test_the_environment_must_be_stated_as_granted(grants, agent, reviewer_a, re
     )
 
 
+def test_a_call_after_the_expiry_goes_to_people_before_the_worker_lapses_the_grant(
+    grants, agent, reviewer_a, reviewer_b
+):
+    grant = active_grant(agent, reviewer_a, reviewer_b)
+
+    with time_machine.travel(grant.expires_at + timedelta(minutes=1), tick=False):
+        call = refund(agent)
+
+    assert call.state == State.AWAITING_REVIEW
+    assert GrantMiss.objects.get(proposal=call).reason.startswith("it expired at ")
+    grant.refresh_from_db()
+    assert (grant.state, grant.uses, grant.spent) == (Grant.State.ACTIVE, 0, {})  # nothing spent
+
+
+def test_the_data_class_must_be_stated_as_granted(grants, agent, reviewer_a, reviewer_b):
+    active_grant(agent, reviewer_a, reviewer_b, data_class="payments")
+
+    elsewhere = refund(agent, consequences={"data_class": "health"})
+    stated = refund(agent, consequences={"data_class": "payments"})
+
+    assert elsewhere.state == State.AWAITING_REVIEW
+    assert (
+        GrantMiss.objects.get(proposal=elsewhere).reason
+        == "it covers data_class 'payments'; the call states 'health'"
+    )
+    assert stated.state == State.ALLOWED
+    assert claims(stated)["grant"]["uses_left"] == 29
+
+
 @pytest.mark.parametrize(
     ("overrides", "field", "words"),
     [
@@ -322,7 +352,7 @@ def test_the_trail_of_a_grant_verifies(grants, agent, reviewer_a, reviewer_b):
 
 
 def test_metrics_count_calls_under_grants_beside_people_and_policy(
-    grants, tenant, agent, reviewer_a, reviewer_b, settings, client
+    grants, tenant, agent, reviewer_a, reviewer_b, compliance, settings, client
 ):
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -355,6 +385,10 @@ def test_metrics_count_calls_under_grants_beside_people_and_policy(
     }
     assert samples[(("decided_by", "grant"), ("tenant", "acme"))] == 2
     assert samples[(("decided_by", "people"), ("tenant", "acme"))] == 1
+    # The metrics page says it too, so a grant that replaces all review shows there.
+    page = factories.verified_client(compliance).get(reverse("audit:metrics", args=[tenant.slug]) + "?days=7")
+    assert page.status_code == 200
+    assert "people 1, policy 1, standing grants 2" in page.content.decode()
 
 
 def test_intakes_grants_flag_equals_its_orm_twin(grants, tenant, agent, reviewer_a, reviewer_b):

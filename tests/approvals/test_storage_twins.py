@@ -218,3 +218,29 @@ def test_a_held_insert_writes_what_the_orms_insert_writes(agent, refund_policy, 
     ReviewNotice(proposal=proposal).save(force_insert=True)
     by_orm = list(ReviewNotice.objects.filter(proposal=proposal).values("proposal_id", "user_id", "sent_at"))
     assert by_statement == by_orm == [{"proposal_id": proposal.pk, "user_id": None, "sent_at": None}]
+
+
+def test_a_held_update_writes_what_the_orms_save_writes(
+    agent, refund_policy, requester, reviewer_a, reviewer_b
+):
+    """update_held (a standing grant's spend, under the row's lock) against save(update_fields=...):
+    the counter and the JSON of what was spent, and nothing else of the row."""
+    from approvals.models import Grant
+    from approvals.storage.rows import update_held
+    from lib.storage.held_writes import held_writes
+    from tests.approvals.grant_helpers import active_grant, grant_policy
+
+    grant_policy(agent.tenant)
+    grant = active_grant(agent, reviewer_a, reviewer_b)
+    before = row(Grant.objects.get(pk=grant.pk))
+    with transaction.atomic(), held_writes():
+        locked = Grant.objects.select_for_update().get(pk=grant.pk)
+        locked.uses, locked.spent = 3, {"EUR": "75.00"}
+        update_held(locked, ("uses", "spent"))
+    by_statement = row(Grant.objects.get(pk=grant.pk))
+    Grant.objects.filter(pk=grant.pk).update(uses=0, spent={})
+    by_orm_instance = Grant.objects.get(pk=grant.pk)
+    by_orm_instance.uses, by_orm_instance.spent = 3, {"EUR": "75.00"}
+    by_orm_instance.save(update_fields=["uses", "spent"])
+    by_orm = row(Grant.objects.get(pk=grant.pk))
+    assert by_statement == by_orm == {**before, "uses": 3, "spent": {"EUR": "75.00"}}

@@ -126,8 +126,12 @@ def test_a_batch_of_twenty_refunds_is_approved_on_one_page_with_one_code_and_eac
     assert all(isinstance(result, Approval) for result in agent.results), agent.results
     approvals = [result for result in agent.results if isinstance(result, Approval)]
     assert {approval.decision.manifest for approval in approvals} == {manifest}
+    executed = []  # the refunds the agent runs: one per approved member, each with its own key
     for result in approvals:
+        executed.append((result.action["arguments"]["order_id"], result.idempotency_key))
         result.report("succeeded", transaction_id=f"tx-{result.decision.request_id}")
+    assert len(executed) == MEMBERS
+    assert len({order for order, _ in executed}) == len({key for _, key in executed}) == MEMBERS
 
     assert AuditEvent.objects.filter(verb=Verb.DECISION_CONSUMED).count() == MEMBERS
     assert AuditEvent.objects.filter(verb=Verb.STEP_UP_FAILED).count() == 0

@@ -382,3 +382,29 @@ def test_a_reminder_is_a_reply_in_the_messages_thread(tenant, agent, workspace, 
     replies = [p for p in slack.calls_to("chat.postMessage") if p.get("thread_ts")]
     assert [r["thread_ts"] for r in replies] == [ts]
     assert replies[0]["text"].startswith("Reminder: this request expires at")
+
+
+def test_a_grant_nearing_its_expiry_is_a_reply_in_its_requests_thread(
+    tenant, agent, workspace, slack, reviewer_a, reviewer_b, settings
+):
+    """Recertification goes where the chase goes: the approvers are asked in the Slack thread of the
+    grant's request too, in Reviewer's words."""
+    from approvals.notify import grant_renewals
+    from approvals.services.grants import ask_for_renewals
+    from tests.approvals.grant_helpers import grant_policy, request_grant
+
+    settings.GRANT_RENEWAL_NOTICE_SECONDS = 3600
+    grant_policy(tenant)
+    proposal = request_grant(agent)
+    Worker().tick()  # the request is posted to finance's channel
+    ((_, ts),) = slack.messages
+    factories.vote(proposal, reviewer_a)
+    factories.vote(proposal, reviewer_b)
+    grant = proposal.grant
+
+    for asked, people in ask_for_renewals(grant.expires_at - timedelta(minutes=30)):
+        grant_renewals.tell(asked, people)
+
+    replies = [p for p in slack.calls_to("chat.postMessage") if p.get("thread_ts")]
+    assert [r["thread_ts"] for r in replies] == [ts]
+    assert replies[0]["text"].startswith("Renewal asked: this standing grant expires at")

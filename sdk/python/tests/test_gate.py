@@ -488,6 +488,24 @@ def test_approval_request_metadata_puts_the_request_under_the_extension_key():
     assert gate.approval_request_metadata(request) == {gate.EXTENSION_URI: {"request": request}}
 
 
+def test_batch_request_metadata_puts_the_members_and_their_manifest_under_the_extension_key():
+    other = {"tool": "payments.refund", "arguments": {"order_id": "1183", "amount": "15.00"}}
+    requests = [
+        {"request_id": "r-1", "action": ACTION, "action_digest": DIGEST},
+        {"request_id": "r-2", "action": other, "action_digest": gate.action_digest(other)},
+    ]
+    assert gate.batch_request_metadata(requests, batch_id="b-1", summary="two refunds") == {
+        gate.EXTENSION_URI: {
+            "batch": {
+                "batch_id": "b-1",
+                "summary": "two refunds",
+                "manifest_digest": gate.manifest_digest([DIGEST, gate.action_digest(other)]),
+                "members": requests,
+            }
+        }
+    }
+
+
 def test_gate_loads_as_a_standalone_file_without_django():
     script = (
         "import importlib.util, sys\n"

@@ -274,3 +274,131 @@ def test_a_description_that_cannot_work_is_refused_when_the_node_is_built(
 def test_a_description_for_a_tool_the_node_does_not_run_is_refused(client, refunds):
     with pytest.raises(ValueError, match="lookup"):
         described_graph(client, refunds, {"lookup": ToolDescription()})
+
+
+# Parallel tool calls: one batch, one pause, each member its own decision.
+
+
+@pytest.fixture
+def parallel_graph(client, refunds):
+    @tool
+    def refund(order_id: str, amount: str) -> str:
+        """Refund an order."""
+        refunds.append((order_id, amount))
+        return f"refunded {amount} for {order_id}"
+
+    @tool
+    def lookup_order(order_id: str) -> str:
+        """Look an order up."""
+        return f"order {order_id}: delivered"
+
+    def planner(state: MessagesState):
+        """Stands in for a model that asks for three refunds and a lookup in one message."""
+        if isinstance(state["messages"][-1], ToolMessage):
+            return {"messages": [AIMessage("done")]}
+        calls = [
+            {"name": "refund", "args": {"order_id": "1182", "amount": "40.00"}, "id": "call-a"},
+            {"name": "lookup_order", "args": {"order_id": "1182"}, "id": "call-lookup"},
+            {"name": "refund", "args": {"order_id": "1183", "amount": "15.00"}, "id": "call-b"},
+            {"name": "refund", "args": {"order_id": "1184", "amount": "25.00"}, "id": "call-c"},
+        ]
+        return {"messages": [AIMessage("", tool_calls=calls)]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("planner", planner)
+    builder.add_node("tools", ReviewedToolNode([refund, lookup_order], client, gated=["refund"]))
+    builder.add_edge(START, "planner")
+    builder.add_conditional_edges(
+        "planner", lambda state: "tools" if state["messages"][-1].tool_calls else END, ["tools", END]
+    )
+    builder.add_edge("tools", "planner")
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+def sign_member(reviewer, key, member: dict, *, decision="approved", **overrides) -> None:
+    """Sign one batch member's decision, bound to its own request, naming the batch's manifest."""
+    (batch,) = {call["body"]["batch_id"]: call["body"] for call in reviewer.batches}.values()
+    request = next(m for m in batch["members"] if m["action"] == member["action"])
+    claims = {
+        "task_id": batch["task_id"],
+        "request_id": request["request_id"],
+        "action_digest": request["action_digest"],
+        "context_id": batch["context_id"],
+        "decision": decision,
+        "manifest": batch["manifest_digest"],
+    }
+    token = key.sign(decision_claims(issuer=reviewer.url, audience=AUDIENCE, **{**claims, **overrides}))
+    reviewer.decide(member["proposal_id"], token)
+
+
+def test_parallel_gated_calls_are_one_batch_one_pause_and_each_runs_once(
+    parallel_graph, client, reviewer, key, refunds
+):
+    cfg = config()
+    parallel_graph.invoke({"messages": [HumanMessage("refund the three orders")]}, cfg)
+
+    (pending,) = pending_approvals(parallel_graph, cfg)  # one pause for the three
+    assert [m["tool_call_id"] for m in pending["members"]] == ["call-a", "call-b", "call-c"]
+    assert len(reviewer.batches) == 1 and refunds == []  # asked once, nothing run, not even the lookup
+    members = reviewer.batches[0]["body"]["members"]
+    assert [m["action"]["arguments"]["order_id"] for m in members] == ["1182", "1183", "1184"]
+
+    sign_member(reviewer, key, pending["members"][0])
+    sign_member(reviewer, key, pending["members"][1], decision="rejected", reason="already refunded")
+    sign_member(reviewer, key, pending["members"][2])
+    state = resume_with_decisions(parallel_graph, cfg, client)
+
+    assert refunds == [("1182", "40.00"), ("1184", "25.00")]  # each approved member once, in order
+    messages = tool_messages(state)
+    assert messages["call-lookup"].content == "order 1182: delivered"
+    assert messages["call-b"].status == "error" and "already refunded" in messages["call-b"].content
+    for call_id in ("call-a", "call-c"):
+        jti = messages[call_id].artifact["decision_id"]
+        assert len(reviewer.consumes_for(jti)) == 1 and reviewer.outcomes_for(jti) == ["succeeded"]
+    # the node re-ran on resume and submitted the same batch again: still three proposals
+    assert len({(p["body"]["task_id"], p["body"]["request"]["request_id"]) for p in reviewer.proposals}) == 3
+    assert len({call["body"]["batch_id"] for call in reviewer.batches}) == 1
+
+
+def test_a_batch_decided_at_intake_runs_every_member_without_pausing(parallel_graph, reviewer, key, refunds):
+    decide_at_intake(reviewer, key, audience=AUDIENCE)
+    cfg = config()
+    parallel_graph.invoke({"messages": [HumanMessage("refund the three orders")]}, cfg)
+
+    assert pending_approvals(parallel_graph, cfg) == []
+    assert refunds == [("1182", "40.00"), ("1183", "15.00"), ("1184", "25.00")]
+
+
+def test_calls_reviewer_will_not_batch_are_asked_about_one_by_one_with_one_pause(
+    parallel_graph, client, reviewer, key, refunds
+):
+    reviewer.batch_refusal = ("not_batchable", "no policy allows batching refund")
+    cfg = config()
+    parallel_graph.invoke({"messages": [HumanMessage("refund the three orders")]}, cfg)
+
+    (pending,) = pending_approvals(parallel_graph, cfg)
+    assert len(pending["members"]) == 3 and len(reviewer.proposals) == 3  # three proposals, one pause
+    for call in reviewer.proposals:
+        body = call["body"]
+        claims = {
+            "task_id": body["task_id"],
+            "request_id": body["request"]["request_id"],
+            "action_digest": body["request"]["action_digest"],
+            "context_id": body["context_id"],
+            "decision": "approved",
+        }
+        token = key.sign(decision_claims(issuer=reviewer.url, audience=AUDIENCE, **claims))
+        reviewer.decide(reviewer.proposal_id_for(body["task_id"], body["request"]["request_id"]), token)
+    state = resume_with_decisions(parallel_graph, cfg, client)
+
+    assert pending_approvals(parallel_graph, cfg) == []
+    assert refunds == [("1182", "40.00"), ("1183", "15.00"), ("1184", "25.00")]  # each once
+    assert all(m.status != "error" for m in tool_messages(state).values())
+
+
+def test_a_batch_refused_for_a_wrong_manifest_is_an_error_not_a_fallback(parallel_graph, reviewer, refunds):
+    reviewer.batch_refusal = ("manifest_mismatch", "the manifest digest is not the members'")
+
+    with pytest.raises(ValueError, match="manifest_mismatch"):
+        parallel_graph.invoke({"messages": [HumanMessage("refund")]}, config())
+    assert refunds == [] and reviewer.proposals == []

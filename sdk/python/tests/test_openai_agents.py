@@ -197,3 +197,109 @@ def test_a_description_naming_an_argument_the_tool_lacks_is_refused_at_gate(appr
     with pytest.raises(ToolDescriptionError) as refused:
         described_agent(approvals, refunds, ToolDescription(summary="Refund to {iban}"))
     assert refused.value.field == "summary"
+
+
+# Several interruptions of one turn: one batch, each member its own decision.
+
+
+class ParallelModel(ScriptedModel):
+    """Asks for three refunds in one response, then answers with the tools' outputs joined."""
+
+    async def get_response(self, system_instructions, input, *args, **kwargs):  # noqa: A002
+        outputs = [
+            item for item in input if isinstance(item, dict) and item.get("type") == "function_call_output"
+        ]
+        if not outputs:
+            calls = [
+                ResponseFunctionToolCall(
+                    type="function_call",
+                    call_id=f"call-{order}",
+                    name="refund",
+                    arguments=f'{{"order_id": "{order}", "amount": "{amount}"}}',
+                    id=f"fc-{order}",
+                )
+                for order, amount in (("1182", "40.00"), ("1183", "15.00"), ("1184", "25.00"))
+            ]
+            return ModelResponse(output=calls, usage=Usage(), response_id=None)
+        text = " | ".join(str(output["output"]) for output in outputs)
+        content = [ResponseOutputText(type="output_text", text=text, annotations=[])]
+        message = ResponseOutputMessage(
+            type="message", id="msg-1", role="assistant", status="completed", content=content
+        )
+        return ModelResponse(output=[message], usage=Usage(), response_id=None)
+
+
+@pytest.fixture
+def parallel_agent(approvals, refunds):
+    @function_tool
+    def refund(order_id: str, amount: str) -> str:
+        """Refund an order."""
+        refunds.append((order_id, amount))
+        return f"refunded {amount} for {order_id}"
+
+    return Agent(name="ops", instructions="refund", model=ParallelModel(), tools=[approvals.gate(refund)])
+
+
+def decide_each_submitted(reviewer, key, count: int, verdicts: dict[str, str]) -> threading.Thread:
+    """A reviewer in another thread: once `count` requests are recorded, signs each one's decision
+    (`verdicts[order_id]`, default approved), bound to its own request."""
+
+    def run() -> None:
+        while len(reviewer.proposals) < count:
+            threading.Event().wait(0.01)  # bounded poll of the fake's record
+        for call in reviewer.proposals[:count]:
+            body = call["body"]
+            request = body["request"]
+            claims = {
+                "task_id": body["task_id"],
+                "request_id": request["request_id"],
+                "action_digest": request["action_digest"],
+                "context_id": body["context_id"],
+                "decision": verdicts.get(request["action"]["arguments"]["order_id"], "approved"),
+            }
+            if claims["decision"] == "rejected":
+                claims["reason"] = "already refunded"
+            if reviewer.batches:
+                claims["manifest"] = reviewer.batches[0]["body"]["manifest_digest"]
+            token = key.sign(decision_claims(issuer=reviewer.url, audience=AUDIENCE, **claims))
+            reviewer.decide(reviewer.proposal_id_for(body["task_id"], request["request_id"]), token)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+async def test_several_interruptions_of_one_turn_are_one_batch_and_each_approved_call_runs_once(
+    approvals, parallel_agent, reviewer, key, refunds
+):
+    decide_each_submitted(reviewer, key, 3, {"1183": "rejected"})
+    result = await approvals.run(parallel_agent, "refund the three orders")
+
+    (batch,) = reviewer.batches
+    assert [m["action"]["arguments"]["order_id"] for m in batch["body"]["members"]] == [
+        "1182",
+        "1183",
+        "1184",
+    ]
+    assert len({call["body"]["task_id"] for call in reviewer.proposals}) == 1  # one task, three members
+    assert refunds == [("1182", "40.00"), ("1184", "25.00")]
+    assert "already refunded" in result.final_output
+    assert len(reviewer.consumes) == 2
+    for consume in reviewer.consumes:
+        assert reviewer.outcomes_for(consume["jti"]) == ["succeeded"]
+
+
+async def test_interruptions_reviewer_will_not_batch_are_each_their_own_proposal(
+    approvals, parallel_agent, reviewer, key, refunds
+):
+    reviewer.batch_refusal = ("not_batchable", "no policy allows batching refund")
+    decide_each_submitted(reviewer, key, 3, {})
+    await approvals.run(parallel_agent, "refund the three orders")
+
+    assert sorted(call["body"]["task_id"] for call in reviewer.proposals) == [
+        "openai-agents-call-1182",
+        "openai-agents-call-1183",
+        "openai-agents-call-1184",
+    ]
+    assert refunds == [("1182", "40.00"), ("1183", "15.00"), ("1184", "25.00")]
+    assert len(reviewer.consumes) == 3

@@ -12,6 +12,7 @@
 
 from reviewer_gate.client import (
     Approval,
+    BatchRefused,
     NotApproved,
     ReviewerClient,
     ReviewerUnavailable,
@@ -31,6 +32,7 @@ from reviewer_gate.gate import (
     VerifiedDecision,
     action_digest,
     approval_request_metadata,
+    batch_request_metadata,
     decision_token_from_metadata,
     manifest_digest,
 )
@@ -40,6 +42,7 @@ __version__ = "0.1.0"
 __all__ = [
     "EXTENSION_URI",
     "Approval",
+    "BatchRefused",
     "Gate",
     "GateError",
     "JWKSKeySource",
@@ -55,6 +58,7 @@ __all__ = [
     "__version__",
     "action_digest",
     "approval_request_metadata",
+    "batch_request_metadata",
     "build_request",
     "current_approval",
     "decision_token_from_metadata",

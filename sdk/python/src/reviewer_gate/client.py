@@ -64,6 +64,7 @@ from reviewer_gate.tracing import trace_headers
 
 __all__ = [
     "Approval",
+    "BatchRefused",
     "NotApproved",
     "ReviewerClient",
     "ReviewerUnavailable",
@@ -90,6 +91,20 @@ def _retry_after(response: httpx.Response) -> float:
 
 
 MAX_WAIT_SECONDS = 60  # the server's bound on one long poll
+
+# Refusals that say the calls may still be asked about one by one: no batch rule for a tool, or more
+# members or a larger total than the rule allows (docs/agents/errors.md). The adapters fall back to them.
+NOT_AS_A_BATCH = frozenset({"not_batchable", "batch_too_large", "batch_over_total"})
+
+
+class BatchRefused(ValueError):
+    """Reviewer refused a batch as a whole; nothing was stored. `code` is the error's code
+    (`not_batchable`, `manifest_mismatch`, ...): one of NOT_AS_A_BATCH means each member may still be
+    asked about alone."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(f"Reviewer refused the batch: {message}")
+        self.code = code
 
 
 class ReviewerClient:
@@ -359,7 +374,8 @@ class ReviewerClient:
         context_id: str = "",
     ) -> list[Submission]:
         """Announce built requests as one batch (idempotent on task and batch id); one Submission per
-        member, in order. The manifest digest is computed here from the members' own digests."""
+        member, in order. The manifest digest is computed here from the members' own digests. Raises
+        BatchRefused (a ValueError) when Reviewer refuses the batch."""
         requests = [self.stamped(request) for request in requests]
         task_id = task_id or f"task-{uuid.uuid4()}"
         body = {
@@ -372,7 +388,11 @@ class ReviewerClient:
         }
         response = self._call("POST", "/api/v1/batches", json=body)
         if response.status_code not in (200, 201):
-            raise ValueError(f"Reviewer refused the batch: {self._error(response)}")
+            try:
+                code = str((response.json().get("error") or {}).get("code") or response.status_code)
+            except (ValueError, AttributeError):
+                code = str(response.status_code)
+            raise BatchRefused(code, self._error(response))
         stored = {member["request_id"]: member for member in response.json()["members"]}
         return [
             Submission(

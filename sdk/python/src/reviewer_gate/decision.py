@@ -232,3 +232,18 @@ def approval_request_metadata(request: dict[str, Any]) -> dict[str, Any]:
     """The status-message metadata that asks Reviewer for approval of `request`."""
     # A JSON round trip catches values a protobuf Struct cannot carry before the SDK does.
     return with_trace({EXTENSION_URI: {"request": json.loads(json.dumps(request))}})
+
+
+def batch_request_metadata(
+    requests: list[dict[str, Any]], *, batch_id: str, summary: str = ""
+) -> dict[str, Any]:
+    """The status-message metadata that asks Reviewer about `requests` as one batch with a fixed
+    manifest (docs/agents/batches.md#over-a2a): the parked task is the batch's task, and each member's
+    decision comes back as its own continuation to it."""
+    batch = {
+        "batch_id": batch_id,
+        "summary": summary[:200],
+        "manifest_digest": manifest_digest([str(request["action_digest"]) for request in requests]),
+        "members": requests,
+    }
+    return with_trace({EXTENSION_URI: {"batch": json.loads(json.dumps(batch))}})

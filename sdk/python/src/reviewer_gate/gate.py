@@ -109,6 +109,7 @@ from reviewer_gate.decision import (
     VerifiedDecision,
     action_digest,
     approval_request_metadata,
+    batch_request_metadata,
     check_policy,
     check_request_deadline,
     check_transaction,
@@ -139,6 +140,7 @@ __all__ = [
     "VerifiedDecision",
     "action_digest",
     "approval_request_metadata",
+    "batch_request_metadata",
     "decision_token_from_metadata",
     "manifest_digest",
 ]

@@ -7,7 +7,7 @@ graph with `interrupt()` until the signed decision arrives (extra `langgraph`).
     graph = builder.compile(checkpointer=SqliteSaver(...))   # interrupts need a checkpointer
 
     state = graph.invoke(inputs, config)                 # pauses on a gated call
-    while pending := pending_approvals(graph, config):   # [{"proposal_id", "summary", ...}]
+    while pending := pending_approvals(graph, config):   # [{"proposal_id", ...} or {"members": [...]}]
         state = resume_with_decisions(graph, config, client)   # long-polls Reviewer, then resumes
 
 For each tool call of the last AI message, the node runs an ungated tool at once; for a gated one it
@@ -25,6 +25,13 @@ instead: the model reads why.
 On resume LangGraph re-runs the node from its start, so the request is deterministic (its ids derive
 from the thread id and the tool call id, it carries no expiry) and submitting it again answers the
 same proposal.
+
+Parallel tool calls: when the AI message asks for two or more gated calls, the node asks about them as
+one batch (docs/agents/batches.md: one page, one vote, each member its own decision), pauses once for
+all of them (the interrupt's `members`), and runs each approved member once. When Reviewer will not
+batch them (`not_batchable`, `batch_too_large`, `batch_over_total`: a policy without a `batch` rule)
+each is its own proposal, still with one pause for all. The batch's task and id derive from the thread
+and the calls' ids, so the re-run on resume answers the same batch.
 """
 
 from __future__ import annotations
@@ -38,7 +45,15 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.types import Command, interrupt
 
-from reviewer_gate.client import NotApproved, ReviewerClient, build_request, running_under
+from reviewer_gate.client import (
+    NOT_AS_A_BATCH,
+    BatchRefused,
+    NotApproved,
+    ReviewerClient,
+    Submission,
+    build_request,
+    running_under,
+)
 from reviewer_gate.describe import ToolDescription
 from reviewer_gate.risk import GatingRules, risk_hint
 
@@ -79,7 +94,17 @@ class ReviewedToolNode:
         message = state["messages"][-1]
         calls = message.tool_calls if isinstance(message, AIMessage) else []
         thread = str((config.get("configurable") or {}).get("thread_id") or "no-thread")
-        return {"messages": [self._run(call, thread, config) for call in calls]}
+        gated = [call for call in calls if call["name"] in self.tools and self.rules.is_gated(call["name"])]
+        # Before any tool runs: the batch may pause the node, which runs again from its start on resume.
+        decided = self._batch(gated, thread, config) if len(gated) > 1 else {}
+        return {
+            "messages": [
+                decided[str(call["id"])](call)
+                if str(call["id"]) in decided
+                else self._run(call, thread, config)
+                for call in calls
+            ]
+        }
 
     def _run(self, call: ToolCall, thread: str, config: RunnableConfig) -> ToolMessage:
         tool = self.tools.get(call["name"])
@@ -89,9 +114,8 @@ class ReviewedToolNode:
             return ToolMessage(str(tool.invoke(call["args"], config)), tool_call_id=call["id"])
         return self._run_approved(tool, call, thread, config)
 
-    def _run_approved(
-        self, tool: BaseTool, call: ToolCall, thread: str, config: RunnableConfig
-    ) -> ToolMessage:
+    def _request(self, tool: BaseTool, call: ToolCall, thread: str, config: RunnableConfig) -> dict[str, Any]:
+        """The approval request of one call; its id derives from the thread and the call's id."""
         key = str(uuid.uuid5(_NAMESPACE, f"{thread}/{call['id']}"))
         fields = self.descriptions.get(tool.name, ToolDescription()).request_fields(
             tool.name,
@@ -103,7 +127,90 @@ class ReviewedToolNode:
             effect=f"runs the tool {tool.name}",
         )
         fields["consequences"].setdefault("risk", risk_hint(tool.name) or "gated")
-        request = build_request(**fields, agent_version=self.agent_version, request_id=f"langgraph-{key}")
+        return build_request(**fields, agent_version=self.agent_version, request_id=f"langgraph-{key}")
+
+    def _batch(self, calls: list[ToolCall], thread: str, config: RunnableConfig) -> dict[str, Any]:
+        """Ask about several gated calls as one batch (each alone when Reviewer will not batch them),
+        pause once for those people decide, and return, by call id, what answers each (a function of
+        the call giving its ToolMessage)."""
+        requests = [self._request(self.tools[call["name"]], call, thread, config) for call in calls]
+        key = str(uuid.uuid5(_NAMESPACE, f"{thread}/batch/" + "/".join(str(call["id"]) for call in calls)))
+        try:
+            # Submitting again (the node re-runs on resume) answers the same batch.
+            submissions = self.client.submit_batch(
+                requests,
+                batch_id=f"langgraph-{key}",
+                summary=f"{len(calls)} tool calls of one step",
+                task_id=f"langgraph-{key}",
+                context_id=thread,
+            )
+        except BatchRefused as refused:
+            if refused.code not in NOT_AS_A_BATCH:
+                raise
+            # Each its own proposal, still one pause: a node paused once per call would, on each
+            # resume, run again the calls already released.
+            submissions = [
+                self.client.submit(request, task_id=request["request_id"], context_id=thread)
+                for request in requests
+            ]
+        waiting = [
+            (call, submission)
+            for call, submission in zip(calls, submissions, strict=True)
+            if not submission.token
+        ]
+        resumed: dict[str, Any] = {}
+        if waiting:
+            value = interrupt(
+                {
+                    "kind": INTERRUPT_KIND,
+                    "batch": f"langgraph-{key}",
+                    "summary": f"{len(calls)} tool calls of one step",
+                    "members": [
+                        {
+                            "proposal_id": submission.proposal_id,
+                            "tool_call_id": call["id"],
+                            "summary": submission.request["summary"],
+                            "action": submission.request["action"],
+                        }
+                        for call, submission in waiting
+                    ],
+                }
+            )
+            given_all = value.get("members") if isinstance(value, dict) else None
+            resumed = given_all if isinstance(given_all, dict) else {}
+        answers: dict[str, Any] = {}
+        for call, submission in zip(calls, submissions, strict=True):
+            given = resumed.get(submission.proposal_id) or {}
+            token = submission.token or (given.get("token") if isinstance(given, dict) else None)
+            refusal = given.get("refusal") if isinstance(given, dict) else None
+            answers[str(call["id"])] = self._answer(
+                self.tools[call["name"]], submission, token, refusal, config
+            )
+        return answers
+
+    def _answer(
+        self,
+        tool: BaseTool,
+        submission: Submission,
+        token: str | None,
+        refusal: str | None,
+        config: RunnableConfig,
+    ) -> Any:
+        """What runs a batch member's call once its decision is known (in the message's order)."""
+
+        def run(call: ToolCall) -> ToolMessage:
+            if not token:
+                reason = "the graph resumed without a decision"
+                return self._refused(call, NotApproved(refusal or "no_decision", reason))
+            return self._release_and_run(tool, call, submission, token, config)
+
+        return run
+
+    def _run_approved(
+        self, tool: BaseTool, call: ToolCall, thread: str, config: RunnableConfig
+    ) -> ToolMessage:
+        request = self._request(tool, call, thread, config)
+        key = request["request_id"].removeprefix("langgraph-")
         # Submitting again (the node re-runs on resume) answers the same proposal.
         submission = self.client.submit(request, task_id=f"langgraph-{key}", context_id=thread)
         token = submission.token  # policy decided at intake: no pause
@@ -123,6 +230,13 @@ class ReviewedToolNode:
                 return self._refused(
                     call, NotApproved(refusal or "no_decision", "the graph resumed without a decision")
                 )
+        return self._release_and_run(tool, call, submission, token, config)
+
+    def _release_and_run(
+        self, tool: BaseTool, call: ToolCall, submission: Submission, token: str, config: RunnableConfig
+    ) -> ToolMessage:
+        """Verify the decision against the request this node built, consume it, run the tool once."""
+        request = submission.request
         try:
             approval = self.client.release(submission, token)
         except NotApproved as error:
@@ -169,7 +283,8 @@ def pending_approvals(graph: Any, config: RunnableConfig) -> list[dict[str, Any]
 def resume_with_decisions(
     graph: Any, config: RunnableConfig, client: ReviewerClient, *, timeout: float | None = None
 ) -> Any:
-    """Wait for each pending approval's decision (long poll), then resume the graph with the tokens.
+    """Wait for each pending approval's decision (long poll), then resume the graph with the tokens
+    (for a batch's interrupt, every member's, by proposal id).
 
     Proposals that closed without a decision (expired, cancelled) resume with their state as
     `refusal`, so the node answers the model instead of waiting forever.
@@ -180,9 +295,24 @@ def resume_with_decisions(
         value = interruption.value
         if not (isinstance(value, dict) and value.get("kind") == INTERRUPT_KIND):
             continue
+        if "members" in value:  # a batch: every member's decision, by proposal id
+            resume[interruption.id] = {
+                "members": {
+                    member["proposal_id"]: _wait(client, member["proposal_id"], timeout)
+                    for member in value["members"]
+                }
+            }
+            continue
         try:
             token = client.wait_for_proposal(value["proposal_id"], timeout=timeout)
             resume[interruption.id] = {"token": token}
         except NotApproved as closed:
             resume[interruption.id] = {"refusal": closed.code}
     return graph.invoke(Command(resume=resume), config)
+
+
+def _wait(client: ReviewerClient, proposal_id: str, timeout: float | None) -> dict[str, Any]:
+    try:
+        return {"token": client.wait_for_proposal(proposal_id, timeout=timeout)}
+    except NotApproved as closed:
+        return {"refusal": closed.code}

@@ -19,19 +19,37 @@ defaults from the tool's description and JSON schema), waits for the decision (l
 policy decided at intake), and
 approves the item (Reviewer approved: the tool will run) or rejects it with the reviewer's reason as
 the message the model reads. Interruptions of tools it does not gate are left to the caller.
+
+Several interruptions of one turn (the model asked for several gated calls at once) are asked about
+as one batch (docs/agents/batches.md: one page, one vote, each member its own decision), or, when
+Reviewer will not batch them (`not_batchable`, `batch_too_large`, `batch_over_total`), each as its own
+proposal, all submitted before any is waited for; each approved call runs once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import uuid
 from typing import Any
 
 from agents import Agent, FunctionTool, Runner, RunResult
 from agents.tool_context import ToolContext
 
-from reviewer_gate.client import Approval, NotApproved, ReviewerClient, running_under
+from reviewer_gate.client import (
+    NOT_AS_A_BATCH,
+    Approval,
+    BatchRefused,
+    NotApproved,
+    ReviewerClient,
+    Submission,
+    build_request,
+    running_under,
+)
 from reviewer_gate.describe import ToolDescription
 from reviewer_gate.risk import risk_hint
+
+_NAMESPACE = uuid.UUID("0e7f6b52-8d0a-4c1e-9a57-2f3c6d8b1e44")  # batch ids of this adapter
 
 
 def _argument_names(tool: FunctionTool) -> tuple[str, ...]:
@@ -100,13 +118,16 @@ class ReviewerApprovals:
             if not ours:
                 return result  # approvals for tools this object does not gate: the caller's
             state = result.to_state()
-            for item in ours:
-                await self._decide(state, item, run_options.get("context"))
+            if len(ours) > 1:
+                await self._decide_together(state, ours, run_options.get("context"))
+            else:
+                await self._decide(state, ours[0], run_options.get("context"))
             result = await Runner.run(agent, state, **run_options)
         return result
 
-    async def _decide(self, state: Any, item: Any, context: Any) -> None:
-        call_id, tool_name, arguments = _call_of(item)
+    def _fields(self, item: Any, context: Any) -> dict[str, Any]:
+        """The approval request's fields for one interruption (its action among them)."""
+        _call_id, tool_name, arguments = _call_of(item)
         tool, description = self._gated[tool_name]
         fields = description.request_fields(
             tool_name,
@@ -118,8 +139,13 @@ class ReviewerApprovals:
             effect=f"runs the tool {tool_name}",
         )
         fields["consequences"].setdefault("risk", risk_hint(tool_name) or "gated")
+        return fields
+
+    async def _decide(self, state: Any, item: Any, context: Any) -> None:
+        call_id = _call_of(item)[0]
+        fields = self._fields(item, context)
         try:
-            approval = await self.client.arequest_approval(
+            approval: Approval | NotApproved = await self.client.arequest_approval(
                 fields.pop("action"),
                 **fields,
                 task_id=f"openai-agents-{call_id}",
@@ -127,6 +153,49 @@ class ReviewerApprovals:
                 timeout=self.decision_timeout,
             )
         except NotApproved as refusal:
+            approval = refusal
+        await self._settle(state, item, approval)
+
+    async def _decide_together(self, state: Any, items: list[Any], context: Any) -> None:
+        """Several interruptions of one turn: one batch (or, where Reviewer will not batch them, one
+        proposal each), all submitted before any decision is waited for."""
+        requests = []
+        for item in items:
+            fields = self._fields(item, context)
+            requests.append(build_request(fields.pop("action"), **fields, agent_version=self.agent_version))
+        call_ids = [_call_of(item)[0] for item in items]
+        key = str(uuid.uuid5(_NAMESPACE, "/".join(call_ids)))
+        try:
+            submissions = await asyncio.to_thread(
+                self.client.submit_batch,
+                requests,
+                batch_id=f"openai-agents-{key}",
+                summary=f"{len(items)} tool calls of one turn",
+                task_id=f"openai-agents-batch-{key}",
+            )
+        except BatchRefused as refused:
+            if refused.code not in NOT_AS_A_BATCH:
+                raise
+            submissions = [
+                await asyncio.to_thread(self.client.submit, request, task_id=f"openai-agents-{call_id}")
+                for request, call_id in zip(requests, call_ids, strict=True)
+            ]
+        outcomes = await asyncio.gather(*(self._outcome_of(submission) for submission in submissions))
+        for item, outcome in zip(items, outcomes, strict=True):
+            await self._settle(state, item, outcome)
+
+    async def _outcome_of(self, submission: Submission) -> Approval | NotApproved:
+        try:
+            return await self.client.await_release(submission, timeout=self.decision_timeout)
+        except NotApproved as refusal:
+            return refusal
+
+    async def _settle(self, state: Any, item: Any, approval: Approval | NotApproved) -> None:
+        """Approve the item (the tool will run with this approval) or reject it with the reason."""
+        call_id, tool_name, _arguments = _call_of(item)
+        description = self._gated[tool_name][1]
+        if isinstance(approval, NotApproved):
+            refusal = approval
             if refusal.code == "rejected":
                 message = f"Rejected by the reviewer: {refusal.reason or 'no reason given'}. Nothing was run."
             else:

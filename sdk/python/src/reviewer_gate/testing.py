@@ -21,7 +21,7 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from reviewer_gate.decision import action_digest
+from reviewer_gate.decision import action_digest, manifest_digest
 
 TOKEN_TYPE = "approval-decision+jwt"  # noqa: S105 - a JOSE typ value, not a secret
 
@@ -121,6 +121,10 @@ class FakeReviewer:
       set, waiting up to N seconds for it (the long poll)
     - POST /api/v1/decisions/<jti>/consume → 200, or what `consume_answers[jti]` says
     - POST /api/v1/decisions/<jti>/outcome → 200
+    - POST /api/v1/batches → 201 with one proposal per member (each recorded in `proposals` as a
+      submission of its own, `{"task_id", "context_id", "request": member}`, and decided at intake as
+      one would be), 200 for a known task and batch id; 400 `manifest_mismatch` when the digest is not
+      the members', or `batch_refusal` (code, message) when set, as Reviewer refuses a batch
     - POST /a2a/push/<slug>/ → 204 (A2A push notifications, with their X-A2A-Notification-Token)
     """
 
@@ -132,6 +136,8 @@ class FakeReviewer:
         self.consumes: list[dict[str, Any]] = []
         self.outcomes: list[dict[str, Any]] = []
         self.pushes: list[dict[str, Any]] = []
+        self.batches: list[dict[str, Any]] = []  # the calls of POST /api/v1/batches
+        self.batch_refusal: tuple[str, str] | None = None  # (code, message): refuse every batch
         self.consume_answers: dict[str, tuple[int, dict[str, Any]]] = {}
         self.pulls: list[str] = []
         self.unavailable_answers = 0  # answer this many next API calls with 503 (retry tests)
@@ -208,6 +214,60 @@ class FakeReviewer:
             while proposal_id not in self._outcome_of and time.monotonic() < deadline:
                 self._changed.wait(timeout=deadline - time.monotonic())
             return dict(self._outcome_of.get(proposal_id) or {"token": None, "state": "awaiting_review"})
+
+    def proposal_id_for(self, task_id: str, request_id: str) -> str | None:
+        """The proposal of one request (a batch's members share their task)."""
+        with self.lock:
+            return self._proposal_ids.get((task_id, request_id))
+
+    def _take(self, body: dict[str, Any], call: dict[str, Any]) -> tuple[bool, str, dict[str, Any]]:
+        """Record one submitted request (under the lock): (known before, proposal id, its outcome)."""
+        key = (str(body.get("task_id")), str((body.get("request") or {}).get("request_id")))
+        self.proposals.append({**call, "body": body})
+        known = key in self._proposal_ids
+        proposal_id = self._proposal_ids.setdefault(key, str(uuid.uuid4()))
+        decided = self.intake_decision(body) if self.intake_decision else None
+        if decided and not known:
+            self._outcome_of[proposal_id] = {"token": decided[0], "state": decided[1]}
+        return known, proposal_id, self._outcome_of.get(proposal_id) or {}
+
+    def _take_batch(self, body: dict[str, Any], call: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        members = list(body.get("members") or [])
+        computed = manifest_digest([str(member.get("action_digest")) for member in members])
+        with self.lock:
+            self.batches.append(call)
+            if self.batch_refusal is not None:
+                code, message = self.batch_refusal
+                return 400, {"error": {"code": code, "message": message, "field": None}}
+            if computed != body.get("manifest_digest"):
+                message = f"the manifest digest is not the members'; Reviewer computed {computed}"
+                return 400, {"error": {"code": "manifest_mismatch", "message": message, "field": None}}
+            answers, known_batch = [], True
+            for position, member in enumerate(members):
+                submission = {"task_id": body.get("task_id"), "context_id": body.get("context_id", "")}
+                known, proposal_id, outcome = self._take({**submission, "request": member}, call)
+                known_batch = known_batch and known
+                answers.append(
+                    {
+                        "position": position,
+                        "request_id": member.get("request_id"),
+                        "proposal_id": proposal_id,
+                        "action_digest": member.get("action_digest"),
+                        "standing": "in",
+                        "state": outcome.get("state", "awaiting_review"),
+                        "token": outcome.get("token"),
+                    }
+                )
+        answer = {
+            "batch": str(uuid.uuid5(uuid.NAMESPACE_URL, f"{body.get('task_id')}/{body.get('batch_id')}")),
+            "batch_id": body.get("batch_id"),
+            "task_id": body.get("task_id"),
+            "manifest_digest": computed,
+            "submitted_digest": body.get("manifest_digest"),
+            "revoked_at": None,
+            "members": answers,
+        }
+        return 200 if known_batch else 201, answer
 
     def proposals_for(self, task_id: str) -> list[dict[str, Any]]:
         with self.lock:
@@ -291,16 +351,12 @@ class FakeReviewer:
                     return
                 if self._unavailable():
                     return
+                if self.path == "/api/v1/batches":
+                    self._send(*reviewer._take_batch(body, call))
+                    return
                 if self.path == "/api/v1/proposals":
-                    key = (str(body.get("task_id")), str((body.get("request") or {}).get("request_id")))
                     with reviewer.lock:
-                        reviewer.proposals.append(call)
-                        known = key in reviewer._proposal_ids
-                        proposal_id = reviewer._proposal_ids.setdefault(key, str(uuid.uuid4()))
-                        decided = reviewer.intake_decision(body) if reviewer.intake_decision else None
-                        if decided and not known:
-                            reviewer._outcome_of[proposal_id] = {"token": decided[0], "state": decided[1]}
-                        outcome = reviewer._outcome_of.get(proposal_id) or {}
+                        known, proposal_id, outcome = reviewer._take(body, call)
                     self._send(
                         200 if known else 201,
                         {
