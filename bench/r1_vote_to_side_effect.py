@@ -1,13 +1,14 @@
-"""R1: the final vote committed → the agent's verified, consumed side effect (its ledger line), against a
-bare A2A GetTask round trip to the same agent (target: p50 ≤ 3x, p95 ≤ 5x).
+"""R1: the reviewer's final vote, POSTed on the proposal's page → the agent's verified, consumed side
+effect (its ledger line), against a bare A2A GetTask round trip to the same agent (target: p50 ≤ 3x, p95 ≤ 5x).
 
     BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench_delivery REDIS_URL=redis://127.0.0.1:6379/9 \\
         .venv/bin/python bench/r1_vote_to_side_effect.py [N]
 
 The clock starts when the reviewer's browser would send the vote: the approve form's POST to the
 proposal's page (`/proposals/<id>/decide`) over HTTP to the stack's Daphne, from a person signed in over
-HTTP with password and one-time code (the session's step-up covers the vote, as the policy's 3600 s
-window allows), with the CSRF token of the session, and it stops at the agent's ledger line. So the
+HTTP with password and one-time code (the first vote with a code, the next ones within the policy's
+3600 s step-up window that it opened, as a reviewer deciding one proposal after another), with the
+CSRF token of the session, and it stops at the agent's ledger line. So the
 time includes the request, the view (its step-up check, `cast_vote`, the page hash) and the answer's
 after-commit hooks that Daphne runs, as a reviewer's vote pays them. The path then has two round trips
 by design (the continuation to the agent, the agent's consume back to Reviewer), plus the worker's
@@ -63,8 +64,9 @@ async def _measure(stack: DeliveryStack, iterations: int) -> list[dict]:
                 ).first()
             )
             await agent_idle(stack)  # its announcement's pushes done: the vote starts as the baseline does
+            code = reviewer.code()  # typed before the click
             started = time.perf_counter()
-            answer = await asyncio.to_thread(reviewer.approve, proposal)
+            answer = await asyncio.to_thread(reviewer.approve, proposal, code)
             if answer.status_code != 302:
                 raise SystemExit(f"the vote was refused: HTTP {answer.status_code} {answer.text[:500]}")
             measured.append(stack.wait_ledger(n + 1) - started)
@@ -94,6 +96,8 @@ class PageReviewer:
 
         from tests import factories
 
+        self.user = user
+        self.fresh = False
         self.http = httpx.Client(base_url=url, timeout=30)
         self.http.get("/accounts/login/")
         signed_in = self.http.post(
@@ -108,8 +112,16 @@ class PageReviewer:
         if signed_in.status_code != 302:
             raise SystemExit(f"the reviewer could not sign in: HTTP {signed_in.status_code}")
 
-    def approve(self, proposal):
-        """The page's approve form, as posted from the browser; the session's step-up covers it (no code)."""
+    def code(self) -> str:
+        """The one-time code for the next vote: one for the first, none after it (a vote with a code marks
+        the session fresh, and the policy's step-up window, 3600 s, covers the next votes)."""
+        from tests import factories
+
+        return "" if self.fresh else factories.totp_code(self.user)
+
+    def approve(self, proposal, code: str):
+        """The page's approve form, as posted from the browser."""
+        self.fresh = True
         return self.http.post(
             f"/proposals/{proposal.id}/decide",
             data={
@@ -117,7 +129,7 @@ class PageReviewer:
                 "action": "approve",
                 "digest": proposal.action_digest,
                 "reason": "",
-                "otp_code": "",
+                "otp_code": code,
             },
         )
 
