@@ -1,5 +1,6 @@
 """R1: the reviewer's final vote, POSTed on the proposal's page → the agent's verified, consumed side
-effect (its ledger line), against a bare A2A GetTask round trip to the same agent (target: p50 ≤ 3x, p95 ≤ 5x).
+effect (its ledger line), against a bare A2A GetTask round trip to the same agent (target: p50 ≤ 3x,
+p95 ≤ 5x).
 
     BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench_delivery REDIS_URL=redis://127.0.0.1:6379/9 \\
         .venv/bin/python bench/r1_vote_to_side_effect.py [N]
