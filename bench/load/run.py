@@ -14,8 +14,9 @@ finance approval, step-up window 900 s); that many Daphnes on loopback (--base-p
 (bench/load/locustfile.py) at each rate of `--rates` for --step-seconds, stopping after the first
 step past the knee. The knee is the highest rate whose step had p95 < --p95-ms on every timed line
 (each endpoint's requests; the decision's long poll, which waits for a person, and the reviewers'
-one sign-in per step aside), not one failed or refused request, and sent at least 90% of what it
-offered. Calls arrive open-loop on a fixed schedule (bench/load/locustfile.py). On the last process
+one sign-in per step aside) and p95 < --call-p95-ms on the whole allowed call (its requests and the
+gate's verify: what the agent waits for), not one failed or refused request, and sent at least 90% of
+what it offered. Calls arrive open-loop on a fixed schedule (bench/load/locustfile.py). On the last process
 count, one more step at four times its knee (--quad-rate overrides) for --quad-seconds. Then it
 drains (approves what reviewers left, and plays the agent for the calls locust stopped in the middle
 of), stops every process by PID and checks (bench/load/checks.py):
@@ -31,8 +32,9 @@ of), stops every process by PID and checks (bench/load/checks.py):
   times the knee included (agents' 429s and 503s are counted apart);
 - the WebSockets stayed up.
 
-The report (markdown + JSON + locust's CSVs) goes to bench/load/results/<name>/; exit status 1 when a
-check failed.
+The report (markdown + JSON + locust's CSVs) goes to bench/load/results/<name>/, with what the drain
+settled after the load stopped (how many of the run's proposals were still open, and their share);
+exit status 1 when a check failed.
 """
 
 import argparse
