@@ -104,3 +104,24 @@ def refund_request() -> dict:
     from tests import factories
 
     return factories.approval_request(action=factories.refund_action(order_id=str(next(_orders))))
+
+
+def spread(values: list[float], unit: str = "x", digits: int = 2, label: str = "rounds") -> str:
+    """A row's values over its rounds, in order, with their range: "rounds: 0.34x, 0.41x, 0.36x
+    (0.34–0.41x)". A row's one figure hides how far its rounds were apart; this says it."""
+    shown = ", ".join(f"{value:.{digits}f}{unit}" for value in values)
+    if len(values) < 2:
+        return f"{label}: {shown or 'none'}"
+    return f"{label}: {shown} ({min(values):.{digits}f}–{max(values):.{digits}f}{unit})"
+
+
+def part_ratios(baseline: list[float], measured: list[float], share: float, parts: int = 4) -> list[float]:
+    """For a row whose samples were taken in turns but not in rounds: the `share` quantile's ratio over
+    each of `parts` consecutive parts of both series, the spread `spread` prints."""
+    size = min(len(baseline), len(measured)) // parts
+    if size < 2:
+        return []
+    return [
+        percentile(measured[start : start + size], share) / percentile(baseline[start : start + size], share)
+        for start in range(0, size * parts, size)
+    ]

@@ -19,7 +19,10 @@ import time
 import uuid
 from pathlib import Path
 
+from bench.common import spread
+
 ROOT = Path(__file__).resolve().parent.parent
+
 # BENCH_DB_PREFIX (bench/common.py) keeps side-by-side runs on one server apart.
 DEFAULT_DATABASE_URL = (
     f"postgres://postgres@127.0.0.1:5432/{os.environ.get('BENCH_DB_PREFIX', '')}bench_delivery"
@@ -157,20 +160,44 @@ def refund_message(n: int, webhook: str, push_token: str):
     return message, configuration
 
 
-async def bare_round_trips(client, task_id: str, count: int) -> list[float]:
-    """The baseline: GetTask of one task, `count` times, over one kept-alive client, once the agent has
-    finished with the task (its outcome reported to Reviewer): the agent is as idle as it was when the
-    measured path started, not still completing the last refund (its report, its pushes)."""
-    from a2a.types import GetTaskRequest
+def cpu_ticks(pid: int) -> int:
+    """A process's user + system CPU so far, in clock ticks (/proc/<pid>/stat, fields 14 and 15)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
 
+
+async def agent_idle(stack: "DeliveryStack", task_id: str | None = None, *, quiet: float = 0.1) -> None:
+    """Wait until the agent is idle: the task's proposal settled (its outcome reported to Reviewer),
+    then the agent's process using no CPU for `quiet` seconds (its last pushes and its task's final
+    state written). A baseline taken sooner times GetTask against an agent still finishing the last
+    refund; a measured run started sooner shares the agent with that work. Gives up after 10 s."""
     from approvals.models import Proposal
     from approvals.states import TERMINAL
 
     end = time.perf_counter() + 10
+    if task_id is not None:
+        while time.perf_counter() < end:
+            if Proposal.objects.filter(task_id=task_id, state__in=TERMINAL).exists():
+                break
+            await asyncio.sleep(0.005)
+    pid = stack.stack.agent.process.pid
+    quiet_since, ticks = time.perf_counter(), cpu_ticks(pid)
     while time.perf_counter() < end:
-        if Proposal.objects.filter(task_id=task_id, state__in=TERMINAL).exists():
-            break
-        await asyncio.sleep(0.005)
+        await asyncio.sleep(0.02)
+        now = cpu_ticks(pid)
+        if now != ticks:
+            quiet_since, ticks = time.perf_counter(), now
+        elif time.perf_counter() - quiet_since >= quiet:
+            return
+
+
+async def bare_round_trips(stack: "DeliveryStack", client, task_id: str, count: int) -> list[float]:
+    """The baseline: GetTask of one task, `count` times, over one kept-alive client, once the agent is
+    idle (`agent_idle`): as idle as it is when each measured run starts."""
+    from a2a.types import GetTaskRequest
+
+    await agent_idle(stack, task_id)
     times = []
     for _ in range(count):
         start = time.perf_counter()
@@ -203,9 +230,25 @@ def row(bench_id: str, what: str, baseline: list[float], measured: list[float], 
         "ratio": ratios[shown],
         "ratios": ratios,
         "met": all(ratios[key] <= float(bound) for key, bound in bounds.items()),
-        "note": f"p50 {ratios['p50']}x, p95 {ratios['p95']}x",
+        "note": f"p50 {ratios['p50']}x, p95 {ratios['p95']}x; "
+        f"p50 ratio's {spread(round_ratios(baseline, measured))}",
         "target": target,
     }
+
+
+ROUNDS = 3  # a row's runs are cut into this many rounds, in order, for its spread
+
+
+def round_ratios(baseline: list[float], measured: list[float]) -> list[float]:
+    """The p50 ratio of each of ROUNDS consecutive parts of a series (each run with its baselines)."""
+    per_run = len(baseline) // len(measured)
+    size = max(len(measured) // ROUNDS, 1)
+    ratios = []
+    for start in range(0, size * ROUNDS, size):
+        runs, bases = measured[start : start + size], baseline[start * per_run : (start + size) * per_run]
+        if runs and bases:
+            ratios.append(statistics.median(runs) / statistics.median(bases))
+    return ratios
 
 
 def delivery_stages(proposal_id, *, ledger_at: float, continuation: bool = True) -> dict:

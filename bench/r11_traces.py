@@ -19,7 +19,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 
-from bench.common import ms, percentile, scratch_environment, setup_django, start_worker, stop_process
+from bench.common import (
+    ms,
+    percentile,
+    scratch_environment,
+    setup_django,
+    spread,
+    start_worker,
+    stop_process,
+)
 from bench.r3_intake_http import free_port, start_daphne
 from bench.r7_rest_allowed import API_TOKEN, Agent
 
@@ -94,9 +102,10 @@ def main() -> list[dict]:
             agents[name] = Agent(f"http://127.0.0.1:{port}", gate)
             agents[name].http.headers["traceparent"] = TRACEPARENT
         samples: dict[str, list[float]] = {"off": [], "on": []}
-        load = []
+        load, rounds = [], []
         for round_number in range(ROUNDS + 1):  # the first round warms both up and is not counted
             load.append(os.getloadavg()[0])
+            counted = len(samples["on"])
             for _ in range(CALLS):
                 for name in ("off", "on") if round_number % 2 else ("on", "off"):
                     started = time.perf_counter()
@@ -104,6 +113,9 @@ def main() -> list[dict]:
                         raise SystemExit(f"a call failed (traces {name})")
                     if round_number:
                         samples[name].append(time.perf_counter() - started)
+            if round_number:
+                on, off = samples["on"][counted:], samples["off"][counted:]
+                rounds.append(percentile(on, 0.5) / percentile(off, 0.5))
         exports = collector.exports
     finally:
         stop_process(worker)
@@ -125,7 +137,8 @@ def main() -> list[dict]:
             "ratio": round(on50 / off50, 2),
             "target": "p50 ≤ 1.1x",
             "note": f"{len(samples['on'])} calls each, in turns, two Daphnes on one database; p95 ratio "
-            f"{on95 / off95:.2f}x; {exports} OTLP exports received; load average "
+            f"{on95 / off95:.2f}x; p50 ratio's {spread(rounds)}; {exports} OTLP exports received; "
+            "load average "
             f"{min(load):.1f}–{max(load):.1f}",
         }
     ]

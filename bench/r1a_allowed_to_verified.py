@@ -11,6 +11,10 @@ consumes it (a call back to Reviewer) and refunds. It asked for the decision in 
 decision-in-answer`), so Reviewer holds the task's continuation meanwhile (and, once due, records it
 without sending it: the agent had started). See bench/delivery_stack.py for the stack.
 
+Every run and every baseline starts with the agent idle (`delivery_stack.agent_idle`: the previous
+refund's proposal settled, the agent's process quiet), and they alternate: one request, then three
+GetTask round trips, then the next request.
+
 R1ao: the same path once the policy's new version says `consume_online: false` (docs/policy-format.md),
 the contract's option for reversible, low-risk tools: the agent acts on the verified decision from the
 answer, with no consume call back to Reviewer.
@@ -52,7 +56,7 @@ async def _measure(stack: DeliveryStack, iterations: int) -> list[dict]:
             proposal_id = Proposal.objects.get(task_id=task_id).id
             # The agent asked for the decision in the answer: Reviewer holds the continuation.
             stages.append(delivery_stages(proposal_id, ledger_at=time.time(), continuation=False))
-            baseline += await bare_round_trips(client, task_id, 3)
+            baseline += await bare_round_trips(stack, client, task_id, 3)
         return baseline, measured, stages, task_ids
 
     rows = [

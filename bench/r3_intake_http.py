@@ -26,6 +26,7 @@ from bench.common import (
     refund_request,
     scratch_environment,
     setup_django,
+    spread,
     start_worker,
     stop_process,
 )
@@ -145,7 +146,8 @@ def main() -> list[dict]:
             "note": f"p50 {ms(percentile(intake_latencies, 0.5))}"
             f" vs bare {ms(percentile(bare_latencies, 0.5))}"
             f", p95 {ms(percentile(intake_latencies, 0.95))} vs {ms(percentile(bare_latencies, 0.95))}"
-            f"; errors {intake_errors} vs {bare_errors}",
+            f"; errors {intake_errors} vs {bare_errors}"
+            f"; {spread([i[0] / b[0] for b, i in zip(bare, intake, strict=True)])}",
         }
     ]
 

@@ -177,6 +177,7 @@ def _measure(writers: int, events: int) -> dict:
         "plain_wal": statistics.median(wal for _, wal in plain),
         "chained_wal": statistics.median(wal for _, wal in chained),
         "ratio": statistics.median(c / p for (c, _), (p, _) in zip(chained, plain, strict=True)),
+        "rounds": [c / p for (c, _), (p, _) in zip(chained, plain, strict=True)],
     }
 
 
@@ -186,7 +187,7 @@ def main(events: int = 2000) -> list[dict]:
 
     from audit.chain.verification import verify_chain
     from audit.models import AuditEvent
-    from bench.common import start_worker, stop_process
+    from bench.common import spread, start_worker, stop_process
 
     mode = settings.AUDIT_SEQUENCING
     commits = "async" if settings.AUDIT_SEQUENCER_ASYNC_COMMIT else "sync"
@@ -228,7 +229,8 @@ def main(events: int = 2000) -> list[dict]:
             "ratio": round(ratio, 2),
             "target": ">= 0.8x, and 8 writers > 1 writer",
             "met": ratio >= 0.8 and chained_8 > chained_1,
-            "note": f"sequencing: {mode}, sequencer commits: {commits}; WAL per event: plain "
+            "note": f"8 writers, {spread(eight['rounds'])}; "
+            f"sequencing: {mode}, sequencer commits: {commits}; WAL per event: plain "
             f"{plain_wal:,.0f} bytes, chained {chained_wal:,.0f} (event, seal and head; the pending rows "
             "are UNLOGGED)",
         }

@@ -18,7 +18,7 @@ BENCH_R6_EXPLAIN=1 it prints EXPLAIN ANALYZE of every query of the large tenant'
 import os
 import time
 
-from bench.common import ms, percentile, scratch_environment, setup_django
+from bench.common import ms, part_ratios, percentile, scratch_environment, setup_django, spread
 
 SMALL = 100
 LARGE = int(os.environ.get("BENCH_R6_LARGE", "1000000"))
@@ -377,7 +377,8 @@ def main() -> list[dict]:
                 "target": "p95 ≤ 1.2x, same queries",
                 "met": ratio <= 1.2 and small_queries == large_queries,
                 "p50": [round(percentile(small, 0.5) * 1000, 1), round(percentile(large, 0.5) * 1000, 1)],
-                "note": f"p50 {ms(percentile(small, 0.5))} vs {ms(percentile(large, 0.5))}"
+                "note": f"p50 {ms(percentile(small, 0.5))} vs {ms(percentile(large, 0.5))}; p95 ratio's "
+                f"{spread(part_ratios(small, large, 0.95), label='quarters of the samples')}"
                 + (
                     f"; plan: {queue_plan}; {LARGE - SMALL:,} rows made in {built:.0f} s"
                     if id_ == "R6"
@@ -397,7 +398,8 @@ def main() -> list[dict]:
             "target": "p50 ≤ 1.2x, same queries",
             "met": tick_ratio <= 1.2 and before_queries == after_queries,
             "note": f"{TICKS} ticks each, two processes in turns; p95 {ms(percentile(before, 0.95))} vs "
-            f"{ms(percentile(after, 0.95))}",
+            f"{ms(percentile(after, 0.95))}; p50 ratio's "
+            f"{spread(part_ratios(before, after, 0.5), label='quarters of the ticks')}",
         }
     )
     return [*rows, empty_side]
