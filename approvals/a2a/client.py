@@ -14,7 +14,7 @@ import logging
 import ssl
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import httpx
@@ -35,10 +35,10 @@ from a2a.utils import TransportProtocol
 from a2a.utils.errors import A2AError, TaskNotFoundError
 from google.protobuf.json_format import MessageToDict
 
-from approvals.a2a.push import EXTENSION_URI, PushError, parked_request
+from approvals.a2a.push import EXTENSION_URI, PushError, parked_batch, parked_request
 from approvals.a2a.rust_approval import RUST_EXTENSION_URI, RUST_METADATA_KEY, rust_decision
 from approvals.models import Agent, Decision, OutboxMessage, Proposal
-from approvals.schemas import ProposalSubmission
+from approvals.schemas import BatchSubmission, ProposalSubmission
 from approvals.services.reconcile import TERMINAL_TASK_STATES
 from lib import outbound, tracing
 
@@ -419,11 +419,12 @@ class ParkedPage:
     requests: list[ProposalSubmission]
     malformed: list[tuple[str, PushError]]  # (task id, why): parked with a request Reviewer cannot read
     next_page_token: str
+    batches: list[BatchSubmission] = field(default_factory=list)  # tasks parked with a batch instead
 
 
 def list_parked_requests(agent: Agent, *, page_size: int, page_token: str = "") -> ParkedPage:
-    """One page of ListTasks(status=AUTH_REQUIRED): the approval requests parked in the tasks' status
-    messages, as a push would have carried them. Raises ListingRefused or DeliveryError."""
+    """One page of ListTasks(status=AUTH_REQUIRED): the approval requests (and batches) parked in the
+    tasks' status messages, as a push would have carried them. Raises ListingRefused or DeliveryError."""
     endpoint = AgentEndpoint.of(agent)
 
     # a2a-rust parks an asking task in input-required, Reviewer's extension in auth-required.
@@ -443,19 +444,23 @@ def list_parked_requests(agent: Agent, *, page_size: int, page_token: str = "") 
             if isinstance(error, A2AClientError):
                 raise
             raise ListingRefused(f"ListTasks refused: {type(error).__name__}: {error.message}") from error
-        requests, malformed = [], []
+        requests, batches, malformed = [], [], []
         for task in page.tasks:
             if task.status.state != parked:
                 continue  # an agent that ignores the filter: only parked tasks are requests
+            metadata = MessageToDict(task.status.message.metadata)
             try:
-                submission = parked_request(
-                    endpoint.extension, task.id, task.context_id, MessageToDict(task.status.message.metadata)
-                )
+                submission = parked_request(endpoint.extension, task.id, task.context_id, metadata)
+                batch = None
+                if submission is None and endpoint.extension == Agent.ApprovalExtension.REVIEWER:
+                    batch = parked_batch(task.id, task.context_id, metadata)
             except PushError as error:
                 malformed.append((task.id, error))
                 continue
             if submission is not None:
                 requests.append(submission)
-        return ParkedPage(requests, malformed, page.next_page_token)
+            elif batch is not None:
+                batches.append(batch)
+        return ParkedPage(requests, malformed, page.next_page_token, batches)
 
     return _call(endpoint, operation, with_card=True)

@@ -30,8 +30,11 @@ from django.utils import timezone
 from approvals.a2a.client import DeliveryError, ListingRefused, list_parked_requests
 from approvals.a2a.push import submit
 from approvals.models import Agent
+from approvals.schemas import BatchSubmission
+from approvals.services.batches import submit_batch
 from approvals.services.halts import active_halt
-from lib.errors import IntakeError, QuotaExceeded
+from approvals.services.intake import record_intake_refusal
+from lib.errors import HaltedError, IntakeError, QuotaExceeded
 
 log = logging.getLogger(__name__)
 
@@ -97,21 +100,64 @@ class ParkedTaskLister:
                 "%s's task %s is parked with a request Reviewer cannot read: %s", agent.slug, task_id, problem
             )
         taken = 0
-        for submission in page.requests:
-            try:
+        try:
+            for submission in page.requests:
                 taken += self._take_in(agent, submission)
-            except QuotaExceeded as refusal:
-                # Over a quota: the tasks stay parked and are offered again on the agent's next turn, no
-                # sooner than it may send again (the refusal is counted and audited by the quotas).
-                turn.page_token = ""
-                turn.next_at = max(turn.next_at, clock + timedelta(seconds=refusal.retry_after))
-                log.info("%s's parked tasks wait: %s", agent.slug, refusal.message)
-                break
+            for batch in page.batches:
+                taken += self._take_in_batch(agent, batch)
+        except QuotaExceeded as refusal:
+            # Over a quota: the tasks stay parked and are offered again on the agent's next turn, no
+            # sooner than it may send again (the refusal is counted and audited by the quotas).
+            turn.page_token = ""
+            turn.next_at = max(turn.next_at, clock + timedelta(seconds=refusal.retry_after))
+            log.info("%s's parked tasks wait: %s", agent.slug, refusal.message)
         return taken
 
     def _backoff(self, failures: int) -> timedelta:
         seconds = self.every.total_seconds() * 2 ** min(failures, 16)
         return timedelta(seconds=min(seconds, PARKED_TASKS_BACKOFF_CAP_SECONDS))
+
+    def _take_in_batch(self, agent: Agent, parked: BatchSubmission) -> int:
+        """A batch parked in a task, taken in as a push would (all or nothing), when every member names
+        this registration."""
+        key = (agent.id, parked.task_id, parked.batch_id)
+        if key in self.refused:
+            return 0
+        strangers = {member.agent for member in parked.members if member.agent != agent.slug}
+        if strangers:
+            self.refused.add(key)
+            log.warning(
+                "not adopting batch task %s found at %s's card URL: members name agents %s, not %r",
+                parked.task_id,
+                agent.slug,
+                sorted(strangers),
+                agent.slug,
+            )
+            return 0
+        try:
+            batch, created = submit_batch(
+                agent,
+                task_id=parked.task_id,
+                context_id=parked.context_id,
+                batch_id=parked.batch_id,
+                summary=parked.summary,
+                members=parked.members,
+                manifest=parked.manifest_digest,
+                via="list_tasks",
+            )
+        except (IntakeError, HaltedError) as error:
+            self.refused.add(key)
+            # Recorded once, as a refused push is (raises QuotaExceeded past the intake rate).
+            record_intake_refusal(
+                agent, error, via="list_tasks", task_id=parked.task_id, request_id=parked.batch_id
+            )
+            log.warning("%s's parked batch task %s refused at intake: %s", agent.slug, parked.task_id, error)
+            return 0
+        if created:
+            log.info(
+                "found %s's parked batch task %s by ListTasks: batch %s", agent.slug, parked.task_id, batch.id
+            )
+        return int(created)
 
     def _take_in(self, agent: Agent, submission) -> int:
         key = (agent.id, submission.task_id, submission.request.request_id)

@@ -114,8 +114,8 @@ def approval_request(task_id: str, context_id: str, metadata: dict) -> ProposalS
 
 def parked_batch(task_id: str, context_id: str, metadata: dict) -> BatchSubmission | None:
     """The batch parked in this status (`{"batch": {batch_id, summary, manifest_digest, members}}`
-    under the extension's URI), or None. Only a push brings one in: listing parked tasks adopts single
-    requests only (approvals/a2a/parked_tasks.py)."""
+    under the extension's URI), or None; read from a push and from the tasks the worker lists
+    (approvals/a2a/parked_tasks.py)."""
     ours = metadata.get(EXTENSION_URI)
     if not isinstance(ours, dict) or "batch" not in ours:
         return None
