@@ -26,8 +26,6 @@ from tests.browser.conftest import CHROMIUM, headless_chromium
 from tests.e2e.test_a2a_loop import wait_for
 from tests.reviewer_processes import REVIEWER_APP_WITH_STATIC_FILES
 
-pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
 # The module's Daphne serves the pages' scripts and styles too (module_reviewer_stack reads this).
 REVIEWER_APP = REVIEWER_APP_WITH_STATIC_FILES
 
@@ -37,13 +35,16 @@ NODE = shutil.which("node") or ""
 AUDIENCE = "urn:agent:refunds-js"
 API_TOKEN = "refunds-js-token"
 
-
-@pytest.fixture(autouse=True)
-def _node_and_the_examples_installed():
-    if not NODE:
-        pytest.skip("the JavaScript examples need Node 20 or newer (node not found)")
-    if not INSTALLED.exists():
-        pytest.skip("examples/js is not installed: `make js-examples` (make pytest does it when npm exists)")
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.django_db(transaction=True),
+    # Marks, not a fixture's skip: the module's Reviewer is not started for nothing.
+    pytest.mark.skipif(not NODE, reason="the JavaScript examples need Node 20 or newer (node not found)"),
+    pytest.mark.skipif(
+        not INSTALLED.exists(),
+        reason="examples/js is not installed: `make js-examples` (make pytest does it when npm exists)",
+    ),
+]
 
 
 def register(tenant, slug: str, audience: str, api_token: str) -> None:
