@@ -91,7 +91,8 @@ class Example:
     def __init__(self, script: str, stack, tmp_path: Path):
         self.stack, self.ledger = stack, tmp_path / "refunds.jsonl"
         self.process = subprocess.Popen(  # noqa: S603 (node and a script of this repository)
-            [NODE, script, "--reviewer-url", stack.url, "--audience", AUDIENCE, "--ledger", str(self.ledger)],
+            [NODE, script, "--reviewer-url", stack.url, "--audience", AUDIENCE, "--ledger", str(self.ledger)]
+            + ["--tenant", "acme", "--agent-slug", "refunds-js"],  # as registered: checked on both sides
             cwd=EXAMPLES,
             env=node_env(tmp_path),
             stdout=subprocess.PIPE,
@@ -122,19 +123,25 @@ class Example:
 
 
 def decide_in_chromium(page, reviewer, proposal: Proposal, verdict: str, reason: str = "") -> None:
-    """Sign in with password and a one-time code, open the proposal, decide with a fresh code."""
-    from playwright.sync_api import expect
-
-    from tests.browser.test_reviewing import sign_in
+    """Sign in with password and a one-time code, open the proposal, wait until the page is live (so
+    it shows what happens next without a reload), decide with a fresh code."""
+    from tests.browser.test_reviewing import sign_in, wait_until_live
 
     sign_in(page, reviewer)
     page.goto(f"/proposals/{proposal.id}/")
+    wait_until_live(page)
     if reason:
         page.get_by_label("Reason").fill(reason)
     page.get_by_label("One-time code").fill(factories.totp_code(reviewer))
     page.get_by_role("button", name=verdict).click()
-    recorded = {"Approve": "Your approval is recorded.", "Reject": "Your rejection is recorded"}
-    expect(page.get_by_text(recorded[verdict])).to_be_visible()
+
+
+def page_says(page, heading: str) -> None:
+    """The proposal's page shows `heading` over what happens (the decision's notice is not waited for:
+    a live update of the panel may replace it first)."""
+    from playwright.sync_api import expect
+
+    expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible()
 
 
 # The agent as another piece of its code would meet a decision token: its ReviewerClient (what the
@@ -219,6 +226,7 @@ def test_an_example_refunds_once_after_approval_in_the_browser_and_refuses_the_r
 
     assert example.output().startswith("refunded EUR 40.00 for order 1182: tx-")
     assert_refunded_once(reviewer_stack, proposal, example)
+    page_says(reviewer_page, "Done: the agent reports this happened")  # its report, live on the page
     # The same decision again, to the same agent (its used-decision store), then to another replica
     # of it (Reviewer refuses the second consume): nothing runs twice.
     token = Decision.objects.get(proposal=proposal).token
@@ -238,6 +246,7 @@ def test_a_rejection_in_the_browser_refunds_nothing(reviewer_stack, reviewer_a, 
 
     decide_in_chromium(reviewer_page, reviewer_a, proposal, "Reject", reason="already refunded")
 
+    page_says(reviewer_page, "Rejected: this will not happen")
     assert example.output() == "Rejected by the reviewer: already refunded. Nothing was run."
     assert Proposal.objects.get(pk=proposal.pk).state == State.REJECTED
     assert example.entries() == []
