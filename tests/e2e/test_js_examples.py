@@ -24,6 +24,7 @@ from reviewer_gate.approval import build_request
 from tests import factories
 from tests.browser.conftest import CHROMIUM, headless_chromium
 from tests.e2e.test_a2a_loop import wait_for
+from tests.examples.harness import stop_processes
 from tests.reviewer_processes import REVIEWER_APP_WITH_STATIC_FILES
 
 # The module's Daphne serves the pages' scripts and styles too (module_reviewer_stack reads this).
@@ -122,6 +123,19 @@ class Example:
         )
 
 
+@pytest.fixture
+def run_example(reviewer_stack, tmp_path):
+    """Start an example (`run_example("ai-sdk-refund.js")`); one still running at the end is stopped."""
+    started: list[Example] = []
+
+    def start(script: str) -> Example:
+        started.append(Example(script, reviewer_stack, tmp_path))
+        return started[-1]
+
+    yield start
+    stop_processes([example.process for example in started])
+
+
 def decide_in_chromium(page, reviewer, proposal: Proposal, verdict: str, reason: str = "") -> None:
     """Sign in with password and a one-time code, open the proposal, wait until the page is live (so
     it shows what happens next without a reload), decide with a fresh code."""
@@ -216,9 +230,9 @@ def assert_refunded_once(stack, proposal: Proposal, example: Example) -> None:
 @pytest.mark.browser
 @pytest.mark.parametrize("script", ["openai-agents-refund.js", "ai-sdk-refund.js"])
 def test_an_example_refunds_once_after_approval_in_the_browser_and_refuses_the_replay(
-    script, reviewer_stack, reviewer_a, reviewer_page, tmp_path
+    script, reviewer_stack, reviewer_a, reviewer_page, run_example, tmp_path
 ):
-    example = Example(script, reviewer_stack, tmp_path)
+    example = run_example(script)
     proposal = example.proposal()
     assert (proposal.tool, proposal.summary) == ("payments.refund", "Refund EUR 40.00 for order 1182")
 
@@ -240,8 +254,8 @@ def test_an_example_refunds_once_after_approval_in_the_browser_and_refuses_the_r
 
 
 @pytest.mark.browser
-def test_a_rejection_in_the_browser_refunds_nothing(reviewer_stack, reviewer_a, reviewer_page, tmp_path):
-    example = Example("ai-sdk-refund.js", reviewer_stack, tmp_path)
+def test_a_rejection_in_the_browser_refunds_nothing(reviewer_a, reviewer_page, run_example):
+    example = run_example("ai-sdk-refund.js")
     proposal = example.proposal()
 
     decide_in_chromium(reviewer_page, reviewer_a, proposal, "Reject", reason="already refunded")
@@ -268,8 +282,8 @@ def with_signature_changed(token: str) -> str:
 
 
 def test_the_js_gate_refuses_real_tokens_replayed_tampered_or_for_another_agent(reviewer_stack, tmp_path):
-    """Decided at intake by policy (refunds up to the limit are allowed), so the tokens are Reviewer's
-    own without a reviewer: Acme's agent's, and Globex's agent's (another tenant, another audience)."""
+    """Refunds decided at intake by policy (allowed), so the tokens are Reviewer's own without a
+    reviewer: Acme's agent's, and Globex's agent's (another tenant, another audience)."""
     for slug, audience, api_token in [
         ("acme", AUDIENCE, API_TOKEN),
         ("globex", "urn:agent:globex-refunds", "globex-token"),
