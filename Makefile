@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-from-pyproject
 SDK := sdk/python
 SDK_BUILD := build/sdk
 # The extras whose adapters sdk/python/tests exercise.
-SDK_EXTRAS := test,a2a,mcp,langgraph,openai-agents,agent-framework,adk,proxy
+SDK_EXTRAS := test,a2a,mcp,langgraph,openai-agents,agent-framework,adk,crewai,proxy
 JS_SDK := sdk/js
 JS_EXAMPLES := examples/js
 JS_EXAMPLES_STAMP := $(JS_EXAMPLES)/node_modules/.installed-from-lockfile
@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml $(SDK)/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# reviewer-gate (a dependency of the project) comes from this repository's sdk/python, editable.
-	$(PY) -m pip install --quiet -e '$(SDK)[a2a,mcp,langgraph,openai-agents,agent-framework,adk]' -e '.[dev]'
+	$(PY) -m pip install --quiet -e '$(SDK)[a2a,mcp,langgraph,openai-agents,agent-framework,adk,crewai]' -e '.[dev]'
 	@touch $(STAMP)
 
 venv: $(STAMP)

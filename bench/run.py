@@ -22,7 +22,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 OUTPUT = ROOT / "test-output" / "bench.json"
-EXPECTED = ("R1", "R1a", "R1r", "R2", "R3", "R4", "R5", "R5b", "R5c", "R6", "R7", "R8", "R9", "R10")
+EXPECTED = ("R1", "R1a", "R1r", "R2", "R3", "R4", "R5", "R5b", "R5c", "R6", "R7", "R8", "R9", "R10", "R11")
 MODULE = re.compile(r"^r\d+[a-z]?_\w+\.py$")
 RESULT_MARK = "BENCH-ROWS "  # the child prints its rows on one line after this mark
 

@@ -17,11 +17,16 @@ from google.adk.sessions import InMemorySessionService
 from google.genai import types
 
 from examples.connect.common import Ledger, client_from, parse_settings
+
+# reviewer: begin
 from reviewer_gate import current_approval
 from reviewer_gate.adk import ReviewerConfirmations
 from reviewer_gate.describe import ToolDescription
 
+# reviewer: end
+
 # How the refund reads for the reviewers (see examples/connect/langgraph_refund.py).
+# reviewer: begin description
 REFUND = ToolDescription(
     name="payments.refund",
     summary="Refund {currency} {amount} for order {order_id}",
@@ -29,6 +34,7 @@ REFUND = ToolDescription(
     currency="EUR",
     reversible=False,
 )
+# reviewer: end
 
 
 class ScriptedModel(BaseLlm):
@@ -53,22 +59,34 @@ class ScriptedModel(BaseLlm):
         yield LlmResponse(content=types.Content(role="model", parts=[types.Part(function_call=call)]))
 
 
+# reviewer: begin
 def build_agent(approvals: ReviewerConfirmations, ledger: Ledger, model) -> LlmAgent:
+    # reviewer: end
     def refund(order_id: str, amount: str) -> str:
         """Refund an order."""
+        # reviewer: begin
         transaction_id = ledger.refund(order_id, amount, idempotency_key=current_approval().idempotency_key)
+        # reviewer: end
         return f"refunded EUR {amount} for order {order_id}: {transaction_id}"
 
+    # reviewer: begin
     return LlmAgent(name="refunds", model=model, tools=[approvals.gate(refund, REFUND)])
+    # reviewer: end
 
 
+# reviewer: begin
 async def run(approvals: ReviewerConfirmations, ledger: Ledger, order_id: str, amount: str) -> str:
+    # reviewer: end
     sessions = InMemorySessionService()
+    # reviewer: begin
     agent = build_agent(approvals, ledger, ScriptedModel(order_id=order_id, amount=amount))
+    # reviewer: end
     runner = Runner(app_name="refunds", agent=agent, session_service=sessions)
     session = await sessions.create_session(app_name="refunds", user_id="requester")
     asked = types.Content(role="user", parts=[types.Part(text=f"Refund EUR {amount} for order {order_id}")])
+    # reviewer: begin
     events = await approvals.run(runner, user_id="requester", session_id=session.id, new_message=asked)
+    # reviewer: end
     return [
         part.text for event in events if event.content for part in event.content.parts or [] if part.text
     ][-1]
@@ -76,7 +94,11 @@ async def run(approvals: ReviewerConfirmations, ledger: Ledger, order_id: str, a
 
 if __name__ == "__main__":
     settings = parse_settings("python -m examples.connect.adk_refund", __doc__.splitlines()[0])
+    # reviewer: begin
     approvals = ReviewerConfirmations(
         client_from(settings), principal={"id": "requester", "display": "Rita Requester"}
     )
+    # reviewer: end
+    # reviewer: begin
     print(asyncio.run(run(approvals, Ledger(settings.ledger), settings.order, settings.amount)))
+    # reviewer: end

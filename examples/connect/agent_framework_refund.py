@@ -21,11 +21,16 @@ from agent_framework import (
 )
 
 from examples.connect.common import Ledger, client_from, parse_settings
+
+# reviewer: begin
 from reviewer_gate import current_approval
 from reviewer_gate.agent_framework import ReviewerApprovals
 from reviewer_gate.describe import ToolDescription
 
+# reviewer: end
+
 # How the refund reads for the reviewers (see examples/connect/langgraph_refund.py).
+# reviewer: begin description
 REFUND = ToolDescription(
     name="payments.refund",
     summary="Refund {currency} {amount} for order {order_id}",
@@ -33,6 +38,7 @@ REFUND = ToolDescription(
     currency="EUR",
     reversible=False,
 )
+# reviewer: end
 
 
 class ScriptedChatClient(FunctionInvocationLayer, BaseChatClient):
@@ -56,29 +62,45 @@ class ScriptedChatClient(FunctionInvocationLayer, BaseChatClient):
         return answer()
 
 
+# reviewer: begin
 def build_agent(approvals: ReviewerApprovals, ledger: Ledger, chat_client) -> Agent:
+    # reviewer: end
     @tool
     def refund(order_id: str, amount: str) -> str:
         """Refund an order."""
+        # reviewer: begin
         transaction_id = ledger.refund(order_id, amount, idempotency_key=current_approval().idempotency_key)
+        # reviewer: end
         return f"refunded EUR {amount} for order {order_id}: {transaction_id}"
 
     return Agent(
         client=chat_client,
         instructions="Refund what you are asked to.",
+        # reviewer: begin
         tools=[approvals.gate(refund, REFUND)],
+        # reviewer: end
     )
 
 
+# reviewer: begin
 async def run(approvals: ReviewerApprovals, ledger: Ledger, order_id: str, amount: str) -> str:
+    # reviewer: end
+    # reviewer: begin
     agent = build_agent(approvals, ledger, ScriptedChatClient(order_id, amount))
+    # reviewer: end
+    # reviewer: begin
     response = await approvals.run(agent, f"Refund EUR {amount} for order {order_id}")
+    # reviewer: end
     return response.text
 
 
 if __name__ == "__main__":
     settings = parse_settings("python -m examples.connect.agent_framework_refund", __doc__.splitlines()[0])
+    # reviewer: begin
     approvals = ReviewerApprovals(
         client_from(settings), principal={"id": "requester", "display": "Rita Requester"}
     )
+    # reviewer: end
+    # reviewer: begin
     print(asyncio.run(run(approvals, Ledger(settings.ledger), settings.order, settings.amount)))
+    # reviewer: end

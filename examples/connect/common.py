@@ -6,7 +6,10 @@ import os
 import time
 from pathlib import Path
 
+# reviewer: begin
 from reviewer_gate import ReviewerClient
+
+# reviewer: end
 
 
 def parse_settings(prog: str, description: str) -> argparse.Namespace:
@@ -25,6 +28,7 @@ def parse_settings(prog: str, description: str) -> argparse.Namespace:
     return args
 
 
+# reviewer: begin
 def client_from(args: argparse.Namespace) -> ReviewerClient:
     return ReviewerClient(
         reviewer_url=args.reviewer_url,
@@ -33,6 +37,9 @@ def client_from(args: argparse.Namespace) -> ReviewerClient:
         tenant=args.tenant,
         agent=args.agent_slug,
     )
+
+
+# reviewer: end
 
 
 class Ledger:

@@ -14,12 +14,17 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 
 from examples.connect.common import Ledger, client_from, parse_settings
+
+# reviewer: begin
 from reviewer_gate import ReviewerClient, current_approval
 from reviewer_gate.describe import ToolDescription
 from reviewer_gate.langgraph import ReviewedToolNode, pending_approvals, resume_with_decisions
 
+# reviewer: end
+
 # How the refund reads for the reviewers: the tool name a `payments.*` policy matches, a summary with the
 # currency, what it does and that it cannot be undone, and the person the run acts for.
+# reviewer: begin description
 REFUND = ToolDescription(
     name="payments.refund",
     summary="Refund {currency} {amount} for order {order_id}",
@@ -32,13 +37,18 @@ REFUND = ToolDescription(
         "display": config["configurable"].get("user_name", "Rita Requester"),
     },
 )
+# reviewer: end
 
 
+# reviewer: begin
 def build_graph(client: ReviewerClient, ledger: Ledger, order_id: str, amount: str):
+    # reviewer: end
     @tool
     def refund(order_id: str, amount: str) -> str:
         """Refund an order (the side effect: gated)."""
+        # reviewer: begin
         return ledger.refund(order_id, amount, idempotency_key=current_approval().idempotency_key)
+        # reviewer: end
 
     @tool
     def lookup_order(order_id: str) -> str:
@@ -60,7 +70,9 @@ def build_graph(client: ReviewerClient, ledger: Ledger, order_id: str, amount: s
 
     builder = StateGraph(MessagesState)
     builder.add_node("planner", planner)
+    # reviewer: begin
     node = ReviewedToolNode([refund, lookup_order], client, gated=["refund"], descriptions={"refund": REFUND})
+    # reviewer: end
     builder.add_node("tools", node)
     builder.add_edge(START, "planner")
     builder.add_conditional_edges(
@@ -70,15 +82,23 @@ def build_graph(client: ReviewerClient, ledger: Ledger, order_id: str, amount: s
     return builder.compile(checkpointer=InMemorySaver())  # a durable checkpointer in production
 
 
+# reviewer: begin
 def run(client: ReviewerClient, ledger: Ledger, order_id: str, amount: str) -> str:
+    # reviewer: end
+    # reviewer: begin
     graph = build_graph(client, ledger, order_id, amount)
+    # reviewer: end
     config = {"configurable": {"thread_id": str(uuid.uuid4())}}
     state = graph.invoke({"messages": [HumanMessage(f"Refund EUR {amount} for order {order_id}")]}, config)
+    # reviewer: begin
     while pending_approvals(graph, config):
         state = resume_with_decisions(graph, config, client)  # waits for Reviewer, then resumes
+    # reviewer: end
     return state["messages"][-1].content
 
 
 if __name__ == "__main__":
     settings = parse_settings("python -m examples.connect.langgraph_refund", __doc__.splitlines()[0])
+    # reviewer: begin
     print(run(client_from(settings), Ledger(settings.ledger), settings.order, settings.amount))
+    # reviewer: end

@@ -13,12 +13,17 @@ from agents.models.interface import Model
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 
 from examples.connect.common import Ledger, client_from, parse_settings
+
+# reviewer: begin
 from reviewer_gate import current_approval
 from reviewer_gate.describe import ToolDescription
+
+# reviewer: end
 from reviewer_gate.openai_agents import ReviewerApprovals
 
 # How the refund reads for the reviewers (see examples/connect/langgraph_refund.py); the principal comes
 # from the run's context (`Runner.run(..., context=...)`) when it names one.
+# reviewer: begin description
 REFUND = ToolDescription(
     name="payments.refund",
     summary="Refund {currency} {amount} for order {order_id}",
@@ -27,6 +32,7 @@ REFUND = ToolDescription(
     reversible=False,
     principal=lambda context: (context or {}).get("principal") or {"id": "requester", "display": "Rita"},
 )
+# reviewer: end
 
 
 class ScriptedModel(Model):
@@ -56,31 +62,47 @@ class ScriptedModel(Model):
         raise NotImplementedError("the example does not stream")
 
 
+# reviewer: begin
 def build_agent(approvals: ReviewerApprovals, ledger: Ledger, model) -> Agent:
+    # reviewer: end
     @function_tool
     def refund(order_id: str, amount: str) -> str:
         """Refund an order."""
+        # reviewer: begin
         transaction_id = ledger.refund(order_id, amount, idempotency_key=current_approval().idempotency_key)
+        # reviewer: end
         return f"refunded EUR {amount} for order {order_id}: {transaction_id}"
 
     return Agent(
         name="refunds",
         instructions="Refund what you are asked to.",
         model=model,
+        # reviewer: begin
         tools=[approvals.gate(refund, REFUND)],
+        # reviewer: end
     )
 
 
+# reviewer: begin
 async def run(approvals: ReviewerApprovals, ledger: Ledger, order_id: str, amount: str) -> str:
+    # reviewer: end
+    # reviewer: begin
     agent = build_agent(approvals, ledger, ScriptedModel(order_id, amount))
+    # reviewer: end
+    # reviewer: begin
     result = await approvals.run(agent, f"Refund EUR {amount} for order {order_id}")
+    # reviewer: end
     return str(result.final_output)
 
 
 if __name__ == "__main__":
     set_tracing_disabled(True)
     settings = parse_settings("python -m examples.connect.openai_agents_refund", __doc__.splitlines()[0])
+    # reviewer: begin
     approvals = ReviewerApprovals(
         client_from(settings), principal={"id": "requester", "display": "Rita Requester"}
     )
+    # reviewer: end
+    # reviewer: begin
     print(asyncio.run(run(approvals, Ledger(settings.ledger), settings.order, settings.amount)))
+    # reviewer: end

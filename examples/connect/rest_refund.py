@@ -4,11 +4,18 @@ REVIEWER_API_TOKEN=... python -m examples.connect.rest_refund --audience urn:age
 """
 
 from examples.connect.common import Ledger, client_from, parse_settings
+
+# reviewer: begin
 from reviewer_gate import NotApproved, ReviewerClient
 
+# reviewer: end
 
+
+# reviewer: begin
 def refund_with_approval(client: ReviewerClient, ledger: Ledger, order_id: str, amount: str) -> str:
+    # reviewer: end
     """Ask, wait, verify, consume; then refund once with the decision id as key, and report."""
+    # reviewer: begin
     action = {
         "tool": "payments.refund",
         "arguments": {"order_id": order_id, "amount": amount, "currency": "EUR"},
@@ -32,6 +39,7 @@ def refund_with_approval(client: ReviewerClient, ledger: Ledger, order_id: str, 
         approval.report("unknown", detail=repr(error))  # it may have happened: reconcile by key, never re-ask
         raise
     approval.report("succeeded", transaction_id=transaction_id)
+    # reviewer: end
     return f"refunded EUR {arguments['amount']} for order {arguments['order_id']}: {transaction_id}"
 
 

@@ -3,7 +3,9 @@
 import { appendFileSync, existsSync, readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 
+// reviewer: begin
 import { ReviewerClient } from "@reviewer/gate";
+// reviewer: end
 
 export function parseSettings(usage) {
   const { values } = parseArgs({
@@ -25,6 +27,7 @@ export function parseSettings(usage) {
   return { ...values, apiToken };
 }
 
+// reviewer: begin
 export function clientFrom(settings) {
   return new ReviewerClient({
     reviewerUrl: settings["reviewer-url"],
@@ -34,6 +37,7 @@ export function clientFrom(settings) {
     agent: settings["agent-slug"] ?? null,
   });
 }
+// reviewer: end
 
 /** The side effect: one JSON line per refund, keyed by the decision id (the idempotency key). */
 export class Ledger {

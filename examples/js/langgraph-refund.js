@@ -7,12 +7,15 @@
 import { AIMessage } from "@langchain/core/messages";
 import { tool } from "@langchain/core/tools";
 import { END, MemorySaver, MessagesAnnotation, START, StateGraph } from "@langchain/langgraph";
+// reviewer: begin
 import { ToolDescription, currentApproval } from "@reviewer/gate";
 import { ReviewedToolNode, pendingApprovals, resumeWithDecisions } from "@reviewer/gate/langgraph";
+// reviewer: end
 import { z } from "zod";
 
 import { Ledger, clientFrom, parseSettings } from "./common.js";
 
+// reviewer: begin description
 const REFUND = new ToolDescription({
   name: "payments.refund",
   summary: "Refund {currency} {amount} for order {order_id}",
@@ -20,22 +23,29 @@ const REFUND = new ToolDescription({
   currency: "EUR",
   reversible: false,
 });
+// reviewer: end
 
 const settings = parseSettings("node langgraph-refund.js");
 const ledger = new Ledger(settings.ledger);
+// reviewer: begin
 const client = clientFrom(settings);
+// reviewer: end
 const refund = tool(
   async ({ order_id: orderId, amount }) => {
+    // reviewer: begin
     const transactionId = ledger.refund(orderId, amount, currentApproval().idempotencyKey);
+    // reviewer: end
     return `refunded EUR ${amount} for order ${orderId}: ${transactionId}`;
   },
   { name: "refund", description: "Refund an order.", schema: z.object({ order_id: z.string(), amount: z.string() }) },
 );
+// reviewer: begin
 const tools = new ReviewedToolNode([refund], client, {
   gated: ["refund"],
   descriptions: { refund: REFUND },
   principal: { id: "requester", display: "Rita Requester" },
 });
+// reviewer: end
 
 function scriptedAgent(state) {
   const last = state.messages.at(-1);
@@ -54,7 +64,9 @@ const graph = new StateGraph(MessagesAnnotation)
 
 const config = { configurable: { thread_id: `refund-${settings.order}` } };
 let state = await graph.invoke({ messages: [{ role: "user", content: `Refund EUR ${settings.amount} for order ${settings.order}` }] }, config);
+// reviewer: begin
 while ((await pendingApprovals(graph, config)).length) {
   state = await resumeWithDecisions(graph, config, client); // waits for people, then resumes
 }
+// reviewer: end
 console.log(state.messages.at(-1).content);

@@ -14,16 +14,23 @@ import os
 
 import httpx
 
+# reviewer: begin
 from reviewer_gate.tac import TransactionAuthorization, TransactionAuthorizationError
 
+# reviewer: end
 
+
+# reviewer: begin
 def refund(api_url: str, order: str, amount: str, *, auth: httpx.Auth | None, api_key: str) -> httpx.Response:
+    # reviewer: end
     """POST the refund; `auth` meets the challenge (None: the API's 401 comes back as it is)."""
     return httpx.post(
         f"{api_url}/refunds/{order}",
         json={"amount": amount, "currency": "EUR"},
         headers={"X-Api-Key": api_key},
+        # reviewer: begin
         auth=auth,
+        # reviewer: end
         timeout=30,  # each send; the wait for people between them is TransactionAuthorization's max_wait
     )
 
@@ -37,6 +44,7 @@ def main() -> None:
     parser.add_argument("--order", default="1182")
     parser.add_argument("--amount", default="740.00")
     settings = parser.parse_args()
+    # reviewer: begin
     auth = TransactionAuthorization(
         settings.reviewer_url, client_id=settings.client_id, client_secret=os.environ["REVIEWER_API_TOKEN"]
     )
@@ -46,6 +54,7 @@ def main() -> None:
         )
     except TransactionAuthorizationError as refused:
         raise SystemExit(f"not approved: {refused}") from refused
+    # reviewer: end
     print(answer.status_code, answer.text)
 
 

@@ -221,6 +221,36 @@ def new_page(browser, live_server_url):
         context.close()
 
 
+@contextmanager
+def chromium_pages(base_url: str):
+    """For tests that run servers of their own (over TLS with their own certificate, which is accepted):
+    a function making new pages on `base_url`, each in a browser context of its own (one per person).
+    Playwright's loop runs in this thread while they are open, which Django's async-safety check would
+    take for async code calling the ORM: off meanwhile."""
+    if not CHROMIUM:
+        pytest.skip("browser tests need Debian's chromium: apt-get install -y chromium")
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=15_000)
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    playwright = sync_playwright().start()
+    chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+
+    def new_page():
+        return chromium.new_context(base_url=base_url, ignore_https_errors=True).new_page()
+
+    try:
+        yield new_page
+    finally:
+        chromium.close()
+        playwright.stop()
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
 def screenshot(page, name: str) -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"

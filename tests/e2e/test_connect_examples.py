@@ -1,5 +1,6 @@
 """The "Connect your agent" examples against a running Reviewer (Daphne + worker): plain REST,
-LangGraph, the OpenAI Agents SDK, Microsoft Agent Framework and Google ADK, each pulling its decision. The
+LangGraph, the OpenAI Agents SDK, Microsoft Agent Framework, Google ADK and CrewAI, each pulling its
+decision. The
 example runs in a thread (it blocks while it waits), a reviewer votes in the browser forms with a
 TOTP code, the example verifies, consumes, refunds once into its ledger with the decision id as key,
 and reports."""
@@ -16,12 +17,14 @@ from approvals.states import State
 from examples.connect import (
     adk_refund,
     agent_framework_refund,
+    crewai_refund,
     langgraph_refund,
     openai_agents_refund,
     rest_refund,
 )
 from examples.connect.common import Ledger
 from reviewer_gate import ReviewerClient, adk, agent_framework
+from reviewer_gate.crewai import ReviewerTools
 from reviewer_gate.openai_agents import ReviewerApprovals
 from tests import factories
 from tests.e2e.test_a2a_loop import decide_in_browser, wait_for
@@ -155,3 +158,30 @@ def test_adk(reviewer_stack, reviewer_user, client, tmp_path):
     assert run.result().startswith("refunded EUR 40.00 for order 1182")
     assert (proposal.tool, proposal.summary) == ("payments.refund", "Refund EUR 40.00 for order 1182")
     assert_refunded_once(reviewer_stack, proposal, ledger)
+
+
+@pytest.fixture
+def crewai_offline(monkeypatch):
+    # The example turns CrewAI's telemetry off; this also skips its first-run prompt to show traces.
+    monkeypatch.setenv("CREWAI_TESTING", "true")
+
+
+def test_crewai(reviewer_stack, reviewer_user, client, tmp_path, crewai_offline):
+    ledger = Ledger(tmp_path / "refunds.jsonl")
+    approvals = ReviewerTools(client, principal={"id": "requester", "display": "Rita"})
+    run = Background(lambda: crewai_refund.run(approvals, ledger, "1182", "40.00"))
+    run.start()
+    proposal = approve_the_proposal(reviewer_stack, reviewer_user)
+    assert run.result().startswith("refunded EUR 40.00 for order 1182")
+    assert (proposal.tool, proposal.summary) == ("payments.refund", "Refund EUR 40.00 for order 1182")
+    assert_refunded_once(reviewer_stack, proposal, ledger)
+
+
+def test_crewai_rejected(reviewer_stack, reviewer_user, client, tmp_path, crewai_offline):
+    ledger = Ledger(tmp_path / "refunds.jsonl")
+    approvals = ReviewerTools(client, principal={"id": "requester", "display": "Rita"})
+    run = Background(lambda: crewai_refund.run(approvals, ledger, "1182", "40.00"))
+    run.start()
+    approve_the_proposal(reviewer_stack, reviewer_user, "reject", reason="already refunded")
+    assert run.result() == "Rejected by the reviewer: already refunded. Nothing was run."
+    assert ledger.entries() == []

@@ -45,7 +45,6 @@ from tests.reviewer_processes import (
 from tests.waiting import wait_until
 
 CADDY = shutil.which("caddy")
-CHROMIUM = shutil.which("chromium")
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(not CADDY, reason="needs Caddy on PATH: apt-get install -y caddy (Debian's 2.6)"),
@@ -226,33 +225,11 @@ def deployment(django_db_setup, django_db_blocker, tmp_path_factory, private_red
 
 @pytest.fixture
 def chromium_pages(deployment):
-    """New pages on the deployment's https URL, each in a browser context of its own (one per person),
-    the self-signed certificate accepted. Playwright's loop runs in this thread while they are open,
-    which Django's async-safety check would take for async code calling the ORM: off meanwhile."""
-    if not CHROMIUM:
-        pytest.skip("browser tests need Debian's chromium: apt-get install -y chromium")
-    from playwright.sync_api import expect, sync_playwright
+    """New pages on the deployment's https URL, each in a browser context of its own (one per person)."""
+    from tests.browser.conftest import chromium_pages as pages_on
 
-    from tests.browser.conftest import CHROMIUM_ARGS
-
-    expect.set_options(timeout=15_000)
-    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    playwright = sync_playwright().start()
-    browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-
-    def new_page():
-        return browser.new_context(base_url=deployment.url, ignore_https_errors=True).new_page()
-
-    try:
+    with pages_on(deployment.url) as new_page:
         yield new_page
-    finally:
-        browser.close()
-        playwright.stop()
-        if previous is None:
-            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-        else:
-            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
 
 
 def names_the_stopped_worker(url: str) -> bool:

@@ -22,6 +22,7 @@ MODULES = [
     "openai_agents",
     "agent_framework",
     "adk",
+    "crewai",
 ]
 
 

@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import jwt
 import pytest
 
@@ -273,6 +274,39 @@ def test_an_unreachable_jwks_fails_closed():
         keys=gate.JWKSKeySource(f"http://127.0.0.1:{closed_port()}/.well-known/jwks.json"),
     )
     assert refused_code(the_gate, ReviewerKey().sign(claims())) == "keys_unavailable"
+
+
+class CountedClient(httpx.Client):
+    """A real httpx client that counts how many are made (the requests still go to the fake Reviewer)."""
+
+    made = 0
+
+    def __init__(self, *args, **kwargs):
+        type(self).made += 1
+        super().__init__(*args, **kwargs)
+
+
+def test_a_jwks_source_makes_one_http_client_for_all_its_refreshes(reviewer, key, monkeypatch):
+    # A new client costs its TLS context, tens of milliseconds, on the request path under the key lock.
+    monkeypatch.setattr(CountedClient, "made", 0)
+    monkeypatch.setattr(httpx, "Client", CountedClient)
+    the_gate = jwks_gate(reviewer, min_refresh_seconds=0)
+    verify(the_gate, key.sign(claims()))
+    rotated = ReviewerKey()
+    reviewer.keys.append(rotated)
+    assert verify(the_gate, rotated.sign(claims())).approved
+    assert reviewer.jwks_fetches == 2
+    assert CountedClient.made == 1
+
+
+def test_a_closed_gate_refreshes_its_jwks_again_on_the_next_verification(reviewer, key):
+    the_gate = jwks_gate(reviewer, min_refresh_seconds=0)
+    verify(the_gate, key.sign(claims()))
+    the_gate.close()
+    rotated = ReviewerKey()
+    reviewer.keys.append(rotated)
+    assert verify(the_gate, rotated.sign(claims())).approved
+    assert reviewer.jwks_fetches == 2
 
 
 def test_an_injected_fetch_function_replaces_http(key):

@@ -59,6 +59,7 @@ Public API:
     KeySource                                      Protocol: key_for(kid) -> Ed25519PublicKey
     StaticKeySource(jwks)                          keys from a JWKS dict
     JWKSKeySource(jwks_url, *, cache_seconds=300, timeout=5, min_refresh_seconds=10, fetch=None)
+        .close() -> None                           closes the HTTP client it keeps for its refreshes
     UsedDecisionStore                              Protocol: claim(jti, expires_at) -> bool
     MemoryUsedStore()                              one process only
     SQLiteUsedStore(path)                          shared by processes and threads on one file
@@ -72,7 +73,8 @@ Public API:
                                                    (see reviewer_gate.resource)
         .consume(decision) -> None                 raises GateError when the agent must not act
         .report_outcome(decision, status, *, transaction_id=None, detail=None) -> bool
-        .close() -> None                           closes its kept-alive HTTP connections
+        .close() -> None                           closes its kept-alive HTTP connections (and its
+                                                   key source's, when it has a close())
     decision_token_from_metadata(metadata) -> str | None
     action_digest(action) -> str
     approval_request_metadata(request) -> dict[str, Any]
@@ -228,8 +230,12 @@ class Gate:
         return self._http.get()
 
     def close(self) -> None:
-        """Close the kept-alive HTTP connections (a later call opens new ones)."""
+        """Close the kept-alive HTTP connections, its own and its key source's (a later call opens new
+        ones)."""
         self._http.close()
+        close_keys = getattr(self.keys, "close", None)
+        if close_keys is not None:
+            close_keys()
 
     # verify ---------------------------------------------------------------------------------
 

@@ -53,13 +53,6 @@ class StaticKeySource:
             raise GateError("unknown_kid", f"no Ed25519 key with kid {kid!r}") from None
 
 
-def _fetch_jwks_over_http(url: str, timeout: float) -> dict[str, Any]:
-    response = httpx.get(url, timeout=timeout, headers={"Accept": "application/json"})
-    response.raise_for_status()
-    document = response.json()
-    return document if isinstance(document, dict) else {}  # a JWKS that is no object holds no keys
-
-
 class JWKSKeySource:
     """Keys from Reviewer's `/.well-known/jwks.json`, cached for `cache_seconds`.
 
@@ -67,6 +60,10 @@ class JWKSKeySource:
     unknown. Refreshes for unknown kids are at most one per `min_refresh_seconds`, so a stream of
     forged tokens with random kids cannot turn this agent into a JWKS request amplifier.
     A JWKS that cannot be fetched fails closed (`keys_unavailable`).
+
+    Over HTTP it keeps one client for all its refreshes (`close()` drops it; the next refresh opens a
+    new one): a refresh happens on the request path, under the lock every verification takes, and a
+    new httpx client costs tens of milliseconds (its TLS context) before the request is even sent.
     """
 
     def __init__(
@@ -82,11 +79,28 @@ class JWKSKeySource:
         self.cache_seconds = cache_seconds
         self.timeout = timeout
         self.min_refresh_seconds = min_refresh_seconds
-        self._fetch = fetch or _fetch_jwks_over_http
+        self._fetch = fetch or self._fetch_over_http
         self._lock = threading.Lock()
+        self._http: httpx.Client | None = None  # made by the first refresh over HTTP, kept for the next
         self._keys: dict[str, Ed25519PublicKey] = {}
         self._fetched_at: float | None = None
         self.fetch_count = 0
+
+    def close(self) -> None:
+        """Close the kept HTTP client (the next refresh opens a new one)."""
+        with self._lock:
+            client, self._http = self._http, None
+        if client is not None:
+            client.close()
+
+    def _fetch_over_http(self, url: str, timeout: float) -> dict[str, Any]:
+        # Called by _refresh, under self._lock: one refresh at a time uses the kept client.
+        if self._http is None:
+            self._http = httpx.Client(timeout=timeout)
+        response = self._http.get(url, headers={"Accept": "application/json"})
+        response.raise_for_status()
+        document = response.json()
+        return document if isinstance(document, dict) else {}  # a JWKS that is no object holds no keys
 
     def _refresh(self) -> None:
         self.fetch_count += 1
