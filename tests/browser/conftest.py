@@ -171,11 +171,11 @@ def _shared_channel_layer(settings):
         }
 
 
-@contextmanager
-def headless_chromium():
-    """Debian's Chromium, headless, driven by Playwright. Playwright's sync API keeps an event loop
-    running in this thread while it is started, which Django's async-safety check takes for async code
-    calling the ORM: the check is off for exactly that time."""
+@pytest.fixture(scope="module")
+def browser(live_server_url):
+    """Headless Chromium for one test module. Playwright's sync API keeps an event loop running in this
+    thread while it is started, which Django's async-safety check takes for async code calling the ORM:
+    the check is off for exactly that time (and the loop stops before the next module's tests)."""
     from playwright.sync_api import sync_playwright
 
     previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
@@ -191,13 +191,6 @@ def headless_chromium():
             os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
         else:
             os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
-
-
-@pytest.fixture(scope="module")
-def browser(live_server_url):
-    """Headless Chromium for one test module (its loop stops before the next module's tests)."""
-    with headless_chromium() as chromium:
-        yield chromium
 
 
 @pytest.fixture

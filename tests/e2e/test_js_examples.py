@@ -22,7 +22,7 @@ from approvals.states import State
 from reviewer_gate import GateError, MemoryUsedStore, ReviewerClient
 from reviewer_gate.approval import build_request
 from tests import factories
-from tests.browser.conftest import CHROMIUM, headless_chromium
+from tests.browser.conftest import chromium_pages
 from tests.e2e.test_a2a_loop import wait_for
 from tests.examples.harness import stop_processes
 from tests.reviewer_processes import REVIEWER_APP_WITH_STATIC_FILES
@@ -67,15 +67,9 @@ def reviewer_a(reviewer_stack):
 
 @pytest.fixture
 def reviewer_page(reviewer_stack):
-    if not CHROMIUM:
-        pytest.skip("browser tests need Debian's chromium: apt-get install -y chromium")
-    from playwright.sync_api import expect
-
-    expect.set_options(timeout=15_000)
-    with headless_chromium() as chromium:
-        context = chromium.new_context(base_url=reviewer_stack.url)
-        yield context.new_page()
-        context.close()
+    """A page in headless Chromium on the stack's Reviewer (skipped without chromium)."""
+    with chromium_pages(reviewer_stack.url) as new_page:
+        yield new_page()
 
 
 def node_env(tmp_path: Path) -> dict:
