@@ -11,8 +11,10 @@ SDK_BUILD := build/sdk
 # The extras whose adapters sdk/python/tests exercise.
 SDK_EXTRAS := test,a2a,mcp,langgraph,openai-agents,agent-framework,adk,crewai,proxy
 JS_SDK := sdk/js
+JS_EXAMPLES := examples/js
+JS_EXAMPLES_STAMP := $(JS_EXAMPLES)/node_modules/.installed-from-lockfile
 
-.PHONY: demo test check pytest lint venv clean sdk-test js-test bench load
+.PHONY: demo test check pytest lint venv clean sdk-test js-test js-examples bench load
 
 $(STAMP): pyproject.toml $(SDK)/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is required")'
@@ -54,7 +56,7 @@ check: $(STAMP)
 # own, most tests first, would start the one-test fault loop last); PYTEST_WORKERS=0 runs it in this
 # process alone.
 PYTEST_WORKERS ?= 2
-pytest: $(STAMP)
+pytest: $(STAMP) $(JS_EXAMPLES_STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The reviewer-gate wheel as users get it: built, installed into a fresh virtualenv (pip's cache makes
@@ -74,6 +76,23 @@ sdk-test: $(STAMP)
 # imported (and type-checked) from there. Needs Node 20 or newer and the npm registry (or npm's cache).
 js-test:
 	cd $(JS_SDK) && npm ci --no-audit --no-fund && npm run build && node --test test/*.test.js
+
+# examples/js as tests/e2e/test_js_examples.py runs them against a live Reviewer: the frameworks from
+# examples/js/package-lock.json (`npm ci`, what `npm run setup` there does) and @reviewer/gate built
+# from sdk/js and installed as a packed copy (examples/js/.npmrc: install-links), not a link into the
+# source tree. Again only when a lockfile or sdk/js's sources changed. Without npm it installs nothing,
+# says so, and those tests skip.
+$(JS_EXAMPLES_STAMP): $(JS_EXAMPLES)/package-lock.json $(JS_SDK)/package-lock.json $(shell find $(JS_SDK)/src -name '*.ts')
+	@if command -v npm >/dev/null 2>&1; then \
+	  set -e; \
+	  (cd $(JS_SDK) && npm ci --no-audit --no-fund && npm run build); \
+	  (cd $(JS_EXAMPLES) && npm ci --no-audit --no-fund); \
+	  touch $(JS_EXAMPLES_STAMP); \
+	else \
+	  echo "npm not found: examples/js not installed, tests/e2e/test_js_examples.py will skip (Node 20 or newer)"; \
+	fi
+
+js-examples: $(JS_EXAMPLES_STAMP)
 
 # Benchmarks (not tests): bench/run.py runs every bench/r<N>_*.py and prints one table of ratios against
 # bare baselines measured in the same run (JSON in test-output/bench.json). Needs PostgreSQL
@@ -102,4 +121,4 @@ lint: $(STAMP)
 	$(PY) -m ruff format --check .
 
 clean:
-	rm -rf $(VENV) test-output .pytest_cache $(SDK_BUILD) $(JS_SDK)/node_modules $(JS_SDK)/dist
+	rm -rf $(VENV) test-output .pytest_cache $(SDK_BUILD) $(JS_SDK)/node_modules $(JS_SDK)/dist $(JS_EXAMPLES)/node_modules

@@ -125,17 +125,26 @@ def reviewer_env(*, url: str, database_url: str, data_dir: Path, **extra: str) -
     return env
 
 
+REVIEWER_APP = "reviewer.asgi:application"
+# The same app with its static files served, for tests whose pages run in Chromium (htmx, the scripts).
+REVIEWER_APP_WITH_STATIC_FILES = "tests.browser.asgi:application"
+
+
 def daphne(
-    name: str, listener: socket.socket, *, env: dict, log_dir: Path, access_log: Path | None = None
+    name: str,
+    listener: socket.socket,
+    *,
+    env: dict,
+    log_dir: Path,
+    access_log: Path | None = None,
+    app: str = REVIEWER_APP,
 ) -> ServerProcess:
-    """Daphne serving reviewer.asgi on `listener` (--fd), not started yet."""
+    """Daphne serving `app` (reviewer.asgi) on `listener` (--fd), not started yet."""
     fd = listener.fileno()
     args = [sys.executable, "-m", "daphne", "--fd", str(fd)]
     if access_log is not None:
         args += ["--access-log", str(access_log)]
-    process = ServerProcess(
-        name, [*args, "reviewer.asgi:application"], env=env, log_dir=log_dir, pass_fds=(fd,)
-    )
+    process = ServerProcess(name, [*args, app], env=env, log_dir=log_dir, pass_fds=(fd,))
     jwks = f"{url_of(listener)}/.well-known/jwks.json"
     process.ready = (lambda: answers(jwks), "an answer to /.well-known/jwks.json")
     return process

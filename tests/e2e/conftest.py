@@ -33,6 +33,7 @@ import signing_keys as keys
 from examples.downstream import FakePaymentsServer
 from tests.examples.harness import AgentProcess, stop_processes
 from tests.reviewer_processes import (
+    REVIEWER_APP,
     ServerProcess,
     daphne,
     listening_socket,
@@ -82,8 +83,10 @@ class Stack:
         downstream_url: str | None = None,
         with_agent: bool = True,
         worker_interval: str = "0.2",
+        app: str = REVIEWER_APP,
     ):
         self.tmp_path = tmp_path
+        self.app = app  # what Daphne serves
         self.downstream_url = downstream_url
         self.with_agent = with_agent  # False: Reviewer and its worker only (pull-path agents)
         self.worker_interval = worker_interval  # the safety-net poll; commits wake the worker anyway
@@ -113,7 +116,12 @@ class Stack:
         suffix = f"-{start}" if start > 1 else ""  # a new log per start: no earlier "worker started"
         self.processes = [
             daphne(
-                f"reviewer{suffix}", self.listener, env=env, log_dir=self.log_dir, access_log=self.access_log
+                f"reviewer{suffix}",
+                self.listener,
+                env=env,
+                log_dir=self.log_dir,
+                access_log=self.access_log,
+                app=self.app,
             ),
             worker(f"worker{suffix}", env=env, log_dir=self.log_dir, interval=self.worker_interval),
         ]
@@ -207,12 +215,14 @@ def shared_signing_keys(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def module_reviewer_stack(django_db_setup, django_db_blocker, tmp_path_factory):
+def module_reviewer_stack(request, django_db_setup, django_db_blocker, tmp_path_factory):
     """Reviewer and its worker, started once for a test module. They keep nothing between tests that
     the database does not hold (each test's flush empties it under them, as between the browser tests
     and their one Daphne); each test brings its own agent (`stack`, `paying_stack`) or runs its agents
-    as processes of its own (`reviewer_stack`)."""
-    stack = Stack(tmp_path_factory.mktemp("reviewer-stack"), with_agent=False)
+    as processes of its own (`reviewer_stack`). Daphne serves the module's REVIEWER_APP when it names
+    one (tests.reviewer_processes.REVIEWER_APP_WITH_STATIC_FILES for pages opened in Chromium)."""
+    app = getattr(request.module, "REVIEWER_APP", REVIEWER_APP)
+    stack = Stack(tmp_path_factory.mktemp("reviewer-stack"), with_agent=False, app=app)
     try:
         with django_db_blocker.unblock(), shared_signing_keys(tmp_path_factory):
             stack.start()
