@@ -21,7 +21,7 @@ from approvals.services.quorum import count_quorum
 from approvals.states import OPEN_FOR_VOTES, RELEASED, STARTED, State
 from approvals.web import break_glass_pages
 from approvals.web import grants as grant_pages
-from approvals.web.display import EXCERPT_CAP, capped, display_text, label_text
+from approvals.web.display import EXCERPT_CAP, capped, display_text, fact_text, label_text
 from approvals.web.forms import DecisionForm, RevokeForm
 from approvals.web.history_panel import history_context
 from lib import agent_text
@@ -89,7 +89,7 @@ def _consequence(proposal: Proposal) -> dict:
         "no_data_leaves": (
             isinstance(data_leaves, str) and data_leaves.strip().lower() in {"none", "no", "nothing"}
         ),
-        "other": [{"label": label_text(k), "value": capped(v)} for k, v in sorted(facts.items())],
+        "other": [{"label": label_text(k), "value": capped(fact_text(v))} for k, v in sorted(facts.items())],
     }
 
 
