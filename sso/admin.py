@@ -4,6 +4,8 @@ sso/sign_in/configuration.py with their audit event; SCIM records change only th
 
 from django import forms
 from django.contrib import admin
+from django.urls import reverse
+from django.utils.html import escape
 
 from sso.models import ExternalIdentity, IdentityProvider, ScimGroup, ScimUser
 from sso.saml.config import metadata_entity_id
@@ -77,6 +79,14 @@ class IdentityProviderForm(forms.ModelForm):
         return data
 
 
+SAML_METADATA = "/accounts/sso/saml/<tenant's short name>/metadata/"
+SAML_ACS = "/accounts/sso/saml/<tenant's short name>/acs/"
+SAML_HELP = (
+    "Reviewer's metadata for the provider: {metadata} (entity ID); its assertion consumer URL: {acs}. "
+    "The NameID (persistent) names the person; the groups claim below is the SAML attribute of group names."
+)
+
+
 @admin.register(IdentityProvider)
 class IdentityProviderAdmin(AuditedConfiguration):
     form = IdentityProviderForm
@@ -91,9 +101,7 @@ class IdentityProviderAdmin(AuditedConfiguration):
             "SAML 2.0",
             {
                 "fields": ["saml_metadata", "saml_email_attribute"],
-                "description": "Reviewer's metadata for the provider: /accounts/sso/saml/<tenant>/metadata/ "
-                "(entity ID); its assertion consumer URL: /accounts/sso/saml/<tenant>/acs/. The NameID "
-                "(persistent) names the person; the groups claim below is the SAML attribute of group names.",
+                "description": SAML_HELP.format(metadata=SAML_METADATA, acs=SAML_ACS),
             },
         ),
         (
@@ -104,6 +112,27 @@ class IdentityProviderAdmin(AuditedConfiguration):
         ("Step-up for votes", {"fields": ["step_up", "step_up_acr", "step_up_amr"]}),
     ]
     raw_id_fields = ["break_glass_user"]
+
+    def get_fieldsets(self, request, obj=None):
+        """The SAML section names Reviewer's own URLs for this tenant; before a tenant is chosen, with
+        its short name as a placeholder. The admin shows a fieldset's description as HTML, so a bare
+        "<tenant>" vanished as an unknown tag ("/accounts/sso/saml//metadata/"): the text is escaped."""
+        fieldsets = super().get_fieldsets(request, obj)
+        slug = obj.tenant.slug if obj is not None and obj.tenant_id else None
+        urls = (
+            {
+                "metadata": reverse("sso:saml_metadata", args=[slug]),
+                "acs": reverse("sso:saml_acs", args=[slug]),
+            }
+            if slug
+            else {"metadata": SAML_METADATA, "acs": SAML_ACS}
+        )
+        return [
+            (name, {**options, "description": escape(SAML_HELP.format(**urls))})
+            if name == "SAML 2.0"
+            else (name, options)
+            for name, options in fieldsets
+        ]
 
 
 @admin.register(ProviderGroupMapping)
