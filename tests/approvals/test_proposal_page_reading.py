@@ -193,3 +193,19 @@ def test_the_main_navigation_leads_to_out_of_office(reviewer_a, tenant):
     html = unescape(verified_client(reviewer_a).get("/").content.decode())
     nav = html[html.index('<nav aria-label="Main">') : html.index("</nav>")]
     assert f'href="{reverse("approvals:out_of_office")}"' in nav and "Out of office" in nav
+
+
+def test_the_agents_other_amount_is_followed_by_its_semicolon_with_no_space_before_it(
+    agent, refund_policy, requester, reviewer_a
+):
+    proposal = submit(
+        agent,
+        action=factories.refund_action(amount="4000.00"),
+        consequences={"amount": "4.00", "currency": "EUR"},
+        summary="Refund EUR 4.00 for order 1182",
+    )
+
+    shown = words(page(reviewer_a, proposal))
+
+    assert "The agent's description says EUR 4.00; the action says the amount above." in shown
+    assert "EUR 4.00 ;" not in shown
