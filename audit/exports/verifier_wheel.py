@@ -69,7 +69,10 @@ def wheel_bytes() -> bytes:
     scripts = "".join(f"{name} = {target}\n" for name, target in project["scripts"].items())
     files += [
         (f"{dist_info}/METADATA", _metadata(project).encode()),
-        (f"{dist_info}/WHEEL", b"Wheel-Version: 1.0\nGenerator: reviewer\nRoot-Is-Purelib: true\nTag: py3-none-any\n"),
+        (
+            f"{dist_info}/WHEEL",
+            b"Wheel-Version: 1.0\nGenerator: reviewer\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        ),
         (f"{dist_info}/entry_points.txt", f"[console_scripts]\n{scripts}".encode()),
     ]
     record = [_record_line(name, data) for name, data in files] + [f"{dist_info}/RECORD,,"]

@@ -347,7 +347,8 @@ def test_the_dry_run_names_an_edited_proposal_by_its_action_not_the_agents_earli
 
     html = unescape(as_author.get(url("policyversion", "dry_run", draft.pk)).content.decode())
 
-    assert "Refund EUR 30.00 · order:1182</bdi></a> <span class=\"help\">(edited by a reviewer)</span>" in html
+    edited = '<span class="help">(edited by a reviewer)</span>'
+    assert f"Refund EUR 30.00 · order:1182</bdi></a> {edited}" in html
     assert "Refund EUR 75.00 (edited)" not in html
 
 

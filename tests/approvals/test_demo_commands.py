@@ -14,9 +14,9 @@ from approvals.management.commands.seed_demo import seconds_left
 from approvals.models import Agent, PolicyVersion
 from approvals.policy.step_up import PER_VOTE
 from audit.models import AuditEvent, Verb
+from examples.refund_agent.config import parse_settings
 from lib.tokens import hash_token
 from tenants.models import Tenant, TenantMembership
-from examples.refund_agent.config import parse_settings
 from tests.factories import submit
 
 pytestmark = pytest.mark.django_db

@@ -65,7 +65,10 @@ def test_to_whom_reads_the_target_and_recipient_from_the_action_and_flags_a_look
 
     row = html[html.index("<dt>To whom / what</dt>") :]
     row = row[: row.index("</div>")]
-    assert "order:1182" in row and f"to <span class=\"value\"><bdi class=\"agent-text agent-text--flagged\">{LOOKALIKE}" in row
+    assert (
+        "order:1182" in row
+        and f'to <span class="value"><bdi class="agent-text agent-text--flagged">{LOOKALIKE}' in row
+    )
     assert "check it: see the warning under the heading" in row
     assert "Not stated by the agent" not in row
 

@@ -126,7 +126,18 @@ def test_the_running_reviewer_serves_the_verifier_as_a_wheel_pip_installs_and_it
         assert "Requires-Dist: cryptography" in metadata and "Requires-Dist: rfc8785" in metadata
 
     target = tmp_path / "site"
-    run(sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", target, served, cwd=tmp_path)
+    run(
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--no-deps",
+        "--target",
+        target,
+        served,
+        cwd=tmp_path,
+    )
     assert (target / "bin" / "reviewer-verify").exists()  # the command, from the entry point
 
     lifecycle(agent, reviewer_a)
@@ -138,6 +149,11 @@ def test_the_running_reviewer_serves_the_verifier_as_a_wheel_pip_installs_and_it
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(target)}
     verified = subprocess.run(
         [sys.executable, "-m", "reviewer_verify", str(bundle), "--jwks", str(keys)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert verified.returncode == 0 and "OK" in verified.stdout, verified.stdout + verified.stderr

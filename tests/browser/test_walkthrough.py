@@ -124,7 +124,11 @@ def test_a_reviewer_walks_the_queue_a_refund_from_each_agent_path_an_approval_an
     )
     adapter = langgraph_fields()  # what reviewer_gate's LangGraph node sends: the currency is the tool's
     adapter_id = beside_the_browser(
-        submit, agent, action=adapter["action"], summary=adapter["summary"], consequences=adapter["consequences"]
+        submit,
+        agent,
+        action=adapter["action"],
+        summary=adapter["summary"],
+        consequences=adapter["consequences"],
     ).id
     mcp_id = beside_the_browser(
         submit,
@@ -284,7 +288,9 @@ def test_a_tenant_admin_walks_the_group_and_policy_pages_and_a_dry_run(
     steps.shot(page, "admin-policy")
     page.goto(f"/admin/approvals/policyversion/{refund_policy.pk}/dry-run/")
     expect(page.get_by_role("columnheader", name="What it does")).to_be_visible()
-    expect(page.locator("#result_list")).to_contain_text("Refund EUR 30.00 · order:1300 (edited by a reviewer)")
+    expect(page.locator("#result_list")).to_contain_text(
+        "Refund EUR 30.00 · order:1300 (edited by a reviewer)"
+    )
     expect(page.locator("#result_list")).not_to_contain_text("Refund EUR 75.00 (edited)")
     steps.shot(page, "admin-dry-run")
 
