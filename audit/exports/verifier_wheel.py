@@ -15,6 +15,7 @@ import tomllib
 import zipfile
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "audit" / "verify"
@@ -24,8 +25,9 @@ PACKAGE = "reviewer_verify"
 ENTRY_TIME = (2026, 1, 1, 0, 0, 0)
 
 
-def _project() -> dict:
-    return tomllib.loads(PROJECT.read_text())["project"]
+def _project() -> dict[str, Any]:
+    project: dict[str, Any] = tomllib.loads(PROJECT.read_text())["project"]
+    return project
 
 
 def wheel_name() -> str:
@@ -46,7 +48,7 @@ def _record_line(name: str, data: bytes) -> str:
     return f"{name},sha256={digest},{len(data)}"
 
 
-def _metadata(project: dict) -> str:
+def _metadata(project: dict[str, Any]) -> str:
     lines = [
         "Metadata-Version: 2.1",
         f"Name: {project['name']}",
