@@ -74,8 +74,11 @@ def refund(order_id: str, amount: str, **arguments) -> dict:
 
 def submitted_over_rest(live_server_url, action) -> str:
     """POST /api/v1/proposals as a pull agent's client sends it (the agent's API token)."""
-    body = {"task_id": f"rest-{action['arguments']['order_id']}", "context_id": "ctx-rest"}
-    body["request"] = approval_request(action=action)
+    body = {
+        "task_id": f"rest-{action['arguments']['order_id']}",
+        "context_id": "ctx-rest",
+        "request": approval_request(action=action),
+    }
     answer = httpx.post(
         f"{live_server_url}/api/v1/proposals",
         content=json.dumps(body),
