@@ -8,7 +8,6 @@ written here with zipfile (a wheel is a zip with a .dist-info folder, PEP 427 an
 per process: a build backend is not among Reviewer's run-time dependencies.
 """
 
-import base64
 import hashlib
 import io
 import tomllib
@@ -16,6 +15,8 @@ import zipfile
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+from lib import base64url
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "audit" / "verify"
@@ -44,8 +45,7 @@ def install_url() -> str:
 
 
 def _record_line(name: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{name},sha256={digest},{len(data)}"
+    return f"{name},sha256={base64url.encode(hashlib.sha256(data).digest())},{len(data)}"
 
 
 def _metadata(project: dict[str, Any]) -> str:
