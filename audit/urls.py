@@ -9,6 +9,7 @@ app_name = "audit"
 urlpatterns = [
     path("", views.index, name="index"),
     path("metrics", views.prometheus, name="prometheus"),
+    path("reviewer-verify/<str:filename>", views.verifier_download, name="verifier_wheel"),
     path("<slug:tenant>/", views.tenant_home, name="tenant"),
     path("<slug:tenant>/events/", views.events, name="events"),
     path("<slug:tenant>/metrics/", views.metrics_page, name="metrics"),

@@ -4,6 +4,8 @@ sso/sign_in/configuration.py with their audit event; SCIM records change only th
 
 from django import forms
 from django.contrib import admin
+from django.urls import reverse
+from django.utils.html import escape
 
 from sso.models import ExternalIdentity, IdentityProvider, ScimGroup, ScimUser
 from sso.saml.config import metadata_entity_id
@@ -44,6 +46,14 @@ class IdentityProviderForm(forms.ModelForm):
     class Meta:
         model = IdentityProvider
         exclude: list[str] = []  # every field; the fieldsets below order them
+        # Said here rather than on the model: what a person setting up a provider must know first.
+        help_texts = {
+            "allowed_email_domains": "space-separated; empty allows any domain the provider vouches for. "
+            "Also how 'Sign in with single sign-on' finds this tenant from a work e-mail: with none, "
+            "people type the tenant's short name",
+            "scopes": "add the provider's groups scope where it needs one for the groups claim (Okta: "
+            "groups); a scope the provider does not know fails every sign-in",
+        }
 
     def clean_issuer(self) -> str:
         """An OpenID Connect issuer is a URL (its discovery document lives under it), typed without a
@@ -77,6 +87,14 @@ class IdentityProviderForm(forms.ModelForm):
         return data
 
 
+SAML_METADATA = "/accounts/sso/saml/<tenant's short name>/metadata/"
+SAML_ACS = "/accounts/sso/saml/<tenant's short name>/acs/"
+SAML_HELP = (
+    "Reviewer's metadata for the provider: {metadata} (entity ID); its assertion consumer URL: {acs}. "
+    "The NameID (persistent) names the person; the groups claim below is the SAML attribute of group names."
+)
+
+
 @admin.register(IdentityProvider)
 class IdentityProviderAdmin(AuditedConfiguration):
     form = IdentityProviderForm
@@ -91,9 +109,7 @@ class IdentityProviderAdmin(AuditedConfiguration):
             "SAML 2.0",
             {
                 "fields": ["saml_metadata", "saml_email_attribute"],
-                "description": "Reviewer's metadata for the provider: /accounts/sso/saml/<tenant>/metadata/ "
-                "(entity ID); its assertion consumer URL: /accounts/sso/saml/<tenant>/acs/. The NameID "
-                "(persistent) names the person; the groups claim below is the SAML attribute of group names.",
+                "description": SAML_HELP.format(metadata=SAML_METADATA, acs=SAML_ACS),
             },
         ),
         (
@@ -104,6 +120,27 @@ class IdentityProviderAdmin(AuditedConfiguration):
         ("Step-up for votes", {"fields": ["step_up", "step_up_acr", "step_up_amr"]}),
     ]
     raw_id_fields = ["break_glass_user"]
+
+    def get_fieldsets(self, request, obj=None):
+        """The SAML section names Reviewer's own URLs for this tenant; before a tenant is chosen, with
+        its short name as a placeholder. The admin shows a fieldset's description as HTML, so a bare
+        "<tenant>" vanished as an unknown tag ("/accounts/sso/saml//metadata/"): the text is escaped."""
+        fieldsets = super().get_fieldsets(request, obj)
+        slug = obj.tenant.slug if obj is not None and obj.tenant_id else None
+        urls = (
+            {
+                "metadata": reverse("sso:saml_metadata", args=[slug]),
+                "acs": reverse("sso:saml_acs", args=[slug]),
+            }
+            if slug
+            else {"metadata": SAML_METADATA, "acs": SAML_ACS}
+        )
+        return [
+            (name, {**options, "description": escape(SAML_HELP.format(**urls))})
+            if name == "SAML 2.0"
+            else (name, options)
+            for name, options in fieldsets
+        ]
 
 
 @admin.register(ProviderGroupMapping)

@@ -50,6 +50,7 @@ def _context(user, form) -> dict:
         "for_me": [d for d in current_delegations(tenant_ids_of(user)) if d.delegate_id == user.pk],
         "tenant_active": current_delegations(admin_of),
         "is_admin": bool(admin_of),
+        "nav": "out_of_office",
     }
 
 

@@ -12,6 +12,7 @@ from approvals.policy.evaluation import (
     evaluate,
     pattern_matches,
 )
+from approvals.policy.headline import action_headline
 from tenants.models import Tenant
 
 # ---------------------------------------------------------------------------------------------------
@@ -27,6 +28,12 @@ class DryRunRow:
     outcome_with_draft: str  # with the draft in place of its policy's active version
     evaluation: Evaluation
     thresholds_now: list = field(default_factory=list)  # the approvals required with the active versions
+
+    @property
+    def headline(self) -> str:
+        """What the proposal does, from its action (approvals/policy/headline.py): an edited proposal's
+        agent summary describes the request before the edit, so the dry run names the action instead."""
+        return action_headline(self.proposal.action, self.proposal.consequences).text
 
     @property
     def changes(self) -> bool:

@@ -13,6 +13,7 @@ import re
 import unicodedata
 from datetime import timedelta
 
+from django.db.models import Q
 from django.utils import timezone
 
 from approvals.models import Proposal
@@ -114,6 +115,26 @@ def earlier_on_target(proposal: Proposal, window: timedelta = PAGE_WINDOW):
         )
         .exclude(pk=proposal.pk)
         .exclude(agent_id=proposal.agent_id, task_id=proposal.task_id)
+        .order_by("-created_at", "-pk")
+    )
+
+
+def page_history(proposal: Proposal, window: timedelta = PAGE_WINDOW):
+    """What the proposal page's "Earlier on the same target" lists, newest first: earlier_on_target()'s
+    proposals and, unlike the policy's counts, this request's own earlier versions (the proposal an
+    edit or the agent's answer replaced, and the ones before it), which a reviewer of the successor
+    wants to see beside the rest and which are not duplicates of it. One query."""
+    own_task = Q(agent_id=proposal.agent_id, task_id=proposal.task_id)
+    earlier_versions = own_task & Q(created_at__lt=proposal.created_at)
+    if not proposal.target_key:
+        chosen = earlier_versions
+    else:
+        on_target = Q(target_key=proposal.target_key, created_at__gte=timezone.now() - window) & ~own_task
+        chosen = on_target | earlier_versions
+    return (
+        Proposal.objects.filter(tenant_id=proposal.tenant_id)
+        .filter(chosen)
+        .exclude(pk=proposal.pk)
         .order_by("-created_at", "-pk")
     )
 

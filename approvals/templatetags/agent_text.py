@@ -32,15 +32,17 @@ def is_plain(text: str) -> bool:
     return text.isascii() and _HIDDEN_ASCII.search(text) is None
 
 
-def agent_text_html(value) -> SafeString:
-    """The HTML of an agent-written value (also used by the admin's display methods)."""
+def agent_text_html(value, warn: bool = True) -> SafeString:
+    """The HTML of an agent-written value (also used by the admin's display methods). `warn=False`
+    marks a flagged value (its class) and badges its hidden characters but leaves out the warning in
+    words, for a place whose warning is said once nearby (the proposal page's heading)."""
     text = "" if value is None else str(value)
     if is_plain(text):  # what html_by_rules makes of it: the escaped text in an unflagged <bdi>
         return format_html('<bdi class="agent-text">{}</bdi>', escape(text))
-    return html_by_rules(text)
+    return html_by_rules(text, warn)
 
 
-def html_by_rules(text: str) -> SafeString:
+def html_by_rules(text: str, warn: bool = True) -> SafeString:
     """agent_text_html's answer from the rules, character by character (any text)."""
     body = format_html_join(
         "",
@@ -61,7 +63,7 @@ def html_by_rules(text: str) -> SafeString:
     warnings = format_html_join(
         "",
         ' <span class="agent-text__warning" role="note"><span aria-hidden="true">⚠</span> {}</span>',
-        ((note,) for note in notes),
+        ((note,) for note in notes if warn),
     )
     # format_html escapes every argument that is not already safe HTML built above: nothing is marked
     # safe by hand, so agent text can only ever arrive here escaped.
@@ -93,6 +95,14 @@ def agent_text(value) -> SafeString:
     return agent_text_html(value)
 
 
+@register.filter(name="agent_text_quiet")
+def agent_text_quiet(value) -> SafeString:
+    """Agent text whose warning is already said: hidden characters badged, no second warning. For a
+    warning that quotes the agent's value ("“pаypal.com” mixes Cyrillic and Latin letters"), which the
+    rules would otherwise flag again, inside its own quotes."""
+    return agent_text_html(value, warn=False)
+
+
 @register.filter(name="agent_text_plain")
 def agent_text_plain(value) -> str:
     """For places that take no markup (the page title, attributes): hidden characters as [U+202E]."""
@@ -106,15 +116,19 @@ def agent_text_plain(value) -> str:
 
 
 @register.simple_tag
-def headline(h) -> SafeString:
+def headline(h, quiet=False) -> SafeString:
     """Reviewer's own headline of the action (approvals/policy/headline.py), from the canonical
     arguments: each part through agent_text, so a look-alike or hidden character is flagged where it
-    stands."""
-    amount = format_html(' <span class="amount">{}</span>', agent_text_html(h.amount)) if h.amount else ""
+    stands. `quiet`: flagged parts are marked but not explained, where the page says `h.warnings` once
+    in words beside it (the proposal page's heading and "What happens")."""
+    warn = not quiet
+    amount = (
+        format_html(' <span class="amount">{}</span>', agent_text_html(h.amount, warn)) if h.amount else ""
+    )
     target = (
         format_html(
             ' <span class="headline__sep">·</span> <span class="headline__target">{}</span>',
-            agent_text_html(h.target),
+            agent_text_html(h.target, warn),
         )
         if h.target
         else ""
@@ -122,14 +136,14 @@ def headline(h) -> SafeString:
     recipient = (
         format_html(
             ' <span class="headline__sep">·</span> to <span class="headline__recipient">{}</span>',
-            agent_text_html(h.recipient),
+            agent_text_html(h.recipient, warn),
         )
         if h.recipient
         else ""
     )
     return format_html(
         '<span class="headline"><span class="headline__verb">{}</span>{}{}{}</span>\n',
-        agent_text_html(h.verb),
+        agent_text_html(h.verb, warn),
         amount,
         target,
         recipient,

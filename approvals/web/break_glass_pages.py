@@ -22,11 +22,18 @@ READ_RULE = object()
 
 
 def panel(
-    proposal: Proposal, user, mode: str, form: BreakGlassForm | None = None, rule=READ_RULE
+    proposal: Proposal,
+    user,
+    mode: str,
+    form: BreakGlassForm | None = None,
+    rule=READ_RULE,
+    missing: int | None = None,
 ) -> dict | None:
     """The "Break glass" control for a named person who could vote now; None for everyone else (but a
-    refused attempt still shows why: {"refused": [messages]})."""
-    if mode != "vote":
+    refused attempt still shows why: {"refused": [messages]}). `missing`: the approvals still needed;
+    where it is one, this person's own approval releases it, so break glass is not offered: it would
+    only add a post-hoc review and spend the budget for what one ordinary vote does."""
+    if mode != "vote" or (missing is not None and missing <= 1):
         rule = None
     elif rule is READ_RULE:
         rule = rule_for_proposal(proposal)

@@ -9,10 +9,11 @@ from approvals.policy.headline import action_headline
 
 
 def history_context(proposal: Proposal) -> dict:
-    """Earlier proposals on the same target (approvals/policy/history.py) as the page lists them, and whether
-    this one is a likely duplicate of one that was done, may be done, or waits for people now."""
+    """Earlier proposals on the same target (approvals/policy/history.py) as the page lists them, with
+    this request's own earlier versions marked as such, and whether this one is a likely duplicate of
+    another request that was done, may be done, or waits for people now."""
     earlier = list(
-        history.earlier_on_target(proposal)
+        history.page_history(proposal)
         .select_related("agent")
         .prefetch_related(
             Prefetch("votes", queryset=Vote.objects.select_related("voter").order_by("created_at"))
@@ -26,14 +27,16 @@ def history_context(proposal: Proposal) -> dict:
             for vote in other.votes.all()
             if vote.verdict == Vote.Verdict.APPROVE
         ]
+        earlier_version = other.agent_id == proposal.agent_id and other.task_id == proposal.task_id
         items.append(
             {
                 "proposal": other,
+                "earlier_version": earlier_version,
                 "headline": headline,
                 "agent_words": (other.summary or "")[:200],
                 "amount": headline.amount,
                 "approvers": approvers,
-                "duplicate": other.state in history.DUPLICATE_STATES,
+                "duplicate": not earlier_version and other.state in history.DUPLICATE_STATES,
             }
         )
     duplicates = [item for item in items if item["duplicate"]]

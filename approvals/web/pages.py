@@ -14,7 +14,6 @@ from approvals.models import Decision, Proposal, Vote
 from approvals.policy import break_glass, classification
 from approvals.policy.evaluation import TENANT_DEFAULT_REF
 from approvals.policy.headline import action_headline, amount_currency, money, summary_mismatch
-from approvals.policy.history import target_identity
 from approvals.policy.step_up import PASSKEY, PER_VOTE, mode_of, step_up_window
 from approvals.selectors import VoterSlots, ineligibility, threshold_groups, viewer_slots
 from approvals.services import lifecycle
@@ -22,9 +21,10 @@ from approvals.services.quorum import count_quorum
 from approvals.states import OPEN_FOR_VOTES, RELEASED, STARTED, State
 from approvals.web import break_glass_pages
 from approvals.web import grants as grant_pages
-from approvals.web.display import EXCERPT_CAP, capped, display_text, label_text
+from approvals.web.display import EXCERPT_CAP, capped, display_text, fact_text, label_text
 from approvals.web.forms import DecisionForm, RevokeForm
 from approvals.web.history_panel import history_context
+from lib import agent_text
 from tenants.models import TenantMembership
 from tenants.queries import DECIDING_ROLES
 
@@ -68,14 +68,17 @@ def _consequence(proposal: Proposal) -> dict:
     facts.pop("reversibility", None)
     data_leaves = facts.pop("data_leaves", None)
     effect = facts.pop("effect", None)
+    headline = action_headline(proposal.action, proposal.consequences)
     return {
         "summary": capped(proposal.summary, 500),
         "effect": capped(effect) if effect not in (None, "") else None,
         "amount": capped(amount) if amount else None,
         "currency_note": currency_note,
         "amount_mismatch": capped(claim) if claim else None,
-        # Spelled as the headline and the target's history spell it ("order:1500" for "order_id:1500").
-        "target": capped(target_identity(proposal.action)) if proposal.action.get("target") else None,
+        # "To whom / what" shows the headline's target and recipient (read from the action, as the
+        # heading is); one that is a look-alike or hides characters is marked there, and the warning in
+        # words is the heading's.
+        "flagged": bool(agent_text.warnings(headline.target) or agent_text.warnings(headline.recipient)),
         "principal": proposal.principal_display or proposal.principal_id,
         "principal_id": proposal.principal_id,
         # Reviewer's class, fixed at intake: the strictest of the agent's statement and the admins'
@@ -86,7 +89,7 @@ def _consequence(proposal: Proposal) -> dict:
         "no_data_leaves": (
             isinstance(data_leaves, str) and data_leaves.strip().lower() in {"none", "no", "nothing"}
         ),
-        "other": [{"label": label_text(k), "value": capped(v)} for k, v in sorted(facts.items())],
+        "other": [{"label": label_text(k), "value": capped(fact_text(v))} for k, v in sorted(facts.items())],
     }
 
 
@@ -431,7 +434,9 @@ def decision_context(
         "missing_total": live["missing_total"],
         "decision": live["decision"],
         "notice": notice,
-        "break_glass": break_glass_pages.panel(proposal, user, shown, break_glass_form, break_glass_rule),
+        "break_glass": break_glass_pages.panel(
+            proposal, user, shown, break_glass_form, break_glass_rule, missing=live["missing_total"]
+        ),
     }
 
 

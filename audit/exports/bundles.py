@@ -16,6 +16,7 @@ from django.utils import timezone
 from audit.chain.checkpoints import archive_public_key, verification_jwks, write_checkpoint
 from audit.chain.records import checkpoint_dict, event_pages
 from audit.chain.sequencer import make_seals_durable, sequence_chain
+from audit.exports import verifier_wheel
 from audit.exports.lines import Selection
 from audit.models import AuditEvent, ChainHead, Checkpoint
 from audit.people import display_names, pseudonyms_in
@@ -93,8 +94,10 @@ def bundle_checkpoints(segment: Segment) -> list[dict]:
 
 BUNDLE_README = """Reviewer audit bundle ({format})
 
-Verify it offline, with no database and no Reviewer checkout (pip install reviewer-verify, the
-package in sdk/verify/ of Reviewer's repository):
+Verify it offline, with no database and no Reviewer checkout. Install the verifier from the Reviewer
+that made this bundle (the package in sdk/verify/ of Reviewer's repository; no package index has it):
+
+    pip install {wheel}
 
     reviewer-verify {name} --jwks {jwks}  # pin the keys Reviewer publishes
     reviewer-verify {name} --jwks saved-jwks.json --previous earlier-bundle.zip  # not rewritten since
@@ -191,6 +194,7 @@ def write_bundle(
                     format=BUNDLE_FORMAT,
                     name=download_name or path.name.removesuffix(".part"),
                     jwks=f"{settings.REVIEWER_ISSUER.rstrip('/')}/.well-known/jwks.json",
+                    wheel=verifier_wheel.install_url(),
                 ),
             )
         os.replace(partial, path)

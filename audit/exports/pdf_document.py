@@ -26,7 +26,6 @@ FONT_CANDIDATES = [
 ]
 # Where a word too long for its column may wrap: after the separators of ids, times, paths and hashes.
 _AFTER_SEPARATOR = re.compile(r"(?:[-_:/.@=,+|]|(?<=\d)T)(?=\S)")
-ZERO_WIDTH_SPACE = "\u200b"
 GRID_PADDING = 0.8
 CHART_SCALE = 180 / 720  # chart units to millimetres on A4 with 15 mm margins
 
@@ -69,15 +68,34 @@ class Document(FPDF):
         return value if self.unicode else value.encode("latin-1", "replace").decode("latin-1")
 
     def breakable(self, text: str, width: float) -> str:
-        """`text` with line-break chances where a long word may wrap without breaking inside a word: after
-        the separators of ids, times and paths ("2026-12-01T10:00", a UUID, "order:1182"), marked with a
-        zero-width space (fpdf2 breaks there, and nowhere inside a word that fits)."""
-        words = []
-        for word in text.split(" "):
-            if self.get_string_width(word) > width:
-                word = _AFTER_SEPARATOR.sub("\\g<0>" + ZERO_WIDTH_SPACE, word)
-            words.append(word)
-        return " ".join(words)
+        """`text` laid out in lines of at most `width`, joined with newlines: between words, and inside
+        a word only when the word alone is longer than a line, then after the separators of ids, times
+        and paths ("2026-12-01T10:00", a UUID, "order:1182"). A word that fits a line of its own starts
+        one rather than being split ("refunds@1" stays whole), and no invisible character is added, so
+        text copied from the PDF is the text (a zero-width space marked the break chances before)."""
+        lines: list[str] = []
+        line = ""
+        for paragraph in text.split("\n"):
+            for word in paragraph.split(" "):
+                joined = f"{line} {word}" if line else word
+                if self.get_string_width(joined) <= width:
+                    line = joined
+                    continue
+                if line:
+                    lines.append(line)
+                    line = ""
+                if self.get_string_width(word) <= width:
+                    line = word
+                    continue
+                for piece in _AFTER_SEPARATOR.sub("\\g<0>\n", word).split("\n"):
+                    joined = line + piece
+                    if line and self.get_string_width(joined) > width:
+                        lines.append(line)
+                        joined = piece
+                    line = joined  # a piece longer than a line is left to fpdf2, which breaks anywhere
+            lines.append(line)
+            line = ""
+        return "\n".join(lines)
 
     def footer(self):
         self.set_y(-10)
@@ -122,7 +140,8 @@ class Document(FPDF):
             cell_fill_mode="ROWS",
             headings_style=FontFace(emphasis="BOLD", fill_color=(225, 229, 235)),
         ) as table:
-            inner = [self.epw * width / sum(widths) - 2 * GRID_PADDING for width in widths]
+            # A little under the cell's inner width, so fpdf2 keeps each line breakable() made.
+            inner = [self.epw * width / sum(widths) - 2 * GRID_PADDING - 0.5 for width in widths]
             heading = table.row()
             for text in headings:
                 heading.cell(self.clean(text))

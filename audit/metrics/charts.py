@@ -137,7 +137,8 @@ def stacked_columns(
                     f"{label}: {value} {LABELS[category]}",
                 )
             )
-        if index % label_every == 0:
+        # Counted from the last column, so the latest day is always labelled.
+        if (len(columns) - 1 - index) % label_every == 0:
             chart.texts.append(Text(round(x + bar / 2, 2), top + plot_h + 16, label, "middle"))
     chart.legend = [(COLOURS[c], LABELS[c]) for c in categories]
     return chart

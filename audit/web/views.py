@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from audit.chain.records import event_dict, pending_by_chain
-from audit.exports import evidence, jobs
+from audit.exports import evidence, jobs, verifier_wheel
 from audit.exports.lines import Selection, chunks, count
 from audit.labels import actor_label, tenant_chain
 from audit.metrics.charts import metric_charts
@@ -126,7 +126,20 @@ def _home_context(tenant, form) -> dict:
         "jobs": ExportJob.objects.filter(tenant_id=tenant.id).select_related("requested_by")[:10],
         "stream_max": settings.AUDIT_EXPORT_STREAM_MAX_EVENTS,
         "jwks_url": published_jwks_url(),
+        "verifier_url": verifier_wheel.install_url(),
     }
+
+
+@require_GET
+def verifier_download(request, filename):
+    """GET /audit/reviewer-verify/<wheel name>: the offline verifier as a wheel, for `pip install <URL>`
+    (audit/exports/verifier_wheel.py). Public, as the keys it checks against are: it is Reviewer's own
+    code and holds no secret, and pip cannot sign in."""
+    if filename != verifier_wheel.wheel_name():
+        raise Http404("no such file")
+    response = HttpResponse(verifier_wheel.wheel_bytes(), content_type="application/zip")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
 
 
 @require_GET
@@ -179,6 +192,7 @@ def export_job(request, tenant, job_id):
         "nav": "audit",
         "download_name": jobs.download_name(job, tenant.slug),
         "jwks_url": published_jwks_url(),
+        "verifier_url": verifier_wheel.install_url(),
     }
     return render(request, template, context)
 

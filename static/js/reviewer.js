@@ -44,6 +44,22 @@
     status.querySelector("[data-live-text]").textContent = text;
   }
 
+  // A person whose access ended keeps no control that would only be refused: the decision panel's
+  // forms and the sticky bar's buttons go, and the panel says why.
+  function withdrawControls(socketElement) {
+    socketElement.querySelectorAll("#decision form, #decision details, .decision-bar__buttons").forEach(function (element) {
+      element.remove();
+    });
+    var panel = socketElement.querySelector("#decision");
+    if (panel && !panel.querySelector("[data-access-ended]")) {
+      var note = document.createElement("p");
+      note.setAttribute("data-access-ended", "");
+      note.setAttribute("role", "status");
+      note.textContent = "You no longer have access to this request: nothing here can be decided from this page.";
+      panel.appendChild(note);
+    }
+  }
+
   // approvals/live/consumers.py ACCESS_ENDED: the person lost access (signed out, deprovisioned).
   var ACCESS_ENDED = 4403;
 
@@ -51,6 +67,7 @@
     var closed = event.detail && event.detail.event;
     if (closed && closed.code === ACCESS_ENDED) {
       showLiveStatus(event.target, "ended", "Closed: you no longer have access here. Sign in again to continue.");
+      withdrawControls(event.target);
       return;
     }
     showLiveStatus(event.target, "down", "Reconnecting… this page may be out of date");

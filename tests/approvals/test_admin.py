@@ -2,6 +2,8 @@
 versions are immutable, activation needs a second admin, writes go through the audited services, and
 staff who are not superusers see only their own tenants."""
 
+from html import unescape
+
 import pytest
 from django.contrib.auth.models import Permission
 from django.urls import reverse
@@ -12,7 +14,7 @@ from approvals.services import halts
 from approvals.services.halts import active_halt
 from approvals.services.outbox import mark_outbox_failed
 from approvals.services.policies import create_policy_version
-from approvals.services.votes import cast_vote
+from approvals.services.votes import cast_vote, edit_proposal
 from approvals.states import State
 from audit.chain.sequencer import sequence_pending
 from audit.models import AuditEvent, Verb
@@ -325,6 +327,29 @@ def test_the_dry_run_page_shows_which_recent_proposals_the_draft_matches(
     shown = [(r.proposal.action["arguments"]["amount"], r.draft_matches, r.outcome_with_draft) for r in rows]
     assert shown == [("5000.00", True, "deny"), ("40.00", False, "require_approval")]
     assert "the draft matches <strong>1</strong>" in response.content.decode()
+
+
+def test_the_dry_run_names_an_edited_proposal_by_its_action_not_the_agents_earlier_summary(
+    as_author, agent, refund_policy, requester, author, reviewer_b
+):
+    original = submit(agent, action=factories.refund_action(amount="75.00"), summary="Refund EUR 75.00")
+    edit_proposal(
+        original.id,
+        reviewer_b,
+        arguments={**original.action["arguments"], "amount": "30.00"},
+        digest_seen=original.action_digest,
+        note="partial refund",
+        step_up=factories.fresh_step_up(reviewer_b),
+    )
+    draft = create_policy_version(
+        refund_policy.policy, {"outcome": "deny", "tool_pattern": "payments.refund"}, actor=author
+    )
+
+    html = unescape(as_author.get(url("policyversion", "dry_run", draft.pk)).content.decode())
+
+    edited = '<span class="help">(edited by a reviewer)</span>'
+    assert f"Refund EUR 30.00 · order:1182</bdi></a> {edited}" in html
+    assert "Refund EUR 75.00 (edited)" not in html
 
 
 def test_the_dry_run_button_replays_an_unsaved_draft_and_saves_nothing(

@@ -8,9 +8,13 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
+from approvals.management.commands import seed_demo
+from approvals.management.commands.run_demo import refund_agent_command
+from approvals.management.commands.seed_demo import seconds_left
 from approvals.models import Agent, PolicyVersion
 from approvals.policy.step_up import PER_VOTE
 from audit.models import AuditEvent, Verb
+from examples.refund_agent.config import parse_settings
 from lib.tokens import hash_token
 from tenants.models import Tenant, TenantMembership
 from tests.factories import submit
@@ -120,6 +124,29 @@ def test_totp_code_prints_a_code_per_person(django_user_model):
 
     output = run("totp_code", "reviewer1", "reviewer2")
 
-    assert re.fullmatch(r"reviewer1\s+\d{6}\nreviewer2\s+\d{6}\n", output)
+    assert re.fullmatch(r"reviewer1\s+\d{6}  \(\d+ s left\)\nreviewer2\s+\d{6}  \(\d+ s left\)\n", output)
     with pytest.raises(CommandError, match="no such user: ghost"):
         run("totp_code", "ghost")
+
+
+def test_totp_code_says_how_long_a_code_stays_current(django_user_model):
+    run("seed_demo", "--quiet")
+    device = TOTPDevice.objects.get(user__username="reviewer1")
+    start = device.t0 + 1000 * device.step
+    device.last_t = 999  # the step before: this step's code is unused
+
+    assert seconds_left(device, now=start) == device.step
+    assert seconds_left(device, now=start + device.step - 1) == 1
+    device.last_t = 1000  # this step's code was used: the next step's is the one to type, a step longer
+    assert seconds_left(device, now=start + 10) == 2 * device.step - 10
+
+
+def test_the_demo_starts_its_agent_with_its_slug_and_tenant(tmp_path):
+    """So the worker's ListTasks sweep adopts the demo agent's parked tasks instead of warning of each."""
+    command = refund_agent_command("python", 8001, "http://127.0.0.1:8000", "token", tmp_path)
+    assert command[:3] == ["python", "-m", "examples.refund_agent"]
+
+    agent = parse_settings(command[3:])
+
+    assert (agent.agent_slug, agent.tenant) == (seed_demo.AGENT_SLUG, seed_demo.TENANT)
+    assert agent.port == 8001 and agent.state_dir == tmp_path.resolve()

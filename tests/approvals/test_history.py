@@ -34,9 +34,11 @@ def test_an_earlier_approval_on_the_same_order_makes_a_likely_duplicate(
     assert detail_context(other_order, reviewer_a, {})["history"]["items"] == []
 
 
-def test_an_edit_in_the_same_task_is_not_its_own_history(
+def test_an_edit_lists_the_proposal_it_replaced_as_its_earlier_version_never_as_a_duplicate(
     agent, refund_policy, requester, reviewer_a, reviewer_b
 ):
+    """The page shows the request's own earlier version (a reviewer of the edit wants it beside the rest);
+    the policy's counts leave it out, as the same request is not history of itself."""
 
     original = submit(agent)
     edited = edit_proposal(
@@ -46,7 +48,10 @@ def test_an_edit_in_the_same_task_is_not_its_own_history(
         digest_seen=original.action_digest,
         step_up=step_up_for(reviewer_b, totp_code(reviewer_b)),
     )
-    assert detail_context(edited, reviewer_a, {})["history"]["items"] == []
+    panel = detail_context(edited, reviewer_a, {})["history"]
+    assert [(item["proposal"], item["earlier_version"]) for item in panel["items"]] == [(original, True)]
+    assert panel["likely_duplicate"] is None
+    assert history.policy_counts(edited)["count_24h"] == 0
 
 
 def test_a_policy_can_deny_a_refund_the_same_order_already_had(

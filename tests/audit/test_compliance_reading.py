@@ -10,7 +10,7 @@ from django.urls import reverse
 from fpdf.enums import MethodReturnValue
 
 from audit.exports import jobs
-from audit.exports.pdf_document import ZERO_WIDTH_SPACE, Document
+from audit.exports.pdf_document import Document
 from tests.audit.util import lifecycle, tenant_ref
 from tests.factories import verified_client
 
@@ -52,8 +52,7 @@ def test_the_metrics_page_shows_one_approval_rate_with_its_base(decided, complia
 
 
 def _lines(pdf: Document, text: str, width: float) -> list[str]:
-    lines = pdf.multi_cell(width, 4, text, dry_run=True, output=MethodReturnValue.LINES)
-    return [line.replace(ZERO_WIDTH_SPACE, "") for line in lines]
+    return pdf.multi_cell(width, 4, text, dry_run=True, output=MethodReturnValue.LINES)
 
 
 @pytest.mark.parametrize(
@@ -68,7 +67,7 @@ def test_a_pdf_cell_breaks_a_long_id_only_after_its_separators(text):
     pdf = Document("wrapping")
     pdf.add_page()
     pdf.set_font(pdf.family, size=7.5)
-    lines = _lines(pdf, pdf.breakable(pdf.clean(text), 24.0), 24.0)
+    lines = _lines(pdf, pdf.breakable(pdf.clean(text), 24.0 - 2 * pdf.c_margin), 24.0)
     assert len(lines) > 1 and "".join(lines) == text
     for line in lines[:-1]:
         assert line[-1] in "-_:/.@=,+|" or re.search(r"\dT$", line), lines
@@ -79,5 +78,18 @@ def test_a_pdf_cell_breaks_prose_between_words():
     pdf.add_page()
     pdf.set_font(pdf.family, size=7.5)
     text = "Refund EUR 40.00 to order 1182 because the parcel never arrived"
-    lines = _lines(pdf, pdf.breakable(pdf.clean(text), 24.0), 24.0)
+    lines = _lines(pdf, pdf.breakable(pdf.clean(text), 24.0 - 2 * pdf.c_margin), 24.0)
     assert [word for line in lines for word in line.split()] == text.split()
+
+
+def test_a_pdf_cell_moves_an_id_that_fits_a_line_to_the_next_one_whole_and_adds_no_hidden_character():
+    pdf = Document("wrapping")
+    pdf.add_page()
+    pdf.set_font(pdf.family, size=7.5)
+    text = "refunds@1, large-refunds@1 6f1c2a4e-9b3d-4c1e-8f2a-1b2c3d4e5f60"
+    laid_out = pdf.breakable(pdf.clean(text), 30.0 - 2 * pdf.c_margin)
+    lines = _lines(pdf, laid_out, 30.0)
+    assert lines[:2] == ["refunds@1,", "large-refunds@1"]
+    assert "".join(lines[2:]) == "6f1c2a4e-9b3d-4c1e-8f2a-1b2c3d4e5f60"  # too long for a line:
+    assert len(lines) > 3 and all(line.endswith("-") for line in lines[2:-1])  # broken after separators
+    assert "\u200b" not in laid_out  # copied from the PDF, the id is the id

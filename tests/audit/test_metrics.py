@@ -11,6 +11,7 @@ from approvals.services.decisions import consume_decision, revoke_decision
 from approvals.services.reconcile import expire_due, mark_unknown
 from approvals.services.votes import request_info
 from audit.chain.sequencer import sequence_pending
+from audit.metrics.charts import stacked_columns
 from audit.metrics.queue import Group, collect, percentile
 from tests.audit.util import lifecycle, verified_client
 from tests.factories import fresh_step_up, make_policy, submit
@@ -131,3 +132,16 @@ def test_the_metrics_page_without_proposals_says_so(tenant, compliance):
 def test_the_period_select_shows_the_30_days_the_page_counts(tenant, compliance):
     html = verified_client(compliance).get(f"/audit/{tenant.slug}/metrics/").content.decode()
     assert '<option value="30" selected>30 days</option>' in html
+
+
+def test_a_day_chart_labels_its_latest_day_however_many_days_it_shows():
+    days = [(f"12-{day:02d}", {"approved": 1}) for day in range(1, 31)]
+    chart = stacked_columns("Outcomes by day", "", days, ["approved"])
+    labels = [text.text for text in chart.texts if text.anchor == "middle"]
+    assert labels[-1] == "12-30" and len(labels) <= 10
+
+
+def test_the_rates_tables_name_their_row_headings(tenant, compliance, queue):
+    page = verified_client(compliance).get(f"/audit/{tenant.slug}/metrics/").content.decode()
+    assert '<th scope="col"></th>' not in page
+    assert '<th scope="col">Policy version</th>' in page and '<th scope="col">Tool</th>' in page

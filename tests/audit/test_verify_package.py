@@ -8,6 +8,7 @@ import sys
 import zipfile
 
 import pytest
+from django.conf import settings
 
 from audit.chain.checkpoints import verification_jwks
 from tests.audit.util import ROOT, export_bundle, lifecycle
@@ -98,3 +99,61 @@ def test_an_unreachable_jwks_url_is_named_as_such_not_as_a_broken_bundle(tmp_pat
         assert checked.returncode == 2
         assert checked.stdout.startswith(f"cannot read the keys from {url}:"), checked.stdout
         assert "cannot read the bundle" not in checked.stdout
+
+
+def test_the_running_reviewer_serves_the_verifier_as_a_wheel_pip_installs_and_it_verifies(
+    installed, agent, refund_policy, requester, reviewer_a, tenant, tmp_path, client
+):
+    """No package index has reviewer-verify: the audit page, the export page and a bundle's README say
+    `pip install <this Reviewer>/audit/reviewer-verify/<wheel>`, which serves what sdk/verify builds."""
+    from audit.exports import verifier_wheel
+
+    url = verifier_wheel.install_url()
+    path = url.removeprefix(settings.REVIEWER_ISSUER.rstrip("/"))
+    response = client.get(path)  # no sign-in: pip cannot sign in
+    assert response.status_code == 200 and response["Content-Type"] == "application/zip"
+    served = tmp_path / path.rsplit("/", 1)[1]
+    served.write_bytes(response.content)
+    assert client.get(path.replace(".whl", ".tar.gz")).status_code == 404
+
+    [built] = installed.parents[2].glob("reviewer_verify-*.whl")
+    with zipfile.ZipFile(served) as ours, zipfile.ZipFile(built) as theirs:
+        assert served.name == built.name
+        package = sorted(n for n in ours.namelist() if n.startswith("reviewer_verify/"))
+        assert package == sorted(n for n in theirs.namelist() if n.startswith("reviewer_verify/"))
+        assert all(ours.read(name) == theirs.read(name) for name in package)
+        metadata = ours.read(f"{served.name.split('-py3')[0]}.dist-info/METADATA").decode()
+        assert "Requires-Dist: cryptography" in metadata and "Requires-Dist: rfc8785" in metadata
+
+    target = tmp_path / "site"
+    run(
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--no-deps",
+        "--target",
+        target,
+        served,
+        cwd=tmp_path,
+    )
+    assert (target / "bin" / "reviewer-verify").exists()  # the command, from the entry point
+
+    lifecycle(agent, reviewer_a)
+    bundle = export_bundle(tenant, tmp_path / "acme.zip")
+    keys = tmp_path / "jwks.json"
+    keys.write_text(json.dumps(verification_jwks()))
+    with zipfile.ZipFile(bundle) as opened:
+        assert f"pip install {url}" in opened.read("README.txt").decode()
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(target)}
+    verified = subprocess.run(
+        [sys.executable, "-m", "reviewer_verify", str(bundle), "--jwks", str(keys)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert verified.returncode == 0 and "OK" in verified.stdout, verified.stdout + verified.stderr

@@ -42,10 +42,12 @@ def test_a_right_to_left_override_is_shown_as_a_badge_and_reverses_nothing(
     sign_in(page, reviewer_a)
     page.goto(f"/proposals/{proposal.id}/")
 
-    # The heading is Reviewer's headline, with the look-alike recipient flagged where it stands; the
-    # agent's summary follows, quoted, with its override shown as a badge.
+    # The heading is Reviewer's headline, with the look-alike recipient marked where it stands and
+    # explained once, right under it; the agent's summary follows, quoted, with its override shown as
+    # a badge.
     heading = page.locator("h1#proposal-title")
-    expect(heading.locator(".agent-text__warning")).to_contain_text("mixes Cyrillic and Latin letters")
+    expect(heading.locator(".headline__recipient .agent-text--flagged")).to_be_visible()
+    expect(page.locator(".headline__warnings")).to_contain_text("mixes Cyrillic and Latin letters")
     title = page.locator(".proposal__agent-words q")
     expect(title.locator(".agent-text__char")).to_have_text("U+202E")
     expect(title.locator(".agent-text__warning")).to_contain_text("RIGHT-TO-LEFT OVERRIDE")

@@ -44,6 +44,21 @@ def test_a_superuser_adds_a_provider_and_the_change_is_audited(superuser_client,
     assert provider.client_secret() == ""  # the variable is not set: sign-in would refuse
 
 
+def test_the_saml_section_names_reviewers_urls_for_the_tenant_and_a_placeholder_before(
+    superuser_client, tenant
+):
+    adding = superuser_client.get("/admin/sso/identityprovider/add/").content.decode()
+    assert "/accounts/sso/saml/&lt;tenant&#x27;s short name&gt;/metadata/" in adding
+    assert "/accounts/sso/saml//" not in adding
+
+    provider = IdentityProvider.objects.create(
+        tenant=tenant, display_name="Acme Okta", issuer="https://acme.okta.example", client_id="reviewer"
+    )
+    changing = superuser_client.get(f"/admin/sso/identityprovider/{provider.pk}/change/").content.decode()
+    assert f"/accounts/sso/saml/{tenant.slug}/metadata/" in changing
+    assert f"/accounts/sso/saml/{tenant.slug}/acs/" in changing
+
+
 def test_a_group_mapping_is_audited(superuser_client, tenant):
     finance = factories.make_group(tenant, "finance")
 

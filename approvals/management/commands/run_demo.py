@@ -84,6 +84,28 @@ class Child:
             self.process.wait(timeout=10)
 
 
+def refund_agent_command(python: str, port: int, reviewer_url: str, api_token: str, state_dir: Path) -> list:
+    """The demo refund agent's command line. Its slug is named in each request it parks, so the worker's
+    ListTasks sweep adopts the agent's parked tasks instead of warning about every one of them."""
+    return [
+        python,
+        "-m",
+        "examples.refund_agent",
+        "--port",
+        str(port),
+        "--reviewer-url",
+        reviewer_url,
+        "--api-token",
+        api_token,
+        "--agent-slug",
+        seed_demo.AGENT_SLUG,
+        "--tenant",
+        seed_demo.TENANT,
+        "--state-dir",
+        str(state_dir),
+    ]
+
+
 class Command(BaseCommand):
     help = "Run Reviewer, its worker, the demo refund agent and three demo requests; Ctrl-C stops them all."
 
@@ -127,19 +149,7 @@ class Command(BaseCommand):
             ),
             Child(
                 "refund-agent",
-                [
-                    python,
-                    "-m",
-                    "examples.refund_agent",
-                    "--port",
-                    str(agent_port),
-                    "--reviewer-url",
-                    reviewer_url,
-                    "--api-token",
-                    api_token,
-                    "--state-dir",
-                    str(demo_dir / "refund-agent"),
-                ],
+                refund_agent_command(python, agent_port, reviewer_url, api_token, demo_dir / "refund-agent"),
                 log_dir=log_dir,
                 env=env,
                 ready_url=f"{agent_url}/.well-known/agent-card.json",

@@ -80,6 +80,17 @@ POLICIES = [
 ]
 
 
+def seconds_left(device: TOTPDevice, now: float | None = None) -> int:
+    """How long the code current_code() gives stays the one an authenticator shows: to the end of its
+    time step (a code already used is the next step's, shown a step later)."""
+    now = time.time() if now is None else now
+    step_index = int((now - device.t0) // device.step)
+    ends = device.t0 + (step_index + 1) * device.step
+    if step_index <= device.last_t:
+        ends += device.step * (device.last_t + 1 - step_index)
+    return max(int(ends - now), 1)
+
+
 def current_code(device: TOTPDevice) -> str:
     """The code an authenticator app shows now; the next step's if this one was already used."""
     totp = TOTP(device.bin_key, device.step, device.t0, device.digits, device.drift)

@@ -1,10 +1,12 @@
-"""`manage.py totp_code [username ...]`: the codes people's authenticators show now (demo without a phone)."""
+"""`manage.py totp_code [username ...]`: the codes people's authenticators show now (demo without a phone),
+each with the seconds it stays the one the authenticator shows ("(23 s left)"), so a code is not typed
+as it changes."""
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
-from approvals.management.commands.seed_demo import current_code
+from approvals.management.commands.seed_demo import current_code, seconds_left
 
 
 class Command(BaseCommand):
@@ -24,4 +26,5 @@ class Command(BaseCommand):
                 raise CommandError("no such user: " + ", ".join(missing))
             devices = devices.filter(user__username__in=usernames)
         for device in devices:
-            self.stdout.write(f"{device.user.get_username():<16} {current_code(device)}")
+            left = seconds_left(device)
+            self.stdout.write(f"{device.user.get_username():<16} {current_code(device)}  ({left} s left)")
