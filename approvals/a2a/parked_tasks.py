@@ -31,7 +31,7 @@ from approvals.a2a.client import DeliveryError, ListingRefused, list_parked_requ
 from approvals.a2a.push import submit
 from approvals.models import Agent
 from approvals.schemas import BatchSubmission
-from approvals.services.batches import submit_batch
+from approvals.services.batches import submit_announced_batch
 from approvals.services.halts import active_halt
 from approvals.services.intake import record_intake_refusal
 from lib.errors import HaltedError, IntakeError, QuotaExceeded
@@ -135,16 +135,7 @@ class ParkedTaskLister:
             )
             return 0
         try:
-            batch, created = submit_batch(
-                agent,
-                task_id=parked.task_id,
-                context_id=parked.context_id,
-                batch_id=parked.batch_id,
-                summary=parked.summary,
-                members=parked.members,
-                manifest=parked.manifest_digest,
-                via="list_tasks",
-            )
+            batch, created = submit_announced_batch(agent, parked, via="list_tasks")
         except (IntakeError, HaltedError) as error:
             self.refused.add(key)
             # Recorded once, as a refused push is (raises QuotaExceeded past the intake rate).

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from approvals.agent_api.api import ERRORS, ErrorBody, api, uuid_or_404
 from approvals.models import Agent, Batch, Decision
 from approvals.schemas import ApprovalRequest, BatchSubmission
-from approvals.services.batches import add_member, submit_batch, withdraw_member
+from approvals.services.batches import add_member, submit_announced_batch, withdraw_member
 from approvals.services.intake import record_intake_refusal
 from lib.errors import IntakeError
 
@@ -103,15 +103,7 @@ def _audited(
 )
 def submit(request: HttpRequest, response: HttpResponse, submission: BatchSubmission) -> Status[Any]:
     try:
-        batch, created = submit_batch(
-            _agent(request),
-            task_id=submission.task_id,
-            context_id=submission.context_id,
-            batch_id=submission.batch_id,
-            summary=submission.summary,
-            members=submission.members,
-            manifest=submission.manifest_digest,
-        )
+        batch, created = submit_announced_batch(_agent(request), submission, via="api")
     except IntakeError as error:
         raise _audited(request, error, submission.task_id, submission.batch_id) from None
     return Status(201 if created else 200, batch_status(batch))

@@ -19,7 +19,7 @@ from approvals.agent_api.api import intake_token, receipt
 from approvals.agent_api.batches import batch_status
 from approvals.agent_api.wire import HostileInput, body_too_large, load_json, too_large_message
 from approvals.models import Agent
-from approvals.services.batches import submit_batch
+from approvals.services.batches import submit_announced_batch
 from approvals.services.intake import record_intake_refusal
 from approvals.services.reconcile import apply_task_state
 from lib import tracing
@@ -94,16 +94,7 @@ def push(request, agent_slug):
     if event is not None and event.batch is not None:
         parked = event.batch
         try:
-            batch, created = submit_batch(
-                agent,
-                task_id=parked.task_id,
-                context_id=parked.context_id,
-                batch_id=parked.batch_id,
-                summary=parked.summary,
-                members=parked.members,
-                manifest=parked.manifest_digest,
-                via="push",
-            )
+            batch, created = submit_announced_batch(agent, parked, via="push")
         except IntakeError as error:
             # As over REST: a refused batch is a refused intake, recorded and counted.
             log.info("push from %s refused: %s %s", agent.slug, error.code, error.message)

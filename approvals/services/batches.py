@@ -30,7 +30,7 @@ from approvals.canonical import action_digest, manifest_digest
 from approvals.models import Agent, Batch, BatchMember, PolicyVersion, Proposal, Vote
 from approvals.policy.batching import Rule, merged_rule, total_refusal
 from approvals.policy.evaluation import TENANT_DEFAULT_ID
-from approvals.schemas import ApprovalRequest, ProposalSubmission
+from approvals.schemas import ApprovalRequest, BatchSubmission, ProposalSubmission
 from approvals.selectors import VoterSlots, lock_proposal_with_role, tenant_role
 from approvals.services.common import agent_actor
 from approvals.services.intake import take_in
@@ -53,6 +53,21 @@ def batch_subject(batch: Batch) -> str:
 
 # ---------------------------------------------------------------------------------------------------
 # Intake
+
+
+def submit_announced_batch(agent: Agent, announced: BatchSubmission, *, via: str) -> tuple[Batch, bool]:
+    """`submit_batch` for a batch as an agent announced it (the REST body, or a parked task's batch read
+    from a push or a listing)."""
+    return submit_batch(
+        agent,
+        task_id=announced.task_id,
+        context_id=announced.context_id,
+        batch_id=announced.batch_id,
+        summary=announced.summary,
+        members=announced.members,
+        manifest=announced.manifest_digest,
+        via=via,
+    )
 
 
 def submit_batch(

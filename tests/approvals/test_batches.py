@@ -406,7 +406,7 @@ def test_the_batch_page_shows_every_member_with_amounts_and_totals(client, agent
     assert body["manifest_digest"] in html
     # What differs between members is named (the order), what is the same is said once (the amount).
     differs = html[html.index("What differs between members") :]
-    assert "Order id" in differs[: differs.index("</dd>")]
+    assert "Order ID" in differs[: differs.index("</dd>")]
     same = html[html.index("The same in every member") :]
     assert "25.00" in same[: same.index("</dd>")]
 

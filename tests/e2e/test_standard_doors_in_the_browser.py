@@ -13,10 +13,10 @@ import pytest
 from auth0.authentication import GetToken
 from auth0.authentication.back_channel_login import BackChannelLogin
 from auth0.authentication.exceptions import Auth0Error
-from playwright.sync_api import expect
 
 from approvals.models import Proposal
 from tests.browser.conftest import chromium_pages, screenshot
+from tests.browser.test_standard_doors import approve_in_the_browser
 from tests.e2e.test_protected_api_e2e import (  # noqa: F401 (tls_reviewer and world are fixtures)
     BOT_TOKEN,
     REFUND,
@@ -25,7 +25,6 @@ from tests.e2e.test_protected_api_e2e import (  # noqa: F401 (tls_reviewer and w
     tls_reviewer,
     world,
 )
-from tests.factories import PASSWORD, totp_code
 from tests.waiting import wait_until
 
 pytestmark = [
@@ -47,22 +46,6 @@ def waiting_proposal() -> Proposal:
         "the proposal the client's request filed",
         timeout=30,
     )
-
-
-def approve_in_the_browser(page, user, proposal: Proposal, *, shows: list[str]) -> None:
-    page.goto("/accounts/login/")
-    page.get_by_label("Username").fill(user.get_username())
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_label("One-time code").fill(totp_code(user))
-    page.get_by_role("button", name="Sign in").click()
-    expect(page.get_by_role("heading", name="To decide", level=1)).to_be_visible()
-    page.goto(f"/proposals/{proposal.id}/")
-    expect(page.get_by_role("heading", name="If this is approved")).to_be_visible()
-    for text in shows:
-        expect(page.locator("main")).to_contain_text(text)
-    page.locator("#id_otp_code").fill(totp_code(user))
-    page.locator('button[value="approve"]').first.click()
-    expect(page.get_by_text("Your approval is recorded.")).to_be_visible()
 
 
 def test_an_agent_through_transaction_authorization_runs_its_refund_once_after_two_people_approve_in_chromium(
