@@ -12,8 +12,11 @@ from reviewer_gate import ReviewerClient
 # reviewer: end
 
 
-def parse_settings(prog: str, description: str) -> argparse.Namespace:
+def parse_settings(prog: str, description: str, *, port: int | None = None) -> argparse.Namespace:
+    """`port`: the example is a server (A2A) listening on loopback, by default on that port."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
+    if port is not None:
+        parser.add_argument("--port", type=int, default=port)
     parser.add_argument("--reviewer-url", default=os.environ.get("REVIEWER_URL", "http://127.0.0.1:8000"))
     parser.add_argument("--audience", required=True, help="this agent's audience as registered in Reviewer")
     parser.add_argument("--tenant", help="this agent's tenant slug: decisions for another tenant are refused")

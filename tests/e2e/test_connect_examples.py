@@ -1,17 +1,23 @@
 """The "Connect your agent" examples against a running Reviewer (Daphne + worker): plain REST,
 LangGraph, the OpenAI Agents SDK, Microsoft Agent Framework, Google ADK and CrewAI, each pulling its
-decision. The
-example runs in a thread (it blocks while it waits), a reviewer votes in the browser forms with a
-TOTP code, the example verifies, consumes, refunds once into its ledger with the decision id as key,
-and reports."""
+decision, and the A2A server, continued by Reviewer's worker. A pulling
+example runs in a thread (it blocks while it waits), the A2A server in its own process; a reviewer
+votes in the browser forms with a TOTP code, the example verifies, consumes, refunds once into its
+ledger with the decision id as key, and reports."""
 
 import asyncio
+import os
+import subprocess
+import sys
 import threading
+import uuid
 
+import httpx
 import pytest
+from a2a.types import Message, Part, Role, SendMessageRequest, Task, TaskState
 from agents import set_tracing_disabled
 
-from approvals.models import Decision, Proposal
+from approvals.models import Decision, OutboxMessage, Proposal
 from approvals.services.agents import register_agent
 from approvals.states import State
 from examples.connect import (
@@ -28,6 +34,16 @@ from reviewer_gate.crewai import ReviewerTools
 from reviewer_gate.openai_agents import ReviewerApprovals
 from tests import factories
 from tests.e2e.test_a2a_loop import decide_in_browser, wait_for
+from tests.examples.harness import (
+    CHECKOUT_PYTHONPATH,
+    REPO,
+    AgentClient,
+    approval_request_of,
+    free_port,
+    status_text,
+    stop_process,
+)
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -37,8 +53,12 @@ set_tracing_disabled(True)  # the Agents SDK would try to export traces to OpenA
 
 
 @pytest.fixture
-def reviewer_user(reviewer_stack):
-    tenant = factories.make_tenant()
+def tenant(reviewer_stack):
+    return factories.make_tenant()
+
+
+@pytest.fixture
+def reviewer_user(tenant):
     reviewer = factories.make_user("reviewer_a", tenant=tenant, groups=["finance"], first_name="Alice")
     factories.make_policy(
         tenant, "everything", tool_pattern="*", thresholds=[{"group": "finance", "count": 1}]
@@ -184,4 +204,106 @@ def test_crewai_rejected(reviewer_stack, reviewer_user, client, tmp_path, crewai
     run.start()
     approve_the_proposal(reviewer_stack, reviewer_user, "reject", reason="already refunded")
     assert run.result() == "Rejected by the reviewer: already refunded. Nothing was run."
+    assert ledger.entries() == []
+
+
+@pytest.fixture
+def a2a_agent(reviewer_stack, tenant, tmp_path):
+    """examples/connect/a2a_refund.py as its docstring runs it: registered with its card URL in the
+    test's tenant, then its own process on a loopback port. Yields its URL and its ledger."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    card_url = f"{url}/.well-known/agent-card.json"
+    register_agent(
+        tenant=tenant,
+        slug="a2a-demo",
+        name="A2A demo",
+        card_url=card_url,  # Reviewer continues the agent's tasks there; the audience defaults to it
+        push_token="a2a-demo-push",
+        api_token="a2a-demo-token",
+    )
+    ledger = Ledger(tmp_path / "a2a-refunds.jsonl")
+    log = tmp_path / "a2a-agent.log"
+    args = [sys.executable, "-m", "examples.connect.a2a_refund", "--port", str(port)]
+    args += ["--reviewer-url", reviewer_stack.url, "--audience", card_url, "--ledger", str(ledger.path)]
+    args += ["--tenant", tenant.slug, "--agent-slug", "a2a-demo"]
+    env = {**os.environ, "PYTHONPATH": CHECKOUT_PYTHONPATH, "REVIEWER_API_TOKEN": "a2a-demo-token"}
+    with log.open("ab") as output:
+        process = subprocess.Popen(args, cwd=REPO, env=env, stdout=output, stderr=subprocess.STDOUT)
+
+    def card_served() -> bool:
+        if process.poll() is not None:
+            raise AssertionError(f"the agent exited with {process.returncode}:\n{log.read_text()}")
+        try:
+            return httpx.get(card_url, timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(card_served, "the A2A example's card", timeout=30, interval=0.1, detail=log.read_text)
+        yield url, ledger
+    finally:
+        stop_process(process)
+        sys.stdout.write(f"--- A2A example\n{log.read_text()}")  # shown by pytest only for a failing test
+
+
+def ask_a2a_agent(url: str, text: str) -> Task:
+    """What a user does: SendMessage with the a2a-sdk client, which answers once the task is parked."""
+
+    async def send() -> Task:
+        agent = await AgentClient.connect(url)
+        try:
+            message = Message(message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text=text)])
+            replies = [
+                reply async for reply in agent.client.send_message(SendMessageRequest(message=message))
+            ]
+            return replies[-1].task
+        finally:
+            await agent.close()
+
+    return asyncio.run(send())
+
+
+def a2a_task_ended(url: str, task_id: str) -> Task:
+    async def wait() -> Task:
+        agent = await AgentClient.connect(url)
+        try:
+            return await agent.wait_terminal(task_id)
+        finally:
+            await agent.close()
+
+    return asyncio.run(wait())
+
+
+def test_a2a_server(reviewer_stack, reviewer_user, a2a_agent):
+    url, ledger = a2a_agent
+    task = ask_a2a_agent(url, "Please refund EUR 40.00 for order 1182")
+    assert task.status.state == TaskState.TASK_STATE_AUTH_REQUIRED, status_text(task)
+    request = approval_request_of(task)
+    assert request is not None and request["summary"] == "Refund EUR 40.00 for order 1182"
+
+    proposal = approve_the_proposal(reviewer_stack, reviewer_user)
+    assert (proposal.task_id, proposal.agent.slug) == (task.id, "a2a-demo")
+    assert proposal.action["arguments"] == {"order_id": "1182", "amount": "40.00", "currency": "EUR"}
+
+    ended = a2a_task_ended(url, task.id)  # Reviewer's worker continued it with the signed decision
+    assert ended.status.state == TaskState.TASK_STATE_COMPLETED, status_text(ended)
+    assert status_text(ended).startswith("refunded EUR 40.00 for order 1182: tx-")
+    assert_refunded_once(reviewer_stack, proposal, ledger)
+    wait_for(
+        lambda: OutboxMessage.objects.get(proposal=proposal).status == OutboxMessage.Status.DELIVERED,
+        "the continuation marked delivered",
+        stack=reviewer_stack,
+    )
+
+
+def test_a2a_server_rejected(reviewer_stack, reviewer_user, a2a_agent):
+    url, ledger = a2a_agent
+    task = ask_a2a_agent(url, "Please refund EUR 40.00 for order 1182")
+    proposal = approve_the_proposal(reviewer_stack, reviewer_user, "reject", reason="already refunded")
+
+    ended = a2a_task_ended(url, task.id)
+    assert ended.status.state == TaskState.TASK_STATE_REJECTED
+    assert status_text(ended).endswith("already refunded")
+    assert Proposal.objects.get(pk=proposal.pk).state == State.REJECTED
     assert ledger.entries() == []
