@@ -17,9 +17,9 @@ from examples.connect.common import Ledger, client_from, parse_settings
 # reviewer: begin
 from reviewer_gate import current_approval
 from reviewer_gate.describe import ToolDescription
+from reviewer_gate.openai_agents import ReviewerApprovals
 
 # reviewer: end
-from reviewer_gate.openai_agents import ReviewerApprovals
 
 # How the refund reads for the reviewers (see examples/connect/langgraph_refund.py); the principal comes
 # from the run's context (`Runner.run(..., context=...)`) when it names one.
