@@ -123,7 +123,7 @@ class ParkedTaskLister:
         key = (agent.id, parked.task_id, parked.batch_id)
         if key in self.refused:
             return 0
-        strangers = {member.agent for member in parked.members if member.agent != agent.slug}
+        strangers = {member.agent or "(none)" for member in parked.members if member.agent != agent.slug}
         if strangers:
             self.refused.add(key)
             log.warning(

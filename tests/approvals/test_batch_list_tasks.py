@@ -54,13 +54,13 @@ class BatchAgent(FakeAgent):
         )
 
 
-def parked_batch(count: int, *, agent: str) -> dict:
+def parked_batch(count: int, *, agent: str | None) -> dict:
     members = [
         approval_request(
             action=refund_action(order_id=str(2000 + i), amount="25.00"),
             request_id=f"refund-{2000 + i}",
             consequences={"reversible": True},
-            agent=agent,
+            **({"agent": agent} if agent else {}),
         )
         for i in range(count)
     ]
@@ -110,8 +110,9 @@ def test_a_parked_batch_whose_push_was_lost_is_taken_in_once_by_listing(tenant, 
         fake.stop()
 
 
-def test_a_parked_batch_naming_another_registration_is_not_adopted(tenant, batch_policy):
-    fake = BatchAgent(ParksABatch(parked_batch(2, agent="someone-else"))).start()
+@pytest.mark.parametrize("named", ["someone-else", None], ids=["another", "none"])
+def test_a_parked_batch_naming_another_registration_or_none_is_not_adopted(tenant, batch_policy, named):
+    fake = BatchAgent(ParksABatch(parked_batch(2, agent=named))).start()
     try:
         agent = factories.make_agent(tenant, card_url=fake.card_url)
         fake.open_task()
