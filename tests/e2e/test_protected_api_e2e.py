@@ -338,6 +338,20 @@ def test_a_rejected_challenge_raises_in_the_agent_and_runs_nothing(world):
 # CIBA with auth0-python
 
 
+def ciba_token_once_released(tokens: GetToken, auth_req_id: str) -> dict:
+    """Poll the token endpoint as a CIBA client does until the tokens come (pending and slow_down are
+    the only answers allowed meanwhile)."""
+
+    def token_or_none():
+        try:
+            return tokens.backchannel_login(auth_req_id)
+        except Auth0Error as error:
+            assert error.error_code in {"authorization_pending", "slow_down"}, error
+            return None
+
+    return wait_until(token_or_none, "the CIBA token", timeout=30, interval=0.5)
+
+
 def test_auth0_pythons_ciba_calls_get_an_action_approved_by_people(world, monkeypatch):
     reviewer = world["reviewer"]
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(reviewer.cert))  # requests trusts the test's certificate
@@ -365,14 +379,7 @@ def test_auth0_pythons_ciba_calls_get_an_action_approved_by_people(world, monkey
     for person in world["reviewers"]:
         factories.vote(proposal, person)
 
-    def token_or_none():
-        try:
-            return tokens.backchannel_login(started["auth_req_id"])
-        except Auth0Error as error:
-            assert error.error_code in {"authorization_pending", "slow_down"}, error
-            return None
-
-    answer = wait_until(token_or_none, "the CIBA token", timeout=30, interval=0.5)
+    answer = ciba_token_once_released(tokens, started["auth_req_id"])
 
     assert answer["token_type"] == "Bearer"
     assert answer["authorization_details"] == [detail]

@@ -12,7 +12,6 @@ import jwt
 import pytest
 from auth0.authentication import GetToken
 from auth0.authentication.back_channel_login import BackChannelLogin
-from auth0.authentication.exceptions import Auth0Error
 
 from approvals.models import Proposal
 from tests.browser.conftest import chromium_pages, screenshot
@@ -22,6 +21,7 @@ from tests.e2e.test_protected_api_e2e import (  # noqa: F401 (tls_reviewer and w
     REFUND,
     REFUNDS,
     agent_call,
+    ciba_token_once_released,
     tls_reviewer,
     world,
 )
@@ -101,14 +101,7 @@ def test_auth0_pythons_ciba_client_gets_the_token_once_two_people_approve_in_chr
         approve_in_the_browser(page, person, proposal, shows=["Refund 1184: code P3X9", "610.00"])
         screenshot(page, f"ciba-client-approved-{number}")
 
-    def token_or_none():
-        try:
-            return tokens.backchannel_login(started["auth_req_id"])
-        except Auth0Error as error:
-            assert error.error_code in {"authorization_pending", "slow_down"}, error
-            return None
-
-    answer = wait_until(token_or_none, "the CIBA token", timeout=30, interval=0.5)
+    answer = ciba_token_once_released(tokens, started["auth_req_id"])
     assert answer["authorization_details"] == [detail]
     claims = jwt.decode(answer["access_token"], options={"verify_signature": False})
     assert claims["decision"] == "approved" and claims["authorization_details"] == [detail]
