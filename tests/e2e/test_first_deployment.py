@@ -209,7 +209,7 @@ def test_the_first_deployment_section_reaches_a_first_approved_decision(tmp_path
         daphne = deployment.start("daphne", [sys.executable, "-m", "daphne", *daphne_args])
         daphne.wait_until(lambda: _answers(f"{deployment.url}/.well-known/jwks.json"), "the JWKS")
         worker = deployment.start("worker", [sys.executable, "manage.py", "run_worker"])
-        worker.wait_until(lambda: "worker started" in worker.log(), "'worker started'")
+        worker.wait_until(lambda: worker.logged("worker started"), "'worker started'")
         agent.args += ["--api-token", api_token]  # the printed token (the last --api-token wins)
         agent.start()
 
