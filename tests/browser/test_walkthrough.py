@@ -14,7 +14,6 @@ import re
 
 import httpx
 import pytest
-from django.db import transaction
 from django.utils import timezone
 from playwright.sync_api import expect
 
@@ -22,7 +21,6 @@ from approvals.models import Decision, Proposal
 from approvals.services.decisions import consume_decision
 from approvals.services.tenants import grant_admin_site, remove_tenant_membership
 from approvals.services.votes import edit_proposal
-from sso.scim.access import access_ended
 from tests import factories
 from tests.approvals.test_headline import langgraph_fields
 from tests.approvals.test_push import parked
@@ -299,11 +297,10 @@ def test_a_tenant_admin_walks_the_group_and_policy_pages_and_a_dry_run(
 
 
 def _removed_from_the_tenant(tenant, user, admin) -> None:
-    """What deprovisioning does to an open page: the membership goes, and the tenant's open pages are
-    told to re-check their person (sso/scim/access.py), after the commit."""
-    with transaction.atomic():
-        remove_tenant_membership(tenant, user, actor=admin)
-        access_ended(tenant, user)
+    """What an admin's removal does (the admin's tenant page calls the same service): nothing but the
+    membership's removal, whose own signal tells the person's open pages to re-check
+    (approvals/live/invalidation.py)."""
+    remove_tenant_membership(tenant, user, actor=admin)
 
 
 def test_a_person_removed_while_their_page_is_open_keeps_no_decision_form(
