@@ -1,8 +1,6 @@
 """reviewer_gate.adk with Google ADK's own runner (Runner.run_async, its tool confirmation requests and
 sessions) and a scripted model (no network, no real model); the fake Reviewer decides."""
 
-import threading
-
 import pytest
 
 pytest.importorskip("google.adk")
@@ -14,10 +12,10 @@ from google.adk.runners import Runner  # noqa: E402
 from google.adk.sessions import InMemorySessionService  # noqa: E402
 from google.genai import types  # noqa: E402
 
-from reviewer_gate import ReviewerClient, gate  # noqa: E402
+from reviewer_gate import ReviewerClient  # noqa: E402
 from reviewer_gate.adk import CONFIRMATION_CALL, ReviewerConfirmations  # noqa: E402
 from reviewer_gate.describe import ToolDescription, ToolDescriptionError  # noqa: E402
-from reviewer_gate.testing import decide_at_intake, decide_next_proposal, decision_claims  # noqa: E402
+from reviewer_gate.testing import decide_at_intake, decide_next_proposal  # noqa: E402
 
 AUDIENCE = "urn:agent:adk"
 
@@ -133,26 +131,7 @@ async def test_a_rejection_is_what_the_model_reads_and_nothing_runs(
 
 async def test_a_reviewers_edit_runs_the_edited_arguments(approvals, conversation, reviewer, key, refunds):
     edited = {"tool": "refund", "arguments": {"order_id": "1182", "amount": "25.00"}}
-    ready = threading.Event()
-
-    def reviewer_edits():
-        while not reviewer.proposals:
-            ready.wait(0.01)  # bounded poll of the fake's record
-        body = reviewer.proposals[-1]["body"]
-        asked = body["request"]["request_id"]
-        claims = decision_claims(
-            issuer=reviewer.url,
-            audience=AUDIENCE,
-            task_id=body["task_id"],
-            context_id=body["context_id"],
-            request_id=asked + ".edit",
-            replaces=[asked],
-            action=edited,
-            action_digest=gate.action_digest(edited),
-        )
-        reviewer.decide(reviewer.proposal_id_of(body["task_id"]), key.sign(claims))
-
-    threading.Thread(target=reviewer_edits, daemon=True).start()
+    decide_next_proposal(reviewer, key, audience=AUDIENCE, edit=edited)
     events = await run(approvals, conversation)
     assert refunds == [("1182", "25.00")]
     assert Conversation.final_text(events) == "refunded 25.00 for 1182"

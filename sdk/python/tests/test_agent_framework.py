@@ -3,7 +3,6 @@ approval requests and sessions) and a scripted chat client (no network, no real 
 Reviewer decides."""
 
 import json
-import threading
 
 import pytest
 
@@ -19,10 +18,10 @@ from agent_framework import (  # noqa: E402
     tool,
 )
 
-from reviewer_gate import ReviewerClient, gate  # noqa: E402
+from reviewer_gate import ReviewerClient  # noqa: E402
 from reviewer_gate.agent_framework import ReviewerApprovals  # noqa: E402
 from reviewer_gate.describe import ToolDescription, ToolDescriptionError  # noqa: E402
-from reviewer_gate.testing import decide_at_intake, decide_next_proposal, decision_claims  # noqa: E402
+from reviewer_gate.testing import decide_at_intake, decide_next_proposal  # noqa: E402
 
 AUDIENCE = "urn:agent:agent-framework"
 
@@ -112,26 +111,7 @@ async def test_an_expired_proposal_is_rejected_and_nothing_runs(approvals, agent
 
 async def test_a_reviewers_edit_runs_the_edited_arguments(approvals, agent, reviewer, key, refunds):
     edited = {"tool": "refund", "arguments": {"order_id": "1182", "amount": "25.00"}}
-    ready = threading.Event()
-
-    def reviewer_edits():
-        while not reviewer.proposals:
-            ready.wait(0.01)  # bounded poll of the fake's record
-        body = reviewer.proposals[-1]["body"]
-        asked = body["request"]["request_id"]
-        claims = decision_claims(
-            issuer=reviewer.url,
-            audience=AUDIENCE,
-            task_id=body["task_id"],
-            context_id=body["context_id"],
-            request_id=asked + ".edit",
-            replaces=[asked],
-            action=edited,
-            action_digest=gate.action_digest(edited),
-        )
-        reviewer.decide(reviewer.proposal_id_of(body["task_id"]), key.sign(claims))
-
-    threading.Thread(target=reviewer_edits, daemon=True).start()
+    decide_next_proposal(reviewer, key, audience=AUDIENCE, edit=edited)
     response = await approvals.run(agent, "refund order 1182")
     assert refunds == [("1182", "25.00")]
     assert response.text == "refunded 25.00 for 1182"

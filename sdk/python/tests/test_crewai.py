@@ -1,8 +1,6 @@
 """reviewer_gate.crewai with CrewAI's own crew loop (Crew.kickoff, its ReAct parsing, tool usage, cache and
 retries) and a scripted model (no network, no real model); the fake Reviewer decides."""
 
-import threading
-
 import pytest
 
 pytest.importorskip("crewai")  # with CrewAI's telemetry off (conftest.py)
@@ -10,10 +8,10 @@ pytest.importorskip("crewai")  # with CrewAI's telemetry off (conftest.py)
 from crewai import Agent, BaseLLM, Crew, Task  # noqa: E402
 from crewai.tools import tool  # noqa: E402
 
-from reviewer_gate import ReviewerClient, current_approval, gate  # noqa: E402
+from reviewer_gate import ReviewerClient, current_approval  # noqa: E402
 from reviewer_gate.crewai import ReviewerTools  # noqa: E402
 from reviewer_gate.describe import ToolDescription, ToolDescriptionError  # noqa: E402
-from reviewer_gate.testing import decide_at_intake, decide_next_proposal, decision_claims  # noqa: E402
+from reviewer_gate.testing import decide_at_intake, decide_next_proposal  # noqa: E402
 
 AUDIENCE = "urn:agent:crewai"
 
@@ -97,26 +95,7 @@ def test_a_rejection_is_what_the_model_reads_and_nothing_runs(approvals, reviewe
 
 def test_a_reviewers_edit_runs_the_edited_arguments(approvals, reviewer, key, refunds):
     edited = {"tool": "refund", "arguments": {"order_id": "1182", "amount": "25.00"}}
-    ready = threading.Event()
-
-    def reviewer_edits():
-        while not reviewer.proposals:
-            ready.wait(0.01)  # bounded poll of the fake's record
-        body = reviewer.proposals[-1]["body"]
-        asked = body["request"]["request_id"]
-        claims = decision_claims(
-            issuer=reviewer.url,
-            audience=AUDIENCE,
-            task_id=body["task_id"],
-            context_id=body["context_id"],
-            request_id=asked + ".edit",
-            replaces=[asked],
-            action=edited,
-            action_digest=gate.action_digest(edited),
-        )
-        reviewer.decide(reviewer.proposal_id_of(body["task_id"]), key.sign(claims))
-
-    threading.Thread(target=reviewer_edits, daemon=True).start()
+    decide_next_proposal(reviewer, key, audience=AUDIENCE, edit=edited)
     answer = kickoff(approvals.gate(refund_function(refunds)))
     assert [(order, amount) for order, amount, _key in refunds] == [("1182", "25.00")]
     assert answer == "refunded 25.00 for 1182"

@@ -429,12 +429,15 @@ def decide_next_proposal(
     audience: str,
     decision: str = "approved",
     close: str | None = None,
+    edit: dict[str, Any] | None = None,
     seen: int | None = None,
     **overrides: Any,
 ) -> threading.Thread:
     """A reviewer in another thread: waits for the next proposal (after `seen` of them; default: those
     recorded now), then signs a decision bound to it, or closes it (`close="expired"`, ...). As Reviewer
-    does, an approval ends no later than the request's own `expires_at`. `overrides` replace claims."""
+    does, an approval ends no later than the request's own `expires_at`. `edit`: the reviewer changed
+    the action to this one, so the decision answers a new request that replaces the asked one and
+    carries the edited action and its digest. `overrides` replace claims."""
     seen = len(reviewer.proposals) if seen is None else seen
     ready = threading.Event()
 
@@ -448,7 +451,16 @@ def decide_next_proposal(
         if close:
             reviewer.close(proposal_id, close)
             return
-        claims = _claims_for(reviewer, body, audience=audience, decision=decision, **overrides)
+        edited: dict[str, Any] = {}
+        if edit is not None:
+            asked = body["request"]["request_id"]
+            edited = {
+                "request_id": asked + ".edit",
+                "replaces": [asked],
+                "action": edit,
+                "action_digest": action_digest(edit),
+            }
+        claims = _claims_for(reviewer, body, audience=audience, decision=decision, **{**edited, **overrides})
         reviewer.decide(proposal_id, key.sign(claims))
 
     thread = threading.Thread(target=run, daemon=True)
