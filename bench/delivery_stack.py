@@ -79,7 +79,12 @@ class DeliveryStack:
         from tests.e2e.conftest import Stack
 
         folder.mkdir(parents=True, exist_ok=True)
-        self.stack = Stack(folder, worker_interval=str(POLL_SECONDS))  # the default: woken by commits
+        # Reviewer's Daphne records each request's time inside it (bench/timed_asgi.py).
+        self.timings = folder / "reviewer-timings.txt"
+        os.environ["BENCH_TIMINGS_FILE"] = str(self.timings)
+        self.stack = Stack(  # the worker's default interval: it is woken by commits
+            folder, worker_interval=str(POLL_SECONDS), app="bench.timed_asgi:application"
+        )
         self.stack.start()
         try:
             self._register(settings, outcome)
@@ -133,6 +138,17 @@ class DeliveryStack:
                 return time.perf_counter()
             time.sleep(0.001)  # measurement resolution, not synchronization
         raise RuntimeError(f"ledger line {count} not within {deadline}s\n{self.stack.logs()[-4000:]}")
+
+    def time_inside_reviewer(self, since: float, until: float) -> float:
+        """Milliseconds Reviewer's Daphne spent inside the requests it got between two wall-clock times
+        (time.time()): its share of a call; the rest of the call is the agent's, a2a-sdk's and the
+        network's (the worker's own work, e.g. a continuation's delivery, is not in it)."""
+        total = 0.0
+        for line in self.timings.read_text().splitlines():
+            start, end = (float(value) for value in line.split()[:2])
+            if since <= start and end <= until:
+                total += end - start
+        return total * 1000
 
     def stop(self) -> None:
         self.stack.stop()
@@ -277,6 +293,10 @@ def delivery_stages(proposal_id, *, ledger_at: float, continuation: bool = True)
     return stages
 
 
+# A stage of a call's profile: the time Reviewer's Daphne spent inside the call's requests to it.
+INSIDE_REVIEWER = "inside Reviewer's Daphne"
+
+
 def stage_medians(stages: list[dict]) -> dict:
     return {name: round(statistics.median(s[name] for s in stages), 1) for name in stages[0]}
 
@@ -311,6 +331,11 @@ async def consumed_then_option(
                 raise SystemExit(f"the decisions of {bench_id} were not all consume={consume}")
             result = row(bench_id, what, baseline, measured, target)
             result["profile"] = stage_medians(stages)
+            if INSIDE_REVIEWER in result["profile"]:
+                result["note"] += (
+                    f"; Reviewer's Daphne inside the call p50 {result['profile'][INSIDE_REVIEWER]} ms of "
+                    f"{summary(measured)['p50_ms']} ms; the rest is the agent's, a2a-sdk's and the worker's"
+                )
             results.append(result)
     finally:
         await client.close()

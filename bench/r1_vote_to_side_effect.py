@@ -32,6 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.delivery_stack import (  # noqa: E402 (after the path)
+    INSIDE_REVIEWER,
     DeliveryStack,
     agent_idle,
     bare_round_trips,
@@ -66,12 +67,14 @@ async def _measure(stack: DeliveryStack, iterations: int) -> list[dict]:
             )
             await agent_idle(stack)  # its announcement's pushes done: the vote starts as the baseline does
             code = reviewer.code()  # typed before the click
-            started = time.perf_counter()
+            started, started_at = time.perf_counter(), time.time()
             answer = await asyncio.to_thread(reviewer.approve, proposal, code)
             if answer.status_code != 302:
                 raise SystemExit(f"the vote was refused: HTTP {answer.status_code} {answer.text[:500]}")
             measured.append(stack.wait_ledger(n + 1) - started)
-            stages.append(delivery_stages(proposal.id, ledger_at=time.time()))
+            ledger_at = time.time()
+            stages.append(delivery_stages(proposal.id, ledger_at=ledger_at))
+            stages[-1][INSIDE_REVIEWER] = stack.time_inside_reviewer(started_at, ledger_at)
             baseline += await bare_round_trips(stack, client, task_id, 3)
         return baseline, measured, stages, task_ids
 

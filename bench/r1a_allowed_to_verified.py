@@ -28,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.delivery_stack import (  # noqa: E402 (after the path)
+    INSIDE_REVIEWER,
     DeliveryStack,
     bare_round_trips,
     consumed_then_option,
@@ -49,13 +50,15 @@ async def _measure(stack: DeliveryStack, iterations: int) -> list[dict]:
 
         measured, baseline, stages, task_ids = [], [], [], []
         for n in numbers:
-            sent = time.perf_counter()
+            sent, sent_at = time.perf_counter(), time.time()
             task_id = await send_refund(client, stack, n)
             measured.append(stack.wait_ledger(n + 1) - sent)
+            ledger_at = time.time()
             task_ids.append(task_id)
             proposal_id = Proposal.objects.get(task_id=task_id).id
             # The agent asked for the decision in the answer: Reviewer holds the continuation.
-            stages.append(delivery_stages(proposal_id, ledger_at=time.time(), continuation=False))
+            stages.append(delivery_stages(proposal_id, ledger_at=ledger_at, continuation=False))
+            stages[-1][INSIDE_REVIEWER] = stack.time_inside_reviewer(sent_at, ledger_at)
             baseline += await bare_round_trips(stack, client, task_id, 3)
         return baseline, measured, stages, task_ids
 
