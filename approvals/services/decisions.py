@@ -20,6 +20,7 @@ from approvals.services.lifecycle import (
     enqueue_message,
     expire_proposal,
     format_moment,
+    held_transition,
     revoke_proposal,
     supersession_chain,
     transition,
@@ -58,13 +59,16 @@ def issue_decision(
     versions: list | None = None,
     continuation_delay: int = 0,
     grant: dict | None = None,
+    consume_now: bool = False,
 ) -> Decision:
     """Sign the decision, store it, and queue its delivery to the agent, all in this transaction.
     The policy claims name every version pinned on the proposal (policy.shaping_refs); `versions`:
     those versions with their policies, when the caller has them (intake pinned them just now).
     `continuation_delay`: seconds the continuation waits (the agent takes the decision from the intake
     answer; the worker sends it only if the agent has not started on it by then). `grant`: the `grant`
-    claim of a call a standing grant decided (approvals/services/grants.py)."""
+    claim of a call a standing grant decided (approvals/services/grants.py). `consume_now`: the agent
+    asked intake to consume an approval for it (`consume_at_intake`): the decision is stored consumed,
+    when it may be, and no continuation is queued (the agent has it and has started)."""
     with tracing.span("reviewer.decision", attributes={"reviewer.proposal.id": str(proposal.id)}) as span:
         decision = _sign_and_queue(
             proposal,
@@ -75,6 +79,7 @@ def issue_decision(
             versions=versions,
             continuation_delay=continuation_delay,
             grant=grant,
+            consume_now=consume_now,
         )
         span.set_attributes({"reviewer.decision.jti": str(decision.jti), "reviewer.decision.kind": kind})
         return decision
@@ -90,6 +95,7 @@ def _sign_and_queue(
     versions: list | None,
     continuation_delay: int,
     grant: dict | None,
+    consume_now: bool,
 ) -> Decision:
     issued = timezone.now()
     # A token a standard door hands out (TAC, CIBA) is carried by the agent to the resource: it is always
@@ -106,6 +112,13 @@ def _sign_and_queue(
         issued_at=issued,
         expires_at=_decision_deadline(proposal, kind, issued),
     )
+    # The consume's own deadline rule (_consume_refusal): a decision already past it stays unconsumed.
+    if (
+        consume_now
+        and kind == Decision.Kind.APPROVED
+        and issued < min(decision.expires_at, proposal.expires_at)
+    ):
+        decision.consumed_at = issued
     if versions is None:
         versions = list(proposal.policy_versions.select_related("policy"))
     policy_ref, policy_refs = shaping_refs(versions, proposal.requirements)
@@ -164,6 +177,8 @@ def _sign_and_queue(
     )
     if is_grant_request(proposal.tool):
         grant_decided(proposal, decision, approvers)  # the grant asked for is in force, or declined
+    if decision.consumed_at is not None:
+        return decision  # the agent took it from the intake answer and started: nothing to continue
     enqueue_message(
         proposal,
         OutboxMessage.Kind.CONTINUE,
@@ -296,6 +311,28 @@ def consume_decision(agent: Agent, jti, *, rev: int, now: datetime | None = None
     if refusal is not None:
         raise refusal
     return proposal
+
+
+def consume_at_intake(proposal: Proposal, decision: Decision) -> None:
+    """The consume of an approval intake just issued consumed (`issue_decision(consume_now=True)`), for
+    an agent that asked for it (`Prefer: consume`, docs/agents/rest-api.md): the proposal moves
+    allowed → executing in intake's transaction, with the consume's audit event. The consume's checks
+    hold by construction: intake read the halt under the quota rows' lock, the decision is approved, at
+    the proposal's rev, new (neither consumed nor revoked), bound to the action digest just checked,
+    and issue_decision consumed it only before its deadline. The writes are held with intake's, so it
+    costs no round trip."""
+    actor = agent_actor(proposal.agent)
+    jti = str(decision.jti)
+    held_transition(
+        proposal, State.EXECUTING, actor=actor, reason="decision consumed at intake", data={"jti": jti}
+    )
+    record(
+        proposal.tenant_id,
+        actor=actor,
+        verb=Verb.DECISION_CONSUMED,
+        subject=proposal_subject(proposal),
+        data={"jti": jti, "rev": decision.rev, "via": "intake"},
+    )
 
 
 def _claim(agent: Agent, jti, rev: int, clock: datetime) -> Proposal | None:
