@@ -1,12 +1,14 @@
 """R1r, R7 and their A2A twins R1rc, R7c: a REST agent's policy-allowed call, as an agent pays it, against
 a bare authenticated API round trip to the same Daphne.
 
-The call is what reviewer-gate's `ReviewerClient` and `Approval.report` send, and what the load test's
-agent sends: submit (`POST /api/v1/proposals` with `Prefer: decision-in-answer`; policy allows, so the
-signed decision is in the intake answer) → verify (reviewer-gate's `Gate`: signature, binding, single
-use) → consume (`POST /api/v1/decisions/<jti>/consume`) → the outcome report (`POST
-/api/v1/decisions/<jti>/outcome`, `{"status": "succeeded", "transaction_id": …}`). Baseline: `GET
-/api/v1/proposals/<id>` with the same agent's token (authentication, one read, JSON).
+The call is what reviewer-gate's `ReviewerClient` and `Approval.report` send: submit (`POST
+/api/v1/proposals` with `Prefer: decision-in-answer, consume`; policy allows, so the signed decision is
+in the intake answer, already consumed for the agent) → verify (reviewer-gate's `Gate`: signature,
+binding, single use) → the outcome report (`POST /api/v1/decisions/<jti>/outcome`, `{"status":
+"succeeded", "transaction_id": …}`): two requests. With BENCH_CONSUME_AT_INTAKE=0 the agent asks
+without `consume` and sends the consume (`POST /api/v1/decisions/<jti>/consume`) between verify and
+outcome, as the load test's agent and agents on an earlier reviewer-gate do: three requests. Baseline:
+`GET /api/v1/proposals/<id>` with the same agent's token (authentication, one read, JSON).
 
 - **R1r** (latency): a pull agent (no card URL: no continuation, no outbox row). Target p50 ≤ 3x.
 - **R1rc**: the same call from an agent registered with a card URL (an A2A agent), whose allowed
@@ -68,6 +70,8 @@ API_TOKEN = "bench-api-token"  # noqa: S105 (a scratch agent's token on a scratc
 A2A_API_TOKEN = "bench-a2a-api-token"  # noqa: S105 (the same, for the agent with a card URL)
 REVIEWERS = int(os.environ.get("BENCH_R7_REVIEWERS", "5"))  # a tenant of agents has people too
 KINDS = ("bare", "pull", "a2a")
+# The agent asks intake to consume (Prefer: consume), as reviewer-gate's request_approval does.
+CONSUME_AT_INTAKE = os.environ.get("BENCH_CONSUME_AT_INTAKE", "1") != "0"
 
 
 class Agent:
@@ -87,10 +91,17 @@ class Agent:
         return self.http.get(f"/api/v1/proposals/{proposal_id}").status_code == 200
 
     def allowed_call(self, report: bool = False) -> bool:
-        """submit → verify → consume, and with `report` the outcome, as `Approval.report` sends it."""
+        """submit → verify → consume, and with `report` the outcome, as `Approval.report` sends it. With
+        `report` (the whole call, as reviewer-gate makes it) and CONSUME_AT_INTAKE, the submit asks
+        intake to consume, and the consume request is left out when it did."""
         request = refund_request()
         task_id = f"task-{uuid.uuid4()}"
-        answer = self.http.post("/api/v1/proposals", json={"task_id": task_id, "request": request})
+        at_intake = report and CONSUME_AT_INTAKE
+        answer = self.http.post(
+            "/api/v1/proposals",
+            json={"task_id": task_id, "request": request},
+            headers={"Prefer": "decision-in-answer, consume"} if at_intake else None,
+        )
         if answer.status_code != 201 or not answer.json().get("token"):
             self.refused[f"submit {answer.status_code}"] += 1
             return False
@@ -100,10 +111,13 @@ class Agent:
             request_id=request["request_id"],
             action_digest=request["action_digest"],
         )
-        consumed = self.http.post(f"/api/v1/decisions/{decision.jti}/consume", json={"rev": decision.rev})
-        if consumed.status_code != 200:
-            self.refused[f"consume {consumed.status_code}"] += 1
-            return False
+        if at_intake and "consume" in answer.headers.get("Preference-Applied", ""):
+            pass  # consumed at intake: verified above, acted on now
+        else:
+            consumed = self.http.post(f"/api/v1/decisions/{decision.jti}/consume", json={"rev": decision.rev})
+            if consumed.status_code != 200:
+                self.refused[f"consume {consumed.status_code}"] += 1
+                return False
         if not report:
             return True
         # The refund happened here; then what every agent built on reviewer-gate sends.
@@ -299,7 +313,7 @@ def main() -> list[dict]:
             {
                 "id": row_id,
                 "what": f"REST allowed call, {who} (submit with the decision in the answer → verify → "
-                "consume → outcome)",
+                + ("outcome, consumed at intake)" if CONSUME_AT_INTAKE else "consume → outcome)"),
                 "baseline": f"bare GET p50 {ms(bare50)} / p95 {ms(bare95)}",
                 "measured": f"p50 {ms(call50)} / p95 {ms(call95)}",
                 "ratio": round(call50 / bare50, 2),

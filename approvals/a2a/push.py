@@ -147,6 +147,7 @@ def submit(
     *,
     via: str,
     decision_in_answer: bool = False,
+    consume: bool = False,
     traceparent: str = "",
 ) -> tuple[Proposal, bool]:
     """Intake through either channel (push or REST); a refusal is recorded in the audit trail.
@@ -157,7 +158,7 @@ def submit(
     ) as span:
         try:
             proposal, created = submit_proposal(
-                agent, submission, via=via, decision_in_answer=decision_in_answer
+                agent, submission, via=via, decision_in_answer=decision_in_answer, consume=consume
             )
         except (IntakeError, HaltedError) as error:
             span.set_attribute("reviewer.refusal", error.code)

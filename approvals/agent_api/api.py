@@ -193,6 +193,11 @@ def receipt(proposal: Proposal, token: str | None = None) -> dict:
 DECIDED_AT_INTAKE = frozenset({State.ALLOWED, State.DENIED})
 # RFC 7240: the agent acts on a decision in the intake answer, so its A2A continuation can wait.
 DECISION_IN_ANSWER = "decision-in-answer"
+# RFC 7240: an approval policy makes at intake is consumed for the agent in the same request (the
+# answer's state is then `executing`), so an allowed call needs no consume request. A preference, not a
+# body field: a Reviewer that does not know it ignores it (a body field would be refused as unknown),
+# and Preference-Applied tells the agent whether it was honoured or whether it still consumes.
+CONSUME = "consume"
 
 
 def prefers(request, preference: str) -> bool:
@@ -211,7 +216,7 @@ def intake_token(proposal: Proposal, created: bool) -> str | None:
     replay reads the decision made since, if any."""
     if created:
         # Intake stored the decision with the proposal (services.intake), so it is already at hand.
-        return proposal.decision.token if proposal.state in DECIDED_AT_INTAKE else None
+        return proposal.decision.token if proposal.state in DECIDED_AT_INTAKE | {State.EXECUTING} else None
     return Decision.objects.filter(proposal=proposal).values_list("token", flat=True).first()
 
 
@@ -240,15 +245,23 @@ def uuid_or_404(value: str) -> uuid.UUID:
 )
 def submit_proposal(request, response: HttpResponse, submission: ProposalSubmission):
     in_answer = prefers(request, DECISION_IN_ANSWER)
+    consume = prefers(request, CONSUME)
     proposal, created = submit(
         request.auth,
         submission,
         via="api",
         decision_in_answer=in_answer,
+        consume=consume,
         traceparent=tracing.from_headers(request.headers),
     )
-    if in_answer and created and proposal.state in DECIDED_AT_INTAKE:
-        response["Preference-Applied"] = DECISION_IN_ANSWER  # its continuation was held
+    applied = []
+    decided_here = created and proposal.state in DECIDED_AT_INTAKE | {State.EXECUTING}
+    if in_answer and decided_here:
+        applied.append(DECISION_IN_ANSWER)  # its continuation was held (or, consumed, never queued)
+    if consume and created and proposal.state == State.EXECUTING:
+        applied.append(CONSUME)  # only the request that consumed says so: a replay never does
+    if applied:
+        response["Preference-Applied"] = ", ".join(applied)
     return Status(201 if created else 200, receipt(proposal, intake_token(proposal, created)))
 
 

@@ -20,6 +20,7 @@ from approvals.services.lifecycle import (
     enqueue_message,
     expire_proposal,
     format_moment,
+    held_transition,
     revoke_proposal,
     supersession_chain,
     transition,
@@ -58,13 +59,16 @@ def issue_decision(
     versions: list | None = None,
     continuation_delay: int = 0,
     grant: dict | None = None,
+    consume_now: bool = False,
 ) -> Decision:
     """Sign the decision, store it, and queue its delivery to the agent, all in this transaction.
     The policy claims name every version pinned on the proposal (policy.shaping_refs); `versions`:
     those versions with their policies, when the caller has them (intake pinned them just now).
     `continuation_delay`: seconds the continuation waits (the agent takes the decision from the intake
     answer; the worker sends it only if the agent has not started on it by then). `grant`: the `grant`
-    claim of a call a standing grant decided (approvals/services/grants.py)."""
+    claim of a call a standing grant decided (approvals/services/grants.py). `consume_now`: the agent
+    asked intake to consume an approval for it (`consume_at_intake`): the decision is stored consumed,
+    when it may be, and no continuation is queued (the agent has it and has started)."""
     with tracing.span("reviewer.decision", attributes={"reviewer.proposal.id": str(proposal.id)}) as span:
         decision = _sign_and_queue(
             proposal,
@@ -75,6 +79,7 @@ def issue_decision(
             versions=versions,
             continuation_delay=continuation_delay,
             grant=grant,
+            consume_now=consume_now,
         )
         span.set_attributes({"reviewer.decision.jti": str(decision.jti), "reviewer.decision.kind": kind})
         return decision
@@ -90,6 +95,7 @@ def _sign_and_queue(
     versions: list | None,
     continuation_delay: int,
     grant: dict | None,
+    consume_now: bool,
 ) -> Decision:
     issued = timezone.now()
     # A token a standard door hands out (TAC, CIBA) is carried by the agent to the resource: it is always
@@ -106,6 +112,13 @@ def _sign_and_queue(
         issued_at=issued,
         expires_at=_decision_deadline(proposal, kind, issued),
     )
+    # The consume's own deadline rule (_consume_refusal): a decision already past it stays unconsumed.
+    if (
+        consume_now
+        and kind == Decision.Kind.APPROVED
+        and issued < min(decision.expires_at, proposal.expires_at)
+    ):
+        decision.consumed_at = issued
     if versions is None:
         versions = list(proposal.policy_versions.select_related("policy"))
     policy_ref, policy_refs = shaping_refs(versions, proposal.requirements)
@@ -164,6 +177,8 @@ def _sign_and_queue(
     )
     if is_grant_request(proposal.tool):
         grant_decided(proposal, decision, approvers)  # the grant asked for is in force, or declined
+    if decision.consumed_at is not None:
+        return decision  # the agent took it from the intake answer and started: nothing to continue
     enqueue_message(
         proposal,
         OutboxMessage.Kind.CONTINUE,
@@ -298,6 +313,28 @@ def consume_decision(agent: Agent, jti, *, rev: int, now: datetime | None = None
     return proposal
 
 
+def consume_at_intake(proposal: Proposal, decision: Decision) -> None:
+    """The consume of an approval intake just issued consumed (`issue_decision(consume_now=True)`), for
+    an agent that asked for it (`Prefer: consume`, docs/agents/rest-api.md): the proposal moves
+    allowed → executing in intake's transaction, with the consume's audit event. The consume's checks
+    hold by construction: intake read the halt under the quota rows' lock, the decision is approved, at
+    the proposal's rev, new (neither consumed nor revoked), bound to the action digest just checked,
+    and issue_decision consumed it only before its deadline. The writes are held with intake's, so it
+    costs no round trip."""
+    actor = agent_actor(proposal.agent)
+    jti = str(decision.jti)
+    held_transition(
+        proposal, State.EXECUTING, actor=actor, reason="decision consumed at intake", data={"jti": jti}
+    )
+    record(
+        proposal.tenant_id,
+        actor=actor,
+        verb=Verb.DECISION_CONSUMED,
+        subject=proposal_subject(proposal),
+        data={"jti": jti, "rev": decision.rev, "via": "intake"},
+    )
+
+
 def _claim(agent: Agent, jti, rev: int, clock: datetime) -> Proposal | None:
     """The consume in one statement (PostgreSQL, approvals/storage/decisions.py): the proposal moves to
     executing and the decision is marked consumed only if every condition of _consume_refusal holds,
@@ -381,9 +418,16 @@ def record_outcome(
     targets = {"succeeded": State.SUCCEEDED, "failed": State.FAILED, "unknown": State.UNKNOWN}
     if status not in targets:
         raise ServiceError("bad_status", "status is succeeded, failed or unknown", "status")
+    target = targets[status]
+    transaction_id, detail = transaction_id[:200], (detail or "")[:1000]
     with transaction.atomic(durable=True):
+        if on_postgresql():
+            settled = _settle(agent, jti, status, target, transaction_id, detail, via)
+            if settled is not None:
+                return settled
+        # Not executing (a report again, a decision needing no consume, unknown settling, a refusal) or
+        # SQLite: the rows are read under their locks, step by step.
         proposal, decision = _lock_decision(agent, jti)
-        target = targets[status]
         if proposal.state == target:
             return proposal  # the same report again (push and API both arrived)
         if proposal.state in RELEASED and not decision.consume_required:
@@ -398,7 +442,7 @@ def record_outcome(
         if proposal.state == State.UNKNOWN and target == State.UNKNOWN:
             return proposal
         proposal.transaction_id = (transaction_id or proposal.transaction_id)[:200]
-        proposal.outcome_detail = (detail or "")[:1000]
+        proposal.outcome_detail = detail
         proposal.save(update_fields=["transaction_id", "outcome_detail"])
         transition(proposal, target, actor=agent_actor(agent), reason=f"outcome reported ({via})")
         record(
@@ -415,4 +459,52 @@ def record_outcome(
                 "via": via,
             },
         )
+    return proposal
+
+
+def _settle(
+    agent: Agent, jti, status: str, target: str, transaction_id: str, detail: str, via: str
+) -> Proposal | None:
+    """The outcome report of an executing proposal in one statement (PostgreSQL,
+    approvals/storage/decisions.py): the proposal moves to `target` with the report's transaction id
+    and detail, with both audit events in the same round trip, as the step-by-step path writes them;
+    None when the proposal was not executing."""
+    actor = agent_actor(agent)
+    reason = f"outcome reported ({via})"
+    audit, audit_params = accept_sql(
+        tenant_chain(agent.tenant_id),
+        [
+            {  # transition(): from executing, its new rev from the settled row
+                "actor": actor,
+                "verb": Verb.PROPOSAL_TRANSITIONED,
+                "data": {"from": State.EXECUTING, "to": target, "reason": reason},
+                "data_sql": storage.SETTLED_TRANSITION_SQL,
+            },
+            {  # the transaction id the proposal kept, from the settled row
+                "actor": actor,
+                "verb": Verb.OUTCOME_RECORDED,
+                "data": {
+                    "jti": str(jti),
+                    "status": status,
+                    "idempotency_key": str(jti),
+                    "detail": detail,
+                    "via": via,
+                },
+                "data_sql": storage.SETTLED_OUTCOME_SQL,
+            },
+        ],
+        source=storage.SETTLED,
+        subject_sql=storage.SETTLED_SUBJECT_SQL,
+    )
+    proposal = storage.settle(
+        agent,
+        jti,
+        target,
+        transaction_id=transaction_id,
+        detail=detail,
+        audit=audit,
+        audit_params=audit_params,
+    )
+    if proposal is not None:
+        events.proposal_changed(proposal)  # as transition() announces it
     return proposal

@@ -9,6 +9,7 @@ from approvals import events, wakeup
 from approvals.models import Decision, OutboxMessage, Proposal, Vote
 from approvals.services.common import proposal_subject
 from approvals.states import OPEN_FOR_VOTES, WAITING_FOR_PEOPLE, State, check_transition
+from approvals.storage.rows import update_held
 from audit.labels import SYSTEM
 from audit.models import AuditEvent, Verb
 from audit.people import display_name
@@ -58,6 +59,21 @@ def first_transition(proposal: Proposal, target: str) -> str:
     for name, value in fields.items():
         setattr(proposal, name, value)
     return State.PROPOSED
+
+
+def held_transition(
+    proposal: Proposal, target: str, *, actor: str, reason: str = "", data: dict | None = None
+) -> None:
+    """A transition of a proposal this transaction inserted (intake's): nobody else sees the row before
+    the commit, so there is no compare-and-set to make; its UPDATE is held with intake's other writes
+    (approvals/storage/rows.py, `update_held`), so it costs no round trip of its own. Same check,
+    fields and audit event as transition()."""
+    current = proposal.state
+    fields = _transition_fields(proposal, target)
+    for name, value in fields.items():
+        setattr(proposal, name, value)
+    update_held(proposal, list(fields))
+    record_transition(proposal, current, actor=actor, reason=reason, data=data)
 
 
 def record_transition(

@@ -17,7 +17,7 @@ from approvals.policy.evaluation import (
 )
 from approvals.policy.history import policy_counts
 from approvals.services.common import agent_actor, proposal_subject
-from approvals.services.decisions import issue_decision
+from approvals.services.decisions import consume_at_intake, issue_decision
 from approvals.services.follow_ups import open_follow_up
 from approvals.services.grants import GrantPlan
 from approvals.services.intake.read import Found
@@ -52,6 +52,7 @@ def store_and_route(
     supersedes,
     decision_in_answer: bool,
     grant: GrantPlan | None = None,
+    consume: bool = False,
 ) -> Proposal:
     """Store the evaluated proposal in its first state (one INSERT) and write what goes with it: the
     audit events (submitted, the superseded request's transition, policy evaluated, the proposal's
@@ -91,7 +92,13 @@ def store_and_route(
     if grant is not None:
         grant.carry_out(proposal)  # the grant asked for, or spent (before the decision is signed)
     _pin_and_route(
-        proposal, evaluation, target, first=previous, decision_in_answer=decision_in_answer, grant=grant
+        proposal,
+        evaluation,
+        target,
+        first=previous,
+        decision_in_answer=decision_in_answer,
+        grant=grant,
+        consume=consume,
     )
     return proposal
 
@@ -132,6 +139,7 @@ def _pin_and_route(
     first: str | None,
     decision_in_answer: bool = False,
     grant: GrantPlan | None = None,
+    consume: bool = False,
 ) -> None:
     """Pin the versions that decided (a stored proposal: intake's new one was inserted with its pins),
     record the evaluation, move the proposal to `target` (`first`: the state it left already, before
@@ -169,7 +177,7 @@ def _pin_and_route(
         open_follow_up(proposal)
     else:
         under_grant = grant is not None and grant.use is not None
-        issue_decision(
+        decision = issue_decision(
             proposal,
             Decision.Kind.REJECTED if target == State.DENIED else Decision.Kind.APPROVED,
             reason=evaluation.reason,
@@ -179,7 +187,10 @@ def _pin_and_route(
             versions=evaluation.versions,
             continuation_delay=settings.ANSWERED_CONTINUATION_DELAY_SECONDS if decision_in_answer else 0,
             grant=grant.claim if grant is not None else None,
+            consume_now=consume and target == State.ALLOWED,
         )
+        if decision.consumed_at is not None:
+            consume_at_intake(proposal, decision)
 
 
 def _policy_approvers(evaluation) -> list[dict]:

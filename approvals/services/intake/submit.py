@@ -41,18 +41,26 @@ def submit_proposal(
     *,
     via: str,
     decision_in_answer: bool = False,
+    consume: bool = False,
     token_claims: dict | None = None,
 ) -> tuple[Proposal, bool]:
     """Create the proposal for an agent's approval request (idempotent on agent, task, request id) and
     evaluate policy. Returns (proposal, created). `decision_in_answer`: the agent acts on a decision
     policy makes here from the answer, so its continuation is held (ANSWERED_CONTINUATION_DELAY_SECONDS)
-    instead of sent right after the commit. `token_claims`: what a standard door (oauth/) adds to the
+    instead of sent right after the commit. `consume`: an approval policy makes here is consumed for
+    the agent in the same transaction (the proposal is `executing` when this returns; a replay never
+    consumes: it answers what is stored). `token_claims`: what a standard door (oauth/) adds to the
     decision token (Proposal.token_claims)."""
     request = submission.request
     try:
         with transaction.atomic(durable=True):
             taken = take_in(
-                agent, submission, via=via, decision_in_answer=decision_in_answer, token_claims=token_claims
+                agent,
+                submission,
+                via=via,
+                decision_in_answer=decision_in_answer,
+                consume=consume,
+                token_claims=token_claims,
             )
     except IntegrityError:
         # The same request arrived twice at once (push and REST): the other one created it.
@@ -84,6 +92,7 @@ def take_in(
     *,
     via: str,
     decision_in_answer: bool = False,
+    consume: bool = False,
     manifest: str = "",
     token_claims: dict | None = None,
 ) -> Taken:
@@ -219,6 +228,7 @@ def take_in(
                     supersedes=request.supersedes,
                     decision_in_answer=decision_in_answer,
                     grant=grant,
+                    consume=consume,
                 )
                 span.set_attributes(
                     {"reviewer.proposal.id": str(proposal.id), "reviewer.proposal.state": proposal.state}

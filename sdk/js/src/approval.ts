@@ -23,6 +23,11 @@ export class Submission {
     readonly state: string,
     /** The signed decision when policy decided at intake (the intake answer's `token`), else null. */
     readonly token: string | null = null,
+    /**
+     * Reviewer consumed that decision for this agent at intake (`Prefer: consume` applied): the agent
+     * verifies it and acts, with no consume request. Never true for a replay's answer.
+     */
+    readonly consumed: boolean = false,
   ) {}
 
   get requestId(): string {

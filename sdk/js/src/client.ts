@@ -3,7 +3,8 @@
  *
  * 1. submit the approval request: `POST /api/v1/proposals` (idempotent on task id and request id, so
  *    retrying after a lost answer is safe); when policy decided at intake (allowed or denied) the answer
- *    carries the signed decision as `token`, and step 2 is skipped;
+ *    carries the signed decision as `token`, and step 2 is skipped; `requestApproval` asks Reviewer to
+ *    consume an approval made there at once (`Prefer: consume`), and then step 4 is skipped too;
  * 2. otherwise wait for it: `GET /api/v1/proposals/<id>/decision?wait=<s>`, a bounded long poll that
  *    holds no request slot on the server, repeated until the decision exists or the proposal closed;
  * 3. verify it with the gate against what the agent asked for (never against anything in the answer);
@@ -100,9 +101,26 @@ export interface SubmitOptions {
    * waits for the continuation instead.
    */
   decisionInAnswer?: boolean;
+  /**
+   * An approval policy makes at intake is consumed for this agent in the same request (`Prefer:
+   * consume`); then `Submission.consumed` is true and `release` verifies without consuming. Only for a
+   * caller that acts right after this answer: the approval's one execution is spent when it arrives.
+   */
+  consume?: boolean;
 }
 
 export type ApprovalOptions = RequestFields & WaitOptions & { taskId?: string; contextId?: string };
+
+/** The preferences an answer's Preference-Applied header names (RFC 7240). */
+function appliedPreferences(answer: Answer): Set<string> {
+  const header = answer.headers.get("Preference-Applied") ?? "";
+  return new Set(
+    header
+      .split(",")
+      .map((item) => (item.split("=")[0] ?? "").trim().toLowerCase())
+      .filter((name) => name),
+  );
+}
 
 function defaultUsedStore(issuer: string, audience: string): FileUsedStore {
   const name = createHash("sha256").update(`${issuer}\n${audience}`).digest("hex").slice(0, 16);
@@ -197,9 +215,14 @@ export class ReviewerClient {
     const stamped = this.stamped(request);
     const taskId = options.taskId ?? `task-${randomUUID()}`;
     const contextId = options.contextId ?? "";
+    // RFC 7240 preferences; a Reviewer that knows neither ignores them.
+    const preferences = [
+      ...(options.decisionInAnswer === false ? [] : ["decision-in-answer"]),
+      ...(options.consume ? ["consume"] : []),
+    ];
     const answer = await this.send("POST", "/api/v1/proposals", {
       body: { task_id: taskId, context_id: contextId, request: stamped },
-      headers: options.decisionInAnswer === false ? {} : { Prefer: "decision-in-answer" },
+      headers: preferences.length ? { Prefer: preferences.join(", ") } : {},
     });
     if (answer.status !== 200 && answer.status !== 201) {
       const { code, message, field } = errorOf(answer);
@@ -213,6 +236,7 @@ export class ReviewerClient {
       String(receipt.proposal_id),
       String(receipt.state),
       typeof receipt.token === "string" && receipt.token ? receipt.token : null,
+      options.consume === true && appliedPreferences(answer).has("consume"),
     );
   }
 
@@ -272,7 +296,8 @@ export class ReviewerClient {
     if (!decision.approved) throw new NotApproved(decision.decision, decision.reason, decision);
     const action = decision.edited ? decision.action : (submission.request.action as JsonObject);
     if (!isObject(action)) throw new NotApproved("bad_claim", "the decision carries no action to execute", decision);
-    if (decision.consume) {
+    if (decision.consume && !submission.consumed) {
+      // consumed at intake: verified, not consumed again
       try {
         await this.gate.consume(decision); // right before the side effect; fails closed
       } catch (error) {
@@ -284,12 +309,16 @@ export class ReviewerClient {
   }
 
   /**
-   * Submit, wait (unless policy decided at intake), verify, consume: resolves only when the agent may
-   * act.
+   * Submit, wait (unless policy decided at intake), verify, consume (at intake when policy allowed
+   * there: `Prefer: consume`): resolves only when the agent may act.
    */
   async requestApproval(action: JsonObject, options: ApprovalOptions): Promise<Approval> {
     const request = buildRequest(action, options);
-    const submission = await this.submit(request, { taskId: options.taskId, contextId: options.contextId });
+    const submission = await this.submit(request, {
+      taskId: options.taskId,
+      contextId: options.contextId,
+      consume: true,
+    });
     const token = await this.waitForToken(submission, options);
     return this.release(submission, token);
   }

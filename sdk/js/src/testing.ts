@@ -105,6 +105,8 @@ const PULL_PATH = /^\/api\/v1\/proposals\/([^/]+)\/decision$/;
  *   `token` set when `intakeDecision(body)` returns one (`decideAtIntake`)
  * - GET /api/v1/proposals/<id>/decision?wait=N → {token, state, proposal_id}, waiting up to N seconds
  *   for `decide(...)` or `close(...)` (the long poll)
+ *   (`Prefer: consume`: an approval decided at intake is answered `executing`, consumed, with
+ *   `Preference-Applied: consume`, unless `consumeAtIntake` is false; never on a replay)
  * - POST /api/v1/decisions/<jti>/consume → 200, or what `consumeAnswers.get(jti)` says
  * - POST /api/v1/decisions/<jti>/outcome → 200
  */
@@ -124,6 +126,10 @@ export class FakeReviewer {
   readonly throttledAnswers: Array<[string, number]> = [];
   /** What policy decides at intake: [token, state] or null (decideAtIntake). */
   intakeDecision: ((body: JsonObject) => Promise<[string, string] | null>) | null = null;
+  /** Honour `Prefer: consume` as Reviewer does; false answers as a Reviewer that predates it. */
+  consumeAtIntake = true;
+  /** The proposal ids answered consumed at intake. */
+  readonly consumedAtIntake: string[] = [];
   /** Called after each new proposal is recorded (decideNextProposal). */
   onProposal: ((body: JsonObject, proposalId: string) => void) | null = null;
   private readonly outcomeOf = new Map<string, Outcome>();
@@ -264,17 +270,27 @@ export class FakeReviewer {
       const known = this.proposalIds.has(key);
       const proposalId = this.proposalIds.get(key) ?? randomUUID();
       this.proposalIds.set(key, proposalId);
+      let applied = false;
       if (!known && this.intakeDecision) {
         const decided = await this.intakeDecision(body);
-        if (decided) this.outcomeOf.set(proposalId, { token: decided[0], state: decided[1] });
+        if (decided) {
+          applied = decided[1] === "allowed" && this.consumeAtIntake && prefers(recorded.prefer, "consume");
+          if (applied) this.consumedAtIntake.push(proposalId);
+          this.outcomeOf.set(proposalId, { token: decided[0], state: applied ? "executing" : decided[1] });
+        }
       }
       const outcome = this.outcomeOf.get(proposalId);
-      this.send(response, known ? 200 : 201, {
-        proposal_id: proposalId,
-        state: outcome?.state ?? "awaiting_review",
-        status_url: `/api/v1/proposals/${proposalId}`,
-        token: outcome?.token ?? null,
-      });
+      this.send(
+        response,
+        known ? 200 : 201,
+        {
+          proposal_id: proposalId,
+          state: outcome?.state ?? "awaiting_review",
+          status_url: `/api/v1/proposals/${proposalId}`,
+          token: outcome?.token ?? null,
+        },
+        applied ? { "Preference-Applied": "consume" } : {},
+      );
       if (!known) this.onProposal?.(body, proposalId);
       return;
     }
@@ -294,6 +310,13 @@ export class FakeReviewer {
       this.send(response, 200, { state: body.status });
     }
   }
+}
+
+/** Whether a Prefer header names `preference` (RFC 7240). */
+function prefers(header: string | undefined, preference: string): boolean {
+  return (header ?? "")
+    .split(",")
+    .some((item) => (item.split(";")[0] ?? "").split("=")[0]?.trim().toLowerCase() === preference);
 }
 
 export interface DecideOptions {

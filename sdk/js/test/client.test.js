@@ -64,7 +64,7 @@ describe("requestApproval", () => {
     const [submitted] = reviewer.proposals;
     assert.equal(reviewer.proposals.length, 1);
     assert.equal(submitted.authorization, "Bearer agent-token");
-    assert.equal(submitted.prefer, "decision-in-answer");
+    assert.equal(submitted.prefer, "decision-in-answer, consume");
     assert.equal(submitted.body.request.action_digest, actionDigest(ACTION));
     assert.match(submitted.body.request.expires_at, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
     assert.ok(reviewer.pulls.length >= 1); // the decision came by the long poll
@@ -75,12 +75,46 @@ describe("requestApproval", () => {
     assert.deepEqual(reviewer.outcomesFor(approval.idempotencyKey), ["succeeded"]);
   });
 
-  it("acts on the decision in the intake answer without a pull", async () => {
+  it("acts on an approval consumed at intake with no pull and no consume", async () => {
+    decideAtIntake(reviewer, key, { audience: AUDIENCE });
+    const approval = await client.requestApproval(ACTION, { summary: "Refund", principal: PRINCIPAL, ...DEADLINE });
+    assert.deepEqual([reviewer.pulls, reviewer.consumes], [[], []]);
+    assert.equal(reviewer.consumedAtIntake.length, 1);
+    assert.equal(approval.decision.approved, true);
+    assert.deepEqual([approval.submission.consumed, approval.submission.state], [true, "executing"]);
+    assert.equal(await approval.report("succeeded"), true);
+    assert.deepEqual(reviewer.outcomesFor(approval.idempotencyKey), ["succeeded"]);
+  });
+
+  it("consumes the decision in the intake answer when Reviewer did not", async () => {
+    reviewer.consumeAtIntake = false; // a Reviewer that predates the preference ignores it
     decideAtIntake(reviewer, key, { audience: AUDIENCE });
     const approval = await client.requestApproval(ACTION, { summary: "Refund", principal: PRINCIPAL, ...DEADLINE });
     assert.deepEqual(reviewer.pulls, []);
-    assert.equal(approval.decision.approved, true);
+    assert.equal(approval.submission.consumed, false);
     assert.deepEqual(reviewer.consumesFor(approval.idempotencyKey).map((call) => call.body), [{ rev: 2 }]);
+  });
+
+  it("verifies a token consumed at intake before acting", async () => {
+    const other = actionDigest({ ...ACTION, arguments: { ...ACTION.arguments, amount: "4000.00" } });
+    decideAtIntake(reviewer, key, { audience: AUDIENCE, overrides: { action_digest: other } });
+    const refusal = await notApproved(client.requestApproval(ACTION, { summary: "Refund", principal: PRINCIPAL, ...DEADLINE }));
+    assert.equal(refusal.code, "wrong_digest");
+    assert.deepEqual([reviewer.consumedAtIntake.length, reviewer.consumes], [1, []]);
+  });
+
+  it("releases nothing on a replay of a request consumed at intake", async () => {
+    decideAtIntake(reviewer, key, { audience: AUDIENCE });
+    const request = buildRequest(ACTION, { summary: "Refund", principal: PRINCIPAL });
+    const first = await client.submit(request, { taskId: "task-lost", consume: true });
+    const jti = JSON.parse(Buffer.from(first.token.split(".")[1], "base64url").toString()).jti;
+    reviewer.consumeAnswers.set(jti, [409, { error: { code: "consumed", message: "spent" } }]);
+
+    const again = await client.submit(request, { taskId: "task-lost", consume: true });
+
+    assert.deepEqual([first.consumed, again.consumed, again.token === first.token], [true, false, true]);
+    const refusal = await notApproved(client.release(again, again.token));
+    assert.equal(refusal.code, "consume_refused:consumed");
   });
 
   it("rejects a denial in the intake answer without a pull or a consume", async () => {

@@ -3,6 +3,7 @@ Ed25519 keys, real HTTP on loopback). Each test decides from another thread whil
 
 import threading
 
+import jwt
 import pytest
 
 from reviewer_gate import NotApproved, ReviewerClient, ReviewerUnavailable, Throttled, gate
@@ -37,7 +38,8 @@ def test_an_approval_is_submitted_verified_consumed_and_reported(client, reviewe
 
     (submitted,) = reviewer.proposals
     assert submitted["authorization"] == "Bearer agent-token"
-    assert submitted["prefer"] == "decision-in-answer"  # it acts on a decision in the answer
+    # It acts on a decision in the answer, and asks for an approval made at intake to be consumed there.
+    assert submitted["prefer"] == "decision-in-answer, consume"
     assert submitted["body"]["request"]["action_digest"] == gate.action_digest(ACTION)
     assert submitted["body"]["request"]["expires_at"].endswith("Z")
     assert approval.action == ACTION and not approval.edited
@@ -46,13 +48,59 @@ def test_an_approval_is_submitted_verified_consumed_and_reported(client, reviewe
     assert reviewer.outcomes_for(approval.idempotency_key) == ["succeeded"]
 
 
-def test_a_decision_in_the_intake_answer_is_verified_and_consumed_without_a_pull(client, reviewer, key):
+def test_an_approval_consumed_at_intake_is_verified_and_needs_no_consume(client, reviewer, key):
+    decide_at_intake(reviewer, key, audience=AUDIENCE)
+    approval = client.request_approval(ACTION, summary="Refund EUR 40.00", principal=PRINCIPAL, **DEADLINE)
+
+    # submit (consumed there), verify: no round trip for the decision, none for the consume
+    assert reviewer.pulls == [] and reviewer.consumes == []
+    assert approval.decision.approved and approval.action == ACTION
+    assert approval.submission.consumed and approval.submission.state == "executing"
+    assert approval.report("succeeded")
+    assert reviewer.outcomes_for(approval.idempotency_key) == ["succeeded"]
+
+
+def test_a_reviewer_that_does_not_consume_at_intake_gets_the_consume_call(client, reviewer, key):
+    reviewer.consume_at_intake = False  # a Reviewer that predates the preference ignores it
     decide_at_intake(reviewer, key, audience=AUDIENCE)
     approval = client.request_approval(ACTION, summary="Refund EUR 40.00", principal=PRINCIPAL, **DEADLINE)
 
     assert reviewer.pulls == []  # submit, verify, consume: no round trip for the decision
-    assert approval.decision.approved and approval.action == ACTION
+    assert approval.decision.approved and not approval.submission.consumed
     assert [call["body"] for call in reviewer.consumes_for(approval.idempotency_key)] == [{"rev": 2}]
+
+
+def test_a_token_consumed_at_intake_is_still_verified_before_acting(client, reviewer, key):
+    other = gate.action_digest({**ACTION, "arguments": {**ACTION["arguments"], "amount": "4000.00"}})
+    decide_at_intake(reviewer, key, audience=AUDIENCE, action_digest=other)
+    with pytest.raises(NotApproved) as refusal:
+        client.request_approval(ACTION, summary="Refund", principal=PRINCIPAL, **DEADLINE)
+    assert refusal.value.code == "wrong_digest"
+    assert len(reviewer.consumed_at_intake) == 1 and reviewer.consumes == []
+
+
+def test_a_replay_of_a_request_consumed_at_intake_releases_nothing(client, reviewer, key):
+    """The first answer was lost after Reviewer consumed: the retry finds the decision spent (the
+    answer applies no preference) and the consume call says so; the agent never acts twice."""
+    decide_at_intake(reviewer, key, audience=AUDIENCE)
+    request = client_request()
+    first = client.submit(request, task_id="task-lost", consume=True)
+    reviewer.consume_answers[_jti(first.token)] = (409, {"error": {"code": "consumed", "message": "spent"}})
+
+    again = client.submit(request, task_id="task-lost", consume=True)
+
+    assert first.consumed and not again.consumed and again.token == first.token
+    with pytest.raises(NotApproved) as refusal:
+        client.release(again, again.token)
+    assert refusal.value.code == "consume_refused:consumed"
+
+
+def client_request():
+    return build_request(ACTION, summary="Refund", principal=PRINCIPAL)
+
+
+def _jti(token):
+    return jwt.decode(token, options={"verify_signature": False})["jti"]
 
 
 def test_a_denial_in_the_intake_answer_raises_without_a_pull(client, reviewer, key):

@@ -105,7 +105,7 @@ def test_each_call_is_its_own_proposal_never_an_answer_from_crewais_cache(approv
     decide_at_intake(reviewer, key, audience=AUDIENCE)
     # CrewAI refuses the same call twice in a row, and answers a repeated one from its cache otherwise.
     kickoff(approvals.gate(refund_function(refunds)), ScriptedLLM(amounts=["40.00", "5.00", "40.00"]))
-    assert len(reviewer.proposals) == 3 and len(reviewer.consumes) == 3
+    assert len(reviewer.proposals) == 3 and len(reviewer.consumed_at_intake) == 3
     assert [amount for _order, amount, _key in refunds] == ["40.00", "5.00", "40.00"]
     assert len({key for _order, _amount, key in refunds}) == 3  # one approval each, its own key
 
@@ -121,8 +121,8 @@ def test_a_tool_that_raises_after_approval_reports_unknown_and_is_not_retried(ap
 
     answer = kickoff(approvals.gate(refund))
     assert attempts == ["1182"] and len(reviewer.proposals) == 1  # CrewAI's retry asked for nothing
-    (consume,) = reviewer.consumes
-    assert reviewer.outcomes_for(consume["jti"]) == ["unknown"]
+    (outcome,) = reviewer.outcomes  # its approval was consumed at intake
+    assert outcome["body"]["status"] == "unknown"
     assert "whether it acted is unknown" in answer
 
 

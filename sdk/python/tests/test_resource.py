@@ -31,7 +31,7 @@ from reviewer_gate.resource import (
     api_key_caller,
     authorization_detail,
 )
-from reviewer_gate.testing import grant_challenge
+from reviewer_gate.testing import decide_at_intake, grant_challenge
 
 AUDIENCE = "https://payments.example"
 CAROL = {"X-Api-Key": "key-of-carol"}
@@ -471,6 +471,38 @@ async def test_a_caller_without_tac_gets_202_and_the_same_request_runs_once_afte
     assert replay.status_code == 409
     assert replay.json()["error"] == "already_executed"
     assert len(ledger.runs) == 1
+
+
+async def test_in_the_202_mode_a_request_policy_allows_runs_at_once_on_one_reviewer_request(
+    intake_call, ledger, reviewer, key
+):
+    decide_at_intake(reviewer, key, audience=AUDIENCE)
+
+    ran = await intake_call("POST", "/refunds/1182", json=REFUND, headers=CAROL)
+
+    assert ran.status_code == 200, ran.text
+    assert len(ledger.runs) == 1
+    [filed] = reviewer.proposals
+    assert filed["prefer"] == "decision-in-answer, consume"
+    assert len(reviewer.consumed_at_intake) == 1 and reviewer.consumes == []  # consumed at intake
+    jti = jwt.decode(reviewer.token_of(reviewer.consumed_at_intake[0]), options={"verify_signature": False})
+    assert reviewer.outcomes_for(jti["jti"]) == ["succeeded"]
+
+    replay = await intake_call("POST", "/refunds/1182", json=REFUND, headers=CAROL)
+    assert replay.status_code == 409 and replay.json()["error"] == "already_executed"
+    assert len(ledger.runs) == 1
+
+
+async def test_in_the_202_mode_a_reviewer_that_does_not_consume_at_intake_gets_the_consume_call(
+    intake_call, ledger, reviewer, key
+):
+    reviewer.consume_at_intake = False
+    decide_at_intake(reviewer, key, audience=AUDIENCE)
+
+    ran = await intake_call("POST", "/refunds/1182", json=REFUND, headers=CAROL)
+
+    assert ran.status_code == 200, ran.text
+    assert len(ledger.runs) == 1 and len(reviewer.consumes) == 1
 
 
 async def test_in_the_202_mode_a_caller_that_speaks_tac_still_gets_the_challenge(intake_call, reviewer):

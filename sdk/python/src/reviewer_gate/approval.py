@@ -83,6 +83,9 @@ class Submission:
     # The signed decision when policy decided at intake (the intake answer's `token`), else None. It is
     # verified like a pulled one: the answer only carries it.
     token: str | None = None
+    # Reviewer consumed that decision for this agent at intake (`Prefer: consume` applied): the agent
+    # verifies it and acts, with no consume request. Never true for a replay's answer.
+    consumed: bool = False
 
     @property
     def request_id(self) -> str:

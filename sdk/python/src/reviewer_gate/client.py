@@ -4,7 +4,8 @@ It does what DESIGN.md "A2A contract" asks of an agent, over Reviewer's REST API
 
 1. submit the approval request: `POST /api/v1/proposals` (idempotent on task id and request id, so
    retrying after a lost answer is safe); when policy decided at intake (allowed or denied) the answer
-   carries the signed decision as `token`, and step 2 is skipped;
+   carries the signed decision as `token`, and step 2 is skipped; `request_approval` asks Reviewer to
+   consume an approval made there at once (`Prefer: consume`), and then step 4 is skipped too;
 2. otherwise wait for the signed decision: `GET /api/v1/proposals/<id>/decision?wait=<s>` (a bounded
    long poll that holds no server resources while it waits, repeated until the decision exists or the
    proposal closed without one);
@@ -95,6 +96,15 @@ MAX_WAIT_SECONDS = 60  # the server's bound on one long poll
 # Refusals that say the calls may still be asked about one by one: no batch rule for a tool, or more
 # members or a larger total than the rule allows (docs/agents/errors.md). The adapters fall back to them.
 NOT_AS_A_BATCH = frozenset({"not_batchable", "batch_too_large", "batch_over_total"})
+
+
+def applied_preferences(response: httpx.Response) -> set[str]:
+    """The preferences the answer's Preference-Applied header names (RFC 7240)."""
+    return {
+        item.split("=")[0].strip().lower()
+        for item in response.headers.get("Preference-Applied", "").split(",")
+        if item.strip()
+    }
 
 
 class BatchRefused(ValueError):
@@ -239,15 +249,21 @@ class ReviewerClient:
         task_id: str | None = None,
         context_id: str = "",
         decision_in_answer: bool = True,
+        consume: bool = False,
     ) -> Submission:
         """Announce the request. `task_id` names the unit of work the decision is bound to (`sub`).
         `decision_in_answer`: the caller acts on a decision policy makes at intake from this answer
         (`Submission.token`), so Reviewer holds the task's A2A continuation (`Prefer: decision-in-answer`);
-        False for a caller that waits for the continuation instead."""
+        False for a caller that waits for the continuation instead. `consume`: an approval policy makes
+        at intake is consumed for this agent in the same request (`Prefer: consume`); then
+        `Submission.consumed` is true and `release` verifies without consuming. Only for a caller that
+        acts right after this answer: the approval's one execution is spent when it arrives."""
         request = self.stamped(request)
         task_id = task_id or f"task-{uuid.uuid4()}"
         body = {"task_id": task_id, "context_id": context_id, "request": request}
-        headers = {"Prefer": "decision-in-answer"} if decision_in_answer else None
+        # RFC 7240 preferences; a Reviewer that knows neither ignores them.
+        preferences = ["decision-in-answer"] * decision_in_answer + ["consume"] * consume
+        headers = {"Prefer": ", ".join(preferences)} if preferences else None
         response = self._call("POST", "/api/v1/proposals", json=body, headers=headers)
         if response.status_code not in (200, 201):
             raise ValueError(f"Reviewer refused the request: {self._error(response)}")
@@ -259,6 +275,7 @@ class ReviewerClient:
             receipt["proposal_id"],
             receipt["state"],
             receipt.get("token") or None,
+            consumed=consume and "consume" in applied_preferences(response),
         )
 
     def read_proposal(self, proposal_id: str) -> dict[str, Any] | None:
@@ -336,7 +353,7 @@ class ReviewerClient:
         action = decision.action if decision.edited else submission.request["action"]
         if not isinstance(action, dict):
             raise NotApproved("bad_claim", "the decision carries no action to execute", decision=decision)
-        if decision.consume:
+        if decision.consume and not submission.consumed:  # consumed at intake: verified, not again
             try:
                 self.gate.consume(decision)  # right before the side effect; fails closed
             except GateError as error:
@@ -355,10 +372,10 @@ class ReviewerClient:
         on_wait: Callable[[str, float], None] | None = None,
         **request_fields: Any,
     ) -> Approval:
-        """Submit, wait (unless policy decided at intake), verify, consume: returns only when the agent
-        may act (see the module doc)."""
+        """Submit, wait (unless policy decided at intake), verify, consume (at intake when policy allowed
+        there: `Prefer: consume`): returns only when the agent may act (see the module doc)."""
         request = build_request(action, summary=summary, principal=principal, **request_fields)
-        submission = self.submit(request, task_id=task_id, context_id=context_id)
+        submission = self.submit(request, task_id=task_id, context_id=context_id, consume=True)
         token = self.wait_for_token(submission, timeout=timeout, on_wait=on_wait)
         return self.release(submission, token)
 
@@ -462,7 +479,9 @@ class ReviewerClient:
         """`request_approval` for asyncio code: each HTTP call runs in a thread, `on_wait` is awaited
         between long polls (an MCP server sends its progress notifications from there)."""
         request = build_request(action, summary=summary, principal=principal, **request_fields)
-        submission = await asyncio.to_thread(self.submit, request, task_id=task_id, context_id=context_id)
+        submission = await asyncio.to_thread(
+            self.submit, request, task_id=task_id, context_id=context_id, consume=True
+        )
         return await self.await_release(submission, timeout=timeout, on_wait=on_wait)
 
     async def await_release(

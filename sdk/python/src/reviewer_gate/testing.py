@@ -119,6 +119,8 @@ class FakeReviewer:
       `decide_at_intake(...)`), `null` otherwise
     - GET /api/v1/proposals/<id>/decision?wait=N → {"token", "state"}: what `decide(...)` or `close(...)`
       set, waiting up to N seconds for it (the long poll)
+      (`Prefer: consume`: an approval decided at intake is answered `executing`, consumed, with
+      `Preference-Applied: consume`, unless `consume_at_intake` is False; never on a replay)
     - POST /api/v1/decisions/<jti>/consume → 200, or what `consume_answers[jti]` says
     - POST /api/v1/decisions/<jti>/outcome → 200
     - POST /api/v1/batches → 201 with one proposal per member (each recorded in `proposals` as a
@@ -150,6 +152,10 @@ class FakeReviewer:
         self._changed = threading.Condition(self.lock)
         # body -> (token, state) or None: what policy decides at intake (decide_at_intake)
         self.intake_decision: Callable[[dict[str, Any]], tuple[str, str] | None] | None = None
+        # Honour `Prefer: consume` as Reviewer does (an approval decided at intake is answered consumed,
+        # `executing`, with Preference-Applied); False answers as a Reviewer that predates it.
+        self.consume_at_intake = True
+        self.consumed_at_intake: list[str] = []  # the proposal ids answered consumed
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.httpd.daemon_threads = True
         self._thread = threading.Thread(
@@ -228,7 +234,13 @@ class FakeReviewer:
         proposal_id = self._proposal_ids.setdefault(key, str(uuid.uuid4()))
         decided = self.intake_decision(body) if self.intake_decision else None
         if decided and not known:
-            self._outcome_of[proposal_id] = {"token": decided[0], "state": decided[1]}
+            token, state = decided
+            applied = state == "allowed" and self.consume_at_intake and _prefers(call, "consume")
+            if applied:
+                state = "executing"
+                self.consumed_at_intake.append(proposal_id)
+            self._outcome_of[proposal_id] = {"token": token, "state": state}
+            return known, proposal_id, {**self._outcome_of[proposal_id], "applied": applied}
         return known, proposal_id, self._outcome_of.get(proposal_id) or {}
 
     def _take_batch(self, body: dict[str, Any], call: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -365,6 +377,7 @@ class FakeReviewer:
                             "status_url": f"/api/v1/proposals/{proposal_id}",
                             "token": outcome.get("token"),
                         },
+                        {"Preference-Applied": "consume"} if outcome.get("applied") else None,
                     )
                     return
                 match = _DECISION_PATH.match(self.path)
@@ -383,6 +396,14 @@ class FakeReviewer:
                 self._send(status, answer)
 
         return Handler
+
+
+def _prefers(call: dict[str, Any], preference: str) -> bool:
+    """Whether the recorded call's Prefer header names `preference` (RFC 7240)."""
+    named = (
+        item.split(";")[0].split("=")[0].strip().lower() for item in (call.get("prefer") or "").split(",")
+    )
+    return preference in named
 
 
 def _claims_for(

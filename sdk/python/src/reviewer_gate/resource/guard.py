@@ -14,9 +14,11 @@ status). The order of the checks:
 3. no token, from a caller that speaks TAC (`Accept-Txn-Challenge: ?1`) or when the 202 mode is off:
    401 with the signed challenge in `WWW-Authenticate`;
 4. no token, 202 mode on: the guard files the proposal itself (idempotent on a request id derived
-   from the request and its caller) and answers 202 with a status URL and `Retry-After`; the same
-   request sent again after people approved finds the decision in the intake answer, verifies and
-   consumes it, and runs once.
+   from the request and its caller). When policy allows it there, Reviewer consumes the approval in
+   that same request (`Prefer: consume`): the gate verifies it and the handler runs, one request to
+   Reviewer. Otherwise the guard answers 202 with a status URL and `Retry-After`; the same request
+   sent again after people approved finds the decision in the intake answer, verifies and consumes
+   it, and runs once.
 
 Every call here blocks (HTTP to Reviewer): from asyncio code run `handle` and `settle` in a thread.
 """
@@ -217,7 +219,9 @@ class ResourceGuard:
             return self._release_token(request, route, details, caller, token)
         if self.intake and not _accepts_challenge(request):
             asked = self.intake_door.ask(request, route, details, caller)
-            return asked if isinstance(asked, Answer) else self._release(request, route, asked, tac=False)
+            if isinstance(asked, Answer):
+                return asked
+            return self._release(request, route, asked.decision, tac=False, consumed=asked.consumed)
         return self._challenge(request, details, caller)
 
     def settle(self, release: Release, status: int | None) -> bool:
@@ -300,8 +304,15 @@ class ResourceGuard:
         return self._release(request, route, decision, tac=True)
 
     def _release(
-        self, request: ProtectedRequest, route: Route, decision: VerifiedDecision, *, tac: bool
+        self,
+        request: ProtectedRequest,
+        route: Route,
+        decision: VerifiedDecision,
+        *,
+        tac: bool,
+        consumed: bool = False,
     ) -> Answer | Release:
+        """`consumed`: Reviewer consumed the decision at intake (the 202 mode's intake answer)."""
         if not decision.approved:
             words = f"Reviewer decided {decision.decision}" + (
                 f": {decision.reason}" if decision.reason else ""
@@ -314,6 +325,8 @@ class ResourceGuard:
                 "a reviewer edited this request; send the edited request instead",
                 code="edited",
             )
+        if consumed:
+            return Release(decision=decision, request=request, route=route)
         try:
             self.gate.consume(decision)  # online, right before the handler: single use, revocation, expiry
         except GateError as error:

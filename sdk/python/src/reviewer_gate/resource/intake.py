@@ -9,13 +9,16 @@ REST intake, with its own registration's token, and the caller simply sends the 
 - Once approved, the decision in the intake answer is verified by the gate against what was filed,
   then released by the guard (consumed online, run once). A second run of the same request is refused
   (409 `already_executed`): it released one execution.
+- When policy allows the request at once, Reviewer consumes the approval in the intake request itself
+  (`Prefer: consume`): the gate verifies it and the guard releases it with no consume request, so the
+  protected call costs one request to Reviewer (and the outcome report after it).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote
 
@@ -77,6 +80,15 @@ def intake_refusal(error: GateError) -> Answer:
     return refusal(403, "access_denied", error.message, code=error.code)
 
 
+@dataclass(frozen=True)
+class Decided:
+    """A verified decision from the intake answer; `consumed`: Reviewer consumed it at intake for this
+    resource (`Prefer: consume` applied), so the guard releases it without consuming it again."""
+
+    decision: VerifiedDecision
+    consumed: bool
+
+
 class IntakeDoor:
     """Files a protected request as a proposal and finds its decision when the request comes again."""
 
@@ -88,7 +100,7 @@ class IntakeDoor:
 
     def ask(
         self, request: ProtectedRequest, route: Route, details: list[dict[str, Any]], caller: Caller | None
-    ) -> Answer | VerifiedDecision:
+    ) -> Answer | Decided:
         """An answer (pending, refused), or the verified decision for the guard to release."""
         if caller is None:
             return refusal(401, "invalid_request", "the caller is not authenticated")
@@ -103,7 +115,8 @@ class IntakeDoor:
             consequences=consequences,
         )
         try:
-            submission = self.client.submit(approval_request, task_id=request_id)
+            # The handler runs right after this answer when policy allowed: consumed at intake.
+            submission = self.client.submit(approval_request, task_id=request_id, consume=True)
         except Throttled as error:
             retry = str(int(error.retry_after) or self.retry_after_seconds)
             answer = refusal(
@@ -126,7 +139,7 @@ class IntakeDoor:
                 )
             return self._pending(submission.proposal_id, submission.state, request_id)
         try:
-            return self.gate.verify(
+            decision = self.gate.verify(
                 submission.token,
                 task_id=submission.task_id,
                 request_id=submission.request_id,
@@ -134,6 +147,7 @@ class IntakeDoor:
             )
         except GateError as error:
             return intake_refusal(error)
+        return Decided(decision, consumed=submission.consumed)
 
     def _pending(self, proposal_id: str, state: str, request_id: str) -> Answer:
         status_url = self.status_path + quote(proposal_id, safe="")
