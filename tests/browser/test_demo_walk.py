@@ -94,11 +94,14 @@ class Demo:
         return self.output.read_text(errors="replace")
 
     def wait_until_ready(self) -> str:
+        process = self.process
+        assert process is not None, "start() first"
+
         def ready():
             if READY_LINE in self.printed():
                 return self.printed()
-            if self.process.poll() is not None:
-                raise AssertionError(f"run_demo exited with {self.process.returncode}:\n{self.printed()}")
+            if process.poll() is not None:
+                raise AssertionError(f"run_demo exited with {process.returncode}:\n{self.printed()}")
             return None
 
         return wait_until(ready, "run_demo ready", timeout=STARTUP_SECONDS, interval=0.2, detail=self.printed)
