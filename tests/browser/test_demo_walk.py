@@ -154,6 +154,14 @@ class Demo:
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def repository_demo_files() -> dict[str, int]:
+    """What a default demo keeps under the repository's data/demo/ (its logs, the client's count, the
+    agent's ledger), each file with its modification time. Only demo/: other tests' processes running
+    beside this one may write data/'s development secret."""
+    folder = ROOT / "data" / "demo"
+    return {str(path): path.stat().st_mtime_ns for path in folder.rglob("*") if path.is_file()}
+
+
 def alive(pid: int) -> bool:
     """A process with this PID that is not a zombie."""
     try:
@@ -221,8 +229,7 @@ def wait_until_live(page) -> None:
 def test_demo_walk(tmp_path):
     demo = Demo(tmp_path)
     steps = Steps()
-    repository_data = ROOT / "data"
-    data_before = sorted(repository_data.rglob("*")) if repository_data.exists() else None
+    data_before = repository_demo_files()
     demo.start()
     try:
         printed = demo.wait_until_ready()
@@ -254,8 +261,7 @@ def test_demo_walk(tmp_path):
     # Everything went to the data folder given, none to the repository's data/.
     assert (demo.data_dir / "reviewer.sqlite3").exists()
     assert (demo.data_dir / "demo" / "demo-client.sent").read_text().strip() == "3"
-    after = sorted(repository_data.rglob("*")) if repository_data.exists() else None
-    assert after == data_before
+    assert repository_demo_files() == data_before
 
 
 def walk(demo: Demo, newcomer: Newcomer, new_page, steps: Steps) -> str:
