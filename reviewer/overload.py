@@ -9,7 +9,10 @@ PostgreSQL refuses them and requests fail with 500. With it, HTTP requests hold 
 sum of connections per process, drawn from its pool of DB_POOL_MAX_SIZE (that sum + the process's
 other threads: settings.py, README "Running several processes" for PostgreSQL's max_connections), and
 callers retry after the pause they were told. WebSockets are not counted: an open page holds no
-connection while idle, only while it re-reads.
+connection while idle, only while it re-reads. Nor are static files (STATIC_URL): they never touch the
+database, and a page asks for its css and scripts all at once, more of them than people's share has
+slots, so counting them refused a page its own scripts (503) on the embedded default, where Daphne
+serves them.
 
 Why two counters and not one: with one shared limit, agents at four times the knee (`make load`) took
 every slot and reviewers' pages and votes got 503. Agents retry by contract (the SDKs wait out
@@ -62,6 +65,11 @@ def share_of(path: str) -> Share:
     return "agents" if path.startswith(AGENT_PATHS) else "people"
 
 
+def is_static(path: str) -> bool:
+    """A static file's path (css, scripts, images): served without the database, so never counted."""
+    return path.startswith("/" + settings.STATIC_URL.strip("/") + "/")
+
+
 class ConcurrencyLimit:
     """ASGI middleware for the "http" scope: one counter per share, not a queue (a queue would only move
     the wait). A limit of 0 leaves that share unlimited."""
@@ -77,6 +85,9 @@ class ConcurrencyLimit:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if is_static(scope["path"]):
             await self.app(scope, receive, send)
             return
         share = share_of(scope["path"])

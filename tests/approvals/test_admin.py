@@ -113,6 +113,15 @@ def test_every_admin_page_loads_for_a_superuser(as_author, tenant, decided):
     assert as_author.get(reverse("admin:index")).status_code == 200
 
 
+def test_admin_pages_name_an_empty_icon_so_the_browser_asks_for_no_favicon(as_author, tenant):
+    """As the product's own pages do (templates/base.html): otherwise the browser's /favicon.ico is a
+    404 and a warning in the log on a first visit to the admin (the demo's walk found it)."""
+    for page in (reverse("admin:index"), url("approvergroup", "changelist"), url("policy", "changelist")):
+        html = as_author.get(page).content.decode()
+        assert html.count('<link rel="icon" href="data:,">') == 1, page
+        assert '<div id="site-name">' in html  # Django's own base_site.html still underneath
+
+
 @pytest.mark.parametrize("model", ["proposal", "vote", "decision", "outboxmessage"])
 def test_what_the_services_wrote_cannot_be_added_changed_or_deleted_here(as_author, decided, model):
     pk = {

@@ -9,7 +9,11 @@ from django.core.management import CommandError, call_command
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from approvals.management.commands import seed_demo
-from approvals.management.commands.run_demo import refund_agent_command
+from approvals.management.commands.run_demo import (
+    data_dir_prefix,
+    demo_client_state_file,
+    refund_agent_command,
+)
 from approvals.management.commands.seed_demo import seconds_left
 from approvals.models import Agent, PolicyVersion
 from approvals.policy.step_up import PER_VOTE
@@ -150,3 +154,16 @@ def test_the_demo_starts_its_agent_with_its_slug_and_tenant(tmp_path):
 
     assert (agent.agent_slug, agent.tenant) == (seed_demo.AGENT_SLUG, seed_demo.TENANT)
     assert agent.port == 8001 and agent.state_dir == tmp_path.resolve()
+
+
+def test_the_demo_keeps_the_client_count_in_its_data_folder_and_names_it_for_other_terminals(
+    tmp_path, monkeypatch
+):
+    """A demo on another REVIEWER_DATA_DIR starts with the sample refunds whatever data/ counted, and the
+    totp_code command it prints finds that demo's database from another terminal."""
+    assert demo_client_state_file(tmp_path / "demo") == tmp_path / "demo" / "demo-client.sent"
+
+    monkeypatch.delenv("REVIEWER_DATA_DIR", raising=False)
+    assert data_dir_prefix() == ""
+    monkeypatch.setenv("REVIEWER_DATA_DIR", str(tmp_path / "my demo"))
+    assert data_dir_prefix() == f"REVIEWER_DATA_DIR='{tmp_path / 'my demo'}' "

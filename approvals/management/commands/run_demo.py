@@ -3,10 +3,12 @@
 migrate → seed_demo → Daphne (Reviewer, :8000), the delivery worker and the demo refund agent (:8001)
 as child processes → wait until each answers → the demo client sends three refund requests with
 Reviewer's push webhook → print where to sign in. Ctrl-C (or SIGTERM) stops every child by its PID:
-terminate, wait, then kill. Child logs go to data/demo/logs/.
+terminate, wait, then kill. Everything the demo writes (the SQLite database, keys, child logs in
+demo/logs/, the agent's ledger, the demo client's count) goes under REVIEWER_DATA_DIR (default data/).
 """
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -106,6 +108,19 @@ def refund_agent_command(python: str, port: int, reviewer_url: str, api_token: s
     ]
 
 
+def data_dir_prefix() -> str:
+    """What a command run from another terminal needs to read this demo's database: its REVIEWER_DATA_DIR
+    when the demo runs on one ("" on the default data/)."""
+    given = os.environ.get("REVIEWER_DATA_DIR")
+    return f"REVIEWER_DATA_DIR={shlex.quote(given)} " if given else ""
+
+
+def demo_client_state_file(demo_dir: Path) -> Path:
+    """Where the demo client counts the requests it sent: beside the demo's database (REVIEWER_DATA_DIR),
+    so a demo on a fresh data folder starts with the sample refunds, whatever another folder counted."""
+    return demo_dir / "demo-client.sent"
+
+
 class Command(BaseCommand):
     help = "Run Reviewer, its worker, the demo refund agent and three demo requests; Ctrl-C stops them all."
 
@@ -167,9 +182,9 @@ class Command(BaseCommand):
                 self.stdout.write(f"started {child.name} (pid {process.pid}), log {child.log_path}")
             self._wait_ready(children, stop)
             if requests and not stop.is_set():
-                self._send_demo_requests(agent_url, reviewer_url, push_token, requests, log_dir, env)
+                self._send_demo_requests(agent_url, reviewer_url, push_token, requests, demo_dir, env)
             self._print_welcome(reviewer_url, log_dir)
-            self._print_send_more(agent_url, reviewer_url, push_token)
+            self._print_send_more(agent_url, reviewer_url, push_token, demo_dir)
             while not stop.wait(1):
                 crashed = [child for child in children if child.exited()]
                 if crashed:
@@ -198,8 +213,9 @@ class Command(BaseCommand):
                 )
             stop.wait(0.2)  # readiness poll, bounded by the deadline
 
-    def _send_demo_requests(self, agent_url, reviewer_url, push_token, count, log_dir, env) -> None:
+    def _send_demo_requests(self, agent_url, reviewer_url, push_token, count, demo_dir, env) -> None:
         self.stdout.write(f"Sending {count} demo refund requests to the agent ...")
+        log_dir = demo_dir / "logs"
         client = subprocess.run(  # noqa: S603 (our own interpreter and modules, no shell)
             [
                 sys.executable,
@@ -213,6 +229,8 @@ class Command(BaseCommand):
                 push_token,
                 "--count",
                 str(count),
+                "--state-file",
+                str(demo_client_state_file(demo_dir)),
             ],
             cwd=settings.BASE_DIR,
             env=env,
@@ -228,13 +246,14 @@ class Command(BaseCommand):
                 f"the demo client exited with {client.returncode}; see {log_dir / 'demo-client.log'}"
             )
 
-    def _print_send_more(self, agent_url, reviewer_url, push_token) -> None:
+    def _print_send_more(self, agent_url, reviewer_url, push_token, demo_dir) -> None:
         """How to send more requests while the demo runs (new orders each time; the push token is this
         run's, on loopback only)."""
         self.stdout.write(
             "More refund requests (new orders each time), from another terminal:\n"
             f"  {sys.executable} -m examples.demo_client --agent-url {agent_url} "
-            f"--webhook {reviewer_url}/a2a/push/{seed_demo.AGENT_SLUG}/ --push-token {push_token} --count 3"
+            f"--webhook {reviewer_url}/a2a/push/{seed_demo.AGENT_SLUG}/ --push-token {push_token} --count 3 "
+            f"--state-file {demo_client_state_file(demo_dir)}"
         )
 
     def _print_welcome(self, reviewer_url, log_dir) -> None:
@@ -242,7 +261,7 @@ class Command(BaseCommand):
             self.style.SUCCESS(
                 f"\nReviewer is running: {reviewer_url}/  (sign in at {reviewer_url}/accounts/login/)\n"
                 "Sign in as reviewer1 or reviewer2 with the password printed above and the code from\n"
-                f"  {sys.executable} manage.py totp_code reviewer1 reviewer2\n"
+                f"  {data_dir_prefix()}{sys.executable} manage.py totp_code reviewer1 reviewer2\n"
                 f"Admin: {reviewer_url}/admin/ as demo-admin. Logs: {log_dir}/\n"
                 "Ctrl-C stops everything."
             )
