@@ -111,9 +111,8 @@ class Agent:
             request_id=request["request_id"],
             action_digest=request["action_digest"],
         )
-        if at_intake and "consume" in answer.headers.get("Preference-Applied", ""):
-            pass  # consumed at intake: verified above, acted on now
-        else:
+        consumed_at_intake = at_intake and "consume" in answer.headers.get("Preference-Applied", "")
+        if not consumed_at_intake:  # else: verified above, acted on now
             consumed = self.http.post(f"/api/v1/decisions/{decision.jti}/consume", json={"rev": decision.rev})
             if consumed.status_code != 200:
                 self.refused[f"consume {consumed.status_code}"] += 1
