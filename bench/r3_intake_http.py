@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 
 import httpx
 
@@ -62,10 +63,11 @@ def start_daphne(environment: dict, port: int) -> subprocess.Popen:
     raise SystemExit("daphne did not start")
 
 
-def load(url: str, make_body, headers: dict, expect: int) -> tuple[float, list[float], int]:
-    """CLIENTS threads post for PHASE_SECONDS; returns (requests per second, latencies, errors)."""
+def load(url: str, make_body, headers: dict, expect: int) -> tuple[float, list[float], Counter]:
+    """CLIENTS threads post for PHASE_SECONDS; returns (requests per second, latencies, the other
+    answers' status codes counted)."""
     latencies: list[float] = []
-    errors = [0]
+    errors: Counter = Counter()
     lock = threading.Lock()
     stop_at = time.perf_counter() + PHASE_SECONDS
 
@@ -79,7 +81,7 @@ def load(url: str, make_body, headers: dict, expect: int) -> tuple[float, list[f
                     if response.status_code == expect:
                         latencies.append(took)
                     else:
-                        errors[0] += 1
+                        errors[response.status_code] += 1
 
     threads = [threading.Thread(target=client) for _ in range(CLIENTS)]
     started = time.perf_counter()
@@ -87,7 +89,7 @@ def load(url: str, make_body, headers: dict, expect: int) -> tuple[float, list[f
         thread.start()
     for thread in threads:
         thread.join()
-    return len(latencies) / (time.perf_counter() - started), latencies, errors[0]
+    return len(latencies) / (time.perf_counter() - started), latencies, errors
 
 
 def main() -> list[dict]:
@@ -119,9 +121,9 @@ def main() -> list[dict]:
     headers = {"Authorization": f"Bearer {API_TOKEN}"}
     bare, intake = [], []
     try:
-        load(f"{base}/bench/bare-insert", proposal_body, {}, 201)  # warm-up
+        load(f"{base}/api/bench/bare-insert", proposal_body, {}, 201)  # warm-up
         for _ in range(ROUNDS):
-            bare.append(load(f"{base}/bench/bare-insert", proposal_body, {}, 201))
+            bare.append(load(f"{base}/api/bench/bare-insert", proposal_body, {}, 201))
             intake.append(load(f"{base}/api/v1/proposals", proposal_body, headers, 201))
     finally:
         stop_process(worker)
@@ -131,7 +133,7 @@ def main() -> list[dict]:
     def summary(phases):
         rate = sum(phase[0] for phase in phases) / len(phases)
         latencies = [value for phase in phases for value in phase[1]]
-        return rate, latencies, sum(phase[2] for phase in phases)
+        return rate, latencies, sum((phase[2] for phase in phases), Counter())
 
     bare_rate, bare_latencies, bare_errors = summary(bare)
     intake_rate, intake_latencies, intake_errors = summary(intake)
@@ -146,10 +148,18 @@ def main() -> list[dict]:
             "note": f"p50 {ms(percentile(intake_latencies, 0.5))}"
             f" vs bare {ms(percentile(bare_latencies, 0.5))}"
             f", p95 {ms(percentile(intake_latencies, 0.95))} vs {ms(percentile(bare_latencies, 0.95))}"
-            f"; errors {intake_errors} vs {bare_errors}"
+            f"; errors {_counted(intake_errors)} vs {_counted(bare_errors)}"
             f"; {spread([i[0] / b[0] for b, i in zip(bare, intake, strict=True)])}",
         }
     ]
+
+
+def _counted(errors: Counter) -> str:
+    """ "0", or the total with each status code's count: "116 (503: 116)"."""
+    if not errors:
+        return "0"
+    codes = ", ".join(f"{code}: {count}" for code, count in sorted(errors.items()))
+    return f"{errors.total()} ({codes})"
 
 
 if __name__ == "__main__":
