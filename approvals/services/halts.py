@@ -4,7 +4,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from approvals.models import Agent, Halt, Proposal
+from approvals.models import Agent, Halt, Proposal, QuotaState
 from approvals.services.lifecycle import enqueue_cancel, revoke_proposal, transition
 from approvals.states import RELEASED, WAITING_FOR_PEOPLE, State
 
@@ -59,6 +59,7 @@ def halt(*, scope: str, actor, reason: str, tenant: Tenant | None = None, agent:
         record_halt = Halt.objects.create(
             scope=scope, tenant=tenant, agent=agent, reason=reason, operator=actor
         )
+        _wait_for_intakes_in_flight(tenant or (agent.tenant if agent else None))
         in_scope = Proposal.objects.select_for_update().order_by("pk")
         if tenant:
             in_scope = in_scope.filter(tenant=tenant)
@@ -96,6 +97,20 @@ def halt(*, scope: str, actor, reason: str, tenant: Tenant | None = None, agent:
         # For the caller's report; CancelTask is queued for each.
         record_halt.stopped = released + waiting + running
     return record_halt
+
+
+def _wait_for_intakes_in_flight(tenant: Tenant | None) -> None:
+    """Lock the tenant's quota row (every tenant's, for a global halt), as every intake of the tenant
+    does from before its halt check until its commit (approvals/storage/quotas.py). An intake that
+    checked before this halt existed has committed once the lock is ours, so the proposals read next
+    include what it let in (a decision it consumed for its agent is then cancelled with the rest); an
+    intake that comes later waits for this halt to commit and reads it. Tenant rows in id order, as
+    two halts take them. (A tenant's very first intake creates that row, so a halt during that one
+    intake does not wait for it.)"""
+    rows = QuotaState.objects.select_for_update().filter(agent__isnull=True).order_by("tenant_id")
+    if tenant is not None:
+        rows = rows.filter(tenant=tenant)
+    list(rows.values_list("pk", flat=True))
 
 
 def resume(

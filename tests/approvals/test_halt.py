@@ -16,10 +16,12 @@ from django.db import connection
 
 from accounts.stepup import step_up_for
 from approvals.models import Halt, OutboxMessage, PolicyVersion, Proposal
+from approvals.schemas import ProposalSubmission
 from approvals.selectors import proposal_for_user
 from approvals.services import halts
 from approvals.services.decisions import consume_decision, record_outcome
 from approvals.services.halts import active_halt, resume
+from approvals.services.intake import submit_proposal
 from approvals.services.votes import cast_vote, request_info
 from approvals.states import State
 from audit.models import AuditEvent, Verb
@@ -27,6 +29,7 @@ from lib.errors import ConsumeRefused, HaltedError, ServiceError, VoteRefused
 from tests import factories
 from tests.concurrency import requires_postgres, run_together
 from tests.factories import approve, submit, totp_code, trail_name
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -548,3 +551,73 @@ def test_halt_racing_consume_either_revokes_or_cancels_the_running_task(
         assert consumed.code in {"revoked", "halted"}
         assert proposal.state == State.REVOKED
     assert len(cancels_for(proposal)) == 1
+
+
+# ---------------------------------------------------------------------------------------------------
+# A halt while an intake that consumes for its agent is in flight (PostgreSQL: real row locks)
+
+
+@pytest.mark.postgres
+@requires_postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_halt_during_an_intake_that_consumes_cancels_what_it_let_in(tenant, agent, admin_user):
+    """The intake has checked for a halt (under its tenant's quota row) and not yet committed when the
+    halt comes: the halt waits for it, then finds the proposal it consumed and cancels its task."""
+    factories.make_policy(tenant, "small-refunds", tool_pattern="payments.refund", outcome="allow")
+    submit(agent, task_id="warm-up")  # the tenant's quota row exists from the first intake on
+    checked, release, halted = threading.Event(), threading.Event(), threading.Event()
+    results: dict = {}
+
+    def pause_after_the_halt_check(execute, sql, params, many, context):
+        if checked.is_set() and not release.is_set():
+            release.wait(timeout=30)  # the intake's writes wait here, its quota row still locked
+        result = execute(sql, params, many, context)
+        if 'FOR UPDATE OF "quota"' in sql:
+            checked.set()  # intake's lock and one read (the halt's question among them) are done
+        return result
+
+    def intake():
+        submission = ProposalSubmission.model_validate(
+            {"task_id": "task-in-flight", "context_id": "", "request": factories.approval_request()}
+        )
+        try:
+            with connection.execute_wrapper(pause_after_the_halt_check):
+                results["proposal"], _ = submit_proposal(agent, submission, via="test", consume=True)
+        finally:
+            connection.close()
+
+    def halt():
+        try:
+            results["halt"] = halts.halt(
+                scope=Halt.Scope.TENANT, actor=admin_user, reason="race", tenant=tenant
+            )
+        finally:
+            halted.set()
+            connection.close()
+
+    intake_thread = threading.Thread(target=intake)
+    intake_thread.start()
+    wait_until(checked.is_set, "the intake's halt check")
+    halt_thread = threading.Thread(target=halt)
+    halt_thread.start()
+    # The halt either finished at once (it did not wait for the intake) or waits for a row lock.
+    wait_until(lambda: halted.is_set() or _waits_for_a_lock("approvals_quotastate"), "the halt to act")
+    release.set()
+    intake_thread.join(timeout=30)
+    halt_thread.join(timeout=30)
+
+    proposal = results["proposal"]
+    proposal.refresh_from_db()
+    assert isinstance(results["halt"], Halt)
+    assert proposal.state == State.EXECUTING
+    assert len(cancels_for(proposal)) == 1, "the halt did not see the proposal the intake let in"
+
+
+def _waits_for_a_lock(table: str) -> bool:
+    """Whether another connection waits for a row lock in a statement on `table` (pg_stat_activity)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+            [f"%{table}%"],
+        )
+        return cursor.fetchone()[0] > 0
