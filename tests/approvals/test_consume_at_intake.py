@@ -181,4 +181,8 @@ def test_the_consume_at_intake_costs_no_query_of_its_own(tenant, allow_refunds):
     puller = factories.make_agent(tenant, slug="puller", api_token="puller-secret", card_url="")
     intake_queries(puller, "warm-up", consume=False)  # the tenant's chain head is created once
 
-    assert intake_queries(puller, "consumed", consume=True) == intake_queries(puller, "plain", consume=False)
+    consumed = intake_queries(puller, "consumed", consume=True)
+    plain = intake_queries(puller, "plain", consume=False)
+    # SQLite runs held writes one by one, in the process (lib/storage/held_writes.py): the transition's
+    # UPDATE is a statement there, and no round trip.
+    assert consumed == plain + (0 if connection.vendor == "postgresql" else 1)
