@@ -418,16 +418,9 @@ def record_outcome(
     targets = {"succeeded": State.SUCCEEDED, "failed": State.FAILED, "unknown": State.UNKNOWN}
     if status not in targets:
         raise ServiceError("bad_status", "status is succeeded, failed or unknown", "status")
-    target = targets[status]
-    transaction_id, detail = transaction_id[:200], (detail or "")[:1000]
     with transaction.atomic(durable=True):
-        if on_postgresql():
-            settled = _settle(agent, jti, status, target, transaction_id, detail, via)
-            if settled is not None:
-                return settled
-        # Not executing (a report again, a decision needing no consume, unknown settling, a refusal) or
-        # SQLite: the rows are read under their locks, step by step.
         proposal, decision = _lock_decision(agent, jti)
+        target = targets[status]
         if proposal.state == target:
             return proposal  # the same report again (push and API both arrived)
         if proposal.state in RELEASED and not decision.consume_required:
@@ -442,7 +435,7 @@ def record_outcome(
         if proposal.state == State.UNKNOWN and target == State.UNKNOWN:
             return proposal
         proposal.transaction_id = (transaction_id or proposal.transaction_id)[:200]
-        proposal.outcome_detail = detail
+        proposal.outcome_detail = (detail or "")[:1000]
         proposal.save(update_fields=["transaction_id", "outcome_detail"])
         transition(proposal, target, actor=agent_actor(agent), reason=f"outcome reported ({via})")
         record(
@@ -459,52 +452,4 @@ def record_outcome(
                 "via": via,
             },
         )
-    return proposal
-
-
-def _settle(
-    agent: Agent, jti, status: str, target: str, transaction_id: str, detail: str, via: str
-) -> Proposal | None:
-    """The outcome report of an executing proposal in one statement (PostgreSQL,
-    approvals/storage/decisions.py): the proposal moves to `target` with the report's transaction id
-    and detail, with both audit events in the same round trip, as the step-by-step path writes them;
-    None when the proposal was not executing."""
-    actor = agent_actor(agent)
-    reason = f"outcome reported ({via})"
-    audit, audit_params = accept_sql(
-        tenant_chain(agent.tenant_id),
-        [
-            {  # transition(): from executing, its new rev from the settled row
-                "actor": actor,
-                "verb": Verb.PROPOSAL_TRANSITIONED,
-                "data": {"from": State.EXECUTING, "to": target, "reason": reason},
-                "data_sql": storage.SETTLED_TRANSITION_SQL,
-            },
-            {  # the transaction id the proposal kept, from the settled row
-                "actor": actor,
-                "verb": Verb.OUTCOME_RECORDED,
-                "data": {
-                    "jti": str(jti),
-                    "status": status,
-                    "idempotency_key": str(jti),
-                    "detail": detail,
-                    "via": via,
-                },
-                "data_sql": storage.SETTLED_OUTCOME_SQL,
-            },
-        ],
-        source=storage.SETTLED,
-        subject_sql=storage.SETTLED_SUBJECT_SQL,
-    )
-    proposal = storage.settle(
-        agent,
-        jti,
-        target,
-        transaction_id=transaction_id,
-        detail=detail,
-        audit=audit,
-        audit_params=audit_params,
-    )
-    if proposal is not None:
-        events.proposal_changed(proposal)  # as transition() announces it
     return proposal

@@ -1,5 +1,4 @@
-"""The consume and the outcome report in one statement each (approvals/services/decisions.py holds the
-rules and the refusals).
+"""The consume in one statement (approvals/services/decisions.py holds the rule and the refusals).
 
 Bench rows R7 and R1r (the allowed call: submit, verify, consume): a released consume is 4 statements
 over HTTP (the token, BEGIN, this claim, COMMIT; it was 9), and its request costs about as much CPU as a
@@ -79,82 +78,6 @@ def claim(
         return None
     known = {"id": row[0], "tenant_id": agent.tenant_id, "agent_id": agent.id, "state": State.EXECUTING}
     known["rev"] = row[1]
-    fields = [field.attname for field in Proposal._meta.concrete_fields if field.attname in known]
-    proposal = Proposal.from_db(connection.alias, fields, [known[name] for name in fields])
-    proposal.agent = agent
-    return proposal
-
-
-# What the audit events accepted in the settle read of its `settled` rows: the proposal as their
-# subject, the transition's new rev, and the transaction id the proposal kept (the report's, or the one
-# it had when the report named none).
-SETTLED = "settled"
-SETTLED_SUBJECT_SQL = "'proposal:' || settled.id::text"
-SETTLED_TRANSITION_SQL = "jsonb_build_object('rev', settled.rev)"
-SETTLED_OUTCOME_SQL = "jsonb_build_object('transaction_id', settled.transaction_id)"
-
-
-@lru_cache
-def settle_sql(audit: str) -> str:
-    """PostgreSQL only. The proposal of this agent's decision moves executing → the reported state (its
-    rev raised, `settled_at` set when given, the transaction id replaced when given, the detail stored)
-    only if it is executing; `audit` appends the audit events from the `settled` rows. Returns the
-    settled proposal's id, new rev, transaction id and trace parent, or no row. Parameters: the state,
-    the settled time (or null), the transaction id (or null), the detail, the jti, the agent's id,
-    executing, the audit's.
-
-    A report that waits for the proposal's lock re-checks its state once the holder commits (READ
-    COMMITTED): a report that raced it and won leaves nothing to settle, and the caller's step-by-step
-    path answers it (the same report again, or not_executing).
-
-    Bench rows R7 and R1r (every allowed call ends with this report): 5 statements inside the
-    transaction become 1. On a machine at load 10-14 the three-request call did not move measurably
-    with it alone (R7 0.20x against 0.22-0.23x before, 2026-12-07, BENCH_CONSUME_AT_INTAKE=0); its
-    ORM twin is the step-by-step path record_outcome takes on SQLite and for every other case
-    (tests/approvals/test_outcome_queries.py)."""
-    proposals, proposal = quoted_names(Proposal)
-    decisions, decision = quoted_names(Decision)
-    return (
-        f"WITH settled AS (UPDATE {proposals} AS p SET {proposal('state')} = %s,"  # noqa: S608
-        f" {proposal('rev')} = p.{proposal('rev')} + 1,"
-        f" {proposal('settled_at')} = COALESCE(%s, p.{proposal('settled_at')}),"
-        f" {proposal('transaction_id')} = COALESCE(%s, p.{proposal('transaction_id')}),"
-        f" {proposal('outcome_detail')} = %s"
-        f" FROM {decisions} AS d"
-        f" WHERE d.{decision('jti')} = %s AND p.{proposal('id')} = d.{decision('proposal')}"
-        f" AND p.{proposal('agent')} = %s AND p.{proposal('state')} = %s"
-        f" RETURNING p.{proposal('id')} AS id, p.{proposal('rev')} AS rev,"
-        f" p.{proposal('transaction_id')} AS transaction_id, p.{proposal('trace_parent')} AS trace_parent),"
-        f" {audit} SELECT id, rev, transaction_id, trace_parent FROM settled"
-    )
-
-
-def settle(
-    agent: Agent,
-    jti: UUID | str,
-    target: str,
-    *,
-    transaction_id: str,
-    detail: str,
-    audit: str,
-    audit_params: Sequence[Any],
-) -> Proposal | None:
-    """Run settle_sql for this agent's decision `jti`, reported as `target` (succeeded, failed or
-    unknown) with `transaction_id` ("" keeps the proposal's) and `detail`, and `audit` (the audit events'
-    part, from the `settled` rows, and its parameters): the settled proposal, loaded with what the
-    statement returned (any other field is read when asked for) and `agent` on it; None when the
-    proposal was not executing (or the decision is not this agent's)."""
-    settled_at = timezone.now() if target in (State.SUCCEEDED, State.FAILED) else None
-    params = [target, settled_at, transaction_id or None, detail, jti, agent.id, State.EXECUTING]
-    with connection.cursor() as cursor:
-        cursor.execute(settle_sql(audit), [*params, *audit_params])
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    known = {"id": row[0], "tenant_id": agent.tenant_id, "agent_id": agent.id, "state": target, "rev": row[1]}
-    known.update(transaction_id=row[2], trace_parent=row[3], outcome_detail=detail)
-    if settled_at is not None:
-        known["settled_at"] = settled_at
     fields = [field.attname for field in Proposal._meta.concrete_fields if field.attname in known]
     proposal = Proposal.from_db(connection.alias, fields, [known[name] for name in fields])
     proposal.agent = agent
