@@ -18,6 +18,7 @@ django_asgi_app: ASGIHandler = OneThreadASGIHandler()
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from reviewer.static_files import url_prefix as static_url_prefix  # noqa: E402
 from reviewer.static_files import with_static_files  # noqa: E402
 
 if settings.SERVE_STATIC:
@@ -26,7 +27,7 @@ if settings.SERVE_STATIC:
 else:
     # Production: collectstatic's hashed, compressed files, served by ServeStatic and cached for good.
     django_asgi_app = with_static_files(
-        django_asgi_app, root=settings.STATIC_ROOT, prefix="/" + settings.STATIC_URL.strip("/") + "/"
+        django_asgi_app, root=settings.STATIC_ROOT, prefix=static_url_prefix()
     )
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402

@@ -30,6 +30,7 @@ from typing import Any, Literal
 from django.conf import settings
 
 from lib.errors import error_body
+from reviewer.static_files import url_prefix as static_url_prefix
 
 RETRY_AFTER_SECONDS = 1
 
@@ -65,11 +66,6 @@ def share_of(path: str) -> Share:
     return "agents" if path.startswith(AGENT_PATHS) else "people"
 
 
-def is_static(path: str) -> bool:
-    """A static file's path (css, scripts, images): served without the database, so never counted."""
-    return path.startswith("/" + settings.STATIC_URL.strip("/") + "/")
-
-
 class ConcurrencyLimit:
     """ASGI middleware for the "http" scope: one counter per share, not a queue (a queue would only move
     the wait). A limit of 0 leaves that share unlimited."""
@@ -82,12 +78,11 @@ class ConcurrencyLimit:
         }
         # one event loop per process: no lock needed
         self.in_flight: dict[Share, int] = {"agents": 0, "people": 0}
+        # Static files (css, scripts, images) are served without the database: never counted.
+        self.static_prefix = static_url_prefix()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        if is_static(scope["path"]):
+        if scope["type"] != "http" or scope["path"].startswith(self.static_prefix):
             await self.app(scope, receive, send)
             return
         share = share_of(scope["path"])

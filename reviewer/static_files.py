@@ -5,10 +5,16 @@ each file off the event loop, so every other request stays on the async path (Wh
 ServeStatic's Django middleware would put each static request through the middleware chain's thread).
 A name under the prefix that ServeStatic does not have is its 404, never a request to Django."""
 
+from django.conf import settings
 from servestatic import ServeStaticASGI
 
 # ManifestStaticFilesStorage's names: "reviewer.3f2a9c1b7d4e.css".
 HASHED_NAME = r"\.[0-9a-f]{12}\.[A-Za-z0-9]+$"
+
+
+def url_prefix() -> str:
+    """The path prefix of static files ("/static/"), from STATIC_URL."""
+    return "/" + settings.STATIC_URL.strip("/") + "/"
 
 
 def with_static_files(application, *, root, prefix: str):

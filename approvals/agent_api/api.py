@@ -190,7 +190,9 @@ def receipt(proposal: Proposal, token: str | None = None) -> dict:
     }
 
 
-DECIDED_AT_INTAKE = frozenset({State.ALLOWED, State.DENIED})
+# The states an intake answer carries the token in: decided there (allowed, denied), or an approval
+# consumed there for the agent (executing).
+ANSWERED_WITH_TOKEN = frozenset({State.ALLOWED, State.DENIED, State.EXECUTING})
 # RFC 7240: the agent acts on a decision in the intake answer, so its A2A continuation can wait.
 DECISION_IN_ANSWER = "decision-in-answer"
 # RFC 7240: an approval policy makes at intake is consumed for the agent in the same request (the
@@ -216,7 +218,7 @@ def intake_token(proposal: Proposal, created: bool) -> str | None:
     replay reads the decision made since, if any."""
     if created:
         # Intake stored the decision with the proposal (services.intake), so it is already at hand.
-        return proposal.decision.token if proposal.state in DECIDED_AT_INTAKE | {State.EXECUTING} else None
+        return proposal.decision.token if proposal.state in ANSWERED_WITH_TOKEN else None
     return Decision.objects.filter(proposal=proposal).values_list("token", flat=True).first()
 
 
@@ -255,7 +257,7 @@ def submit_proposal(request, response: HttpResponse, submission: ProposalSubmiss
         traceparent=tracing.from_headers(request.headers),
     )
     applied = []
-    decided_here = created and proposal.state in DECIDED_AT_INTAKE | {State.EXECUTING}
+    decided_here = created and proposal.state in ANSWERED_WITH_TOKEN
     if in_answer and decided_here:
         applied.append(DECISION_IN_ANSWER)  # its continuation was held (or, consumed, never queued)
     if consume and created and proposal.state == State.EXECUTING:

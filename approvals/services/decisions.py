@@ -17,6 +17,7 @@ from approvals.services.grants import grant_decided
 from approvals.services.halts import active_halt
 from approvals.services.lifecycle import (
     closed_reason,
+    consume_deadline,
     enqueue_message,
     expire_proposal,
     format_moment,
@@ -112,12 +113,8 @@ def _sign_and_queue(
         issued_at=issued,
         expires_at=_decision_deadline(proposal, kind, issued),
     )
-    # The consume's own deadline rule (_consume_refusal): a decision already past it stays unconsumed.
-    if (
-        consume_now
-        and kind == Decision.Kind.APPROVED
-        and issued < min(decision.expires_at, proposal.expires_at)
-    ):
+    # The consume's own deadline rule: a decision already past it stays unconsumed.
+    if consume_now and kind == Decision.Kind.APPROVED and issued < consume_deadline(proposal, decision):
         decision.consumed_at = issued
     if versions is None:
         versions = list(proposal.policy_versions.select_related("policy"))
@@ -394,10 +391,8 @@ def _consume_refusal(
         return ConsumeRefused(
             "consumed", f"this decision was already consumed at {at}; it releases one execution"
         )
-    # The earliest of the token's lifetime and the proposal's expiry (which already is the earliest of
-    # the policy's TTL and the request's own `expires_at`): past it, nothing executes.
-    if proposal.state == State.EXPIRED or clock >= min(decision.expires_at, proposal.expires_at):
-        deadline = min(decision.expires_at, proposal.expires_at)
+    if proposal.state == State.EXPIRED or clock >= consume_deadline(proposal, decision):
+        deadline = consume_deadline(proposal, decision)
         return ConsumeRefused(
             "expired", f"this decision expired at {format_moment(deadline)}; nothing may execute"
         )

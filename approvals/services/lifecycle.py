@@ -61,6 +61,12 @@ def first_transition(proposal: Proposal, target: str) -> str:
     return State.PROPOSED
 
 
+def consume_deadline(proposal: Proposal, decision: Decision) -> datetime:
+    """The earliest of the token's lifetime and the proposal's expiry (which already is the earliest of
+    the policy's TTL and the request's own `expires_at`): from it on, nothing executes."""
+    return min(decision.expires_at, proposal.expires_at)
+
+
 def held_transition(
     proposal: Proposal, target: str, *, actor: str, reason: str = "", data: dict | None = None
 ) -> None:
@@ -236,7 +242,7 @@ def closed_reason(proposal: Proposal, clock: datetime | None = None) -> str:
         # The request id is the agent's: in its plain-text form, hidden characters written out.
         return f"it was superseded by proposal {successor.id} (request {visible(successor.request_id)}{edit})"
     if state == State.EXPIRED or (state in WAITING_FOR_PEOPLE and clock >= proposal.expires_at):
-        deadline = min(decision.expires_at, proposal.expires_at) if decision else proposal.expires_at
+        deadline = consume_deadline(proposal, decision) if decision else proposal.expires_at
         return f"it expired at {format_moment(deadline)}; nothing will execute, and the agent must ask again"
     if state == State.REVOKED and decision:
         who = _name(decision.revoked_by) if decision.revoked_by else "the system"
