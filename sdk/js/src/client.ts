@@ -111,13 +111,15 @@ export interface SubmitOptions {
 
 export type ApprovalOptions = RequestFields & WaitOptions & { taskId?: string; contextId?: string };
 
-/** The preferences an answer's Preference-Applied header names (RFC 7240). */
-function appliedPreferences(answer: Answer): Set<string> {
-  const header = answer.headers.get("Preference-Applied") ?? "";
+/**
+ * The preferences a Prefer or Preference-Applied header names (RFC 7240), without their values and
+ * parameters: "decision-in-answer, consume" → {"decision-in-answer", "consume"}.
+ */
+export function preferenceNames(header: string | null | undefined): Set<string> {
   return new Set(
-    header
+    (header ?? "")
       .split(",")
-      .map((item) => (item.split("=")[0] ?? "").trim().toLowerCase())
+      .map((item) => ((item.split(";")[0] ?? "").split("=")[0] ?? "").trim().toLowerCase())
       .filter((name) => name),
   );
 }
@@ -236,7 +238,7 @@ export class ReviewerClient {
       String(receipt.proposal_id),
       String(receipt.state),
       typeof receipt.token === "string" && receipt.token ? receipt.token : null,
-      options.consume === true && appliedPreferences(answer).has("consume"),
+      options.consume === true && preferenceNames(answer.headers.get("Preference-Applied")).has("consume"),
     );
   }
 

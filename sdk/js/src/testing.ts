@@ -10,6 +10,7 @@ import type { AddressInfo } from "node:net";
 
 import { CompactSign, exportJWK, generateKeyPair, type CryptoKey } from "jose";
 
+import { preferenceNames } from "./client.js";
 import { TOKEN_TYPE, type JsonObject } from "./decision.js";
 
 /** A Reviewer signing key: EdDSA over Ed25519, headers kid and typ, as approvals/signing.py signs. */
@@ -274,7 +275,7 @@ export class FakeReviewer {
       if (!known && this.intakeDecision) {
         const decided = await this.intakeDecision(body);
         if (decided) {
-          applied = decided[1] === "allowed" && this.consumeAtIntake && prefers(recorded.prefer, "consume");
+          applied = decided[1] === "allowed" && this.consumeAtIntake && preferenceNames(recorded.prefer).has("consume");
           if (applied) this.consumedAtIntake.push(proposalId);
           this.outcomeOf.set(proposalId, { token: decided[0], state: applied ? "executing" : decided[1] });
         }
@@ -310,13 +311,6 @@ export class FakeReviewer {
       this.send(response, 200, { state: body.status });
     }
   }
-}
-
-/** Whether a Prefer header names `preference` (RFC 7240). */
-function prefers(header: string | undefined, preference: string): boolean {
-  return (header ?? "")
-    .split(",")
-    .some((item) => (item.split(";")[0] ?? "").split("=")[0]?.trim().toLowerCase() === preference);
 }
 
 export interface DecideOptions {

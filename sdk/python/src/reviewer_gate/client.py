@@ -98,13 +98,10 @@ MAX_WAIT_SECONDS = 60  # the server's bound on one long poll
 NOT_AS_A_BATCH = frozenset({"not_batchable", "batch_too_large", "batch_over_total"})
 
 
-def applied_preferences(response: httpx.Response) -> set[str]:
-    """The preferences the answer's Preference-Applied header names (RFC 7240)."""
-    return {
-        item.split("=")[0].strip().lower()
-        for item in response.headers.get("Preference-Applied", "").split(",")
-        if item.strip()
-    }
+def preference_names(header: str) -> set[str]:
+    """The preferences a Prefer or Preference-Applied header names (RFC 7240), without their values
+    and parameters: "decision-in-answer, consume" → {"decision-in-answer", "consume"}."""
+    return {item.split(";")[0].split("=")[0].strip().lower() for item in header.split(",") if item.strip()}
 
 
 class BatchRefused(ValueError):
@@ -275,7 +272,8 @@ class ReviewerClient:
             receipt["proposal_id"],
             receipt["state"],
             receipt.get("token") or None,
-            consumed=consume and "consume" in applied_preferences(response),
+            consumed=consume
+            and "consume" in preference_names(response.headers.get("Preference-Applied", "")),
         )
 
     def read_proposal(self, proposal_id: str) -> dict[str, Any] | None:

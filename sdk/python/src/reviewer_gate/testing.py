@@ -21,6 +21,7 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from reviewer_gate.client import preference_names
 from reviewer_gate.decision import action_digest, manifest_digest
 
 TOKEN_TYPE = "approval-decision+jwt"  # noqa: S105 - a JOSE typ value, not a secret
@@ -235,7 +236,11 @@ class FakeReviewer:
         decided = self.intake_decision(body) if self.intake_decision else None
         if decided and not known:
             token, state = decided
-            applied = state == "allowed" and self.consume_at_intake and _prefers(call, "consume")
+            applied = (
+                state == "allowed"
+                and self.consume_at_intake
+                and "consume" in preference_names(call.get("prefer") or "")
+            )
             if applied:
                 state = "executing"
                 self.consumed_at_intake.append(proposal_id)
@@ -396,14 +401,6 @@ class FakeReviewer:
                 self._send(status, answer)
 
         return Handler
-
-
-def _prefers(call: dict[str, Any], preference: str) -> bool:
-    """Whether the recorded call's Prefer header names `preference` (RFC 7240)."""
-    named = (
-        item.split(";")[0].split("=")[0].strip().lower() for item in (call.get("prefer") or "").split(",")
-    )
-    return preference in named
 
 
 def _claims_for(
