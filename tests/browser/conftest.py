@@ -274,3 +274,24 @@ def needs_shared_channel_layer():
             "needs REDIS_URL: an event published by the test process reaches Daphne's sockets only "
             "through a shared channel layer"
         )
+
+
+class Steps:
+    """Numbered screenshots of one test's walk, in a folder named after the test (an earlier run's
+    shots removed first, so the folder shows this run's walk only)."""
+
+    def __init__(self, request):
+        self.folder = SCREENSHOTS / request.node.name
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for old in self.folder.glob("*.png"):
+            old.unlink()
+        self.number = 0
+
+    def shot(self, page, step: str) -> None:
+        self.number += 1
+        page.screenshot(path=str(self.folder / f"{self.number:02d}-{step}.png"), full_page=True)
+
+
+@pytest.fixture
+def steps(request):
+    return Steps(request)

@@ -19,7 +19,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +26,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import ROOT, SCREENSHOTS, chromium_pages
+from tests.browser.conftest import ROOT, Steps, chromium_pages
+from tests.browser.test_reviewing import wait_until_live
+from tests.examples.harness import free_port
 from tests.waiting import wait_until
 
 # No django_db mark: the demo has its own database, and the suite's is neither set up nor flushed here.
@@ -36,12 +37,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 READY_LINE = "Ctrl-C stops everything."
 STARTUP_SECONDS = 120  # migrate and seed on a fresh SQLite file, three children, three A2A round trips
 DEMO_AMOUNTS = {"1182": "EUR 40.00", "1190": "EUR 12.99", "1204": "EUR 1,850.00"}
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def newcomer_environment(data_dir: Path) -> dict:
@@ -171,21 +166,6 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-class Steps:
-    """Numbered screenshots of the walk (tests/browser/test_walkthrough.py's convention)."""
-
-    def __init__(self):
-        self.folder = SCREENSHOTS / "test_demo_walk"
-        self.folder.mkdir(parents=True, exist_ok=True)
-        for old in self.folder.glob("*.png"):
-            old.unlink()
-        self.number = 0
-
-    def shot(self, page, step: str) -> None:
-        self.number += 1
-        page.screenshot(path=str(self.folder / f"{self.number:02d}-{step}.png"), full_page=True)
-
-
 class Newcomer:
     """What the newcomer reads in the demo's output and does with it."""
 
@@ -222,13 +202,8 @@ class Newcomer:
         expect(page.get_by_role("navigation", name="Main")).to_be_visible()
 
 
-def wait_until_live(page) -> None:
-    expect(page.locator("[data-live-status]")).to_have_attribute("data-state", "live")
-
-
-def test_demo_walk(tmp_path):
+def test_demo_walk(tmp_path, steps):
     demo = Demo(tmp_path)
-    steps = Steps()
     data_before = repository_demo_files()
     demo.start()
     try:

@@ -24,7 +24,7 @@ from approvals.services.votes import edit_proposal
 from tests import factories
 from tests.approvals.test_headline import langgraph_fields
 from tests.approvals.test_push import parked
-from tests.browser.conftest import SCREENSHOTS, beside_the_browser, needs_shared_channel_layer
+from tests.browser.conftest import beside_the_browser, needs_shared_channel_layer
 from tests.browser.test_reviewing import sign_in, wait_until_live
 from tests.factories import PASSWORD, approval_request, fresh_step_up, submit, totp_code
 
@@ -33,24 +33,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 LOOKALIKE = "billing@p\u0430ypal.com"  # a Cyrillic "а" in "paypal"
 LOOKALIKE_WARNING = "mixes Cyrillic and Latin letters"
 MCP_CLIENT = {"name": "claude-code", "title": "Claude Code", "version": "1.2"}
-
-
-class Steps:
-    """Numbered screenshots of one test's walk, in a folder named after the test."""
-
-    def __init__(self, request):
-        self.folder = SCREENSHOTS / request.node.name
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self.number = 0
-
-    def shot(self, page, step: str) -> None:
-        self.number += 1
-        page.screenshot(path=str(self.folder / f"{self.number:02d}-{step}.png"), full_page=True)
-
-
-@pytest.fixture
-def steps(request):
-    return Steps(request)
 
 
 def signed_in(page, user) -> None:
