@@ -70,15 +70,6 @@ def test_a_reviewer_that_does_not_consume_at_intake_gets_the_consume_call(client
     assert [call["body"] for call in reviewer.consumes_for(approval.idempotency_key)] == [{"rev": 2}]
 
 
-def test_a_token_consumed_at_intake_is_still_verified_before_acting(client, reviewer, key):
-    other = gate.action_digest({**ACTION, "arguments": {**ACTION["arguments"], "amount": "4000.00"}})
-    decide_at_intake(reviewer, key, audience=AUDIENCE, action_digest=other)
-    with pytest.raises(NotApproved) as refusal:
-        client.request_approval(ACTION, summary="Refund", principal=PRINCIPAL, **DEADLINE)
-    assert refusal.value.code == "wrong_digest"
-    assert len(reviewer.consumed_at_intake) == 1 and reviewer.consumes == []
-
-
 def test_a_replay_of_a_request_consumed_at_intake_releases_nothing(client, reviewer, key):
     """The first answer was lost after Reviewer consumed: the retry finds the decision spent (the
     answer applies no preference) and the consume call says so; the agent never acts twice."""
@@ -112,12 +103,13 @@ def test_a_denial_in_the_intake_answer_raises_without_a_pull(client, reviewer, k
 
 
 def test_a_forged_token_in_the_intake_answer_is_refused_like_a_pulled_one(client, reviewer, key):
+    """Also when Reviewer consumed it at intake: the token is verified before acting all the same."""
     other = gate.action_digest({**ACTION, "arguments": {**ACTION["arguments"], "amount": "4000.00"}})
     decide_at_intake(reviewer, key, audience=AUDIENCE, action_digest=other)
     with pytest.raises(NotApproved) as refusal:
         client.request_approval(ACTION, summary="Refund", principal=PRINCIPAL, **DEADLINE)
     assert refusal.value.code == "wrong_digest"
-    assert reviewer.consumes == []
+    assert len(reviewer.consumed_at_intake) == 1 and reviewer.consumes == []
 
 
 async def test_the_async_form_uses_the_intake_answers_decision(client, reviewer, key):
