@@ -24,7 +24,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -234,7 +234,7 @@ def _later(tracer: Tracer, name: str, kind: str, incoming: str) -> Iterator[Late
 def later_span(
     name: str, *, kind: str = SERVER, incoming: str = ""
 ) -> contextlib.AbstractContextManager[LaterSpan | _NoSpan]:
-    """A span around a block whose parent is set inside it (`later.parent = proposal.trace_parent`);
+    """A span around a block whose parent is set inside it (`set_parent`, once the proposal is known);
     `incoming`, the agent's traceparent for this call, wins over it."""
     tracer = _active()
     if tracer is None:
@@ -242,6 +242,8 @@ def later_span(
     return _later(tracer, name, kind, incoming)
 
 
-def set_parent(later: LaterSpan | _NoSpan, traceparent: str) -> None:
+def set_parent(later: LaterSpan | _NoSpan, read_traceparent: Callable[[], str]) -> None:
+    """The later span's parent, read only while traces are on: reading it may cost a query (the
+    consume's proposal has `trace_parent` as a deferred field), which an untraced call must not pay."""
     if isinstance(later, LaterSpan):
-        later.parent = traceparent
+        later.parent = read_traceparent()

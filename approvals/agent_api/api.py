@@ -317,7 +317,7 @@ def consume(request, jti: str, body: ConsumeBody):
     with tracing.later_span("reviewer.consume", incoming=incoming) as span:
         span.set_attribute("reviewer.decision.jti", jti)
         proposal = consume_decision(request.auth, uuid_or_404(jti), rev=body.rev)
-        tracing.set_parent(span, proposal.trace_parent)
+        tracing.set_parent(span, lambda: proposal.trace_parent)
         span.set_attributes(
             {"reviewer.proposal.id": str(proposal.id), "reviewer.proposal.state": proposal.state}
         )
@@ -341,7 +341,7 @@ def outcome(request, jti: str, body: OutcomeBody):
             detail=body.detail or "",
             via="api",
         )
-        tracing.set_parent(span, proposal.trace_parent)
+        tracing.set_parent(span, lambda: proposal.trace_parent)
         span.set_attributes(
             {"reviewer.proposal.id": str(proposal.id), "reviewer.proposal.state": proposal.state}
         )

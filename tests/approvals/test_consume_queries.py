@@ -89,3 +89,26 @@ def test_a_consume_records_the_transition_and_the_consume_and_the_chain_verifies
     assert spent.data == {"jti": str(decision.jti), "rev": decision.rev}
     sequence_pending()  # what the after-commit hook does outside the test's transaction
     assert verify_chain(tenant_chain(tenant.id)).ok
+
+
+@pytest.mark.postgres
+@requires_postgres
+def test_the_consume_request_reads_nothing_after_its_statement_while_traces_are_off(
+    client, agent, refund_policy, requester, reviewer_a
+):
+    """The claimed proposal carries only what the statement returned; its trace parent is read (one more
+    query) only for a traced call's span, never for an untraced one."""
+    _, decision = approve(agent, reviewer_a)
+
+    with CaptureQueriesContext(connection) as captured:
+        answer = client.post(
+            f"/api/v1/decisions/{decision.jti}/consume",
+            data={"rev": decision.rev},
+            content_type="application/json",
+            HTTP_AUTHORIZATION="Bearer api-secret",
+        )
+
+    assert (answer.status_code, answer.json()) == (200, {"state": "executing"})
+    sent = statements(captured)
+    assert len(sent) == 2, sent  # the agent's token, then the claim
+    assert sent[1].startswith("WITH claimed AS (UPDATE")
