@@ -34,7 +34,7 @@ from approvals.storage.rows import insert_held, on_postgresql
 from audit.chain.accept import accept_sql
 from audit.labels import SYSTEM, actor_label, tenant_chain
 from audit.models import Verb
-from audit.trail import audit_time, record
+from audit.trail import audit_time, record, recorded_together
 from lib import tracing
 from lib.errors import CompensationRefused, Conflict, ConsumeRefused, NotFound, RevokeRefused, ServiceError
 from tenants.models import TenantMembership
@@ -429,22 +429,27 @@ def record_outcome(
             )
         if proposal.state == State.UNKNOWN and target == State.UNKNOWN:
             return proposal
-        proposal.transaction_id = (transaction_id or proposal.transaction_id)[:200]
-        proposal.outcome_detail = (detail or "")[:1000]
-        proposal.save(update_fields=["transaction_id", "outcome_detail"])
-        transition(proposal, target, actor=agent_actor(agent), reason=f"outcome reported ({via})")
-        record(
-            proposal.tenant_id,
-            actor=agent_actor(agent),
-            verb=Verb.OUTCOME_RECORDED,
-            subject=proposal_subject(proposal),
-            data={
-                "jti": str(jti),
-                "status": status,
-                "transaction_id": proposal.transaction_id,
-                "idempotency_key": str(jti),
-                "detail": proposal.outcome_detail,
-                "via": via,
-            },
-        )
+        reported = {
+            "transaction_id": (transaction_id or proposal.transaction_id)[:200],
+            "outcome_detail": (detail or "")[:1000],
+        }
+        # The report's fields in the transition's UPDATE, and its two audit events in one statement.
+        with recorded_together():
+            transition(
+                proposal, target, actor=agent_actor(agent), reason=f"outcome reported ({via})", also=reported
+            )
+            record(
+                proposal.tenant_id,
+                actor=agent_actor(agent),
+                verb=Verb.OUTCOME_RECORDED,
+                subject=proposal_subject(proposal),
+                data={
+                    "jti": str(jti),
+                    "status": status,
+                    "transaction_id": proposal.transaction_id,
+                    "idempotency_key": str(jti),
+                    "detail": proposal.outcome_detail,
+                    "via": via,
+                },
+            )
     return proposal

@@ -18,13 +18,25 @@ from lib.agent_text import visible
 from lib.errors import Conflict
 
 
-def transition(proposal: Proposal, target: str, *, actor: str, reason: str = "", data: dict | None = None):
+def transition(
+    proposal: Proposal,
+    target: str,
+    *,
+    actor: str,
+    reason: str = "",
+    data: dict | None = None,
+    also: dict | None = None,
+):
     """The only code that changes Proposal.state. Compare-and-set on (state, rev): a concurrent change
-    makes this raise Conflict instead of silently overwriting it."""
+    makes this raise Conflict instead of silently overwriting it. `also`: other fields of the proposal
+    written in the same UPDATE (an outcome's transaction id), never its state, rev or stamps."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("transition() must run inside a transaction")
     current = proposal.state
     fields = _transition_fields(proposal, target)
+    if also and set(also) & set(fields):
+        raise RuntimeError("transition(also=...) may not set the fields a transition sets")
+    fields.update(also or {})
     updated = Proposal.objects.filter(pk=proposal.pk, state=current, rev=proposal.rev).update(**fields)
     if updated != 1:
         raise Conflict("concurrent_change", "the proposal changed meanwhile; reload and try again")

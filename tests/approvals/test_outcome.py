@@ -3,7 +3,8 @@ idempotent; unknown settles to succeeded or failed only by the agent's word or i
 is ever re-approved."""
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from accounts.stepup import step_up_for
 from approvals.models import Decision, OutboxMessage, PolicyVersion, Proposal
@@ -16,6 +17,7 @@ from audit.chain.sequencer import sequence_pending
 from audit.models import AuditEvent, Verb
 from lib.errors import Conflict, ConsumeRefused, NotFound, ServiceError, VoteRefused
 from tests import factories
+from tests.concurrency import requires_postgres
 from tests.factories import approve, submit, totp_code
 
 pytestmark = pytest.mark.django_db
@@ -244,3 +246,31 @@ def test_another_agent_cannot_report_the_outcome(tenant, agent, executing):
 
     with pytest.raises(NotFound):
         record_outcome(other, decision.jti, status="succeeded")
+
+
+@pytest.mark.postgres
+@requires_postgres
+def test_an_outcome_report_is_its_lock_one_update_and_one_statement_of_audit_events(agent, executing):
+    """The report's fields go in the transition's UPDATE and both its audit events (the transition and
+    outcome.recorded) in one statement: three round trips, not five."""
+    proposal, decision = executing
+
+    with CaptureQueriesContext(connection) as captured:
+        record_outcome(agent, decision.jti, status="succeeded", transaction_id="tx-9", detail="paid")
+
+    sent = [q["sql"] for q in captured if not q["sql"].startswith(("SAVEPOINT", "RELEASE SAVEPOINT"))]
+    assert len(sent) == 3, sent
+    assert sent[1].startswith('UPDATE "approvals_proposal"') and '"transaction_id"' in sent[1]
+    proposal.refresh_from_db()
+    assert (proposal.state, proposal.transaction_id, proposal.outcome_detail) == (
+        State.SUCCEEDED,
+        "tx-9",
+        "paid",
+    )
+    sequence_pending()
+    verbs = list(
+        AuditEvent.objects.filter(subject=f"proposal:{proposal.id}")
+        .order_by("seq")
+        .values_list("verb", flat=True)
+    )
+    assert verbs[-2:] == [Verb.PROPOSAL_TRANSITIONED, Verb.OUTCOME_RECORDED]
