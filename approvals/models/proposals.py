@@ -18,8 +18,11 @@ WAITING_CONDITION = Q(state__in=sorted(WAITING_FOR_PEOPLE))
 
 class Proposal(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="proposals")
-    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="proposals")
+    # No index of their own: the composite indexes below lead with each (tenant: queue_by_urgency_risk,
+    # history_by_target; agent: one_proposal_per_request), so every lookup by either reads one of them,
+    # and an intake writes two index entries fewer (bench/README.md, "Intake's designs, measured").
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="proposals", db_index=False)
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="proposals", db_index=False)
     task_id = models.CharField(max_length=200)
     context_id = models.CharField(max_length=200, blank=True)
     request_id = models.CharField(max_length=200)
@@ -48,8 +51,14 @@ class Proposal(models.Model):
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="superseded_by"
     )
     # Who made this proposal by editing another (cannot approve it); null when the agent made it.
+    # Indexed only where set (edited_proposals below): almost every proposal is the agent's own.
     edited_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        db_index=False,
     )
 
     # What policy decided, pinned at intake.
@@ -107,6 +116,10 @@ class Proposal(models.Model):
             # by agent and id also the worker's turns through an agent's waiting requests (worker/loop.py).
             models.Index(fields=["agent", "id"], name="waiting_by_agent", condition=WAITING_CONDITION),
             models.Index(fields=["tenant"], name="waiting_by_tenant", condition=WAITING_CONDITION),
+            # A person's edits (the PROTECT check before a user is deleted); null rows are not indexed.
+            models.Index(
+                fields=["edited_by"], name="edited_proposals", condition=models.Q(edited_by__isnull=False)
+            ),
         ]
 
     def __str__(self):
