@@ -7,7 +7,7 @@ render_messages_with); a socket that cannot be sure its own facts are current re
 A person's open pages keep what they know of their person (session, device, memberships) until told
 otherwise: access_facts_changed tells the sockets of one person, or of one session, to re-read them.
 
-A broadcast goes only to the groups somebody listens on (approvals/live/listeners.py, asked once per
+A broadcast goes only to the groups somebody listens on (lib/group_listeners.py, asked once per
 message after commit): a proposal nobody has open, a tenant whose queue nobody has open, a person with no
 page open cost no render and no send. When that cannot be known (Redis down, no Redis), it is sent.
 
@@ -25,7 +25,7 @@ from channels.layers import get_channel_layer
 from django.db import transaction
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from approvals.live import listeners
+from lib import group_listeners as listeners
 from lib.commit_hooks import on_commit_in_background, run_async
 
 log = logging.getLogger(__name__)

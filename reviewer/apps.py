@@ -9,7 +9,7 @@ from django.db.backends.signals import connection_created
 class ReviewerAdminConfig(AdminConfig):
     default_site = "reviewer.admin_site.ReviewerAdminSite"
 
-    def ready(self):
+    def ready(self) -> None:
         super().ready()
         from lib import pool_checks
 

@@ -40,8 +40,8 @@ from django.conf import settings
 from approvals import events
 from approvals.agent_api import pull
 from approvals.agent_api.api import AgentToken
-from approvals.live import listeners
 from approvals.states import TERMINAL
+from lib import group_listeners as listeners
 from lib.errors import error_body
 
 PATH = re.compile(r"^/api/v1/proposals/(?P<proposal_id>[^/]+)/decision/?$")
@@ -130,7 +130,7 @@ class DecisionWaits:
                         self._unsubscribe(subscribed_to)
                         await layer.group_discard(left, channel)
                         await _stop_listening(channel, left)
-                    # Registered as a listener of the group (approvals/live/listeners.py) before the read
+                    # Registered as a listener of the group (lib/group_listeners.py) before the read
                     # below, as the group is joined: a change committed after it is sent here.
                     joining = events.proposal_group(body["proposal_id"])
                     await sync_to_async(listeners.join, thread_sensitive=False)(channel, [joining])

@@ -9,7 +9,7 @@ or whose person is not in the message, or whose decision panel's controls change
 The partials are the page's own templates, autoescaped.
 
 A proposal whose group nobody listens on is not rendered at all (events.py asks
-approvals/live/listeners.py first). A proposal nobody has open, more people watching it than
+lib/group_listeners.py first). A proposal nobody has open, more people watching it than
 MAX_PEOPLE, or a message over MAX_BYTES gets the bare hint instead (events.changed_message): every
 socket re-reads, as it did before this message carried its content.
 """

@@ -1,13 +1,14 @@
 """WebSockets of the reviewer pages: ws/queue/ (the queue and the watching list) and ws/proposals/<id>/.
 
 Thin on purpose. connect() authenticates (session user, verified with a one-time code, member of the
-tenant), registers the socket as a listener of its groups (approvals/live/listeners.py: a change nobody
-listens to is not broadcast), joins them and accepts last; anyone else is closed without a handshake. Right after accepting, and on every
-`proposal.changed` event (a hint to re-read), the consumer reads the database and sends the page's own
-partials with hx-swap-oob, rendered from the same templates and page builders as the views. The send on
-connect is what keeps a page true after a reconnect: events sent while the socket was down are lost, and
-one may slip between the page load and the connect. A proposal page's update is made once per event for
-all the page sockets of the process (approvals/live/fanout.py), which checks each socket's person again.
+tenant), registers the socket as a listener of its groups (lib/group_listeners.py: a change nobody
+listens to is not broadcast), joins them and accepts last; anyone else is closed without a handshake.
+Right after accepting, and on every `proposal.changed` event (a hint to re-read), the consumer reads the
+database and sends the page's own partials with hx-swap-oob, rendered from the same templates and page
+builders as the views. The send on connect is what keeps a page true after a reconnect: events sent while
+the socket was down are lost, and one may slip between the page load and the connect. A proposal page's
+update is made once per event for all the page sockets of the process (approvals/live/fanout.py), which
+checks each socket's person again.
 
 The pages vote with their HTTP form. The socket also accepts a vote as a JSON message (for a client
 without forms): validated by schemas.VoteMessage, authorized again per message, and written through
@@ -32,7 +33,7 @@ from pydantic import ValidationError
 
 from approvals import events
 from approvals import stepup as vote_step_up
-from approvals.live import listeners, trace
+from approvals.live import trace
 from approvals.live.fanout import Viewer, live_updates, verified_user
 from approvals.schemas import VoteMessage
 from approvals.selectors import proposal_for_user
@@ -41,6 +42,7 @@ from approvals.services.votes import cast_vote, check_words
 from approvals.web.list_pages import queue_context, watching_context
 from approvals.web.lists import LIST_PAGES
 from approvals.web.pages import page_hash
+from lib import group_listeners as listeners
 from lib.errors import NotFound, ServiceError, error_body
 from tenants.queries import tenant_ids_of
 
@@ -87,7 +89,7 @@ class ReviewerSocket(AsyncJsonWebsocketConsumer):
     def authorize_and_listen(self) -> list[str] | None:
         """authorize(), then this socket registered as listening on every group it joins (runs in a
         thread): before it joins them and reads the page, so a change committed after that read is sent
-        to it (approvals/live/listeners.py). The groups to join, or None to refuse the connection."""
+        to it (lib/group_listeners.py). The groups to join, or None to refuse the connection."""
         groups = self.authorize()
         if groups is None:
             return None

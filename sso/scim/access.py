@@ -12,9 +12,9 @@ from channels.layers import get_channel_layer
 from django.db.models import Q
 
 from approvals import events
-from approvals.live import listeners
 from approvals.models import Proposal
 from approvals.states import OPEN_FOR_VOTES
+from lib import group_listeners as listeners
 from lib.commit_hooks import on_commit
 
 
@@ -29,7 +29,7 @@ def access_ended(tenant, user) -> None:
     def tell_the_queues():
         layer = get_channel_layer()
         queue = events.tenant_group(tenant.id)
-        if layer is not None and listeners.listened([queue]):  # approvals/live/listeners.py
+        if layer is not None and listeners.listened([queue]):  # lib/group_listeners.py
             async_to_sync(layer.group_send)(queue, events.changed_message("access"))
 
     on_commit(tell_the_queues, robust=True)

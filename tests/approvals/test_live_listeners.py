@@ -1,4 +1,4 @@
-"""The listener registry (approvals/live/listeners.py) and the broadcasts that ask it (approvals/events.py):
+"""The listener registry (lib/group_listeners.py) and the broadcasts that ask it (approvals/events.py):
 a group nobody listens on gets no send, and a proposal page nobody listens on no render; a group somebody
 listens on gets its message; when the registry cannot be read, everything is sent. On a real Redis
 (REDIS_URL); the one fault, a Redis that does not answer, is a real closed port, not a mock."""
@@ -12,7 +12,7 @@ from django.conf import settings as django_settings
 from django.db import transaction
 
 from approvals import events
-from approvals.live import listeners
+from lib import group_listeners as listeners
 from tests.approvals.test_consumers import (  # noqa: F401 (a fixture)
     _own_channel_prefix,
     connected,

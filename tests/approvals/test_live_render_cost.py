@@ -11,9 +11,10 @@ from channels.db import database_sync_to_async
 from django.utils import timezone
 
 from approvals import events
-from approvals.live import broadcast, listeners
+from approvals.live import broadcast
 from approvals.models import PageWatcher
 from approvals.services.page_watchers import STALE_AFTER, forget_stale, watch
+from lib import group_listeners as listeners
 from tests import factories
 from tests.approvals.test_consumers import _own_channel_prefix, connected, proposal_path, sign_in  # noqa: F401
 from tests.factories import submit
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def page_listener():
-    """Registers a listener on a group (approvals/live/listeners.py), as a page socket does; unregistered
+    """Registers a listener on a group (lib/group_listeners.py), as a page socket does; unregistered
     at the test's end."""
     joined: list[str] = []
 
@@ -53,7 +54,7 @@ def test_a_new_proposal_is_announced_without_a_render_and_the_one_it_supersedes_
 ):
     first = submit(agent, task_id="task-1", request_id="first")
     assert renders == []
-    page_listener(events.proposal_group(first.id))  # its page is open (approvals/live/listeners.py)
+    page_listener(events.proposal_group(first.id))  # its page is open (lib/group_listeners.py)
     second = submit(agent, task_id="task-1", request_id="second", supersedes="first")
     assert second.supersedes_id == first.id
     assert renders == [str(first.id)]  # the superseded page may be open; the new one cannot be

@@ -13,7 +13,7 @@ from channels.layers import get_channel_layer
 from django.db import transaction
 
 from approvals import events
-from approvals.live import listeners
+from lib import group_listeners as listeners
 from lib.commit_hooks import wait_for_background_hooks
 from tests.factories import submit
 
@@ -37,7 +37,9 @@ def heard(proposal) -> dict:
 
     async def listen_then_hear():
         channel, group = await layer.new_channel(), events.tenant_group(proposal.tenant_id)
-        await sync_to_async(listeners.join)(channel, [group])  # as a queue socket does (listeners.py)
+        await sync_to_async(listeners.join)(
+            channel, [group]
+        )  # as a queue socket does (lib/group_listeners.py)
         await layer.group_add(group, channel)
         try:
             await asyncio.get_running_loop().run_in_executor(None, change_and_broadcast)
