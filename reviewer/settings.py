@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from lib import pool_checks, tracing
+from lib import tracing
 from lib.env import database_settings, development_secret, env_bool, env_int, env_list, env_str
 from reviewer import fixed_settings
 
@@ -214,11 +214,9 @@ if IS_POSTGRES and DB_POOL_MAX_SIZE > 0:
         "min_size": min(env_int("DB_POOL_MIN_SIZE", 2), DB_POOL_MAX_SIZE),
         "max_size": DB_POOL_MAX_SIZE,
         "timeout": env_int("DB_POOL_TIMEOUT", 10),
-        # Records when a connection came back (psycopg_pool's documented reset callback).
-        "reset": pool_checks.returned,
     }
     # A connection taken from the pool is checked (one empty round trip) only when it may have died: it
-    # sat idle DB_POOL_CHECK_IDLE_SECONDS or more, or the server wrote to or closed it while it was idle
+    # was last taken DB_POOL_CHECK_IDLE_SECONDS ago or more, or the server wrote to or closed it while idle
     # (seen without a round trip), or it is new. After PostgreSQL restarts every idle one is dead, and
     # each served a 500 unchecked (tests/faults/test_processes_die.py). Not CONN_HEALTH_CHECKS, which
     # under the pool is a round trip per checkout: lib/pool_checks.py.

@@ -1,5 +1,5 @@
 """The pool's health check (lib/pool_checks.py) on a real PostgreSQL: a connection given back moments ago
-is handed out with no round trip, one idle past DB_POOL_CHECK_IDLE_SECONDS is checked with one, and one
+is handed out with no round trip, one not taken for DB_POOL_CHECK_IDLE_SECONDS is checked with one, and one
 the server closed while it sat in the pool is replaced before anyone queries it.
 
 Each test has a pool of its own with one connection (a DatabaseWrapper on the test database under an
@@ -55,7 +55,7 @@ def pooled(settings):
         **connection.settings_dict,
         "OPTIONS": {
             **connection.settings_dict["OPTIONS"],
-            "pool": {"min_size": 1, "max_size": 1, "timeout": 10, "reset": pool_checks.returned},
+            "pool": {"min_size": 1, "max_size": 1, "timeout": 10},
         },
     }
     wrapper = load_backend(settings_dict["ENGINE"]).DatabaseWrapper(settings_dict, "pool-checks-test")
@@ -65,14 +65,8 @@ def pooled(settings):
 
 
 def give_back(wrapper) -> None:
-    """Close the wrapper's connection and wait until the pool has it back: the pool returns it on a worker
-    thread of its own, which records its return (reset callback) after this call ends."""
-    conn = wrapper.connection
-    with pool_checks._guard:
-        pool_checks._returned.pop(conn, None)
+    """Close the wrapper's connection: the pool has it back when this returns."""
     wrapper.close()
-    while pool_checks._idle_for(conn) is None:
-        pass
 
 
 def backend_pid(wrapper) -> int:
@@ -89,14 +83,14 @@ def test_a_connection_returned_moments_ago_is_not_checked_and_one_idle_past_the_
     assert checks == [first]  # never seen before: checked once
     give_back(pooled)
 
-    now[0] += 29  # idle less than DB_POOL_CHECK_IDLE_SECONDS
+    now[0] += 29  # taken less than DB_POOL_CHECK_IDLE_SECONDS ago
     with CaptureQueriesContext(pooled) as queries:
         pooled.ensure_connection()
     assert pooled.connection is first
     assert checks == [first] and len(queries) == 0  # no round trip at all on the way out
     give_back(pooled)
 
-    now[0] += 30  # idle as long as the threshold
+    now[0] += 30  # taken as long ago as the threshold
     pooled.ensure_connection()
     assert pooled.connection is first
     assert checks == [first, first]
