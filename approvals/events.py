@@ -7,6 +7,10 @@ render_messages_with); a socket that cannot be sure its own facts are current re
 A person's open pages keep what they know of their person (session, device, memberships) until told
 otherwise: access_facts_changed tells the sockets of one person, or of one session, to re-read them.
 
+A broadcast goes only to the groups somebody listens on (lib/group_listeners.py, asked once per
+message after commit): a proposal nobody has open, a tenant whose queue nobody has open, a person with no
+page open cost no render and no send. When that cannot be known (Redis down, no Redis), it is sent.
+
 A broadcast that fails (Redis restarting) is logged and dropped, never raised: the change is committed,
 and the caller (an agent's intake, a reviewer's vote) must get its answer, not a 500 for a hint nobody
 needs. Sockets are closed by the same outage and re-read the state when they reconnect.
@@ -21,6 +25,7 @@ from channels.layers import get_channel_layer
 from django.db import transaction
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from lib import group_listeners as listeners
 from lib.commit_hooks import on_commit_in_background, run_async
 
 log = logging.getLogger(__name__)
@@ -49,10 +54,6 @@ _render: list[Callable[[str], dict]] = []
 def render_messages_with(renderer: Callable[[str], dict]) -> None:
     """The function that renders a proposal page's message (approvals.live.broadcast.rendered_message)."""
     _render[:] = [renderer]
-
-
-def _send(group: str, message: dict) -> None:
-    _send_all([(group, message)])
 
 
 def _send_all(messages: list[tuple[str, dict]]) -> None:
@@ -94,13 +95,20 @@ def proposal_changed(proposal, *, render_now: bool = False, created: bool = Fals
 
     def send():
         hint = changed_message(proposal_id)
-        try:
-            message = early or (render(proposal_id) if render else hint)
-        except Exception:  # a hint still reaches every socket, which then re-reads
-            log.exception("rendering proposal %s's live message failed; sent as a hint", proposal_id)
-            message = hint
-        # The queue's sockets re-read their own lists on the tenant's hint.
-        _send_all([(proposal_group(proposal_id), message), (tenant_group(tenant_id), hint)])
+        page, queue = proposal_group(proposal_id), tenant_group(tenant_id)
+        listened = listeners.listened([page, queue])  # one round trip; both when it cannot be read
+        messages = []
+        if page in listened:  # else no render: nobody has the page open nor waits on the proposal
+            try:
+                message = early or (render(proposal_id) if render else hint)
+            except Exception:  # a hint still reaches every socket, which then re-reads
+                log.exception("rendering proposal %s's live message failed; sent as a hint", proposal_id)
+                message = hint
+            messages.append((page, message))
+        if queue in listened:  # the queue's sockets re-read their own lists on the tenant's hint
+            messages.append((queue, hint))
+        if messages:
+            _send_all(messages)
 
     # After commit, on the process's after-commit thread: the change's answer does not wait for Redis.
     # A failed hint is logged, not raised.
@@ -137,7 +145,9 @@ def access_facts_changed(*, user_id=None, session_key: str | None = None) -> Non
     )
 
     def send():
-        for group in groups:
-            _send(group, {"type": "facts.changed"})
+        listened = listeners.listened(groups)
+        messages = [(group, {"type": "facts.changed"}) for group in groups if group in listened]
+        if messages:
+            _send_all(messages)
 
     on_commit_in_background(send)

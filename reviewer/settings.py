@@ -215,9 +215,13 @@ if IS_POSTGRES and DB_POOL_MAX_SIZE > 0:
         "max_size": DB_POOL_MAX_SIZE,
         "timeout": env_int("DB_POOL_TIMEOUT", 10),
     }
-    # The pool checks a connection as it leaves (one empty round trip): after PostgreSQL restarts every
-    # idle one is dead, and each served a 500 without it (tests/faults/test_processes_die.py).
-    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    # A connection taken from the pool is checked (one empty round trip) only when it may have died: it
+    # was last taken DB_POOL_CHECK_IDLE_SECONDS ago or more, or the server wrote to or closed it while idle
+    # (seen without a round trip), or it is new. After PostgreSQL restarts every idle one is dead, and
+    # each served a 500 unchecked (tests/faults/test_processes_die.py). Not CONN_HEALTH_CHECKS, which
+    # under the pool is a round trip per checkout: lib/pool_checks.py.
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = False
+DB_POOL_CHECK_IDLE_SECONDS = env_int("DB_POOL_CHECK_IDLE_SECONDS", 30)
 # The audit sequencer's own role (setup_database_roles --sequencer), the only one that may insert seals
 # and move chain heads: give it to every process that sequences (docs/operations.md).
 AUDIT_SEQUENCER_DATABASE_URL = env_str("AUDIT_SEQUENCER_DATABASE_URL")

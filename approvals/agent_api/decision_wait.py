@@ -32,6 +32,7 @@ import uuid
 from collections import Counter
 from urllib.parse import parse_qs
 
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
@@ -40,6 +41,7 @@ from approvals import events
 from approvals.agent_api import pull
 from approvals.agent_api.api import AgentToken
 from approvals.states import TERMINAL
+from lib import group_listeners as listeners
 from lib.errors import error_body
 
 PATH = re.compile(r"^/api/v1/proposals/(?P<proposal_id>[^/]+)/decision/?$")
@@ -124,12 +126,17 @@ class DecisionWaits:
             while True:
                 if group != events.proposal_group(body["proposal_id"]):
                     if group is not None:
-                        await layer.group_discard(group, channel)
+                        left, group = group, None
                         self._unsubscribe(subscribed_to)
-                    subscribed_to = body["proposal_id"]
-                    group = events.proposal_group(subscribed_to)
-                    await layer.group_add(group, channel)
+                        await layer.group_discard(left, channel)
+                        await _stop_listening(channel, left)
+                    # Registered as a listener of the group (lib/group_listeners.py) before the read
+                    # below, as the group is joined: a change committed after it is sent here.
+                    joining = events.proposal_group(body["proposal_id"])
+                    await sync_to_async(listeners.join, thread_sensitive=False)(channel, [joining])
+                    subscribed_to, group = body["proposal_id"], joining
                     self.subscribed[subscribed_to] += 1
+                    await layer.group_add(group, channel)
                     # Subscribed before this read: a decision committed since the last one is seen here,
                     # or announced to the channel.
                     body = await self.read(_read_answer, agent, wanted)
@@ -148,6 +155,7 @@ class DecisionWaits:
                 self._unsubscribe(subscribed_to)
                 with contextlib.suppress(Exception):  # the layer is only a hint; never fail the answer
                     await layer.group_discard(group, channel)
+                await _stop_listening(channel, group)
 
     def _unsubscribe(self, proposal_id: str) -> None:
         self.subscribed[proposal_id] -= 1
@@ -171,6 +179,11 @@ def _read_answer(agent, wanted: uuid.UUID) -> dict | None:
 
 def _final(body: dict) -> bool:
     return bool(body["token"]) or body["state"] in TERMINAL
+
+
+async def _stop_listening(channel: str, group: str) -> None:
+    """Unregister the wait from the group (logged, never raised: its entry expires)."""
+    await sync_to_async(listeners.leave, thread_sensitive=False)(channel, [group])
 
 
 async def _woken(layer, channel: str, timeout: float, disconnected: asyncio.Future) -> bool:

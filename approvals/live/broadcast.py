@@ -8,7 +8,8 @@ controls it shows, and which member is in which audience. A socket whose own fac
 or whose person is not in the message, or whose decision panel's controls changed, re-reads (fanout.py).
 The partials are the page's own templates, autoescaped.
 
-A proposal nobody has open (an allowed call's, almost always), more people watching it than
+A proposal whose group nobody listens on is not rendered at all (events.py asks
+lib/group_listeners.py first). A proposal nobody has open, more people watching it than
 MAX_PEOPLE, or a message over MAX_BYTES gets the bare hint instead (events.changed_message): every
 socket re-reads, as it did before this message carried its content.
 """

@@ -1,12 +1,14 @@
 """WebSockets of the reviewer pages: ws/queue/ (the queue and the watching list) and ws/proposals/<id>/.
 
 Thin on purpose. connect() authenticates (session user, verified with a one-time code, member of the
-tenant) and accepts last; anyone else is closed without a handshake. Right after accepting, and on every
-`proposal.changed` event (a hint to re-read), the consumer reads the database and sends the page's own
-partials with hx-swap-oob, rendered from the same templates and page builders as the views. The send on
-connect is what keeps a page true after a reconnect: events sent while the socket was down are lost, and
-one may slip between the page load and the connect. A proposal page's update is made once per event for
-all the page sockets of the process (approvals/live/fanout.py), which checks each socket's person again.
+tenant), registers the socket as a listener of its groups (lib/group_listeners.py: a change nobody
+listens to is not broadcast), joins them and accepts last; anyone else is closed without a handshake.
+Right after accepting, and on every `proposal.changed` event (a hint to re-read), the consumer reads the
+database and sends the page's own partials with hx-swap-oob, rendered from the same templates and page
+builders as the views. The send on connect is what keeps a page true after a reconnect: events sent while
+the socket was down are lost, and one may slip between the page load and the connect. A proposal page's
+update is made once per event for all the page sockets of the process (approvals/live/fanout.py), which
+checks each socket's person again.
 
 The pages vote with their HTTP form. The socket also accepts a vote as a JSON message (for a client
 without forms): validated by schemas.VoteMessage, authorized again per message, and written through
@@ -21,6 +23,7 @@ import time
 import uuid
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
@@ -39,6 +42,7 @@ from approvals.services.votes import cast_vote, check_words
 from approvals.web.list_pages import queue_context, watching_context
 from approvals.web.lists import LIST_PAGES
 from approvals.web.pages import page_hash
+from lib import group_listeners as listeners
 from lib.errors import NotFound, ServiceError, error_body
 from tenants.queries import tenant_ids_of
 
@@ -67,22 +71,49 @@ class ReviewerSocket(AsyncJsonWebsocketConsumer):
     user: Any  # the verified person, set by authorize()
 
     async def connect(self):
-        groups = await database_sync_to_async(self.authorize)()
+        groups = await database_sync_to_async(self.authorize_and_listen)()
         if groups is None:
             await self.close()
             return
+        try:
+            self.groups = groups  # websocket_disconnect leaves these
+            for group in groups:
+                await self.channel_layer.group_add(group, self.channel_name)
+            await self.joined()
+        except BaseException:  # the socket fails to open, and no disconnect will come for it
+            await self.stop_listening()
+            raise
+        await self.accept()
+        await self.send_current()
+
+    def authorize_and_listen(self) -> list[str] | None:
+        """authorize(), then this socket registered as listening on every group it joins (runs in a
+        thread): before it joins them and reads the page, so a change committed after that read is sent
+        to it (lib/group_listeners.py). The groups to join, or None to refuse the connection."""
+        groups = self.authorize()
+        if groups is None:
+            return None
         # Told when what this socket knows of its person may have changed (approvals/live/invalidation.py).
         groups = [
             *groups,
             events.person_group(self.user.pk),
             events.session_group(self.scope["session"].session_key or ""),  # authorize() checked it
         ]
-        self.groups = groups  # websocket_disconnect leaves these
-        for group in groups:
-            await self.channel_layer.group_add(group, self.channel_name)
-        await self.joined()
-        await self.accept()
-        await self.send_current()
+        self.listening = [*groups, *self.listened_elsewhere()]
+        listeners.join(self.channel_name, self.listening)
+        return groups
+
+    def listened_elsewhere(self) -> list[str]:
+        """Groups this socket's updates come from that it does not join itself."""
+        return []
+
+    async def stop_listening(self) -> None:
+        listening, self.listening = getattr(self, "listening", []), []
+        if listening:
+            await sync_to_async(listeners.leave, thread_sensitive=False)(self.channel_name, listening)
+
+    async def disconnect(self, code):
+        await self.stop_listening()
 
     async def joined(self) -> None:
         """After the socket's groups were joined, before its first read."""
@@ -240,6 +271,7 @@ class QueueConsumer(ReviewerSocket):
         next_read = getattr(self, "next_read", None)
         if next_read is not None:
             next_read.cancel()
+        await super().disconnect(code)
 
     def render_current(self) -> str | None:
         if verified_user(self.scope) is None or not self.tenant_ids <= set(tenant_ids_of(self.user)):
@@ -291,6 +323,10 @@ class ProposalConsumer(ReviewerSocket):
         watch(proposal.id, user.pk, self.channel_name)
         return []
 
+    def listened_elsewhere(self) -> list[str]:
+        # the proposal's messages come through the process's channel (process_channel.py)
+        return [events.proposal_group(self.proposal_id)]
+
     async def joined(self) -> None:
         await live_updates.join(self)
 
@@ -299,6 +335,7 @@ class ProposalConsumer(ReviewerSocket):
             self.closed = True
             await live_updates.leave(self)
             await database_sync_to_async(stop_watching)(self.channel_name)
+        await super().disconnect(code)
 
     async def proposal_changed(self, event):
         if event.get("proposal_id") != self.proposal_key:

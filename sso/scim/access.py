@@ -14,6 +14,7 @@ from django.db.models import Q
 from approvals import events
 from approvals.models import Proposal
 from approvals.states import OPEN_FOR_VOTES
+from lib import group_listeners as listeners
 from lib.commit_hooks import on_commit
 
 
@@ -27,7 +28,8 @@ def access_ended(tenant, user) -> None:
 
     def tell_the_queues():
         layer = get_channel_layer()
-        if layer is not None:
-            async_to_sync(layer.group_send)(events.tenant_group(tenant.id), events.changed_message("access"))
+        queue = events.tenant_group(tenant.id)
+        if layer is not None and listeners.listened([queue]):  # lib/group_listeners.py
+            async_to_sync(layer.group_send)(queue, events.changed_message("access"))
 
     on_commit(tell_the_queues, robust=True)

@@ -14,11 +14,26 @@ from approvals import events
 from approvals.live import broadcast
 from approvals.models import PageWatcher
 from approvals.services.page_watchers import STALE_AFTER, forget_stale, watch
+from lib import group_listeners as listeners
 from tests import factories
 from tests.approvals.test_consumers import _own_channel_prefix, connected, proposal_path, sign_in  # noqa: F401
 from tests.factories import submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def page_listener():
+    """Registers a listener on a group (lib/group_listeners.py), as a page socket does; unregistered
+    at the test's end."""
+    joined: list[str] = []
+
+    def join(group: str) -> None:
+        listeners.join("a-page-socket", [group])
+        joined.append(group)
+
+    yield join
+    listeners.leave("a-page-socket", joined)
 
 
 @pytest.fixture
@@ -35,10 +50,11 @@ def renders(monkeypatch) -> list:
 
 
 def test_a_new_proposal_is_announced_without_a_render_and_the_one_it_supersedes_with_one(
-    agent, refund_policy, requester, renders
+    agent, refund_policy, requester, renders, page_listener
 ):
     first = submit(agent, task_id="task-1", request_id="first")
     assert renders == []
+    page_listener(events.proposal_group(first.id))  # its page is open (lib/group_listeners.py)
     second = submit(agent, task_id="task-1", request_id="second", supersedes="first")
     assert second.supersedes_id == first.id
     assert renders == [str(first.id)]  # the superseded page may be open; the new one cannot be

@@ -8,11 +8,12 @@ import asyncio
 import shutil
 
 import pytest
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
 from django.db import transaction
 
 from approvals import events
+from lib import group_listeners as listeners
 from lib.commit_hooks import wait_for_background_hooks
 from tests.factories import submit
 
@@ -35,10 +36,16 @@ def heard(proposal) -> dict:
     assert layer is not None
 
     async def listen_then_hear():
-        channel = await layer.new_channel()
-        await layer.group_add(events.tenant_group(proposal.tenant_id), channel)
-        await asyncio.get_running_loop().run_in_executor(None, change_and_broadcast)
-        return await asyncio.wait_for(layer.receive(channel), timeout=5)
+        channel, group = await layer.new_channel(), events.tenant_group(proposal.tenant_id)
+        await sync_to_async(listeners.join)(
+            channel, [group]
+        )  # as a queue socket does (lib/group_listeners.py)
+        await layer.group_add(group, channel)
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, change_and_broadcast)
+            return await asyncio.wait_for(layer.receive(channel), timeout=5)
+        finally:
+            await sync_to_async(listeners.leave)(channel, [group])
 
     def change_and_broadcast():
         with transaction.atomic():
