@@ -59,7 +59,7 @@ def _config() -> tuple[str, str] | None:
 class Registry:
     """This process's side of the registry: its listeners (refreshed) and the Redis client it uses."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._clients: dict[str, redis.Redis] = {}
         # (url, prefix) -> group -> this process's members in it
@@ -118,7 +118,7 @@ class Registry:
         except Exception:
             log.warning("live listeners: could not unregister %s; its entries expire", member, exc_info=True)
 
-    def _forget(self, config, member: str, groups: list[str]) -> None:
+    def _forget(self, config: tuple[str, str], member: str, groups: list[str]) -> None:
         with self._lock:
             local = self._local[config]
             for group in groups:

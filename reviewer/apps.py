@@ -11,7 +11,7 @@ class ReviewerAdminConfig(AdminConfig):
 
     def ready(self) -> None:
         super().ready()
-        from lib import pool_checks
+        from lib.storage import pool_checks
 
-        # The pool's health check, only for a connection that may have died (lib/pool_checks.py).
+        # The pool's health check, only for a connection that may have died (lib/storage/pool_checks.py).
         connection_created.connect(pool_checks.check_taken, dispatch_uid="reviewer-pool-checks")

@@ -108,7 +108,7 @@ SAML_DEFAULT_BINDING = "urn:oasis:names:tc:SAML:2.0:bindings:HTTP-Redirect"
 # connection, and two more are slack. The overload limits answer 503 before the pool is empty, so
 # nothing waits on it in practice; should it be empty, a request waits DB_POOL_TIMEOUT seconds for a
 # connection (then 500). A connection leaving the pool is checked only when it may have died
-# (lib/pool_checks.py, DB_POOL_CHECK_IDLE_SECONDS).
+# (lib/storage/pool_checks.py, DB_POOL_CHECK_IDLE_SECONDS).
 # PostgreSQL's max_connections must hold N Daphnes x DB_POOL_MAX_SIZE + M workers x (DB_POOL_MIN_SIZE
 # + 1 for LISTEN) + the admin's few (README "Running several processes"). DB_POOL_MAX_SIZE=0: no pool.
 

@@ -219,7 +219,7 @@ if IS_POSTGRES and DB_POOL_MAX_SIZE > 0:
     # was last taken DB_POOL_CHECK_IDLE_SECONDS ago or more, or the server wrote to or closed it while idle
     # (seen without a round trip), or it is new. After PostgreSQL restarts every idle one is dead, and
     # each served a 500 unchecked (tests/faults/test_processes_die.py). Not CONN_HEALTH_CHECKS, which
-    # under the pool is a round trip per checkout: lib/pool_checks.py.
+    # under the pool is a round trip per checkout: lib/storage/pool_checks.py.
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = False
 DB_POOL_CHECK_IDLE_SECONDS = env_int("DB_POOL_CHECK_IDLE_SECONDS", 30)
 # The audit sequencer's own role (setup_database_roles --sequencer), the only one that may insert seals

@@ -1,6 +1,6 @@
-"""The pool's health check (lib/pool_checks.py) on a real PostgreSQL: a connection given back moments ago
-is handed out with no round trip, one not taken for DB_POOL_CHECK_IDLE_SECONDS is checked with one, and one
-the server closed while it sat in the pool is replaced before anyone queries it.
+"""The pool's health check (lib/storage/pool_checks.py) on a real PostgreSQL: a connection given back
+moments ago is handed out with no round trip, one not taken for DB_POOL_CHECK_IDLE_SECONDS is checked
+with one, and one the server closed while it sat in the pool is replaced before anyone queries it.
 
 Each test has a pool of its own with one connection (a DatabaseWrapper on the test database under an
 alias of its own, configured as reviewer/settings.py configures the default's), so every checkout takes
@@ -14,7 +14,7 @@ from django.db.utils import load_backend
 from django.test.utils import CaptureQueriesContext
 from psycopg_pool import ConnectionPool
 
-from lib import pool_checks
+from lib.storage import pool_checks
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

@@ -30,9 +30,14 @@ import select
 import threading
 import time
 import weakref
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from psycopg_pool import ConnectionPool
+
+if TYPE_CHECKING:
+    import psycopg
+    from django.db.backends.base.base import BaseDatabaseWrapper
 
 # The clock; a test replaces it to age a connection without waiting.
 clock = time.monotonic
@@ -42,11 +47,11 @@ def idle_check_seconds() -> float:
     return getattr(settings, "DB_POOL_CHECK_IDLE_SECONDS", 30)
 
 
-_last_taken: "weakref.WeakKeyDictionary[object, float]" = weakref.WeakKeyDictionary()
+_last_taken: "weakref.WeakKeyDictionary[psycopg.Connection, float]" = weakref.WeakKeyDictionary()
 _guard = threading.Lock()
 
 
-def _taken(conn) -> float | None:
+def _taken(conn: "psycopg.Connection") -> float | None:
     """Seconds since `conn` was last taken from the pool (None: never); it is noted as taken now."""
     now = clock()
     with _guard:
@@ -55,7 +60,7 @@ def _taken(conn) -> float | None:
     return None if at is None else now - at
 
 
-def _has_input(conn) -> bool:
+def _has_input(conn: "psycopg.Connection") -> bool:
     """Whether the server has written to this idle connection (or closed it): no round trip."""
     try:
         poller = select.poll()
@@ -65,7 +70,7 @@ def _has_input(conn) -> bool:
         return True  # no socket to look at: let the check decide
 
 
-def needs_check(conn) -> bool:
+def needs_check(conn: "psycopg.Connection") -> bool:
     """Whether a connection just taken from the pool must be checked with a round trip (and it is noted
     as taken now)."""
     since = _taken(conn)
@@ -74,7 +79,7 @@ def needs_check(conn) -> bool:
     return since is None or since >= idle_check_seconds() or _has_input(conn)
 
 
-def check_taken(sender, connection, **kwargs) -> None:
+def check_taken(sender: object, connection: "BaseDatabaseWrapper", **kwargs: object) -> None:
     """connection_created's receiver: check the pooled connection Django just took, if it needs it, and
     take another in its place if it fails."""
     if connection.vendor != "postgresql" or "pool" not in connection.settings_dict.get("OPTIONS", {}):
