@@ -75,6 +75,15 @@ def _send_all(messages: list[tuple[str, dict]]) -> None:
     run_async(send_each)
 
 
+def send_to_listeners(messages: list[tuple[str, dict]]) -> None:
+    """Send each (group, message) whose group somebody listens on (lib/group_listeners.py: asked in one
+    round trip; every group when that cannot be known), from synchronous code after a commit."""
+    listened = listeners.listened([group for group, _ in messages])
+    wanted = [(group, message) for group, message in messages if group in listened]
+    if wanted:
+        _send_all(wanted)
+
+
 def proposal_changed(proposal, *, render_now: bool = False, created: bool = False) -> None:
     """Schedule a broadcast that this proposal changed (state, votes, quorum).
 
@@ -143,11 +152,5 @@ def access_facts_changed(*, user_id=None, session_key: str | None = None) -> Non
     groups = ([person_group(user_id)] if user_id is not None else []) + (
         [session_group(session_key)] if session_key else []
     )
-
-    def send():
-        listened = listeners.listened(groups)
-        messages = [(group, {"type": "facts.changed"}) for group in groups if group in listened]
-        if messages:
-            _send_all(messages)
-
-    on_commit_in_background(send)
+    messages = [(group, {"type": "facts.changed"}) for group in groups]
+    on_commit_in_background(lambda: send_to_listeners(messages))

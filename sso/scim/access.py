@@ -7,14 +7,11 @@ proposal of the tenant; the deprovisioned person's sockets find their session go
 else's re-read and carry on.
 """
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.db.models import Q
 
 from approvals import events
 from approvals.models import Proposal
 from approvals.states import OPEN_FOR_VOTES
-from lib import group_listeners as listeners
 from lib.commit_hooks import on_commit
 
 
@@ -27,9 +24,6 @@ def access_ended(tenant, user) -> None:
         events.proposal_changed(proposal)  # the proposal's group and the tenant's
 
     def tell_the_queues():
-        layer = get_channel_layer()
-        queue = events.tenant_group(tenant.id)
-        if layer is not None and listeners.listened([queue]):  # lib/group_listeners.py
-            async_to_sync(layer.group_send)(queue, events.changed_message("access"))
+        events.send_to_listeners([(events.tenant_group(tenant.id), events.changed_message("access"))])
 
     on_commit(tell_the_queues, robust=True)
