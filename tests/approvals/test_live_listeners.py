@@ -19,6 +19,7 @@ from tests.approvals.test_consumers import (  # noqa: F401 (a fixture)
     proposal_path,
     sign_in,
 )
+from tests.approvals.test_live_render_cost import renders  # noqa: F401 (a fixture)
 from tests.factories import submit
 
 pytestmark = [
@@ -98,24 +99,18 @@ def sent(monkeypatch) -> list:
     return groups
 
 
-@pytest.fixture
-def renders(monkeypatch) -> list:
-    rendered: list = []
-
-    def renderer(proposal_id):
-        rendered.append(str(proposal_id))
-        return events.changed_message(proposal_id)
-
-    monkeypatch.setattr(events, "_render", [renderer])
-    return rendered
-
-
 def change(proposal) -> None:
     with transaction.atomic():
         events.proposal_changed(proposal)
 
 
-def test_a_change_nobody_watches_is_neither_rendered_nor_sent(registry, agent, refund_policy, sent, renders):
+def test_a_change_nobody_watches_is_neither_rendered_nor_sent(
+    registry,
+    agent,
+    refund_policy,
+    sent,
+    renders,  # noqa: F811 (the imported fixture, requested by name)
+):
     proposal = submit(agent)
     sent.clear()
     change(proposal)
@@ -141,7 +136,13 @@ def test_access_facts_go_only_to_a_person_with_a_page_open(registry, reviewer_a,
     assert sent[-1] == [events.person_group(reviewer_a.pk)]
 
 
-def test_a_registry_that_cannot_be_read_sends_everything(settings, agent, refund_policy, sent, renders):
+def test_a_registry_that_cannot_be_read_sends_everything(
+    settings,
+    agent,
+    refund_policy,
+    sent,
+    renders,  # noqa: F811 (the imported fixture, requested by name)
+):
     """A Redis that does not answer (a port nothing listens on): every group is sent to, rendered page
     included (the sends then fail too, and are logged)."""
     proposal = submit(agent)

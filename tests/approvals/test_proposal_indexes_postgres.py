@@ -10,19 +10,13 @@ from django.db import connection
 from approvals.models import Proposal
 from tests import factories
 from tests.factories import submit
+from tests.query_plans import plan_of
 
 pytestmark = [
     pytest.mark.postgres,
     pytest.mark.skipif(not settings.IS_POSTGRES, reason="EXPLAIN plans are PostgreSQL's (set DATABASE_URL)"),
     pytest.mark.django_db,
 ]
-
-
-def plan_of(queryset) -> str:
-    sql, params = queryset.query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN " + sql, params)
-        return "\n".join(row[0] for row in cursor.fetchall())
 
 
 def test_no_single_column_index_on_tenant_agent_or_editor():

@@ -10,6 +10,7 @@ from approvals.web import queries
 from approvals.web.list_pages import PAGE_SIZE, QUEUE_ORDER, WATCHING_ORDER
 from tests import factories
 from tests.factories import submit
+from tests.query_plans import plan_of
 
 pytestmark = [
     pytest.mark.postgres,
@@ -19,13 +20,6 @@ pytestmark = [
     ),
     pytest.mark.django_db,
 ]
-
-
-def plan_of(queryset) -> str:
-    sql, params = queryset.query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN " + sql, params)
-        return "\n".join(row[0] for row in cursor.fetchall())
 
 
 @pytest.mark.parametrize(
